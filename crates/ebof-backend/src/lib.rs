@@ -1,0 +1,280 @@
+//! # ebof-backend — the storage behind NVMe namespaces
+//!
+//! **What it is.** The byte-addressed stores a namespace reads and writes, behind one object-safe
+//! [`Backend`] trait:
+//!
+//! * [`RamBackend`] — a sparse RAM disk: one anonymous `MAP_NORESERVE` mapping whose pages
+//!   materialise on first write and are given back on deallocate;
+//! * [`FileBackend`] — a regular file (`pread`/`pwrite`, `fdatasync`, hole punching) or a block
+//!   device (`BLKGETSIZE64`, `BLKZEROOUT`, write-zeroes-with-unmap), both with buffered I/O.
+//!
+//! [`open`] turns a [`BackendSpec`] (built by the config layer) into an `Arc<dyn Backend>`.
+//!
+//! **What it is not.** No NVMe vocabulary: the controller layer (`nvmf-target`) turns LBAs into
+//! byte ranges, range-checks them against [`Backend::size`] and maps [`BackendError`] to an NVMe
+//! status. No threads and no async: every call is synchronous and [`Backend::may_block`] tells the
+//! runtime whether it must run on a worker thread instead of the reactor. No io_uring or
+//! `O_DIRECT` engine yet; it would be another implementation of the same trait.
+//!
+//! **Where it sits.** At the bottom of the command flow: reactor → `nvmf-tcp` → `nvmf-target`
+//! (prepare, execute) → **backend** → completion funnel.
+//!
+//! ## Semantics shared by every backend
+//!
+//! * Byte addressed, `0..size()`. A range with `offset + len > size()`, including one whose end
+//!   overflows `u64`, fails with [`BackendError::OutOfRange`] before anything is touched; never a
+//!   panic. A zero-length range inside (or at the end of) the backend is a successful no-op.
+//! * [`Backend::write`] returns once the data is visible to later reads, not once it is durable:
+//!   the controller must advertise a volatile write cache (Identify Controller VWC) and send Flush
+//!   to [`Backend::flush`].
+//! * After [`Backend::write_zeroes`] and [`Backend::deallocate`] the range reads as zeroes, exactly
+//!   that range and nothing around it (Identify Namespace DLFEAT "read zeroes after deallocate").
+//! * Calls may come from many threads at once. Disjoint ranges never interfere. Overlapping
+//!   concurrent commands leave unspecified content in the overlap, as on a real drive (NVMe leaves
+//!   the order of concurrently executing commands undefined).
+//!
+//! ## Layout
+//!
+//! * `lib.rs` — the trait, [`BackendKind`], [`BackendSpec`], [`BackendError`], [`open`];
+//! * `ram.rs` — [`RamBackend`];
+//! * `file.rs` — [`FileBackend`] for regular files and block devices;
+//! * `sys.rs` — the thin `unsafe` wrappers around `fallocate` and the block-device ioctls.
+
+#[cfg(not(target_os = "linux"))]
+compile_error!("ebof-backend uses Linux-only interfaces (fallocate modes, block-device ioctls)");
+
+mod file;
+mod ram;
+mod sys;
+
+use std::fmt;
+use std::io;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+pub use file::FileBackend;
+pub use ram::RamBackend;
+
+/// Storage behind one NVMe namespace.
+///
+/// Byte-addressed; callers (the NVMe controller layer) have already range-checked LBAs against
+/// [`size`](Backend::size), but backends still return [`BackendError::OutOfRange`] instead of
+/// panicking.
+pub trait Backend: Send + Sync + fmt::Debug + 'static {
+    /// Which implementation this is.
+    fn kind(&self) -> BackendKind;
+
+    /// Capacity in bytes.
+    fn size(&self) -> u64;
+
+    /// `true` if calls may block on a device or filesystem (file, block): the runtime then runs
+    /// them on a worker thread instead of the reactor. RAM returns `false` (calls are
+    /// memcpy-fast).
+    fn may_block(&self) -> bool;
+
+    /// Reads `buf.len()` bytes at `offset`.
+    fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), BackendError>;
+
+    /// Writes `buf` at `offset`. Returns only once the data is accepted by the backend (visible
+    /// to later reads); durability needs [`flush`](Backend::flush).
+    fn write(&self, offset: u64, buf: &[u8]) -> Result<(), BackendError>;
+
+    /// Makes all accepted writes durable (`fdatasync` for file and block; no-op for RAM).
+    fn flush(&self) -> Result<(), BackendError>;
+
+    /// Subsequent reads of `offset..offset + len` return zeroes.
+    fn write_zeroes(&self, offset: u64, len: u64) -> Result<(), BackendError>;
+
+    /// Deallocate (discard, TRIM). Afterwards reads of the range return zeroes (advertised as
+    /// deterministic read-zeroes after deallocate), and the backend releases the space where it
+    /// can.
+    fn deallocate(&self, offset: u64, len: u64) -> Result<(), BackendError>;
+
+    /// Bytes currently allocated (RAM: resident pages; file: `st_blocks * 512`; block device: its
+    /// size), for statistics; best effort.
+    fn allocated_bytes(&self) -> u64;
+}
+
+/// Which implementation a [`Backend`] is.
+///
+/// A [`BackendSpec::Block`] that names a regular file reports [`BackendKind::Block`]: the kind
+/// follows what the operator configured, not what the path turned out to be.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BackendKind {
+    /// Sparse anonymous memory; lost on exit.
+    Ram,
+    /// A regular file, created or grown to the configured size.
+    File,
+    /// A block device, or an existing regular file used as-is.
+    Block,
+}
+
+impl fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            BackendKind::Ram => "ram",
+            BackendKind::File => "file",
+            BackendKind::Block => "block",
+        })
+    }
+}
+
+/// What to open (built by the config layer).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BackendSpec {
+    /// Sparse RAM of `size` bytes: non-zero and a multiple of 512.
+    Ram {
+        /// Capacity in bytes.
+        size: u64,
+    },
+    /// Regular file. Created (sparse, `set_len`) if missing when `size` is `Some`; if it exists
+    /// and is smaller it is extended; if it is larger, opening fails (user data is never
+    /// truncated). With `size: None` the file must exist and its size is used.
+    File {
+        /// Path of the file.
+        path: PathBuf,
+        /// Capacity in bytes; `None` to use the existing file's size.
+        size: Option<u64>,
+    },
+    /// Block device, or existing regular file, used as-is: size from the `BLKGETSIZE64` ioctl
+    /// for block devices, from the metadata for files. Never created.
+    Block {
+        /// Path of the device or file.
+        path: PathBuf,
+    },
+}
+
+/// Everything that can go wrong in this crate.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BackendError {
+    /// The byte range lies (partly) outside the backend, or its end overflows `u64`.
+    #[error("range {offset}+{len} outside backend of {size} bytes")]
+    OutOfRange {
+        /// First byte of the range.
+        offset: u64,
+        /// Length of the range in bytes.
+        len: u64,
+        /// Size of the backend in bytes.
+        size: u64,
+    },
+    /// A read, write, flush or zeroing call failed in the kernel.
+    #[error("I/O error: {0}")]
+    Io(#[from] io::Error),
+    /// Opening or preparing a file or device failed: `op` says which step ("open", "create",
+    /// "extend", …).
+    #[error("cannot {op} {}: {source}", path.display())]
+    Open {
+        /// The step that failed, as a verb.
+        op: &'static str,
+        /// The configured path.
+        path: PathBuf,
+        /// What the kernel said.
+        source: io::Error,
+    },
+    /// The path exists but cannot back a namespace of this kind (a directory, a character
+    /// device, an empty file, …).
+    #[error("{}: {reason}", path.display())]
+    Unusable {
+        /// The configured path.
+        path: PathBuf,
+        /// Why it cannot be used.
+        reason: String,
+    },
+    /// The existing file is larger than the configured size; it is left untouched.
+    #[error(
+        "{}: existing file is {actual} bytes, larger than the configured {requested} bytes \
+         (refusing to truncate user data)",
+        path.display()
+    )]
+    FileTooLarge {
+        /// The configured path.
+        path: PathBuf,
+        /// Current size of the file.
+        actual: u64,
+        /// Configured size.
+        requested: u64,
+    },
+    /// The configured size cannot be used.
+    #[error("invalid {kind} backend size {size}: {reason}")]
+    InvalidSize {
+        /// The backend kind being opened.
+        kind: BackendKind,
+        /// The configured size.
+        size: u64,
+        /// Why it is invalid.
+        reason: &'static str,
+    },
+    /// The anonymous mapping of a RAM backend failed.
+    #[error("cannot map {size} bytes for a RAM backend: {source}")]
+    Map {
+        /// The configured size.
+        size: u64,
+        /// What `mmap` said.
+        source: io::Error,
+    },
+}
+
+/// Opens the backend described by `spec`.
+///
+/// Errors name the path and the step that failed, so they can be shown to the operator as they
+/// are. Nothing is created or modified unless opening succeeds, except that a newly created
+/// file that cannot be grown is removed again.
+pub fn open(spec: &BackendSpec) -> Result<Arc<dyn Backend>, BackendError> {
+    let backend: Arc<dyn Backend> = match spec {
+        BackendSpec::Ram { size } => Arc::new(RamBackend::new(*size)?),
+        BackendSpec::File { path, size } => Arc::new(FileBackend::open_file(path, *size)?),
+        BackendSpec::Block { path } => Arc::new(FileBackend::open_block(path)?),
+    };
+    tracing::info!(
+        kind = %backend.kind(),
+        size = backend.size(),
+        backend = ?backend,
+        "backend opened"
+    );
+    Ok(backend)
+}
+
+/// Checks that `offset..offset + len` lies within `0..size`, overflow included.
+#[inline]
+pub(crate) fn check_range(offset: u64, len: u64, size: u64) -> Result<(), BackendError> {
+    match offset.checked_add(len) {
+        Some(end) if end <= size => Ok(()),
+        _ => Err(BackendError::OutOfRange { offset, len, size }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn check_range_edges() {
+        assert!(check_range(0, 0, 0).is_ok());
+        assert!(check_range(0, 512, 512).is_ok());
+        assert!(check_range(512, 0, 512).is_ok());
+        assert!(check_range(511, 1, 512).is_ok());
+        assert!(check_range(511, 2, 512).is_err());
+        assert!(check_range(513, 0, 512).is_err());
+        assert!(check_range(u64::MAX, 1, 512).is_err());
+        assert!(check_range(1, u64::MAX, u64::MAX).is_err());
+        assert!(check_range(u64::MAX, 0, u64::MAX).is_ok());
+    }
+
+    #[test]
+    fn error_messages_name_the_path() {
+        let err = BackendError::Open {
+            op: "open",
+            path: PathBuf::from("/nope/disk.img"),
+            source: io::Error::from_raw_os_error(libc::ENOENT),
+        };
+        let text = err.to_string();
+        assert!(text.starts_with("cannot open /nope/disk.img: "), "{text}");
+        let err = BackendError::OutOfRange {
+            offset: 10,
+            len: 20,
+            size: 16,
+        };
+        assert_eq!(err.to_string(), "range 10+20 outside backend of 16 bytes");
+    }
+}

@@ -1,0 +1,172 @@
+//! The one error type of this crate: a stable code, the field path, a message.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// Stable error codes carried in [`ConfigError::code`].
+///
+/// These strings are part of the interface (scripts and the management API
+/// match on them); never rename one, only add.
+pub mod codes {
+    /// The configuration file could not be read.
+    pub const IO: &str = "io";
+    /// TOML syntax error (the message gives line and column).
+    pub const PARSE: &str = "parse";
+    /// A key that the schema does not know (misspelt or misplaced).
+    pub const UNKNOWN_FIELD: &str = "unknown-field";
+    /// A value of the wrong TOML type (a string where a number belongs, …).
+    pub const INVALID_TYPE: &str = "invalid-type";
+    /// A required field is absent.
+    pub const MISSING_FIELD: &str = "missing-field";
+    /// A field that the chosen backend does not accept (e.g. `path` on `ram`).
+    pub const FORBIDDEN_FIELD: &str = "forbidden-field";
+    /// `[target]` tuning value out of range or of the wrong granularity.
+    pub const INVALID_TUNING: &str = "invalid-tuning";
+    /// Malformed core list, or a core id out of range / listed twice.
+    pub const INVALID_CORES: &str = "invalid-cores";
+    /// No `[[listeners]]` at all.
+    pub const NO_LISTENERS: &str = "no-listeners";
+    /// Not an IP literal, or a malformed `ADDR:PORT`.
+    pub const INVALID_ADDRESS: &str = "invalid-address";
+    /// Port out of `0..=65535`.
+    pub const INVALID_PORT: &str = "invalid-port";
+    /// Two listeners that would bind the same address and port.
+    pub const DUPLICATE_LISTENER: &str = "duplicate-listener";
+    /// No `[[subsystems]]` at all.
+    pub const NO_SUBSYSTEMS: &str = "no-subsystems";
+    /// A subsystem or host NQN that is not a valid NVMe Qualified Name.
+    pub const INVALID_NQN: &str = "invalid-nqn";
+    /// A subsystem using the well-known discovery NQN.
+    pub const RESERVED_NQN: &str = "reserved-nqn";
+    /// Two subsystems with the same NQN.
+    pub const DUPLICATE_NQN: &str = "duplicate-nqn";
+    /// Serial number (or `serial_prefix`) too long or not printable ASCII.
+    pub const INVALID_SERIAL: &str = "invalid-serial";
+    /// Two subsystems with the same serial number.
+    pub const DUPLICATE_SERIAL: &str = "duplicate-serial";
+    /// Model number too long, empty or not printable ASCII.
+    pub const INVALID_MODEL: &str = "invalid-model";
+    /// A host NQN listed twice in one subsystem.
+    pub const DUPLICATE_HOST: &str = "duplicate-host";
+    /// `allow_any_host = true` together with a non-empty `hosts` list.
+    pub const CONFLICTING_HOSTS: &str = "conflicting-hosts";
+    /// NSID out of `1..=0xFFFFFFFE`.
+    pub const INVALID_NSID: &str = "invalid-nsid";
+    /// Two namespaces of one subsystem with the same NSID.
+    pub const DUPLICATE_NSID: &str = "duplicate-nsid";
+    /// Unknown backend name.
+    pub const INVALID_BACKEND: &str = "invalid-backend";
+    /// Block size other than 512 or 4096.
+    pub const INVALID_BLOCK_SIZE: &str = "invalid-block-size";
+    /// Malformed size, zero, overflowing, or not a multiple of the block size.
+    pub const INVALID_SIZE: &str = "invalid-size";
+    /// Empty path, or a path containing a NUL byte.
+    pub const INVALID_PATH: &str = "invalid-path";
+    /// Two file/block namespaces on the same path.
+    pub const DUPLICATE_PATH: &str = "duplicate-path";
+    /// Malformed or nil namespace UUID.
+    pub const INVALID_UUID: &str = "invalid-uuid";
+    /// Two namespaces with the same UUID.
+    pub const DUPLICATE_UUID: &str = "duplicate-uuid";
+    /// Command-line options that cannot be combined (`--ram` with `--file`).
+    pub const CONFLICTING_OVERRIDES: &str = "conflicting-overrides";
+}
+
+/// A configuration error: what is wrong, where, and a stable code to match on.
+///
+/// Displays as
+/// `config error at subsystems[1].namespaces[0].size: size 1000 is not a multiple of block_size 512 (invalid-size)`
+/// and, when the configuration came from a file,
+/// `config error in /etc/ebof.toml at …`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// Stable machine-readable code, one of [`codes`].
+    pub code: &'static str,
+    /// Where: a field path such as `subsystems[1].namespaces[0].path`, a
+    /// command-line option such as `--listen`, or empty when the error
+    /// concerns the whole document (I/O, TOML syntax).
+    pub path: String,
+    /// Human-readable explanation; names the offending value.
+    pub message: String,
+    /// The configuration file, when the configuration was loaded from one.
+    pub file: Option<PathBuf>,
+}
+
+impl ConfigError {
+    /// An error with `code` at `path`.
+    pub fn new(code: &'static str, path: impl Into<String>, message: impl Into<String>) -> Self {
+        ConfigError {
+            code,
+            path: path.into(),
+            message: message.into(),
+            file: None,
+        }
+    }
+
+    /// The same error, reported at `path` (used to re-anchor the errors of
+    /// the path-less parsing helpers).
+    pub fn at(mut self, path: impl Into<String>) -> Self {
+        self.path = path.into();
+        self
+    }
+
+    /// The same error, attributed to the configuration file `file`.
+    pub fn in_file(mut self, file: &Path) -> Self {
+        self.file = Some(file.to_path_buf());
+        self
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("config error")?;
+        if let Some(file) = &self.file {
+            write!(f, " in {}", file.display())?;
+        }
+        if !self.path.is_empty() {
+            write!(f, " at {}", self.path)?;
+        }
+        write!(f, ": {} ({})", self.message, self.code)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Quotes a user-supplied value for an error message, cut to a sane length so
+/// that a megabyte of garbage does not become a megabyte of error.
+pub(crate) fn quote(s: &str) -> String {
+    const MAX: usize = 64;
+    if s.chars().count() <= MAX {
+        format!("{s:?}")
+    } else {
+        let head: String = s.chars().take(MAX).collect();
+        format!("{head:?}…")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn display_with_and_without_path_and_file() {
+        let e = ConfigError::new(
+            codes::INVALID_SIZE,
+            "subsystems[1].namespaces[0].size",
+            "size 1000 is not a multiple of block_size 512",
+        );
+        assert_eq!(
+            e.to_string(),
+            "config error at subsystems[1].namespaces[0].size: size 1000 is not a multiple of block_size 512 (invalid-size)"
+        );
+        let e = ConfigError::new(codes::IO, "", "cannot read: gone").in_file(Path::new("/x.toml"));
+        assert_eq!(e.to_string(), "config error in /x.toml: cannot read: gone (io)");
+    }
+
+    #[test]
+    fn quote_truncates() {
+        assert_eq!(quote("ab"), "\"ab\"");
+        let long = "x".repeat(1000);
+        assert!(quote(&long).len() < 80);
+    }
+}

@@ -1,0 +1,43 @@
+//! `ebof` — one binary, wiring only: `serve` runs the NVMe/TCP target; `discover`, `identify`
+//! and `perf` are the host toolkit on the `nvmf-host` library.
+
+mod host_cmds;
+mod serve;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "ebof", version, about = "A software Ethernet SSD: NVMe/TCP target and host toolkit")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Serve RAM, files and block devices as NVMe namespaces over NVMe/TCP.
+    Serve(serve::ServeArgs),
+    /// Print a target's discovery log (like `nvme discover`).
+    Discover(host_cmds::DiscoverArgs),
+    /// Print Identify Controller / Namespace data of a subsystem.
+    Identify(host_cmds::IdentifyArgs),
+    /// Generate I/O load against a namespace and report IOPS, bandwidth and latency.
+    Perf(host_cmds::PerfArgs),
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let res = match cli.cmd {
+        Cmd::Serve(a) => serve::run(a),
+        Cmd::Discover(a) => host_cmds::discover(a),
+        Cmd::Identify(a) => host_cmds::identify(a),
+        Cmd::Perf(a) => host_cmds::perf(a),
+    };
+    match res {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("ebof: error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

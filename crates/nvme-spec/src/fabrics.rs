@@ -1,0 +1,280 @@
+//! NVMe-oF Fabrics commands: Connect (command and 1024-byte data), Property Get/Set, and the
+//! controller registers exposed as properties (NVMe-oF 1.1 section 3; NVMe Base 2.0 3.1.4).
+
+use crate::ids::{ControllerId, QueueId};
+use crate::sqe::Sqe;
+use crate::{le16, le32, le64, nul_padded_str, put16};
+
+/// Size of the Connect command's data (NVMe-oF 1.1 Figure 20).
+pub const CONNECT_DATA_LEN: usize = 1024;
+
+/// Byte offsets inside the Connect data, used as IPO values in Invalid Parameters responses.
+pub mod connect_data_off {
+    pub const HOSTID: u16 = 0;
+    pub const CNTLID: u16 = 16;
+    pub const SUBNQN: u16 = 256;
+    pub const HOSTNQN: u16 = 512;
+}
+
+/// Byte offsets inside the Connect SQE, used as IPO values.
+pub mod connect_sqe_off {
+    pub const RECFMT: u16 = 40;
+    pub const QID: u16 = 42;
+    pub const SQSIZE: u16 = 44;
+    pub const CATTR: u16 = 46;
+    pub const KATO: u16 = 48;
+}
+
+/// IATTR bit in Connect Invalid Parameters DW0 (bit 16): 1 = IPO is an offset into the data.
+pub const IATTR_CONNECT_DATA: u32 = 1 << 16;
+
+/// Connect command fields (SQE bytes 40..56).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConnectCmd {
+    /// Record Format (RECFMT), must be 0.
+    pub recfmt: u16,
+    /// Queue ID (QID).
+    pub qid: QueueId,
+    /// Submission Queue Size (SQSIZE), **0's based** as on the wire.
+    pub sqsize: u16,
+    /// Connect Attributes (CATTR).
+    pub cattr: u8,
+    /// Keep Alive Timeout in ms (KATO), admin queue only.
+    pub kato: u32,
+}
+
+impl ConnectCmd {
+    pub fn from_sqe(s: &Sqe) -> ConnectCmd {
+        ConnectCmd {
+            recfmt: le16(&s.0, 40),
+            qid: QueueId(le16(&s.0, 42)),
+            sqsize: le16(&s.0, 44),
+            cattr: s.0[46],
+            kato: le32(&s.0, 48),
+        }
+    }
+    /// CATTR bit 2: disable SQ flow control.
+    pub fn dissqfc(&self) -> bool {
+        self.cattr & 0x4 != 0
+    }
+    /// Number of entries the SQ holds (SQSIZE + 1).
+    pub fn queue_entries(&self) -> u32 {
+        u32::from(self.sqsize) + 1
+    }
+    pub fn encode_into(&self, s: &mut Sqe) {
+        put16(&mut s.0, 40, self.recfmt);
+        put16(&mut s.0, 42, self.qid.0);
+        put16(&mut s.0, 44, self.sqsize);
+        s.0[46] = self.cattr;
+        s.0[48..52].copy_from_slice(&self.kato.to_le_bytes());
+    }
+}
+
+/// Connect data (1024 bytes): host identifier, controller id, subsystem and host NQNs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConnectData {
+    pub hostid: [u8; 16],
+    pub cntlid: ControllerId,
+    pub subnqn: String,
+    pub hostnqn: String,
+}
+
+/// Why Connect data could not be decoded; carries the IPO to report.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConnectDataError {
+    /// Offset in the Connect data of the bad field.
+    pub offset: u16,
+}
+
+impl ConnectData {
+    pub fn decode(b: &[u8]) -> Result<ConnectData, ConnectDataError> {
+        if b.len() < CONNECT_DATA_LEN {
+            return Err(ConnectDataError { offset: 0 });
+        }
+        let mut hostid = [0u8; 16];
+        hostid.copy_from_slice(&b[0..16]);
+        let subnqn = nqn_field(&b[256..512])
+            .ok_or(ConnectDataError { offset: connect_data_off::SUBNQN })?;
+        let hostnqn = nqn_field(&b[512..768])
+            .ok_or(ConnectDataError { offset: connect_data_off::HOSTNQN })?;
+        Ok(ConnectData {
+            hostid,
+            cntlid: ControllerId(le16(b, 16)),
+            subnqn: subnqn.to_string(),
+            hostnqn: hostnqn.to_string(),
+        })
+    }
+    pub fn encode(&self) -> [u8; CONNECT_DATA_LEN] {
+        let mut b = [0u8; CONNECT_DATA_LEN];
+        b[0..16].copy_from_slice(&self.hostid);
+        put16(&mut b, 16, self.cntlid.0);
+        let s = self.subnqn.as_bytes();
+        let n = s.len().min(crate::NQN_MAX_LEN);
+        b[256..256 + n].copy_from_slice(&s[..n]);
+        let h = self.hostnqn.as_bytes();
+        let n = h.len().min(crate::NQN_MAX_LEN);
+        b[512..512 + n].copy_from_slice(&h[..n]);
+        b
+    }
+}
+
+/// An NQN field: NUL-terminated within 256 bytes, non-empty, ≤ 223 bytes, printable.
+fn nqn_field(b: &[u8]) -> Option<&str> {
+    let end = b.iter().position(|&c| c == 0)?;
+    if end == 0 || end > crate::NQN_MAX_LEN {
+        return None;
+    }
+    nul_padded_str(&b[..end])
+}
+
+/// Property Get/Set fields (SQE bytes 40..56).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PropertyCmd {
+    /// ATTRIB bits 2:0: 0 = 4-byte property, 1 = 8-byte property.
+    pub size8: bool,
+    /// Property offset (OFST).
+    pub ofst: u32,
+    /// Value (Property Set only).
+    pub value: u64,
+}
+
+impl PropertyCmd {
+    pub fn from_sqe(s: &Sqe) -> Result<PropertyCmd, ()> {
+        let size = s.0[40] & 0x7;
+        if size > 1 {
+            return Err(());
+        }
+        Ok(PropertyCmd { size8: size == 1, ofst: le32(&s.0, 44), value: le64(&s.0, 48) })
+    }
+    pub fn encode_into(&self, s: &mut Sqe) {
+        s.0[40] = u8::from(self.size8);
+        s.0[44..48].copy_from_slice(&self.ofst.to_le_bytes());
+        s.0[48..56].copy_from_slice(&self.value.to_le_bytes());
+    }
+}
+
+/// Controller property (register) offsets.
+pub mod prop {
+    /// Controller Capabilities, 8 bytes.
+    pub const CAP: u32 = 0x00;
+    /// Version, 4 bytes.
+    pub const VS: u32 = 0x08;
+    /// Controller Configuration, 4 bytes.
+    pub const CC: u32 = 0x14;
+    /// Controller Status, 4 bytes.
+    pub const CSTS: u32 = 0x1C;
+    /// NVM Subsystem Reset, 4 bytes.
+    pub const NSSR: u32 = 0x20;
+    /// Controller Ready Timeouts, 4 bytes.
+    pub const CRTO: u32 = 0x68;
+}
+
+/// Controller Capabilities (CAP) builder/decoder.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cap {
+    /// Maximum Queue Entries Supported, **0's based**.
+    pub mqes: u16,
+    /// Timeout in 500 ms units (TO).
+    pub to: u8,
+    /// NVM command set supported (CSS bit 0) and "one or more I/O command sets" (CSS bit 6).
+    pub css_nvm: bool,
+    pub css_iocs: bool,
+}
+
+impl Cap {
+    pub fn to_u64(self) -> u64 {
+        u64::from(self.mqes)
+            | (1u64 << 16) // CQR: contiguous queues required
+            | (u64::from(self.to) << 24)
+            | (u64::from(self.css_nvm) << 37)
+            | (u64::from(self.css_iocs) << 43)
+        // DSTRD, MPSMIN, MPSMAX = 0 (4 KiB pages)
+    }
+    pub fn from_u64(v: u64) -> Cap {
+        Cap {
+            mqes: (v & 0xFFFF) as u16,
+            to: ((v >> 24) & 0xFF) as u8,
+            css_nvm: v & (1 << 37) != 0,
+            css_iocs: v & (1 << 43) != 0,
+        }
+    }
+}
+
+/// Controller Configuration (CC) fields.
+pub mod cc {
+    pub const EN: u32 = 1;
+    pub fn css(cc: u32) -> u32 {
+        (cc >> 4) & 0x7
+    }
+    pub fn mps(cc: u32) -> u32 {
+        (cc >> 7) & 0xF
+    }
+    pub fn ams(cc: u32) -> u32 {
+        (cc >> 11) & 0x7
+    }
+    /// Shutdown Notification (SHN), bits 15:14: 0 none, 1 normal, 2 abrupt.
+    pub fn shn(cc: u32) -> u32 {
+        (cc >> 14) & 0x3
+    }
+    pub fn iosqes(cc: u32) -> u32 {
+        (cc >> 16) & 0xF
+    }
+    pub fn iocqes(cc: u32) -> u32 {
+        (cc >> 20) & 0xF
+    }
+    pub const SHN_MASK: u32 = 0x3 << 14;
+    pub const SHN_NORMAL: u32 = 1 << 14;
+    /// CC value with EN=1, IOSQES=6, IOCQES=4, CSS from argument (0 = NVM, 6 = all I/O sets).
+    pub fn enable_value(css: u32) -> u32 {
+        EN | ((css & 7) << 4) | (6 << 16) | (4 << 20)
+    }
+}
+
+/// Controller Status (CSTS) fields.
+pub mod csts {
+    pub const RDY: u32 = 1;
+    pub const CFS: u32 = 1 << 1;
+    /// Shutdown Status (SHST), bits 3:2: 0 normal, 1 occurring, 2 complete.
+    pub const SHST_MASK: u32 = 0x3 << 2;
+    pub const SHST_OCCURRING: u32 = 1 << 2;
+    pub const SHST_COMPLETE: u32 = 2 << 2;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connect_data_roundtrip() {
+        let d = ConnectData {
+            hostid: [7; 16],
+            cntlid: ControllerId::DYNAMIC,
+            subnqn: "nqn.2026-11.io.ebof:default".into(),
+            hostnqn: "nqn.2014-08.org.nvmexpress:uuid:1234".into(),
+        };
+        let b = d.encode();
+        assert_eq!(&b[16..18], &[0xFF, 0xFF]);
+        assert_eq!(&b[256..260], b"nqn.");
+        assert_eq!(ConnectData::decode(&b).unwrap(), d);
+    }
+
+    #[test]
+    fn connect_data_rejects_bad_nqn() {
+        let mut b = [0u8; 1024];
+        b[512..516].copy_from_slice(b"nqn.");
+        assert_eq!(ConnectData::decode(&b).unwrap_err().offset, 256);
+        b[256..260].copy_from_slice(b"nqn.");
+        b[512..1024].fill(b'a');
+        assert_eq!(ConnectData::decode(&b).unwrap_err().offset, 512);
+        assert!(ConnectData::decode(&b[..100]).is_err());
+    }
+
+    #[test]
+    fn cap_bits() {
+        let c = Cap { mqes: 127, to: 15, css_nvm: true, css_iocs: true };
+        let v = c.to_u64();
+        assert_eq!(v & 0xFFFF, 127);
+        assert_eq!((v >> 16) & 1, 1);
+        assert_eq!(Cap::from_u64(v), c);
+    }
+}

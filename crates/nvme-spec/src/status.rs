@@ -1,0 +1,190 @@
+//! Completion status (NVMe Base 2.0, 4.6.1): Status Code Type, Status Code, More, DNR.
+
+/// Status Code Type values.
+pub mod sct {
+    pub const GENERIC: u8 = 0;
+    pub const COMMAND_SPECIFIC: u8 = 1;
+    pub const MEDIA: u8 = 2;
+    pub const PATH: u8 = 3;
+}
+
+/// A command's completion status. `Status::SUCCESS` is all zero.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Status {
+    /// Status Code Type (SCT, 3 bits).
+    pub sct: u8,
+    /// Status Code (SC).
+    pub sc: u8,
+    /// More (M): more status information is in the Error Information log.
+    pub more: bool,
+    /// Do Not Retry (DNR).
+    pub dnr: bool,
+}
+
+impl std::fmt::Debug for Status {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Status({}", self.name())?;
+        write!(f, " sct={} sc={:#04x}", self.sct, self.sc)?;
+        if self.dnr {
+            write!(f, " dnr")?;
+        }
+        if self.more {
+            write!(f, " more")?;
+        }
+        write!(f, ")")
+    }
+}
+
+impl std::fmt::Display for Status {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} (sct {} sc {:#04x}", self.name(), self.sct, self.sc)?;
+        if self.dnr {
+            write!(f, ", dnr")?;
+        }
+        write!(f, ")")
+    }
+}
+
+const fn generic(sc: u8) -> Status {
+    Status { sct: sct::GENERIC, sc, more: false, dnr: true }
+}
+const fn specific(sc: u8) -> Status {
+    Status { sct: sct::COMMAND_SPECIFIC, sc, more: false, dnr: true }
+}
+const fn media(sc: u8) -> Status {
+    Status { sct: sct::MEDIA, sc, more: false, dnr: false }
+}
+
+impl Status {
+    pub const SUCCESS: Status = Status { sct: 0, sc: 0, more: false, dnr: false };
+    // Generic command status (SCT 0).
+    pub const INVALID_OPCODE: Status = generic(0x01);
+    pub const INVALID_FIELD: Status = generic(0x02);
+    pub const CMDID_CONFLICT: Status = generic(0x03);
+    pub const DATA_XFER_ERROR: Status = generic(0x04);
+    pub const INTERNAL: Status = generic(0x06);
+    pub const ABORT_REQ: Status = Status { dnr: false, ..generic(0x07) };
+    pub const ABORT_SQ_DELETED: Status = Status { dnr: false, ..generic(0x08) };
+    pub const INVALID_NS: Status = generic(0x0B);
+    pub const CMD_SEQ_ERROR: Status = generic(0x0C);
+    pub const SGL_INVALID_LAST: Status = generic(0x0D);
+    pub const SGL_INVALID_COUNT: Status = generic(0x0E);
+    pub const SGL_INVALID_DATA: Status = generic(0x0F);
+    pub const SGL_INVALID_TYPE: Status = generic(0x11);
+    pub const SGL_INVALID_OFFSET: Status = generic(0x16);
+    pub const HOST_ID_INCONSISTENT: Status = generic(0x18);
+    pub const KA_EXPIRED: Status = generic(0x19);
+    pub const CMD_INTERRUPTED: Status = Status { dnr: false, ..generic(0x21) };
+    pub const TRANSIENT_TRANSPORT: Status = Status { dnr: false, ..generic(0x22) };
+    pub const AUTH_REQUIRED: Status = generic(0x91);
+    pub const LBA_RANGE: Status = generic(0x80);
+    pub const CAP_EXCEEDED: Status = generic(0x81);
+    pub const NS_NOT_READY: Status = Status { dnr: false, ..generic(0x82) };
+    // Command specific status (SCT 1).
+    pub const INVALID_QID: Status = specific(0x01);
+    pub const INVALID_QSIZE: Status = specific(0x02);
+    pub const ABORT_LIMIT: Status = specific(0x03);
+    pub const ASYNC_LIMIT: Status = specific(0x05);
+    pub const INVALID_FW_SLOT: Status = specific(0x06);
+    pub const INVALID_LOG_PAGE: Status = specific(0x09);
+    pub const INVALID_FORMAT: Status = specific(0x0A);
+    pub const FEATURE_NOT_SAVEABLE: Status = specific(0x0D);
+    pub const FEATURE_NOT_CHANGEABLE: Status = specific(0x0E);
+    pub const FEATURE_NOT_PER_NS: Status = specific(0x0F);
+    /// Connect: Incompatible Format (RECFMT not supported).
+    pub const CONNECT_INCOMPATIBLE_FORMAT: Status = specific(0x80);
+    /// Connect: Controller Busy (e.g. QID already in use).
+    pub const CONNECT_CTRL_BUSY: Status = specific(0x81);
+    /// Connect: Invalid Parameters; DW0 carries IPO/IATTR.
+    pub const CONNECT_INVALID_PARAM: Status = specific(0x82);
+    pub const CONNECT_RESTART_DISC: Status = specific(0x83);
+    /// Connect: Invalid Host (host not allowed to access the subsystem).
+    pub const CONNECT_INVALID_HOST: Status = specific(0x84);
+    /// Dataset Management / Write: Attempted write to read-only range.
+    pub const CONFLICTING_ATTRS: Status = specific(0x80);
+    // Media and data integrity errors (SCT 2).
+    pub const WRITE_FAULT: Status = media(0x80);
+    pub const UNRECOVERED_READ: Status = media(0x81);
+
+    pub fn is_success(&self) -> bool {
+        self.sct == 0 && self.sc == 0
+    }
+
+    /// The 15-bit status field as it appears in CQE DW3 bits 31:17 (i.e. the upper 16 bits of
+    /// DW3 with bit 0, the phase tag, clear).
+    pub fn to_field(self) -> u16 {
+        (u16::from(self.sc) << 1)
+            | (u16::from(self.sct & 0x7) << 9)
+            | (u16::from(self.more) << 14)
+            | (u16::from(self.dnr) << 15)
+    }
+
+    /// Inverse of [`Status::to_field`]; ignores the phase bit and CRD.
+    pub fn from_field(v: u16) -> Status {
+        Status {
+            sc: ((v >> 1) & 0xFF) as u8,
+            sct: ((v >> 9) & 0x7) as u8,
+            more: v & (1 << 14) != 0,
+            dnr: v & (1 << 15) != 0,
+        }
+    }
+
+    /// Human-readable name for logs and CLI output.
+    pub fn name(&self) -> &'static str {
+        match (self.sct, self.sc) {
+            (0, 0x00) => "Success",
+            (0, 0x01) => "Invalid Command Opcode",
+            (0, 0x02) => "Invalid Field in Command",
+            (0, 0x03) => "Command ID Conflict",
+            (0, 0x04) => "Data Transfer Error",
+            (0, 0x06) => "Internal Error",
+            (0, 0x07) => "Command Abort Requested",
+            (0, 0x08) => "Command Aborted due to SQ Deletion",
+            (0, 0x0B) => "Invalid Namespace or Format",
+            (0, 0x0C) => "Command Sequence Error",
+            (0, 0x0D) => "Invalid SGL Segment Descriptor",
+            (0, 0x0E) => "Invalid Number of SGL Descriptors",
+            (0, 0x0F) => "Data SGL Length Invalid",
+            (0, 0x11) => "SGL Descriptor Type Invalid",
+            (0, 0x16) => "SGL Offset Invalid",
+            (0, 0x18) => "Host Identifier Inconsistent Format",
+            (0, 0x19) => "Keep Alive Timer Expired",
+            (0, 0x21) => "Command Interrupted",
+            (0, 0x22) => "Transient Transport Error",
+            (0, 0x80) => "LBA Out of Range",
+            (0, 0x81) => "Capacity Exceeded",
+            (0, 0x82) => "Namespace Not Ready",
+            (0, 0x91) => "Authentication Required",
+            (1, 0x01) => "Invalid Queue Identifier",
+            (1, 0x02) => "Invalid Queue Size",
+            (1, 0x03) => "Abort Command Limit Exceeded",
+            (1, 0x05) => "Asynchronous Event Request Limit Exceeded",
+            (1, 0x09) => "Invalid Log Page",
+            (1, 0x0D) => "Feature Identifier Not Saveable",
+            (1, 0x0E) => "Feature Not Changeable",
+            (1, 0x80) => "Connect Incompatible Format / Conflicting Attributes",
+            (1, 0x81) => "Connect Controller Busy",
+            (1, 0x82) => "Connect Invalid Parameters",
+            (1, 0x83) => "Connect Restart Discovery",
+            (1, 0x84) => "Connect Invalid Host",
+            (2, 0x80) => "Write Fault",
+            (2, 0x81) => "Unrecovered Read Error",
+            _ => "Unknown Status",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn field_roundtrip() {
+        for s in [Status::SUCCESS, Status::INVALID_FIELD, Status::LBA_RANGE, Status::CONNECT_INVALID_HOST] {
+            assert_eq!(Status::from_field(s.to_field()), s);
+        }
+        // Linux: NVME_SC_INVALID_FIELD = 0x2, NVME_SC_DNR = 0x4000 in its (status >> 1) encoding.
+        assert_eq!(Status::INVALID_FIELD.to_field() >> 1, 0x4002);
+        assert_eq!(Status::CONNECT_INVALID_PARAM.to_field() >> 1, 0x4182);
+    }
+}

@@ -1,0 +1,416 @@
+# shellcheck shell=bash
+# Host-side library for the kernel interop scenarios (sourced, never run).
+#
+# Method (see shared/design/KERNEL-INTEROP.md): a QEMU TCG guest boots Debian's own kernel, with the
+# machine's own / shared read-only over virtio-9p plus a tmpfs overlay as its root filesystem, and a
+# tap device inside a network namespace created for the run. Host-side programs (our target, our host
+# tools) run inside that namespace with `ns_exec`.
+#
+#   interop_init NAME       root check, run dir, netns + tap, cleanup trap
+#   vm_setup                idempotent: apt packages, kernel, vmlinux, initramfs in .vm-cache
+#   vm_env VAR=VALUE ...    variables exported to the guest script
+#   vm_run SCRIPT TIMEOUT   boot the guest running SCRIPT; returns the guest script's exit status
+#   host_on_<name>          define to serve `guest_request <name>` from the guest (dashes -> _)
+#   bg_start NAME CMD...    start a tracked background process (killed by PID on exit); bg_stop NAME
+#   ns_exec CMD...          run a command inside the run's network namespace
+#   raw_icreq_check IP PORT send an NVMe/TCP ICReq from the netns, check the ICResp
+#
+# Knobs: EBOF_VM_CACHE (default <repo>/.vm-cache), EBOF_VM_REFRESH=1 (re-fetch the kernel),
+# EBOF_VM_KERNEL_PKG (e.g. linux-image-6.1.0-56-amd64), EBOF_VM_BOOT=vmlinux|bzimage,
+# EBOF_VM_MEM (MiB, default 2048), EBOF_VM_SMP (default 2), EBOF_INTEROP_KEEP=1 (keep run dir).
+
+INTEROP_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO_ROOT=$(cd "$INTEROP_DIR/../.." && pwd)
+VM_CACHE=${EBOF_VM_CACHE:-$REPO_ROOT/.vm-cache}
+HOST_IP=10.77.0.1
+GUEST_IP=10.77.0.2
+
+# Debian packages the host needs; the guest uses the same userland (it is the host's /).
+VM_PACKAGES=(qemu-system-x86 nvme-cli fio busybox-static cpio kmod iproute2 zstd xz-utils
+	e2fsprogs util-linux coreutils gzip procps)
+# modules loaded by the initramfs (dependencies are resolved with modprobe --show-depends)
+VM_INITRAMFS_MODULES=(virtio_pci virtio_console 9pnet_virtio 9p overlay)
+
+RUN_DIR= X= NS= INTEROP_NAME=
+VM_ENV=()
+declare -A BG_PIDS=()
+TRACKED_PIDS=()
+INTEROP_T0=$SECONDS
+
+log() { printf '[interop %s] %s\n' "$(date +%T)" "$*"; }
+warn() { printf '[interop %s] WARNING: %s\n' "$(date +%T)" "$*" >&2; }
+die() {
+	printf '[interop %s] ERROR: %s\n' "$(date +%T)" "$*" >&2
+	exit 1
+}
+
+# ---------------------------------------------------------------------------------------------
+# timings: timing_add LABEL SECONDS; timing_summary prints them (also kept in $RUN_DIR/timings.tsv)
+TIMINGS=()
+timing_add() {
+	TIMINGS+=("$(printf '%-48s %6ss' "$1" "$2")")
+	[[ -n $RUN_DIR ]] && printf '%s\t%s\n' "$1" "$2" >>"$RUN_DIR/timings.tsv"
+	return 0
+}
+timing_summary() {
+	local t
+	echo "---- timings (${INTEROP_NAME:-interop}) ----"
+	for t in "${TIMINGS[@]}"; do echo "  $t"; done
+	if [[ -n $X && -s $X/guest-timings.tsv ]]; then
+		echo "  guest steps:"
+		awk -F'\t' '{ printf "    %-50s %6ss  %s\n", $1, $2, $3 }' "$X/guest-timings.tsv"
+	fi
+}
+
+# ---------------------------------------------------------------------------------------------
+# setup: packages, kernel, initramfs
+
+_need_root() { ((EUID == 0)) || die "must run as root (netns, tap, apt)"; }
+
+_apt_ensure() {
+	local p missing=()
+	for p in "$@"; do
+		[[ $(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null) == installed ]] || missing+=("$p")
+	done
+	((${#missing[@]} == 0)) && return 0
+	log "apt-get install ${missing[*]}"
+	apt-get update -qq || warn "apt-get update failed"
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" \
+		>/dev/null || die "apt-get install ${missing[*]} failed"
+}
+
+# the versioned image package linux-image-amd64 depends on (bookworm: linux-image-6.1.0-NN-amd64)
+_kernel_pkg() {
+	local pkg
+	pkg=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '$1 == "Depends:" && $2 ~ /^linux-image-/ { print $2; exit }')
+	if [[ -z $pkg ]]; then
+		apt-get update -qq >/dev/null 2>&1 || true
+		pkg=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '$1 == "Depends:" && $2 ~ /^linux-image-/ { print $2; exit }')
+	fi
+	[[ -n $pkg ]] || die "cannot resolve the package linux-image-amd64 depends on"
+	echo "$pkg"
+}
+
+# _extract_vmlinux BZIMAGE OUT: find the compressed payload and decompress it to an ELF vmlinux
+# (the method of the kernel's scripts/extract-vmlinux)
+_extract_vmlinux() {
+	local img=$1 out=$2 magic tool pos
+	for spec in '\xfd7zXZ\x00:xz -dcq' '\x28\xb5\x2f\xfd:zstd -dcq' '\x1f\x8b\x08:gzip -dcq'; do
+		magic=${spec%%:*} tool=${spec#*:}
+		for pos in $(LC_ALL=C grep -obUaP "$magic" "$img" | cut -d: -f1); do
+			# shellcheck disable=SC2086 # $tool is a command with options
+			tail -c +$((pos + 1)) "$img" | $tool >"$out" 2>/dev/null
+			[[ $(head -c 4 "$out" | od -An -tx1 | tr -d ' ') == 7f454c46 ]] && return 0
+		done
+	done
+	rm -f "$out"
+	return 1
+}
+
+# _build_initramfs KROOT KVER OUT
+_build_initramfs() {
+	local kroot=$1 kver=$2 out=$3 d p
+	d=$(mktemp -d)
+	mkdir -p "$d"/{bin,dev,proc,sys,modules,lower,upper,newroot}
+	cp /bin/busybox "$d/bin/busybox"
+	cp "$INTEROP_DIR/vm/initramfs-init" "$d/init"
+	chmod 0755 "$d/init"
+	modprobe -d "$kroot" -S "$kver" --show-depends "${VM_INITRAMFS_MODULES[@]}" |
+		awk '$1 == "insmod" && !seen[$2]++ { print $2 }' >"$d/paths" ||
+		{ rm -rf "$d"; die "modprobe --show-depends failed"; }
+	while read -r p; do
+		cp "$p" "$d/modules/"
+		basename "$p" >>"$d/modules/order"
+	done <"$d/paths"
+	rm "$d/paths"
+	(cd "$d" && find . | cpio -o -H newc --quiet | gzip -1) >"$out.tmp" && mv "$out.tmp" "$out"
+	rm -rf "$d"
+}
+
+# vm_setup: idempotent; sets VM_KVER VM_KDIR VM_KERNEL VM_INITRD
+vm_setup() {
+	_need_root
+	local t0=$SECONDS pkg kver kdir
+	_apt_ensure "${VM_PACKAGES[@]}"
+	mkdir -p "$VM_CACHE"
+	exec {_vm_lock}>"$VM_CACHE/.lock"
+	flock -w 600 "$_vm_lock" || die "cannot lock $VM_CACHE"
+
+	if [[ -n ${EBOF_VM_KERNEL_PKG:-} ]]; then
+		pkg=$EBOF_VM_KERNEL_PKG
+	elif [[ -z ${EBOF_VM_REFRESH:-} && -s $VM_CACHE/current && -e $VM_CACHE/$(cat "$VM_CACHE/current")/ready ]]; then
+		pkg=$(cat "$VM_CACHE/current") # offline-friendly: reuse what we fetched last time
+	else
+		pkg=$(_kernel_pkg)
+	fi
+	kdir=$VM_CACHE/$pkg
+	if [[ ! -e $kdir/ready || -n ${EBOF_VM_REFRESH:-} ]]; then
+		log "fetching kernel package $pkg"
+		rm -rf "$kdir" && mkdir -p "$kdir/deb"
+		(cd "$kdir/deb" && apt-get download -o APT::Sandbox::User=root "$pkg" >/dev/null) ||
+			die "apt-get download $pkg failed"
+		dpkg -x "$kdir"/deb/*.deb "$kdir/root" || die "dpkg -x failed"
+		rm -rf "$kdir/deb"
+		kver=$(basename "$(ls -d "$kdir"/root/lib/modules/*/ | head -n1)")
+		[[ -n $kver ]] || die "no modules directory in $pkg"
+		cp "$kdir/root/boot/vmlinuz-$kver" "$kdir/bzImage"
+		_extract_vmlinux "$kdir/bzImage" "$kdir/vmlinux" || warn "could not extract vmlinux; will boot bzImage"
+		depmod -b "$kdir/root" "$kver" || die "depmod failed"
+		echo "$kver" >"$kdir/kver"
+		touch "$kdir/ready"
+	fi
+	echo "$pkg" >"$VM_CACHE/current"
+	kver=$(cat "$kdir/kver")
+	if [[ ! -s $kdir/initramfs.cpio.gz || $INTEROP_DIR/vm/initramfs-init -nt $kdir/initramfs.cpio.gz ||
+		/bin/busybox -nt $kdir/initramfs.cpio.gz ]]; then
+		_build_initramfs "$kdir/root" "$kver" "$kdir/initramfs.cpio.gz"
+	fi
+	flock -u "$_vm_lock"
+	exec {_vm_lock}>&-
+
+	VM_KVER=$kver VM_KDIR=$kdir VM_INITRD=$kdir/initramfs.cpio.gz
+	if [[ ${EBOF_VM_BOOT:-vmlinux} == vmlinux && -s $kdir/vmlinux ]]; then
+		VM_KERNEL=$kdir/vmlinux
+	else
+		VM_KERNEL=$kdir/bzImage
+	fi
+	timing_add "vm_setup ($pkg)" $((SECONDS - t0))
+	log "vm ready: kernel $VM_KVER ($(basename "$VM_KERNEL")), cache $VM_CACHE ($((SECONDS - t0)) s)"
+}
+
+# ---------------------------------------------------------------------------------------------
+# run dir, netns, background processes, cleanup
+
+# interop_init NAME: root check, run dir ($RUN_DIR, exchange folder $X), netns with tap0, trap
+interop_init() {
+	_need_root
+	INTEROP_NAME=$1
+	RUN_DIR=$(mktemp -d "/tmp/ebof-interop-$1.XXXXXX")
+	X=$RUN_DIR/xchg
+	mkdir -p "$X"
+	trap _interop_cleanup EXIT
+	trap 'exit 130' INT
+	trap 'exit 143' TERM
+	ns_setup
+	log "run dir $RUN_DIR, netns $NS"
+}
+
+ns_setup() {
+	NS=ebof-interop-$$-$RANDOM
+	ip netns add "$NS" || die "ip netns add $NS failed"
+	ip -n "$NS" link set lo up
+	ip -n "$NS" tuntap add dev tap0 mode tap || die "cannot create tap0 in $NS"
+	ip -n "$NS" addr add "$HOST_IP/24" dev tap0
+	ip -n "$NS" link set tap0 up
+}
+
+ns_exec() { ip netns exec "$NS" "$@"; }
+
+# _kill_pid PID: TERM, wait up to 5 s, KILL; only if it is still our child
+_kill_pid() {
+	local pid=$1 i ppid
+	kill -0 "$pid" 2>/dev/null || return 0
+	ppid=$(awk '{ print $4 }' "/proc/$pid/stat" 2>/dev/null)
+	[[ $ppid == "$$" ]] || return 0 # not ours any more (exited and reused)
+	kill -TERM "$pid" 2>/dev/null
+	for ((i = 0; i < 50; i++)); do
+		kill -0 "$pid" 2>/dev/null || break
+		[[ $(awk '{ print $3 }' "/proc/$pid/stat" 2>/dev/null) == Z ]] && break
+		sleep 0.1
+	done
+	kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null
+	wait "$pid" 2>/dev/null
+	return 0
+}
+
+# bg_start NAME CMD...: start CMD in the background (stdout+stderr to $RUN_DIR/NAME.log)
+bg_start() {
+	local name=$1
+	shift
+	"$@" >>"$RUN_DIR/$name.log" 2>&1 </dev/null &
+	BG_PIDS[$name]=$!
+	TRACKED_PIDS+=($!)
+}
+bg_pid() { echo "${BG_PIDS[$1]:-}"; }
+bg_alive() { [[ -n ${BG_PIDS[$1]:-} ]] && kill -0 "${BG_PIDS[$1]}" 2>/dev/null; }
+bg_stop() {
+	[[ -n ${BG_PIDS[$1]:-} ]] || return 0
+	_kill_pid "${BG_PIDS[$1]}"
+	unset "BG_PIDS[$1]"
+}
+# print the tail of a background process' log
+bg_log_tail() { [[ -s $RUN_DIR/$1.log ]] && { echo "---- last ${2:-40} lines of $1.log ----"; tail -n "${2:-40}" "$RUN_DIR/$1.log"; }; }
+
+_interop_cleanup() {
+	local rc=$? pid
+	trap - EXIT INT TERM
+	for pid in "${TRACKED_PIDS[@]}"; do _kill_pid "$pid"; done
+	if [[ -n $NS ]]; then
+		# anything left in the namespace was started by us; the namespace goes once they are gone
+		for pid in $(ip netns pids "$NS" 2>/dev/null); do _kill_pid "$pid"; done
+		ip netns del "$NS" 2>/dev/null || warn "could not delete netns $NS"
+	fi
+	if [[ -n $RUN_DIR && -d $RUN_DIR ]]; then
+		if [[ -n ${EBOF_INTEROP_KEEP:-} ]]; then
+			log "kept run dir $RUN_DIR"
+		else
+			rm -rf "$RUN_DIR"
+		fi
+	fi
+	exit "$rc"
+}
+
+# ---------------------------------------------------------------------------------------------
+# the guest
+
+# vm_env VAR=VALUE...: exported into the guest script's environment
+vm_env() { VM_ENV+=("$@"); }
+
+# _serve_requests: answer guest_request calls (files req-NAME in the exchange folder) by running the
+# host_on_NAME function with the request's argument; the reply done-NAME holds its exit status
+_serve_requests() {
+	local req name fn arg rc t0
+	for req in "$X"/req-*; do
+		[[ -e $req ]] || continue
+		name=${req##*/req-}
+		arg=$(cat "$req")
+		rm -f "$req"
+		fn=host_on_${name//-/_}
+		t0=$SECONDS
+		if ! declare -F "$fn" >/dev/null; then
+			log "guest request '$name': no host function $fn"
+			rc=127
+		else
+			log "guest request '$name' ${arg:+($arg) }-> $fn"
+			if "$fn" "$arg"; then rc=0; else rc=$?; fi
+			log "guest request '$name' done: status $rc ($((SECONDS - t0)) s)"
+		fi
+		timing_add "host: $name (status $rc)" $((SECONDS - t0))
+		echo "$rc" >"$X/.done-$name" && mv "$X/.done-$name" "$X/done-$name"
+	done
+}
+
+# vm_run GUEST_SCRIPT [TIMEOUT_SECS]: boot the guest running GUEST_SCRIPT; the console is streamed
+# to stdout and $RUN_DIR/console-NAME.log; returns the script's exit status (124 on timeout,
+# 125 if the guest died without writing a status).
+vm_run() {
+	local script=$1 timeout=${2:-600} name t0 deadline pid tail_pid rc booted= status v
+	[[ -f $script ]] || die "no guest script $script"
+	[[ -n $VM_KERNEL ]] || die "vm_setup not run"
+	name=$(basename "$script" .sh)
+	rm -f "$X"/status "$X"/booted "$X"/req-* "$X"/done-*
+	cp "$INTEROP_DIR/vm/guest-init.sh" "$X/guest-init.sh"
+	cp "$INTEROP_DIR/guest-lib.sh" "$X/guest-lib.sh"
+	cp "$script" "$X/guest.sh"
+	{
+		for v in "HOST_IP=$HOST_IP" "GUEST_IP=$GUEST_IP" "X=/xchg" "GUEST_LIB=/xchg/guest-lib.sh" \
+			"GUEST_SCRIPT_NAME=$(basename "$script")" "${VM_ENV[@]}"; do
+			printf 'export %s=%q\n' "${v%%=*}" "${v#*=}"
+		done
+	} >"$X/env"
+
+	local console=$RUN_DIR/console-$name.log serial=$RUN_DIR/serial-$name.log qlog=$RUN_DIR/qemu-$name.log
+	: >"$console"
+	local cmdline="console=ttyS0 panic=-1 quiet loglevel=4 rdinit=/init mitigations=off"
+	cmdline+=" tsc=reliable no_timer_check nowatchdog random.trust_cpu=on 8250.nr_uarts=1"
+	local qemu=(qemu-system-x86_64 -accel tcg,thread=single -cpu max -machine pc
+		-smp "${EBOF_VM_SMP:-2}" -m "${EBOF_VM_MEM:-2048}"
+		-nodefaults -no-user-config -display none -vga none -no-reboot
+		-kernel "$VM_KERNEL" -initrd "$VM_INITRD" -append "$cmdline"
+		-serial "file:$serial"
+		-device virtio-serial-pci -chardev "file,id=con0,path=$console" -device virtconsole,chardev=con0
+		-fsdev local,id=fsroot,path=/,security_model=none,readonly=on,multidevs=remap
+		-device virtio-9p-pci,fsdev=fsroot,mount_tag=rootfs
+		-fsdev "local,id=fsmod,path=$VM_KDIR/root/lib/modules,security_model=none,readonly=on"
+		-device virtio-9p-pci,fsdev=fsmod,mount_tag=modules
+		-fsdev "local,id=fsx,path=$X,security_model=none"
+		-device virtio-9p-pci,fsdev=fsx,mount_tag=xchg
+		-netdev tap,id=net0,ifname=tap0,script=no,downscript=no,vhost=off
+		-device virtio-net-pci,netdev=net0,mac=52:54:00:77:00:02)
+
+	log "booting guest '$name' (timeout ${timeout} s)"
+	t0=$SECONDS
+	deadline=$((SECONDS + timeout))
+	ns_exec "${qemu[@]}" >"$qlog" 2>&1 </dev/null &
+	pid=$!
+	TRACKED_PIDS+=("$pid")
+	tail -n +1 -F -s 0.2 --pid="$pid" "$console" 2>/dev/null &
+	tail_pid=$!
+	TRACKED_PIDS+=("$tail_pid")
+
+	while kill -0 "$pid" 2>/dev/null; do
+		if [[ -z $booted && -e $X/booted ]]; then
+			booted=$((SECONDS - t0))
+			timing_add "vm '$name': boot to guest init" "$booted"
+		fi
+		_serve_requests
+		if ((SECONDS >= deadline)); then
+			warn "guest '$name' timed out after $timeout s; killing qemu (pid $pid)"
+			_kill_pid "$pid"
+			break
+		fi
+		sleep 0.2
+	done
+	wait "$pid" 2>/dev/null
+	_kill_pid "$tail_pid" # normally already gone (--pid)
+	wait "$tail_pid" 2>/dev/null
+
+	if [[ -s $X/status ]]; then
+		rc=$(cat "$X/status")
+	elif ((SECONDS >= deadline)); then
+		rc=124
+	else
+		rc=125
+	fi
+	timing_add "vm '$name': total (status $rc)" $((SECONDS - t0))
+	if [[ -z $booted ]]; then
+		warn "guest '$name' never reached guest init"
+		[[ -s $qlog ]] && { echo "---- qemu output ----"; tail -n 20 "$qlog"; }
+		echo "---- last lines of the guest kernel log ($serial) ----"
+		tail -n 40 "$serial" 2>/dev/null
+	fi
+	log "guest '$name' finished: status $rc ($((SECONDS - t0)) s)"
+	return "$rc"
+}
+
+# ---------------------------------------------------------------------------------------------
+# checks usable from any scenario
+
+# wait_listen PORT [TIMEOUT] [PID]: wait until something listens on TCP PORT inside the netns
+wait_listen() {
+	local port=$1 timeout=${2:-30} pid=${3:-} end=$((SECONDS + ${2:-30}))
+	while ((SECONDS < end)); do
+		[[ -n $(ns_exec ss -Hltn "sport = :$port" 2>/dev/null) ]] && return 0
+		if [[ -n $pid ]] && ! kill -0 "$pid" 2>/dev/null; then
+			warn "process $pid exited before listening on port $port"
+			return 1
+		fi
+		sleep 0.2
+	done
+	warn "nothing listens on port $port after $timeout s"
+	return 1
+}
+
+# raw_icreq_check IP PORT: from inside the netns, open a TCP connection, send a 128-byte NVMe/TCP
+# ICReq (type 0, hlen 128, plen 128, pfv 0, hpda 0, no digests, maxr2t 0) and check the ICResp
+# (type 1, hlen 128, plen 128). Prints the ICResp's CPDA, digest and MAXH2CDATA fields.
+raw_icreq_check() {
+	local ip=$1 port=$2 hex
+	hex=$(ns_exec timeout 10 bash -c '
+		exec 3<>"/dev/tcp/$0/$1" || exit 2
+		{ printf "\x00\x00\x80\x00\x80\x00\x00\x00"; head -c 120 /dev/zero; } >&3
+		head -c 128 <&3 | od -An -v -tx1
+		exec 3>&-
+	' "$ip" "$port" | tr -s ' \n' ' ')
+	# shellcheck disable=SC2206 # split on purpose
+	local b=($hex)
+	if ((${#b[@]} != 128)); then
+		warn "ICReq to $ip:$port: got ${#b[@]} bytes instead of a 128-byte ICResp"
+		return 1
+	fi
+	if [[ ${b[0]} != 01 || ${b[2]} != 80 || ${b[4]}${b[5]}${b[6]}${b[7]} != 80000000 ]]; then
+		warn "ICReq to $ip:$port: bad ICResp header: ${b[*]:0:16}"
+		return 1
+	fi
+	log "ICResp from $ip:$port: pfv=0x${b[9]}${b[8]} cpda=$((16#${b[10]})) dgst=0x${b[11]} maxh2cdata=$((16#${b[15]}${b[14]}${b[13]}${b[12]}))"
+}
