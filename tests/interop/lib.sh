@@ -17,7 +17,9 @@
 #
 # Knobs: EBOF_VM_CACHE (default <repo>/.vm-cache), EBOF_VM_REFRESH=1 (re-fetch the kernel),
 # EBOF_VM_KERNEL_PKG (e.g. linux-image-6.1.0-56-amd64), EBOF_VM_BOOT=vmlinux|bzimage,
-# EBOF_VM_MEM (MiB, default 2048), EBOF_VM_SMP (default 2), EBOF_INTEROP_KEEP=1 (keep run dir).
+# EBOF_VM_MEM (MiB, default 2048), EBOF_VM_SMP (default 2), EBOF_INTEROP_KEEP=1 (keep the run dir),
+# EBOF_INTEROP_ARTIFACTS=DIR (copy logs/timings/facts to DIR/NAME at exit), EBOF_INTEROP_STRICT=1
+# (missing ebof subcommands fail instead of being skipped).
 
 INTEROP_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO_ROOT=$(cd "$INTEROP_DIR/../.." && pwd)
@@ -31,11 +33,10 @@ VM_PACKAGES=(qemu-system-x86 nvme-cli fio busybox-static cpio kmod iproute2 zstd
 # modules loaded by the initramfs (dependencies are resolved with modprobe --show-depends)
 VM_INITRAMFS_MODULES=(virtio_pci virtio_console 9pnet_virtio 9p overlay)
 
-RUN_DIR= X= NS= INTEROP_NAME=
+RUN_DIR='' X='' NS='' INTEROP_NAME=''
 VM_ENV=()
 declare -A BG_PIDS=()
 TRACKED_PIDS=()
-INTEROP_T0=$SECONDS
 
 log() { printf '[interop %s] %s\n' "$(date +%T)" "$*"; }
 warn() { printf '[interop %s] WARNING: %s\n' "$(date +%T)" "$*" >&2; }
@@ -48,7 +49,7 @@ die() {
 # timings: timing_add LABEL SECONDS; timing_summary prints them (also kept in $RUN_DIR/timings.tsv)
 TIMINGS=()
 timing_add() {
-	TIMINGS+=("$(printf '%-48s %6ss' "$1" "$2")")
+	TIMINGS+=("$(printf '%-64s %6ss' "$1" "$2")")
 	[[ -n $RUN_DIR ]] && printf '%s\t%s\n' "$1" "$2" >>"$RUN_DIR/timings.tsv"
 	return 0
 }
@@ -58,7 +59,7 @@ timing_summary() {
 	for t in "${TIMINGS[@]}"; do echo "  $t"; done
 	if [[ -n $X && -s $X/guest-timings.tsv ]]; then
 		echo "  guest steps:"
-		awk -F'\t' '{ printf "    %-50s %6ss  %s\n", $1, $2, $3 }' "$X/guest-timings.tsv"
+		awk -F'\t' '{ printf "    %-62s %6ss  %s\n", $1, $2, $3 }' "$X/guest-timings.tsv"
 	fi
 }
 
@@ -97,6 +98,7 @@ _extract_vmlinux() {
 	local img=$1 out=$2 magic tool pos
 	for spec in '\xfd7zXZ\x00:xz -dcq' '\x28\xb5\x2f\xfd:zstd -dcq' '\x1f\x8b\x08:gzip -dcq'; do
 		magic=${spec%%:*} tool=${spec#*:}
+		# shellcheck disable=SC2013 # offsets, one per line
 		for pos in $(LC_ALL=C grep -obUaP "$magic" "$img" | cut -d: -f1); do
 			# shellcheck disable=SC2086 # $tool is a command with options
 			tail -c +$((pos + 1)) "$img" | $tool >"$out" 2>/dev/null
@@ -115,9 +117,9 @@ _build_initramfs() {
 	cp /bin/busybox "$d/bin/busybox"
 	cp "$INTEROP_DIR/vm/initramfs-init" "$d/init"
 	chmod 0755 "$d/init"
-	modprobe -d "$kroot" -S "$kver" --show-depends "${VM_INITRAMFS_MODULES[@]}" |
-		awk '$1 == "insmod" && !seen[$2]++ { print $2 }' >"$d/paths" ||
-		{ rm -rf "$d"; die "modprobe --show-depends failed"; }
+	for p in "${VM_INITRAMFS_MODULES[@]}"; do
+		modprobe -d "$kroot" -S "$kver" --show-depends "$p" || { rm -rf "$d"; die "modprobe --show-depends $p failed"; }
+	done | awk '$1 == "insmod" && !seen[$2]++ { print $2 }' >"$d/paths"
 	while read -r p; do
 		cp "$p" "$d/modules/"
 		basename "$p" >>"$d/modules/order"
@@ -151,7 +153,7 @@ vm_setup() {
 			die "apt-get download $pkg failed"
 		dpkg -x "$kdir"/deb/*.deb "$kdir/root" || die "dpkg -x failed"
 		rm -rf "$kdir/deb"
-		kver=$(basename "$(ls -d "$kdir"/root/lib/modules/*/ | head -n1)")
+		kver=$(find "$kdir/root/lib/modules" -mindepth 1 -maxdepth 1 -type d -printf '%f\n' | head -n1)
 		[[ -n $kver ]] || die "no modules directory in $pkg"
 		cp "$kdir/root/boot/vmlinuz-$kver" "$kdir/bzImage"
 		_extract_vmlinux "$kdir/bzImage" "$kdir/vmlinux" || warn "could not extract vmlinux; will boot bzImage"
@@ -211,7 +213,7 @@ _kill_pid() {
 	local pid=$1 i ppid
 	kill -0 "$pid" 2>/dev/null || return 0
 	ppid=$(awk '{ print $4 }' "/proc/$pid/stat" 2>/dev/null)
-	[[ $ppid == "$$" ]] || return 0 # not ours any more (exited and reused)
+	[[ $ppid == "$BASHPID" ]] || return 0 # not ours any more (exited and reused)
 	kill -TERM "$pid" 2>/dev/null
 	for ((i = 0; i < 50; i++)); do
 		kill -0 "$pid" 2>/dev/null || break
@@ -223,7 +225,8 @@ _kill_pid() {
 	return 0
 }
 
-# bg_start NAME CMD...: start CMD in the background (stdout+stderr to $RUN_DIR/NAME.log)
+# bg_start NAME CMD...: start CMD in the background (stdout+stderr to $RUN_DIR/NAME.log). CMD must be
+# a program (e.g. `ip netns exec "$NS" prog ...`), not a shell function, so that the PID is its own.
 bg_start() {
 	local name=$1
 	shift
@@ -251,6 +254,11 @@ _interop_cleanup() {
 		ip netns del "$NS" 2>/dev/null || warn "could not delete netns $NS"
 	fi
 	if [[ -n $RUN_DIR && -d $RUN_DIR ]]; then
+		if [[ -n ${EBOF_INTEROP_ARTIFACTS:-} ]]; then # logs, timings, guest facts (not disk images)
+			mkdir -p "$EBOF_INTEROP_ARTIFACTS/$INTEROP_NAME" &&
+				(cd "$RUN_DIR" && find . -type f ! -name '*.img' -size -64M -exec cp --parents {} \
+					"$EBOF_INTEROP_ARTIFACTS/$INTEROP_NAME/" \;)
+		fi
 		if [[ -n ${EBOF_INTEROP_KEEP:-} ]]; then
 			log "kept run dir $RUN_DIR"
 		else
@@ -294,7 +302,7 @@ _serve_requests() {
 # to stdout and $RUN_DIR/console-NAME.log; returns the script's exit status (124 on timeout,
 # 125 if the guest died without writing a status).
 vm_run() {
-	local script=$1 timeout=${2:-600} name t0 deadline pid tail_pid rc booted= status v
+	local script=$1 timeout=${2:-600} name t0 deadline pid tail_pid rc booted='' v
 	[[ -f $script ]] || die "no guest script $script"
 	[[ -n $VM_KERNEL ]] || die "vm_setup not run"
 	name=$(basename "$script" .sh)
@@ -313,7 +321,8 @@ vm_run() {
 	: >"$console"
 	local cmdline="console=ttyS0 panic=-1 quiet loglevel=4 rdinit=/init mitigations=off"
 	cmdline+=" tsc=reliable no_timer_check nowatchdog random.trust_cpu=on 8250.nr_uarts=1"
-	local qemu=(qemu-system-x86_64 -accel tcg,thread=single -cpu max -machine pc
+	# shellcheck disable=SC2054 # commas belong to qemu options
+	local qemu=(qemu-system-x86_64 -accel tcg,thread=single -cpu "${EBOF_VM_CPU:-max}" -machine pc
 		-smp "${EBOF_VM_SMP:-2}" -m "${EBOF_VM_MEM:-2048}"
 		-nodefaults -no-user-config -display none -vga none -no-reboot
 		-kernel "$VM_KERNEL" -initrd "$VM_INITRD" -append "$cmdline"
@@ -331,7 +340,8 @@ vm_run() {
 	log "booting guest '$name' (timeout ${timeout} s)"
 	t0=$SECONDS
 	deadline=$((SECONDS + timeout))
-	ns_exec "${qemu[@]}" >"$qlog" 2>&1 </dev/null &
+	# a simple command (not a function) so that $! is qemu itself: ip netns exec execs it
+	ip netns exec "$NS" "${qemu[@]}" >"$qlog" 2>&1 </dev/null &
 	pid=$!
 	TRACKED_PIDS+=("$pid")
 	tail -n +1 -F -s 0.2 --pid="$pid" "$console" 2>/dev/null &
@@ -396,6 +406,7 @@ wait_listen() {
 # (type 1, hlen 128, plen 128). Prints the ICResp's CPDA, digest and MAXH2CDATA fields.
 raw_icreq_check() {
 	local ip=$1 port=$2 hex
+	# shellcheck disable=SC2016 # $0/$1 expand in the inner bash
 	hex=$(ns_exec timeout 10 bash -c '
 		exec 3<>"/dev/tcp/$0/$1" || exit 2
 		{ printf "\x00\x00\x80\x00\x80\x00\x00\x00"; head -c 120 /dev/zero; } >&3
@@ -413,4 +424,62 @@ raw_icreq_check() {
 		return 1
 	fi
 	log "ICResp from $ip:$port: pfv=0x${b[9]}${b[8]} cpda=$((16#${b[10]})) dgst=0x${b[11]} maxh2cdata=$((16#${b[15]}${b[14]}${b[13]}${b[12]}))"
+}
+
+# ---------------------------------------------------------------------------------------------
+# host-side steps (results collected for host_summary)
+HOST_RESULTS=() HOST_FAILED=0 HOST_SKIPPED=0
+
+# host_step TITLE CMD...: run CMD on the host side, inside the netns (a shell function runs as is,
+# a program under `timeout ${HOST_CMD_TIMEOUT:-300}`); returns its status
+host_step() {
+	local title=$1 t0=$SECONDS rc
+	shift
+	echo
+	echo "==== host: $title ===="
+	echo "+ $*"
+	if [[ $(type -t "$1") == function ]]; then
+		if "$@"; then rc=0; else rc=$?; fi
+	else
+		if timeout -k 5 "${HOST_CMD_TIMEOUT:-300}" ip netns exec "$NS" "$@"; then rc=0; else rc=$?; fi
+	fi
+	_host_result "$title" "$rc" $((SECONDS - t0))
+	return "$rc"
+}
+_host_result() {
+	local word=OK
+	if (($2 != 0)); then
+		word="FAIL(status $2)"
+		HOST_FAILED=$((HOST_FAILED + 1))
+	fi
+	HOST_RESULTS+=("$(printf '%-60s %5ss  %s' "$1" "$3" "$word")")
+	timing_add "host: $1 [$word]" "$3"
+	echo "---- host: $word in $3 s"
+}
+
+# ebof_step TITLE SUBCOMMAND ARGS...: host_step TITLE $EBOF_BIN SUBCOMMAND ARGS..., skipped (not
+# failed) while the binary or the subcommand does not exist yet, unless EBOF_INTEROP_STRICT=1
+ebof_step() {
+	local title=$1 sub=$2
+	if [[ ! -x ${EBOF_BIN:-} ]] || ! "$EBOF_BIN" "$sub" --help >/dev/null 2>&1; then
+		if [[ -n ${EBOF_INTEROP_STRICT:-} ]]; then
+			echo "==== host: $title: '${EBOF_BIN:-ebof} $sub' is not available (EBOF_INTEROP_STRICT)"
+			_host_result "$title" 127 0
+			return 127
+		fi
+		echo
+		echo "==== host: $title: SKIPPED ('${EBOF_BIN:-ebof} $sub' not available yet)"
+		HOST_SKIPPED=$((HOST_SKIPPED + 1))
+		HOST_RESULTS+=("$(printf '%-60s %5ss  %s' "$title" 0 SKIP)")
+		return 0
+	fi
+	shift
+	host_step "$title" "$EBOF_BIN" "$@"
+}
+
+host_summary() {
+	local r
+	((${#HOST_RESULTS[@]})) || return 0
+	echo "---- host steps: $HOST_FAILED failed, $HOST_SKIPPED skipped ----"
+	for r in "${HOST_RESULTS[@]}"; do echo "  $r"; done
 }

@@ -39,6 +39,13 @@
 //! * `ram.rs` — [`RamBackend`];
 //! * `file.rs` — [`FileBackend`] for regular files and block devices;
 //! * `sys.rs` — the thin `unsafe` wrappers around `fallocate` and the block-device ioctls.
+//!
+//! ## Testing
+//!
+//! `tests/conformance.rs` runs one suite against every backend (RAM, file, block on a regular
+//! file); `tests/model.rs` checks random operation sequences against a `Vec<u8>` model. To include
+//! a real block device, point `EBOF_TEST_BLOCK_DEV` at a scratch device, **whose contents are
+//! destroyed**, e.g. `losetup -f --show -b 4096 scratch.img`.
 
 #[cfg(not(target_os = "linux"))]
 compile_error!("ebof-backend uses Linux-only interfaces (fallocate modes, block-device ioctls)");

@@ -71,7 +71,7 @@ impl RamBackend {
             .ok_or_else(|| invalid("does not fit the address space"))?;
         let page_size = page_size();
         let page_shift = page_size.trailing_zeros();
-        let pages = size.div_ceil(page_size as u64);
+        let pages = size.div_ceil(page_size);
         let words = usize::try_from(pages.div_ceil(64))
             .map_err(|_| invalid("does not fit the address space"))?;
 

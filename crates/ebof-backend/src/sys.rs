@@ -93,7 +93,13 @@ pub(crate) fn block_size_bytes(file: &File) -> io::Result<u64> {
 pub(crate) fn logical_block_size(file: &File) -> io::Result<u32> {
     let mut lbs: libc::c_int = 0;
     // SAFETY: BLKSSZGET writes one int through the pointer, which points to a live local.
-    retry(|| unsafe { libc::ioctl(file.as_raw_fd(), ioctl::BLKSSZGET, &mut lbs as *mut libc::c_int) })?;
+    retry(|| unsafe {
+        libc::ioctl(
+            file.as_raw_fd(),
+            ioctl::BLKSSZGET,
+            &mut lbs as *mut libc::c_int,
+        )
+    })?;
     u32::try_from(lbs)
         .ok()
         .filter(|lbs| lbs.is_power_of_two() && *lbs >= 512)

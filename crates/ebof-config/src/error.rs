@@ -160,7 +160,10 @@ mod tests {
             "config error at subsystems[1].namespaces[0].size: size 1000 is not a multiple of block_size 512 (invalid-size)"
         );
         let e = ConfigError::new(codes::IO, "", "cannot read: gone").in_file(Path::new("/x.toml"));
-        assert_eq!(e.to_string(), "config error in /x.toml: cannot read: gone (io)");
+        assert_eq!(
+            e.to_string(),
+            "config error in /x.toml: cannot read: gone (io)"
+        );
     }
 
     #[test]

@@ -1,14 +1,102 @@
-pub fn add(left: u64, right: u64) -> u64 {
-    left + right
-}
+//! The typed configuration of `ebof serve`: schema, validation and
+//! command-line overrides.
+//!
+//! **What it is.** The one schema of the target's configuration: the TOML
+//! file (`--config FILE`), the command-line options that override it, and
+//! — later — the management API all produce and consume the same typed
+//! [`Config`]. Every error is a [`ConfigError`] with a stable
+//! [`code`](codes), the field path (`subsystems[1].namespaces[0].path`, or the
+//! option such as `--listen`) and a message naming the offending value.
+//!
+//! **What it is not.** It does no I/O beyond reading the configuration
+//! file: it does not open backends, check that files, devices or CPU cores
+//! exist, resolve host names or bind sockets. Backends are opened by
+//! `ebof-backend`, listeners and reactors are started by the runtime.
+//!
+//! **Where it sits.** First step of `ebof serve`:
+//! file text → [`Config::from_toml_str`] (or [`Config::embedded_default`]
+//! when there is no file) → [`Config::apply_overrides`] → the runtime
+//! builds listeners, subsystems and backends from the validated `Config`.
+//!
+//! # Layout
+//! - `model` — the typed values ([`Config`], [`Subsystem`], [`Namespace`],
+//!   [`BackendChoice`], …), defaults and derived identifiers.
+//! - `raw` — serde mirror of the file (`deny_unknown_fields`), converted to
+//!   the typed values with error paths.
+//! - `validate` — [`Config::validate`]: ranges, names, uniqueness.
+//! - `parse` — notations shared by file and command line: [`parse_size`],
+//!   [`parse_core_list`], [`parse_listener`], [`check_nqn`].
+//! - `overrides` — [`Overrides`] and [`Config::apply_overrides`].
+//! - `emit` — [`Config::to_toml_string`], the inverse of parsing.
+//! - `error` — [`ConfigError`] and the stable [`codes`].
+//!
+//! # File format
+//! A commented example is in `examples/ebof.toml` of this crate. In short:
+//!
+//! ```toml
+//! [target]                        # optional tuning, see TargetTuning
+//! cores = [0, 1]                  # or "0-1"; default: all online cores
+//!
+//! [[listeners]]                   # one or more; discovery is served on each
+//! address = "127.0.0.1"
+//! port = 4420                     # default 4420
+//!
+//! [discovery]                     # optional dedicated discovery listener
+//! address = "127.0.0.1"           # port defaults to 8009
+//!
+//! [[subsystems]]
+//! nqn = "nqn.2026-11.io.ebof:default"
+//!
+//! [[subsystems.namespaces]]
+//! backend = "ram"                 # "ram" | "file" | "block"
+//! size = "1G"                     # bytes, or K/M/G/T (1024-based)
+//! ```
+//!
+//! # Derived identifiers
+//! A subsystem without `serial` gets [`derived_serial`] of its NQN; a
+//! namespace without `uuid` gets [`derived_uuid`] of (NQN, NSID), an RFC
+//! 4122 version-5 UUID. Both are pure functions of the configuration, so
+//! hosts see the same identifiers after a restart.
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+mod emit;
+mod error;
+mod model;
+mod overrides;
+mod parse;
+mod raw;
+mod validate;
 
-    #[test]
-    fn it_works() {
-        let result = add(2, 2);
-        assert_eq!(result, 4);
+use std::path::Path;
+
+pub use error::{ConfigError, codes};
+pub use model::{
+    BackendChoice, Config, DEFAULT_BLOCK_SIZE, DEFAULT_DISCOVERY_PORT, DEFAULT_FILE_SIZE,
+    DEFAULT_MODEL, DEFAULT_NQN, DEFAULT_PORT, DEFAULT_RAM_SIZE, DEFAULT_SERIAL_PREFIX,
+    DISCOVERY_NQN, Listener, NSID_MAX, Namespace, Subsystem, TargetTuning, derived_serial,
+    derived_uuid,
+};
+pub use overrides::Overrides;
+pub use parse::{
+    MAX_CORE_ID, MODEL_MAX_LEN, NQN_MAX_LEN, SERIAL_MAX_LEN, check_nqn, format_size,
+    parse_core_list, parse_listener, parse_size,
+};
+pub use validate::SERIAL_PREFIX_MAX_LEN;
+
+impl Config {
+    /// Parses and validates a configuration written in TOML. Defaults are
+    /// resolved (see the field docs), so the result is complete.
+    pub fn from_toml_str(s: &str) -> Result<Config, ConfigError> {
+        let config = raw::parse_raw(s)?.into_config()?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Reads, parses and validates the configuration file at `path`. Every
+    /// error names the file (in [`ConfigError::file`]).
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            ConfigError::new(codes::IO, "", format!("cannot read the file: {e}")).in_file(path)
+        })?;
+        Config::from_toml_str(&text).map_err(|e| e.in_file(path))
     }
 }

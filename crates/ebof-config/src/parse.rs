@@ -173,10 +173,7 @@ pub fn parse_listener(s: &str, default_port: u16) -> Result<Listener, ConfigErro
             _ => match after.strip_prefix(':') {
                 Some(port) => parse_port(port)?,
                 None => {
-                    return Err(err(format!(
-                        "{}: expected ':PORT' after ']'",
-                        quote(s)
-                    )));
+                    return Err(err(format!("{}: expected ':PORT' after ']'", quote(s))));
                 }
             },
         };
@@ -357,7 +354,12 @@ mod tests {
             let e = parse_size(s).unwrap_err();
             assert_eq!(e.code, codes::INVALID_SIZE, "{s}");
         }
-        assert!(parse_size("99999999999T").unwrap_err().message.contains("64 bits"));
+        assert!(
+            parse_size("99999999999T")
+                .unwrap_err()
+                .message
+                .contains("64 bits")
+        );
         assert!(parse_size("1GB").unwrap_err().message.contains("ambiguous"));
     }
 
@@ -449,8 +451,7 @@ mod tests {
 
     #[test]
     fn nqns() {
-        check_nqn("nqn.2014-08.org.nvmexpress:uuid:0f8f4c2e-0000-0000-0000-000000000000")
-            .unwrap();
+        check_nqn("nqn.2014-08.org.nvmexpress:uuid:0f8f4c2e-0000-0000-0000-000000000000").unwrap();
         check_nqn(&format!("nqn.{}", "a".repeat(NQN_MAX_LEN - 4))).unwrap();
         for bad in [
             "",
@@ -462,7 +463,11 @@ mod tests {
             "nqn.\u{e9}",
             "nqn.\tx",
         ] {
-            assert_eq!(check_nqn(bad).unwrap_err().code, codes::INVALID_NQN, "{bad:?}");
+            assert_eq!(
+                check_nqn(bad).unwrap_err().code,
+                codes::INVALID_NQN,
+                "{bad:?}"
+            );
         }
         let long = format!("nqn.{}", "a".repeat(NQN_MAX_LEN - 3));
         assert_eq!(check_nqn(&long).unwrap_err().code, codes::INVALID_NQN);

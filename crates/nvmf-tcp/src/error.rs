@@ -18,6 +18,21 @@ pub enum Fes {
     UnsupportedParameter = 0x06,
 }
 
+impl Fes {
+    /// The known FES for a raw value (from a received TermReq), `None` for others.
+    pub fn from_u16(v: u16) -> Option<Fes> {
+        match v {
+            0x01 => Some(Fes::InvalidHeaderField),
+            0x02 => Some(Fes::PduSequenceError),
+            0x03 => Some(Fes::HeaderDigestError),
+            0x04 => Some(Fes::DataTransferOutOfRange),
+            0x05 => Some(Fes::DataTransferLimitExceeded),
+            0x06 => Some(Fes::UnsupportedParameter),
+            _ => None,
+        }
+    }
+}
+
 /// A fatal transport error detected while decoding peer input.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("NVMe/TCP protocol error {fes:?} (fei {fei}): {reason}")]
@@ -32,8 +47,8 @@ pub struct ProtocolError {
     pub reason: &'static str,
 }
 
-/// A data digest mismatch is not a fatal header error in every implementation, so it is reported
-/// separately from header digest errors; see `pdu` docs.
+/// A data digest mismatch is not a protocol error: it is reported as a `*DataDigestError` event,
+/// separately from header digest errors (FES 03h); see the `pdu` module docs.
 impl ProtocolError {
     /// Build an error copying at most 128 bytes of `hdr`.
     pub fn new(fes: Fes, fei: u32, hdr: &[u8], reason: &'static str) -> ProtocolError {

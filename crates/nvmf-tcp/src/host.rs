@@ -1,7 +1,7 @@
 //! Host (initiator) role of an NVMe/TCP connection.
 
-use crate::error::ProtocolError;
-use crate::pdu::{Digests, R2t};
+use crate::error::{Fes, ProtocolError};
+use crate::pdu::{self, DataHdr, DecodeLimits, Digests, IcReq, Pdu, R2t, Role, fei};
 use nvme_spec::{Cqe, Sqe};
 
 /// What the host asks for in ICReq.
@@ -23,6 +23,9 @@ impl Default for HostConnConfig {
 }
 
 /// What the controller sent, validated for framing and digests.
+///
+/// The host role does not track commands: matching CCCIDs, offsets and R2T windows against
+/// outstanding commands is `nvmf-host`'s job.
 #[derive(Debug, PartialEq, Eq)]
 pub enum HostEvent<'a> {
     /// ICResp received: negotiated parameters.
@@ -31,54 +34,212 @@ pub enum HostEvent<'a> {
     C2hData { cccid: u16, datao: u32, data: &'a [u8], last: bool, success: bool },
     R2t(R2t),
     TermReq { fes: u16, fei: u32 },
+    /// A C2HData PDU whose data failed its data digest (non-fatal: NVMe/TCP 1.0 section 3.5, see
+    /// [`crate::pdu`] docs). The header was valid; the data is unusable. The command must be
+    /// failed with Transient Transport Error: when `success` is set no CapsuleResp follows, so
+    /// fail it now; otherwise fail it when its CapsuleResp arrives (whatever status that carries).
+    C2hDataDigestError { cccid: u16, datao: u32, datal: u32, last: bool, success: bool },
+}
+
+#[derive(Debug)]
+enum State {
+    /// ICReq not sent yet.
+    Idle,
+    /// ICReq sent, waiting for ICResp.
+    AwaitIcResp,
+    Established,
+    /// A protocol error was found; it is returned again on every call.
+    Failed(ProtocolError),
+    /// TermReq sent or received.
+    Terminated,
 }
 
 /// Connection state machine, host role.
 #[derive(Debug)]
 pub struct HostConn {
-    _private: (),
+    cfg: HostConnConfig,
+    state: State,
+    digests: Digests,
+    cpda: u8,
+    maxh2cdata: u32,
 }
 
 impl HostConn {
     pub fn new(cfg: HostConnConfig) -> HostConn {
-        let _ = cfg;
-        todo!()
+        HostConn { cfg, state: State::Idle, digests: Digests::NONE, cpda: 0, maxh2cdata: pdu::MIN_MAXH2CDATA }
     }
+
     /// Append the ICReq; call once, first.
+    ///
+    /// HPDA is sent as configured but treated as at most 31 when checking C2HData alignment.
     pub fn encode_icreq(&mut self, out: &mut Vec<u8>) {
-        let _ = out;
-        todo!()
+        let ic = IcReq { pfv: 0, hpda: self.cfg.hpda, digests: self.cfg.digests, maxr2t: self.cfg.maxr2t };
+        pdu::encode_ic_req(out, &ic);
+        if matches!(self.state, State::Idle) {
+            self.state = State::AwaitIcResp;
+        }
     }
+
     /// Upper bound on one incoming PDU's length.
     pub fn max_pdu_len(&self) -> usize {
-        todo!()
+        let dig = match self.state {
+            State::Idle | State::AwaitIcResp => self.cfg.digests,
+            _ => self.digests,
+        };
+        let ddgst = if dig.ddgst { pdu::DIGEST_LEN } else { 0 };
+        let c2h = pdu::data_pdo(pdu::HLEN_DATA, dig.hdgst, self.cfg.hpda)
+            .saturating_add(usize::try_from(self.cfg.max_c2h_data).unwrap_or(usize::MAX))
+            .saturating_add(ddgst);
+        c2h.max(pdu::HLEN_IC).max(pdu::TERM_REQ_MAX_PLEN)
     }
-    /// Same contract as [`crate::TargetConn::decode_one`].
+
+    fn limits(&self) -> DecodeLimits {
+        DecodeLimits {
+            role: Role::Host,
+            digests: match self.state {
+                State::Idle | State::AwaitIcResp => None,
+                _ => Some(self.digests),
+            },
+            pda: self.cfg.hpda,
+            max_icd: 0,
+            max_data: self.cfg.max_c2h_data,
+        }
+    }
+
+    fn fail(&mut self, e: ProtocolError) -> ProtocolError {
+        self.state = State::Failed(e.clone());
+        e
+    }
+
+    /// Same contract as [`crate::TargetConn::decode_one`]. On `Err` the caller sends
+    /// [`HostConn::encode_term_req`] with the error's FES, FEI and header, then closes.
+    ///
+    /// ICResp checks beyond framing: the controller may only enable digests the host asked for
+    /// (else FES 01h, FEI 11). An ICResp before the ICReq was encoded is a sequence error.
     pub fn decode_one<'a>(&mut self, buf: &'a [u8]) -> Result<Option<(HostEvent<'a>, usize)>, ProtocolError> {
-        let _ = buf;
-        todo!()
+        match &self.state {
+            State::Failed(e) => return Err(e.clone()),
+            State::Terminated => {
+                return Err(ProtocolError::new(Fes::PduSequenceError, 0, &[], "connection terminated"));
+            }
+            State::Idle | State::AwaitIcResp | State::Established => {}
+        }
+        let h = match pdu::decode_header(buf, &self.limits()) {
+            Ok(Some(h)) => h,
+            Ok(None) => return Ok(None),
+            Err(e) => return Err(self.fail(e)),
+        };
+        if let Pdu::IcResp(ic) = &h.pdu {
+            if matches!(self.state, State::Idle) {
+                let e = ProtocolError::new(Fes::PduSequenceError, 0, h.echo(buf), "ICResp before ICReq");
+                return Err(self.fail(e));
+            }
+            if !ic.digests.is_subset_of(self.cfg.digests) {
+                let e = ProtocolError::new(
+                    Fes::InvalidHeaderField,
+                    fei::DGST,
+                    h.echo(buf),
+                    "controller enabled a digest the host did not request",
+                );
+                return Err(self.fail(e));
+            }
+        }
+        let Some(frame) = h.decode_body(buf) else {
+            return Ok(None);
+        };
+        let ev = match frame.pdu {
+            Pdu::IcResp(ic) => {
+                self.digests = ic.digests;
+                self.cpda = ic.cpda;
+                self.maxh2cdata = ic.maxh2cdata;
+                self.state = State::Established;
+                HostEvent::Established { cpda: ic.cpda, digests: ic.digests, maxh2cdata: ic.maxh2cdata }
+            }
+            Pdu::CapsuleResp(cqe) => HostEvent::Response(cqe),
+            Pdu::C2hData { hdr, data } => {
+                if frame.data_digest_ok {
+                    HostEvent::C2hData {
+                        cccid: hdr.cccid,
+                        datao: hdr.datao,
+                        data,
+                        last: hdr.last,
+                        success: hdr.success,
+                    }
+                } else {
+                    HostEvent::C2hDataDigestError {
+                        cccid: hdr.cccid,
+                        datao: hdr.datao,
+                        datal: hdr.datal,
+                        last: hdr.last,
+                        success: hdr.success,
+                    }
+                }
+            }
+            Pdu::R2t(r) => HostEvent::R2t(r),
+            Pdu::C2hTermReq(t) => {
+                self.state = State::Terminated;
+                HostEvent::TermReq { fes: t.fes, fei: t.fei }
+            }
+            // decode_header with Role::Host yields only the five types above.
+            Pdu::IcReq(_) | Pdu::H2cTermReq(_) | Pdu::CapsuleCmd { .. } | Pdu::H2cData { .. } => {
+                return Err(self.fail(ProtocolError::new(
+                    Fes::InvalidHeaderField,
+                    fei::PDU_TYPE,
+                    h.echo(buf),
+                    "PDU type not valid in this direction",
+                )));
+            }
+        };
+        Ok(Some((ev, frame.len)))
     }
+
     /// Negotiated values (valid after Established).
     pub fn digests(&self) -> Digests {
-        todo!()
+        self.digests
     }
+
     pub fn maxh2cdata(&self) -> u32 {
-        todo!()
+        self.maxh2cdata
     }
+
+    /// CPDA from ICResp (H2C data PDO alignment), 0's based dwords.
+    pub fn cpda(&self) -> u8 {
+        self.cpda
+    }
+
+    /// True once ICResp has been accepted and until the connection terminates.
+    pub fn is_established(&self) -> bool {
+        matches!(self.state, State::Established)
+    }
+
     /// Append a CapsuleCmd with `icd` as in-capsule data (the caller sets the SGL accordingly).
     pub fn encode_capsule(&self, out: &mut Vec<u8>, sqe: &Sqe, icd: &[u8]) {
-        let _ = (out, sqe, icd);
-        todo!()
+        pdu::encode_capsule_cmd(out, self.digests, self.cpda, sqe, icd);
     }
+
     /// Append H2CData PDUs answering an R2T with `data` (which starts at offset `datao`), split
     /// at the negotiated MAXH2CDATA, padded to CPDA, LAST_PDU on the final one.
+    ///
+    /// `data` must be the whole rest of the R2T window (LAST_PDU marks its end). Empty `data`
+    /// appends nothing.
     pub fn encode_h2c_data(&self, out: &mut Vec<u8>, cccid: u16, ttag: u16, datao: u32, data: &[u8]) {
-        let _ = (out, cccid, ttag, datao, data);
-        todo!()
+        let max = usize::try_from(self.maxh2cdata.max(1)).unwrap_or(usize::MAX);
+        let n = data.len().div_ceil(max);
+        let mut off = datao;
+        for (i, chunk) in data.chunks(max).enumerate() {
+            let d = DataHdr { cccid, ttag, datao: off, datal: 0, last: i + 1 == n, success: false };
+            pdu::encode_h2c_data(out, self.digests, self.cpda, &d, chunk);
+            off = off.wrapping_add(u32::try_from(chunk.len()).unwrap_or(u32::MAX));
+        }
     }
+
     /// Append an H2CTermReq.
+    ///
+    /// `hdr` is truncated to 128 bytes. The connection is terminated.
     pub fn encode_term_req(&mut self, out: &mut Vec<u8>, fes: u16, fei: u32, hdr: &[u8]) {
-        let _ = (out, fes, fei, hdr);
-        todo!()
+        pdu::encode_term_req(out, pdu::pdu_type::H2C_TERM_REQ, fes, fei, hdr);
+        if !matches!(self.state, State::Failed(_)) {
+            self.state = State::Terminated;
+        }
     }
 }

@@ -17,6 +17,15 @@
 //! violation is a [`ProtocolError`] carrying the FES/FEI and the offending header, which the
 //! driver turns into a C2HTermReq ([`TargetConn::encode_term_req`]) and then closes.
 //! Encoding appends to a caller-owned `Vec<u8>` so a whole batch of PDUs leaves in one send.
+//!
+//! A data digest mismatch is not fatal (NVMe/TCP 1.0 section 3.5): it surfaces as
+//! [`TargetEvent::CommandDataDigestError`] / [`TargetEvent::H2cDataDigestError`] /
+//! [`HostEvent::C2hDataDigestError`] and the command completes with Transient Transport Error
+//! while the connection lives on. The FES/FEI chosen for every fatal check are tabled in [`pdu`].
+//!
+//! Layout: `pdu` (wire format, stateless `decode_header`/`decode_frame` and `encode_*`),
+//! `target`/`host` (per-role state: IC exchange, R2T windows), `error`, `digest`. Tests:
+//! unit tests beside the code, property/golden/pair tests in `tests/`.
 
 pub mod digest;
 pub mod error;
@@ -26,5 +35,8 @@ pub mod target;
 
 pub use error::{Fes, ProtocolError};
 pub use host::{HostConn, HostConnConfig, HostEvent};
-pub use pdu::{DataHdr, Digests, IcReq, IcResp, Pdu, R2t, TermReq};
+pub use pdu::{
+    DataHdr, DecodeLimits, Digests, Frame, FrameHeader, IcReq, IcResp, Pdu, R2t, Role, TermReq, decode_frame,
+    decode_header,
+};
 pub use target::{TargetConn, TargetConnConfig, TargetEvent};

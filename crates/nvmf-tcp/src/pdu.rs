@@ -3,7 +3,66 @@
 //!
 //! Layout of a data-bearing PDU: `CH+PSH (HLEN) | HDGST (4, if on) | PAD (to PDA) | DATA | DDGST`,
 //! so `PDO = HLEN + HDGST + PAD` and `PLEN = PDO + DATA + DDGST`.
+//!
+//! # Decoding
+//!
+//! [`decode_header`] validates everything that can be known from the PDU header (CH, PSH and HDGST)
+//! as soon as those bytes are in the buffer, long before a large PLEN has arrived; the role state
+//! machines ([`crate::TargetConn`], [`crate::HostConn`]) then check the header against their own
+//! state (R2T bookkeeping) and call [`FrameHeader::decode_body`] once the whole PDU is there.
+//! [`decode_frame`] does both steps for callers without state. Nothing allocates; a PDU's data is
+//! returned as a slice of the input.
+//!
+//! Checks, in order (all fatal, each a [`ProtocolError`] that becomes a TermReq):
+//!
+//! | check | FES | FEI |
+//! |---|---|---|
+//! | PDU-Type unknown, or not legal in this direction (e.g. R2T sent to a target) | 01h | 0 |
+//! | any PDU but ICReq/ICResp/TermReq before the IC exchange; a second ICReq/ICResp | 02h | 0 |
+//! | HLEN ≠ the fixed HLEN of the type | 01h | 2 |
+//! | HDGSTF ≠ "header digest negotiated" (types that carry digests) | 01h | 1 |
+//! | HDGST mismatch | 03h | 0 |
+//! | PLEN: ICReq/ICResp ≠ 128; TermReq outside 24..=152; CapsuleResp/R2T ≠ HLEN+HDGST; data PDU < HLEN+HDGST or too short for its data | 01h | 4 |
+//! | PDO: ≠ 0 without data; ≠ HLEN+HDGST+PAD (PAD from the negotiated PDA) with data; > PLEN | 01h | 3 |
+//! | DDGSTF ≠ "data digest negotiated and the PDU carries data" | 01h | 1 |
+//! | in-capsule data > `max_icd`; data PDU DATA > `max_data` | 05h | 0 |
+//! | ICReq/ICResp PFV ≠ 0 | 06h | 8 |
+//! | ICReq HPDA / ICResp CPDA > 31 | 06h | 10 |
+//! | ICResp MAXH2CDATA < 4096 or not a multiple of 4 | 01h | 12 |
+//! | CapsuleCmd with data: SGL1 type ≠ 01h (in-capsule, offset) | 01h | 47 |
+//! | CapsuleCmd with data: SGL1 address (offset) ≠ 0 | 06h | 32 |
+//! | CapsuleCmd with data: SGL1 length ≠ in-capsule byte count | 01h | 40 |
+//! | H2CData/C2HData: DATAL = 0 or ≠ PLEN − PDO − DDGST | 01h | 16 |
+//! | H2CData/C2HData: DATAO + DATAL overflows | 04h | 0 |
+//! | H2CData with SUCCESS; C2HData with SUCCESS but not LAST_PDU | 01h | 1 |
+//! | R2T: R2TL = 0 or R2TO + R2TL overflows | 01h | 16 |
+//!
+//! Why FES 01h FEI 0 for a PDU type that is wrong for the direction, not 02h: the PDU-Type field
+//! itself holds a value the receiver can never accept, which is what "Invalid PDU Header Field"
+//! describes (NVMe/TCP 1.0 Figure 16 FES table); SPDK does the same (`nvmf_tcp_pdu_ch_handle`).
+//! PDU Sequence Error is kept for PDUs that are legal in the direction but not in the current
+//! state (data before ICReq, second ICReq), as the spec's own examples say.
+//!
+//! FEI is the byte offset of the offending field for FES 01h/06h and 0 otherwise (the spec
+//! defines FEI only for those two). For header-level errors the echoed header is HLEN (+HDGST)
+//! bytes of the offending PDU — the receiver waits until those bytes are present before judging,
+//! so the echo is the same however the stream was chunked; an unknown PDU type echoes only the
+//! 8-byte common header, since its header length is unknown.
+//!
+//! # Data digest errors are not fatal
+//!
+//! The FES table has no data digest code (03h is *Header* Digest Error). NVMe/TCP 1.0 section 3.5
+//! (transport error handling) makes a data digest error non-fatal: the header is intact, so the
+//! stream stays in sync, and the command the data belongs to is completed with *Transient
+//! Transport Error* (SCT 0, SC 22h). SPDK does exactly that (`data_crc32_calc_done` sets
+//! `SPDK_NVME_SC_COMMAND_TRANSIENT_TRANSPORT_ERROR`), and the Linux host since 5.15 ("nvme-tcp: Do
+//! not reset transport on data digest errors") fails only the request. (The Linux target closes
+//! the socket instead, which is allowed for any error but loses every other command.) So the
+//! decoder reports a data digest mismatch in [`Frame::data_digest_ok`], and the role state
+//! machines turn it into `*DataDigestError` events.
 
+use crate::digest;
+use crate::error::{Fes, ProtocolError};
 use nvme_spec::{Cqe, Sqe};
 
 /// PDU types (CH byte 0).
@@ -125,4 +184,786 @@ pub enum Pdu<'a> {
     H2cData { hdr: DataHdr, data: &'a [u8] },
     C2hData { hdr: DataHdr, data: &'a [u8] },
     R2t(R2t),
+}
+
+/// Largest PDU Data Alignment value (HPDA/CPDA are 0's based dwords, 0..=31 → 4..=128 bytes).
+pub const MAX_PDA: u8 = 31;
+/// Smallest MAXH2CDATA a controller may advertise (NVMe/TCP 1.0 ICResp; Linux
+/// `NVME_TCP_MIN_MAXH2CDATA`).
+pub const MIN_MAXH2CDATA: u32 = 4096;
+/// Largest TermReq PDU: HLEN 24 + 128 echoed bytes.
+pub const TERM_REQ_MAX_PLEN: usize = HLEN_TERM + TERM_REQ_MAX_ECHO;
+
+/// FEI values: byte offsets of header fields, used with FES 01h / 06h.
+pub mod fei {
+    /// CH PDU-Type.
+    pub const PDU_TYPE: u32 = 0;
+    /// CH FLAGS.
+    pub const FLAGS: u32 = 1;
+    /// CH HLEN.
+    pub const HLEN: u32 = 2;
+    /// CH PDO.
+    pub const PDO: u32 = 3;
+    /// CH PLEN.
+    pub const PLEN: u32 = 4;
+    /// ICReq/ICResp PFV.
+    pub const PFV: u32 = 8;
+    /// ICReq HPDA / ICResp CPDA.
+    pub const PDA: u32 = 10;
+    /// ICReq/ICResp DGST.
+    pub const DGST: u32 = 11;
+    /// ICReq MAXR2T / ICResp MAXH2CDATA.
+    pub const MAXR2T_MAXH2CDATA: u32 = 12;
+    /// H2CData/C2HData/R2T CCCID.
+    pub const CCCID: u32 = 8;
+    /// H2CData/R2T TTAG.
+    pub const TTAG: u32 = 10;
+    /// H2CData/C2HData DATAO, R2T R2TO.
+    pub const DATAO: u32 = 12;
+    /// H2CData/C2HData DATAL, R2T R2TL.
+    pub const DATAL: u32 = 16;
+    /// CapsuleCmd: SGL1 address (SQE byte 24).
+    pub const SGL_ADDR: u32 = 8 + 24;
+    /// CapsuleCmd: SGL1 length (SQE byte 32).
+    pub const SGL_LEN: u32 = 8 + 32;
+    /// CapsuleCmd: SGL1 descriptor type/subtype (SQE byte 39).
+    pub const SGL_TYPE: u32 = 8 + 39;
+}
+
+impl Digests {
+    /// No digests (the state before the IC exchange).
+    pub const NONE: Digests = Digests { hdgst: false, ddgst: false };
+    /// Both digests.
+    pub const BOTH: Digests = Digests { hdgst: true, ddgst: true };
+
+    /// From the ICReq/ICResp DGST byte (reserved bits ignored).
+    pub fn from_bits(dgst: u8) -> Digests {
+        Digests { hdgst: dgst & 0x01 != 0, ddgst: dgst & 0x02 != 0 }
+    }
+    /// The ICReq/ICResp DGST byte.
+    pub fn bits(self) -> u8 {
+        u8::from(self.hdgst) | (u8::from(self.ddgst) << 1)
+    }
+    /// True if every digest enabled in `self` is enabled in `other`.
+    pub fn is_subset_of(self, other: Digests) -> bool {
+        (!self.hdgst || other.hdgst) && (!self.ddgst || other.ddgst)
+    }
+}
+
+/// Which side of the connection is receiving: decides which PDU types are legal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// The controller: receives ICReq, H2CTermReq, CapsuleCmd, H2CData.
+    Target,
+    /// The host: receives ICResp, C2HTermReq, CapsuleResp, C2HData, R2T.
+    Host,
+}
+
+/// What the decoder needs to know about the connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DecodeLimits {
+    /// Receiving role.
+    pub role: Role,
+    /// Negotiated digests; `None` until the ICReq/ICResp exchange (only ICReq/ICResp and
+    /// TermReq are legal then, and an ICReq/ICResp afterwards is a sequence error).
+    pub digests: Option<Digests>,
+    /// PDU Data Alignment the peer must use for data it sends us, 0's based dwords (target: the
+    /// CPDA it advertised; host: the HPDA it requested). Values above 31 are treated as 31.
+    pub pda: u8,
+    /// Largest in-capsule data accepted in a CapsuleCmd (target role).
+    pub max_icd: u32,
+    /// Largest DATA in one H2CData (target: MAXH2CDATA) or C2HData (host) PDU.
+    pub max_data: u32,
+}
+
+/// One whole, validated PDU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Frame<'a> {
+    pub pdu: Pdu<'a>,
+    /// PLEN: bytes of the input this PDU occupies.
+    pub len: usize,
+    /// False if the PDU carries data with a data digest that does not match (non-fatal, see the
+    /// module docs). Always true when no data digest is present.
+    pub data_digest_ok: bool,
+}
+
+/// A PDU whose header (CH, PSH, HDGST) has been fully validated; its data may not have arrived yet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FrameHeader {
+    /// The decoded PDU with empty data slices (filled in by [`FrameHeader::decode_body`]).
+    pub pdu: Pdu<'static>,
+    /// PLEN.
+    pub plen: usize,
+    /// HLEN + HDGST: the header bytes echoed in a TermReq for errors found in this PDU.
+    pub header_len: usize,
+    /// Offset of DATA in the PDU (PDO), 0 if none.
+    pub data_off: usize,
+    /// Length of DATA, 0 if none.
+    pub data_len: usize,
+    /// A data digest follows DATA.
+    pub ddgst: bool,
+}
+
+impl FrameHeader {
+    /// The header bytes to echo in a TermReq (at most 128).
+    pub fn echo<'b>(&self, buf: &'b [u8]) -> &'b [u8] {
+        let n = self.header_len.min(TERM_REQ_MAX_ECHO).min(buf.len());
+        &buf[..n]
+    }
+
+    /// Finish decoding once `buf` holds the whole PDU: `None` if it does not yet. Checks the data
+    /// digest (reported, not fatal) and borrows the data from `buf`.
+    pub fn decode_body<'a>(&self, buf: &'a [u8]) -> Option<Frame<'a>> {
+        let pdu_bytes = buf.get(..self.plen)?;
+        let data_end = self.data_off + self.data_len;
+        let data = pdu_bytes.get(self.data_off..data_end)?;
+        let data_digest_ok = if self.ddgst {
+            let got = pdu_bytes.get(data_end..data_end + DIGEST_LEN)?;
+            got == digest::crc32c(data).to_le_bytes()
+        } else {
+            true
+        };
+        let pdu = match self.pdu {
+            Pdu::H2cTermReq(t) => {
+                Pdu::H2cTermReq(TermReq { hdr: pdu_bytes.get(HLEN_TERM..)?, ..t })
+            }
+            Pdu::C2hTermReq(t) => {
+                Pdu::C2hTermReq(TermReq { hdr: pdu_bytes.get(HLEN_TERM..)?, ..t })
+            }
+            Pdu::CapsuleCmd { sqe, .. } => Pdu::CapsuleCmd { sqe, data },
+            Pdu::H2cData { hdr, .. } => Pdu::H2cData { hdr, data },
+            Pdu::C2hData { hdr, .. } => Pdu::C2hData { hdr, data },
+            Pdu::IcReq(x) => Pdu::IcReq(x),
+            Pdu::IcResp(x) => Pdu::IcResp(x),
+            Pdu::CapsuleResp(x) => Pdu::CapsuleResp(x),
+            Pdu::R2t(x) => Pdu::R2t(x),
+        };
+        Some(Frame { pdu, len: self.plen, data_digest_ok })
+    }
+}
+
+/// Alignment in bytes for a 0's based PDA value (clamped to [`MAX_PDA`]).
+#[inline]
+pub fn pda_alignment(pda: u8) -> usize {
+    (usize::from(pda.min(MAX_PDA)) + 1) * 4
+}
+
+/// PDO of a data-bearing PDU: HLEN + HDGST rounded up to the PDA alignment.
+#[inline]
+pub fn data_pdo(hlen: usize, hdgst: bool, pda: u8) -> usize {
+    let base = hlen + if hdgst { DIGEST_LEN } else { 0 };
+    base.next_multiple_of(pda_alignment(pda))
+}
+
+/// Fixed HLEN of a PDU type legal for `role` to receive; `None` if the type is unknown or not
+/// legal in that direction.
+#[inline]
+pub fn rx_hlen(role: Role, ty: u8) -> Option<usize> {
+    use pdu_type as t;
+    match (role, ty) {
+        (Role::Target, t::IC_REQ) | (Role::Host, t::IC_RESP) => Some(HLEN_IC),
+        (Role::Target, t::H2C_TERM_REQ) | (Role::Host, t::C2H_TERM_REQ) => Some(HLEN_TERM),
+        (Role::Target, t::CAPSULE_CMD) => Some(HLEN_CAPSULE_CMD),
+        (Role::Target, t::H2C_DATA) | (Role::Host, t::C2H_DATA) => Some(HLEN_DATA),
+        (Role::Host, t::CAPSULE_RESP) => Some(HLEN_CAPSULE_RESP),
+        (Role::Host, t::R2T) => Some(HLEN_R2T),
+        _ => None,
+    }
+}
+
+/// True for the PDU types that carry header/data digests once negotiated (all but ICReq/ICResp
+/// and the TermReqs, which never do: NVMe/TCP 1.0 3.6.2; Linux host "C2HTermReq never includes
+/// Header or Data digests").
+#[inline]
+pub fn carries_digests(ty: u8) -> bool {
+    use pdu_type as t;
+    matches!(ty, t::CAPSULE_CMD | t::CAPSULE_RESP | t::H2C_DATA | t::C2H_DATA | t::R2T)
+}
+
+#[inline]
+fn le16(b: &[u8], off: usize) -> u16 {
+    u16::from_le_bytes([b[off], b[off + 1]])
+}
+
+#[inline]
+fn le32(b: &[u8], off: usize) -> u32 {
+    u32::from_le_bytes([b[off], b[off + 1], b[off + 2], b[off + 3]])
+}
+
+#[inline]
+fn le64(b: &[u8], off: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[off..off + 8]);
+    u64::from_le_bytes(a)
+}
+
+#[inline]
+fn put16(b: &mut [u8], off: usize, v: u16) {
+    b[off..off + 2].copy_from_slice(&v.to_le_bytes());
+}
+
+#[inline]
+fn put32(b: &mut [u8], off: usize, v: u32) {
+    b[off..off + 4].copy_from_slice(&v.to_le_bytes());
+}
+
+/// Validate the header of the PDU at the start of `buf`.
+///
+/// `Ok(None)`: the header (HLEN + HDGST bytes of the type) is not complete yet. `Ok(Some(h))`: the
+/// header is valid; the PDU is complete once `buf.len() >= h.plen`. See the module docs for the
+/// checks and their FES/FEI.
+pub fn decode_header(buf: &[u8], lim: &DecodeLimits) -> Result<Option<FrameHeader>, ProtocolError> {
+    use pdu_type as t;
+    let Some(ch) = buf.get(..CH_LEN) else {
+        return Ok(None);
+    };
+    let ty = ch[0];
+    let Some(hlen) = rx_hlen(lim.role, ty) else {
+        return Err(ProtocolError::new(
+            Fes::InvalidHeaderField,
+            fei::PDU_TYPE,
+            ch,
+            "PDU type unknown or not valid in this direction",
+        ));
+    };
+    let established = lim.digests.is_some();
+    let dig = lim.digests.unwrap_or(Digests::NONE);
+    let dgst_type = carries_digests(ty);
+    let hdgst = dgst_type && dig.hdgst;
+    let header_len = hlen + if hdgst { DIGEST_LEN } else { 0 };
+    let Some(h) = buf.get(..header_len) else {
+        return Ok(None);
+    };
+    let echo = &h[..header_len.min(TERM_REQ_MAX_ECHO)];
+    let err = |fes: Fes, fei: u32, reason: &'static str| ProtocolError::new(fes, fei, echo, reason);
+
+    let is_ic = ty == t::IC_REQ || ty == t::IC_RESP;
+    let is_term = ty == t::H2C_TERM_REQ || ty == t::C2H_TERM_REQ;
+    if !established && !is_ic && !is_term {
+        return Err(err(Fes::PduSequenceError, 0, "PDU before the ICReq/ICResp exchange"));
+    }
+    if established && is_ic {
+        return Err(err(Fes::PduSequenceError, 0, "second ICReq/ICResp"));
+    }
+
+    let flags = h[1];
+    let pdo = usize::from(h[3]);
+    let plen = usize::try_from(le32(h, 4)).unwrap_or(usize::MAX);
+    if usize::from(h[2]) != hlen {
+        return Err(err(Fes::InvalidHeaderField, fei::HLEN, "HLEN does not match the PDU type"));
+    }
+    if dgst_type && (flags & flags::HDGSTF != 0) != hdgst {
+        return Err(err(Fes::InvalidHeaderField, fei::FLAGS, "HDGSTF does not match negotiation"));
+    }
+    if hdgst && le32(h, hlen) != digest::crc32c(&h[..hlen]) {
+        return Err(err(Fes::HeaderDigestError, 0, "header digest mismatch"));
+    }
+
+    // Framing: PLEN, PDO, DDGSTF, and where the data is.
+    let (data_off, data_len, ddgst) = match ty {
+        t::IC_REQ | t::IC_RESP => {
+            if plen != HLEN_IC {
+                return Err(err(Fes::InvalidHeaderField, fei::PLEN, "ICReq/ICResp PLEN is not 128"));
+            }
+            if pdo != 0 {
+                return Err(err(Fes::InvalidHeaderField, fei::PDO, "PDO must be 0"));
+            }
+            (0, 0, false)
+        }
+        t::H2C_TERM_REQ | t::C2H_TERM_REQ => {
+            if !(HLEN_TERM..=TERM_REQ_MAX_PLEN).contains(&plen) {
+                return Err(err(Fes::InvalidHeaderField, fei::PLEN, "TermReq PLEN out of range"));
+            }
+            // The echoed header is carried without a data PDO (SPDK sends 0); tolerate HLEN too.
+            if pdo != 0 && pdo != HLEN_TERM {
+                return Err(err(Fes::InvalidHeaderField, fei::PDO, "TermReq PDO invalid"));
+            }
+            (0, 0, false)
+        }
+        t::CAPSULE_RESP | t::R2T => {
+            if plen != header_len {
+                return Err(err(Fes::InvalidHeaderField, fei::PLEN, "PLEN must be HLEN + HDGST"));
+            }
+            if pdo != 0 {
+                return Err(err(Fes::InvalidHeaderField, fei::PDO, "PDO must be 0"));
+            }
+            if flags & flags::DDGSTF != 0 {
+                return Err(err(Fes::InvalidHeaderField, fei::FLAGS, "DDGSTF set on a PDU without data"));
+            }
+            (0, 0, false)
+        }
+        // CapsuleCmd, H2CData, C2HData.
+        _ => {
+            if plen < header_len {
+                return Err(err(Fes::InvalidHeaderField, fei::PLEN, "PLEN smaller than the header"));
+            }
+            if plen == header_len {
+                if pdo != 0 {
+                    return Err(err(Fes::InvalidHeaderField, fei::PDO, "PDO must be 0 without data"));
+                }
+                if flags & flags::DDGSTF != 0 {
+                    return Err(err(Fes::InvalidHeaderField, fei::FLAGS, "DDGSTF set on a PDU without data"));
+                }
+                (0, 0, false)
+            } else {
+                if pdo != data_pdo(hlen, hdgst, lim.pda) || pdo > plen {
+                    return Err(err(Fes::InvalidHeaderField, fei::PDO, "PDO does not match HLEN, HDGST and PDA"));
+                }
+                if (flags & flags::DDGSTF != 0) != dig.ddgst {
+                    return Err(err(Fes::InvalidHeaderField, fei::FLAGS, "DDGSTF does not match negotiation"));
+                }
+                let ddgst_len = if dig.ddgst { DIGEST_LEN } else { 0 };
+                let data_len = match plen.checked_sub(pdo + ddgst_len) {
+                    Some(n) if n > 0 => n,
+                    _ => return Err(err(Fes::InvalidHeaderField, fei::PLEN, "PLEN too small for PDO and digest")),
+                };
+                (pdo, data_len, dig.ddgst)
+            }
+        }
+    };
+
+    let data_hdr = |h: &[u8], ttag: u16, success: bool| DataHdr {
+        cccid: le16(h, 8),
+        ttag,
+        datao: le32(h, 12),
+        datal: le32(h, 16),
+        last: flags & flags::LAST_PDU != 0,
+        success,
+    };
+    let check_data_hdr = |d: &DataHdr, max: u32| -> Result<(), ProtocolError> {
+        if d.datal == 0 || usize::try_from(d.datal).ok() != Some(data_len) {
+            return Err(err(Fes::InvalidHeaderField, fei::DATAL, "DATAL is 0 or does not match PLEN"));
+        }
+        if d.datal > max {
+            return Err(err(Fes::DataTransferLimitExceeded, 0, "DATAL exceeds the negotiated maximum"));
+        }
+        if d.datao.checked_add(d.datal).is_none() {
+            return Err(err(Fes::DataTransferOutOfRange, 0, "DATAO + DATAL overflows"));
+        }
+        Ok(())
+    };
+
+    let pdu: Pdu<'static> = match ty {
+        t::IC_REQ | t::IC_RESP => {
+            let pfv = le16(h, 8);
+            if pfv != 0 {
+                return Err(err(Fes::UnsupportedParameter, fei::PFV, "PFV not supported"));
+            }
+            let pda = h[10];
+            if pda > MAX_PDA {
+                return Err(err(Fes::UnsupportedParameter, fei::PDA, "PDA above 31"));
+            }
+            let digests = Digests::from_bits(h[11]);
+            let v = le32(h, 12);
+            if ty == t::IC_REQ {
+                Pdu::IcReq(IcReq { pfv, hpda: pda, digests, maxr2t: v })
+            } else {
+                if v < MIN_MAXH2CDATA || v % 4 != 0 {
+                    return Err(err(
+                        Fes::InvalidHeaderField,
+                        fei::MAXR2T_MAXH2CDATA,
+                        "MAXH2CDATA below 4096 or not a multiple of 4",
+                    ));
+                }
+                Pdu::IcResp(IcResp { pfv, cpda: pda, digests, maxh2cdata: v })
+            }
+        }
+        t::H2C_TERM_REQ => Pdu::H2cTermReq(TermReq { fes: le16(h, 8), fei: le32(h, 10), hdr: &[] }),
+        t::C2H_TERM_REQ => Pdu::C2hTermReq(TermReq { fes: le16(h, 8), fei: le32(h, 10), hdr: &[] }),
+        t::CAPSULE_CMD => {
+            let mut sqe = Sqe([0; 64]);
+            sqe.0.copy_from_slice(&h[CH_LEN..HLEN_CAPSULE_CMD]);
+            if data_len > 0 {
+                if data_len > usize::try_from(lim.max_icd).unwrap_or(usize::MAX) {
+                    return Err(err(Fes::DataTransferLimitExceeded, 0, "in-capsule data exceeds the limit"));
+                }
+                if sqe.sgl_type() != nvme_spec::sqe::SGL_ICD {
+                    return Err(err(Fes::InvalidHeaderField, fei::SGL_TYPE, "in-capsule data without an in-capsule SGL"));
+                }
+                if le64(h, fei::SGL_ADDR as usize) != 0 {
+                    return Err(err(Fes::UnsupportedParameter, fei::SGL_ADDR, "in-capsule data offset not 0"));
+                }
+                if usize::try_from(sqe.sgl_len()).ok() != Some(data_len) {
+                    return Err(err(Fes::InvalidHeaderField, fei::SGL_LEN, "SGL length differs from in-capsule data"));
+                }
+            }
+            Pdu::CapsuleCmd { sqe, data: &[] }
+        }
+        t::CAPSULE_RESP => {
+            let mut c = [0u8; 16];
+            c.copy_from_slice(&h[CH_LEN..HLEN_CAPSULE_RESP]);
+            Pdu::CapsuleResp(Cqe::decode(&c))
+        }
+        t::H2C_DATA => {
+            if flags & flags::SUCCESS != 0 {
+                return Err(err(Fes::InvalidHeaderField, fei::FLAGS, "SUCCESS flag on H2CData"));
+            }
+            let d = data_hdr(h, le16(h, 10), false);
+            check_data_hdr(&d, lim.max_data)?;
+            Pdu::H2cData { hdr: d, data: &[] }
+        }
+        t::C2H_DATA => {
+            let success = flags & flags::SUCCESS != 0;
+            if success && flags & flags::LAST_PDU == 0 {
+                return Err(err(Fes::InvalidHeaderField, fei::FLAGS, "SUCCESS without LAST_PDU"));
+            }
+            let d = data_hdr(h, 0, success);
+            check_data_hdr(&d, lim.max_data)?;
+            Pdu::C2hData { hdr: d, data: &[] }
+        }
+        t::R2T => {
+            let r = R2t { cccid: le16(h, 8), ttag: le16(h, 10), r2to: le32(h, 12), r2tl: le32(h, 16) };
+            if r.r2tl == 0 || r.r2to.checked_add(r.r2tl).is_none() {
+                return Err(err(Fes::InvalidHeaderField, fei::DATAL, "R2TL is 0 or R2TO + R2TL overflows"));
+            }
+            Pdu::R2t(r)
+        }
+        _ => {
+            // rx_hlen() accepted only the types above.
+            return Err(err(Fes::InvalidHeaderField, fei::PDU_TYPE, "PDU type not valid"));
+        }
+    };
+    Ok(Some(FrameHeader { pdu, plen, header_len, data_off, data_len, ddgst }))
+}
+
+/// Decode one PDU at the start of `buf` without role state: `Ok(None)` until it is complete.
+/// Fatal header errors are reported as soon as the header is in `buf`.
+pub fn decode_frame<'a>(buf: &'a [u8], lim: &DecodeLimits) -> Result<Option<Frame<'a>>, ProtocolError> {
+    match decode_header(buf, lim)? {
+        Some(h) => Ok(h.decode_body(buf)),
+        None => Ok(None),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Encoding: infallible, appends to `out`, one `reserve` per PDU.
+
+/// Common header into `h[..8]`.
+#[inline]
+fn put_ch(h: &mut [u8], ty: u8, flags: u8, hlen: usize, pdo: usize, plen: usize) {
+    h[0] = ty;
+    h[1] = flags;
+    h[2] = u8::try_from(hlen).unwrap_or(u8::MAX);
+    h[3] = u8::try_from(pdo).unwrap_or(u8::MAX);
+    put32(h, 4, u32::try_from(plen).unwrap_or(u32::MAX));
+}
+
+/// Append a digest-carrying PDU: `hdr` holds CH+PSH with byte 0 (type) and the PSH filled and
+/// byte 1 holding the type-specific flags (LAST_PDU/SUCCESS); HLEN/PDO/PLEN/digest flags are set
+/// here. Data longer than 4 GiB cannot be expressed in PLEN; callers split data far below that.
+fn emit(out: &mut Vec<u8>, hdr: &mut [u8], dig: Digests, pda: u8, data: &[u8]) {
+    let hlen = hdr.len();
+    let has_data = !data.is_empty();
+    let hd = dig.hdgst;
+    let dd = dig.ddgst && has_data;
+    let base = hlen + if hd { DIGEST_LEN } else { 0 };
+    let pdo = if has_data { data_pdo(hlen, hd, pda) } else { 0 };
+    let plen = if has_data { pdo + data.len() + if dd { DIGEST_LEN } else { 0 } } else { base };
+    let mut fl = hdr[1];
+    if hd {
+        fl |= flags::HDGSTF;
+    }
+    if dd {
+        fl |= flags::DDGSTF;
+    }
+    let ty = hdr[0];
+    put_ch(hdr, ty, fl, hlen, pdo, plen);
+    out.reserve(plen);
+    out.extend_from_slice(hdr);
+    if hd {
+        out.extend_from_slice(&digest::crc32c(hdr).to_le_bytes());
+    }
+    if has_data {
+        out.resize(out.len() + (pdo - base), 0);
+        out.extend_from_slice(data);
+        if dd {
+            out.extend_from_slice(&digest::crc32c(data).to_le_bytes());
+        }
+    }
+}
+
+/// Append an ICReq (never carries digests; PLEN = HLEN = 128).
+pub fn encode_ic_req(out: &mut Vec<u8>, ic: &IcReq) {
+    let mut h = [0u8; HLEN_IC];
+    put_ch(&mut h, pdu_type::IC_REQ, 0, HLEN_IC, 0, HLEN_IC);
+    put16(&mut h, 8, ic.pfv);
+    h[10] = ic.hpda;
+    h[11] = ic.digests.bits();
+    put32(&mut h, 12, ic.maxr2t);
+    out.extend_from_slice(&h);
+}
+
+/// Append an ICResp.
+pub fn encode_ic_resp(out: &mut Vec<u8>, ic: &IcResp) {
+    let mut h = [0u8; HLEN_IC];
+    put_ch(&mut h, pdu_type::IC_RESP, 0, HLEN_IC, 0, HLEN_IC);
+    put16(&mut h, 8, ic.pfv);
+    h[10] = ic.cpda;
+    h[11] = ic.digests.bits();
+    put32(&mut h, 12, ic.maxh2cdata);
+    out.extend_from_slice(&h);
+}
+
+/// Append a TermReq (`ty` [`pdu_type::H2C_TERM_REQ`] or [`pdu_type::C2H_TERM_REQ`]): FES
+/// u16 at offset 8, FEI u32 at offset 10 (spec layout), the first ≤ 128 bytes of `hdr` echoed
+/// after the 24-byte header, PLEN = 24 + echo, PDO 0, no digests.
+pub fn encode_term_req(out: &mut Vec<u8>, ty: u8, fes: u16, fei: u32, hdr: &[u8]) {
+    let echo = &hdr[..hdr.len().min(TERM_REQ_MAX_ECHO)];
+    let mut h = [0u8; HLEN_TERM];
+    put_ch(&mut h, ty, 0, HLEN_TERM, 0, HLEN_TERM + echo.len());
+    put16(&mut h, 8, fes);
+    put32(&mut h, 10, fei);
+    out.reserve(HLEN_TERM + echo.len());
+    out.extend_from_slice(&h);
+    out.extend_from_slice(echo);
+}
+
+/// Append a CapsuleCmd carrying `sqe` and in-capsule data `icd` (PDO padded to `cpda`). The
+/// caller sets the SGL (in-capsule descriptor of `icd.len()` bytes when `icd` is not empty).
+pub fn encode_capsule_cmd(out: &mut Vec<u8>, dig: Digests, cpda: u8, sqe: &Sqe, icd: &[u8]) {
+    let mut h = [0u8; HLEN_CAPSULE_CMD];
+    h[0] = pdu_type::CAPSULE_CMD;
+    h[CH_LEN..].copy_from_slice(&sqe.0);
+    emit(out, &mut h, dig, cpda, icd);
+}
+
+/// Append a CapsuleResp carrying `cqe`.
+pub fn encode_capsule_resp(out: &mut Vec<u8>, dig: Digests, cqe: &Cqe) {
+    let mut h = [0u8; HLEN_CAPSULE_RESP];
+    h[0] = pdu_type::CAPSULE_RESP;
+    let mut c = [0u8; 16];
+    cqe.encode(&mut c);
+    h[CH_LEN..].copy_from_slice(&c);
+    emit(out, &mut h, dig, 0, &[]);
+}
+
+fn data_pdu(out: &mut Vec<u8>, ty: u8, dig: Digests, pda: u8, d: &DataHdr, data: &[u8]) {
+    let mut h = [0u8; HLEN_DATA];
+    h[0] = ty;
+    let mut fl = 0;
+    if d.last {
+        fl |= flags::LAST_PDU;
+    }
+    if d.success && ty == pdu_type::C2H_DATA {
+        fl |= flags::SUCCESS;
+    }
+    h[1] = fl;
+    put16(&mut h, 8, d.cccid);
+    if ty == pdu_type::H2C_DATA {
+        put16(&mut h, 10, d.ttag);
+    }
+    put32(&mut h, 12, d.datao);
+    put32(&mut h, 16, u32::try_from(data.len()).unwrap_or(u32::MAX));
+    emit(out, &mut h, dig, pda, data);
+}
+
+/// Append one H2CData PDU (PDO padded to `cpda`). DATAL is `data.len()` (`d.datal` is ignored),
+/// LAST_PDU from `d.last`; SUCCESS is never set on H2CData.
+pub fn encode_h2c_data(out: &mut Vec<u8>, dig: Digests, cpda: u8, d: &DataHdr, data: &[u8]) {
+    data_pdu(out, pdu_type::H2C_DATA, dig, cpda, d, data);
+}
+
+/// Append one C2HData PDU (PDO padded to `hpda`). DATAL is `data.len()` (`d.datal` is ignored),
+/// TTAG is reserved (0), LAST_PDU from `d.last`, SUCCESS from `d.success`.
+pub fn encode_c2h_data(out: &mut Vec<u8>, dig: Digests, hpda: u8, d: &DataHdr, data: &[u8]) {
+    data_pdu(out, pdu_type::C2H_DATA, dig, hpda, d, data);
+}
+
+/// Append an R2T.
+pub fn encode_r2t(out: &mut Vec<u8>, dig: Digests, r: &R2t) {
+    let mut h = [0u8; HLEN_R2T];
+    h[0] = pdu_type::R2T;
+    put16(&mut h, 8, r.cccid);
+    put16(&mut h, 10, r.ttag);
+    put32(&mut h, 12, r.r2to);
+    put32(&mut h, 16, r.r2tl);
+    emit(out, &mut h, dig, 0, &[]);
+}
+
+/// Append any PDU. `pda` is the alignment the receiver asked for (used by data PDUs only).
+pub fn encode_pdu(out: &mut Vec<u8>, pdu: &Pdu<'_>, dig: Digests, pda: u8) {
+    match pdu {
+        Pdu::IcReq(ic) => encode_ic_req(out, ic),
+        Pdu::IcResp(ic) => encode_ic_resp(out, ic),
+        Pdu::H2cTermReq(t) => encode_term_req(out, pdu_type::H2C_TERM_REQ, t.fes, t.fei, t.hdr),
+        Pdu::C2hTermReq(t) => encode_term_req(out, pdu_type::C2H_TERM_REQ, t.fes, t.fei, t.hdr),
+        Pdu::CapsuleCmd { sqe, data } => encode_capsule_cmd(out, dig, pda, sqe, data),
+        Pdu::CapsuleResp(cqe) => encode_capsule_resp(out, dig, cqe),
+        Pdu::H2cData { hdr, data } => encode_h2c_data(out, dig, pda, hdr, data),
+        Pdu::C2hData { hdr, data } => encode_c2h_data(out, dig, pda, hdr, data),
+        Pdu::R2t(r) => encode_r2t(out, dig, r),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nvme_spec::{CommandId, Status};
+
+    fn lim(role: Role, dig: Option<Digests>, pda: u8) -> DecodeLimits {
+        DecodeLimits { role, digests: dig, pda, max_icd: 8192, max_data: 65536 }
+    }
+
+    /// Encode, check the CH, decode whole, and check that every shorter prefix is "need more".
+    fn roundtrip(pdu: Pdu<'_>, role: Role, dig: Option<Digests>, pda: u8) -> Vec<u8> {
+        let mut out = Vec::new();
+        encode_pdu(&mut out, &pdu, dig.unwrap_or(Digests::NONE), pda);
+        assert_eq!(le32(&out, 4) as usize, out.len(), "PLEN");
+        let l = lim(role, dig, pda);
+        let f = decode_frame(&out, &l).unwrap().unwrap();
+        assert_eq!(f, Frame { pdu, len: out.len(), data_digest_ok: true });
+        for n in 0..out.len() {
+            assert_eq!(decode_frame(&out[..n], &l).unwrap(), None, "prefix {n}");
+        }
+        out
+    }
+
+    #[test]
+    fn digest_known_vector() {
+        // CRC-32C check value (RFC 3720 B.4 / iSCSI): "123456789" -> 0xE3069283.
+        assert_eq!(digest::crc32c(b"123456789"), 0xE306_9283);
+        assert_eq!(digest::crc32c_append(digest::crc32c(b"1234"), b"56789"), 0xE306_9283);
+    }
+
+    #[test]
+    fn ic_req_layout() {
+        let ic = IcReq { pfv: 0, hpda: 3, digests: Digests::BOTH, maxr2t: 0x0102_0304 };
+        let b = roundtrip(Pdu::IcReq(ic), Role::Target, None, 0);
+        assert_eq!(b.len(), 128);
+        assert_eq!(&b[..8], &[0x00, 0x00, 128, 0, 128, 0, 0, 0]);
+        assert_eq!(&b[8..16], &[0, 0, 3, 0x03, 0x04, 0x03, 0x02, 0x01]);
+        assert!(b[16..].iter().all(|&x| x == 0));
+    }
+
+    #[test]
+    fn ic_resp_layout() {
+        let ic = IcResp { pfv: 0, cpda: 1, digests: Digests { hdgst: true, ddgst: false }, maxh2cdata: 131072 };
+        let b = roundtrip(Pdu::IcResp(ic), Role::Host, None, 0);
+        assert_eq!(&b[..8], &[0x01, 0x00, 128, 0, 128, 0, 0, 0]);
+        assert_eq!(&b[8..16], &[0, 0, 1, 0x01, 0x00, 0x00, 0x02, 0x00]);
+    }
+
+    #[test]
+    fn term_req_layout_uses_spec_offsets() {
+        let echo: Vec<u8> = (0..30).collect();
+        let t = TermReq { fes: 0x0001, fei: 0x0A0B_0C0D, hdr: &echo };
+        let b = roundtrip(Pdu::C2hTermReq(t), Role::Host, Some(Digests::BOTH), 0);
+        // No digests on TermReq even when negotiated; PDO 0; PLEN 24 + echo.
+        assert_eq!(&b[..8], &[0x03, 0x00, 24, 0, 54, 0, 0, 0]);
+        assert_eq!(&b[8..10], &[0x01, 0x00]);
+        assert_eq!(&b[10..14], &[0x0D, 0x0C, 0x0B, 0x0A]);
+        assert!(b[14..24].iter().all(|&x| x == 0));
+        assert_eq!(&b[24..], &echo[..]);
+        let t = TermReq { fes: 2, fei: 0, hdr: &[] };
+        roundtrip(Pdu::H2cTermReq(t), Role::Target, None, 0);
+    }
+
+    #[test]
+    fn term_req_echo_is_capped_at_128() {
+        let echo = [0xAAu8; 200];
+        let mut b = Vec::new();
+        encode_term_req(&mut b, pdu_type::C2H_TERM_REQ, 1, 2, &echo);
+        assert_eq!(b.len(), 152);
+        assert_eq!(le32(&b, 4), 152);
+    }
+
+    #[test]
+    fn capsule_cmd_without_and_with_data() {
+        let mut sqe = Sqe::new(0x02, CommandId(9));
+        sqe.set_sgl_transport(4096);
+        let b = roundtrip(Pdu::CapsuleCmd { sqe, data: &[] }, Role::Target, Some(Digests::BOTH), 3);
+        // No data: PDO 0, no DDGSTF even though data digest is on.
+        assert_eq!(&b[..8], &[0x04, flags::HDGSTF, 72, 0, 76, 0, 0, 0]);
+        assert_eq!(&b[8..72], &sqe.0[..]);
+        assert_eq!(le32(&b, 72), digest::crc32c(&b[..72]));
+
+        let icd = [7u8; 100];
+        sqe.set_sgl_icd(100);
+        let b = roundtrip(Pdu::CapsuleCmd { sqe, data: &icd }, Role::Target, Some(Digests::BOTH), 3);
+        // HLEN 72 + HDGST 4 = 76, aligned to (3+1)*4 = 16 -> PDO 80; PLEN 80 + 100 + 4.
+        assert_eq!(&b[..8], &[0x04, flags::HDGSTF | flags::DDGSTF, 72, 80, 184, 0, 0, 0]);
+        assert!(b[76..80].iter().all(|&x| x == 0), "PAD");
+        assert_eq!(&b[80..180], &icd[..]);
+        assert_eq!(le32(&b, 180), digest::crc32c(&icd));
+
+        let b = roundtrip(Pdu::CapsuleCmd { sqe, data: &icd }, Role::Target, Some(Digests::NONE), 0);
+        assert_eq!(&b[..8], &[0x04, 0, 72, 72, 172, 0, 0, 0]);
+    }
+
+    #[test]
+    fn capsule_resp_layout() {
+        let cqe = Cqe { dw0: 1, dw1: 2, sqhd: 3, sqid: 4, cid: 5, status: Status::TRANSIENT_TRANSPORT };
+        let b = roundtrip(Pdu::CapsuleResp(cqe), Role::Host, Some(Digests::NONE), 0);
+        assert_eq!(&b[..8], &[0x05, 0, 24, 0, 24, 0, 0, 0]);
+        assert_eq!(&b[8..24], &cqe.to_bytes());
+        let b = roundtrip(Pdu::CapsuleResp(cqe), Role::Host, Some(Digests::BOTH), 0);
+        assert_eq!(&b[..8], &[0x05, flags::HDGSTF, 24, 0, 28, 0, 0, 0]);
+    }
+
+    #[test]
+    fn h2c_data_layout() {
+        let data = [0x5Au8; 33];
+        let d = DataHdr { cccid: 0x1234, ttag: 0x0506, datao: 4096, datal: 33, last: true, success: false };
+        let b = roundtrip(Pdu::H2cData { hdr: d, data: &data }, Role::Target, Some(Digests::NONE), 0);
+        assert_eq!(&b[..8], &[0x06, flags::LAST_PDU, 24, 24, 57, 0, 0, 0]);
+        assert_eq!(&b[8..24], &[0x34, 0x12, 0x06, 0x05, 0, 0x10, 0, 0, 33, 0, 0, 0, 0, 0, 0, 0]);
+        let b = roundtrip(Pdu::H2cData { hdr: d, data: &data }, Role::Target, Some(Digests::BOTH), 7);
+        // 24 + 4 = 28 aligned to 32 -> PDO 32.
+        assert_eq!(b[3], 32);
+        assert_eq!(b.len(), 32 + 33 + 4);
+    }
+
+    #[test]
+    fn c2h_data_layout() {
+        let data = [1u8; 10];
+        let d = DataHdr { cccid: 1, ttag: 0, datao: 0, datal: 10, last: true, success: true };
+        let b = roundtrip(Pdu::C2hData { hdr: d, data: &data }, Role::Host, Some(Digests::NONE), 3);
+        // 24 aligned to 16 -> PDO 32 (hpda 3).
+        assert_eq!(&b[..8], &[0x07, flags::LAST_PDU | flags::SUCCESS, 24, 32, 42, 0, 0, 0]);
+        let d = DataHdr { last: false, success: false, ..d };
+        roundtrip(Pdu::C2hData { hdr: d, data: &data }, Role::Host, Some(Digests::BOTH), 0);
+    }
+
+    #[test]
+    fn r2t_layout() {
+        let r = R2t { cccid: 2, ttag: 3, r2to: 4, r2tl: 5 };
+        let b = roundtrip(Pdu::R2t(r), Role::Host, Some(Digests::NONE), 0);
+        assert_eq!(&b[..], &[0x09, 0, 24, 0, 24, 0, 0, 0, 2, 0, 3, 0, 4, 0, 0, 0, 5, 0, 0, 0, 0, 0, 0, 0]);
+        roundtrip(Pdu::R2t(r), Role::Host, Some(Digests::BOTH), 0);
+    }
+
+    #[test]
+    fn data_digest_mismatch_is_reported_not_fatal() {
+        let data = [3u8; 64];
+        let d = DataHdr { cccid: 1, ttag: 0, datao: 0, datal: 64, last: true, success: false };
+        let mut b = Vec::new();
+        encode_c2h_data(&mut b, Digests::BOTH, 0, &d, &data);
+        b[40] ^= 1;
+        let f = decode_frame(&b, &lim(Role::Host, Some(Digests::BOTH), 0)).unwrap().unwrap();
+        assert!(!f.data_digest_ok);
+        assert_eq!(f.len, b.len());
+    }
+
+    #[test]
+    fn header_error_detected_before_data_arrives() {
+        // A CapsuleCmd header announcing 4 GiB of in-capsule data is rejected from its header.
+        let mut h = [0u8; 72];
+        h[0] = pdu_type::CAPSULE_CMD;
+        h[2] = 72;
+        h[3] = 72;
+        h[4..8].copy_from_slice(&u32::MAX.to_le_bytes());
+        let e = decode_header(&h, &lim(Role::Target, Some(Digests::NONE), 0)).unwrap_err();
+        assert_eq!((e.fes, e.fei), (Fes::DataTransferLimitExceeded, 0));
+        assert_eq!(e.header(), &h[..]);
+    }
+
+    #[test]
+    fn pdo_helpers() {
+        assert_eq!(data_pdo(24, false, 0), 24);
+        assert_eq!(data_pdo(24, true, 0), 28);
+        assert_eq!(data_pdo(24, true, 3), 32);
+        assert_eq!(data_pdo(72, true, 31), 128);
+        assert_eq!(data_pdo(72, false, 255), 128, "PDA clamped to 31");
+        assert_eq!(pda_alignment(0), 4);
+    }
 }

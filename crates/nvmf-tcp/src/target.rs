@@ -1,10 +1,13 @@
 //! Target (controller) role of an NVMe/TCP connection.
 
-use crate::error::ProtocolError;
-use crate::pdu::Digests;
+use crate::error::{Fes, ProtocolError};
+use crate::pdu::{self, DataHdr, DecodeLimits, Digests, IcResp, Pdu, R2t, Role, fei};
 use nvme_spec::{Cqe, Sqe};
 
 /// Limits the target advertises and enforces on one connection.
+///
+/// Values are used as given: `maxh2cdata` should be a multiple of 4 and ≥ 4096 (hosts reject
+/// anything else), `cpda` ≤ 31 (larger values are treated as 31), `c2h_max` ≥ 1.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TargetConnConfig {
     /// MAXH2CDATA advertised in ICResp; H2CData with DATAL above it is fatal (FES 05h).
@@ -41,54 +44,259 @@ pub enum TargetEvent<'a> {
     H2cData { cccid: u16, ttag: u16, datao: u32, data: &'a [u8], last: bool },
     /// The host terminated the connection (H2CTermReq). Log and close.
     TermReq { fes: u16, fei: u32 },
+    /// A command capsule whose in-capsule data failed its data digest (non-fatal: NVMe/TCP 1.0
+    /// section 3.5, see [`crate::pdu`] docs). The header (and so the SQE) is intact: the
+    /// controller must complete the command with Transient Transport Error
+    /// (`Status::TRANSIENT_TRANSPORT`) without executing it.
+    CommandDataDigestError { sqe: Sqe },
+    /// An H2CData PDU whose data failed its data digest. Its header was valid and has been
+    /// checked against the R2T exactly like [`TargetEvent::H2cData`], and the R2T window has
+    /// advanced by `datal` bytes (`last`: the window is complete and the tag is free). The data
+    /// is unusable: the controller must not execute the command and completes it with Transient
+    /// Transport Error once the transfer is over (`last`) — further H2CData for the same tag may
+    /// still arrive and must be accepted and dropped.
+    H2cDataDigestError { cccid: u16, ttag: u16, datao: u32, datal: u32, last: bool },
+}
+
+/// One transfer tag's R2T window.
+#[derive(Clone, Copy, Debug, Default)]
+struct R2tSlot {
+    active: bool,
+    cccid: u16,
+    /// Next expected DATAO.
+    next: u32,
+    /// R2TO + R2TL.
+    end: u32,
+}
+
+#[derive(Debug)]
+enum State {
+    /// Waiting for ICReq.
+    AwaitIcReq,
+    /// ICReq answered.
+    Established,
+    /// A protocol error was found; it is returned again on every call.
+    Failed(ProtocolError),
+    /// TermReq sent or received.
+    Terminated,
 }
 
 /// Connection state machine, target role. See the crate docs for the driving loop.
 #[derive(Debug)]
 pub struct TargetConn {
-    _private: (),
+    cfg: TargetConnConfig,
+    state: State,
+    digests: Digests,
+    hpda: u8,
+    /// Indexed by TTAG; allocated once, at `new`.
+    r2t: Vec<R2tSlot>,
 }
 
 impl TargetConn {
     pub fn new(cfg: TargetConnConfig) -> TargetConn {
-        let _ = cfg;
-        todo!()
+        TargetConn {
+            cfg,
+            state: State::AwaitIcReq,
+            digests: Digests::NONE,
+            hpda: 0,
+            r2t: vec![R2tSlot::default(); usize::from(cfg.max_ttags)],
+        }
     }
 
     /// Upper bound on one PDU's total length with the current configuration (the driver's receive
     /// buffer must hold at least this many bytes).
     pub fn max_pdu_len(&self) -> usize {
-        todo!()
+        // Before the IC exchange digests are unknown: assume both.
+        let dig = match self.state {
+            State::AwaitIcReq => Digests::BOTH,
+            _ => self.digests,
+        };
+        let icd = usize::try_from(self.cfg.max_icd).unwrap_or(usize::MAX);
+        let h2c = usize::try_from(self.cfg.maxh2cdata).unwrap_or(usize::MAX);
+        let ddgst = if dig.ddgst { pdu::DIGEST_LEN } else { 0 };
+        let capsule = pdu::data_pdo(pdu::HLEN_CAPSULE_CMD, dig.hdgst, self.cfg.cpda)
+            .saturating_add(icd)
+            .saturating_add(ddgst);
+        let data = pdu::data_pdo(pdu::HLEN_DATA, dig.hdgst, self.cfg.cpda)
+            .saturating_add(h2c)
+            .saturating_add(ddgst);
+        capsule.max(data).max(pdu::HLEN_IC).max(pdu::TERM_REQ_MAX_PLEN)
+    }
+
+    fn limits(&self) -> DecodeLimits {
+        DecodeLimits {
+            role: Role::Target,
+            digests: match self.state {
+                State::AwaitIcReq => None,
+                _ => Some(self.digests),
+            },
+            pda: self.cfg.cpda,
+            max_icd: self.cfg.max_icd,
+            max_data: self.cfg.maxh2cdata,
+        }
+    }
+
+    fn fail(&mut self, e: ProtocolError) -> ProtocolError {
+        self.state = State::Failed(e.clone());
+        e
     }
 
     /// Decode the next PDU at the start of `buf`. `Ok(None)`: not enough bytes yet (the caller
     /// keeps them and reads more). `Ok(Some((event, consumed)))`: one PDU handled, `consumed`
     /// bytes used. ICReq is answered here (ICResp appended to `out`). After an `Err`, the caller
     /// sends [`TargetConn::encode_term_req`] and closes; further calls keep failing.
+    ///
+    /// Header errors are reported as soon as the PDU header is in `buf`, before its data.
     pub fn decode_one<'a>(
         &mut self,
         buf: &'a [u8],
         out: &mut Vec<u8>,
     ) -> Result<Option<(TargetEvent<'a>, usize)>, ProtocolError> {
-        let _ = (buf, out);
-        todo!()
+        match &self.state {
+            State::Failed(e) => return Err(e.clone()),
+            State::Terminated => {
+                return Err(ProtocolError::new(Fes::PduSequenceError, 0, &[], "connection terminated"));
+            }
+            State::AwaitIcReq | State::Established => {}
+        }
+        let h = match pdu::decode_header(buf, &self.limits()) {
+            Ok(Some(h)) => h,
+            Ok(None) => return Ok(None),
+            Err(e) => return Err(self.fail(e)),
+        };
+        // Check H2CData against its R2T before waiting for the data.
+        let mut slot_idx = None;
+        if let Pdu::H2cData { hdr, .. } = &h.pdu {
+            match self.check_h2c(hdr) {
+                Ok(i) => slot_idx = Some(i),
+                Err((fes, fei, reason)) => {
+                    let e = ProtocolError::new(fes, fei, h.echo(buf), reason);
+                    return Err(self.fail(e));
+                }
+            }
+        }
+        let Some(frame) = h.decode_body(buf) else {
+            return Ok(None);
+        };
+        let ev = match frame.pdu {
+            Pdu::IcReq(ic) => {
+                self.digests = ic.digests;
+                self.hpda = ic.hpda;
+                self.state = State::Established;
+                let resp = IcResp {
+                    pfv: 0,
+                    cpda: self.cfg.cpda.min(pdu::MAX_PDA),
+                    digests: ic.digests,
+                    maxh2cdata: self.cfg.maxh2cdata,
+                };
+                pdu::encode_ic_resp(out, &resp);
+                TargetEvent::Established { hpda: ic.hpda, digests: ic.digests, maxr2t: ic.maxr2t }
+            }
+            Pdu::CapsuleCmd { sqe, data } => {
+                if frame.data_digest_ok {
+                    TargetEvent::Command { sqe, icd: data }
+                } else {
+                    TargetEvent::CommandDataDigestError { sqe }
+                }
+            }
+            Pdu::H2cData { hdr, data } => {
+                let Some(slot) = slot_idx.and_then(|i| self.r2t.get_mut(i)) else {
+                    // check_h2c returned the index of a slot that exists.
+                    return Err(self.fail(ProtocolError::new(
+                        Fes::InvalidHeaderField,
+                        fei::TTAG,
+                        h.echo(buf),
+                        "TTAG not outstanding",
+                    )));
+                };
+                slot.next = hdr.datao + hdr.datal;
+                let last = slot.next == slot.end;
+                if last {
+                    slot.active = false;
+                }
+                if frame.data_digest_ok {
+                    TargetEvent::H2cData { cccid: hdr.cccid, ttag: hdr.ttag, datao: hdr.datao, data, last }
+                } else {
+                    TargetEvent::H2cDataDigestError {
+                        cccid: hdr.cccid,
+                        ttag: hdr.ttag,
+                        datao: hdr.datao,
+                        datal: hdr.datal,
+                        last,
+                    }
+                }
+            }
+            Pdu::H2cTermReq(t) => {
+                self.state = State::Terminated;
+                TargetEvent::TermReq { fes: t.fes, fei: t.fei }
+            }
+            // decode_header with Role::Target yields only the four types above.
+            Pdu::IcResp(_) | Pdu::C2hTermReq(_) | Pdu::CapsuleResp(_) | Pdu::C2hData { .. } | Pdu::R2t(_) => {
+                return Err(self.fail(ProtocolError::new(
+                    Fes::InvalidHeaderField,
+                    fei::PDU_TYPE,
+                    h.echo(buf),
+                    "PDU type not valid in this direction",
+                )));
+            }
+        };
+        Ok(Some((ev, frame.len)))
+    }
+
+    /// Validate an H2CData header against the R2T it answers (NVMe/TCP 1.0 3.6.2.8; the checks
+    /// SPDK `nvmf_tcp_h2c_data_hdr_handle` and Linux `nvmet_tcp_handle_h2c_data_pdu` make).
+    /// Returns the slot index. DATAL has already been checked against PLEN and MAXH2CDATA.
+    fn check_h2c(&self, d: &DataHdr) -> Result<usize, (Fes, u32, &'static str)> {
+        let idx = usize::from(d.ttag);
+        let slot = match self.r2t.get(idx) {
+            Some(s) if s.active => s,
+            Some(_) => return Err((Fes::InvalidHeaderField, fei::TTAG, "TTAG has no outstanding R2T")),
+            None => return Err((Fes::InvalidHeaderField, fei::TTAG, "TTAG out of range")),
+        };
+        if slot.cccid != d.cccid {
+            return Err((Fes::InvalidHeaderField, fei::CCCID, "CCCID does not match the R2T"));
+        }
+        if d.datao != slot.next {
+            return Err((Fes::DataTransferOutOfRange, 0, "DATAO is not the next expected offset"));
+        }
+        let end = match d.datao.checked_add(d.datal) {
+            Some(e) if e <= slot.end => e,
+            _ => return Err((Fes::DataTransferOutOfRange, 0, "H2CData beyond the R2T window")),
+        };
+        // LAST_PDU marks exactly the PDU that completes the R2T (NVMe/TCP 1.0 H2CData flags).
+        if d.last != (end == slot.end) {
+            return Err((Fes::InvalidHeaderField, fei::FLAGS, "LAST_PDU does not match the end of the R2T"));
+        }
+        Ok(idx)
     }
 
     /// Negotiated digests (after Established).
     pub fn digests(&self) -> Digests {
-        todo!()
+        self.digests
+    }
+
+    /// HPDA the host asked for in ICReq (C2HData PDO alignment), 0's based dwords.
+    pub fn hpda(&self) -> u8 {
+        self.hpda
+    }
+
+    /// True once ICReq has been answered and until the connection terminates.
+    pub fn is_established(&self) -> bool {
+        matches!(self.state, State::Established)
     }
 
     /// Append a CapsuleResp carrying `cqe`.
     pub fn encode_resp(&self, out: &mut Vec<u8>, cqe: &Cqe) {
-        let _ = (out, cqe);
-        todo!()
+        pdu::encode_capsule_resp(out, self.digests, cqe);
     }
 
     /// Append the C2HData PDUs that carry `data` (the bytes at offset `datao_base` of the command's
     /// data), split at `c2h_max`, each padded to the host's HPDA, with digests as negotiated.
     /// `last` sets LAST_PDU on the final PDU; `success` additionally sets SUCCESS on it (only when
     /// the queue has SQ flow control disabled, and then no CapsuleResp is sent).
+    ///
+    /// SUCCESS is only ever set together with LAST_PDU (`success` is ignored unless `last`).
+    /// Empty `data` appends nothing (a C2HData PDU must carry at least one byte).
     pub fn encode_c2h_data(
         &self,
         out: &mut Vec<u8>,
@@ -98,27 +306,65 @@ impl TargetConn {
         last: bool,
         success: bool,
     ) {
-        let _ = (out, cccid, datao_base, data, last, success);
-        todo!()
+        let max = usize::try_from(self.cfg.c2h_max.max(1)).unwrap_or(usize::MAX);
+        let n = data.len().div_ceil(max);
+        let mut datao = datao_base;
+        for (i, chunk) in data.chunks(max).enumerate() {
+            let final_pdu = i + 1 == n;
+            let d = DataHdr {
+                cccid,
+                ttag: 0,
+                datao,
+                datal: 0,
+                last: last && final_pdu,
+                success: success && last && final_pdu,
+            };
+            pdu::encode_c2h_data(out, self.digests, self.hpda, &d, chunk);
+            datao = datao.wrapping_add(u32::try_from(chunk.len()).unwrap_or(u32::MAX));
+        }
     }
 
     /// Append an R2T asking for `r2tl` bytes at offset `r2to` of command `cccid`, and remember it
     /// under `ttag` so that the following H2CData PDUs are validated. Returns false (and appends
     /// nothing) if `ttag` is out of range or already in use.
+    ///
+    /// Also returns false if `r2tl` is 0, `r2to + r2tl` overflows, or the connection is not
+    /// established. The controller must respect the host's MAXR2T (0's based, reported in
+    /// [`TargetEvent::Established`]): at most MAXR2T+1 outstanding R2Ts per command.
     pub fn send_r2t(&mut self, out: &mut Vec<u8>, cccid: u16, ttag: u16, r2to: u32, r2tl: u32) -> bool {
-        let _ = (out, cccid, ttag, r2to, r2tl);
-        todo!()
+        if !self.is_established() || r2tl == 0 {
+            return false;
+        }
+        let Some(end) = r2to.checked_add(r2tl) else {
+            return false;
+        };
+        match self.r2t.get_mut(usize::from(ttag)) {
+            Some(slot) if !slot.active => {
+                *slot = R2tSlot { active: true, cccid, next: r2to, end };
+            }
+            _ => return false,
+        }
+        pdu::encode_r2t(out, self.digests, &R2t { cccid, ttag, r2to, r2tl });
+        true
     }
 
     /// Forget an outstanding R2T (command aborted / failed).
+    ///
+    /// Only call this when the host can no longer send data for the tag (connection teardown):
+    /// H2CData that arrives for a cancelled tag is a fatal error (FES 01h, FEI 10). A command
+    /// whose data is still being transferred must be allowed to finish the transfer (the
+    /// `last` event frees the tag) before it is completed, even with an error status.
     pub fn cancel_r2t(&mut self, ttag: u16) {
-        let _ = ttag;
-        todo!()
+        if let Some(slot) = self.r2t.get_mut(usize::from(ttag)) {
+            slot.active = false;
+        }
     }
 
     /// Append a C2HTermReq for `err` (FES, FEI, echoed header). The connection is terminated.
     pub fn encode_term_req(&mut self, out: &mut Vec<u8>, err: &ProtocolError) {
-        let _ = (out, err);
-        todo!()
+        pdu::encode_term_req(out, pdu::pdu_type::C2H_TERM_REQ, err.fes as u16, err.fei, err.header());
+        if !matches!(self.state, State::Failed(_)) {
+            self.state = State::Terminated;
+        }
     }
 }

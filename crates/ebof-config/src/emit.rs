@@ -1,0 +1,120 @@
+//! Writes a [`Config`] back as TOML, every default spelt out, so that the
+//! effective configuration (after defaults and overrides) can be shown,
+//! saved and reloaded to an equal `Config`.
+
+use std::fmt::Write;
+
+use crate::model::{BackendChoice, Config, Listener};
+use crate::parse::format_size;
+
+/// A TOML string literal, escaped by the `toml` crate.
+fn string(s: &str) -> String {
+    toml::Value::String(s.to_owned()).to_string()
+}
+
+/// A size: `"1G"` when a unit divides it, else an integer; a string of
+/// digits when it does not fit TOML's signed 64-bit integers.
+fn size(bytes: u64) -> String {
+    let formatted = format_size(bytes);
+    if formatted.bytes().all(|b| b.is_ascii_digit()) && i64::try_from(bytes).is_ok() {
+        formatted
+    } else {
+        string(&formatted)
+    }
+}
+
+fn listener(out: &mut String, header: &str, l: &Listener) {
+    let _ = writeln!(out, "{header}");
+    let _ = writeln!(out, "address = {}", string(&l.address.to_string()));
+    let _ = writeln!(out, "port = {}", l.port);
+}
+
+impl Config {
+    /// The configuration as TOML with every value explicit (derived serials
+    /// and UUIDs included). [`Config::from_toml_str`] reads it back to an
+    /// equal `Config`. Paths that are not UTF-8 are written lossily.
+    pub fn to_toml_string(&self) -> String {
+        let mut out = String::new();
+        let t = &self.target;
+        out.push_str("[target]\n");
+        if let Some(cores) = &t.cores {
+            let list: Vec<String> = cores.iter().map(usize::to_string).collect();
+            let _ = writeln!(out, "cores = [{}]", list.join(", "));
+        }
+        let _ = writeln!(out, "io_inline_data = {}", t.io_inline_data);
+        let _ = writeln!(out, "max_h2c_data = {}", t.max_h2c_data);
+        let _ = writeln!(out, "c2h_data_max = {}", t.c2h_data_max);
+        let _ = writeln!(out, "max_io_queues = {}", t.max_io_queues);
+        let _ = writeln!(out, "max_queue_size = {}", t.max_queue_size);
+        let _ = writeln!(out, "serial_prefix = {}", string(&t.serial_prefix));
+        for l in &self.listeners {
+            out.push('\n');
+            listener(&mut out, "[[listeners]]", l);
+        }
+        if let Some(d) = &self.discovery {
+            out.push('\n');
+            listener(&mut out, "[discovery]", d);
+        }
+        for s in &self.subsystems {
+            out.push_str("\n[[subsystems]]\n");
+            let _ = writeln!(out, "nqn = {}", string(&s.nqn));
+            let _ = writeln!(out, "serial = {}", string(&s.serial));
+            let _ = writeln!(out, "model = {}", string(&s.model));
+            let _ = writeln!(out, "allow_any_host = {}", s.allow_any_host);
+            let hosts: Vec<String> = s.hosts.iter().map(|h| string(h)).collect();
+            let _ = writeln!(out, "hosts = [{}]", hosts.join(", "));
+            for ns in &s.namespaces {
+                out.push_str("\n[[subsystems.namespaces]]\n");
+                let _ = writeln!(out, "nsid = {}", ns.nsid);
+                let _ = writeln!(out, "backend = {}", string(ns.backend.kind()));
+                match &ns.backend {
+                    BackendChoice::Ram { size: bytes } => {
+                        let _ = writeln!(out, "size = {}", size(*bytes));
+                    }
+                    BackendChoice::File { path, size: bytes } => {
+                        let _ = writeln!(out, "path = {}", string(&path.to_string_lossy()));
+                        if let Some(bytes) = bytes {
+                            let _ = writeln!(out, "size = {}", size(*bytes));
+                        }
+                    }
+                    BackendChoice::Block { path } => {
+                        let _ = writeln!(out, "path = {}", string(&path.to_string_lossy()));
+                    }
+                }
+                let _ = writeln!(out, "block_size = {}", ns.block_size);
+                let _ = writeln!(
+                    out,
+                    "uuid = {}",
+                    string(&uuid::Uuid::from_bytes(ns.uuid).to_string())
+                );
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_are_valid_toml_values() {
+        assert_eq!(size(1 << 30), "\"1G\"");
+        assert_eq!(size(1536), "1536");
+        assert_eq!(size(u64::MAX - 511), "\"18446744073709551104\"");
+    }
+
+    #[test]
+    fn embedded_default_text() {
+        let text = Config::embedded_default().to_toml_string();
+        assert!(
+            text.contains("nqn = \"nqn.2026-11.io.ebof:default\""),
+            "{text}"
+        );
+        assert!(text.contains("size = \"1G\""), "{text}");
+        assert!(
+            text.contains("address = \"127.0.0.1\"\nport = 4420"),
+            "{text}"
+        );
+    }
+}

@@ -1,0 +1,342 @@
+//! The typed, validated configuration: what `ebof serve` and the management
+//! API work with. Every field here has its final type; defaults are already
+//! resolved (serials and UUIDs derived, NSIDs numbered).
+
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+
+use uuid::Uuid;
+
+use crate::parse::SERIAL_MAX_LEN;
+
+/// NQN of the subsystem of the embedded default configuration.
+pub const DEFAULT_NQN: &str = "nqn.2026-11.io.ebof:default";
+/// The well-known discovery subsystem NQN (NVMe-oF 1.1, 7.1); no I/O
+/// subsystem may use it.
+pub const DISCOVERY_NQN: &str = "nqn.2014-08.org.nvmexpress.discovery";
+/// IANA port of NVMe/TCP I/O controllers (NVMe/TCP 1.0, 7.4.9.1).
+pub const DEFAULT_PORT: u16 = 4420;
+/// IANA port of the NVMe/TCP discovery service (NVMe/TCP 1.0, 7.4.9.1).
+pub const DEFAULT_DISCOVERY_PORT: u16 = 8009;
+/// Model number reported when a subsystem does not set one.
+pub const DEFAULT_MODEL: &str = "ebof";
+/// Prefix of derived serial numbers when `[target] serial_prefix` is unset.
+pub const DEFAULT_SERIAL_PREFIX: &str = "EBOF";
+/// Logical block size when a namespace does not set one.
+pub const DEFAULT_BLOCK_SIZE: u32 = 512;
+/// Size of the RAM namespace of the embedded default and of the subsystem
+/// that `--nqn` creates when the configuration has none: 1 GiB.
+pub const DEFAULT_RAM_SIZE: u64 = 1 << 30;
+/// Size a `file` namespace without `size` gets when its file does not exist
+/// yet (the backend creates it): 1 GiB. An existing file keeps its size.
+pub const DEFAULT_FILE_SIZE: u64 = 1 << 30;
+/// Highest valid NSID (0xFFFFFFFF is the broadcast value; NVMe Base 2.0, 3.2.1.2).
+pub const NSID_MAX: u32 = 0xFFFF_FFFE;
+
+/// Name-space UUID under which namespace UUIDs are derived (RFC 4122 v5).
+/// Changing it changes every derived namespace UUID: never do.
+const NAMESPACE_UUID_BASE: Uuid = Uuid::from_u128(0x6562_6f66_2d6e_4973_a164_5d3c_0e5a_7b21);
+/// Name-space UUID under which serial numbers are derived. Never change.
+const SERIAL_UUID_BASE: Uuid = Uuid::from_u128(0x6562_6f66_2d73_4e5f_9b0c_22d8_41f6_c3e7);
+
+/// The whole configuration of `ebof serve`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// Global tuning (`[target]`).
+    pub target: TargetTuning,
+    /// Where I/O controllers are served (`[[listeners]]`); discovery is
+    /// served on each of them too. At least one.
+    pub listeners: Vec<Listener>,
+    /// Optional dedicated discovery listener (`[discovery]`), usually port 8009.
+    pub discovery: Option<Listener>,
+    /// The exported NVM subsystems (`[[subsystems]]`). At least one.
+    pub subsystems: Vec<Subsystem>,
+}
+
+/// Global tuning of the target (`[target]`). Every field has a default.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TargetTuning {
+    /// CPU cores to run reactors on, sorted as given; `None`: all online
+    /// cores. Whether the cores exist is checked by the runtime, not here.
+    pub cores: Option<Vec<usize>>,
+    /// In-capsule data limit of I/O queues in bytes (advertised as IOCCSZ,
+    /// NVMe-oF 1.1, 4.2): 4096..=131072, a multiple of 16. Default 8192.
+    pub io_inline_data: u32,
+    /// MAXH2CDATA advertised in ICResp (NVMe/TCP 1.0, 3.6.2.3): the largest
+    /// H2CData PDU payload we accept. 4096..=16 MiB, a multiple of 4.
+    /// Default 131072.
+    pub max_h2c_data: u32,
+    /// Largest payload of one C2HData PDU we send: 4096..=16 MiB.
+    /// Default 131072.
+    pub c2h_data_max: u32,
+    /// I/O queues per controller: 1..=1024. Default 32.
+    pub max_io_queues: u16,
+    /// Entries per queue, MQES+1 (CAP.MQES is 0's based): 16..=4096.
+    /// Default 128.
+    pub max_queue_size: u16,
+    /// Prefix of derived serial numbers: at most 12 printable ASCII
+    /// characters without spaces, so at least 8 hex digits of the hash fit
+    /// in the 20-byte SN field. Default `"EBOF"`.
+    pub serial_prefix: String,
+}
+
+impl Default for TargetTuning {
+    fn default() -> Self {
+        TargetTuning {
+            cores: None,
+            io_inline_data: 8192,
+            max_h2c_data: 131_072,
+            c2h_data_max: 131_072,
+            max_io_queues: 32,
+            max_queue_size: 128,
+            serial_prefix: DEFAULT_SERIAL_PREFIX.to_owned(),
+        }
+    }
+}
+
+/// A TCP listening address (`[[listeners]]`, `[discovery]`, `--listen`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Listener {
+    /// IPv4 or IPv6 literal to bind; `0.0.0.0` / `::` bind every address.
+    pub address: IpAddr,
+    /// TCP port; 0 lets the OS choose one (tests).
+    pub port: u16,
+}
+
+impl Listener {
+    /// The address to bind.
+    pub fn socket_addr(&self) -> SocketAddr {
+        SocketAddr::new(self.address, self.port)
+    }
+}
+
+impl fmt::Display for Listener {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.socket_addr().fmt(f)
+    }
+}
+
+/// An exported NVM subsystem (`[[subsystems]]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Subsystem {
+    /// Subsystem NQN, unique, not [`DISCOVERY_NQN`].
+    pub nqn: String,
+    /// Serial number (Identify Controller SN): at most 20 printable ASCII
+    /// characters. Derived from the NQN when not configured, see
+    /// [`derived_serial`].
+    pub serial: String,
+    /// Model number (Identify Controller MN): 1..=40 printable ASCII
+    /// characters. Default [`DEFAULT_MODEL`].
+    pub model: String,
+    /// Whether any host may connect; when false only `hosts` may.
+    /// Default: true when `hosts` is empty, false otherwise.
+    pub allow_any_host: bool,
+    /// Host NQNs allowed to connect (ignored when `allow_any_host`, which is
+    /// why the two together are an error).
+    pub hosts: Vec<String>,
+    /// Namespaces, in configuration order.
+    pub namespaces: Vec<Namespace>,
+}
+
+/// A namespace of a subsystem (`[[subsystems.namespaces]]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Namespace {
+    /// Namespace ID, 1..=[`NSID_MAX`], unique within the subsystem.
+    pub nsid: u32,
+    /// Where the data lives.
+    pub backend: BackendChoice,
+    /// Logical block size in bytes: 512 or 4096.
+    pub block_size: u32,
+    /// Namespace UUID (Identify Namespace Identification Descriptor, type 3),
+    /// never nil. Derived from (subsystem NQN, NSID) when not configured,
+    /// see [`derived_uuid`], so it is stable across restarts.
+    pub uuid: [u8; 16],
+}
+
+/// The storage behind a namespace. Opening it is the backend crate's job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BackendChoice {
+    /// Volatile memory of `size` bytes (a positive multiple of the block size).
+    Ram {
+        /// Capacity in bytes.
+        size: u64,
+    },
+    /// A regular file.
+    File {
+        /// The file; relative paths are relative to the working directory of
+        /// `ebof serve`.
+        path: PathBuf,
+        /// `Some(n)`: the namespace has `n` bytes; the file is created or
+        /// extended to that size, never truncated. `None`: the file's current
+        /// size (rounded down to the block size); a missing file is created
+        /// with [`DEFAULT_FILE_SIZE`] bytes.
+        size: Option<u64>,
+    },
+    /// A block device; its size is the device's.
+    Block {
+        /// The device node, e.g. `/dev/nvme0n1`.
+        path: PathBuf,
+    },
+}
+
+impl BackendChoice {
+    /// The name used in the file: `"ram"`, `"file"` or `"block"`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            BackendChoice::Ram { .. } => "ram",
+            BackendChoice::File { .. } => "file",
+            BackendChoice::Block { .. } => "block",
+        }
+    }
+
+    /// The configured size, if any.
+    pub fn size(&self) -> Option<u64> {
+        match self {
+            BackendChoice::Ram { size } => Some(*size),
+            BackendChoice::File { size, .. } => *size,
+            BackendChoice::Block { .. } => None,
+        }
+    }
+
+    /// The file or device path, if any.
+    pub fn path(&self) -> Option<&Path> {
+        match self {
+            BackendChoice::Ram { .. } => None,
+            BackendChoice::File { path, .. } | BackendChoice::Block { path } => Some(path),
+        }
+    }
+}
+
+/// The UUID a namespace gets when none is configured: an RFC 4122 version 5
+/// (name-based, SHA-1) UUID of `nqn`, a NUL byte and the big-endian NSID,
+/// under a fixed ebof name space. Same inputs, same UUID, on every run and
+/// every release.
+pub fn derived_uuid(nqn: &str, nsid: u32) -> [u8; 16] {
+    let mut name = Vec::with_capacity(nqn.len() + 5);
+    name.extend_from_slice(nqn.as_bytes());
+    name.push(0);
+    name.extend_from_slice(&nsid.to_be_bytes());
+    *Uuid::new_v5(&NAMESPACE_UUID_BASE, &name).as_bytes()
+}
+
+/// The serial number a subsystem gets when none is configured: `prefix`
+/// followed by upper-case hex digits of a name-based hash of `nqn`, 20
+/// characters in all (the SN field's size). Deterministic.
+pub fn derived_serial(prefix: &str, nqn: &str) -> String {
+    let hash = Uuid::new_v5(&SERIAL_UUID_BASE, nqn.as_bytes());
+    let hex = format!("{:032X}", hash.as_u128());
+    let mut serial: String = prefix.chars().take(SERIAL_MAX_LEN).collect();
+    let room = SERIAL_MAX_LEN.saturating_sub(serial.len()).min(hex.len());
+    serial.push_str(&hex[..room]);
+    serial
+}
+
+impl Subsystem {
+    /// A subsystem with every optional field at its default: derived serial
+    /// (with `serial_prefix`), model [`DEFAULT_MODEL`], any host allowed.
+    pub fn with_defaults(nqn: &str, serial_prefix: &str, namespaces: Vec<Namespace>) -> Self {
+        Subsystem {
+            nqn: nqn.to_owned(),
+            serial: derived_serial(serial_prefix, nqn),
+            model: DEFAULT_MODEL.to_owned(),
+            allow_any_host: true,
+            hosts: Vec::new(),
+            namespaces,
+        }
+    }
+}
+
+impl Namespace {
+    /// A namespace with the default block size and the derived UUID.
+    pub fn with_defaults(subsystem_nqn: &str, nsid: u32, backend: BackendChoice) -> Self {
+        Namespace {
+            nsid,
+            backend,
+            block_size: DEFAULT_BLOCK_SIZE,
+            uuid: derived_uuid(subsystem_nqn, nsid),
+        }
+    }
+}
+
+impl Config {
+    /// The embedded default: subsystem [`DEFAULT_NQN`], one 1 GiB RAM
+    /// namespace (nsid 1, 512 B blocks), listener 127.0.0.1:4420, allow any
+    /// host, no dedicated discovery listener.
+    pub fn embedded_default() -> Config {
+        let target = TargetTuning::default();
+        let ns = Namespace::with_defaults(
+            DEFAULT_NQN,
+            1,
+            BackendChoice::Ram {
+                size: DEFAULT_RAM_SIZE,
+            },
+        );
+        let subsystem = Subsystem::with_defaults(DEFAULT_NQN, &target.serial_prefix, vec![ns]);
+        Config {
+            target,
+            listeners: vec![Listener {
+                address: IpAddr::V4(Ipv4Addr::LOCALHOST),
+                port: DEFAULT_PORT,
+            }],
+            discovery: None,
+            subsystems: vec![subsystem],
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn derived_ids_are_pinned() {
+        // Hosts remember namespace UUIDs and serials: these values must never
+        // change from one release to the next.
+        let uuid = Uuid::from_bytes(derived_uuid(DEFAULT_NQN, 1));
+        assert_eq!(uuid.get_version_num(), 5);
+        assert_eq!(uuid.get_variant(), uuid::Variant::RFC4122);
+        assert_eq!(uuid.to_string(), PINNED_UUID);
+        assert_eq!(derived_serial("EBOF", DEFAULT_NQN), PINNED_SERIAL);
+        assert_ne!(derived_uuid(DEFAULT_NQN, 1), derived_uuid(DEFAULT_NQN, 2));
+        assert_ne!(
+            derived_uuid(DEFAULT_NQN, 1),
+            derived_uuid("nqn.2026-11.io.ebof:other", 1)
+        );
+    }
+
+    // Cross-checked with Python: uuid.uuid5(base, nqn + "\0\0\0\0\x01").
+    const PINNED_UUID: &str = "a1b23a33-6fd8-5064-a0b6-590344646bf8";
+    const PINNED_SERIAL: &str = "EBOFE67DB76E432F5B33";
+
+    #[test]
+    fn derived_serial_lengths() {
+        assert_eq!(derived_serial("EBOF", "nqn.x").len(), 20);
+        assert_eq!(derived_serial("", "nqn.x").len(), 20);
+        assert_eq!(derived_serial(&"P".repeat(12), "nqn.x").len(), 20);
+        assert_eq!(derived_serial(&"P".repeat(30), "nqn.x"), "P".repeat(20));
+        assert_eq!(derived_serial("é", "nqn.x").chars().count(), 19);
+    }
+
+    #[test]
+    fn backend_accessors() {
+        let f = BackendChoice::File {
+            path: "/a".into(),
+            size: None,
+        };
+        assert_eq!(f.kind(), "file");
+        assert_eq!(f.size(), None);
+        assert_eq!(f.path(), Some(Path::new("/a")));
+        assert_eq!(BackendChoice::Ram { size: 5 }.size(), Some(5));
+        assert_eq!(BackendChoice::Block { path: "/b".into() }.kind(), "block");
+    }
+
+    #[test]
+    fn listener_display() {
+        let l = Listener {
+            address: "::1".parse().unwrap(),
+            port: 4420,
+        };
+        assert_eq!(l.to_string(), "[::1]:4420");
+    }
+}

@@ -1,0 +1,482 @@
+//! The file as written: serde structs that mirror the TOML one to one, every
+//! field optional and loosely typed, then converted field by field into the
+//! typed [`Config`] so that each error can name its path.
+//!
+//! Numbers are read as `i64` and strings as `String` on purpose: a port of
+//! 70000 or a size of "1X" then becomes an error with our code and path
+//! instead of serde's generic "invalid value".
+
+use std::fmt;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+use serde::de::{self, Deserializer, SeqAccess, Visitor};
+
+use crate::error::{ConfigError, codes, quote};
+use crate::model::{
+    BackendChoice, Config, DEFAULT_BLOCK_SIZE, DEFAULT_DISCOVERY_PORT, DEFAULT_MODEL, DEFAULT_PORT,
+    Listener, Namespace, Subsystem, TargetTuning, derived_serial, derived_uuid,
+};
+use crate::parse::{MAX_CORE_ID, parse_core_list, parse_ip, parse_size};
+use crate::validate::{TuningRule, rules};
+
+/// The whole file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawConfig {
+    /// `[target]`: global tuning; every key optional.
+    target: Option<RawTarget>,
+    /// `[[listeners]]`: I/O (and discovery) listeners.
+    #[serde(default)]
+    listeners: Vec<RawListener>,
+    /// `[discovery]`: optional dedicated discovery listener.
+    discovery: Option<RawListener>,
+    /// `[[subsystems]]`: exported subsystems.
+    #[serde(default)]
+    subsystems: Vec<RawSubsystem>,
+}
+
+/// `[target]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTarget {
+    /// Reactor cores: `[0, 1]` or `"0-1,4"`; absent: all online cores.
+    cores: Option<RawCores>,
+    /// In-capsule data limit for I/O queues, bytes.
+    io_inline_data: Option<i64>,
+    /// MAXH2CDATA advertised in ICResp, bytes.
+    max_h2c_data: Option<i64>,
+    /// Largest C2HData PDU payload we send, bytes.
+    c2h_data_max: Option<i64>,
+    /// I/O queues per controller.
+    max_io_queues: Option<i64>,
+    /// Entries per queue (MQES+1).
+    max_queue_size: Option<i64>,
+    /// Prefix of derived serial numbers.
+    serial_prefix: Option<String>,
+}
+
+/// `[[listeners]]` and `[discovery]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawListener {
+    /// IP literal; required.
+    address: Option<String>,
+    /// TCP port; default 4420 (8009 for `[discovery]`).
+    port: Option<i64>,
+}
+
+/// `[[subsystems]]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSubsystem {
+    /// Subsystem NQN; required.
+    nqn: Option<String>,
+    /// Serial number; default derived from the NQN.
+    serial: Option<String>,
+    /// Model number; default "ebof".
+    model: Option<String>,
+    /// Default: true when `hosts` is empty.
+    allow_any_host: Option<bool>,
+    /// Allowed host NQNs.
+    #[serde(default)]
+    hosts: Vec<String>,
+    /// `[[subsystems.namespaces]]`.
+    #[serde(default)]
+    namespaces: Vec<RawNamespace>,
+}
+
+/// `[[subsystems.namespaces]]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawNamespace {
+    /// NSID; default: position + 1.
+    nsid: Option<i64>,
+    /// "ram" | "file" | "block"; required.
+    backend: Option<String>,
+    /// Integer bytes or "1G"-style string.
+    size: Option<RawSize>,
+    /// File or device path.
+    path: Option<String>,
+    /// 512 or 4096; default 512.
+    block_size: Option<i64>,
+    /// Namespace UUID; default derived from (nqn, nsid).
+    uuid: Option<String>,
+}
+
+/// A size as written: an integer or a string with a unit.
+#[derive(Debug)]
+enum RawSize {
+    Int(i64),
+    Str(String),
+}
+
+impl<'de> Deserialize<'de> for RawSize {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = RawSize;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a size: integer bytes or a string such as \"1G\"")
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<RawSize, E> {
+                Ok(RawSize::Int(v))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<RawSize, E> {
+                // Beyond i64: keep the digits and let parse_size judge them.
+                Ok(RawSize::Str(v.to_string()))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<RawSize, E> {
+                Ok(RawSize::Str(v.to_owned()))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// A core list as written: an array of integers or a string such as "0-3".
+#[derive(Debug)]
+enum RawCores {
+    List(Vec<i64>),
+    Str(String),
+}
+
+impl<'de> Deserialize<'de> for RawCores {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = RawCores;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a core list: an array of integers or a string such as \"0-1,4\"")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<RawCores, E> {
+                Ok(RawCores::Str(v.to_owned()))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<RawCores, A::Error> {
+                let mut cores = Vec::new();
+                while let Some(core) = seq.next_element::<i64>()? {
+                    cores.push(core);
+                }
+                Ok(RawCores::List(cores))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// Parses TOML text into the raw structs, mapping serde/TOML errors to a
+/// code, the field path serde was at, and a line/column.
+pub(crate) fn parse_raw(text: &str) -> Result<RawConfig, ConfigError> {
+    let de = toml::Deserializer::new(text);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = match e.path().to_string() {
+            p if p == "." => String::new(),
+            p => p,
+        };
+        let inner = e.into_inner();
+        let detail = inner.message().trim().replace('\n', "; ");
+        let code = if detail.starts_with("unknown field") {
+            codes::UNKNOWN_FIELD
+        } else if detail.starts_with("invalid type")
+            || detail.starts_with("invalid value")
+            || detail.starts_with("invalid length")
+        {
+            codes::INVALID_TYPE
+        } else if detail.starts_with("missing field") {
+            codes::MISSING_FIELD
+        } else {
+            codes::PARSE
+        };
+        let message = match inner.span() {
+            Some(span) => {
+                let (line, column) = line_column(text, span.start);
+                format!("line {line}, column {column}: {detail}")
+            }
+            None => detail,
+        };
+        ConfigError::new(code, path, message)
+    })
+}
+
+/// 1-based line and column (in characters) of byte offset `at`.
+fn line_column(text: &str, at: usize) -> (usize, usize) {
+    let mut at = at.min(text.len());
+    while !text.is_char_boundary(at) {
+        at -= 1;
+    }
+    let before = &text[..at];
+    let line = before.matches('\n').count() + 1;
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    (line, before[line_start..].chars().count() + 1)
+}
+
+fn int<T: TryFrom<i64>>(
+    v: i64,
+    path: &str,
+    code: &'static str,
+    range: &str,
+) -> Result<T, ConfigError> {
+    let field = path.rsplit('.').next().unwrap_or(path);
+    T::try_from(v).map_err(|_| {
+        ConfigError::new(
+            code,
+            path,
+            format!("{field} = {v} is out of range ({range})"),
+        )
+    })
+}
+
+fn required<T>(v: Option<T>, path: &str, what: &str) -> Result<T, ConfigError> {
+    v.ok_or_else(|| ConfigError::new(codes::MISSING_FIELD, path, format!("{what} is required")))
+}
+
+impl RawConfig {
+    /// Converts to typed values and resolves defaults. Checks only what the
+    /// typed values cannot express (notation, representability, which
+    /// fields a backend takes); [`Config::validate`] checks the rest.
+    pub(crate) fn into_config(self) -> Result<Config, ConfigError> {
+        let target = convert_target(self.target.unwrap_or_default())?;
+        let listeners = self
+            .listeners
+            .into_iter()
+            .enumerate()
+            .map(|(i, l)| convert_listener(l, &format!("listeners[{i}]"), DEFAULT_PORT))
+            .collect::<Result<_, _>>()?;
+        let discovery = self
+            .discovery
+            .map(|l| convert_listener(l, "discovery", DEFAULT_DISCOVERY_PORT))
+            .transpose()?;
+        let subsystems = self
+            .subsystems
+            .into_iter()
+            .enumerate()
+            .map(|(i, s)| convert_subsystem(s, &format!("subsystems[{i}]"), &target))
+            .collect::<Result<_, _>>()?;
+        Ok(Config {
+            target,
+            listeners,
+            discovery,
+            subsystems,
+        })
+    }
+}
+
+fn convert_target(raw: RawTarget) -> Result<TargetTuning, ConfigError> {
+    let d = TargetTuning::default();
+    let cores = match raw.cores {
+        None => None,
+        Some(RawCores::Str(s)) => Some(parse_core_list(&s).map_err(|e| e.at("target.cores"))?),
+        Some(RawCores::List(list)) => Some(
+            list.into_iter()
+                .enumerate()
+                .map(|(i, c)| {
+                    usize::try_from(c)
+                        .ok()
+                        .filter(|c| *c <= MAX_CORE_ID)
+                        .ok_or_else(|| {
+                            ConfigError::new(
+                                codes::INVALID_CORES,
+                                format!("target.cores[{i}]"),
+                                format!("core id {c} is out of range (0..={MAX_CORE_ID})"),
+                            )
+                        })
+                })
+                .collect::<Result<_, _>>()?,
+        ),
+    };
+    // Range-check first (in i64) so that the error is the same as the one
+    // `validate` gives; the narrowing below then cannot fail.
+    fn field<T: TryFrom<i64>>(
+        v: Option<i64>,
+        rule: &TuningRule,
+        default: T,
+    ) -> Result<T, ConfigError> {
+        match v {
+            None => Ok(default),
+            Some(v) => {
+                rule.check(i128::from(v))?;
+                T::try_from(v).map_err(|_| rule.error(format!("{v} does not fit")))
+            }
+        }
+    }
+    Ok(TargetTuning {
+        cores,
+        io_inline_data: field(raw.io_inline_data, &rules::IO_INLINE_DATA, d.io_inline_data)?,
+        max_h2c_data: field(raw.max_h2c_data, &rules::MAX_H2C_DATA, d.max_h2c_data)?,
+        c2h_data_max: field(raw.c2h_data_max, &rules::C2H_DATA_MAX, d.c2h_data_max)?,
+        max_io_queues: field(raw.max_io_queues, &rules::MAX_IO_QUEUES, d.max_io_queues)?,
+        max_queue_size: field(raw.max_queue_size, &rules::MAX_QUEUE_SIZE, d.max_queue_size)?,
+        serial_prefix: raw.serial_prefix.unwrap_or(d.serial_prefix),
+    })
+}
+
+fn convert_listener(
+    raw: RawListener,
+    path: &str,
+    default_port: u16,
+) -> Result<Listener, ConfigError> {
+    let address_path = format!("{path}.address");
+    let address = required(raw.address, &address_path, "address")?;
+    let address = parse_ip(&address).map_err(|e| e.at(address_path))?;
+    let port = match raw.port {
+        None => default_port,
+        Some(p) => int(p, &format!("{path}.port"), codes::INVALID_PORT, "0..=65535")?,
+    };
+    Ok(Listener { address, port })
+}
+
+fn convert_subsystem(
+    raw: RawSubsystem,
+    path: &str,
+    target: &TargetTuning,
+) -> Result<Subsystem, ConfigError> {
+    let nqn = required(raw.nqn, &format!("{path}.nqn"), "nqn")?;
+    let namespaces = raw
+        .namespaces
+        .into_iter()
+        .enumerate()
+        .map(|(j, ns)| convert_namespace(ns, &format!("{path}.namespaces[{j}]"), j, &nqn))
+        .collect::<Result<_, _>>()?;
+    Ok(Subsystem {
+        serial: raw
+            .serial
+            .unwrap_or_else(|| derived_serial(&target.serial_prefix, &nqn)),
+        model: raw.model.unwrap_or_else(|| DEFAULT_MODEL.to_owned()),
+        allow_any_host: raw.allow_any_host.unwrap_or(raw.hosts.is_empty()),
+        hosts: raw.hosts,
+        namespaces,
+        nqn,
+    })
+}
+
+fn convert_namespace(
+    raw: RawNamespace,
+    path: &str,
+    position: usize,
+    nqn: &str,
+) -> Result<Namespace, ConfigError> {
+    let nsid = match raw.nsid {
+        Some(n) => int(
+            n,
+            &format!("{path}.nsid"),
+            codes::INVALID_NSID,
+            "1..=4294967294",
+        )?,
+        None => u32::try_from(position + 1).map_err(|_| {
+            ConfigError::new(
+                codes::INVALID_NSID,
+                format!("{path}.nsid"),
+                "too many namespaces",
+            )
+        })?,
+    };
+    let block_size = match raw.block_size {
+        Some(b) => int(
+            b,
+            &format!("{path}.block_size"),
+            codes::INVALID_BLOCK_SIZE,
+            "512 or 4096",
+        )?,
+        None => DEFAULT_BLOCK_SIZE,
+    };
+    let size_path = format!("{path}.size");
+    let size = raw
+        .size
+        .map(|s| match s {
+            RawSize::Int(v) => u64::try_from(v).map_err(|_| {
+                ConfigError::new(
+                    codes::INVALID_SIZE,
+                    &size_path,
+                    format!("size {v} is negative"),
+                )
+            }),
+            RawSize::Str(s) => parse_size(&s).map_err(|e| e.at(&size_path)),
+        })
+        .transpose()?;
+    let path_path = format!("{path}.path");
+    let backend_path = format!("{path}.backend");
+    let backend = required(
+        raw.backend,
+        &backend_path,
+        "backend (\"ram\", \"file\" or \"block\")",
+    )?;
+    let forbidden = |field: &str, why: &str| {
+        ConfigError::new(
+            codes::FORBIDDEN_FIELD,
+            format!("{path}.{field}"),
+            format!("backend \"{backend}\" does not take `{field}`: {why}"),
+        )
+    };
+    let backend = match backend.as_str() {
+        "ram" => {
+            if raw.path.is_some() {
+                return Err(forbidden("path", "RAM namespaces have no backing file"));
+            }
+            let size = required(size, &size_path, "size (for backend \"ram\")")?;
+            BackendChoice::Ram { size }
+        }
+        "file" => BackendChoice::File {
+            path: PathBuf::from(required(
+                raw.path,
+                &path_path,
+                "path (for backend \"file\")",
+            )?),
+            size,
+        },
+        "block" => {
+            if size.is_some() {
+                return Err(forbidden("size", "the size is the block device's"));
+            }
+            BackendChoice::Block {
+                path: PathBuf::from(required(
+                    raw.path,
+                    &path_path,
+                    "path (for backend \"block\")",
+                )?),
+            }
+        }
+        other => {
+            return Err(ConfigError::new(
+                codes::INVALID_BACKEND,
+                backend_path,
+                format!(
+                    "unknown backend {} (expected \"ram\", \"file\" or \"block\")",
+                    quote(other)
+                ),
+            ));
+        }
+    };
+    let uuid = match raw.uuid {
+        Some(u) => *uuid::Uuid::parse_str(u.trim())
+            .map_err(|e| {
+                ConfigError::new(
+                    codes::INVALID_UUID,
+                    format!("{path}.uuid"),
+                    format!("{} is not a UUID: {e}", quote(&u)),
+                )
+            })?
+            .as_bytes(),
+        None => derived_uuid(nqn, nsid),
+    };
+    Ok(Namespace {
+        nsid,
+        backend,
+        block_size,
+        uuid,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn line_column_counts() {
+        let t = "a\nbc\né";
+        assert_eq!(line_column(t, 0), (1, 1));
+        assert_eq!(line_column(t, 3), (2, 2));
+        assert_eq!(line_column(t, 5), (3, 1));
+        assert_eq!(line_column(t, 6), (3, 1)); // inside 'é'
+        assert_eq!(line_column(t, 999), (3, 2));
+    }
+}

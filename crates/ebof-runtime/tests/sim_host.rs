@@ -1,0 +1,331 @@
+//! Target logic driven by a simulated host, with no sockets: the host role of `nvmf-tcp`
+//! talks to a [`ConnCore`] (the target's sans-IO connection) through byte buffers.
+
+use ebof_backend::BackendSpec;
+use ebof_runtime::conn::{ConnCore, Step};
+use nvme_spec::fabrics::{ConnectCmd, ConnectData, PropertyCmd, cc, csts, prop};
+use nvme_spec::identify::{IdentifyController, IdentifyNamespace, cns};
+use nvme_spec::log::{SmartLog, lid};
+use nvme_spec::opcode::{admin, fctype, feature, io};
+use nvme_spec::{CommandId, ControllerId, Cqe, NamespaceId, QueueId, Sqe, Status};
+use nvmf_target::{ListenerInfo, Namespace, Subsystem, Target, TargetLimits};
+use nvmf_tcp::{HostConn, HostConnConfig, HostEvent, TargetConnConfig};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const NQN: &str = "nqn.2026-11.io.ebof:sim";
+const HOSTNQN: &str = "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-000000000001";
+
+fn local() -> SocketAddr {
+    "127.0.0.1:4420".parse().unwrap()
+}
+
+fn target_with(limits: TargetLimits, hosts: Option<Vec<String>>) -> Arc<Target> {
+    let backend = ebof_backend::open(&BackendSpec::Ram { size: 16 << 20 }).unwrap();
+    let ns = Namespace::new(1, backend, 512, [0x11; 16]);
+    let sub = Subsystem {
+        nqn: NQN.into(),
+        serial: "SIM0001".into(),
+        model: "ebof-sim".into(),
+        allow_any_host: hosts.is_none(),
+        hosts: hosts.unwrap_or_default(),
+        namespaces: vec![Arc::new(ns)],
+    };
+    Arc::new(Target::new(vec![sub], vec![ListenerInfo { addr: local(), portid: 1 }], limits, Instant::now()))
+}
+
+fn target() -> Arc<Target> {
+    target_with(TargetLimits::default(), None)
+}
+
+/// What the target answered to one command.
+#[derive(Debug, Default)]
+struct Answer {
+    cqe: Option<Cqe>,
+    data: Vec<u8>,
+}
+
+struct Sim {
+    host: HostConn,
+    core: ConnCore,
+    now: Instant,
+    next_cid: u16,
+}
+
+impl Sim {
+    fn new(target: Arc<Target>, digests: bool) -> Sim {
+        let mut cfg = HostConnConfig::default();
+        cfg.digests.hdgst = digests;
+        cfg.digests.ddgst = digests;
+        let host = HostConn::new(cfg);
+        let core = ConnCore::new(target, TargetConnConfig::default(), local(), Instant::now());
+        let mut s = Sim { host, core, now: Instant::now(), next_cid: 1 };
+        let mut out = Vec::new();
+        s.host.encode_icreq(&mut out);
+        s.to_target(&out);
+        let back = std::mem::take(&mut s.core.out);
+        let (ev, n) = s.host.decode_one(&back).unwrap().unwrap();
+        assert!(matches!(ev, HostEvent::Established { .. }), "{ev:?}");
+        assert_eq!(n, back.len());
+        s
+    }
+
+    /// Feed host bytes to the target in awkward chunks and run it.
+    fn to_target(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(1000) {
+            let space = self.core.recv_space();
+            space[..chunk.len()].copy_from_slice(chunk);
+            self.core.received(chunk.len());
+            match self.core.process(self.now, |_, _| panic!("RAM never offloads")) {
+                Step::Continue => {}
+                Step::Close(e) => panic!("target closed: {e:?}"),
+            }
+            self.core.flush_completions();
+        }
+    }
+
+    /// Send one command (with in-capsule data or via R2T) and collect the answer.
+    fn cmd(&mut self, mut sqe: Sqe, h2c: &[u8], inline: bool) -> Answer {
+        let cid = self.next_cid;
+        self.next_cid = self.next_cid.wrapping_add(1);
+        sqe.set_cid(CommandId(cid));
+        let mut out = Vec::new();
+        if !h2c.is_empty() && inline {
+            sqe.set_sgl_icd(h2c.len() as u32);
+            self.host.encode_capsule(&mut out, &sqe, h2c);
+        } else {
+            self.host.encode_capsule(&mut out, &sqe, &[]);
+        }
+        self.to_target(&out);
+        let mut ans = Answer::default();
+        for _ in 0..64 {
+            let back = std::mem::take(&mut self.core.out);
+            if back.is_empty() {
+                break;
+            }
+            let mut pos = 0;
+            let mut reply = Vec::new();
+            while let Some((ev, n)) = self.host.decode_one(&back[pos..]).unwrap() {
+                pos += n;
+                match ev {
+                    HostEvent::R2t(r) => {
+                        assert_eq!(r.cccid, cid);
+                        let d = &h2c[r.r2to as usize..(r.r2to + r.r2tl) as usize];
+                        self.host.encode_h2c_data(&mut reply, cid, r.ttag, r.r2to, d);
+                    }
+                    HostEvent::C2hData { cccid, datao, data, success, .. } => {
+                        assert_eq!(cccid, cid);
+                        assert_eq!(datao as usize, ans.data.len());
+                        ans.data.extend_from_slice(data);
+                        if success {
+                            ans.cqe = Some(Cqe { cid, ..Default::default() });
+                        }
+                    }
+                    HostEvent::Response(c) => {
+                        assert_eq!(c.cid, cid);
+                        ans.cqe = Some(c);
+                    }
+                    other => panic!("unexpected {other:?}"),
+                }
+            }
+            assert_eq!(pos, back.len());
+            if !reply.is_empty() {
+                self.to_target(&reply);
+            }
+        }
+        ans
+    }
+
+    fn connect(&mut self, qid: u16, sqsize: u16, cntlid: u16, subnqn: &str, hostnqn: &str) -> Cqe {
+        let mut sqe = Sqe::new(admin::FABRICS, CommandId(0));
+        sqe.set_fctype(fctype::CONNECT);
+        ConnectCmd { recfmt: 0, qid: QueueId(qid), sqsize, cattr: 0, kato: 5000 }.encode_into(&mut sqe);
+        let data = ConnectData { hostid: [9; 16], cntlid: ControllerId(cntlid), subnqn: subnqn.into(), hostnqn: hostnqn.into() };
+        self.cmd(sqe, &data.encode(), true).cqe.unwrap()
+    }
+
+    fn prop_get(&mut self, ofst: u32, size8: bool) -> Cqe {
+        let mut sqe = Sqe::new(admin::FABRICS, CommandId(0));
+        sqe.set_fctype(fctype::PROPERTY_GET);
+        PropertyCmd { size8, ofst, value: 0 }.encode_into(&mut sqe);
+        self.cmd(sqe, &[], false).cqe.unwrap()
+    }
+
+    fn prop_set(&mut self, ofst: u32, value: u64) -> Cqe {
+        let mut sqe = Sqe::new(admin::FABRICS, CommandId(0));
+        sqe.set_fctype(fctype::PROPERTY_SET);
+        PropertyCmd { size8: false, ofst, value }.encode_into(&mut sqe);
+        self.cmd(sqe, &[], false).cqe.unwrap()
+    }
+
+    fn enable(&mut self) {
+        assert!(self.prop_set(prop::CC, u64::from(cc::enable_value(0))).status.is_success());
+        let c = self.prop_get(prop::CSTS, false);
+        assert_eq!(c.dw0 & csts::RDY, csts::RDY);
+    }
+
+    fn identify(&mut self, cns_v: u8, nsid: u32) -> Answer {
+        let mut sqe = Sqe::new(admin::IDENTIFY, CommandId(0));
+        sqe.set_nsid(NamespaceId(nsid));
+        sqe.set_cdw(10, u32::from(cns_v));
+        sqe.set_sgl_transport(4096);
+        self.cmd(sqe, &[], false)
+    }
+
+    fn rw(&mut self, opc: u8, slba: u64, nlb: u32, data: &[u8], inline: bool) -> Answer {
+        let mut sqe = Sqe::new(opc, CommandId(0));
+        sqe.set_nsid(NamespaceId(1));
+        sqe.set_slba(slba);
+        sqe.set_nlb(nlb);
+        sqe.set_sgl_transport(nlb * 512);
+        self.cmd(sqe, data, inline)
+    }
+}
+
+/// Admin queue up and enabled; returns the controller id.
+fn bring_up(s: &mut Sim) -> u16 {
+    let c = s.connect(0, 31, 0xFFFF, NQN, HOSTNQN);
+    assert!(c.status.is_success(), "{c:?}");
+    assert_eq!(c.sqhd, 1);
+    let cntlid = c.dw0 as u16;
+    s.enable();
+    cntlid
+}
+
+#[test]
+fn connect_enable_identify_io_shutdown() {
+    for digests in [false, true] {
+        let t = target();
+        let mut admin_q = Sim::new(t.clone(), digests);
+        let cntlid = bring_up(&mut admin_q);
+        let cap = admin_q.prop_get(prop::CAP, true);
+        assert_eq!(cap.result64() & 0xFFFF, 127, "MQES");
+        let vs = admin_q.prop_get(prop::VS, false);
+        assert_eq!(vs.dw0, 0x0002_0000);
+
+        let a = admin_q.identify(cns::CTRL, 0);
+        assert!(a.cqe.unwrap().status.is_success());
+        let id = IdentifyController::decode(&a.data).unwrap();
+        assert_eq!(id.cntlid, cntlid);
+        assert_eq!(id.subnqn, NQN);
+        assert_eq!(id.sn, "SIM0001");
+        assert_eq!(id.ioccsz, (64 + 8192) / 16);
+        let a = admin_q.identify(cns::NS, 1);
+        let ns = IdentifyNamespace::decode(&a.data).unwrap();
+        assert_eq!(ns.nsze, (16 << 20) / 512);
+        assert_eq!(ns.lba_size(), 512);
+
+        // I/O queue on its own connection.
+        let mut ioq = Sim::new(t.clone(), digests);
+        let c = ioq.connect(1, 127, cntlid, NQN, HOSTNQN);
+        assert!(c.status.is_success(), "{c:?}");
+        let pattern: Vec<u8> = (0..64 * 1024).map(|i| (i * 7 + 3) as u8).collect();
+        // Inline write (4 KiB), R2T write (64 KiB), read back.
+        let w = ioq.rw(io::WRITE, 8, 8, &pattern[..4096], true);
+        assert!(w.cqe.unwrap().status.is_success());
+        let w = ioq.rw(io::WRITE, 100, 128, &pattern, false);
+        assert!(w.cqe.unwrap().status.is_success());
+        let r = ioq.rw(io::READ, 100, 128, &[], false);
+        assert!(r.cqe.unwrap().status.is_success());
+        assert_eq!(r.data, pattern);
+        let r = ioq.rw(io::READ, 8, 8, &[], false);
+        assert_eq!(r.data, &pattern[..4096]);
+        // Out of range.
+        let r = ioq.rw(io::READ, (16 << 20) / 512 - 1, 2, &[], false);
+        assert_eq!(r.cqe.unwrap().status, Status::LBA_RANGE);
+        assert!(r.data.is_empty());
+
+        // SMART counters moved.
+        let mut sqe = Sqe::new(admin::GET_LOG_PAGE, CommandId(0));
+        sqe.set_nsid(NamespaceId(u32::MAX));
+        sqe.set_cdw(10, u32::from(lid::SMART) | ((512 / 4 - 1) << 16));
+        sqe.set_sgl_transport(512);
+        let a = admin_q.cmd(sqe, &[], false);
+        let smart = SmartLog::decode(&a.data).unwrap();
+        assert_eq!(smart.host_writes, 2);
+        assert_eq!(smart.host_reads, 2);
+        assert_eq!(smart.data_units_written, 1); // 68 KiB rounds up to one unit of 512,000 B
+
+        // Shutdown: CSTS.SHST complete and the I/O queue is told to close.
+        assert!(!ioq.core.queue.should_close());
+        let c = admin_q.prop_set(prop::CC, u64::from(cc::enable_value(0) | cc::SHN_NORMAL));
+        assert!(c.status.is_success());
+        let c = admin_q.prop_get(prop::CSTS, false);
+        assert_eq!(c.dw0 & csts::SHST_MASK, csts::SHST_COMPLETE);
+        assert!(ioq.core.queue.should_close());
+    }
+}
+
+#[test]
+fn connect_rejections() {
+    let t = target_with(TargetLimits::default(), Some(vec!["nqn.2014-08.org.example:allowed".into()]));
+    let mut s = Sim::new(t.clone(), false);
+    // Unknown subsystem: Invalid Parameters, IPO = 256 in the data.
+    let c = s.connect(0, 31, 0xFFFF, "nqn.2026-11.io.ebof:nope", HOSTNQN);
+    assert_eq!(c.status, Status::CONNECT_INVALID_PARAM);
+    assert_eq!(c.dw0, 256 | (1 << 16));
+    // Host not allowed.
+    let c = s.connect(0, 31, 0xFFFF, NQN, HOSTNQN);
+    assert_eq!(c.status, Status::CONNECT_INVALID_HOST);
+    // Static controller id.
+    let c = s.connect(0, 31, 5, NQN, "nqn.2014-08.org.example:allowed");
+    assert_eq!(c.status, Status::CONNECT_INVALID_PARAM);
+    assert_eq!(c.dw0, 16 | (1 << 16));
+    // SQSIZE 0.
+    let c = s.connect(0, 0, 0xFFFF, NQN, "nqn.2014-08.org.example:allowed");
+    assert_eq!(c.dw0, 44);
+    // Anything but Connect on an unconnected queue.
+    let a = s.identify(cns::CTRL, 0);
+    assert_eq!(a.cqe.unwrap().status, Status::INVALID_OPCODE);
+    // Good one; then I/O connects with bad QID / unknown controller / duplicate QID.
+    let c = s.connect(0, 31, 0xFFFF, NQN, "nqn.2014-08.org.example:allowed");
+    assert!(c.status.is_success());
+    let cntlid = c.dw0 as u16;
+    s.enable();
+    let mut q = Sim::new(t.clone(), false);
+    let c = q.connect(33, 31, cntlid, NQN, "nqn.2014-08.org.example:allowed");
+    assert_eq!((c.status, c.dw0), (Status::CONNECT_INVALID_PARAM, 42));
+    let c = q.connect(1, 31, cntlid.wrapping_add(7), NQN, "nqn.2014-08.org.example:allowed");
+    assert_eq!((c.status, c.dw0), (Status::CONNECT_INVALID_PARAM, 16 | (1 << 16)));
+    let c = q.connect(1, 4096, cntlid, NQN, "nqn.2014-08.org.example:allowed");
+    assert_eq!((c.status, c.dw0), (Status::CONNECT_INVALID_PARAM, 44));
+    let c = q.connect(1, 31, cntlid, NQN, "nqn.2014-08.org.example:allowed");
+    assert!(c.status.is_success());
+    let mut q2 = Sim::new(t.clone(), false);
+    let c = q2.connect(1, 31, cntlid, NQN, "nqn.2014-08.org.example:allowed");
+    assert_eq!(c.status, Status::CMD_SEQ_ERROR);
+}
+
+#[test]
+fn admin_surface() {
+    let t = target();
+    let mut s = Sim::new(t.clone(), false);
+    bring_up(&mut s);
+    // Unsupported admin opcode and CNS.
+    let mut sqe = Sqe::new(admin::FORMAT_NVM, CommandId(0));
+    sqe.set_nsid(NamespaceId(1));
+    assert_eq!(s.cmd(sqe, &[], false).cqe.unwrap().status, Status::INVALID_OPCODE);
+    assert_eq!(s.identify(0x44, 0).cqe.unwrap().status, Status::INVALID_FIELD);
+    // Number of queues: grant at most max_io_queues.
+    let mut sqe = Sqe::new(admin::SET_FEATURES, CommandId(0));
+    sqe.set_cdw(10, u32::from(feature::NUM_QUEUES));
+    sqe.set_cdw(11, 100 | (100 << 16));
+    let c = s.cmd(sqe, &[], false).cqe.unwrap();
+    assert_eq!(c.dw0, 31 | (31 << 16));
+    // Get Features VWC.
+    let mut sqe = Sqe::new(admin::GET_FEATURES, CommandId(0));
+    sqe.set_cdw(10, u32::from(feature::VOLATILE_WC));
+    assert_eq!(s.cmd(sqe, &[], false).cqe.unwrap().dw0, 1);
+    // Error log now holds the two failures above, newest first.
+    let mut sqe = Sqe::new(admin::GET_LOG_PAGE, CommandId(0));
+    sqe.set_cdw(10, u32::from(lid::ERROR) | ((64 * 2 / 4 - 1) << 16));
+    sqe.set_sgl_transport(128);
+    let a = s.cmd(sqe, &[], false);
+    let e = nvme_spec::log::ErrorLogEntry::decode(&a.data).unwrap();
+    assert_eq!(e.error_count, 2);
+    // Keep-alive expiry tears the controller down.
+    s.now += Duration::from_secs(6);
+    assert!(s.core.queue.poll_timers(s.now));
+    assert_eq!(t.controller_count(), 0);
+}

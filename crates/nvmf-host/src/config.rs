@@ -1,0 +1,150 @@
+//! Host identity (NQN, Host Identifier) and connection tunables.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+/// Where nvme-cli and the Linux host keep the host NQN and Host Identifier.
+const HOSTNQN_PATH: &str = "/etc/nvme/hostnqn";
+const HOSTID_PATH: &str = "/etc/nvme/hostid";
+
+/// How a host connects: identity, digests, keep-alive and timeouts.
+///
+/// `HostConfig::default()` reads the host identity the way nvme-cli does (see
+/// [`HostIdentity::system`]); every other field has a documented default.
+#[derive(Clone, Debug)]
+pub struct HostConfig {
+    /// Host NQN sent in the Connect data (HOSTNQN, bytes 512..768).
+    pub hostnqn: String,
+    /// Host Identifier sent in the Connect data (HOSTID, bytes 0..16).
+    pub hostid: [u8; 16],
+    /// Ask for the NVMe/TCP header digest (CRC32C over each PDU header).
+    pub hdr_digest: bool,
+    /// Ask for the NVMe/TCP data digest (CRC32C over each PDU's data).
+    pub data_digest: bool,
+    /// Keep Alive Timeout in ms sent in the admin Connect (KATO). 0 disables keep-alive (used
+    /// for one-shot discovery). Keep Alive commands are sent every `kato_ms / 2`.
+    pub kato_ms: u32,
+    /// Number of I/O queues requested with Set Features Number of Queues at connect time
+    /// (0 = do not ask; a discovery controller never is asked).
+    pub io_queues: u16,
+    /// Default I/O queue size in entries (SQSIZE + 1) for [`crate::Controller::io_queue`] callers
+    /// that have no better idea. At most `queue_size - 1` commands are outstanding.
+    pub queue_size: u16,
+    /// Keep one Asynchronous Event Request outstanding and report events.
+    pub async_events: bool,
+    /// Bound on TCP connect + ICReq/ICResp + Fabrics Connect.
+    pub connect_timeout: Duration,
+    /// Bound on each admin command.
+    pub admin_timeout: Duration,
+    /// An I/O queue with commands outstanding that sees no byte from the controller for this
+    /// long is declared dead ([`crate::HostError::Timeout`]).
+    pub io_timeout: Duration,
+    /// Bound on a normal shutdown (CC.SHN → CSTS.SHST complete).
+    pub shutdown_timeout: Duration,
+}
+
+impl Default for HostConfig {
+    fn default() -> Self {
+        let id = HostIdentity::system();
+        HostConfig {
+            hostnqn: id.hostnqn.clone(),
+            hostid: id.hostid,
+            hdr_digest: false,
+            data_digest: false,
+            kato_ms: 15_000,
+            io_queues: 1,
+            queue_size: 128,
+            async_events: true,
+            connect_timeout: Duration::from_secs(10),
+            admin_timeout: Duration::from_secs(10),
+            io_timeout: Duration::from_secs(30),
+            shutdown_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+impl HostConfig {
+    /// The same identity and timeouts, tuned for a one-shot discovery controller: no keep-alive,
+    /// no asynchronous events, no I/O queues (what `nvme discover` does).
+    pub fn for_discovery(&self) -> HostConfig {
+        HostConfig { kato_ms: 0, io_queues: 0, async_events: false, ..self.clone() }
+    }
+}
+
+/// The host's identity as the system knows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostIdentity {
+    pub hostnqn: String,
+    pub hostid: [u8; 16],
+}
+
+impl HostIdentity {
+    /// The identity nvme-cli would use, computed once per process so that every connection of
+    /// one program (admin and I/O queues) presents the same host:
+    /// - host NQN: `/etc/nvme/hostnqn` if readable and valid, else
+    ///   `nqn.2014-08.org.nvmexpress:uuid:<uuid>`;
+    /// - host ID: `/etc/nvme/hostid` (a UUID) if readable, else the UUID inside the host NQN,
+    ///   else the generated UUID.
+    pub fn system() -> &'static HostIdentity {
+        static ID: OnceLock<HostIdentity> = OnceLock::new();
+        ID.get_or_init(|| {
+            let nqn = std::fs::read_to_string(HOSTNQN_PATH)
+                .ok()
+                .map(|s| s.trim().to_string())
+                .filter(|s| nvme_spec::is_valid_nqn(s));
+            let file_id = std::fs::read_to_string(HOSTID_PATH)
+                .ok()
+                .and_then(|s| uuid::Uuid::parse_str(s.trim()).ok());
+            Self::derive(nqn, file_id)
+        })
+    }
+
+    /// The derivation rules of [`HostIdentity::system`], without the file system.
+    pub fn derive(hostnqn: Option<String>, hostid: Option<uuid::Uuid>) -> HostIdentity {
+        let nqn_uuid = hostnqn
+            .as_deref()
+            .and_then(|n| n.rsplit_once(":uuid:"))
+            .and_then(|(_, u)| uuid::Uuid::parse_str(u).ok());
+        let generated = uuid::Uuid::new_v4();
+        let id = hostid.or(nqn_uuid).unwrap_or(generated);
+        let hostnqn = hostnqn.unwrap_or_else(|| uuid_nqn(&id));
+        HostIdentity { hostnqn, hostid: *id.as_bytes() }
+    }
+}
+
+/// `nqn.2014-08.org.nvmexpress:uuid:<uuid>`, the UUID-based NQN format (NVMe Base 2.0, 4.5).
+pub fn uuid_nqn(id: &uuid::Uuid) -> String {
+    format!("nqn.2014-08.org.nvmexpress:uuid:{}", id.hyphenated())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn derive_identity() {
+        let u = uuid::Uuid::parse_str("0c3a7b0e-1f7f-4c49-9d0b-29a9a7f0a8e1").unwrap();
+        let nqn = uuid_nqn(&u);
+        // hostid from the NQN's UUID when no hostid file
+        let id = HostIdentity::derive(Some(nqn.clone()), None);
+        assert_eq!(id.hostnqn, nqn);
+        assert_eq!(id.hostid, *u.as_bytes());
+        // explicit hostid wins
+        let other = uuid::Uuid::new_v4();
+        let id = HostIdentity::derive(Some(nqn.clone()), Some(other));
+        assert_eq!(id.hostid, *other.as_bytes());
+        // nothing: a generated UUID used for both
+        let id = HostIdentity::derive(None, None);
+        assert!(nvme_spec::is_valid_nqn(&id.hostnqn));
+        let tail = id.hostnqn.rsplit_once(":uuid:").unwrap().1;
+        assert_eq!(uuid::Uuid::parse_str(tail).unwrap().as_bytes(), &id.hostid);
+    }
+
+    #[test]
+    fn system_identity_is_stable() {
+        assert_eq!(HostIdentity::system(), HostIdentity::system());
+        let d = HostConfig::default().for_discovery();
+        assert_eq!(d.kato_ms, 0);
+        assert!(!d.async_events);
+    }
+}

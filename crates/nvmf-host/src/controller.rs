@@ -1,0 +1,672 @@
+//! A controller association: the admin queue, its bring-up, keep-alive, asynchronous events and
+//! the admin commands.
+//!
+//! Bring-up follows the Linux host (NVMe-oF 1.1, 3.5; NVMe Base 2.0, 3.5.1): TCP + ICReq/ICResp,
+//! Fabrics Connect on QID 0 (SQSIZE 31, CNTLID FFFFh, KATO), Property Get CAP and VS, Property Set
+//! CC (EN=1, IOSQES 6, IOCQES 4, CSS per CAP), poll CSTS.RDY for up to CAP.TO × 500 ms, Identify
+//! Controller, then (I/O controllers) Set Features Number of Queues and Asynchronous Event
+//! Configuration. After that the admin queue belongs to a background task on the tokio runtime
+//! that called [`Controller::connect`]; admin commands reach it through a channel, keep-alives
+//! are sent every KATO/2, and one Asynchronous Event Request is kept outstanding.
+//!
+//! The runtime that called `connect` must keep running for the controller's lifetime (the
+//! keep-alive task lives there); the handle itself may be used from any task or runtime.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use nvme_spec::fabrics::{Cap, PropertyCmd, cc, csts, prop};
+use nvme_spec::identify::{
+    IDENTIFY_DATA_LEN, IdentifyController, IdentifyNamespace, NsIdDescriptor, cns, cntrltype, decode_ns_id_descs,
+    decode_ns_list, oaes,
+};
+use nvme_spec::log::{ErrorLogEntry, SmartLog, lid};
+use nvme_spec::opcode::{admin, fctype, feature};
+use nvme_spec::{CommandId, ControllerId, Cqe, NamespaceId, QueueId, Sqe};
+use nvmf_tcp::Digests;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::config::HostConfig;
+use crate::error::{HostError, Result};
+use crate::io::{IoConnector, IoQueue, IoQueueOptions};
+use crate::queue::{ADMIN_ICD_MAX, Completion, ConnectParams, DataDir, LinkParams, Queue};
+
+/// Admin queue entries (SQSIZE 31, as the Linux host uses).
+const ADMIN_QUEUE_ENTRIES: u16 = 32;
+/// Largest admin data transfer we accept in one C2HData PDU / command.
+const ADMIN_MAX_TRANSFER: usize = 1 << 20;
+/// Housekeeping period of the admin task: keep-alive due check and command deadlines.
+const ADMIN_TICK: Duration = Duration::from_millis(250);
+/// Depth of the queue of admin requests waiting for the task.
+const ADMIN_CHANNEL_DEPTH: usize = 64;
+/// Events kept for a slow reader before new ones are dropped.
+const EVENT_CHANNEL_DEPTH: usize = 64;
+/// CSTS poll interval during enable and shutdown.
+const CSTS_POLL: Duration = Duration::from_millis(10);
+
+/// An Asynchronous Event (completion of an Asynchronous Event Request, NVMe Base 2.0, 5.2).
+/// To re-arm events of this type, read `log_page` (without RAE) with
+/// [`Controller::get_log_page`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AsyncEvent {
+    /// Asynchronous Event Type, DW0 bits 2:0 (0 error, 1 SMART/health, 2 notice, 6 I/O command
+    /// set specific, 7 vendor specific).
+    pub event_type: u8,
+    /// Asynchronous Event Information, DW0 bits 15:8 (for notices: 0 namespace attribute
+    /// changed, 1 firmware activation, 3 ANA change, F0h discovery log change...).
+    pub info: u8,
+    /// Log Page Identifier to read, DW0 bits 23:16.
+    pub log_page: u8,
+}
+
+impl AsyncEvent {
+    fn from_dw0(dw0: u32) -> AsyncEvent {
+        AsyncEvent { event_type: (dw0 & 0x7) as u8, info: ((dw0 >> 8) & 0xFF) as u8, log_page: ((dw0 >> 16) & 0xFF) as u8 }
+    }
+}
+
+/// A request to the admin task.
+enum AdminReq {
+    Cmd { sqe: Sqe, dir: DataDir, out: Vec<u8>, in_len: usize, reply: oneshot::Sender<Result<(Cqe, Vec<u8>)>> },
+    Close,
+}
+
+/// Who waits for an outstanding admin command.
+enum Waiter {
+    Idle,
+    User { reply: oneshot::Sender<Result<(Cqe, Vec<u8>)>>, deadline: Instant },
+    KeepAlive { deadline: Instant },
+    AsyncEvent,
+}
+
+/// What the admin task needs besides the queue.
+struct AdminTask {
+    q: Queue,
+    rx: mpsc::Receiver<AdminReq>,
+    events: mpsc::Sender<AsyncEvent>,
+    waiters: Vec<Waiter>,
+    backlog: VecDeque<AdminReq>,
+    keep_alive: Option<Duration>,
+    aer: bool,
+    timeout: Duration,
+}
+
+impl AdminTask {
+    async fn run(mut self) {
+        if let Err(e) = self.run_loop().await {
+            tracing::warn!(peer = %self.q.peer(), error = %e, "admin queue failed");
+        }
+        // Everyone still waiting learns that the association is gone.
+        for w in self.waiters.drain(..) {
+            if let Waiter::User { reply, .. } = w {
+                let _ = reply.send(Err(HostError::Disconnected));
+            }
+        }
+        self.rx.close();
+        while let Ok(req) = self.rx.try_recv() {
+            self.backlog.push_back(req);
+        }
+        for req in self.backlog.drain(..) {
+            if let AdminReq::Cmd { reply, .. } = req {
+                let _ = reply.send(Err(HostError::Disconnected));
+            }
+        }
+    }
+
+    async fn run_loop(&mut self) -> Result<()> {
+        let mut tick = tokio::time::interval(ADMIN_TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut last_keep_alive = Instant::now();
+        let mut aer_wanted = self.aer;
+        loop {
+            if aer_wanted && self.q.can_submit() {
+                let sqe = Sqe::new(admin::ASYNC_EVENT_REQUEST, CommandId(0));
+                if let Some(cid) = self.q.submit(sqe, DataDir::None, 0, 0, |_| {})? {
+                    self.waiters[usize::from(cid.0)] = Waiter::AsyncEvent;
+                    aer_wanted = false;
+                }
+            }
+            while self.q.can_submit() {
+                let Some(req) = self.backlog.pop_front() else { break };
+                match req {
+                    AdminReq::Cmd { sqe, dir, out, in_len, reply } => {
+                        let len = if dir == DataDir::ToController { out.len() } else { in_len };
+                        match self.q.submit(sqe, dir, len, 0, |b| b.copy_from_slice(&out)) {
+                            Ok(Some(cid)) => {
+                                let deadline = Instant::now() + self.timeout;
+                                self.waiters[usize::from(cid.0)] = Waiter::User { reply, deadline };
+                            }
+                            Ok(None) => {
+                                self.backlog.push_front(AdminReq::Cmd { sqe, dir, out, in_len, reply });
+                                break;
+                            }
+                            Err(e) if e.is_fatal_for_connection() => {
+                                let _ = reply.send(Err(HostError::Disconnected));
+                                return Err(e);
+                            }
+                            Err(e) => {
+                                let _ = reply.send(Err(e));
+                            }
+                        }
+                    }
+                    AdminReq::Close => return Ok(()),
+                }
+            }
+            tokio::select! {
+                r = self.q.wait_ready() => {
+                    r?;
+                    let waiters = &mut self.waiters;
+                    let events = &self.events;
+                    let mut rearm = false;
+                    self.q.try_io(&mut |c: Completion<'_>| {
+                        route_completion(waiters, events, &mut rearm, c);
+                    })?;
+                    aer_wanted |= rearm;
+                }
+                req = self.rx.recv() => match req {
+                    Some(AdminReq::Close) => return Ok(()),
+                    Some(r) => self.backlog.push_back(r),
+                    // Every handle is gone: close the association.
+                    None => return Ok(()),
+                },
+                _ = tick.tick() => {
+                    let now = Instant::now();
+                    for w in &self.waiters {
+                        match w {
+                            Waiter::User { deadline, .. } | Waiter::KeepAlive { deadline } if *deadline <= now => {
+                                return Err(HostError::Timeout("admin command"));
+                            }
+                            Waiter::Idle | Waiter::User { .. } | Waiter::KeepAlive { .. } | Waiter::AsyncEvent => {}
+                        }
+                    }
+                    if let Some(period) = self.keep_alive
+                        && now.duration_since(last_keep_alive) >= period
+                        && self.q.can_submit()
+                    {
+                        let sqe = Sqe::new(admin::KEEP_ALIVE, CommandId(0));
+                        if let Some(cid) = self.q.submit(sqe, DataDir::None, 0, 0, |_| {})? {
+                            self.waiters[usize::from(cid.0)] = Waiter::KeepAlive { deadline: now + self.timeout };
+                            last_keep_alive = now;
+                        }
+                    }
+                    // Flush what the tick queued without waiting for readiness.
+                    let waiters = &mut self.waiters;
+                    let events = &self.events;
+                    let mut rearm = false;
+                    self.q.try_io(&mut |c: Completion<'_>| route_completion(waiters, events, &mut rearm, c))?;
+                    aer_wanted |= rearm;
+                }
+            }
+        }
+    }
+}
+
+/// Hand one admin completion to whoever waits for it.
+fn route_completion(waiters: &mut [Waiter], events: &mpsc::Sender<AsyncEvent>, rearm: &mut bool, c: Completion<'_>) {
+    let Some(w) = waiters.get_mut(usize::from(c.cid.0)) else { return };
+    match std::mem::replace(w, Waiter::Idle) {
+        Waiter::User { reply, .. } => {
+            let _ = reply.send(Ok((c.cqe, c.data.to_vec())));
+        }
+        Waiter::KeepAlive { .. } => {
+            if !c.is_success() {
+                tracing::warn!(status = %c.status(), "keep alive failed");
+            }
+        }
+        Waiter::AsyncEvent => {
+            if c.is_success() {
+                let ev = AsyncEvent::from_dw0(c.cqe.dw0);
+                tracing::debug!(?ev, "asynchronous event");
+                if events.try_send(ev).is_err() {
+                    tracing::warn!(?ev, "asynchronous event dropped (no reader)");
+                }
+                *rearm = true;
+            } else {
+                // Aborted (queue teardown) or not supported: stop asking.
+                tracing::debug!(status = %c.status(), "asynchronous event request completed with error");
+            }
+        }
+        Waiter::Idle => {}
+    }
+}
+
+/// A connected controller (an association with one NVM subsystem or discovery subsystem).
+///
+/// To recover from a lost connection, call [`Controller::reconnect`] (a new association with the
+/// same parameters: a new CNTLID, so I/O queues must be created again) or simply
+/// [`Controller::connect`] again.
+pub struct Controller {
+    addr: SocketAddr,
+    subnqn: String,
+    cfg: HostConfig,
+    cntlid: ControllerId,
+    cap: u64,
+    vs: u32,
+    id: IdentifyController,
+    io_queues_granted: Option<u16>,
+    tx: mpsc::Sender<AdminReq>,
+    events: Option<mpsc::Receiver<AsyncEvent>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Controller {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Controller")
+            .field("addr", &self.addr)
+            .field("subnqn", &self.subnqn)
+            .field("cntlid", &self.cntlid.0)
+            .finish()
+    }
+}
+
+impl Controller {
+    /// Connect to `subnqn` at `addr` and bring the controller up (see the module docs).
+    pub async fn connect(addr: SocketAddr, subnqn: &str, cfg: &HostConfig) -> Result<Controller> {
+        if !nvme_spec::is_valid_nqn(subnqn) {
+            return Err(HostError::InvalidArgument(format!("subsystem NQN {subnqn:?}")));
+        }
+        if !nvme_spec::is_valid_nqn(&cfg.hostnqn) {
+            return Err(HostError::InvalidArgument(format!("host NQN {:?}", cfg.hostnqn)));
+        }
+        let lp = LinkParams {
+            addr,
+            digests: Digests { hdgst: cfg.hdr_digest, ddgst: cfg.data_digest },
+            max_c2h_data: ADMIN_MAX_TRANSFER as u32,
+            connect_timeout: cfg.connect_timeout,
+        };
+        let cp = ConnectParams {
+            qid: QueueId::ADMIN,
+            entries: ADMIN_QUEUE_ENTRIES,
+            dissqfc: false,
+            kato_ms: cfg.kato_ms,
+            cntlid: ControllerId::DYNAMIC,
+            hostid: cfg.hostid,
+            hostnqn: cfg.hostnqn.clone(),
+            subnqn: subnqn.to_string(),
+            icd_max: ADMIN_ICD_MAX,
+        };
+        let (mut q, cntlid) = Queue::connect(&lp, &cp, 0).await?;
+        let (cap, vs, id) = enable(&mut q, cfg.admin_timeout).await?;
+        let discovery = id.cntrltype == cntrltype::DISCOVERY || subnqn == nvme_spec::DISCOVERY_NQN;
+
+        let (tx, rx) = mpsc::channel(ADMIN_CHANNEL_DEPTH);
+        let (ev_tx, ev_rx) = mpsc::channel(EVENT_CHANNEL_DEPTH);
+        let waiters = (0..q.capacity()).map(|_| Waiter::Idle).collect();
+        let task = AdminTask {
+            q,
+            rx,
+            events: ev_tx,
+            waiters,
+            backlog: VecDeque::new(),
+            keep_alive: (cfg.kato_ms > 0).then(|| Duration::from_millis(u64::from(cfg.kato_ms) / 2)),
+            aer: cfg.async_events && !discovery && id.aerl != u8::MAX,
+            timeout: cfg.admin_timeout,
+        };
+        let task = tokio::spawn(task.run());
+        let mut ctrl = Controller {
+            addr,
+            subnqn: subnqn.to_string(),
+            cfg: cfg.clone(),
+            cntlid,
+            cap,
+            vs,
+            id,
+            io_queues_granted: None,
+            tx,
+            events: Some(ev_rx),
+            task: Some(task),
+        };
+        if !discovery {
+            if cfg.io_queues > 0 {
+                match ctrl.set_num_queues(cfg.io_queues).await {
+                    Ok(n) => ctrl.io_queues_granted = Some(n),
+                    Err(e) => tracing::warn!(error = %e, "Set Features Number of Queues failed"),
+                }
+            }
+            let wanted = ctrl.id.oaes & (oaes::NS_ATTR | oaes::FW_ACT | oaes::ANA_CHANGE);
+            if cfg.async_events && wanted != 0 {
+                if let Err(e) = ctrl.set_features(feature::ASYNC_EVENT, wanted).await {
+                    tracing::debug!(error = %e, "Set Features Asynchronous Event Configuration failed");
+                }
+            }
+        }
+        tracing::info!(peer = %addr, subnqn, cntlid = cntlid.0, "controller connected");
+        Ok(ctrl)
+    }
+
+    /// Connect again with the same address, subsystem and configuration (a new association).
+    pub async fn reconnect(&self) -> Result<Controller> {
+        Controller::connect(self.addr, &self.subnqn, &self.cfg).await
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+    pub fn subnqn(&self) -> &str {
+        &self.subnqn
+    }
+    pub fn config(&self) -> &HostConfig {
+        &self.cfg
+    }
+    /// Controller ID assigned by the target at Connect.
+    pub fn cntlid(&self) -> ControllerId {
+        self.cntlid
+    }
+    /// The CAP property (raw 64-bit value).
+    pub fn cap_raw(&self) -> u64 {
+        self.cap
+    }
+    pub fn cap(&self) -> Cap {
+        Cap::from_u64(self.cap)
+    }
+    /// The VS property (version: major 31:16, minor 15:8, tertiary 7:0).
+    pub fn version(&self) -> u32 {
+        self.vs
+    }
+    /// Identify Controller data read at connect time.
+    pub fn identify(&self) -> &IdentifyController {
+        &self.id
+    }
+    /// I/O queues granted by Set Features Number of Queues at connect (NSQA as a count).
+    pub fn io_queues_granted(&self) -> Option<u16> {
+        self.io_queues_granted
+    }
+    /// Largest data transfer of one command (MDTS, in units of the 4 KiB minimum page size;
+    /// `None` = no limit).
+    pub fn max_transfer(&self) -> Option<usize> {
+        match self.id.mdts {
+            0 => None,
+            m => Some(4096usize.checked_shl(u32::from(m)).unwrap_or(usize::MAX)),
+        }
+    }
+    /// In-capsule data limit of I/O queues: IOCCSZ × 16 − 64 bytes (NVMe-oF 1.1, 4.1).
+    pub fn io_icd_max(&self) -> usize {
+        (self.id.ioccsz as usize * 16).saturating_sub(64)
+    }
+
+    /// Take the receiver of asynchronous events (once).
+    pub fn take_events(&mut self) -> Option<mpsc::Receiver<AsyncEvent>> {
+        self.events.take()
+    }
+
+    /// Run an admin command; the status is returned, not checked.
+    pub async fn admin_raw(&self, sqe: Sqe, dir: DataDir, out: Vec<u8>, in_len: usize) -> Result<(Cqe, Vec<u8>)> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(AdminReq::Cmd { sqe, dir, out, in_len, reply })
+            .await
+            .map_err(|_| HostError::Disconnected)?;
+        match tokio::time::timeout(self.cfg.admin_timeout + ADMIN_TICK * 2, rx).await {
+            Err(_) => Err(HostError::Timeout("admin command")),
+            Ok(Err(_)) => Err(HostError::Disconnected),
+            Ok(Ok(r)) => r,
+        }
+    }
+
+    /// Run an admin command and fail on a non-success status.
+    pub async fn admin(&self, sqe: Sqe, dir: DataDir, out: Vec<u8>, in_len: usize) -> Result<(Cqe, Vec<u8>)> {
+        let (cqe, data) = self.admin_raw(sqe, dir, out, in_len).await?;
+        if cqe.status.is_success() { Ok((cqe, data)) } else { Err(HostError::Status(cqe.status)) }
+    }
+
+    /// Property Get (4- or 8-byte property at `ofst`).
+    pub async fn property_get(&self, ofst: u32, size8: bool) -> Result<u64> {
+        let (cqe, _) = self.admin(property_get_sqe(ofst, size8), DataDir::None, Vec::new(), 0).await?;
+        Ok(if size8 { cqe.result64() } else { u64::from(cqe.dw0) })
+    }
+
+    /// Property Set.
+    pub async fn property_set(&self, ofst: u32, value: u64, size8: bool) -> Result<()> {
+        self.admin(property_set_sqe(ofst, value, size8), DataDir::None, Vec::new(), 0).await?;
+        Ok(())
+    }
+
+    /// Identify with any CNS; returns the 4096-byte data structure.
+    pub async fn identify_raw(&self, cns: u8, nsid: u32, cntid: u16, csi: u8) -> Result<Vec<u8>> {
+        let (_, data) = self.admin(identify_sqe(cns, nsid, cntid, csi), DataDir::FromController, Vec::new(), IDENTIFY_DATA_LEN).await?;
+        Ok(data)
+    }
+
+    /// Identify Controller (CNS 01h), read fresh.
+    pub async fn identify_controller(&self) -> Result<IdentifyController> {
+        Ok(IdentifyController::decode(&self.identify_raw(cns::CTRL, 0, 0, 0).await?)?)
+    }
+
+    /// Identify Namespace (CNS 00h).
+    pub async fn identify_namespace(&self, nsid: NamespaceId) -> Result<IdentifyNamespace> {
+        Ok(IdentifyNamespace::decode(&self.identify_raw(cns::NS, nsid.0, 0, 0).await?)?)
+    }
+
+    /// All active namespace IDs (CNS 02h, following the list past 1024 entries).
+    pub async fn active_namespaces(&self) -> Result<Vec<NamespaceId>> {
+        let mut all = Vec::new();
+        let mut after = 0u32;
+        loop {
+            let page = decode_ns_list(&self.identify_raw(cns::ACTIVE_NS_LIST, after, 0, 0).await?);
+            let full = page.len() == nvme_spec::identify::NS_LIST_MAX;
+            let last = page.last().copied();
+            all.extend(page.into_iter().map(NamespaceId));
+            match last {
+                Some(l) if full && l < 0xFFFF_FFFE => after = l,
+                _ => return Ok(all),
+            }
+        }
+    }
+
+    /// Namespace Identification Descriptor list (CNS 03h).
+    pub async fn ns_id_descriptors(&self, nsid: NamespaceId) -> Result<Vec<NsIdDescriptor>> {
+        Ok(decode_ns_id_descs(&self.identify_raw(cns::NS_ID_DESC_LIST, nsid.0, 0, 0).await?)?)
+    }
+
+    /// Get Log Page: `len` bytes (a multiple of 4) of log `lid` from byte `offset`. Split into
+    /// several commands when larger than the controller's MDTS.
+    pub async fn get_log_page(&self, lid: u8, nsid: u32, len: usize, offset: u64) -> Result<Vec<u8>> {
+        if len == 0 || len % 4 != 0 || offset % 4 != 0 {
+            return Err(HostError::InvalidArgument(format!("log page length {len} / offset {offset} (need dword multiples)")));
+        }
+        let chunk = self.max_transfer().unwrap_or(usize::MAX).min(ADMIN_MAX_TRANSFER);
+        let mut out = Vec::with_capacity(len);
+        while out.len() < len {
+            let n = (len - out.len()).min(chunk);
+            let sqe = get_log_page_sqe(lid, nsid, n, offset + out.len() as u64);
+            let (_, data) = self.admin(sqe, DataDir::FromController, Vec::new(), n).await?;
+            out.extend_from_slice(&data);
+        }
+        Ok(out)
+    }
+
+    /// SMART / Health Information (log 02h) for the whole controller.
+    pub async fn smart_log(&self) -> Result<SmartLog> {
+        Ok(SmartLog::decode(&self.get_log_page(lid::SMART, 0xFFFF_FFFF, SmartLog::LEN, 0).await?)?)
+    }
+
+    /// The first `n` Error Information log entries (log 01h).
+    pub async fn error_log(&self, n: usize) -> Result<Vec<ErrorLogEntry>> {
+        let n = n.clamp(1, usize::from(self.id.elpe) + 1);
+        Ok(ErrorLogEntry::decode_page(&self.get_log_page(lid::ERROR, 0xFFFF_FFFF, n * ErrorLogEntry::LEN, 0).await?))
+    }
+
+    /// Get Features (current value): returns CQE DW0.
+    pub async fn get_features(&self, fid: u8, cdw11: u32) -> Result<u32> {
+        let mut sqe = Sqe::new(admin::GET_FEATURES, CommandId(0));
+        sqe.set_cdw(10, u32::from(fid));
+        sqe.set_cdw(11, cdw11);
+        Ok(self.admin(sqe, DataDir::None, Vec::new(), 0).await?.0.dw0)
+    }
+
+    /// Set Features (not saved): returns CQE DW0.
+    pub async fn set_features(&self, fid: u8, value: u32) -> Result<u32> {
+        let mut sqe = Sqe::new(admin::SET_FEATURES, CommandId(0));
+        sqe.set_cdw(10, u32::from(fid));
+        sqe.set_cdw(11, value);
+        Ok(self.admin(sqe, DataDir::None, Vec::new(), 0).await?.0.dw0)
+    }
+
+    /// Set Features Number of Queues: ask for `n` I/O submission and completion queues. Returns
+    /// the number of I/O submission queues allocated (NSQA + 1).
+    pub async fn set_num_queues(&self, n: u16) -> Result<u16> {
+        if n == 0 {
+            return Err(HostError::InvalidArgument("0 I/O queues".into()));
+        }
+        let v = u32::from(n - 1) | (u32::from(n - 1) << 16);
+        let dw0 = self.set_features(feature::NUM_QUEUES, v).await?;
+        Ok(((dw0 & 0xFFFF) as u16).saturating_add(1))
+    }
+
+    /// What an I/O queue connection needs, detached from this handle so that queues can be
+    /// opened on other threads and runtimes.
+    pub fn io_connector(&self) -> IoConnector {
+        IoConnector {
+            addr: self.addr,
+            subnqn: self.subnqn.clone(),
+            cfg: self.cfg.clone(),
+            cntlid: self.cntlid,
+            icd_max: self.io_icd_max(),
+            max_transfer: self.max_transfer(),
+            max_entries: u32::from(self.cap().mqes) + 1,
+        }
+    }
+
+    /// Open I/O queue `qid` with `entries` SQ entries (at most `entries - 1` commands in flight)
+    /// on a new TCP connection, on the current runtime. `dissqfc` asks for SQ flow control to be
+    /// disabled.
+    pub async fn io_queue(&self, qid: u16, entries: u16, dissqfc: bool) -> Result<IoQueue> {
+        self.io_connector().connect(&IoQueueOptions::new(qid, entries).dissqfc(dissqfc)).await
+    }
+
+    /// Normal shutdown (CC.SHN = 01b), waiting for CSTS.SHST = complete for at most the
+    /// configured shutdown timeout. Close I/O queues first.
+    pub async fn shutdown(&self) -> Result<()> {
+        let c = self.property_get(prop::CC, false).await? as u32;
+        self.property_set(prop::CC, u64::from((c & !cc::SHN_MASK) | cc::SHN_NORMAL), false).await?;
+        let deadline = Instant::now() + self.cfg.shutdown_timeout;
+        loop {
+            let s = self.property_get(prop::CSTS, false).await? as u32;
+            if s & csts::SHST_MASK == csts::SHST_COMPLETE {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(HostError::Timeout("shutdown (CSTS.SHST)"));
+            }
+            tokio::time::sleep(CSTS_POLL).await;
+        }
+    }
+
+    /// Close the admin connection (after in-flight admin commands are failed). I/O queues are
+    /// independent connections: drop them first.
+    pub async fn disconnect(mut self) {
+        let _ = self.tx.send(AdminReq::Close).await;
+        if let Some(t) = self.task.take() {
+            let _ = tokio::time::timeout(self.cfg.admin_timeout, t).await;
+        }
+    }
+
+    /// Read the full discovery log (see [`crate::discovery`]).
+    pub async fn discovery_log(&self) -> Result<crate::discovery::DiscoveryLog> {
+        crate::discovery::read_log(self).await
+    }
+}
+
+/// CAP, VS, CC.EN = 1, CSTS.RDY, Identify Controller: run one by one on the admin queue before
+/// the admin task exists, each bounded by `t`; the RDY wait is bounded by CAP.TO.
+async fn enable(q: &mut Queue, t: Duration) -> Result<(u64, u32, IdentifyController)> {
+    let cap = exec_ok(q, t, property_get_sqe(prop::CAP, true), DataDir::None, 0).await?.0.result64();
+    let vs = exec_ok(q, t, property_get_sqe(prop::VS, false), DataDir::None, 0).await?.0.dw0;
+    let c = Cap::from_u64(cap);
+    // CC.CSS: 110b "all supported I/O command sets" when CAP.CSS says so, else 000b NVM.
+    let css = if c.css_iocs { 6 } else { 0 };
+    exec_ok(q, t, property_set_sqe(prop::CC, u64::from(cc::enable_value(css)), false), DataDir::None, 0).await?;
+    let wait = Duration::from_millis(500 * u64::from(c.to.max(1)));
+    let deadline = Instant::now() + wait;
+    loop {
+        let s = exec_ok(q, t, property_get_sqe(prop::CSTS, false), DataDir::None, 0).await?.0.dw0;
+        if s & csts::CFS != 0 {
+            return Err(HostError::Controller("CSTS.CFS set while enabling".into()));
+        }
+        if s & csts::RDY != 0 {
+            break;
+        }
+        if Instant::now() >= deadline {
+            return Err(HostError::Controller(format!("CSTS.RDY not set within CAP.TO ({} ms)", wait.as_millis())));
+        }
+        tokio::time::sleep(CSTS_POLL).await;
+    }
+    let (_, data) = exec_ok(q, t, identify_sqe(cns::CTRL, 0, 0, 0), DataDir::FromController, IDENTIFY_DATA_LEN).await?;
+    let id = IdentifyController::decode(&data)?;
+    Ok((cap, vs, id))
+}
+
+async fn exec_ok(q: &mut Queue, t: Duration, sqe: Sqe, dir: DataDir, in_len: usize) -> Result<(Cqe, Vec<u8>)> {
+    let (cqe, data) = tokio::time::timeout(t, q.execute(sqe, dir, &[], in_len))
+        .await
+        .map_err(|_| HostError::Timeout("admin command during bring-up"))??;
+    if cqe.status.is_success() { Ok((cqe, data)) } else { Err(HostError::Status(cqe.status)) }
+}
+
+fn property_get_sqe(ofst: u32, size8: bool) -> Sqe {
+    let mut sqe = Sqe::new(admin::FABRICS, CommandId(0));
+    sqe.set_fctype(fctype::PROPERTY_GET);
+    PropertyCmd { size8, ofst, value: 0 }.encode_into(&mut sqe);
+    sqe
+}
+
+fn property_set_sqe(ofst: u32, value: u64, size8: bool) -> Sqe {
+    let mut sqe = Sqe::new(admin::FABRICS, CommandId(0));
+    sqe.set_fctype(fctype::PROPERTY_SET);
+    PropertyCmd { size8, ofst, value }.encode_into(&mut sqe);
+    sqe
+}
+
+/// Identify: CDW10 CNS 7:0 and CNTID 31:16, CDW11 CSI 31:24.
+fn identify_sqe(cns: u8, nsid: u32, cntid: u16, csi: u8) -> Sqe {
+    let mut sqe = Sqe::new(admin::IDENTIFY, CommandId(0));
+    sqe.set_nsid(NamespaceId(nsid));
+    sqe.set_cdw(10, u32::from(cns) | (u32::from(cntid) << 16));
+    sqe.set_cdw(11, u32::from(csi) << 24);
+    sqe
+}
+
+/// Get Log Page: CDW10 LID 7:0, NUMDL 31:16; CDW11 NUMDU 15:0; CDW12/13 LPOL/LPOU
+/// (NUMD is the 0's based dword count).
+fn get_log_page_sqe(lid: u8, nsid: u32, len: usize, offset: u64) -> Sqe {
+    let numd = (len / 4 - 1) as u32;
+    let mut sqe = Sqe::new(admin::GET_LOG_PAGE, CommandId(0));
+    sqe.set_nsid(NamespaceId(nsid));
+    sqe.set_cdw(10, u32::from(lid) | ((numd & 0xFFFF) << 16));
+    sqe.set_cdw(11, numd >> 16);
+    sqe.set_cdw(12, offset as u32);
+    sqe.set_cdw(13, (offset >> 32) as u32);
+    sqe
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_page_sqe_fields() {
+        let s = get_log_page_sqe(0x70, 0, 2048, 1024);
+        assert_eq!(s.opcode(), admin::GET_LOG_PAGE);
+        assert_eq!(s.cdw10() & 0xFF, 0x70);
+        assert_eq!(s.cdw10() >> 16, 511);
+        assert_eq!(s.cdw11(), 0);
+        assert_eq!(s.cdw12(), 1024);
+        let big = get_log_page_sqe(2, 0xFFFF_FFFF, 1 << 20, 1 << 33);
+        assert_eq!((big.cdw10() >> 16) | (big.cdw11() << 16), (1 << 18) - 1);
+        assert_eq!(big.cdw13(), 2);
+    }
+
+    #[test]
+    fn identify_sqe_fields() {
+        let s = identify_sqe(cns::NS_ID_DESC_LIST, 7, 0, 0);
+        assert_eq!(s.cdw10(), 3);
+        assert_eq!(s.nsid().0, 7);
+    }
+
+    #[test]
+    fn async_event_fields() {
+        let e = AsyncEvent::from_dw0(0x0004_0002 | (0xF0 << 8));
+        assert_eq!(e, AsyncEvent { event_type: 2, info: 0xF0, log_page: 4 });
+    }
+}

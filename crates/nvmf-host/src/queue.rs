@@ -1,0 +1,697 @@
+//! One NVMe queue over one TCP connection: the engine under both the admin queue and the I/O
+//! queues.
+//!
+//! Shape (a sans-IO core driven by a thin I/O shell):
+//! - **Slots**: `entries - 1` preallocated command slots; the CID of a command *is* its slot
+//!   index, and a free list hands them out. Each slot owns a reusable data buffer that grows to
+//!   the largest transfer it has seen and is never shrunk, so steady-state I/O allocates nothing.
+//! - **Submission** only appends the CapsuleCmd (and in-capsule data) to the transmit buffer;
+//!   the next [`Queue::try_io`] sends everything queued since the last one in one `write`.
+//! - **Reception** reads in bulk into a receive buffer sized for the largest PDU plus a read
+//!   window, and feeds `nvmf_tcp::HostConn::decode_one` until it asks for more bytes.
+//! - **Never blocks writing while the controller is blocked writing to us**: writing and reading
+//!   are both non-blocking (`try_write`/`try_read`), and the wait is on readiness for either.
+//!
+//! SQ flow control (NVMe-oF 1.1, 3.3.2): at most `entries - 1` commands are outstanding, and the
+//! number the controller has not yet fetched (tail − SQHD) is tracked from each response's SQHD.
+//! When the queue was connected with CATTR.DISSQFC and the controller agreed (SQHD 0xFFFF in the
+//! Connect response) SQHD is ignored and C2HData SUCCESS completes a read without a response.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use nvme_spec::fabrics::{ConnectCmd, ConnectData};
+use nvme_spec::opcode::{admin, fctype};
+use nvme_spec::{CommandId, ControllerId, Cqe, QueueId, Sqe, Status};
+use nvmf_tcp::{Digests, HostConn, HostConnConfig, HostEvent};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
+use tokio::net::TcpStream;
+
+use crate::error::{HostError, Result};
+
+/// The receive buffer always has room for one whole PDU plus this much; a `read` is issued only
+/// with at least this much space free (bulk reads, never a few bytes at a time).
+const RX_READ_WINDOW: usize = 64 * 1024;
+/// How many write/read/decode rounds [`Queue::try_io`] runs before yielding to its caller.
+const IO_BUDGET: usize = 64;
+/// In-capsule data limit on the admin queue (NVMe/TCP: admin and Fabrics commands accept up to
+/// 8 KiB of in-capsule data; Linux `NVME_TCP_ADMIN_CCSZ`).
+pub(crate) const ADMIN_ICD_MAX: usize = 8192;
+/// SQHD value meaning "SQ flow control disabled" (NVMe-oF 1.1, 3.3.2).
+const SQHD_DISABLED: u16 = 0xFFFF;
+
+/// Direction of a command's data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DataDir {
+    /// No data (Flush, Keep Alive, Write Zeroes...).
+    None,
+    /// Host to controller (Write, Dataset Management, Connect): in-capsule when it fits in the
+    /// queue's in-capsule limit, otherwise on R2T with H2CData PDUs.
+    ToController,
+    /// Controller to host (Read, Identify, Get Log Page): C2HData PDUs.
+    FromController,
+}
+
+/// One finished command, handed to the completion callback. `data` borrows the slot's buffer
+/// (the bytes received for a read; empty otherwise) and is valid only during the callback.
+#[derive(Debug)]
+pub struct Completion<'a> {
+    /// The command's CID (its slot index).
+    pub cid: CommandId,
+    /// The caller's tag given at submission.
+    pub user: u64,
+    /// The completion entry. For a read completed by C2HData SUCCESS (no CapsuleResp), a CQE
+    /// with status Success and the queue's last known SQHD is synthesized.
+    pub cqe: Cqe,
+    /// Data received from the controller (length = bytes received).
+    pub data: &'a [u8],
+}
+
+impl Completion<'_> {
+    pub fn status(&self) -> Status {
+        self.cqe.status
+    }
+    pub fn is_success(&self) -> bool {
+        self.cqe.status.is_success()
+    }
+}
+
+/// Where and how to open a connection.
+#[derive(Clone, Debug)]
+pub(crate) struct LinkParams {
+    pub addr: SocketAddr,
+    pub digests: Digests,
+    /// Largest C2HData DATA accepted in one PDU; bounds the receive buffer.
+    pub max_c2h_data: u32,
+    pub connect_timeout: Duration,
+}
+
+/// What the Fabrics Connect carries.
+#[derive(Clone, Debug)]
+pub(crate) struct ConnectParams {
+    pub qid: QueueId,
+    /// SQ entries (SQSIZE + 1), ≥ 2.
+    pub entries: u16,
+    pub dissqfc: bool,
+    pub kato_ms: u32,
+    pub cntlid: ControllerId,
+    pub hostid: [u8; 16],
+    pub hostnqn: String,
+    pub subnqn: String,
+    /// In-capsule data limit for this queue (admin: 8 KiB; I/O: IOCCSZ*16 - 64).
+    pub icd_max: usize,
+}
+
+struct Slot {
+    busy: bool,
+    dir: DataDir,
+    /// Data sent in the capsule (no R2T expected).
+    inline: bool,
+    /// Transfer length of the command.
+    len: usize,
+    /// Bytes transferred so far: received (C2HData) or requested and sent (R2T/H2CData).
+    done: usize,
+    /// Some C2HData of this command failed its data digest: the command fails with Transient
+    /// Transport Error whatever its response says (NVMe/TCP 1.0, 3.5).
+    digest_error: bool,
+    user: u64,
+    buf: Vec<u8>,
+}
+
+impl Slot {
+    fn new(prealloc: usize) -> Slot {
+        Slot {
+            busy: false,
+            dir: DataDir::None,
+            inline: false,
+            len: 0,
+            done: 0,
+            digest_error: false,
+            user: 0,
+            buf: vec![0; prealloc],
+        }
+    }
+}
+
+/// Command slots and SQ accounting: everything about a queue except the socket.
+struct Slots {
+    slots: Vec<Slot>,
+    /// Free slot indices (a stack: recently freed, cache-warm slots are reused first).
+    free: Vec<u16>,
+    in_flight: usize,
+    qid: QueueId,
+    /// SQ entries (SQSIZE + 1).
+    entries: u16,
+    sq_tail: u16,
+    sq_head: u16,
+    flow_control: bool,
+    icd_max: usize,
+}
+
+impl Slots {
+    fn new(qid: QueueId, entries: u16, icd_max: usize, prealloc: usize) -> Slots {
+        let n = usize::from(entries.saturating_sub(1)).max(1);
+        Slots {
+            slots: (0..n).map(|_| Slot::new(prealloc)).collect(),
+            free: (0..n as u16).rev().collect(),
+            in_flight: 0,
+            qid,
+            entries,
+            sq_tail: 0,
+            sq_head: 0,
+            flow_control: true,
+            icd_max,
+        }
+    }
+
+    /// Commands the controller has not fetched yet, as far as SQHD tells; never more than the
+    /// outstanding count (a controller that completes without a response, or sends a stale
+    /// SQHD, must not wedge the queue).
+    fn sq_occupancy(&self) -> usize {
+        let e = u32::from(self.entries);
+        let occ = (u32::from(self.sq_tail) + e - u32::from(self.sq_head)) % e;
+        (occ as usize).min(self.in_flight)
+    }
+
+    fn can_submit(&self) -> bool {
+        !self.free.is_empty() && (!self.flow_control || self.sq_occupancy() + 1 < usize::from(self.entries))
+    }
+
+    fn release(&mut self, idx: usize) {
+        let s = &mut self.slots[idx];
+        s.busy = false;
+        self.in_flight -= 1;
+        self.free.push(idx as u16);
+    }
+
+    fn busy_slot(&mut self, cid: u16, reason: &'static str) -> Result<&mut Slot> {
+        match self.slots.get_mut(usize::from(cid)) {
+            Some(s) if s.busy => Ok(s),
+            _ => Err(HostError::UnexpectedPdu { reason, cid }),
+        }
+    }
+
+    /// Apply one decoded event. Returns the number of commands completed (0 or 1).
+    fn handle_event<F: FnMut(Completion<'_>)>(
+        &mut self,
+        ev: HostEvent<'_>,
+        conn: &HostConn,
+        tx: &mut Vec<u8>,
+        f: &mut F,
+    ) -> Result<usize> {
+        match ev {
+            HostEvent::Response(mut cqe) => {
+                if self.flow_control && cqe.sqhd != SQHD_DISABLED && cqe.sqhd < self.entries {
+                    self.sq_head = cqe.sqhd;
+                }
+                let slot = self.busy_slot(cqe.cid, "response for a command that is not outstanding")?;
+                if slot.digest_error {
+                    cqe.status = Status::TRANSIENT_TRANSPORT;
+                }
+                if cqe.status.is_success() && slot.dir != DataDir::None && !slot.inline && slot.done != slot.len {
+                    return Err(HostError::UnexpectedPdu {
+                        reason: "successful response before all data was transferred",
+                        cid: cqe.cid,
+                    });
+                }
+                let data: &[u8] = match slot.dir {
+                    DataDir::FromController if !slot.digest_error => &slot.buf[..slot.done],
+                    DataDir::FromController | DataDir::None | DataDir::ToController => &[],
+                };
+                f(Completion { cid: CommandId(cqe.cid), user: slot.user, cqe, data });
+                self.release(usize::from(cqe.cid));
+                Ok(1)
+            }
+            HostEvent::C2hData { cccid, datao, data, last, success } => {
+                let slot = self.busy_slot(cccid, "C2HData for a command that is not outstanding")?;
+                if slot.dir != DataDir::FromController {
+                    return Err(HostError::UnexpectedPdu { reason: "C2HData for a command without read data", cid: cccid });
+                }
+                if datao as usize != slot.done {
+                    return Err(HostError::UnexpectedPdu { reason: "C2HData offset out of order", cid: cccid });
+                }
+                let end = slot.done + data.len();
+                if end > slot.len {
+                    return Err(HostError::UnexpectedPdu { reason: "C2HData beyond the command's length", cid: cccid });
+                }
+                slot.buf[slot.done..end].copy_from_slice(data);
+                slot.done = end;
+                if !success {
+                    return Ok(0);
+                }
+                // C2HData SUCCESS: the command completed successfully, no CapsuleResp follows
+                // (NVMe/TCP 1.0, 3.3.8.1; legal only with SQ flow control disabled, tolerated
+                // otherwise since the outstanding count bounds the SQ anyway).
+                if !last || slot.done != slot.len {
+                    return Err(HostError::UnexpectedPdu {
+                        reason: "C2HData SUCCESS before the last byte of the transfer",
+                        cid: cccid,
+                    });
+                }
+                let cqe = Cqe {
+                    dw0: 0,
+                    dw1: 0,
+                    sqhd: self.sq_head,
+                    sqid: self.qid.0,
+                    cid: cccid,
+                    status: Status::SUCCESS,
+                };
+                let slot = &self.slots[usize::from(cccid)];
+                f(Completion { cid: CommandId(cccid), user: slot.user, cqe, data: &slot.buf[..slot.done] });
+                self.release(usize::from(cccid));
+                Ok(1)
+            }
+            HostEvent::C2hDataDigestError { cccid, datao, datal, last, success } => {
+                let sq_head = self.sq_head;
+                let qid = self.qid.0;
+                let slot = self.busy_slot(cccid, "C2HData for a command that is not outstanding")?;
+                let end = (datao as usize).checked_add(datal as usize).unwrap_or(usize::MAX);
+                if slot.dir != DataDir::FromController || datao as usize != slot.done || end > slot.len {
+                    return Err(HostError::UnexpectedPdu { reason: "C2HData out of the command's range", cid: cccid });
+                }
+                tracing::warn!(cid = cccid, datao, datal, "C2HData data digest mismatch");
+                slot.done = end;
+                slot.digest_error = true;
+                if !(success && last) {
+                    return Ok(0);
+                }
+                let cqe = Cqe { dw0: 0, dw1: 0, sqhd: sq_head, sqid: qid, cid: cccid, status: Status::TRANSIENT_TRANSPORT };
+                f(Completion { cid: CommandId(cccid), user: slot.user, cqe, data: &[] });
+                self.release(usize::from(cccid));
+                Ok(1)
+            }
+            HostEvent::R2t(r2t) => {
+                let slot = self.busy_slot(r2t.cccid, "R2T for a command that is not outstanding")?;
+                if slot.dir != DataDir::ToController || slot.inline {
+                    return Err(HostError::UnexpectedPdu { reason: "R2T for a command with no data to send", cid: r2t.cccid });
+                }
+                let start = r2t.r2to as usize;
+                let end = start.checked_add(r2t.r2tl as usize).unwrap_or(usize::MAX);
+                if start != slot.done || r2t.r2tl == 0 || end > slot.len {
+                    return Err(HostError::UnexpectedPdu { reason: "R2T offset or length out of range", cid: r2t.cccid });
+                }
+                conn.encode_h2c_data(tx, r2t.cccid, r2t.ttag, r2t.r2to, &slot.buf[start..end]);
+                slot.done = end;
+                Ok(0)
+            }
+            HostEvent::TermReq { fes, fei } => Err(HostError::TermReq { fes, fei }),
+            HostEvent::Established { .. } => Err(HostError::UnexpectedPdu { reason: "second ICResp", cid: 0 }),
+        }
+    }
+}
+
+/// The socket, the sans-IO connection and the byte buffers.
+struct Link {
+    stream: TcpStream,
+    conn: HostConn,
+    rx: Vec<u8>,
+    rx_head: usize,
+    rx_tail: usize,
+    tx: Vec<u8>,
+    tx_pos: usize,
+    peer: SocketAddr,
+    maxh2cdata: u32,
+}
+
+impl Link {
+    /// TCP connect, ICReq → ICResp.
+    async fn open(p: &LinkParams) -> Result<Link> {
+        let stream = tokio::time::timeout(p.connect_timeout, TcpStream::connect(p.addr))
+            .await
+            .map_err(|_| HostError::Timeout("TCP connect"))??;
+        stream.set_nodelay(true)?;
+        let conn = HostConn::new(HostConnConfig {
+            digests: p.digests,
+            hpda: 0,
+            maxr2t: 0,
+            max_c2h_data: p.max_c2h_data,
+        });
+        let mut link = Link {
+            stream,
+            conn,
+            rx: Vec::new(),
+            rx_head: 0,
+            rx_tail: 0,
+            tx: Vec::with_capacity(64 * 1024),
+            tx_pos: 0,
+            peer: p.addr,
+            maxh2cdata: 0,
+        };
+        tokio::time::timeout(p.connect_timeout, link.initialize(p.digests))
+            .await
+            .map_err(|_| HostError::Timeout("ICReq/ICResp exchange"))??;
+        Ok(link)
+    }
+
+    async fn initialize(&mut self, want: Digests) -> Result<()> {
+        self.conn.encode_icreq(&mut self.tx);
+        self.stream.write_all(&self.tx).await?;
+        self.tx.clear();
+        // ICResp is 128 bytes; nothing else may arrive before our first capsule.
+        let mut buf = vec![0u8; 4096];
+        let mut have = 0;
+        let (digests, maxh2cdata, used) = loop {
+            let n = self.stream.read(&mut buf[have..]).await?;
+            if n == 0 {
+                return Err(HostError::Disconnected);
+            }
+            have += n;
+            match self.conn.decode_one(&buf[..have])? {
+                None if have < buf.len() => continue,
+                None => return Err(HostError::UnexpectedPdu { reason: "oversized ICResp", cid: 0 }),
+                Some((HostEvent::Established { digests, maxh2cdata, .. }, used)) => break (digests, maxh2cdata, used),
+                Some((HostEvent::TermReq { fes, fei }, _)) => return Err(HostError::TermReq { fes, fei }),
+                Some(_) => return Err(HostError::UnexpectedPdu { reason: "expected ICResp", cid: 0 }),
+            }
+        };
+        if digests != want {
+            return Err(HostError::Negotiation(format!(
+                "asked for header digest {} / data digest {}, controller granted {} / {}",
+                want.hdgst, want.ddgst, digests.hdgst, digests.ddgst
+            )));
+        }
+        self.maxh2cdata = maxh2cdata;
+        self.rx = vec![0u8; self.conn.max_pdu_len() + 2 * RX_READ_WINDOW];
+        let rest = &buf[used..have];
+        self.rx[..rest.len()].copy_from_slice(rest);
+        self.rx_tail = rest.len();
+        Ok(())
+    }
+
+    fn tx_pending(&self) -> bool {
+        self.tx_pos < self.tx.len()
+    }
+
+    /// Write as much of the pending output as the socket takes now. Returns bytes written.
+    fn try_write(&mut self) -> Result<usize> {
+        if !self.tx_pending() {
+            return Ok(0);
+        }
+        match self.stream.try_write(&self.tx[self.tx_pos..]) {
+            Ok(n) => {
+                self.tx_pos += n;
+                if self.tx_pos == self.tx.len() {
+                    self.tx.clear();
+                    self.tx_pos = 0;
+                }
+                Ok(n)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(0),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Read whatever the socket has into the receive buffer. Returns bytes read.
+    fn try_read(&mut self) -> Result<usize> {
+        if self.rx_head == self.rx_tail {
+            self.rx_head = 0;
+            self.rx_tail = 0;
+        } else if self.rx.len() - self.rx_tail < RX_READ_WINDOW {
+            self.rx.copy_within(self.rx_head..self.rx_tail, 0);
+            self.rx_tail -= self.rx_head;
+            self.rx_head = 0;
+        }
+        match self.stream.try_read(&mut self.rx[self.rx_tail..]) {
+            Ok(0) => Err(HostError::Disconnected),
+            Ok(n) => {
+                self.rx_tail += n;
+                Ok(n)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(0),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+/// One queue: a connection, its slots, and the SQ state.
+pub(crate) struct Queue {
+    link: Link,
+    st: Slots,
+    broken: bool,
+}
+
+impl Queue {
+    /// Open the connection and run the Fabrics Connect for `cp`. Returns the queue and the
+    /// controller ID from the Connect response.
+    pub(crate) async fn connect(lp: &LinkParams, cp: &ConnectParams, prealloc: usize) -> Result<(Queue, ControllerId)> {
+        if cp.entries < 2 {
+            return Err(HostError::InvalidArgument(format!("queue size {} (need at least 2 entries)", cp.entries)));
+        }
+        let link = Link::open(lp).await?;
+        let mut q = Queue { link, st: Slots::new(cp.qid, cp.entries, cp.icd_max, prealloc), broken: false };
+        let mut sqe = Sqe::new(admin::FABRICS, CommandId(0));
+        sqe.set_fctype(fctype::CONNECT);
+        ConnectCmd {
+            recfmt: 0,
+            qid: cp.qid,
+            sqsize: cp.entries - 1,
+            cattr: if cp.dissqfc { 1 << 2 } else { 0 },
+            kato: cp.kato_ms,
+        }
+        .encode_into(&mut sqe);
+        let data = ConnectData {
+            hostid: cp.hostid,
+            cntlid: cp.cntlid,
+            subnqn: cp.subnqn.clone(),
+            hostnqn: cp.hostnqn.clone(),
+        }
+        .encode();
+        let (cqe, _) = tokio::time::timeout(lp.connect_timeout, q.execute(sqe, DataDir::ToController, &data, 0))
+            .await
+            .map_err(|_| HostError::Timeout("Fabrics Connect"))??;
+        if !cqe.status.is_success() {
+            return Err(HostError::ConnectRejected { status: cqe.status, dw0: cqe.dw0 });
+        }
+        // Connect response DW0: bits 15:0 CNTLID, bit 17 ATR (authentication required).
+        if cqe.dw0 & (1 << 17) != 0 {
+            return Err(HostError::Unsupported("controller requires in-band authentication (DH-HMAC-CHAP)"));
+        }
+        if cp.dissqfc && cqe.sqhd == SQHD_DISABLED {
+            q.st.flow_control = false;
+        } else if cqe.sqhd < cp.entries {
+            q.st.sq_head = cqe.sqhd;
+        }
+        tracing::debug!(peer = %lp.addr, qid = cp.qid.0, cntlid = cqe.dw0 & 0xFFFF, flow_control = q.st.flow_control, "queue connected");
+        Ok((q, ControllerId((cqe.dw0 & 0xFFFF) as u16)))
+    }
+
+    pub(crate) fn qid(&self) -> QueueId {
+        self.st.qid
+    }
+    pub(crate) fn peer(&self) -> SocketAddr {
+        self.link.peer
+    }
+    pub(crate) fn in_flight(&self) -> usize {
+        self.st.in_flight
+    }
+    /// Most commands that can be outstanding at once.
+    pub(crate) fn capacity(&self) -> usize {
+        self.st.slots.len()
+    }
+    pub(crate) fn flow_control(&self) -> bool {
+        self.st.flow_control
+    }
+    pub(crate) fn icd_max(&self) -> usize {
+        self.st.icd_max
+    }
+    pub(crate) fn maxh2cdata(&self) -> u32 {
+        self.link.maxh2cdata
+    }
+    pub(crate) fn digests(&self) -> Digests {
+        self.link.conn.digests()
+    }
+    pub(crate) fn is_broken(&self) -> bool {
+        self.broken
+    }
+    pub(crate) fn can_submit(&self) -> bool {
+        !self.broken && self.st.can_submit()
+    }
+
+    /// Queue a command for sending. The CID and SGL of `sqe` are filled in here. For
+    /// [`DataDir::ToController`], `fill` writes the `len` bytes to send into the slot's buffer
+    /// (it is not called otherwise). Returns `Ok(None)` when the queue is full.
+    pub(crate) fn submit(
+        &mut self,
+        mut sqe: Sqe,
+        dir: DataDir,
+        len: usize,
+        user: u64,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Result<Option<CommandId>> {
+        if self.broken {
+            return Err(HostError::Disconnected);
+        }
+        if u32::try_from(len).is_err() {
+            return Err(HostError::InvalidArgument(format!("transfer of {len} bytes")));
+        }
+        if !self.st.can_submit() {
+            return Ok(None);
+        }
+        let dir = if len == 0 { DataDir::None } else { dir };
+        let Some(idx) = self.st.free.pop() else { return Ok(None) };
+        let icd_max = self.st.icd_max;
+        let slot = &mut self.st.slots[usize::from(idx)];
+        let cid = CommandId(idx);
+        sqe.set_cid(cid);
+        if slot.buf.len() < len {
+            slot.buf.resize(len, 0);
+        }
+        slot.inline = false;
+        match dir {
+            DataDir::ToController => {
+                fill(&mut slot.buf[..len]);
+                if len <= icd_max {
+                    slot.inline = true;
+                    sqe.set_sgl_icd(len as u32);
+                    self.link.conn.encode_capsule(&mut self.link.tx, &sqe, &slot.buf[..len]);
+                } else {
+                    sqe.set_sgl_transport(len as u32);
+                    self.link.conn.encode_capsule(&mut self.link.tx, &sqe, &[]);
+                }
+            }
+            DataDir::FromController | DataDir::None => {
+                sqe.set_sgl_transport(len as u32);
+                self.link.conn.encode_capsule(&mut self.link.tx, &sqe, &[]);
+            }
+        }
+        slot.busy = true;
+        slot.digest_error = false;
+        slot.dir = dir;
+        slot.len = len;
+        slot.done = 0;
+        slot.user = user;
+        self.st.in_flight += 1;
+        self.st.sq_tail = (self.st.sq_tail + 1) % self.st.entries;
+        Ok(Some(cid))
+    }
+
+    /// Do all the I/O possible without waiting: send pending output, read what has arrived,
+    /// decode it and call `f` for each completed command. Returns the number completed.
+    /// On error the queue is broken: every later call fails with [`HostError::Disconnected`].
+    pub(crate) fn try_io<F: FnMut(Completion<'_>)>(&mut self, f: &mut F) -> Result<usize> {
+        if self.broken {
+            return Err(HostError::Disconnected);
+        }
+        let r = self.try_io_inner(f);
+        if let Err(e) = &r {
+            self.break_link(e);
+        }
+        r
+    }
+
+    fn try_io_inner<F: FnMut(Completion<'_>)>(&mut self, f: &mut F) -> Result<usize> {
+        let mut completed = 0;
+        for _ in 0..IO_BUDGET {
+            let wrote = self.link.try_write()?;
+            let read = self.link.try_read()?;
+            if read > 0 {
+                completed += self.process(f)?;
+            }
+            if wrote == 0 && read == 0 {
+                break;
+            }
+        }
+        Ok(completed)
+    }
+
+    /// Decode every whole PDU in the receive buffer.
+    fn process<F: FnMut(Completion<'_>)>(&mut self, f: &mut F) -> Result<usize> {
+        let mut completed = 0;
+        let link = &mut self.link;
+        while link.rx_head < link.rx_tail {
+            let buf = &link.rx[link.rx_head..link.rx_tail];
+            let Some((ev, used)) = link.conn.decode_one(buf)? else { break };
+            completed += self.st.handle_event(ev, &link.conn, &mut link.tx, f)?;
+            link.rx_head += used;
+        }
+        Ok(completed)
+    }
+
+    /// Mark the queue dead; for a protocol error, tell the controller why (best effort).
+    fn break_link(&mut self, e: &HostError) {
+        if self.broken {
+            return;
+        }
+        self.broken = true;
+        tracing::debug!(peer = %self.link.peer, qid = self.st.qid.0, error = %e, "queue failed");
+        if let HostError::Protocol(p) = e {
+            let mut out = Vec::new();
+            self.link.conn.encode_term_req(&mut out, p.fes as u16, p.fei, p.header());
+            let _ = self.link.stream.try_write(&out);
+        }
+    }
+
+    /// Wait until the socket can make progress (readable, or writable while output is pending).
+    /// Cancel-safe.
+    pub(crate) async fn wait_ready(&self) -> Result<()> {
+        let mut interest = Interest::READABLE;
+        if self.link.tx_pending() {
+            interest |= Interest::WRITABLE;
+        }
+        self.link.stream.ready(interest).await?;
+        Ok(())
+    }
+
+    /// Drive I/O until at least one command completes. Returns 0 at once when nothing is in
+    /// flight and nothing is left to send. With commands in flight, `idle_timeout` bounds how
+    /// long the controller may stay silent before the queue is declared dead.
+    pub(crate) async fn poll<F: FnMut(Completion<'_>)>(&mut self, f: &mut F, idle_timeout: Duration) -> Result<usize> {
+        loop {
+            let n = self.try_io(f)?;
+            if n > 0 {
+                return Ok(n);
+            }
+            if self.st.in_flight == 0 && !self.link.tx_pending() {
+                return Ok(0);
+            }
+            match tokio::time::timeout(idle_timeout, self.wait_ready()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    self.break_link(&e);
+                    return Err(e);
+                }
+                Err(_) => {
+                    let e = HostError::Timeout("no response from the controller");
+                    self.break_link(&e);
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    /// Run one command alone on the queue and wait for it: the status is not checked.
+    pub(crate) async fn execute(&mut self, sqe: Sqe, dir: DataDir, out: &[u8], in_len: usize) -> Result<(Cqe, Vec<u8>)> {
+        if self.st.in_flight != 0 {
+            return Err(HostError::QueueBusy);
+        }
+        let len = match dir {
+            DataDir::ToController => out.len(),
+            DataDir::FromController => in_len,
+            DataDir::None => 0,
+        };
+        self.submit(sqe, dir, len, 0, |b| b.copy_from_slice(out))?.ok_or(HostError::QueueBusy)?;
+        let mut result = None;
+        while result.is_none() {
+            self.poll(
+                &mut |c: Completion<'_>| result = Some((c.cqe, c.data.to_vec())),
+                Duration::from_secs(3600), // bounded by the caller's timeout
+            )
+            .await?;
+        }
+        result.ok_or(HostError::Disconnected)
+    }
+
+    /// Forget every outstanding command (calling `f` with each one's user tag) and mark the
+    /// queue dead: once commands are abandoned their CIDs cannot be reused safely.
+    pub(crate) fn fail_in_flight(&mut self, mut f: impl FnMut(u64)) {
+        if !self.broken {
+            self.break_link(&HostError::Disconnected);
+        }
+        for idx in 0..self.st.slots.len() {
+            if self.st.slots[idx].busy {
+                f(self.st.slots[idx].user);
+                self.st.release(idx);
+            }
+        }
+    }
+}

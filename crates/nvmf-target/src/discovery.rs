@@ -1,0 +1,53 @@
+//! The discovery service: the Discovery log page (NVMe-oF 1.1 section 5.3) as the connected
+//! host may see it — one entry per subsystem it may access × listener, plus the current
+//! discovery subsystem entry for the listener the host came in through.
+
+use crate::controller::Controller;
+use crate::model::ADMIN_QUEUE_MAX;
+use crate::queue::Queue;
+use nvme_spec::DISCOVERY_NQN;
+use nvme_spec::discovery::{
+    CNTLID_DYNAMIC, DiscoveryLogEntry, adrfam, eflags, encode_discovery_log, subtype, tcp_sectype,
+    treq, trtype,
+};
+use std::net::SocketAddr;
+
+fn entry(addr: SocketAddr, portid: u16, sub: u8, nqn: &str, flags: u16) -> DiscoveryLogEntry {
+    DiscoveryLogEntry {
+        trtype: trtype::TCP,
+        adrfam: if addr.is_ipv4() { adrfam::IPV4 } else { adrfam::IPV6 },
+        subtype: sub,
+        treq: treq::NOT_REQUIRED | treq::DISABLE_SQFLOW,
+        portid,
+        cntlid: CNTLID_DYNAMIC,
+        asqsz: ADMIN_QUEUE_MAX as u16,
+        eflags: flags,
+        trsvcid: addr.port().to_string(),
+        subnqn: nqn.to_string(),
+        traddr: addr.ip().to_string(),
+        tcp_sectype: tcp_sectype::NONE,
+    }
+}
+
+impl Queue {
+    /// The full discovery log page for the host of `ctrl`.
+    pub(crate) fn discovery_log(&self, ctrl: &Controller) -> Vec<u8> {
+        let t = &self.target;
+        let mut entries = Vec::new();
+        for s in t.subsystems.iter().filter(|s| s.host_allowed(&ctrl.hostnqn)) {
+            for l in &t.listeners {
+                entries.push(entry(l.addr, l.portid, subtype::NVME, &s.nqn, 0));
+            }
+        }
+        // The current discovery subsystem, reachable where this host is connected.
+        let portid = t.listeners.iter().find(|l| l.addr == self.local).map_or(0, |l| l.portid);
+        entries.push(entry(
+            self.local,
+            portid,
+            subtype::CURRENT_DISCOVERY,
+            DISCOVERY_NQN,
+            eflags::EPCSD | eflags::DUPRETINFO,
+        ));
+        encode_discovery_log(t.discovery_genctr(), &entries)
+    }
+}

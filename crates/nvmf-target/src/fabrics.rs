@@ -1,0 +1,189 @@
+//! Fabrics commands: Connect (admin and I/O), Property Get/Set (NVMe-oF 1.1 section 3.3).
+
+use crate::controller::{Controller, ControllerKind};
+use crate::model::ADMIN_QUEUE_MAX;
+use crate::queue::{CmdError, CmdResult, Queue, QueueRole};
+use nvme_spec::fabrics::{
+    Cap, ConnectCmd, ConnectData, PropertyCmd, connect_data_off, connect_sqe_off, prop,
+};
+use nvme_spec::opcode::fctype;
+use nvme_spec::{ControllerId, DISCOVERY_NQN, NVME_VERSION, Sqe, Status};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Keep-alive used for a discovery controller whose host asked for none (Linux nvmet:
+/// NVMET_DISC_KATO_MS), so abandoned discovery connections are eventually reaped.
+pub const DISCOVERY_DEFAULT_KATO: Duration = Duration::from_secs(120);
+/// CAP.TO in 500 ms units (7.5 s, as Linux nvmet).
+pub const CAP_TO: u8 = 15;
+
+impl Queue {
+    /// CAP for this queue's controller.
+    pub(crate) fn cap(&self) -> u64 {
+        let mqes = if self.ctrl.as_ref().is_some_and(|c| c.is_discovery()) {
+            (ADMIN_QUEUE_MAX - 1) as u16
+        } else {
+            self.target.limits.max_queue_size.saturating_sub(1)
+        };
+        Cap { mqes, to: CAP_TO, css_nvm: true, css_iocs: false }.to_u64()
+    }
+
+    pub(crate) fn execute_connect(&mut self, sqe: &Sqe, data: &[u8]) -> CmdResult {
+        let cmd = ConnectCmd::from_sqe(sqe);
+        if cmd.recfmt != 0 {
+            return Err(CmdError::at(Status::CONNECT_INCOMPATIBLE_FORMAT, connect_sqe_off::RECFMT));
+        }
+        let d = ConnectData::decode(data).map_err(|e| CmdError::connect_param(e.offset, true))?;
+        if cmd.sqsize == 0 {
+            return Err(CmdError::connect_param(connect_sqe_off::SQSIZE, false));
+        }
+        if cmd.qid.is_admin() {
+            self.connect_admin(&cmd, d, self.now)
+        } else {
+            self.connect_io(&cmd, d)
+        }
+    }
+
+    fn connect_admin(&mut self, cmd: &ConnectCmd, d: ConnectData, now: Instant) -> CmdResult {
+        if cmd.queue_entries() > ADMIN_QUEUE_MAX {
+            return Err(CmdError::connect_param(connect_sqe_off::SQSIZE, false));
+        }
+        if d.cntlid != ControllerId::DYNAMIC {
+            return Err(CmdError::connect_param(connect_data_off::CNTLID, true));
+        }
+        let kato_ms = cmd.kato;
+        let (kind, kato, max_qid) = if d.subnqn == DISCOVERY_NQN {
+            let kato = if kato_ms == 0 { Some(DISCOVERY_DEFAULT_KATO) } else { Some(ms(kato_ms)) };
+            (ControllerKind::Discovery, kato, 0)
+        } else {
+            let sub = if self.discovery_only { None } else { self.target.subsystem(&d.subnqn) };
+            let Some(sub) = sub else {
+                tracing::warn!(subnqn = %d.subnqn, hostnqn = %d.hostnqn, "connect to unknown subsystem");
+                return Err(CmdError::connect_param(connect_data_off::SUBNQN, true));
+            };
+            if !sub.host_allowed(&d.hostnqn) {
+                tracing::warn!(subnqn = %d.subnqn, hostnqn = %d.hostnqn, "host not allowed");
+                let mut e = CmdError::connect_param(connect_data_off::HOSTNQN, true);
+                e.status = Status::CONNECT_INVALID_HOST;
+                return Err(e);
+            }
+            let kato = (kato_ms != 0).then(|| ms(kato_ms));
+            (ControllerKind::Io(sub.clone()), kato, self.target.limits.max_io_queues)
+        };
+        let hostnqn = d.hostnqn.clone();
+        let ctrl = self
+            .target
+            .register_controller(|id| Arc::new(Controller::new(id, kind, hostnqn, d.hostid, kato, max_qid, now)))
+            .ok_or(CmdError::at(Status::CONNECT_CTRL_BUSY, 0xFFFF))?;
+        ctrl.touch(now);
+        tracing::info!(
+            cntlid = ctrl.cntlid.0,
+            subnqn = %d.subnqn,
+            hostnqn = %d.hostnqn,
+            kato_ms,
+            sqsize = cmd.sqsize,
+            local = %self.local,
+            "admin queue connected: new {} controller",
+            if ctrl.is_discovery() { "discovery" } else { "I/O" }
+        );
+        let cntlid = ctrl.cntlid.0;
+        self.ctrl = Some(ctrl);
+        self.role = QueueRole::Admin;
+        self.flow_control = !cmd.dissqfc();
+        self.entries = cmd.queue_entries();
+        Ok((u32::from(cntlid), 0))
+    }
+
+    fn connect_io(&mut self, cmd: &ConnectCmd, d: ConnectData) -> CmdResult {
+        let Some(ctrl) = self.target.controller(d.cntlid.0) else {
+            return Err(CmdError::connect_param(connect_data_off::CNTLID, true));
+        };
+        if ctrl.hostnqn != d.hostnqn {
+            return Err(CmdError::connect_param(connect_data_off::HOSTNQN, true));
+        }
+        let Some(sub) = ctrl.subsystem() else {
+            // Discovery controllers have no I/O queues.
+            return Err(CmdError::connect_param(connect_sqe_off::QID, false));
+        };
+        if sub.nqn != d.subnqn {
+            return Err(CmdError::connect_param(connect_data_off::SUBNQN, true));
+        }
+        if cmd.qid.0 > ctrl.max_qid {
+            return Err(CmdError::connect_param(connect_sqe_off::QID, false));
+        }
+        if cmd.queue_entries() > u32::from(self.target.limits.max_queue_size) {
+            return Err(CmdError::connect_param(connect_sqe_off::SQSIZE, false));
+        }
+        if !ctrl.is_ready() {
+            return Err(CmdError::at(Status::CMD_SEQ_ERROR, connect_sqe_off::QID));
+        }
+        if !ctrl.claim_qid(cmd.qid.0) {
+            tracing::warn!(cntlid = ctrl.cntlid.0, qid = cmd.qid.0, "duplicate I/O queue connect");
+            return Err(CmdError::at(Status::CMD_SEQ_ERROR, connect_sqe_off::QID));
+        }
+        tracing::info!(
+            cntlid = ctrl.cntlid.0,
+            qid = cmd.qid.0,
+            sqsize = cmd.sqsize,
+            dissqfc = cmd.dissqfc(),
+            hostnqn = %ctrl.hostnqn,
+            "I/O queue connected"
+        );
+        let epoch = ctrl.io_epoch();
+        let cntlid = ctrl.cntlid.0;
+        self.role = QueueRole::Io { qid: cmd.qid.0, epoch };
+        self.ctrl = Some(ctrl);
+        self.flow_control = !cmd.dissqfc();
+        self.set_entries(cmd.queue_entries());
+        Ok((u32::from(cntlid), 0))
+    }
+
+    /// Fabrics commands on a connected queue.
+    pub(crate) fn execute_fabrics(&mut self, sqe: &Sqe, _data: &[u8]) -> CmdResult {
+        match (sqe.fctype(), self.role) {
+            (fctype::CONNECT, _) => Err(CmdError::at(Status::CMD_SEQ_ERROR, 4)),
+            (fctype::PROPERTY_GET, QueueRole::Admin) => self.property_get(sqe),
+            (fctype::PROPERTY_SET, QueueRole::Admin) => self.property_set(sqe),
+            _ => Err(CmdError::at(Status::INVALID_OPCODE, 4)),
+        }
+    }
+
+    fn property_get(&self, sqe: &Sqe) -> CmdResult {
+        let p = PropertyCmd::from_sqe(sqe).map_err(|()| CmdError::at(Status::INVALID_FIELD, 40))?;
+        let Some(ctrl) = &self.ctrl else { return Err(Status::CMD_SEQ_ERROR.into()) };
+        let v: u64 = match (p.ofst, p.size8) {
+            (prop::CAP, true) => self.cap(),
+            (prop::VS, false) => u64::from(NVME_VERSION),
+            (prop::CC, false) => u64::from(ctrl.state().cc),
+            (prop::CSTS, false) => u64::from(ctrl.state().csts),
+            // CRTO: CRWMT/CRIMT in 500 ms units, same as CAP.TO.
+            (prop::CRTO, false) => u64::from(CAP_TO) | (u64::from(CAP_TO) << 16),
+            _ => return Err(CmdError::at(Status::INVALID_FIELD, 44)),
+        };
+        Ok((v as u32, (v >> 32) as u32))
+    }
+
+    fn property_set(&self, sqe: &Sqe) -> CmdResult {
+        let p = PropertyCmd::from_sqe(sqe).map_err(|()| CmdError::at(Status::INVALID_FIELD, 40))?;
+        let Some(ctrl) = &self.ctrl else { return Err(Status::CMD_SEQ_ERROR.into()) };
+        match (p.ofst, p.size8) {
+            (prop::CC, false) => {
+                let old = ctrl.state().cc;
+                let st = ctrl.set_cc(p.value as u32);
+                let new = ctrl.state();
+                tracing::info!(
+                    cntlid = ctrl.cntlid.0,
+                    cc = format_args!("{:#x}->{:#x}", old, new.cc),
+                    csts = format_args!("{:#x}", new.csts),
+                    "property set CC"
+                );
+                if st.is_success() { Ok((0, 0)) } else { Err(st.into()) }
+            }
+            _ => Err(CmdError::at(Status::INVALID_FIELD, 44)),
+        }
+    }
+}
+
+fn ms(v: u32) -> Duration {
+    Duration::from_millis(u64::from(v))
+}

@@ -1,0 +1,234 @@
+//! NVM I/O commands (NVM Command Set 1.0 section 3): prepare (validate, classify) and execute
+//! against the namespace backend. Backend errors map to NVMe status in one place
+//! ([`backend_status`]).
+
+use crate::model::{Namespace, Subsystem};
+use crate::queue::{CmdError, Exec, Queue};
+use ebof_backend::BackendError;
+use nvme_spec::opcode::{DSM_ATTR_DEALLOCATE, io};
+use nvme_spec::{Sqe, Status};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+/// Maximum Dataset Management ranges (NR is 0's based, 8 bits).
+const DSM_MAX_RANGES: u32 = 256;
+/// Write Zeroes CDW12 bit 25: deallocate.
+const WZ_DEAC: u32 = 1 << 25;
+/// Read/Write CDW12 bit 30: Force Unit Access.
+const RW_FUA: u32 = 1 << 30;
+
+/// What to do on the backend.
+#[derive(Clone, Debug)]
+pub enum IoOp {
+    Read,
+    Write { fua: bool },
+    Flush,
+    /// Flush every namespace of the subsystem (NSID FFFFFFFFh).
+    FlushAll(Arc<Subsystem>),
+    WriteZeroes { deallocate: bool },
+    /// Dataset Management deallocate; `nr` 16-byte ranges are in the slot buffer.
+    Deallocate { nr: u32 },
+}
+
+/// A prepared backend operation; `offset`/`len` in bytes, validated against the namespace.
+#[derive(Clone, Debug)]
+pub struct IoRequest {
+    pub op: IoOp,
+    pub ns: Arc<Namespace>,
+    pub offset: u64,
+    pub len: u64,
+}
+
+impl IoRequest {
+    /// True if the backend may block (the driver then runs it on a worker thread).
+    pub fn may_block(&self) -> bool {
+        match &self.op {
+            IoOp::FlushAll(s) => s.namespaces.iter().any(|n| n.backend.may_block()),
+            _ => self.ns.backend.may_block(),
+        }
+    }
+    /// First LBA (for the Error log).
+    pub fn slba(&self) -> u64 {
+        self.offset / u64::from(self.ns.block_size)
+    }
+}
+
+/// Map a backend error to an NVMe status.
+pub fn backend_status(e: &BackendError, write: bool) -> Status {
+    match e {
+        BackendError::OutOfRange { .. } => Status::LBA_RANGE,
+        _ if write => Status::WRITE_FAULT,
+        _ => Status::UNRECOVERED_READ,
+    }
+}
+
+/// Run `req` on its backend. `buf` holds write data / DSM ranges, or receives read data.
+pub fn execute_io(req: &IoRequest, buf: &mut Vec<u8>) -> Status {
+    let b = &req.ns.backend;
+    let res = match &req.op {
+        IoOp::Read => {
+            // Reuse the buffer's capacity; no allocation once it reached the working size.
+            buf.resize(req.len as usize, 0);
+            b.read(req.offset, buf)
+        }
+        IoOp::Write { fua } => b.write(req.offset, &buf[..req.len as usize]).and_then(|()| if *fua { b.flush() } else { Ok(()) }),
+        IoOp::Flush => b.flush(),
+        IoOp::FlushAll(s) => s.namespaces.iter().try_for_each(|n| n.backend.flush()),
+        IoOp::WriteZeroes { deallocate } => {
+            if *deallocate {
+                b.deallocate(req.offset, req.len)
+            } else {
+                b.write_zeroes(req.offset, req.len)
+            }
+        }
+        IoOp::Deallocate { nr } => {
+            let bs = u64::from(req.ns.block_size);
+            let nsze = req.ns.blocks();
+            for r in buf.chunks_exact(16).take(*nr as usize) {
+                let nlb = u64::from(u32::from_le_bytes([r[4], r[5], r[6], r[7]]));
+                let slba = u64::from_le_bytes([r[8], r[9], r[10], r[11], r[12], r[13], r[14], r[15]]);
+                if nlb == 0 {
+                    continue;
+                }
+                match slba.checked_add(nlb) {
+                    Some(end) if end <= nsze => {}
+                    _ => return Status::LBA_RANGE,
+                }
+                if let Err(e) = b.deallocate(slba * bs, nlb * bs) {
+                    return backend_status(&e, true);
+                }
+            }
+            Ok(())
+        }
+    };
+    match res {
+        Ok(()) => Status::SUCCESS,
+        Err(e) => {
+            tracing::warn!(nsid = req.ns.nsid, op = ?req.op, offset = req.offset, len = req.len, error = %e, "backend I/O failed");
+            backend_status(&e, !matches!(req.op, IoOp::Read))
+        }
+    }
+}
+
+/// Update the SMART counters after a command.
+pub(crate) fn account(req: &IoRequest, status: Status) {
+    let s = &req.ns.stats;
+    match (&req.op, status.is_success()) {
+        (IoOp::Read, true) => {
+            s.read_cmds.fetch_add(1, Ordering::Relaxed);
+            s.bytes_read.fetch_add(req.len, Ordering::Relaxed);
+        }
+        (IoOp::Write { .. }, true) => {
+            s.write_cmds.fetch_add(1, Ordering::Relaxed);
+            s.bytes_written.fetch_add(req.len, Ordering::Relaxed);
+        }
+        (IoOp::Read | IoOp::Write { .. }, false) => {
+            s.media_errors.fetch_add(1, Ordering::Relaxed);
+        }
+        _ => {}
+    }
+}
+
+impl Queue {
+    fn io_namespace(&self, sqe: &Sqe) -> Result<Arc<Namespace>, CmdError> {
+        let sub = self.ctrl.as_ref().and_then(|c| c.subsystem()).ok_or(CmdError::from(Status::CMD_SEQ_ERROR))?;
+        sub.namespace(sqe.nsid().0).cloned().ok_or(CmdError::at(Status::INVALID_NS, 4))
+    }
+
+    /// Validate an LBA range; returns (byte offset, byte length).
+    fn lba_range(ns: &Namespace, slba: u64, nlb: u64) -> Result<(u64, u64), CmdError> {
+        match slba.checked_add(nlb) {
+            Some(end) if end <= ns.blocks() => {}
+            _ => return Err(CmdError::at(Status::LBA_RANGE, 40)),
+        }
+        let bs = u64::from(ns.block_size);
+        Ok((slba * bs, nlb * bs))
+    }
+
+    /// Host data an I/O command carries (writes, DSM ranges); validates the command fully.
+    pub(crate) fn io_host_data_len(&self, sqe: &Sqe) -> Result<u32, CmdError> {
+        self.check_io_ready()?;
+        match sqe.opcode() {
+            io::WRITE => {
+                let ns = self.io_namespace(sqe)?;
+                let (_, len) = Self::lba_range(&ns, sqe.slba(), u64::from(sqe.nlb()))?;
+                if len > u64::from(self.target.limits.max_transfer) {
+                    return Err(CmdError::at(Status::INVALID_FIELD, 48));
+                }
+                Ok(len as u32)
+            }
+            io::DATASET_MGMT => {
+                self.io_namespace(sqe)?;
+                let nr = (sqe.cdw10() & 0xFF) + 1;
+                Ok(nr * 16)
+            }
+            _ => Ok(0),
+        }
+    }
+
+    fn check_io_ready(&self) -> Result<(), CmdError> {
+        match &self.ctrl {
+            Some(c) if c.is_ready() => Ok(()),
+            _ => Err(Status::CMD_SEQ_ERROR.into()),
+        }
+    }
+
+    /// Phase 2 for I/O queues: build the backend request.
+    pub(crate) fn prepare_io(&mut self, sqe: &Sqe, _buf: &mut Vec<u8>) -> Exec {
+        match self.prepare_io_inner(sqe) {
+            Ok(Some(req)) => Exec::Io(req),
+            Ok(None) => Exec::Done(Ok((0, 0))),
+            Err(e) => Exec::Done(Err(e)),
+        }
+    }
+
+    fn prepare_io_inner(&mut self, sqe: &Sqe) -> Result<Option<IoRequest>, CmdError> {
+        self.check_io_ready()?;
+        let op = sqe.opcode();
+        if op == io::FLUSH && sqe.nsid().0 == u32::MAX {
+            let sub = self.ctrl.as_ref().and_then(|c| c.subsystem()).cloned().ok_or(CmdError::from(Status::CMD_SEQ_ERROR))?;
+            let Some(first) = sub.namespaces.first().cloned() else { return Ok(None) };
+            return Ok(Some(IoRequest { op: IoOp::FlushAll(sub), ns: first, offset: 0, len: 0 }));
+        }
+        let ns = match op {
+            io::READ | io::WRITE | io::FLUSH | io::WRITE_ZEROES | io::DATASET_MGMT => self.io_namespace(sqe)?,
+            _ => return Err(CmdError::at(Status::INVALID_OPCODE, 0)),
+        };
+        let req = match op {
+            io::READ => {
+                let (offset, len) = Self::lba_range(&ns, sqe.slba(), u64::from(sqe.nlb()))?;
+                if len > u64::from(self.target.limits.max_transfer) {
+                    return Err(CmdError::at(Status::INVALID_FIELD, 48));
+                }
+                if sqe.sgl_type() != nvme_spec::sqe::SGL_TRANSPORT {
+                    return Err(CmdError::at(Status::SGL_INVALID_TYPE, 39));
+                }
+                if u64::from(sqe.sgl_len()) != len {
+                    return Err(CmdError::at(Status::SGL_INVALID_DATA, 32));
+                }
+                IoRequest { op: IoOp::Read, ns, offset, len }
+            }
+            io::WRITE => {
+                let (offset, len) = Self::lba_range(&ns, sqe.slba(), u64::from(sqe.nlb()))?;
+                let fua = sqe.cdw12() & RW_FUA != 0 || !self.ctrl.as_ref().is_some_and(|c| c.state().wce);
+                IoRequest { op: IoOp::Write { fua }, ns, offset, len }
+            }
+            io::FLUSH => IoRequest { op: IoOp::Flush, ns, offset: 0, len: 0 },
+            io::WRITE_ZEROES => {
+                let (offset, len) = Self::lba_range(&ns, sqe.slba(), u64::from(sqe.nlb()))?;
+                IoRequest { op: IoOp::WriteZeroes { deallocate: sqe.cdw12() & WZ_DEAC != 0 }, ns, offset, len }
+            }
+            io::DATASET_MGMT => {
+                let nr = (sqe.cdw10() & 0xFF) + 1;
+                debug_assert!(nr <= DSM_MAX_RANGES);
+                if sqe.cdw11() & DSM_ATTR_DEALLOCATE == 0 {
+                    // Only hints (integral read/write): nothing to do.
+                    return Ok(None);
+                }
+                IoRequest { op: IoOp::Deallocate { nr }, ns, offset: 0, len: 0 }
+            }
+            _ => return Err(CmdError::at(Status::INVALID_OPCODE, 0)),
+        };
+        Ok(Some(req))
+    }
+}

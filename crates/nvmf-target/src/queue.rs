@@ -1,0 +1,605 @@
+//! One NVMe queue (= one transport connection): the command state machine.
+//!
+//! A queue starts [`QueueRole::Unconnected`]; the only command it accepts is Fabrics Connect,
+//! which makes it the admin queue of a new controller or an I/O queue of an existing one.
+//! Every accepted command occupies a preallocated [`Slot`] (its index doubles as the NVMe/TCP
+//! transfer tag) from preparation to completion; slot buffers are kept and reused, so no
+//! command allocates once buffers reached their working size.
+
+use crate::controller::Controller;
+use crate::io::IoRequest;
+use crate::model::{ADMIN_INLINE_DATA, ADMIN_QUEUE_MAX, Target};
+use nvme_spec::opcode::{admin, fctype};
+use nvme_spec::sqe::{PSDT_SGL_MPTR_CONTIG, SGL_ICD, SGL_TRANSPORT};
+use nvme_spec::{Cqe, Sqe, Status};
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// What a queue is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QueueRole {
+    /// No Connect yet.
+    Unconnected,
+    /// QID 0 of a controller.
+    Admin,
+    /// An I/O queue; `epoch` is the controller's I/O epoch at Connect.
+    Io { qid: u16, epoch: u32 },
+}
+
+/// What the transport must do after [`Queue::handle_command`] / [`Queue::handle_h2c_data`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Disposition {
+    /// A completion is queued; call [`Queue::drain_completions`].
+    Done,
+    /// Ask the host for `len` bytes of data for command `cccid` with an R2T whose TTAG is `ttag`.
+    NeedData { ttag: u16, cccid: u16, len: u32 },
+    /// Backend I/O is ready in `slot`: run it ([`Queue::io_request`]) then
+    /// [`Queue::complete_io`].
+    Execute { slot: u16 },
+    /// The command is outstanding without work to do (Asynchronous Event Request).
+    Parked,
+    /// More data PDUs are expected for this command.
+    Pending,
+}
+
+/// A command error: status plus the byte offset in the SQE of the offending field (for the
+/// Error Information log), `0xFFFF` when not applicable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct CmdError {
+    pub status: Status,
+    pub loc: u16,
+    /// DW0 to return with the error (Connect Invalid Parameters: IPO and IATTR).
+    pub dw0: u32,
+}
+
+impl From<Status> for CmdError {
+    fn from(status: Status) -> Self {
+        CmdError { status, loc: 0xFFFF, dw0: 0 }
+    }
+}
+
+impl CmdError {
+    pub fn at(status: Status, loc: u16) -> CmdError {
+        CmdError { status, loc, dw0: 0 }
+    }
+    /// Connect Invalid Parameters: `ipo` is the offset of the bad field, in the Connect data
+    /// when `in_data`, else in the SQE.
+    pub fn connect_param(ipo: u16, in_data: bool) -> CmdError {
+        let iattr = if in_data { nvme_spec::fabrics::IATTR_CONNECT_DATA } else { 0 };
+        CmdError { status: Status::CONNECT_INVALID_PARAM, loc: ipo, dw0: u32::from(ipo) | iattr }
+    }
+}
+
+/// The outcome of executing a command: DW0/DW1 of the CQE.
+pub(crate) type CmdResult = Result<(u32, u32), CmdError>;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SlotState {
+    Free,
+    /// Waiting for H2CData.
+    AwaitData,
+    /// I/O prepared, not yet handed to the backend.
+    Ready,
+    /// Backend I/O running (the driver holds the buffer).
+    Executing,
+    /// AER outstanding.
+    Parked,
+    /// Completed, waiting in the completion list.
+    Done,
+}
+
+/// A command slot.
+#[derive(Debug)]
+struct Slot {
+    state: SlotState,
+    sqe: Sqe,
+    /// Data buffer: host data for writes, data for the host for reads and admin queries.
+    buf: Vec<u8>,
+    /// Host data expected / received so far.
+    h2c_len: u32,
+    received: u32,
+    /// Bytes of `buf` to return to the host as C2HData.
+    c2h_len: u32,
+    io: Option<IoRequest>,
+    cqe: Cqe,
+}
+
+impl Slot {
+    fn new() -> Slot {
+        Slot {
+            state: SlotState::Free,
+            sqe: Sqe::default(),
+            buf: Vec::new(),
+            h2c_len: 0,
+            received: 0,
+            c2h_len: 0,
+            io: None,
+            cqe: Cqe::default(),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Completion {
+    Slot(u16),
+    /// A command rejected before it got a slot.
+    Immediate(Cqe),
+}
+
+/// Extra slots beyond the queue size: AERs on the admin queue and commands whose completion is
+/// queued but not yet sent.
+const SPARE_SLOTS: usize = 8;
+
+/// Per-connection queue state. `!Sync`: it lives on the core that owns the connection.
+#[derive(Debug)]
+pub struct Queue {
+    pub(crate) target: Arc<Target>,
+    pub(crate) role: QueueRole,
+    pub(crate) ctrl: Option<Arc<Controller>>,
+    /// Local address of the connection (for the discovery log's current-subsystem entry).
+    pub(crate) local: SocketAddr,
+    slots: Vec<Slot>,
+    free: Vec<u16>,
+    completions: VecDeque<Completion>,
+    /// Queue entries (SQSIZE + 1).
+    pub(crate) entries: u32,
+    sqhd: u16,
+    /// SQ flow control enabled (not disabled by CATTR.DISSQFC).
+    pub(crate) flow_control: bool,
+    pub(crate) aers: u32,
+    /// Accepted on a dedicated discovery listener: only the discovery subsystem may be reached.
+    pub(crate) discovery_only: bool,
+    /// Time of the command being handled (sans-IO: given by the driver).
+    pub(crate) now: Instant,
+}
+
+impl Queue {
+    /// A new, unconnected queue for a connection accepted on `local`.
+    pub fn new(target: Arc<Target>, local: SocketAddr, now: Instant) -> Queue {
+        let n = ADMIN_QUEUE_MAX as usize + SPARE_SLOTS;
+        Queue {
+            target,
+            role: QueueRole::Unconnected,
+            ctrl: None,
+            local,
+            slots: (0..n).map(|_| Slot::new()).collect(),
+            free: (0..n as u16).rev().collect(),
+            completions: VecDeque::with_capacity(n),
+            entries: ADMIN_QUEUE_MAX,
+            sqhd: 0,
+            flow_control: true,
+            aers: 0,
+            discovery_only: false,
+            now,
+        }
+    }
+
+    /// Mark the queue as accepted on a dedicated discovery listener.
+    pub fn set_discovery_only(&mut self, v: bool) {
+        self.discovery_only = v;
+    }
+
+    pub fn role(&self) -> QueueRole {
+        self.role
+    }
+
+    pub fn controller(&self) -> Option<&Arc<Controller>> {
+        self.ctrl.as_ref()
+    }
+
+    pub fn qid(&self) -> u16 {
+        match self.role {
+            QueueRole::Io { qid, .. } => qid,
+            _ => 0,
+        }
+    }
+
+    /// Number of transfer tags the transport must track (= slots).
+    pub fn max_ttags(&self) -> u16 {
+        u16::try_from(self.target.limits.max_queue_size as usize + SPARE_SLOTS).unwrap_or(u16::MAX)
+    }
+
+    /// In-capsule data limit of this queue.
+    pub fn inline_limit(&self) -> u32 {
+        match self.role {
+            QueueRole::Io { .. } => self.target.limits.io_inline_data,
+            _ => ADMIN_INLINE_DATA,
+        }
+    }
+
+    /// True when the connection should close: the controller was torn down, or (I/O queue)
+    /// the controller was reset/shut down since this queue connected.
+    pub fn should_close(&self) -> bool {
+        match (&self.ctrl, self.role) {
+            (Some(c), QueueRole::Io { epoch, .. }) => c.is_dead() || c.io_epoch() != epoch,
+            (Some(c), _) => c.is_dead(),
+            (None, _) => false,
+        }
+    }
+
+    /// Periodic check (call about once a second): keep-alive expiry tears the controller
+    /// down (its admin queue decides). Returns true if this connection must close.
+    pub fn poll_timers(&mut self, now: Instant) -> bool {
+        if let (Some(c), QueueRole::Admin) = (&self.ctrl, self.role)
+            && c.keep_alive_expired(now)
+        {
+            tracing::warn!(cntlid = c.cntlid.0, hostnqn = %c.hostnqn, "keep-alive timeout expired; tearing down controller");
+            c.kill();
+        }
+        self.should_close()
+    }
+
+    /// Commands in flight (received, not yet completed to the transport).
+    pub fn outstanding(&self) -> usize {
+        self.slots.len() - self.free.len()
+    }
+
+    /// Resize the slot table after Connect told us the queue size.
+    pub(crate) fn set_entries(&mut self, entries: u32) {
+        self.entries = entries;
+        let want = entries as usize + SPARE_SLOTS;
+        while self.slots.len() < want {
+            let idx = self.slots.len() as u16;
+            self.slots.push(Slot::new());
+            self.free.insert(0, idx);
+        }
+    }
+
+    /// Handle a command capsule. `icd` is its in-capsule data (already framed by the transport).
+    pub fn handle_command(&mut self, sqe: &Sqe, icd: &[u8], now: Instant) -> Disposition {
+        self.now = now;
+        if let Some(c) = &self.ctrl {
+            c.touch(now);
+        }
+        let sqid = self.qid();
+        if sqe.psdt() != PSDT_SGL_MPTR_CONTIG || sqe.fuse() != 0 {
+            return self.immediate(sqe, CmdError::at(Status::INVALID_FIELD, 1));
+        }
+        let Some(idx) = self.free.pop() else {
+            tracing::warn!(sqid, "host exceeded the queue depth; command rejected");
+            return self.immediate(sqe, Status::CMD_SEQ_ERROR.into());
+        };
+        let slot = &mut self.slots[usize::from(idx)];
+        slot.sqe = *sqe;
+        slot.state = SlotState::Free;
+        slot.h2c_len = 0;
+        slot.received = 0;
+        slot.c2h_len = 0;
+        slot.io = None;
+        // Phase 1: how much host data does the command need (validates it as far as possible
+        // before any data moves).
+        let need = match self.host_data_len(sqe) {
+            Ok(n) => n,
+            Err(e) => return self.complete_err(idx, e),
+        };
+        if need > 0 {
+            if !icd.is_empty() {
+                if icd.len() as u32 != need {
+                    return self.complete_err(idx, CmdError::at(Status::SGL_INVALID_DATA, 24));
+                }
+                if need > self.inline_limit() {
+                    return self.complete_err(idx, CmdError::at(Status::SGL_INVALID_OFFSET, 24));
+                }
+                let slot = &mut self.slots[usize::from(idx)];
+                slot.buf.clear();
+                slot.buf.extend_from_slice(icd);
+                slot.h2c_len = need;
+                slot.received = need;
+                return self.run(idx);
+            }
+            if sqe.sgl_type() != SGL_TRANSPORT || sqe.sgl_len() != need {
+                let st = if sqe.sgl_type() == SGL_TRANSPORT || sqe.sgl_type() == SGL_ICD {
+                    Status::SGL_INVALID_DATA
+                } else {
+                    Status::SGL_INVALID_TYPE
+                };
+                return self.complete_err(idx, CmdError::at(st, 24));
+            }
+            let slot = &mut self.slots[usize::from(idx)];
+            slot.buf.clear();
+            slot.buf.resize(need as usize, 0);
+            slot.h2c_len = need;
+            slot.state = SlotState::AwaitData;
+            return Disposition::NeedData { ttag: idx, cccid: sqe.cid().0, len: need };
+        }
+        if !icd.is_empty() {
+            // Data the command does not take.
+            return self.complete_err(idx, CmdError::at(Status::SGL_INVALID_DATA, 24));
+        }
+        self.run(idx)
+    }
+
+    /// Handle validated H2CData for the R2T issued with `ttag` (the transport has checked the
+    /// tag, offset and length against the R2T).
+    pub fn handle_h2c_data(&mut self, ttag: u16, datao: u32, data: &[u8], last: bool) -> Disposition {
+        let Some(slot) = self.slots.get_mut(usize::from(ttag)) else {
+            return Disposition::Pending;
+        };
+        if slot.state != SlotState::AwaitData {
+            return Disposition::Pending;
+        }
+        let start = datao as usize;
+        let Some(dst) = slot.buf.get_mut(start..start + data.len()) else {
+            return Disposition::Pending;
+        };
+        dst.copy_from_slice(data);
+        if slot.received != u32::MAX {
+            slot.received = slot.received.saturating_add(data.len() as u32);
+        }
+        if !last {
+            return Disposition::Pending;
+        }
+        if slot.received == u32::MAX {
+            return self.complete_err(ttag, Status::TRANSIENT_TRANSPORT.into());
+        }
+        if slot.received != slot.h2c_len {
+            return self.complete_err(ttag, CmdError::at(Status::DATA_XFER_ERROR, 0xFFFF));
+        }
+        self.run(ttag)
+    }
+
+    /// A command capsule whose in-capsule data failed its data digest: complete it with
+    /// Transient Transport Error without executing it (NVMe/TCP 1.0 section 3.5).
+    pub fn handle_command_digest_error(&mut self, sqe: &Sqe, now: Instant) -> Disposition {
+        self.now = now;
+        self.immediate(sqe, Status::TRANSIENT_TRANSPORT.into())
+    }
+
+    /// H2CData whose data failed its digest: the command will not run; once its transfer is
+    /// over (`last`) it completes with Transient Transport Error.
+    pub fn handle_h2c_digest_error(&mut self, ttag: u16, last: bool) -> Disposition {
+        let Some(slot) = self.slots.get_mut(usize::from(ttag)) else {
+            return Disposition::Pending;
+        };
+        if slot.state != SlotState::AwaitData {
+            return Disposition::Pending;
+        }
+        slot.received = u32::MAX; // poisoned: never equals h2c_len
+        if !last {
+            return Disposition::Pending;
+        }
+        self.complete_err(ttag, Status::TRANSIENT_TRANSPORT.into())
+    }
+
+    /// Phase 2: the command has all its host data; execute or hand I/O to the driver.
+    fn run(&mut self, idx: u16) -> Disposition {
+        let sqe = self.slots[usize::from(idx)].sqe;
+        let mut buf = std::mem::take(&mut self.slots[usize::from(idx)].buf);
+        let res = self.execute(idx, &sqe, &mut buf);
+        self.slots[usize::from(idx)].buf = buf;
+        match res {
+            Exec::Done(r) => self.complete_result(idx, r),
+            Exec::Io(req) => {
+                let slot = &mut self.slots[usize::from(idx)];
+                slot.io = Some(req);
+                slot.state = SlotState::Ready;
+                Disposition::Execute { slot: idx }
+            }
+            Exec::Park => {
+                self.slots[usize::from(idx)].state = SlotState::Parked;
+                Disposition::Parked
+            }
+        }
+    }
+
+    /// Phase 1 dispatch: host→controller data length by role and opcode.
+    fn host_data_len(&self, sqe: &Sqe) -> Result<u32, CmdError> {
+        match self.role {
+            QueueRole::Unconnected => {
+                if sqe.opcode() == admin::FABRICS && sqe.fctype() == fctype::CONNECT {
+                    Ok(nvme_spec::fabrics::CONNECT_DATA_LEN as u32)
+                } else {
+                    Err(Status::INVALID_OPCODE.into())
+                }
+            }
+            QueueRole::Admin => {
+                if sqe.opcode() == admin::FABRICS {
+                    return Ok(0);
+                }
+                self.admin_host_data_len(sqe)
+            }
+            QueueRole::Io { .. } => {
+                if sqe.opcode() == admin::FABRICS {
+                    return Ok(0);
+                }
+                self.io_host_data_len(sqe)
+            }
+        }
+    }
+
+    /// Phase 2 dispatch.
+    fn execute(&mut self, idx: u16, sqe: &Sqe, buf: &mut Vec<u8>) -> Exec {
+        match self.role {
+            QueueRole::Unconnected => Exec::Done(self.execute_connect(sqe, buf)),
+            QueueRole::Admin | QueueRole::Io { .. } if sqe.opcode() == admin::FABRICS => {
+                Exec::Done(self.execute_fabrics(sqe, buf))
+            }
+            QueueRole::Admin => self.execute_admin(idx, sqe, buf),
+            QueueRole::Io { .. } => self.prepare_io(sqe, buf),
+        }
+    }
+
+    /// The I/O request prepared in `slot` (for the driver to execute).
+    pub fn io_request(&self, slot: u16) -> Option<&IoRequest> {
+        self.slots.get(usize::from(slot)).and_then(|s| s.io.as_ref())
+    }
+
+    /// Take the slot buffer out for execution on another thread; give it back with
+    /// [`Queue::complete_io`].
+    pub fn take_io_buffer(&mut self, slot: u16) -> Vec<u8> {
+        match self.slots.get_mut(usize::from(slot)) {
+            Some(s) if s.state == SlotState::Ready => {
+                s.state = SlotState::Executing;
+                std::mem::take(&mut s.buf)
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// Execute the prepared I/O of `slot` on the calling thread (for backends that do not
+    /// block) and queue its completion.
+    pub fn execute_inline(&mut self, slot: u16) {
+        let Some(s) = self.slots.get_mut(usize::from(slot)) else { return };
+        if s.state != SlotState::Ready {
+            return;
+        }
+        let Some(req) = s.io.take() else { return };
+        let mut buf = std::mem::take(&mut s.buf);
+        let status = crate::io::execute_io(&req, &mut buf);
+        s.io = Some(req);
+        s.state = SlotState::Executing;
+        self.complete_io(slot, status, buf);
+    }
+
+    /// Report the outcome of the I/O in `slot`, returning the buffer.
+    pub fn complete_io(&mut self, slot: u16, status: Status, buf: Vec<u8>) {
+        let qid = self.qid();
+        let Some(s) = self.slots.get_mut(usize::from(slot)) else { return };
+        if !matches!(s.state, SlotState::Executing | SlotState::Ready) {
+            return;
+        }
+        s.buf = buf;
+        let req = s.io.take();
+        if let Some(req) = &req {
+            crate::io::account(req, status);
+            if status.is_success() && matches!(req.op, crate::io::IoOp::Read) {
+                s.c2h_len = req.len as u32;
+            }
+        }
+        let err_lba = req.as_ref().map_or(0, |r| r.slba());
+        if status.is_success() {
+            self.complete_result(slot, Ok((0, 0)));
+        } else {
+            let nsid = s.sqe.nsid().0;
+            if let Some(c) = &self.ctrl {
+                c.record_error(qid, s.sqe.cid().0, status, 0xFFFF, err_lba, nsid);
+            }
+            self.finish(slot, status, 0, 0);
+        }
+    }
+
+    fn complete_result(&mut self, idx: u16, r: CmdResult) -> Disposition {
+        match r {
+            Ok((dw0, dw1)) => {
+                self.finish(idx, Status::SUCCESS, dw0, dw1);
+                Disposition::Done
+            }
+            Err(e) => self.complete_err(idx, e),
+        }
+    }
+
+    fn complete_err(&mut self, idx: u16, e: CmdError) -> Disposition {
+        let sqe = self.slots[usize::from(idx)].sqe;
+        self.log_failure(&sqe, e);
+        self.finish(idx, e.status, e.dw0, 0);
+        Disposition::Done
+    }
+
+    fn log_failure(&self, sqe: &Sqe, e: CmdError) {
+        tracing::debug!(qid = self.qid(), ?sqe, status = %e.status, "command failed");
+        if let Some(c) = &self.ctrl {
+            c.record_error(self.qid(), sqe.cid().0, e.status, e.loc, 0, sqe.nsid().0);
+        }
+    }
+
+    /// The completion funnel: fills CID, SQID, SQHD and status and queues the completion.
+    fn finish(&mut self, idx: u16, status: Status, dw0: u32, dw1: u32) {
+        let sqhd = self.next_sqhd();
+        let sqid = self.qid();
+        let slot = &mut self.slots[usize::from(idx)];
+        if !status.is_success() {
+            slot.c2h_len = 0;
+        }
+        slot.cqe = Cqe { dw0, dw1, sqhd, sqid, cid: slot.sqe.cid().0, status };
+        slot.state = SlotState::Done;
+        self.completions.push_back(Completion::Slot(idx));
+    }
+
+    fn next_sqhd(&mut self) -> u16 {
+        if !self.flow_control {
+            return 0xFFFF;
+        }
+        self.sqhd = ((u32::from(self.sqhd) + 1) % self.entries.max(1)) as u16;
+        self.sqhd
+    }
+
+    fn immediate(&mut self, sqe: &Sqe, e: CmdError) -> Disposition {
+        self.log_failure(sqe, e);
+        let sqhd = self.next_sqhd();
+        let cqe = Cqe { dw0: 0, dw1: 0, sqhd, sqid: self.qid(), cid: sqe.cid().0, status: e.status };
+        self.completions.push_back(Completion::Immediate(cqe));
+        Disposition::Done
+    }
+
+    /// Complete a parked AER with `dw0` (async event information). Returns false if none parked.
+    pub fn complete_aer(&mut self, dw0: u32) -> bool {
+        let Some(idx) = self.slots.iter().position(|s| s.state == SlotState::Parked) else {
+            return false;
+        };
+        self.aers = self.aers.saturating_sub(1);
+        self.finish(idx as u16, Status::SUCCESS, dw0, 0);
+        true
+    }
+
+    /// Hand each finished command to `emit(cqe, c2h_data, success_shortcut_allowed)` in
+    /// completion order and free its slot. `success_shortcut_allowed` is true when the queue
+    /// has SQ flow control disabled and the command succeeded with data, so the transport may
+    /// set SUCCESS on the last C2HData and omit the CapsuleResp.
+    pub fn drain_completions(&mut self, mut emit: impl FnMut(&Cqe, &[u8], bool)) {
+        while let Some(c) = self.completions.pop_front() {
+            match c {
+                Completion::Immediate(cqe) => emit(&cqe, &[], false),
+                Completion::Slot(idx) => {
+                    let s = &mut self.slots[usize::from(idx)];
+                    let len = (s.c2h_len as usize).min(s.buf.len());
+                    let shortcut = !self.flow_control && len > 0 && s.cqe.status.is_success();
+                    emit(&s.cqe, &s.buf[..len], shortcut);
+                    s.state = SlotState::Free;
+                    s.io = None;
+                    // Keep large buffers from pinning memory forever on idle queues.
+                    if s.buf.capacity() > 4 << 20 {
+                        s.buf = Vec::new();
+                    }
+                    self.free.push(idx);
+                }
+            }
+        }
+    }
+
+    /// True if completions are waiting.
+    pub fn has_completions(&self) -> bool {
+        !self.completions.is_empty()
+    }
+
+    /// Set a slot's C2H data length (admin commands that return data in `buf`).
+    pub(crate) fn set_c2h(&mut self, idx: u16, len: u32) {
+        self.slots[usize::from(idx)].c2h_len = len;
+    }
+}
+
+impl Drop for Queue {
+    fn drop(&mut self) {
+        if let Some(c) = &self.ctrl {
+            match self.role {
+                QueueRole::Admin => {
+                    tracing::info!(cntlid = c.cntlid.0, hostnqn = %c.hostnqn, "admin queue closed; controller removed");
+                    c.kill();
+                }
+                QueueRole::Io { qid, .. } => {
+                    tracing::debug!(cntlid = c.cntlid.0, qid, "I/O queue closed");
+                    c.release_qid(qid);
+                }
+                QueueRole::Unconnected => {}
+            }
+        }
+    }
+}
+
+/// Outcome of phase 2.
+pub(crate) enum Exec {
+    Done(CmdResult),
+    Io(IoRequest),
+    Park,
+}
