@@ -153,7 +153,6 @@ pub enum BackendSpec {
 
 /// Everything that can go wrong in this crate.
 #[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
 pub enum BackendError {
     /// The byte range lies (partly) outside the backend, or its end overflows `u64`.
     #[error("range {offset}+{len} outside backend of {size} bytes")]

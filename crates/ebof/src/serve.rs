@@ -63,7 +63,12 @@ pub fn effective_config(a: &ServeArgs) -> Result<Config> {
 fn backend_spec(b: &BackendChoice) -> BackendSpec {
     match b {
         BackendChoice::Ram { size } => BackendSpec::Ram { size: *size },
-        BackendChoice::File { path, size } => BackendSpec::File { path: path.clone(), size: *size },
+        // A file named without a size is used at its current size, or created with the
+        // default size when missing.
+        BackendChoice::File { path, size } => BackendSpec::File {
+            path: path.clone(),
+            size: size.or_else(|| (!path.exists()).then_some(ebof_config::DEFAULT_FILE_SIZE)),
+        },
         BackendChoice::Block { path } => BackendSpec::Block { path: path.clone() },
     }
 }

@@ -42,7 +42,7 @@ async fn bring_up_and_admin_commands() {
     let descs = ctrl.ns_id_descriptors(NS).await.unwrap();
     assert_eq!(descs.len(), 2);
     ctrl.smart_log().await.unwrap();
-    assert_eq!(ctrl.error_log(2).await.unwrap().len(), 2);
+    assert!(ctrl.error_log(2).await.unwrap().is_empty(), "entries with error count 0 are not reported");
     assert_eq!(ctrl.set_num_queues(4).await.unwrap(), 4);
     // Many admin commands at once exceed the 31 admin slots: the task queues them.
     let many = (0..40).map(|_| ctrl.get_features(nvme_spec::opcode::feature::KATO, 0));

@@ -131,11 +131,10 @@ fn linux_admin_connect_capsule_decodes() {
         assert!(out.is_empty());
 
         // Our host encodes exactly the same bytes.
-        let mut h = established_host(HostConnConfig { digests, ..Default::default() }, 0, 4096);
+        let h = established_host(HostConnConfig { digests, ..Default::default() }, 0, 4096);
         let mut enc = Vec::new();
         h.encode_capsule(&mut enc, &Sqe(sqe), &data);
         assert_eq!(enc, b);
-        let _ = &mut h;
     }
 }
 

@@ -102,7 +102,7 @@ fn run_pair(digests: Digests, hpda: u8, cpda: u8) {
     assert!(target.send_r2t(&mut Vec::new(), 3, 5, 0, 1));
     target.cancel_r2t(5);
 
-    // --- Read: 7000 bytes -> C2HData 3000 + 3000 + 1000, then CapsuleResp
+    // --- Read: 7000 bytes in two calls (4000 -> 3000 + 1000, 3000) at c2h_max 3000, then CapsuleResp
     let rdata = pattern(7000, 9);
     let mut sqe = Sqe::new(0x02, CommandId(3));
     sqe.set_sgl_transport(rdata.len() as u32);
@@ -148,8 +148,8 @@ fn run_pair(digests: Digests, hpda: u8, cpda: u8) {
         }
     }
     assert_eq!(got, rdata);
-    assert_eq!(lasts, [false, false, false, true]);
-    assert_eq!(whole.len(), 5);
+    assert_eq!(lasts, [false, false, true]);
+    assert_eq!(whole.len(), 4);
 
     // --- Read with SUCCESS (SQ flow control disabled): no CapsuleResp
     let mut t2h = Vec::new();

@@ -247,7 +247,10 @@ impl Conn {
                         drop(sh);
                         self.respond(tc, out, cid, Status::SUCCESS, 0);
                     }
-                    _ => self.respond(tc, out, cid, Status::INVALID_OPCODE, 0),
+                    _ => {
+                        drop(sh);
+                        self.respond(tc, out, cid, Status::INVALID_OPCODE, 0)
+                    }
                 }
             }
             admin::IDENTIFY => {
