@@ -26,8 +26,9 @@ _us() { echo "${EPOCHREALTIME/./}"; }
 _secs() { awk -v d="$1" 'BEGIN { printf "%.1f", d / 1e6 }'; } # microseconds -> "12.3"
 
 _on_err() {
-	local rc=$1 cmd=$2 line=$3
-	echo "!!!! command failed (status $rc) at ${BASH_SOURCE[1]##*/}:$line: $cmd"
+	local rc=$1 cmd=$2 line=$3 file=${BASH_SOURCE[1]##*/}
+	[[ $file == guest.sh ]] && file=${GUEST_SCRIPT_NAME:-$file}
+	echo "!!!! command failed (status $rc) at $file:$line: $cmd"
 }
 _on_exit() {
 	local rc=$?

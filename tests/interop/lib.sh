@@ -33,7 +33,7 @@ VM_PACKAGES=(qemu-system-x86 nvme-cli fio busybox-static cpio kmod iproute2 zstd
 # modules loaded by the initramfs (dependencies are resolved with modprobe --show-depends)
 VM_INITRAMFS_MODULES=(virtio_pci virtio_console 9pnet_virtio 9p overlay)
 
-RUN_DIR='' X='' NS='' INTEROP_NAME=''
+RUN_DIR='' X='' NS='' INTEROP_NAME='' VM_KERNEL='' VM_KDIR='' VM_INITRD='' VM_KVER=''
 VM_ENV=()
 declare -A BG_PIDS=()
 TRACKED_PIDS=()

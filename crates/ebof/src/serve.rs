@@ -1,6 +1,6 @@
 //! `ebof serve`: load configuration, open backends, start the reactors, log what is served.
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use ebof_backend::BackendSpec;
 use ebof_config::{BackendChoice, Config, Overrides};
 use ebof_runtime::{Server, ServerConfig, affinity};
@@ -79,8 +79,9 @@ pub fn build_target(cfg: &Config) -> Result<Target> {
     for (si, s) in cfg.subsystems.iter().enumerate() {
         let mut namespaces = Vec::new();
         for (ni, n) in s.namespaces.iter().enumerate() {
-            let backend = ebof_backend::open(&backend_spec(&n.backend))
-                .with_context(|| format!("subsystems[{si}].namespaces[{ni}] (nsid {}): cannot open backend", n.nsid))?;
+            let backend = ebof_backend::open(&backend_spec(&n.backend)).map_err(|e| {
+                anyhow::anyhow!("subsystems[{si}].namespaces[{ni}] (nsid {}): cannot open backend: {e}", n.nsid)
+            })?;
             if backend.size() % u64::from(n.block_size) != 0 || backend.size() == 0 {
                 bail!(
                     "subsystems[{si}].namespaces[{ni}]: backend size {} is not a positive multiple of block_size {}",

@@ -55,7 +55,13 @@ impl ProtocolError {
         let n = hdr.len().min(128);
         let mut h = [0u8; 128];
         h[..n].copy_from_slice(&hdr[..n]);
-        ProtocolError { fes, fei, hdr: h, hdr_len: n as u8, reason }
+        ProtocolError {
+            fes,
+            fei,
+            hdr: h,
+            hdr_len: n as u8,
+            reason,
+        }
     }
     pub fn header(&self) -> &[u8] {
         &self.hdr[..usize::from(self.hdr_len)]

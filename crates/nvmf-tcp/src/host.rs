@@ -18,7 +18,12 @@ pub struct HostConnConfig {
 
 impl Default for HostConnConfig {
     fn default() -> Self {
-        HostConnConfig { digests: Digests::default(), hpda: 0, maxr2t: 0, max_c2h_data: 1 << 20 }
+        HostConnConfig {
+            digests: Digests::default(),
+            hpda: 0,
+            maxr2t: 0,
+            max_c2h_data: 1 << 20,
+        }
     }
 }
 
@@ -29,16 +34,35 @@ impl Default for HostConnConfig {
 #[derive(Debug, PartialEq, Eq)]
 pub enum HostEvent<'a> {
     /// ICResp received: negotiated parameters.
-    Established { cpda: u8, digests: Digests, maxh2cdata: u32 },
+    Established {
+        cpda: u8,
+        digests: Digests,
+        maxh2cdata: u32,
+    },
     Response(Cqe),
-    C2hData { cccid: u16, datao: u32, data: &'a [u8], last: bool, success: bool },
+    C2hData {
+        cccid: u16,
+        datao: u32,
+        data: &'a [u8],
+        last: bool,
+        success: bool,
+    },
     R2t(R2t),
-    TermReq { fes: u16, fei: u32 },
+    TermReq {
+        fes: u16,
+        fei: u32,
+    },
     /// A C2HData PDU whose data failed its data digest (non-fatal: NVMe/TCP 1.0 section 3.5, see
     /// [`crate::pdu`] docs). The header was valid; the data is unusable. The command must be
     /// failed with Transient Transport Error: when `success` is set no CapsuleResp follows, so
     /// fail it now; otherwise fail it when its CapsuleResp arrives (whatever status that carries).
-    C2hDataDigestError { cccid: u16, datao: u32, datal: u32, last: bool, success: bool },
+    C2hDataDigestError {
+        cccid: u16,
+        datao: u32,
+        datal: u32,
+        last: bool,
+        success: bool,
+    },
 }
 
 #[derive(Debug)]
@@ -66,14 +90,25 @@ pub struct HostConn {
 
 impl HostConn {
     pub fn new(cfg: HostConnConfig) -> HostConn {
-        HostConn { cfg, state: State::Idle, digests: Digests::NONE, cpda: 0, maxh2cdata: pdu::MIN_MAXH2CDATA }
+        HostConn {
+            cfg,
+            state: State::Idle,
+            digests: Digests::NONE,
+            cpda: 0,
+            maxh2cdata: pdu::MIN_MAXH2CDATA,
+        }
     }
 
     /// Append the ICReq; call once, first.
     ///
     /// HPDA is sent as configured but treated as at most 31 when checking C2HData alignment.
     pub fn encode_icreq(&mut self, out: &mut Vec<u8>) {
-        let ic = IcReq { pfv: 0, hpda: self.cfg.hpda, digests: self.cfg.digests, maxr2t: self.cfg.maxr2t };
+        let ic = IcReq {
+            pfv: 0,
+            hpda: self.cfg.hpda,
+            digests: self.cfg.digests,
+            maxr2t: self.cfg.maxr2t,
+        };
         pdu::encode_ic_req(out, &ic);
         if matches!(self.state, State::Idle) {
             self.state = State::AwaitIcResp;
@@ -112,16 +147,20 @@ impl HostConn {
     }
 
     /// Same contract as [`crate::TargetConn::decode_one`]. On `Err` the caller sends
-    /// [`HostConn::encode_term_req`] with the error's FES, FEI and header, then closes.
+    /// [`HostConn::encode_term_req`] with the error's FES, FEI and header, then closes. After
+    /// [`HostEvent::TermReq`] (or after sending an H2CTermReq) every call returns `Ok(None)`.
     ///
     /// ICResp checks beyond framing: the controller may only enable digests the host asked for
     /// (else FES 01h, FEI 11). An ICResp before the ICReq was encoded is a sequence error.
-    pub fn decode_one<'a>(&mut self, buf: &'a [u8]) -> Result<Option<(HostEvent<'a>, usize)>, ProtocolError> {
+    pub fn decode_one<'a>(
+        &mut self,
+        buf: &'a [u8],
+    ) -> Result<Option<(HostEvent<'a>, usize)>, ProtocolError> {
         match &self.state {
             State::Failed(e) => return Err(e.clone()),
-            State::Terminated => {
-                return Err(ProtocolError::new(Fes::PduSequenceError, 0, &[], "connection terminated"));
-            }
+            // After a TermReq (either way) nothing more is processed (NVMe/TCP 1.0 3.5: the
+            // receiver of a TermReq sends none back; the sender ignores further PDUs).
+            State::Terminated => return Ok(None),
             State::Idle | State::AwaitIcResp | State::Established => {}
         }
         let h = match pdu::decode_header(buf, &self.limits()) {
@@ -131,7 +170,12 @@ impl HostConn {
         };
         if let Pdu::IcResp(ic) = &h.pdu {
             if matches!(self.state, State::Idle) {
-                let e = ProtocolError::new(Fes::PduSequenceError, 0, h.echo(buf), "ICResp before ICReq");
+                let e = ProtocolError::new(
+                    Fes::PduSequenceError,
+                    0,
+                    h.echo(buf),
+                    "ICResp before ICReq",
+                );
                 return Err(self.fail(e));
             }
             if !ic.digests.is_subset_of(self.cfg.digests) {
@@ -153,7 +197,11 @@ impl HostConn {
                 self.cpda = ic.cpda;
                 self.maxh2cdata = ic.maxh2cdata;
                 self.state = State::Established;
-                HostEvent::Established { cpda: ic.cpda, digests: ic.digests, maxh2cdata: ic.maxh2cdata }
+                HostEvent::Established {
+                    cpda: ic.cpda,
+                    digests: ic.digests,
+                    maxh2cdata: ic.maxh2cdata,
+                }
             }
             Pdu::CapsuleResp(cqe) => HostEvent::Response(cqe),
             Pdu::C2hData { hdr, data } => {
@@ -178,7 +226,10 @@ impl HostConn {
             Pdu::R2t(r) => HostEvent::R2t(r),
             Pdu::C2hTermReq(t) => {
                 self.state = State::Terminated;
-                HostEvent::TermReq { fes: t.fes, fei: t.fei }
+                HostEvent::TermReq {
+                    fes: t.fes,
+                    fei: t.fei,
+                }
             }
             // decode_header with Role::Host yields only the five types above.
             Pdu::IcReq(_) | Pdu::H2cTermReq(_) | Pdu::CapsuleCmd { .. } | Pdu::H2cData { .. } => {
@@ -222,12 +273,26 @@ impl HostConn {
     ///
     /// `data` must be the whole rest of the R2T window (LAST_PDU marks its end). Empty `data`
     /// appends nothing.
-    pub fn encode_h2c_data(&self, out: &mut Vec<u8>, cccid: u16, ttag: u16, datao: u32, data: &[u8]) {
+    pub fn encode_h2c_data(
+        &self,
+        out: &mut Vec<u8>,
+        cccid: u16,
+        ttag: u16,
+        datao: u32,
+        data: &[u8],
+    ) {
         let max = usize::try_from(self.maxh2cdata.max(1)).unwrap_or(usize::MAX);
         let n = data.len().div_ceil(max);
         let mut off = datao;
         for (i, chunk) in data.chunks(max).enumerate() {
-            let d = DataHdr { cccid, ttag, datao: off, datal: 0, last: i + 1 == n, success: false };
+            let d = DataHdr {
+                cccid,
+                ttag,
+                datao: off,
+                datal: 0,
+                last: i + 1 == n,
+                success: false,
+            };
             pdu::encode_h2c_data(out, self.digests, self.cpda, &d, chunk);
             off = off.wrapping_add(u32::try_from(chunk.len()).unwrap_or(u32::MAX));
         }

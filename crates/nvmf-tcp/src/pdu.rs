@@ -232,13 +232,22 @@ pub mod fei {
 
 impl Digests {
     /// No digests (the state before the IC exchange).
-    pub const NONE: Digests = Digests { hdgst: false, ddgst: false };
+    pub const NONE: Digests = Digests {
+        hdgst: false,
+        ddgst: false,
+    };
     /// Both digests.
-    pub const BOTH: Digests = Digests { hdgst: true, ddgst: true };
+    pub const BOTH: Digests = Digests {
+        hdgst: true,
+        ddgst: true,
+    };
 
     /// From the ICReq/ICResp DGST byte (reserved bits ignored).
     pub fn from_bits(dgst: u8) -> Digests {
-        Digests { hdgst: dgst & 0x01 != 0, ddgst: dgst & 0x02 != 0 }
+        Digests {
+            hdgst: dgst & 0x01 != 0,
+            ddgst: dgst & 0x02 != 0,
+        }
     }
     /// The ICReq/ICResp DGST byte.
     pub fn bits(self) -> u8 {
@@ -324,12 +333,14 @@ impl FrameHeader {
             true
         };
         let pdu = match self.pdu {
-            Pdu::H2cTermReq(t) => {
-                Pdu::H2cTermReq(TermReq { hdr: pdu_bytes.get(HLEN_TERM..)?, ..t })
-            }
-            Pdu::C2hTermReq(t) => {
-                Pdu::C2hTermReq(TermReq { hdr: pdu_bytes.get(HLEN_TERM..)?, ..t })
-            }
+            Pdu::H2cTermReq(t) => Pdu::H2cTermReq(TermReq {
+                hdr: pdu_bytes.get(HLEN_TERM..)?,
+                ..t
+            }),
+            Pdu::C2hTermReq(t) => Pdu::C2hTermReq(TermReq {
+                hdr: pdu_bytes.get(HLEN_TERM..)?,
+                ..t
+            }),
             Pdu::CapsuleCmd { sqe, .. } => Pdu::CapsuleCmd { sqe, data },
             Pdu::H2cData { hdr, .. } => Pdu::H2cData { hdr, data },
             Pdu::C2hData { hdr, .. } => Pdu::C2hData { hdr, data },
@@ -338,7 +349,11 @@ impl FrameHeader {
             Pdu::CapsuleResp(x) => Pdu::CapsuleResp(x),
             Pdu::R2t(x) => Pdu::R2t(x),
         };
-        Some(Frame { pdu, len: self.plen, data_digest_ok })
+        Some(Frame {
+            pdu,
+            len: self.plen,
+            data_digest_ok,
+        })
     }
 }
 
@@ -377,7 +392,10 @@ pub fn rx_hlen(role: Role, ty: u8) -> Option<usize> {
 #[inline]
 pub fn carries_digests(ty: u8) -> bool {
     use pdu_type as t;
-    matches!(ty, t::CAPSULE_CMD | t::CAPSULE_RESP | t::H2C_DATA | t::C2H_DATA | t::R2T)
+    matches!(
+        ty,
+        t::CAPSULE_CMD | t::CAPSULE_RESP | t::H2C_DATA | t::C2H_DATA | t::R2T
+    )
 }
 
 #[inline]
@@ -440,7 +458,11 @@ pub fn decode_header(buf: &[u8], lim: &DecodeLimits) -> Result<Option<FrameHeade
     let is_ic = ty == t::IC_REQ || ty == t::IC_RESP;
     let is_term = ty == t::H2C_TERM_REQ || ty == t::C2H_TERM_REQ;
     if !established && !is_ic && !is_term {
-        return Err(err(Fes::PduSequenceError, 0, "PDU before the ICReq/ICResp exchange"));
+        return Err(err(
+            Fes::PduSequenceError,
+            0,
+            "PDU before the ICReq/ICResp exchange",
+        ));
     }
     if established && is_ic {
         return Err(err(Fes::PduSequenceError, 0, "second ICReq/ICResp"));
@@ -450,10 +472,18 @@ pub fn decode_header(buf: &[u8], lim: &DecodeLimits) -> Result<Option<FrameHeade
     let pdo = usize::from(h[3]);
     let plen = usize::try_from(le32(h, 4)).unwrap_or(usize::MAX);
     if usize::from(h[2]) != hlen {
-        return Err(err(Fes::InvalidHeaderField, fei::HLEN, "HLEN does not match the PDU type"));
+        return Err(err(
+            Fes::InvalidHeaderField,
+            fei::HLEN,
+            "HLEN does not match the PDU type",
+        ));
     }
     if dgst_type && (flags & flags::HDGSTF != 0) != hdgst {
-        return Err(err(Fes::InvalidHeaderField, fei::FLAGS, "HDGSTF does not match negotiation"));
+        return Err(err(
+            Fes::InvalidHeaderField,
+            fei::FLAGS,
+            "HDGSTF does not match negotiation",
+        ));
     }
     if hdgst && le32(h, hlen) != digest::crc32c(&h[..hlen]) {
         return Err(err(Fes::HeaderDigestError, 0, "header digest mismatch"));
@@ -463,7 +493,11 @@ pub fn decode_header(buf: &[u8], lim: &DecodeLimits) -> Result<Option<FrameHeade
     let (data_off, data_len, ddgst) = match ty {
         t::IC_REQ | t::IC_RESP => {
             if plen != HLEN_IC {
-                return Err(err(Fes::InvalidHeaderField, fei::PLEN, "ICReq/ICResp PLEN is not 128"));
+                return Err(err(
+                    Fes::InvalidHeaderField,
+                    fei::PLEN,
+                    "ICReq/ICResp PLEN is not 128",
+                ));
             }
             if pdo != 0 {
                 return Err(err(Fes::InvalidHeaderField, fei::PDO, "PDO must be 0"));
@@ -472,50 +506,92 @@ pub fn decode_header(buf: &[u8], lim: &DecodeLimits) -> Result<Option<FrameHeade
         }
         t::H2C_TERM_REQ | t::C2H_TERM_REQ => {
             if !(HLEN_TERM..=TERM_REQ_MAX_PLEN).contains(&plen) {
-                return Err(err(Fes::InvalidHeaderField, fei::PLEN, "TermReq PLEN out of range"));
+                return Err(err(
+                    Fes::InvalidHeaderField,
+                    fei::PLEN,
+                    "TermReq PLEN out of range",
+                ));
             }
             // The echoed header is carried without a data PDO (SPDK sends 0); tolerate HLEN too.
             if pdo != 0 && pdo != HLEN_TERM {
-                return Err(err(Fes::InvalidHeaderField, fei::PDO, "TermReq PDO invalid"));
+                return Err(err(
+                    Fes::InvalidHeaderField,
+                    fei::PDO,
+                    "TermReq PDO invalid",
+                ));
             }
             (0, 0, false)
         }
         t::CAPSULE_RESP | t::R2T => {
             if plen != header_len {
-                return Err(err(Fes::InvalidHeaderField, fei::PLEN, "PLEN must be HLEN + HDGST"));
+                return Err(err(
+                    Fes::InvalidHeaderField,
+                    fei::PLEN,
+                    "PLEN must be HLEN + HDGST",
+                ));
             }
             if pdo != 0 {
                 return Err(err(Fes::InvalidHeaderField, fei::PDO, "PDO must be 0"));
             }
             if flags & flags::DDGSTF != 0 {
-                return Err(err(Fes::InvalidHeaderField, fei::FLAGS, "DDGSTF set on a PDU without data"));
+                return Err(err(
+                    Fes::InvalidHeaderField,
+                    fei::FLAGS,
+                    "DDGSTF set on a PDU without data",
+                ));
             }
             (0, 0, false)
         }
         // CapsuleCmd, H2CData, C2HData.
         _ => {
             if plen < header_len {
-                return Err(err(Fes::InvalidHeaderField, fei::PLEN, "PLEN smaller than the header"));
+                return Err(err(
+                    Fes::InvalidHeaderField,
+                    fei::PLEN,
+                    "PLEN smaller than the header",
+                ));
             }
             if plen == header_len {
                 if pdo != 0 {
-                    return Err(err(Fes::InvalidHeaderField, fei::PDO, "PDO must be 0 without data"));
+                    return Err(err(
+                        Fes::InvalidHeaderField,
+                        fei::PDO,
+                        "PDO must be 0 without data",
+                    ));
                 }
                 if flags & flags::DDGSTF != 0 {
-                    return Err(err(Fes::InvalidHeaderField, fei::FLAGS, "DDGSTF set on a PDU without data"));
+                    return Err(err(
+                        Fes::InvalidHeaderField,
+                        fei::FLAGS,
+                        "DDGSTF set on a PDU without data",
+                    ));
                 }
                 (0, 0, false)
             } else {
                 if pdo != data_pdo(hlen, hdgst, lim.pda) || pdo > plen {
-                    return Err(err(Fes::InvalidHeaderField, fei::PDO, "PDO does not match HLEN, HDGST and PDA"));
+                    return Err(err(
+                        Fes::InvalidHeaderField,
+                        fei::PDO,
+                        "PDO does not match HLEN, HDGST and PDA",
+                    ));
                 }
                 if (flags & flags::DDGSTF != 0) != dig.ddgst {
-                    return Err(err(Fes::InvalidHeaderField, fei::FLAGS, "DDGSTF does not match negotiation"));
+                    return Err(err(
+                        Fes::InvalidHeaderField,
+                        fei::FLAGS,
+                        "DDGSTF does not match negotiation",
+                    ));
                 }
                 let ddgst_len = if dig.ddgst { DIGEST_LEN } else { 0 };
                 let data_len = match plen.checked_sub(pdo + ddgst_len) {
                     Some(n) if n > 0 => n,
-                    _ => return Err(err(Fes::InvalidHeaderField, fei::PLEN, "PLEN too small for PDO and digest")),
+                    _ => {
+                        return Err(err(
+                            Fes::InvalidHeaderField,
+                            fei::PLEN,
+                            "PLEN too small for PDO and digest",
+                        ));
+                    }
                 };
                 (pdo, data_len, dig.ddgst)
             }
@@ -532,13 +608,25 @@ pub fn decode_header(buf: &[u8], lim: &DecodeLimits) -> Result<Option<FrameHeade
     };
     let check_data_hdr = |d: &DataHdr, max: u32| -> Result<(), ProtocolError> {
         if d.datal == 0 || usize::try_from(d.datal).ok() != Some(data_len) {
-            return Err(err(Fes::InvalidHeaderField, fei::DATAL, "DATAL is 0 or does not match PLEN"));
+            return Err(err(
+                Fes::InvalidHeaderField,
+                fei::DATAL,
+                "DATAL is 0 or does not match PLEN",
+            ));
         }
         if d.datal > max {
-            return Err(err(Fes::DataTransferLimitExceeded, 0, "DATAL exceeds the negotiated maximum"));
+            return Err(err(
+                Fes::DataTransferLimitExceeded,
+                0,
+                "DATAL exceeds the negotiated maximum",
+            ));
         }
         if d.datao.checked_add(d.datal).is_none() {
-            return Err(err(Fes::DataTransferOutOfRange, 0, "DATAO + DATAL overflows"));
+            return Err(err(
+                Fes::DataTransferOutOfRange,
+                0,
+                "DATAO + DATAL overflows",
+            ));
         }
         Ok(())
     };
@@ -547,7 +635,11 @@ pub fn decode_header(buf: &[u8], lim: &DecodeLimits) -> Result<Option<FrameHeade
         t::IC_REQ | t::IC_RESP => {
             let pfv = le16(h, 8);
             if pfv != 0 {
-                return Err(err(Fes::UnsupportedParameter, fei::PFV, "PFV not supported"));
+                return Err(err(
+                    Fes::UnsupportedParameter,
+                    fei::PFV,
+                    "PFV not supported",
+                ));
             }
             let pda = h[10];
             if pda > MAX_PDA {
@@ -556,35 +648,69 @@ pub fn decode_header(buf: &[u8], lim: &DecodeLimits) -> Result<Option<FrameHeade
             let digests = Digests::from_bits(h[11]);
             let v = le32(h, 12);
             if ty == t::IC_REQ {
-                Pdu::IcReq(IcReq { pfv, hpda: pda, digests, maxr2t: v })
+                Pdu::IcReq(IcReq {
+                    pfv,
+                    hpda: pda,
+                    digests,
+                    maxr2t: v,
+                })
             } else {
-                if v < MIN_MAXH2CDATA || v % 4 != 0 {
+                if v < MIN_MAXH2CDATA || !v.is_multiple_of(4) {
                     return Err(err(
                         Fes::InvalidHeaderField,
                         fei::MAXR2T_MAXH2CDATA,
                         "MAXH2CDATA below 4096 or not a multiple of 4",
                     ));
                 }
-                Pdu::IcResp(IcResp { pfv, cpda: pda, digests, maxh2cdata: v })
+                Pdu::IcResp(IcResp {
+                    pfv,
+                    cpda: pda,
+                    digests,
+                    maxh2cdata: v,
+                })
             }
         }
-        t::H2C_TERM_REQ => Pdu::H2cTermReq(TermReq { fes: le16(h, 8), fei: le32(h, 10), hdr: &[] }),
-        t::C2H_TERM_REQ => Pdu::C2hTermReq(TermReq { fes: le16(h, 8), fei: le32(h, 10), hdr: &[] }),
+        t::H2C_TERM_REQ => Pdu::H2cTermReq(TermReq {
+            fes: le16(h, 8),
+            fei: le32(h, 10),
+            hdr: &[],
+        }),
+        t::C2H_TERM_REQ => Pdu::C2hTermReq(TermReq {
+            fes: le16(h, 8),
+            fei: le32(h, 10),
+            hdr: &[],
+        }),
         t::CAPSULE_CMD => {
             let mut sqe = Sqe([0; 64]);
             sqe.0.copy_from_slice(&h[CH_LEN..HLEN_CAPSULE_CMD]);
             if data_len > 0 {
                 if data_len > usize::try_from(lim.max_icd).unwrap_or(usize::MAX) {
-                    return Err(err(Fes::DataTransferLimitExceeded, 0, "in-capsule data exceeds the limit"));
+                    return Err(err(
+                        Fes::DataTransferLimitExceeded,
+                        0,
+                        "in-capsule data exceeds the limit",
+                    ));
                 }
                 if sqe.sgl_type() != nvme_spec::sqe::SGL_ICD {
-                    return Err(err(Fes::InvalidHeaderField, fei::SGL_TYPE, "in-capsule data without an in-capsule SGL"));
+                    return Err(err(
+                        Fes::InvalidHeaderField,
+                        fei::SGL_TYPE,
+                        "in-capsule data without an in-capsule SGL",
+                    ));
                 }
                 if le64(h, fei::SGL_ADDR as usize) != 0 {
-                    return Err(err(Fes::UnsupportedParameter, fei::SGL_ADDR, "in-capsule data offset not 0"));
+                    return Err(err(
+                        Fes::UnsupportedParameter,
+                        fei::SGL_ADDR,
+                        "in-capsule data offset not 0",
+                    ));
                 }
                 if usize::try_from(sqe.sgl_len()).ok() != Some(data_len) {
-                    return Err(err(Fes::InvalidHeaderField, fei::SGL_LEN, "SGL length differs from in-capsule data"));
+                    return Err(err(
+                        Fes::InvalidHeaderField,
+                        fei::SGL_LEN,
+                        "SGL length differs from in-capsule data",
+                    ));
                 }
             }
             Pdu::CapsuleCmd { sqe, data: &[] }
@@ -596,7 +722,11 @@ pub fn decode_header(buf: &[u8], lim: &DecodeLimits) -> Result<Option<FrameHeade
         }
         t::H2C_DATA => {
             if flags & flags::SUCCESS != 0 {
-                return Err(err(Fes::InvalidHeaderField, fei::FLAGS, "SUCCESS flag on H2CData"));
+                return Err(err(
+                    Fes::InvalidHeaderField,
+                    fei::FLAGS,
+                    "SUCCESS flag on H2CData",
+                ));
             }
             let d = data_hdr(h, le16(h, 10), false);
             check_data_hdr(&d, lim.max_data)?;
@@ -605,30 +735,57 @@ pub fn decode_header(buf: &[u8], lim: &DecodeLimits) -> Result<Option<FrameHeade
         t::C2H_DATA => {
             let success = flags & flags::SUCCESS != 0;
             if success && flags & flags::LAST_PDU == 0 {
-                return Err(err(Fes::InvalidHeaderField, fei::FLAGS, "SUCCESS without LAST_PDU"));
+                return Err(err(
+                    Fes::InvalidHeaderField,
+                    fei::FLAGS,
+                    "SUCCESS without LAST_PDU",
+                ));
             }
             let d = data_hdr(h, 0, success);
             check_data_hdr(&d, lim.max_data)?;
             Pdu::C2hData { hdr: d, data: &[] }
         }
         t::R2T => {
-            let r = R2t { cccid: le16(h, 8), ttag: le16(h, 10), r2to: le32(h, 12), r2tl: le32(h, 16) };
+            let r = R2t {
+                cccid: le16(h, 8),
+                ttag: le16(h, 10),
+                r2to: le32(h, 12),
+                r2tl: le32(h, 16),
+            };
             if r.r2tl == 0 || r.r2to.checked_add(r.r2tl).is_none() {
-                return Err(err(Fes::InvalidHeaderField, fei::DATAL, "R2TL is 0 or R2TO + R2TL overflows"));
+                return Err(err(
+                    Fes::InvalidHeaderField,
+                    fei::DATAL,
+                    "R2TL is 0 or R2TO + R2TL overflows",
+                ));
             }
             Pdu::R2t(r)
         }
         _ => {
             // rx_hlen() accepted only the types above.
-            return Err(err(Fes::InvalidHeaderField, fei::PDU_TYPE, "PDU type not valid"));
+            return Err(err(
+                Fes::InvalidHeaderField,
+                fei::PDU_TYPE,
+                "PDU type not valid",
+            ));
         }
     };
-    Ok(Some(FrameHeader { pdu, plen, header_len, data_off, data_len, ddgst }))
+    Ok(Some(FrameHeader {
+        pdu,
+        plen,
+        header_len,
+        data_off,
+        data_len,
+        ddgst,
+    }))
 }
 
 /// Decode one PDU at the start of `buf` without role state: `Ok(None)` until it is complete.
 /// Fatal header errors are reported as soon as the header is in `buf`.
-pub fn decode_frame<'a>(buf: &'a [u8], lim: &DecodeLimits) -> Result<Option<Frame<'a>>, ProtocolError> {
+pub fn decode_frame<'a>(
+    buf: &'a [u8],
+    lim: &DecodeLimits,
+) -> Result<Option<Frame<'a>>, ProtocolError> {
     match decode_header(buf, lim)? {
         Some(h) => Ok(h.decode_body(buf)),
         None => Ok(None),
@@ -658,7 +815,11 @@ fn emit(out: &mut Vec<u8>, hdr: &mut [u8], dig: Digests, pda: u8, data: &[u8]) {
     let dd = dig.ddgst && has_data;
     let base = hlen + if hd { DIGEST_LEN } else { 0 };
     let pdo = if has_data { data_pdo(hlen, hd, pda) } else { 0 };
-    let plen = if has_data { pdo + data.len() + if dd { DIGEST_LEN } else { 0 } } else { base };
+    let plen = if has_data {
+        pdo + data.len() + if dd { DIGEST_LEN } else { 0 }
+    } else {
+        base
+    };
     let mut fl = hdr[1];
     if hd {
         fl |= flags::HDGSTF;
@@ -801,7 +962,13 @@ mod tests {
     use nvme_spec::{CommandId, Status};
 
     fn lim(role: Role, dig: Option<Digests>, pda: u8) -> DecodeLimits {
-        DecodeLimits { role, digests: dig, pda, max_icd: 8192, max_data: 65536 }
+        DecodeLimits {
+            role,
+            digests: dig,
+            pda,
+            max_icd: 8192,
+            max_data: 65536,
+        }
     }
 
     /// Encode, check the CH, decode whole, and check that every shorter prefix is "need more".
@@ -811,7 +978,14 @@ mod tests {
         assert_eq!(le32(&out, 4) as usize, out.len(), "PLEN");
         let l = lim(role, dig, pda);
         let f = decode_frame(&out, &l).unwrap().unwrap();
-        assert_eq!(f, Frame { pdu, len: out.len(), data_digest_ok: true });
+        assert_eq!(
+            f,
+            Frame {
+                pdu,
+                len: out.len(),
+                data_digest_ok: true
+            }
+        );
         for n in 0..out.len() {
             assert_eq!(decode_frame(&out[..n], &l).unwrap(), None, "prefix {n}");
         }
@@ -822,12 +996,20 @@ mod tests {
     fn digest_known_vector() {
         // CRC-32C check value (RFC 3720 B.4 / iSCSI): "123456789" -> 0xE3069283.
         assert_eq!(digest::crc32c(b"123456789"), 0xE306_9283);
-        assert_eq!(digest::crc32c_append(digest::crc32c(b"1234"), b"56789"), 0xE306_9283);
+        assert_eq!(
+            digest::crc32c_append(digest::crc32c(b"1234"), b"56789"),
+            0xE306_9283
+        );
     }
 
     #[test]
     fn ic_req_layout() {
-        let ic = IcReq { pfv: 0, hpda: 3, digests: Digests::BOTH, maxr2t: 0x0102_0304 };
+        let ic = IcReq {
+            pfv: 0,
+            hpda: 3,
+            digests: Digests::BOTH,
+            maxr2t: 0x0102_0304,
+        };
         let b = roundtrip(Pdu::IcReq(ic), Role::Target, None, 0);
         assert_eq!(b.len(), 128);
         assert_eq!(&b[..8], &[0x00, 0x00, 128, 0, 128, 0, 0, 0]);
@@ -837,7 +1019,15 @@ mod tests {
 
     #[test]
     fn ic_resp_layout() {
-        let ic = IcResp { pfv: 0, cpda: 1, digests: Digests { hdgst: true, ddgst: false }, maxh2cdata: 131072 };
+        let ic = IcResp {
+            pfv: 0,
+            cpda: 1,
+            digests: Digests {
+                hdgst: true,
+                ddgst: false,
+            },
+            maxh2cdata: 131072,
+        };
         let b = roundtrip(Pdu::IcResp(ic), Role::Host, None, 0);
         assert_eq!(&b[..8], &[0x01, 0x00, 128, 0, 128, 0, 0, 0]);
         assert_eq!(&b[8..16], &[0, 0, 1, 0x01, 0x00, 0x00, 0x02, 0x00]);
@@ -846,7 +1036,11 @@ mod tests {
     #[test]
     fn term_req_layout_uses_spec_offsets() {
         let echo: Vec<u8> = (0..30).collect();
-        let t = TermReq { fes: 0x0001, fei: 0x0A0B_0C0D, hdr: &echo };
+        let t = TermReq {
+            fes: 0x0001,
+            fei: 0x0A0B_0C0D,
+            hdr: &echo,
+        };
         let b = roundtrip(Pdu::C2hTermReq(t), Role::Host, Some(Digests::BOTH), 0);
         // No digests on TermReq even when negotiated; PDO 0; PLEN 24 + echo.
         assert_eq!(&b[..8], &[0x03, 0x00, 24, 0, 54, 0, 0, 0]);
@@ -854,7 +1048,11 @@ mod tests {
         assert_eq!(&b[10..14], &[0x0D, 0x0C, 0x0B, 0x0A]);
         assert!(b[14..24].iter().all(|&x| x == 0));
         assert_eq!(&b[24..], &echo[..]);
-        let t = TermReq { fes: 2, fei: 0, hdr: &[] };
+        let t = TermReq {
+            fes: 2,
+            fei: 0,
+            hdr: &[],
+        };
         roundtrip(Pdu::H2cTermReq(t), Role::Target, None, 0);
     }
 
@@ -871,7 +1069,12 @@ mod tests {
     fn capsule_cmd_without_and_with_data() {
         let mut sqe = Sqe::new(0x02, CommandId(9));
         sqe.set_sgl_transport(4096);
-        let b = roundtrip(Pdu::CapsuleCmd { sqe, data: &[] }, Role::Target, Some(Digests::BOTH), 3);
+        let b = roundtrip(
+            Pdu::CapsuleCmd { sqe, data: &[] },
+            Role::Target,
+            Some(Digests::BOTH),
+            3,
+        );
         // No data: PDO 0, no DDGSTF even though data digest is on.
         assert_eq!(&b[..8], &[0x04, flags::HDGSTF, 72, 0, 76, 0, 0, 0]);
         assert_eq!(&b[8..72], &sqe.0[..]);
@@ -879,20 +1082,40 @@ mod tests {
 
         let icd = [7u8; 100];
         sqe.set_sgl_icd(100);
-        let b = roundtrip(Pdu::CapsuleCmd { sqe, data: &icd }, Role::Target, Some(Digests::BOTH), 3);
+        let b = roundtrip(
+            Pdu::CapsuleCmd { sqe, data: &icd },
+            Role::Target,
+            Some(Digests::BOTH),
+            3,
+        );
         // HLEN 72 + HDGST 4 = 76, aligned to (3+1)*4 = 16 -> PDO 80; PLEN 80 + 100 + 4.
-        assert_eq!(&b[..8], &[0x04, flags::HDGSTF | flags::DDGSTF, 72, 80, 184, 0, 0, 0]);
+        assert_eq!(
+            &b[..8],
+            &[0x04, flags::HDGSTF | flags::DDGSTF, 72, 80, 184, 0, 0, 0]
+        );
         assert!(b[76..80].iter().all(|&x| x == 0), "PAD");
         assert_eq!(&b[80..180], &icd[..]);
         assert_eq!(le32(&b, 180), digest::crc32c(&icd));
 
-        let b = roundtrip(Pdu::CapsuleCmd { sqe, data: &icd }, Role::Target, Some(Digests::NONE), 0);
+        let b = roundtrip(
+            Pdu::CapsuleCmd { sqe, data: &icd },
+            Role::Target,
+            Some(Digests::NONE),
+            0,
+        );
         assert_eq!(&b[..8], &[0x04, 0, 72, 72, 172, 0, 0, 0]);
     }
 
     #[test]
     fn capsule_resp_layout() {
-        let cqe = Cqe { dw0: 1, dw1: 2, sqhd: 3, sqid: 4, cid: 5, status: Status::TRANSIENT_TRANSPORT };
+        let cqe = Cqe {
+            dw0: 1,
+            dw1: 2,
+            sqhd: 3,
+            sqid: 4,
+            cid: 5,
+            status: Status::TRANSIENT_TRANSPORT,
+        };
         let b = roundtrip(Pdu::CapsuleResp(cqe), Role::Host, Some(Digests::NONE), 0);
         assert_eq!(&b[..8], &[0x05, 0, 24, 0, 24, 0, 0, 0]);
         assert_eq!(&b[8..24], &cqe.to_bytes());
@@ -903,11 +1126,39 @@ mod tests {
     #[test]
     fn h2c_data_layout() {
         let data = [0x5Au8; 33];
-        let d = DataHdr { cccid: 0x1234, ttag: 0x0506, datao: 4096, datal: 33, last: true, success: false };
-        let b = roundtrip(Pdu::H2cData { hdr: d, data: &data }, Role::Target, Some(Digests::NONE), 0);
+        let d = DataHdr {
+            cccid: 0x1234,
+            ttag: 0x0506,
+            datao: 4096,
+            datal: 33,
+            last: true,
+            success: false,
+        };
+        let b = roundtrip(
+            Pdu::H2cData {
+                hdr: d,
+                data: &data,
+            },
+            Role::Target,
+            Some(Digests::NONE),
+            0,
+        );
         assert_eq!(&b[..8], &[0x06, flags::LAST_PDU, 24, 24, 57, 0, 0, 0]);
-        assert_eq!(&b[8..24], &[0x34, 0x12, 0x06, 0x05, 0, 0x10, 0, 0, 33, 0, 0, 0, 0, 0, 0, 0]);
-        let b = roundtrip(Pdu::H2cData { hdr: d, data: &data }, Role::Target, Some(Digests::BOTH), 7);
+        assert_eq!(
+            &b[8..24],
+            &[
+                0x34, 0x12, 0x06, 0x05, 0, 0x10, 0, 0, 33, 0, 0, 0, 0, 0, 0, 0
+            ]
+        );
+        let b = roundtrip(
+            Pdu::H2cData {
+                hdr: d,
+                data: &data,
+            },
+            Role::Target,
+            Some(Digests::BOTH),
+            7,
+        );
         // 24 + 4 = 28 aligned to 32 -> PDO 32.
         assert_eq!(b[3], 32);
         assert_eq!(b.len(), 32 + 33 + 4);
@@ -916,30 +1167,79 @@ mod tests {
     #[test]
     fn c2h_data_layout() {
         let data = [1u8; 10];
-        let d = DataHdr { cccid: 1, ttag: 0, datao: 0, datal: 10, last: true, success: true };
-        let b = roundtrip(Pdu::C2hData { hdr: d, data: &data }, Role::Host, Some(Digests::NONE), 3);
+        let d = DataHdr {
+            cccid: 1,
+            ttag: 0,
+            datao: 0,
+            datal: 10,
+            last: true,
+            success: true,
+        };
+        let b = roundtrip(
+            Pdu::C2hData {
+                hdr: d,
+                data: &data,
+            },
+            Role::Host,
+            Some(Digests::NONE),
+            3,
+        );
         // 24 aligned to 16 -> PDO 32 (hpda 3).
-        assert_eq!(&b[..8], &[0x07, flags::LAST_PDU | flags::SUCCESS, 24, 32, 42, 0, 0, 0]);
-        let d = DataHdr { last: false, success: false, ..d };
-        roundtrip(Pdu::C2hData { hdr: d, data: &data }, Role::Host, Some(Digests::BOTH), 0);
+        assert_eq!(
+            &b[..8],
+            &[0x07, flags::LAST_PDU | flags::SUCCESS, 24, 32, 42, 0, 0, 0]
+        );
+        let d = DataHdr {
+            last: false,
+            success: false,
+            ..d
+        };
+        roundtrip(
+            Pdu::C2hData {
+                hdr: d,
+                data: &data,
+            },
+            Role::Host,
+            Some(Digests::BOTH),
+            0,
+        );
     }
 
     #[test]
     fn r2t_layout() {
-        let r = R2t { cccid: 2, ttag: 3, r2to: 4, r2tl: 5 };
+        let r = R2t {
+            cccid: 2,
+            ttag: 3,
+            r2to: 4,
+            r2tl: 5,
+        };
         let b = roundtrip(Pdu::R2t(r), Role::Host, Some(Digests::NONE), 0);
-        assert_eq!(&b[..], &[0x09, 0, 24, 0, 24, 0, 0, 0, 2, 0, 3, 0, 4, 0, 0, 0, 5, 0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(
+            &b[..],
+            &[
+                0x09, 0, 24, 0, 24, 0, 0, 0, 2, 0, 3, 0, 4, 0, 0, 0, 5, 0, 0, 0, 0, 0, 0, 0
+            ]
+        );
         roundtrip(Pdu::R2t(r), Role::Host, Some(Digests::BOTH), 0);
     }
 
     #[test]
     fn data_digest_mismatch_is_reported_not_fatal() {
         let data = [3u8; 64];
-        let d = DataHdr { cccid: 1, ttag: 0, datao: 0, datal: 64, last: true, success: false };
+        let d = DataHdr {
+            cccid: 1,
+            ttag: 0,
+            datao: 0,
+            datal: 64,
+            last: true,
+            success: false,
+        };
         let mut b = Vec::new();
         encode_c2h_data(&mut b, Digests::BOTH, 0, &d, &data);
         b[40] ^= 1;
-        let f = decode_frame(&b, &lim(Role::Host, Some(Digests::BOTH), 0)).unwrap().unwrap();
+        let f = decode_frame(&b, &lim(Role::Host, Some(Digests::BOTH), 0))
+            .unwrap()
+            .unwrap();
         assert!(!f.data_digest_ok);
         assert_eq!(f.len, b.len());
     }

@@ -27,7 +27,13 @@ pub struct TargetConnConfig {
 
 impl Default for TargetConnConfig {
     fn default() -> Self {
-        TargetConnConfig { maxh2cdata: 131072, max_icd: 8192, c2h_max: 131072, max_ttags: 256, cpda: 0 }
+        TargetConnConfig {
+            maxh2cdata: 131072,
+            max_icd: 8192,
+            c2h_max: 131072,
+            max_ttags: 256,
+            cpda: 0,
+        }
     }
 }
 
@@ -35,13 +41,23 @@ impl Default for TargetConnConfig {
 #[derive(Debug, PartialEq, Eq)]
 pub enum TargetEvent<'a> {
     /// ICReq accepted; the ICResp has already been appended to `out`.
-    Established { hpda: u8, digests: Digests, maxr2t: u32 },
+    Established {
+        hpda: u8,
+        digests: Digests,
+        maxr2t: u32,
+    },
     /// A command capsule. `icd` is the in-capsule data (empty if none); when non-empty the SGL
     /// has been checked to be an in-capsule descriptor whose length equals `icd.len()`.
     Command { sqe: Sqe, icd: &'a [u8] },
     /// H2CData for an R2T this connection issued: TTAG, CCCID, offset and length already checked
     /// against that R2T. `last` is true when the R2T's window is complete (the tag is then free).
-    H2cData { cccid: u16, ttag: u16, datao: u32, data: &'a [u8], last: bool },
+    H2cData {
+        cccid: u16,
+        ttag: u16,
+        datao: u32,
+        data: &'a [u8],
+        last: bool,
+    },
     /// The host terminated the connection (H2CTermReq). Log and close.
     TermReq { fes: u16, fei: u32 },
     /// A command capsule whose in-capsule data failed its data digest (non-fatal: NVMe/TCP 1.0
@@ -55,7 +71,13 @@ pub enum TargetEvent<'a> {
     /// is unusable: the controller must not execute the command and completes it with Transient
     /// Transport Error once the transfer is over (`last`) — further H2CData for the same tag may
     /// still arrive and must be accepted and dropped.
-    H2cDataDigestError { cccid: u16, ttag: u16, datao: u32, datal: u32, last: bool },
+    H2cDataDigestError {
+        cccid: u16,
+        ttag: u16,
+        datao: u32,
+        datal: u32,
+        last: bool,
+    },
 }
 
 /// One transfer tag's R2T window.
@@ -120,7 +142,10 @@ impl TargetConn {
         let data = pdu::data_pdo(pdu::HLEN_DATA, dig.hdgst, self.cfg.cpda)
             .saturating_add(h2c)
             .saturating_add(ddgst);
-        capsule.max(data).max(pdu::HLEN_IC).max(pdu::TERM_REQ_MAX_PLEN)
+        capsule
+            .max(data)
+            .max(pdu::HLEN_IC)
+            .max(pdu::TERM_REQ_MAX_PLEN)
     }
 
     fn limits(&self) -> DecodeLimits {
@@ -146,6 +171,10 @@ impl TargetConn {
     /// bytes used. ICReq is answered here (ICResp appended to `out`). After an `Err`, the caller
     /// sends [`TargetConn::encode_term_req`] and closes; further calls keep failing.
     ///
+    /// After [`TargetEvent::TermReq`] (or after sending a C2HTermReq for a reason of the driver's
+    /// own) every call returns `Ok(None)`: further bytes are ignored and the driver closes. In
+    /// particular a received H2CTermReq is never answered with a C2HTermReq.
+    ///
     /// Header errors are reported as soon as the PDU header is in `buf`, before its data.
     pub fn decode_one<'a>(
         &mut self,
@@ -154,9 +183,9 @@ impl TargetConn {
     ) -> Result<Option<(TargetEvent<'a>, usize)>, ProtocolError> {
         match &self.state {
             State::Failed(e) => return Err(e.clone()),
-            State::Terminated => {
-                return Err(ProtocolError::new(Fes::PduSequenceError, 0, &[], "connection terminated"));
-            }
+            // After a TermReq (either way) nothing more is processed (NVMe/TCP 1.0 3.5: the
+            // receiver of a TermReq sends none back; the sender ignores further PDUs).
+            State::Terminated => return Ok(None),
             State::AwaitIcReq | State::Established => {}
         }
         let h = match pdu::decode_header(buf, &self.limits()) {
@@ -190,7 +219,11 @@ impl TargetConn {
                     maxh2cdata: self.cfg.maxh2cdata,
                 };
                 pdu::encode_ic_resp(out, &resp);
-                TargetEvent::Established { hpda: ic.hpda, digests: ic.digests, maxr2t: ic.maxr2t }
+                TargetEvent::Established {
+                    hpda: ic.hpda,
+                    digests: ic.digests,
+                    maxr2t: ic.maxr2t,
+                }
             }
             Pdu::CapsuleCmd { sqe, data } => {
                 if frame.data_digest_ok {
@@ -215,7 +248,13 @@ impl TargetConn {
                     slot.active = false;
                 }
                 if frame.data_digest_ok {
-                    TargetEvent::H2cData { cccid: hdr.cccid, ttag: hdr.ttag, datao: hdr.datao, data, last }
+                    TargetEvent::H2cData {
+                        cccid: hdr.cccid,
+                        ttag: hdr.ttag,
+                        datao: hdr.datao,
+                        data,
+                        last,
+                    }
                 } else {
                     TargetEvent::H2cDataDigestError {
                         cccid: hdr.cccid,
@@ -228,10 +267,17 @@ impl TargetConn {
             }
             Pdu::H2cTermReq(t) => {
                 self.state = State::Terminated;
-                TargetEvent::TermReq { fes: t.fes, fei: t.fei }
+                TargetEvent::TermReq {
+                    fes: t.fes,
+                    fei: t.fei,
+                }
             }
             // decode_header with Role::Target yields only the four types above.
-            Pdu::IcResp(_) | Pdu::C2hTermReq(_) | Pdu::CapsuleResp(_) | Pdu::C2hData { .. } | Pdu::R2t(_) => {
+            Pdu::IcResp(_)
+            | Pdu::C2hTermReq(_)
+            | Pdu::CapsuleResp(_)
+            | Pdu::C2hData { .. }
+            | Pdu::R2t(_) => {
                 return Err(self.fail(ProtocolError::new(
                     Fes::InvalidHeaderField,
                     fei::PDU_TYPE,
@@ -250,22 +296,46 @@ impl TargetConn {
         let idx = usize::from(d.ttag);
         let slot = match self.r2t.get(idx) {
             Some(s) if s.active => s,
-            Some(_) => return Err((Fes::InvalidHeaderField, fei::TTAG, "TTAG has no outstanding R2T")),
+            Some(_) => {
+                return Err((
+                    Fes::InvalidHeaderField,
+                    fei::TTAG,
+                    "TTAG has no outstanding R2T",
+                ));
+            }
             None => return Err((Fes::InvalidHeaderField, fei::TTAG, "TTAG out of range")),
         };
         if slot.cccid != d.cccid {
-            return Err((Fes::InvalidHeaderField, fei::CCCID, "CCCID does not match the R2T"));
+            return Err((
+                Fes::InvalidHeaderField,
+                fei::CCCID,
+                "CCCID does not match the R2T",
+            ));
         }
         if d.datao != slot.next {
-            return Err((Fes::DataTransferOutOfRange, 0, "DATAO is not the next expected offset"));
+            return Err((
+                Fes::DataTransferOutOfRange,
+                0,
+                "DATAO is not the next expected offset",
+            ));
         }
         let end = match d.datao.checked_add(d.datal) {
             Some(e) if e <= slot.end => e,
-            _ => return Err((Fes::DataTransferOutOfRange, 0, "H2CData beyond the R2T window")),
+            _ => {
+                return Err((
+                    Fes::DataTransferOutOfRange,
+                    0,
+                    "H2CData beyond the R2T window",
+                ));
+            }
         };
         // LAST_PDU marks exactly the PDU that completes the R2T (NVMe/TCP 1.0 H2CData flags).
         if d.last != (end == slot.end) {
-            return Err((Fes::InvalidHeaderField, fei::FLAGS, "LAST_PDU does not match the end of the R2T"));
+            return Err((
+                Fes::InvalidHeaderField,
+                fei::FLAGS,
+                "LAST_PDU does not match the end of the R2T",
+            ));
         }
         Ok(idx)
     }
@@ -331,7 +401,14 @@ impl TargetConn {
     /// Also returns false if `r2tl` is 0, `r2to + r2tl` overflows, or the connection is not
     /// established. The controller must respect the host's MAXR2T (0's based, reported in
     /// [`TargetEvent::Established`]): at most MAXR2T+1 outstanding R2Ts per command.
-    pub fn send_r2t(&mut self, out: &mut Vec<u8>, cccid: u16, ttag: u16, r2to: u32, r2tl: u32) -> bool {
+    pub fn send_r2t(
+        &mut self,
+        out: &mut Vec<u8>,
+        cccid: u16,
+        ttag: u16,
+        r2to: u32,
+        r2tl: u32,
+    ) -> bool {
         if !self.is_established() || r2tl == 0 {
             return false;
         }
@@ -340,11 +417,25 @@ impl TargetConn {
         };
         match self.r2t.get_mut(usize::from(ttag)) {
             Some(slot) if !slot.active => {
-                *slot = R2tSlot { active: true, cccid, next: r2to, end };
+                *slot = R2tSlot {
+                    active: true,
+                    cccid,
+                    next: r2to,
+                    end,
+                };
             }
             _ => return false,
         }
-        pdu::encode_r2t(out, self.digests, &R2t { cccid, ttag, r2to, r2tl });
+        pdu::encode_r2t(
+            out,
+            self.digests,
+            &R2t {
+                cccid,
+                ttag,
+                r2to,
+                r2tl,
+            },
+        );
         true
     }
 
@@ -362,7 +453,13 @@ impl TargetConn {
 
     /// Append a C2HTermReq for `err` (FES, FEI, echoed header). The connection is terminated.
     pub fn encode_term_req(&mut self, out: &mut Vec<u8>, err: &ProtocolError) {
-        pdu::encode_term_req(out, pdu::pdu_type::C2H_TERM_REQ, err.fes as u16, err.fei, err.header());
+        pdu::encode_term_req(
+            out,
+            pdu::pdu_type::C2H_TERM_REQ,
+            err.fes as u16,
+            err.fei,
+            err.header(),
+        );
         if !matches!(self.state, State::Failed(_)) {
             self.state = State::Terminated;
         }

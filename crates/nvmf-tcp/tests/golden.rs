@@ -27,7 +27,11 @@ fn linux_icreq(hdgst: bool, ddgst: bool) -> [u8; 128] {
 #[test]
 fn linux_icreq_decodes_and_gets_the_expected_icresp() {
     for (hd, dd) in [(false, false), (true, false), (false, true), (true, true)] {
-        let cfg = TargetConnConfig { maxh2cdata: 0x0002_0000, cpda: 0, ..Default::default() };
+        let cfg = TargetConnConfig {
+            maxh2cdata: 0x0002_0000,
+            cpda: 0,
+            ..Default::default()
+        };
         let mut t = TargetConn::new(cfg);
         let mut out = Vec::new();
         let ic = linux_icreq(hd, dd);
@@ -37,8 +41,18 @@ fn linux_icreq_decodes_and_gets_the_expected_icresp() {
         }
         let (ev, n) = t.decode_one(&ic, &mut out).unwrap().unwrap();
         assert_eq!(n, 128);
-        let digests = Digests { hdgst: hd, ddgst: dd };
-        assert_eq!(ev, TargetEvent::Established { hpda: 0, digests, maxr2t: 0 });
+        let digests = Digests {
+            hdgst: hd,
+            ddgst: dd,
+        };
+        assert_eq!(
+            ev,
+            TargetEvent::Established {
+                hpda: 0,
+                digests,
+                maxr2t: 0
+            }
+        );
         assert_eq!(t.digests(), digests);
 
         let mut want = [0u8; 128];
@@ -53,8 +67,20 @@ fn linux_icreq_decodes_and_gets_the_expected_icresp() {
 
 #[test]
 fn our_host_sends_the_same_icreq_as_linux() {
-    for digests in [Digests::NONE, Digests::BOTH, Digests { hdgst: true, ddgst: false }] {
-        let mut h = nvmf_tcp::HostConn::new(HostConnConfig { digests, hpda: 0, maxr2t: 0, max_c2h_data: 1 << 20 });
+    for digests in [
+        Digests::NONE,
+        Digests::BOTH,
+        Digests {
+            hdgst: true,
+            ddgst: false,
+        },
+    ] {
+        let mut h = nvmf_tcp::HostConn::new(HostConnConfig {
+            digests,
+            hpda: 0,
+            maxr2t: 0,
+            max_c2h_data: 1 << 20,
+        });
         let mut out = Vec::new();
         h.encode_icreq(&mut out);
         assert_eq!(out, linux_icreq(digests.hdgst, digests.ddgst));
@@ -92,11 +118,12 @@ fn linux_connect(hdgst: bool, ddgst: bool) -> (Vec<u8>, [u8; 64], Vec<u8>) {
     let dd = if ddgst { 4 } else { 0 };
     let pdo = 72 + hd;
     let plen = pdo + 1024 + dd;
-    let mut b = Vec::new();
-    b.push(0x04);
-    b.push(u8::from(hdgst) | (u8::from(ddgst) << 1));
-    b.push(72);
-    b.push(pdo as u8);
+    let mut b = vec![
+        0x04,                                     // PDU-Type CapsuleCmd
+        u8::from(hdgst) | (u8::from(ddgst) << 1), // FLAGS: HDGSTF, DDGSTF
+        72,                                       // HLEN
+        pdo as u8,                                // PDO
+    ];
     b.extend_from_slice(&(plen as u32).to_le_bytes());
     b.extend_from_slice(&sqe);
     if hdgst {
@@ -114,13 +141,18 @@ fn linux_connect(hdgst: bool, ddgst: bool) -> (Vec<u8>, [u8; 64], Vec<u8>) {
 #[test]
 fn linux_admin_connect_capsule_decodes() {
     for (hd, dd) in [(false, false), (true, true), (true, false), (false, true)] {
-        let digests = Digests { hdgst: hd, ddgst: dd };
+        let digests = Digests {
+            hdgst: hd,
+            ddgst: dd,
+        };
         let mut t = established_target(TargetConnConfig::default(), digests, 0);
         let (b, sqe, data) = linux_connect(hd, dd);
         let mut out = Vec::new();
         let (ev, n) = t.decode_one(&b, &mut out).unwrap().unwrap();
         assert_eq!(n, b.len());
-        let TargetEvent::Command { sqe: got, icd } = ev else { panic!("{ev:?}") };
+        let TargetEvent::Command { sqe: got, icd } = ev else {
+            panic!("{ev:?}")
+        };
         assert_eq!(got, Sqe(sqe));
         assert_eq!(got.opcode(), 0x7F);
         assert_eq!(got.fctype(), 0x01);
@@ -131,7 +163,14 @@ fn linux_admin_connect_capsule_decodes() {
         assert!(out.is_empty());
 
         // Our host encodes exactly the same bytes.
-        let h = established_host(HostConnConfig { digests, ..Default::default() }, 0, 4096);
+        let h = established_host(
+            HostConnConfig {
+                digests,
+                ..Default::default()
+            },
+            0,
+            4096,
+        );
         let mut enc = Vec::new();
         h.encode_capsule(&mut enc, &Sqe(sqe), &data);
         assert_eq!(enc, b);
@@ -147,7 +186,9 @@ fn c2h_term_req_golden() {
     let e = target_err(&mut t, &b);
     let mut out = Vec::new();
     t.encode_term_req(&mut out, &e);
-    let mut want = vec![0x03, 0x00, 0x18, 0x00, 100, 0x00, 0x00, 0x00, 0x03, 0x00, 0, 0, 0, 0];
+    let mut want = vec![
+        0x03, 0x00, 0x18, 0x00, 100, 0x00, 0x00, 0x00, 0x03, 0x00, 0, 0, 0, 0,
+    ];
     want.extend_from_slice(&[0; 10]);
     want.extend_from_slice(&b[..76]);
     assert_eq!(out, want);

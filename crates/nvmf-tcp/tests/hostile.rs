@@ -6,13 +6,21 @@ mod common;
 use common::*;
 use nvme_spec::{CommandId, Cqe, Sqe};
 use nvmf_tcp::pdu::{self, DataHdr, IcResp, R2t, flags, pdu_type};
-use nvmf_tcp::{Digests, Fes, HostConnConfig, HostEvent, TargetConn, TargetConnConfig, TargetEvent};
+use nvmf_tcp::{
+    Digests, Fes, HostConnConfig, HostEvent, TargetConn, TargetConnConfig, TargetEvent,
+};
 
 const NONE: Digests = Digests::NONE;
 const BOTH: Digests = Digests::BOTH;
 
 fn cfg() -> TargetConnConfig {
-    TargetConnConfig { maxh2cdata: 4096, max_icd: 4096, c2h_max: 4096, max_ttags: 8, cpda: 0 }
+    TargetConnConfig {
+        maxh2cdata: 4096,
+        max_icd: 4096,
+        c2h_max: 4096,
+        max_ttags: 8,
+        cpda: 0,
+    }
 }
 
 fn capsule(dig: Digests, cpda: u8, icd: &[u8]) -> Vec<u8> {
@@ -29,7 +37,14 @@ fn capsule(dig: Digests, cpda: u8, icd: &[u8]) -> Vec<u8> {
 
 fn h2c(dig: Digests, cccid: u16, ttag: u16, datao: u32, data: &[u8], last: bool) -> Vec<u8> {
     let mut b = Vec::new();
-    let d = DataHdr { cccid, ttag, datao, datal: 0, last, success: false };
+    let d = DataHdr {
+        cccid,
+        ttag,
+        datao,
+        datal: 0,
+        last,
+        success: false,
+    };
     pdu::encode_h2c_data(&mut b, dig, 0, &d, data);
     b
 }
@@ -64,7 +79,16 @@ fn unknown_pdu_type_is_invalid_header_field_0() {
 fn controller_to_host_types_rejected_by_target() {
     let r2t = {
         let mut b = Vec::new();
-        pdu::encode_r2t(&mut b, NONE, &R2t { cccid: 1, ttag: 1, r2to: 0, r2tl: 1 });
+        pdu::encode_r2t(
+            &mut b,
+            NONE,
+            &R2t {
+                cccid: 1,
+                ttag: 1,
+                r2to: 0,
+                r2tl: 1,
+            },
+        );
         b
     };
     let resp = {
@@ -74,13 +98,28 @@ fn controller_to_host_types_rejected_by_target() {
     };
     let c2h = {
         let mut b = Vec::new();
-        let d = DataHdr { cccid: 1, ttag: 0, datao: 0, datal: 0, last: true, success: false };
+        let d = DataHdr {
+            cccid: 1,
+            ttag: 0,
+            datao: 0,
+            datal: 0,
+            last: true,
+            success: false,
+        };
         pdu::encode_c2h_data(&mut b, NONE, 0, &d, &[1, 2, 3]);
         b
     };
     let icresp = {
         let mut b = Vec::new();
-        pdu::encode_ic_resp(&mut b, &IcResp { pfv: 0, cpda: 0, digests: NONE, maxh2cdata: 4096 });
+        pdu::encode_ic_resp(
+            &mut b,
+            &IcResp {
+                pfv: 0,
+                cpda: 0,
+                digests: NONE,
+                maxh2cdata: 4096,
+            },
+        );
         b
     };
     let c2hterm = {
@@ -131,23 +170,48 @@ fn second_icreq_is_sequence_error() {
 fn icreq_field_checks() {
     let mut b = icreq_bytes(NONE, 0);
     b[8] = 1; // PFV
-    assert_err(&target_err(&mut TargetConn::new(cfg()), &b), Fes::UnsupportedParameter, 8, &b);
+    assert_err(
+        &target_err(&mut TargetConn::new(cfg()), &b),
+        Fes::UnsupportedParameter,
+        8,
+        &b,
+    );
 
     let mut b = icreq_bytes(NONE, 0);
     b[10] = 32; // HPDA
-    assert_err(&target_err(&mut TargetConn::new(cfg()), &b), Fes::UnsupportedParameter, 10, &b);
+    assert_err(
+        &target_err(&mut TargetConn::new(cfg()), &b),
+        Fes::UnsupportedParameter,
+        10,
+        &b,
+    );
 
     let mut b = icreq_bytes(NONE, 0);
     b[4] = 127; // PLEN
-    assert_err(&target_err(&mut TargetConn::new(cfg()), &b), Fes::InvalidHeaderField, 4, &b);
+    assert_err(
+        &target_err(&mut TargetConn::new(cfg()), &b),
+        Fes::InvalidHeaderField,
+        4,
+        &b,
+    );
 
     let mut b = icreq_bytes(NONE, 0);
     b[2] = 124; // HLEN
-    assert_err(&target_err(&mut TargetConn::new(cfg()), &b), Fes::InvalidHeaderField, 2, &b);
+    assert_err(
+        &target_err(&mut TargetConn::new(cfg()), &b),
+        Fes::InvalidHeaderField,
+        2,
+        &b,
+    );
 
     let mut b = icreq_bytes(NONE, 0);
     b[3] = 8; // PDO
-    assert_err(&target_err(&mut TargetConn::new(cfg()), &b), Fes::InvalidHeaderField, 3, &b);
+    assert_err(
+        &target_err(&mut TargetConn::new(cfg()), &b),
+        Fes::InvalidHeaderField,
+        3,
+        &b,
+    );
 }
 
 #[test]
@@ -164,12 +228,22 @@ fn hlen_mismatch_fei_2() {
     b[2] = 24;
     fix_hdgst(&mut b, 72);
     let mut t = established_target(cfg(), BOTH, 0);
-    assert_err(&target_err(&mut t, &b), Fes::InvalidHeaderField, 2, &b[..76]);
+    assert_err(
+        &target_err(&mut t, &b),
+        Fes::InvalidHeaderField,
+        2,
+        &b[..76],
+    );
 
     let mut b = h2c(NONE, 7, 2, 0, &[0; 16], false);
     b[2] = 72;
     let mut t = with_r2t(NONE);
-    assert_err(&target_err(&mut t, &b), Fes::InvalidHeaderField, 2, &b[..24]);
+    assert_err(
+        &target_err(&mut t, &b),
+        Fes::InvalidHeaderField,
+        2,
+        &b[..24],
+    );
 }
 
 #[test]
@@ -191,12 +265,22 @@ fn hdgstf_must_match_negotiation() {
     let mut b = capsule(BOTH, 0, &[]);
     b[1] &= !flags::HDGSTF;
     let mut t = established_target(cfg(), BOTH, 0);
-    assert_err(&target_err(&mut t, &b), Fes::InvalidHeaderField, 1, &b[..76]);
+    assert_err(
+        &target_err(&mut t, &b),
+        Fes::InvalidHeaderField,
+        1,
+        &b[..76],
+    );
 
     let mut b = capsule(NONE, 0, &[]);
     b[1] |= flags::HDGSTF;
     let mut t = established_target(cfg(), NONE, 0);
-    assert_err(&target_err(&mut t, &b), Fes::InvalidHeaderField, 1, &b[..72]);
+    assert_err(
+        &target_err(&mut t, &b),
+        Fes::InvalidHeaderField,
+        1,
+        &b[..72],
+    );
 }
 
 #[test]
@@ -206,20 +290,35 @@ fn ddgstf_must_match_negotiation_and_data() {
     b[1] &= !flags::DDGSTF;
     fix_hdgst(&mut b, 72);
     let mut t = established_target(cfg(), BOTH, 0);
-    assert_err(&target_err(&mut t, &b), Fes::InvalidHeaderField, 1, &b[..76]);
+    assert_err(
+        &target_err(&mut t, &b),
+        Fes::InvalidHeaderField,
+        1,
+        &b[..76],
+    );
 
     // Not negotiated, DDGSTF set.
     let mut b = capsule(NONE, 0, &[1; 32]);
     b[1] |= flags::DDGSTF;
     let mut t = established_target(cfg(), NONE, 0);
-    assert_err(&target_err(&mut t, &b), Fes::InvalidHeaderField, 1, &b[..72]);
+    assert_err(
+        &target_err(&mut t, &b),
+        Fes::InvalidHeaderField,
+        1,
+        &b[..72],
+    );
 
     // Negotiated but the PDU has no data.
     let mut b = capsule(BOTH, 0, &[]);
     b[1] |= flags::DDGSTF;
     fix_hdgst(&mut b, 72);
     let mut t = established_target(cfg(), BOTH, 0);
-    assert_err(&target_err(&mut t, &b), Fes::InvalidHeaderField, 1, &b[..76]);
+    assert_err(
+        &target_err(&mut t, &b),
+        Fes::InvalidHeaderField,
+        1,
+        &b[..76],
+    );
 }
 
 #[test]
@@ -229,14 +328,24 @@ fn plen_checks_fei_4() {
     b[4..8].copy_from_slice(&74u32.to_le_bytes());
     fix_hdgst(&mut b, 72);
     let mut t = established_target(cfg(), BOTH, 0);
-    assert_err(&target_err(&mut t, &b), Fes::InvalidHeaderField, 4, &b[..76]);
+    assert_err(
+        &target_err(&mut t, &b),
+        Fes::InvalidHeaderField,
+        4,
+        &b[..76],
+    );
 
     // Room for PDO and the data digest but no data byte.
     let mut b = capsule(BOTH, 0, &[1; 8]);
     b[4..8].copy_from_slice(&80u32.to_le_bytes()); // PDO 76 + DDGST 4, 0 data
     fix_hdgst(&mut b, 72);
     let mut t = established_target(cfg(), BOTH, 0);
-    assert_err(&target_err(&mut t, &b), Fes::InvalidHeaderField, 4, &b[..76]);
+    assert_err(
+        &target_err(&mut t, &b),
+        Fes::InvalidHeaderField,
+        4,
+        &b[..76],
+    );
 }
 
 #[test]
@@ -245,18 +354,33 @@ fn pdo_checks_fei_3() {
     let mut b = capsule(NONE, 0, &[]);
     b[3] = 72;
     let mut t = established_target(cfg(), NONE, 0);
-    assert_err(&target_err(&mut t, &b), Fes::InvalidHeaderField, 3, &b[..72]);
+    assert_err(
+        &target_err(&mut t, &b),
+        Fes::InvalidHeaderField,
+        3,
+        &b[..72],
+    );
 
     // Data, PDO not HLEN + HDGST.
     let mut b = capsule(NONE, 0, &[5; 16]);
     b[3] = 76;
     let mut t = established_target(cfg(), NONE, 0);
-    assert_err(&target_err(&mut t, &b), Fes::InvalidHeaderField, 3, &b[..72]);
+    assert_err(
+        &target_err(&mut t, &b),
+        Fes::InvalidHeaderField,
+        3,
+        &b[..72],
+    );
 
     // Violates the CPDA the target advertised (cpda 3 -> 16-byte alignment -> PDO 80).
     let b = capsule(NONE, 0, &[5; 16]);
     let mut t = established_target(TargetConnConfig { cpda: 3, ..cfg() }, NONE, 0);
-    assert_err(&target_err(&mut t, &b), Fes::InvalidHeaderField, 3, &b[..72]);
+    assert_err(
+        &target_err(&mut t, &b),
+        Fes::InvalidHeaderField,
+        3,
+        &b[..72],
+    );
     // ... and the correctly padded capsule is accepted.
     let b = capsule(NONE, 3, &[5; 16]);
     assert_eq!(b[3], 80);
@@ -269,7 +393,12 @@ fn pdo_checks_fei_3() {
     let mut b = capsule(NONE, 0, &[5]);
     b[3] = 128;
     let mut t = established_target(TargetConnConfig { cpda: 31, ..cfg() }, NONE, 0);
-    assert_err(&target_err(&mut t, &b), Fes::InvalidHeaderField, 3, &b[..72]);
+    assert_err(
+        &target_err(&mut t, &b),
+        Fes::InvalidHeaderField,
+        3,
+        &b[..72],
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -279,7 +408,12 @@ fn pdo_checks_fei_3() {
 fn in_capsule_data_over_limit_is_fes_5_from_header() {
     let b = capsule(NONE, 0, &vec![0; 4097]);
     let mut t = established_target(cfg(), NONE, 0);
-    assert_err(&target_err(&mut t, &b[..72]), Fes::DataTransferLimitExceeded, 0, &b[..72]);
+    assert_err(
+        &target_err(&mut t, &b[..72]),
+        Fes::DataTransferLimitExceeded,
+        0,
+        &b[..72],
+    );
 }
 
 #[test]
@@ -291,20 +425,35 @@ fn in_capsule_sgl_checks() {
     let mut b = Vec::new();
     pdu::encode_capsule_cmd(&mut b, NONE, 0, &sqe, &icd);
     let mut t = established_target(cfg(), NONE, 0);
-    assert_err(&target_err(&mut t, &b), Fes::InvalidHeaderField, 47, &b[..72]);
+    assert_err(
+        &target_err(&mut t, &b),
+        Fes::InvalidHeaderField,
+        47,
+        &b[..72],
+    );
 
     sqe.set_sgl_icd(64);
     sqe.0[24] = 0x10; // offset 16
     let mut b = Vec::new();
     pdu::encode_capsule_cmd(&mut b, NONE, 0, &sqe, &icd);
     let mut t = established_target(cfg(), NONE, 0);
-    assert_err(&target_err(&mut t, &b), Fes::UnsupportedParameter, 32, &b[..72]);
+    assert_err(
+        &target_err(&mut t, &b),
+        Fes::UnsupportedParameter,
+        32,
+        &b[..72],
+    );
 
     sqe.set_sgl_icd(65);
     let mut b = Vec::new();
     pdu::encode_capsule_cmd(&mut b, NONE, 0, &sqe, &icd);
     let mut t = established_target(cfg(), NONE, 0);
-    assert_err(&target_err(&mut t, &b), Fes::InvalidHeaderField, 40, &b[..72]);
+    assert_err(
+        &target_err(&mut t, &b),
+        Fes::InvalidHeaderField,
+        40,
+        &b[..72],
+    );
 }
 
 #[test]
@@ -324,34 +473,69 @@ fn capsule_without_data_may_carry_any_sgl() {
 #[test]
 fn h2c_ttag_out_of_range_or_not_outstanding_fei_10() {
     let b = h2c(NONE, 7, 8, 0, &[0; 16], false); // max_ttags 8
-    assert_err(&target_err(&mut with_r2t(NONE), &b), Fes::InvalidHeaderField, 10, &b[..24]);
+    assert_err(
+        &target_err(&mut with_r2t(NONE), &b),
+        Fes::InvalidHeaderField,
+        10,
+        &b[..24],
+    );
     let b = h2c(NONE, 7, 0xFFFF, 0, &[0; 16], false);
-    assert_err(&target_err(&mut with_r2t(NONE), &b), Fes::InvalidHeaderField, 10, &b[..24]);
+    assert_err(
+        &target_err(&mut with_r2t(NONE), &b),
+        Fes::InvalidHeaderField,
+        10,
+        &b[..24],
+    );
     let b = h2c(BOTH, 7, 3, 0, &[0; 16], false);
-    assert_err(&target_err(&mut with_r2t(BOTH), &b), Fes::InvalidHeaderField, 10, &b[..28]);
+    assert_err(
+        &target_err(&mut with_r2t(BOTH), &b),
+        Fes::InvalidHeaderField,
+        10,
+        &b[..28],
+    );
 }
 
 #[test]
 fn h2c_cccid_mismatch_fei_8() {
     let b = h2c(NONE, 8, 2, 0, &[0; 16], false);
-    assert_err(&target_err(&mut with_r2t(NONE), &b), Fes::InvalidHeaderField, 8, &b[..24]);
+    assert_err(
+        &target_err(&mut with_r2t(NONE), &b),
+        Fes::InvalidHeaderField,
+        8,
+        &b[..24],
+    );
 }
 
 #[test]
 fn h2c_offset_and_window_fes_4() {
     let b = h2c(NONE, 7, 2, 4, &[0; 16], false);
-    assert_err(&target_err(&mut with_r2t(NONE), &b), Fes::DataTransferOutOfRange, 0, &b[..24]);
+    assert_err(
+        &target_err(&mut with_r2t(NONE), &b),
+        Fes::DataTransferOutOfRange,
+        0,
+        &b[..24],
+    );
 
     let mut t = established_target(cfg(), NONE, 0);
     assert!(t.send_r2t(&mut Vec::new(), 7, 2, 0, 100));
     let b = h2c(NONE, 7, 2, 0, &[0; 200], true);
-    assert_err(&target_err(&mut t, &b), Fes::DataTransferOutOfRange, 0, &b[..24]);
+    assert_err(
+        &target_err(&mut t, &b),
+        Fes::DataTransferOutOfRange,
+        0,
+        &b[..24],
+    );
 }
 
 #[test]
 fn h2c_datal_over_maxh2cdata_fes_5() {
     let b = h2c(NONE, 7, 2, 0, &[0; 4100], false);
-    assert_err(&target_err(&mut with_r2t(NONE), &b[..24]), Fes::DataTransferLimitExceeded, 0, &b[..24]);
+    assert_err(
+        &target_err(&mut with_r2t(NONE), &b[..24]),
+        Fes::DataTransferLimitExceeded,
+        0,
+        &b[..24],
+    );
 }
 
 #[test]
@@ -364,19 +548,34 @@ fn h2c_datal_zero_or_inconsistent_fei_16() {
     b[4] = 24;
     b[8] = 7;
     b[10] = 2;
-    assert_err(&target_err(&mut with_r2t(NONE), &b), Fes::InvalidHeaderField, 16, &b);
+    assert_err(
+        &target_err(&mut with_r2t(NONE), &b),
+        Fes::InvalidHeaderField,
+        16,
+        &b,
+    );
 
     let mut b = h2c(BOTH, 7, 2, 0, &[0; 100], false);
     b[16] = 99;
     fix_hdgst(&mut b, 24);
-    assert_err(&target_err(&mut with_r2t(BOTH), &b), Fes::InvalidHeaderField, 16, &b[..28]);
+    assert_err(
+        &target_err(&mut with_r2t(BOTH), &b),
+        Fes::InvalidHeaderField,
+        16,
+        &b[..28],
+    );
 }
 
 #[test]
 fn h2c_last_pdu_must_mark_the_end_of_the_window() {
     // LAST on a PDU that does not complete the R2T.
     let b = h2c(NONE, 7, 2, 0, &[0; 4096], true);
-    assert_err(&target_err(&mut with_r2t(NONE), &b), Fes::InvalidHeaderField, 1, &b[..24]);
+    assert_err(
+        &target_err(&mut with_r2t(NONE), &b),
+        Fes::InvalidHeaderField,
+        1,
+        &b[..24],
+    );
 
     // No LAST on the PDU that does.
     let mut t = with_r2t(NONE);
@@ -384,14 +583,24 @@ fn h2c_last_pdu_must_mark_the_end_of_the_window() {
     let (ev, _) = t.decode_one(&first, &mut Vec::new()).unwrap().unwrap();
     assert!(matches!(ev, TargetEvent::H2cData { last: false, .. }));
     let b = h2c(NONE, 7, 2, 4096, &[0; 4096], false);
-    assert_err(&target_err(&mut t, &b), Fes::InvalidHeaderField, 1, &b[..24]);
+    assert_err(
+        &target_err(&mut t, &b),
+        Fes::InvalidHeaderField,
+        1,
+        &b[..24],
+    );
 }
 
 #[test]
 fn h2c_success_flag_fei_1() {
     let mut b = h2c(NONE, 7, 2, 0, &[0; 16], false);
     b[1] |= flags::SUCCESS;
-    assert_err(&target_err(&mut with_r2t(NONE), &b), Fes::InvalidHeaderField, 1, &b[..24]);
+    assert_err(
+        &target_err(&mut with_r2t(NONE), &b),
+        Fes::InvalidHeaderField,
+        1,
+        &b[..24],
+    );
 }
 
 #[test]
@@ -402,17 +611,41 @@ fn h2c_after_window_complete_or_cancel_is_fatal() {
     s.extend(h2c(NONE, 7, 2, 0, &data[..4096], false));
     s.extend(h2c(NONE, 7, 2, 4096, &data[4096..], true));
     let (ev, n) = t.decode_one(&s, &mut Vec::new()).unwrap().unwrap();
-    assert!(matches!(ev, TargetEvent::H2cData { last: false, datao: 0, .. }));
+    assert!(matches!(
+        ev,
+        TargetEvent::H2cData {
+            last: false,
+            datao: 0,
+            ..
+        }
+    ));
     let (ev, m) = t.decode_one(&s[n..], &mut Vec::new()).unwrap().unwrap();
-    assert!(matches!(ev, TargetEvent::H2cData { last: true, datao: 4096, .. }));
+    assert!(matches!(
+        ev,
+        TargetEvent::H2cData {
+            last: true,
+            datao: 4096,
+            ..
+        }
+    ));
     assert_eq!(n + m, s.len());
     let b = h2c(NONE, 7, 2, 8192, &[0; 16], true);
-    assert_err(&target_err(&mut t, &b), Fes::InvalidHeaderField, 10, &b[..24]);
+    assert_err(
+        &target_err(&mut t, &b),
+        Fes::InvalidHeaderField,
+        10,
+        &b[..24],
+    );
 
     let mut t = with_r2t(NONE);
     t.cancel_r2t(2);
     let b = h2c(NONE, 7, 2, 0, &[0; 16], false);
-    assert_err(&target_err(&mut t, &b), Fes::InvalidHeaderField, 10, &b[..24]);
+    assert_err(
+        &target_err(&mut t, &b),
+        Fes::InvalidHeaderField,
+        10,
+        &b[..24],
+    );
 }
 
 #[test]
@@ -436,7 +669,12 @@ fn send_r2t_refuses_bad_tags() {
 fn h2c_header_error_detected_before_data() {
     // Bad TTAG on a PDU announcing 4 KiB: reported from the 24 header bytes.
     let b = h2c(NONE, 7, 5, 0, &[0; 4096], false);
-    assert_err(&target_err(&mut with_r2t(NONE), &b[..24]), Fes::InvalidHeaderField, 10, &b[..24]);
+    assert_err(
+        &target_err(&mut with_r2t(NONE), &b[..24]),
+        Fes::InvalidHeaderField,
+        10,
+        &b[..24],
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -452,7 +690,9 @@ fn capsule_data_digest_error_is_an_event() {
     let mut t = established_target(cfg(), BOTH, 0);
     let mut out = Vec::new();
     let (ev, n) = t.decode_one(&b, &mut out).unwrap().unwrap();
-    let TargetEvent::CommandDataDigestError { sqe } = ev else { panic!("{ev:?}") };
+    let TargetEvent::CommandDataDigestError { sqe } = ev else {
+        panic!("{ev:?}")
+    };
     assert_eq!(&sqe.0[..], &good[8..72]);
     let (ev, m) = t.decode_one(&b[n..], &mut out).unwrap().unwrap();
     assert!(matches!(ev, TargetEvent::Command { icd: d, .. } if d == icd));
@@ -466,10 +706,26 @@ fn h2c_data_digest_error_advances_the_window() {
     let n = first.len();
     first[n - 1] ^= 1; // the data digest
     let (ev, _) = t.decode_one(&first, &mut Vec::new()).unwrap().unwrap();
-    assert_eq!(ev, TargetEvent::H2cDataDigestError { cccid: 7, ttag: 2, datao: 0, datal: 4096, last: false });
+    assert_eq!(
+        ev,
+        TargetEvent::H2cDataDigestError {
+            cccid: 7,
+            ttag: 2,
+            datao: 0,
+            datal: 4096,
+            last: false
+        }
+    );
     let second = h2c(BOTH, 7, 2, 4096, &[2; 4096], true);
     let (ev, _) = t.decode_one(&second, &mut Vec::new()).unwrap().unwrap();
-    assert!(matches!(ev, TargetEvent::H2cData { datao: 4096, last: true, .. }));
+    assert!(matches!(
+        ev,
+        TargetEvent::H2cData {
+            datao: 4096,
+            last: true,
+            ..
+        }
+    ));
     // The tag is free again.
     assert!(t.send_r2t(&mut Vec::new(), 9, 2, 0, 1));
 }
@@ -498,11 +754,22 @@ fn errors_are_sticky_and_term_req_echoes_the_header() {
     assert!(out[14..24].iter().all(|&x| x == 0));
     assert_eq!(&out[24..], &b[..76]);
     // ... and it parses as a C2HTermReq on the host side.
-    let mut h = established_host(HostConnConfig { digests: BOTH, ..Default::default() }, 0, 4096);
+    let mut h = established_host(
+        HostConnConfig {
+            digests: BOTH,
+            ..Default::default()
+        },
+        0,
+        4096,
+    );
     let (ev, n) = h.decode_one(&out).unwrap().unwrap();
     assert_eq!(ev, HostEvent::TermReq { fes: 1, fei: 2 });
     assert_eq!(n, out.len());
-    assert!(h.decode_one(&out).is_err(), "host is terminated");
+    assert_eq!(
+        h.decode_one(&out).unwrap(),
+        None,
+        "host ignores everything after a TermReq"
+    );
 }
 
 #[test]
@@ -515,7 +782,12 @@ fn h2c_term_req_received() {
     let (ev, n) = t.decode_one(&b, &mut Vec::new()).unwrap().unwrap();
     assert_eq!(ev, TargetEvent::TermReq { fes: 3, fei: 0 });
     assert_eq!(n, 64);
-    assert_eq!(target_err(&mut t, &capsule(BOTH, 0, &[])).fes, Fes::PduSequenceError);
+    // Ignored, and in particular not answered with a C2HTermReq.
+    assert_eq!(
+        t.decode_one(&capsule(BOTH, 0, &[]), &mut Vec::new())
+            .unwrap(),
+        None
+    );
 }
 
 #[test]
@@ -525,11 +797,19 @@ fn term_req_plen_out_of_range() {
     b[4..8].copy_from_slice(&153u32.to_le_bytes());
     b.push(0);
     let mut t = established_target(cfg(), NONE, 0);
-    assert_err(&target_err(&mut t, &b), Fes::InvalidHeaderField, 4, &b[..24]);
+    assert_err(
+        &target_err(&mut t, &b),
+        Fes::InvalidHeaderField,
+        4,
+        &b[..24],
+    );
     // A TermReq is accepted even before ICReq.
     let mut b = Vec::new();
     pdu::encode_term_req(&mut b, pdu_type::H2C_TERM_REQ, 2, 0, &[]);
-    let (ev, _) = TargetConn::new(cfg()).decode_one(&b, &mut Vec::new()).unwrap().unwrap();
+    let (ev, _) = TargetConn::new(cfg())
+        .decode_one(&b, &mut Vec::new())
+        .unwrap()
+        .unwrap();
     assert_eq!(ev, TargetEvent::TermReq { fes: 2, fei: 0 });
 }
 
@@ -538,12 +818,23 @@ fn term_req_plen_out_of_range() {
 
 fn icresp(pfv: u16, cpda: u8, digests: Digests, maxh2cdata: u32) -> Vec<u8> {
     let mut b = Vec::new();
-    pdu::encode_ic_resp(&mut b, &IcResp { pfv, cpda, digests, maxh2cdata });
+    pdu::encode_ic_resp(
+        &mut b,
+        &IcResp {
+            pfv,
+            cpda,
+            digests,
+            maxh2cdata,
+        },
+    );
     b
 }
 
 fn host_awaiting(digests: Digests) -> nvmf_tcp::HostConn {
-    let mut h = nvmf_tcp::HostConn::new(HostConnConfig { digests, ..Default::default() });
+    let mut h = nvmf_tcp::HostConn::new(HostConnConfig {
+        digests,
+        ..Default::default()
+    });
     h.encode_icreq(&mut Vec::new());
     h
 }
@@ -551,19 +842,64 @@ fn host_awaiting(digests: Digests) -> nvmf_tcp::HostConn {
 #[test]
 fn icresp_checks() {
     let b = icresp(1, 0, NONE, 4096);
-    assert_err(&host_err(&mut host_awaiting(NONE), &b), Fes::UnsupportedParameter, 8, &b);
+    assert_err(
+        &host_err(&mut host_awaiting(NONE), &b),
+        Fes::UnsupportedParameter,
+        8,
+        &b,
+    );
     let b = icresp(0, 32, NONE, 4096);
-    assert_err(&host_err(&mut host_awaiting(NONE), &b), Fes::UnsupportedParameter, 10, &b);
+    assert_err(
+        &host_err(&mut host_awaiting(NONE), &b),
+        Fes::UnsupportedParameter,
+        10,
+        &b,
+    );
     for m in [0, 4095, 4098] {
         let b = icresp(0, 0, NONE, m);
-        assert_err(&host_err(&mut host_awaiting(NONE), &b), Fes::InvalidHeaderField, 12, &b);
+        assert_err(
+            &host_err(&mut host_awaiting(NONE), &b),
+            Fes::InvalidHeaderField,
+            12,
+            &b,
+        );
     }
-    let b = icresp(0, 0, Digests { hdgst: true, ddgst: false }, 4096);
-    assert_err(&host_err(&mut host_awaiting(NONE), &b), Fes::InvalidHeaderField, 11, &b);
+    let b = icresp(
+        0,
+        0,
+        Digests {
+            hdgst: true,
+            ddgst: false,
+        },
+        4096,
+    );
+    assert_err(
+        &host_err(&mut host_awaiting(NONE), &b),
+        Fes::InvalidHeaderField,
+        11,
+        &b,
+    );
     // A controller may decline a digest the host asked for.
-    let b = icresp(0, 0, Digests { hdgst: true, ddgst: false }, 4096);
+    let b = icresp(
+        0,
+        0,
+        Digests {
+            hdgst: true,
+            ddgst: false,
+        },
+        4096,
+    );
     let (ev, _) = host_awaiting(BOTH).decode_one(&b).unwrap().unwrap();
-    assert!(matches!(ev, HostEvent::Established { digests: Digests { hdgst: true, ddgst: false }, .. }));
+    assert!(matches!(
+        ev,
+        HostEvent::Established {
+            digests: Digests {
+                hdgst: true,
+                ddgst: false
+            },
+            ..
+        }
+    ));
 }
 
 #[test]
@@ -574,7 +910,12 @@ fn host_sequence_errors() {
 
     let mut r = Vec::new();
     pdu::encode_capsule_resp(&mut r, NONE, &Cqe::default());
-    assert_err(&host_err(&mut host_awaiting(NONE), &r), Fes::PduSequenceError, 0, &r);
+    assert_err(
+        &host_err(&mut host_awaiting(NONE), &r),
+        Fes::PduSequenceError,
+        0,
+        &r,
+    );
 
     let mut h = established_host(HostConnConfig::default(), 0, 4096);
     assert_err(&host_err(&mut h, &b), Fes::PduSequenceError, 0, &b);
@@ -583,7 +924,14 @@ fn host_sequence_errors() {
 #[test]
 fn host_c2h_checks() {
     let mut b = Vec::new();
-    let d = DataHdr { cccid: 1, ttag: 0, datao: 0, datal: 0, last: false, success: false };
+    let d = DataHdr {
+        cccid: 1,
+        ttag: 0,
+        datao: 0,
+        datal: 0,
+        last: false,
+        success: false,
+    };
     pdu::encode_c2h_data(&mut b, NONE, 0, &d, &[1; 8]);
     b[1] |= flags::SUCCESS;
     let mut h = established_host(HostConnConfig::default(), 0, 4096);
@@ -591,46 +939,121 @@ fn host_c2h_checks() {
 
     let mut b = Vec::new();
     pdu::encode_c2h_data(&mut b, NONE, 0, &d, &[1; 2048]);
-    let mut h = established_host(HostConnConfig { max_c2h_data: 1024, ..Default::default() }, 0, 4096);
-    assert_err(&host_err(&mut h, &b[..24]), Fes::DataTransferLimitExceeded, 0, &b[..24]);
+    let mut h = established_host(
+        HostConnConfig {
+            max_c2h_data: 1024,
+            ..Default::default()
+        },
+        0,
+        4096,
+    );
+    assert_err(
+        &host_err(&mut h, &b[..24]),
+        Fes::DataTransferLimitExceeded,
+        0,
+        &b[..24],
+    );
 
     // DATAO + DATAL overflows.
     let mut b = Vec::new();
-    let d = DataHdr { datao: u32::MAX - 2, ..d };
+    let d = DataHdr {
+        datao: u32::MAX - 2,
+        ..d
+    };
     pdu::encode_c2h_data(&mut b, NONE, 0, &d, &[1; 8]);
     let mut h = established_host(HostConnConfig::default(), 0, 4096);
-    assert_err(&host_err(&mut h, &b), Fes::DataTransferOutOfRange, 0, &b[..24]);
+    assert_err(
+        &host_err(&mut h, &b),
+        Fes::DataTransferOutOfRange,
+        0,
+        &b[..24],
+    );
 
     // hpda 3: the controller must pad C2HData to 16 bytes.
     let mut b = Vec::new();
-    let d = DataHdr { cccid: 1, ttag: 0, datao: 0, datal: 0, last: true, success: false };
+    let d = DataHdr {
+        cccid: 1,
+        ttag: 0,
+        datao: 0,
+        datal: 0,
+        last: true,
+        success: false,
+    };
     pdu::encode_c2h_data(&mut b, NONE, 0, &d, &[1; 8]);
-    let mut h = established_host(HostConnConfig { hpda: 3, ..Default::default() }, 0, 4096);
+    let mut h = established_host(
+        HostConnConfig {
+            hpda: 3,
+            ..Default::default()
+        },
+        0,
+        4096,
+    );
     assert_err(&host_err(&mut h, &b), Fes::InvalidHeaderField, 3, &b[..24]);
 }
 
 #[test]
 fn host_c2h_data_digest_error_is_an_event() {
     let mut b = Vec::new();
-    let d = DataHdr { cccid: 5, ttag: 0, datao: 64, datal: 0, last: true, success: true };
+    let d = DataHdr {
+        cccid: 5,
+        ttag: 0,
+        datao: 64,
+        datal: 0,
+        last: true,
+        success: true,
+    };
     pdu::encode_c2h_data(&mut b, BOTH, 0, &d, &[1; 32]);
     b[30] ^= 0x80;
-    let mut h = established_host(HostConnConfig { digests: BOTH, ..Default::default() }, 0, 4096);
+    let mut h = established_host(
+        HostConnConfig {
+            digests: BOTH,
+            ..Default::default()
+        },
+        0,
+        4096,
+    );
     let (ev, n) = h.decode_one(&b).unwrap().unwrap();
     assert_eq!(n, b.len());
-    assert_eq!(ev, HostEvent::C2hDataDigestError { cccid: 5, datao: 64, datal: 32, last: true, success: true });
+    assert_eq!(
+        ev,
+        HostEvent::C2hDataDigestError {
+            cccid: 5,
+            datao: 64,
+            datal: 32,
+            last: true,
+            success: true
+        }
+    );
 }
 
 #[test]
 fn host_r2t_and_resp_framing() {
     let mut b = Vec::new();
-    pdu::encode_r2t(&mut b, NONE, &R2t { cccid: 1, ttag: 1, r2to: 0, r2tl: 1 });
+    pdu::encode_r2t(
+        &mut b,
+        NONE,
+        &R2t {
+            cccid: 1,
+            ttag: 1,
+            r2to: 0,
+            r2tl: 1,
+        },
+    );
     b[16] = 0; // R2TL 0
     let mut h = established_host(HostConnConfig::default(), 0, 4096);
     assert_err(&host_err(&mut h, &b), Fes::InvalidHeaderField, 16, &b);
 
     let mut b = Vec::new();
-    pdu::encode_r2t(&mut b, NONE, &R2t { cccid: 1, ttag: 1, r2to: 0, r2tl: 1 });
+    pdu::encode_r2t(
+        &mut b,
+        NONE,
+        &R2t {
+            cccid: 1,
+            ttag: 1,
+            r2to: 0,
+            r2tl: 1,
+        },
+    );
     b[4] = 28;
     b.extend_from_slice(&[0; 4]);
     let mut h = established_host(HostConnConfig::default(), 0, 4096);
@@ -640,7 +1063,14 @@ fn host_r2t_and_resp_framing() {
     pdu::encode_capsule_resp(&mut b, BOTH, &Cqe::default());
     b[3] = 28;
     fix_hdgst(&mut b, 24);
-    let mut h = established_host(HostConnConfig { digests: BOTH, ..Default::default() }, 0, 4096);
+    let mut h = established_host(
+        HostConnConfig {
+            digests: BOTH,
+            ..Default::default()
+        },
+        0,
+        4096,
+    );
     assert_err(&host_err(&mut h, &b), Fes::InvalidHeaderField, 3, &b[..28]);
 
     let mut b = Vec::new();

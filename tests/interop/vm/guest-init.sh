@@ -51,14 +51,15 @@ modprobe nvme-fabrics || die "modprobe nvme-fabrics failed"
 modprobe nvme-tcp || die "modprobe nvme-tcp failed"
 
 cd "$X" || die "no $X"
-echo "guest-init: running guest script (${GUEST_SCRIPT_NAME:-guest.sh})"
+boot_lines=$(dmesg | wc -l)
+echo "guest-init: running guest script (${GUEST_SCRIPT_NAME:-guest.sh}) at $(cut -d" " -f1 /proc/uptime) s"
 bash "$X/guest.sh"
 rc=$?
 echo "guest-init: guest script exited with status $rc after $(cut -d' ' -f1 /proc/uptime) s uptime"
 dmesg >"$X/dmesg.txt" 2>&1
 if ((rc != 0)); then
-	echo "guest-init: last kernel messages:"
-	dmesg | tail -n 40
+	echo "guest-init: kernel messages since the guest script started (last 60):"
+	dmesg | tail -n +$((boot_lines + 1)) | tail -n 60
 fi
 echo "$rc" >"$X/.status.tmp" && mv "$X/.status.tmp" "$X/status"
 sync

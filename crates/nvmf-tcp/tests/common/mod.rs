@@ -14,7 +14,15 @@ pub fn le32(b: &[u8], off: usize) -> u32 {
 /// The ICReq bytes a host sends.
 pub fn icreq_bytes(digests: Digests, hpda: u8) -> Vec<u8> {
     let mut b = Vec::new();
-    pdu::encode_ic_req(&mut b, &IcReq { pfv: 0, hpda, digests, maxr2t: 0 });
+    pdu::encode_ic_req(
+        &mut b,
+        &IcReq {
+            pfv: 0,
+            hpda,
+            digests,
+            maxr2t: 0,
+        },
+    );
     b
 }
 
@@ -25,7 +33,14 @@ pub fn established_target(cfg: TargetConnConfig, digests: Digests, hpda: u8) -> 
     let ic = icreq_bytes(digests, hpda);
     let (ev, n) = t.decode_one(&ic, &mut out).unwrap().unwrap();
     assert_eq!(n, 128);
-    assert_eq!(ev, TargetEvent::Established { hpda, digests, maxr2t: 0 });
+    assert_eq!(
+        ev,
+        TargetEvent::Established {
+            hpda,
+            digests,
+            maxr2t: 0
+        }
+    );
     assert_eq!(out.len(), 128);
     t
 }
@@ -36,10 +51,25 @@ pub fn established_host(cfg: HostConnConfig, cpda: u8, maxh2cdata: u32) -> HostC
     let mut out = Vec::new();
     h.encode_icreq(&mut out);
     let mut resp = Vec::new();
-    pdu::encode_ic_resp(&mut resp, &IcResp { pfv: 0, cpda, digests: cfg.digests, maxh2cdata });
+    pdu::encode_ic_resp(
+        &mut resp,
+        &IcResp {
+            pfv: 0,
+            cpda,
+            digests: cfg.digests,
+            maxh2cdata,
+        },
+    );
     let (ev, n) = h.decode_one(&resp).unwrap().unwrap();
     assert_eq!(n, 128);
-    assert_eq!(ev, HostEvent::Established { cpda, digests: cfg.digests, maxh2cdata });
+    assert_eq!(
+        ev,
+        HostEvent::Established {
+            cpda,
+            digests: cfg.digests,
+            maxh2cdata
+        }
+    );
     h
 }
 
@@ -92,7 +122,11 @@ pub fn drive_target(
     let mut fed = 0;
     let mut ci = 0;
     while fed < stream.len() {
-        let step = chunks.get(ci % chunks.len().max(1)).copied().unwrap_or(stream.len()).max(1);
+        let step = chunks
+            .get(ci % chunks.len().max(1))
+            .copied()
+            .unwrap_or(stream.len())
+            .max(1);
         ci += 1;
         let end = (fed + step).min(stream.len());
         rx.extend_from_slice(&stream[fed..end]);
@@ -116,13 +150,21 @@ pub fn drive_target(
 }
 
 /// Host counterpart of [`drive_target`].
-pub fn drive_host(h: &mut HostConn, stream: &[u8], chunks: &[usize]) -> (Vec<String>, Option<ProtocolError>) {
+pub fn drive_host(
+    h: &mut HostConn,
+    stream: &[u8],
+    chunks: &[usize],
+) -> (Vec<String>, Option<ProtocolError>) {
     let mut events = Vec::new();
     let mut rx: Vec<u8> = Vec::new();
     let mut fed = 0;
     let mut ci = 0;
     while fed < stream.len() {
-        let step = chunks.get(ci % chunks.len().max(1)).copied().unwrap_or(stream.len()).max(1);
+        let step = chunks
+            .get(ci % chunks.len().max(1))
+            .copied()
+            .unwrap_or(stream.len())
+            .max(1);
         ci += 1;
         let end = (fed + step).min(stream.len());
         rx.extend_from_slice(&stream[fed..end]);

@@ -1,0 +1,143 @@
+//! Shared pieces of the host subcommands: address resolution, host configuration, the runtime,
+//! and the size/duration/range parsers (`4k`, `128k`, `1M`, `1G`; `10s`, `500ms`, `2m`).
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use nvmf_host::HostConfig;
+
+/// Resolve `traddr` (IPv4, IPv6 with or without brackets, or a host name) and `port`.
+pub fn resolve(traddr: &str, port: u16) -> Result<SocketAddr> {
+    let host = traddr.trim_start_matches('[').trim_end_matches(']');
+    (host, port)
+        .to_socket_addrs()
+        .with_context(|| format!("cannot resolve {traddr}"))?
+        .next()
+        .with_context(|| format!("{traddr} has no address"))
+}
+
+/// The host configuration: the system identity (nvme-cli's files) unless `--hostnqn` is given.
+pub fn host_config(hostnqn: Option<&str>) -> Result<HostConfig> {
+    let mut cfg = HostConfig::default();
+    if let Some(n) = hostnqn {
+        if !nvme_spec::is_valid_nqn(n) {
+            bail!("--hostnqn {n:?} is not a valid NQN (nqn.…, at most 223 printable characters)");
+        }
+        cfg.hostnqn = n.to_string();
+    }
+    Ok(cfg)
+}
+
+/// A current-thread tokio runtime with I/O and timers.
+pub fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the tokio runtime")
+}
+
+/// Parse a size: a whole number with an optional binary suffix k/m/g/t (KiB/MiB/GiB/TiB; `b`,
+/// `ib` and `ib`+`b` spellings accepted, case-insensitive): `512`, `4k`, `128K`, `1M`, `1GiB`.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let lower = t.to_ascii_lowercase();
+    let digits = lower.find(|c: char| !c.is_ascii_digit()).unwrap_or(lower.len());
+    let (num, unit) = lower.split_at(digits);
+    let n: u64 = num.parse().map_err(|_| format!("bad size {s:?} (e.g. 4k, 128k, 1M, 1G)"))?;
+    let shift = match unit.trim_end_matches('b').trim_end_matches('i') {
+        "" => 0,
+        "k" => 10,
+        "m" => 20,
+        "g" => 30,
+        "t" => 40,
+        _ => return Err(format!("bad size unit in {s:?} (k, m, g, t)")),
+    };
+    n.checked_mul(1u64 << shift).ok_or_else(|| format!("size {s:?} too large"))
+}
+
+/// Parse a duration: a whole number with unit `us`, `ms`, `s`, `m`, `h` (no unit = seconds):
+/// `10s`, `500ms`, `2m`.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim().to_ascii_lowercase();
+    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(digits);
+    let n: u64 = num.parse().map_err(|_| format!("bad duration {s:?} (e.g. 10s, 500ms, 2m)"))?;
+    Ok(match unit {
+        "us" => Duration::from_micros(n),
+        "ms" => Duration::from_millis(n),
+        "" | "s" => Duration::from_secs(n),
+        "m" | "min" => Duration::from_secs(n.saturating_mul(60)),
+        "h" => Duration::from_secs(n.saturating_mul(3600)),
+        _ => return Err(format!("bad duration unit in {s:?} (us, ms, s, m, h)")),
+    })
+}
+
+/// Parse a byte range `START-END` (`0-1G`, `1M-64M`) or `LEN` (= `0-LEN`). END is exclusive.
+pub fn parse_range(s: &str) -> Result<(u64, u64), String> {
+    let (a, b) = match s.split_once('-') {
+        Some((a, b)) => (parse_size(a)?, parse_size(b)?),
+        None => (0, parse_size(s)?),
+    };
+    if b <= a {
+        return Err(format!("empty range {s:?}"));
+    }
+    Ok((a, b))
+}
+
+/// Lower-case hex of `b`.
+pub fn hex(b: &[u8]) -> String {
+    use std::fmt::Write;
+    b.iter().fold(String::with_capacity(b.len() * 2), |mut s, x| {
+        let _ = write!(s, "{x:02x}");
+        s
+    })
+}
+
+/// A UUID in its 8-4-4-4-12 form.
+pub fn uuid_str(b: &[u8; 16]) -> String {
+    let h = hex(b);
+    format!("{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("512"), Ok(512));
+        assert_eq!(parse_size("4k"), Ok(4096));
+        assert_eq!(parse_size("128K"), Ok(128 << 10));
+        assert_eq!(parse_size("1M"), Ok(1 << 20));
+        assert_eq!(parse_size("1G"), Ok(1 << 30));
+        assert_eq!(parse_size("2GiB"), Ok(2 << 30));
+        assert_eq!(parse_size("64MB"), Ok(64 << 20));
+        assert!(parse_size("4x").is_err());
+        assert!(parse_size("k").is_err());
+        assert!(parse_size("99999999999t").is_err());
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
+        assert!(parse_duration("1.5s").is_err());
+        assert!(parse_duration("5d").is_err());
+    }
+
+    #[test]
+    fn ranges() {
+        assert_eq!(parse_range("0-1G"), Ok((0, 1 << 30)));
+        assert_eq!(parse_range("1M-2M"), Ok((1 << 20, 2 << 20)));
+        assert_eq!(parse_range("64M"), Ok((0, 64 << 20)));
+        assert!(parse_range("2M-1M").is_err());
+    }
+
+    #[test]
+    fn formatting() {
+        assert_eq!(hex(&[0xab, 0x01]), "ab01");
+        assert_eq!(uuid_str(&[0x11; 16]), "11111111-1111-1111-1111-111111111111");
+        assert!(resolve("127.0.0.1", 4420).is_ok());
+        assert_eq!(resolve("[::1]", 4420).unwrap().port(), 4420);
+    }
+}

@@ -1,0 +1,385 @@
+//! One perf job: one I/O queue (= one TCP connection) driven by one task, at a fixed queue depth.
+//!
+//! The loop, per round: submit until QD commands are outstanding (all capsules of the round go
+//! out in one write, with one timestamp), then poll: every completion that has arrived is handled
+//! in bulk with one clock read. Buffers are the queue's preallocated slot buffers; nothing is
+//! allocated per I/O.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use nvme_spec::NamespaceId;
+use nvmf_host::{Completion, HostError, IoConnector, IoQueue, IoQueueOptions};
+use tokio::sync::{mpsc, watch};
+
+use super::report::{JobResult, MAX_REPORTED_MISMATCHES};
+use super::verify::{self, GenMap, UNKNOWN};
+
+/// Access pattern of a job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pattern {
+    /// Sequential through the job's region, wrapping.
+    Sequential,
+    /// Uniformly random units of the job's region.
+    Random,
+}
+
+/// Everything a job needs to know, fixed before it starts.
+#[derive(Clone, Debug)]
+pub struct JobSpec {
+    pub qid: u16,
+    pub nsid: NamespaceId,
+    pub lba_size: usize,
+    /// Bytes per I/O (a multiple of `lba_size`).
+    pub bs: usize,
+    pub qd: usize,
+    /// First LBA of the job's region.
+    pub region_lba: u64,
+    /// Units (of `bs`) in the region.
+    pub units: u64,
+    pub pattern: Pattern,
+    /// Percentage of reads (0 = all writes, 100 = all reads).
+    pub read_pct: u8,
+    pub verify: bool,
+    /// Write the whole region before the run (verify of workloads that read).
+    pub prefill: bool,
+    /// Read the whole region back after the run (verify of workloads that write).
+    pub readback: bool,
+    pub seed: u64,
+    pub run_id: u32,
+    pub dissqfc: bool,
+}
+
+/// Start and stop times of the measured run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timing {
+    /// Completions of commands submitted before this are not measured.
+    pub ramp_end: Instant,
+    /// No command is submitted after this; completions after it are not measured.
+    pub end: Instant,
+}
+
+/// What the orchestrator tells the jobs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    Wait,
+    Go(Timing),
+    Abort,
+}
+
+/// Counters shared with the progress display (updated once per poll, not per I/O).
+#[derive(Debug, Default)]
+pub struct Progress {
+    pub ios: AtomicU64,
+    pub bytes: AtomicU64,
+    pub errors: AtomicU64,
+}
+
+/// xorshift64*: fast, good enough to spread offsets.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    /// Uniform in 0..n (multiply-shift, no modulo).
+    fn below(&mut self, n: u64) -> u64 {
+        ((u128::from(self.next()) * u128::from(n)) >> 64) as u64
+    }
+}
+
+/// Per outstanding command (indexed by CID).
+#[derive(Clone, Copy)]
+struct Meta {
+    start: Instant,
+    unit: u64,
+    write: bool,
+    generation: u32,
+    measured: bool,
+}
+
+struct Job {
+    spec: JobSpec,
+    q: IoQueue,
+    rng: Rng,
+    seq_next: u64,
+    meta: Vec<Meta>,
+    map: Option<GenMap>,
+    res: JobResult,
+    /// Completions and errors not yet published to `Progress`.
+    pending_ios: u64,
+    pending_errors: u64,
+}
+
+/// Run one job: connect, prefill, report ready, wait for the start, run, read back.
+/// `Err` only for failures before the start (the run's own failures are in the result).
+pub async fn run(
+    spec: JobSpec,
+    connector: IoConnector,
+    progress: Arc<Progress>,
+    ready: mpsc::UnboundedSender<Result<(), String>>,
+    mut phase: watch::Receiver<Phase>,
+) -> Result<JobResult, String> {
+    let setup = setup(spec, &connector).await;
+    let mut job = match setup {
+        Ok(j) => j,
+        Err(e) => {
+            let _ = ready.send(Err(e.clone()));
+            return Err(e);
+        }
+    };
+    let _ = ready.send(Ok(()));
+    let timing = match phase.wait_for(|p| *p != Phase::Wait).await.map(|p| *p) {
+        Ok(Phase::Go(t)) => t,
+        Ok(Phase::Wait | Phase::Abort) | Err(_) => return Err("aborted".into()),
+    };
+    job.run(timing, &progress).await;
+    if job.spec.readback && job.res.transport_error.is_none() {
+        job.sweep(false, &progress).await;
+    }
+    job.publish(&progress);
+    Ok(job.res)
+}
+
+async fn setup(spec: JobSpec, connector: &IoConnector) -> Result<Job, String> {
+    let entries = u16::try_from(spec.qd + 1).map_err(|_| format!("queue depth {} too large", spec.qd))?;
+    let opts = IoQueueOptions::new(spec.qid, entries).dissqfc(spec.dissqfc).max_io(spec.bs).prealloc(spec.bs);
+    let q = connector.connect(&opts).await.map_err(|e| format!("I/O queue {}: {e}", spec.qid))?;
+    let now = Instant::now();
+    let meta = vec![Meta { start: now, unit: 0, write: false, generation: 0, measured: false }; q.capacity()];
+    let map = spec.verify.then(|| GenMap::new(spec.units as usize));
+    let mut job = Job {
+        rng: Rng(spec.seed | 1),
+        q,
+        seq_next: 0,
+        meta,
+        map,
+        res: JobResult::new(spec.qid),
+        pending_ios: 0,
+        pending_errors: 0,
+        spec,
+    };
+    if job.spec.prefill {
+        let quiet = Progress::default();
+        job.sweep(true, &quiet).await;
+        if let Some(e) = &job.res.transport_error {
+            return Err(format!("I/O queue {}: prefill failed: {e}", job.spec.qid));
+        }
+        let failed: u64 = job.res.status_errors.values().sum();
+        if failed > 0 {
+            return Err(format!("I/O queue {}: prefill failed: {failed} writes failed ({:?})", job.spec.qid, job.res.status_errors));
+        }
+    }
+    Ok(job)
+}
+
+impl Job {
+    /// Pick the unit of the next command; with `--verify` never one with a command in flight
+    /// (regions hold more units than the queue depth, so a free one always exists).
+    fn pick_unit(&mut self) -> u64 {
+        let units = self.spec.units;
+        let busy = |m: &Option<GenMap>, u| m.as_ref().is_some_and(|m| m.is_busy(u));
+        match self.spec.pattern {
+            Pattern::Sequential => {
+                for _ in 0..units {
+                    let u = self.seq_next;
+                    self.seq_next = if u + 1 == units { 0 } else { u + 1 };
+                    if !busy(&self.map, u) {
+                        return u;
+                    }
+                }
+                self.seq_next
+            }
+            Pattern::Random => {
+                let mut u = self.rng.below(units);
+                for _ in 0..8 {
+                    if !busy(&self.map, u) {
+                        return u;
+                    }
+                    u = self.rng.below(units);
+                }
+                for _ in 0..units {
+                    if !busy(&self.map, u) {
+                        return u;
+                    }
+                    u = if u + 1 == units { 0 } else { u + 1 };
+                }
+                u
+            }
+        }
+    }
+
+    /// Submit one command on `unit`. `Ok(false)`: the queue is full.
+    fn submit(&mut self, unit: u64, write: bool, now: Instant, measured: bool) -> Result<bool, HostError> {
+        let s = &self.spec;
+        let nlb = (s.bs / s.lba_size) as u32;
+        let slba = s.region_lba + unit * u64::from(nlb);
+        let (lba_size, run, verify) = (s.lba_size, s.run_id, s.verify);
+        let generation = match &mut self.map {
+            Some(m) if write => m.next_gen(),
+            Some(m) => m.expected(unit),
+            None => UNKNOWN,
+        };
+        let r = if write {
+            self.q.submit_write(s.nsid, slba, nlb, s.bs, unit, |b| {
+                if verify {
+                    verify::fill_blocks(b, slba, lba_size, generation, run);
+                } else {
+                    // Not verifying: only stamp each block with its LBA (cheap, and the data is
+                    // not all zeros, which a backend might special-case).
+                    for (i, sec) in b.chunks_exact_mut(lba_size).enumerate() {
+                        sec[..8].copy_from_slice(&(slba + i as u64).to_le_bytes());
+                    }
+                }
+            })?
+        } else {
+            self.q.submit_read(s.nsid, slba, nlb, s.bs, unit)?
+        };
+        let Some(cid) = r else { return Ok(false) };
+        self.meta[usize::from(cid.0)] = Meta { start: now, unit, write, generation, measured };
+        if let Some(m) = &mut self.map {
+            m.set_busy(unit, true);
+        }
+        Ok(true)
+    }
+
+    /// Poll once and account every completion. `end`: completions after it are not measured.
+    async fn poll(&mut self, end: Instant, progress: &Progress) -> Result<(), HostError> {
+        let mut clock: Option<Instant> = None;
+        let Job { q, meta, map, res, spec, pending_ios, pending_errors, .. } = self;
+        let r = q
+            .poll_completions(|c: Completion<'_>| {
+                let now = *clock.get_or_insert_with(Instant::now);
+                let m = meta[usize::from(c.cid.0)];
+                *pending_ios += 1;
+                if let Some(map) = map.as_mut() {
+                    map.set_busy(m.unit, false);
+                }
+                if !c.is_success() {
+                    *pending_errors += 1;
+                    *res.status_errors.entry(c.status().to_string()).or_insert(0) += 1;
+                    if m.write && let Some(map) = map.as_mut() {
+                        map.set_expected(m.unit, UNKNOWN);
+                    }
+                    return;
+                }
+                if let Some(map) = map.as_mut() {
+                    if m.write {
+                        map.set_expected(m.unit, m.generation);
+                    } else if m.generation != UNKNOWN {
+                        let slba = spec.region_lba + m.unit * (spec.bs / spec.lba_size) as u64;
+                        let before = res.verify.mismatches.len();
+                        verify::check_blocks(c.data, slba, spec.lba_size, m.generation, spec.run_id, &mut res.verify.mismatches);
+                        let bad = (res.verify.mismatches.len() - before) as u64;
+                        res.verify.checked_blocks += (c.data.len() / spec.lba_size) as u64;
+                        res.verify.mismatch_count += bad;
+                        res.verify.mismatches.truncate(MAX_REPORTED_MISMATCHES);
+                    }
+                }
+                if m.measured && now <= end {
+                    let ns = now.saturating_duration_since(m.start).as_nanos() as u64;
+                    let d = if m.write { &mut res.write } else { &mut res.read };
+                    d.record(spec.bs as u64, ns);
+                }
+            })
+            .await;
+        if *pending_ios >= 64 {
+            self.publish(progress);
+        }
+        r.map(|_| ())
+    }
+
+    fn publish(&mut self, progress: &Progress) {
+        progress.ios.fetch_add(self.pending_ios, Ordering::Relaxed);
+        progress.bytes.fetch_add(self.pending_ios * self.spec.bs as u64, Ordering::Relaxed);
+        progress.errors.fetch_add(self.pending_errors, Ordering::Relaxed);
+        self.pending_ios = 0;
+        self.pending_errors = 0;
+    }
+
+    /// The connection failed: record it and count what was in flight as lost.
+    fn fail(&mut self, e: HostError) {
+        let mut lost = 0;
+        self.q.fail_in_flight(|_| lost += 1);
+        self.res.lost += lost;
+        self.res.transport_error = Some(e.to_string());
+    }
+
+    /// The timed run.
+    async fn run(&mut self, t: Timing, progress: &Progress) {
+        loop {
+            let now = Instant::now();
+            if now < t.end {
+                let measured = now >= t.ramp_end;
+                while self.q.in_flight() < self.spec.qd {
+                    let write = match self.spec.read_pct {
+                        100 => false,
+                        0 => true,
+                        p => self.rng.below(100) >= u64::from(p),
+                    };
+                    let unit = self.pick_unit();
+                    match self.submit(unit, write, now, measured) {
+                        Ok(true) => {}
+                        Ok(false) => break,
+                        Err(e) => return self.fail(e),
+                    }
+                }
+            } else if self.q.in_flight() == 0 {
+                return;
+            }
+            if let Err(e) = self.poll(t.end, progress).await {
+                return self.fail(e);
+            }
+        }
+    }
+
+    /// Write (prefill) or read back and check (readback) every unit of the region at QD.
+    /// Readback skips units whose content is unknown.
+    async fn sweep(&mut self, write: bool, progress: &Progress) {
+        let mut next = 0u64;
+        let far = Instant::now() + std::time::Duration::from_secs(365 * 24 * 3600);
+        loop {
+            let now = Instant::now();
+            while next < self.spec.units && self.q.in_flight() < self.spec.qd {
+                let skip = !write && self.map.as_ref().is_some_and(|m| m.expected(next) == UNKNOWN);
+                if !skip {
+                    match self.submit(next, write, now, false) {
+                        Ok(true) => {}
+                        Ok(false) => break,
+                        Err(e) => return self.fail(e),
+                    }
+                }
+                next += 1;
+            }
+            if self.q.in_flight() == 0 && next >= self.spec.units {
+                return;
+            }
+            if let Err(e) = self.poll(far, progress).await {
+                return self.fail(e);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rng_below_is_in_range_and_spread() {
+        let mut r = Rng(12345);
+        let mut seen = [0u32; 10];
+        for _ in 0..10_000 {
+            let v = r.below(10);
+            assert!(v < 10);
+            seen[v as usize] += 1;
+        }
+        assert!(seen.iter().all(|&n| n > 800), "{seen:?}");
+    }
+}

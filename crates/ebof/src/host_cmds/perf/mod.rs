@@ -1,0 +1,447 @@
+//! `ebof perf`: generate I/O against a namespace and report IOPS, bandwidth, latency
+//! percentiles, the tool's CPU cost per I/O and errors.
+//!
+//! Layout: one admin connection on the main thread (keep-alive runs there), and `--queues` I/O
+//! queues, each its own TCP connection driven by one task ([`job`]). Queues are spread
+//! round-robin over worker threads, one per `--cores` entry (pinned, each with a current-thread
+//! tokio runtime) or, without `--cores`, one per queue up to the number of CPUs (unpinned).
+//!
+//! Regions: random workloads without `--verify` let every queue roam the whole `--range`;
+//! sequential workloads and every `--verify` run give each queue its own slice of it (verify
+//! needs a single writer per block to know what a block must contain).
+//!
+//! `--verify` (see [`verify`]): writes self-describing blocks and checks every read. Workloads
+//! that read (read, randread, randrw) first prefill each queue's slice (not timed); workloads
+//! that write (write, randwrite, randrw) read everything back after the run. A mismatch is
+//! printed with its LBA and makes the exit status non-zero, as do failed commands.
+
+mod job;
+mod report;
+mod verify;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use ebof_runtime::affinity;
+use nvme_spec::NamespaceId;
+use nvmf_host::{Controller, IoConnector};
+use std::io::IsTerminal;
+use tokio::sync::{mpsc, watch};
+
+use super::common::{host_config, parse_duration, parse_range, parse_size, resolve, runtime};
+use job::{JobSpec, Pattern, Phase, Progress, Timing};
+use report::{Cpu, JobResult, Report, Workload};
+
+/// Access pattern and direction (fio's `rw=` names).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rw {
+    #[value(name = "read")]
+    Read,
+    #[value(name = "write")]
+    Write,
+    #[value(name = "randread")]
+    RandRead,
+    #[value(name = "randwrite")]
+    RandWrite,
+    #[value(name = "randrw")]
+    RandRw,
+}
+
+impl Rw {
+    fn name(self) -> &'static str {
+        match self {
+            Rw::Read => "read",
+            Rw::Write => "write",
+            Rw::RandRead => "randread",
+            Rw::RandWrite => "randwrite",
+            Rw::RandRw => "randrw",
+        }
+    }
+    fn pattern(self) -> Pattern {
+        match self {
+            Rw::Read | Rw::Write => Pattern::Sequential,
+            Rw::RandRead | Rw::RandWrite | Rw::RandRw => Pattern::Random,
+        }
+    }
+    fn read_pct(self, mix: u8) -> u8 {
+        match self {
+            Rw::Read | Rw::RandRead => 100,
+            Rw::Write | Rw::RandWrite => 0,
+            Rw::RandRw => mix,
+        }
+    }
+}
+
+#[derive(clap::Args, Debug)]
+pub struct PerfArgs {
+    /// Target address (IP or host name).
+    #[arg(short = 'a', long = "traddr", value_name = "ADDR")]
+    pub traddr: String,
+    /// Target port.
+    #[arg(short = 's', long = "trsvcid", value_name = "PORT", default_value_t = 4420)]
+    pub trsvcid: u16,
+    /// Subsystem NQN.
+    #[arg(short = 'n', long = "nqn", value_name = "SUBNQN")]
+    pub nqn: String,
+    /// Namespace (default: the first active one).
+    #[arg(long, value_name = "N")]
+    pub nsid: Option<u32>,
+    /// Workload.
+    #[arg(long, value_enum, default_value_t = Rw::RandRead)]
+    pub rw: Rw,
+    /// Percentage of reads for randrw.
+    #[arg(long, value_name = "PCT", default_value_t = 50, value_parser = clap::value_parser!(u8).range(0..=100))]
+    pub mix: u8,
+    /// Block size per I/O (e.g. 4k, 128k, 1M).
+    #[arg(long, value_name = "SIZE", default_value = "4k", value_parser = parse_size)]
+    pub bs: u64,
+    /// Commands in flight per queue.
+    #[arg(long, value_name = "N", default_value_t = 32)]
+    pub qd: u16,
+    /// I/O queues (TCP connections); default: one per --cores entry, else 1.
+    #[arg(long, value_name = "N")]
+    pub queues: Option<u16>,
+    /// Cores for the worker threads, e.g. "0", "0-3", "0,2" (one pinned thread per core).
+    #[arg(long, value_name = "LIST")]
+    pub cores: Option<String>,
+    /// Measured duration (e.g. 10s, 500ms, 2m).
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub runtime: Duration,
+    /// Warm-up before measuring.
+    #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = parse_duration)]
+    pub ramp: Duration,
+    /// Byte range START-END (or LEN) of the namespace to use (e.g. 0-1G); default: all of it.
+    #[arg(long, value_name = "RANGE", value_parser = parse_range)]
+    pub range: Option<(u64, u64)>,
+    /// Ask for the NVMe/TCP header digest.
+    #[arg(long)]
+    pub hdr_digest: bool,
+    /// Ask for the NVMe/TCP data digest.
+    #[arg(long)]
+    pub data_digest: bool,
+    /// Ask the target to disable SQ flow control on the I/O queues (Connect CATTR.DISSQFC).
+    #[arg(long)]
+    pub dissqfc: bool,
+    /// Write self-checking blocks and verify every read (see `ebof perf --help`).
+    #[arg(long)]
+    pub verify: bool,
+    /// Host NQN (default: /etc/nvme/hostnqn, else a generated UUID NQN).
+    #[arg(long, value_name = "NQN")]
+    pub hostnqn: Option<String>,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Largest `--verify` generation map (4 bytes + 1 per unit).
+const MAX_VERIFY_UNITS: u64 = 64 << 20;
+
+pub fn perf(a: PerfArgs) -> Result<()> {
+    if a.qd == 0 || a.qd == u16::MAX {
+        bail!("--qd must be 1..{}", u16::MAX - 1);
+    }
+    if a.bs == 0 {
+        bail!("--bs must be > 0");
+    }
+    if a.runtime.is_zero() {
+        bail!("--runtime must be > 0");
+    }
+    let cores = a.cores.as_deref().map(affinity::parse_core_list).transpose().map_err(|e| anyhow::anyhow!("--cores: {e}"))?;
+    let queues = usize::from(a.queues.unwrap_or(cores.as_ref().map_or(1, |c| c.len().min(usize::from(u16::MAX)) as u16)));
+    if queues == 0 {
+        bail!("--queues must be ≥ 1");
+    }
+    let addr = resolve(&a.traddr, a.trsvcid)?;
+    let mut cfg = host_config(a.hostnqn.as_deref())?;
+    cfg.hdr_digest = a.hdr_digest;
+    cfg.data_digest = a.data_digest;
+    cfg.io_queues = queues as u16;
+    cfg.async_events = false;
+    let rt = runtime()?;
+    let report = rt.block_on(async {
+        let ctrl = Controller::connect(addr, &a.nqn, &cfg)
+            .await
+            .with_context(|| format!("cannot connect to {} at {addr}", a.nqn))?;
+        let r = run(&a, &ctrl, addr, cores, queues).await;
+        if let Err(e) = ctrl.shutdown().await {
+            tracing::debug!(error = %e, "shutdown failed");
+        }
+        ctrl.disconnect().await;
+        r
+    })?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report.to_json())?);
+    } else {
+        print!("{}", report.to_text());
+    }
+    let (errors, bad) = report.failures();
+    if bad > 0 {
+        bail!("verify found {bad} bad blocks (first at LBA {})", report.verify.mismatches.first().map_or(0, |m| m.lba));
+    }
+    if errors > 0 {
+        bail!("{errors} I/O errors");
+    }
+    Ok(())
+}
+
+/// Sizes derived from the namespace and the arguments.
+struct Geometry {
+    nsid: NamespaceId,
+    lba_size: usize,
+    range: (u64, u64),
+    units: u64,
+}
+
+async fn geometry(a: &PerfArgs, ctrl: &Controller) -> Result<Geometry> {
+    let nsid = match a.nsid {
+        Some(n) => NamespaceId(n),
+        None => *ctrl
+            .active_namespaces()
+            .await
+            .context("Identify Active Namespace List")?
+            .first()
+            .context("the subsystem has no active namespace")?,
+    };
+    let ns = ctrl.identify_namespace(nsid).await.with_context(|| format!("Identify Namespace {}", nsid.0))?;
+    if ns.nsze == 0 {
+        bail!("namespace {} is not active", nsid.0);
+    }
+    let lba_size = ns.lba_size() as usize;
+    let bs = a.bs as usize;
+    if bs % lba_size != 0 || bs / lba_size > 65536 {
+        bail!("--bs {bs} must be a multiple of the {lba_size}-byte block size, at most 65536 blocks");
+    }
+    if let Some(m) = ctrl.max_transfer()
+        && bs > m
+    {
+        bail!("--bs {bs} exceeds the controller's maximum transfer (MDTS) of {m} bytes");
+    }
+    let ns_bytes = ns.nsze.saturating_mul(lba_size as u64);
+    let (start, end) = a.range.unwrap_or((0, ns_bytes));
+    if start % lba_size as u64 != 0 {
+        bail!("--range start {start} is not a multiple of the {lba_size}-byte block size");
+    }
+    if end > ns_bytes {
+        bail!("--range end {end} is beyond the namespace ({ns_bytes} bytes)");
+    }
+    let units = (end - start) / bs as u64;
+    if units == 0 {
+        bail!("--range {start}-{end} holds no {bs}-byte block");
+    }
+    Ok(Geometry { nsid, lba_size, range: (start, start + units * bs as u64), units })
+}
+
+async fn run(a: &PerfArgs, ctrl: &Controller, addr: SocketAddr, cores: Option<Vec<usize>>, queues: usize) -> Result<Report> {
+    let g = geometry(a, ctrl).await?;
+    let qd = usize::from(a.qd);
+    let connector = ctrl.io_connector();
+    if qd + 1 > connector.max_entries() as usize {
+        bail!("--qd {qd} needs {} queue entries; the controller allows {} (CAP.MQES)", qd + 1, connector.max_entries());
+    }
+    if let Some(n) = ctrl.io_queues_granted()
+        && usize::from(n) < queues
+    {
+        bail!("the controller granted {n} I/O queues, --queues asks for {queues}");
+    }
+    // Regions per queue.
+    let private = a.verify || a.rw.pattern() == Pattern::Sequential;
+    if a.verify && g.units > MAX_VERIFY_UNITS {
+        bail!("--verify over {} blocks of {} B needs too much memory; narrow --range", g.units, a.bs);
+    }
+    let per_queue = g.units / queues as u64;
+    if private && per_queue == 0 {
+        bail!("--range holds {} blocks of {} B, fewer than --queues {queues}", g.units, a.bs);
+    }
+    if a.verify && per_queue <= qd as u64 {
+        bail!("--verify needs more than --qd ({qd}) blocks of {} B per queue; the range gives {per_queue}", a.bs);
+    }
+    let threads = match &cores {
+        Some(c) => c.len().min(queues),
+        None => queues.min(std::thread::available_parallelism().map_or(1, |n| n.get())),
+    };
+    // Tells this run's blocks from an earlier run's.
+    let run_id = (std::process::id().rotate_left(16) ^ nanos_now()) | 1;
+    let bs = a.bs as usize;
+    let read_pct = a.rw.read_pct(a.mix);
+    let specs: Vec<JobSpec> = (0..queues)
+        .map(|i| {
+            let (region_lba, units) = if private {
+                let first = i as u64 * per_queue;
+                let last = if i + 1 == queues { g.units } else { first + per_queue };
+                (g.range.0 / g.lba_size as u64 + first * (bs / g.lba_size) as u64, last - first)
+            } else {
+                (g.range.0 / g.lba_size as u64, g.units)
+            };
+            JobSpec {
+                qid: (i + 1) as u16,
+                nsid: g.nsid,
+                lba_size: g.lba_size,
+                bs,
+                qd,
+                region_lba,
+                units,
+                pattern: a.rw.pattern(),
+                read_pct,
+                verify: a.verify,
+                prefill: a.verify && read_pct > 0,
+                readback: a.verify && read_pct < 100,
+                seed: u64::from(run_id).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (i as u64 + 1),
+                run_id,
+                dissqfc: a.dissqfc,
+            }
+        })
+        .collect();
+
+    let workload = Workload {
+        target: addr.to_string(),
+        subnqn: a.nqn.clone(),
+        nsid: g.nsid.0,
+        lba_size: g.lba_size,
+        rw: a.rw.name(),
+        read_pct,
+        bs,
+        qd,
+        queues,
+        cores: cores.clone(),
+        threads,
+        runtime_s: a.runtime.as_secs_f64(),
+        ramp_s: a.ramp.as_secs_f64(),
+        range: g.range,
+        verify: a.verify,
+        hdr_digest: a.hdr_digest,
+        data_digest: a.data_digest,
+    };
+    if a.verify && read_pct > 0 && !a.json {
+        eprintln!("perf: prefilling {} MiB for --verify", (g.range.1 - g.range.0) >> 20);
+    }
+
+    let progress = Arc::new(Progress::default());
+    let (ready_tx, mut ready_rx) = mpsc::unbounded_channel();
+    let (done_tx, mut done_rx) = mpsc::unbounded_channel();
+    let (phase_tx, phase_rx) = watch::channel(Phase::Wait);
+    let mut handles = Vec::new();
+    for t in 0..threads {
+        let mine: Vec<JobSpec> = specs.iter().skip(t).step_by(threads).cloned().collect();
+        let core = cores.as_ref().map(|c| c[t]);
+        let (connector, progress, ready, done, phase) =
+            (connector.clone(), progress.clone(), ready_tx.clone(), done_tx.clone(), phase_rx.clone());
+        let h = std::thread::Builder::new()
+            .name(format!("perf-{t}"))
+            .spawn(move || worker(core, mine, connector, progress, ready, done, phase))
+            .context("cannot start a worker thread")?;
+        handles.push(h);
+    }
+    drop((ready_tx, done_tx));
+
+    // Every queue connected (and prefilled)?
+    let mut setup_errors = Vec::new();
+    for _ in 0..queues {
+        match ready_rx.recv().await {
+            Some(Ok(())) => {}
+            Some(Err(e)) => setup_errors.push(e),
+            None => {
+                setup_errors.push("a worker thread died".into());
+                break;
+            }
+        }
+    }
+    if !setup_errors.is_empty() {
+        let _ = phase_tx.send(Phase::Abort);
+        join(handles);
+        bail!("{}", setup_errors.join("; "));
+    }
+
+    let start = Instant::now();
+    let timing = Timing { ramp_end: start + a.ramp, end: start + a.ramp + a.runtime };
+    let _ = phase_tx.send(Phase::Go(timing));
+    let show = !a.json && std::io::stdout().is_terminal();
+    let mut cpu0 = None;
+    let mut tick = tokio::time::interval_at((start + Duration::from_secs(1)).into(), Duration::from_secs(1));
+    let (mut last_ios, mut last_bytes) = (0u64, 0u64);
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep_until(timing.ramp_end.into()), if cpu0.is_none() => cpu0 = Some(Cpu::now()),
+            _ = tokio::time::sleep_until(timing.end.into()) => break,
+            _ = tick.tick() => {
+                let ios = progress.ios.load(Ordering::Relaxed);
+                let bytes = progress.bytes.load(Ordering::Relaxed);
+                let errors = progress.errors.load(Ordering::Relaxed);
+                if show {
+                    let el = start.elapsed().as_secs();
+                    let tag = if Instant::now() < timing.ramp_end { " (ramp)" } else { "" };
+                    println!(
+                        "[{el:>4}s] {:>9.0} IOPS {:>9.1} MiB/s  errors {errors}{tag}",
+                        ios.saturating_sub(last_ios) as f64,
+                        bytes.saturating_sub(last_bytes) as f64 / (1 << 20) as f64,
+                    );
+                }
+                (last_ios, last_bytes) = (ios, bytes);
+            }
+        }
+    }
+    let cpu1 = Cpu::now();
+    let cpu = cpu1.since(cpu0.unwrap_or(cpu1));
+
+    let mut results: Vec<JobResult> = Vec::new();
+    while let Some(j) = done_rx.recv().await {
+        results.push(j);
+    }
+    join(handles);
+    if results.len() != queues {
+        bail!("{} of {queues} perf jobs did not finish", queues - results.len());
+    }
+    results.sort_by_key(|j| j.qid);
+    Ok(Report::new(workload, a.runtime, &results, cpu))
+}
+
+fn nanos_now() -> u32 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos())
+}
+
+fn join(handles: Vec<std::thread::JoinHandle<()>>) {
+    for h in handles {
+        let _ = h.join();
+    }
+}
+
+/// A worker thread: pin, start a current-thread runtime, run its jobs as tasks.
+fn worker(
+    core: Option<usize>,
+    specs: Vec<JobSpec>,
+    connector: IoConnector,
+    progress: Arc<Progress>,
+    ready: mpsc::UnboundedSender<Result<(), String>>,
+    done: mpsc::UnboundedSender<JobResult>,
+    phase: watch::Receiver<Phase>,
+) {
+    let fail_all = |e: String| {
+        for _ in &specs {
+            let _ = ready.send(Err(e.clone()));
+        }
+    };
+    if let Some(c) = core
+        && let Err(e) = affinity::pin_current_thread(c)
+    {
+        return fail_all(e);
+    }
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(e) => return fail_all(format!("{e:#}")),
+    };
+    rt.block_on(async {
+        let handles: Vec<_> = specs
+            .into_iter()
+            .map(|s| tokio::spawn(job::run(s, connector.clone(), progress.clone(), ready.clone(), phase.clone())))
+            .collect();
+        for h in handles {
+            // Setup failures were already reported through `ready`; a panic shows as a job
+            // that did not finish.
+            if let Ok(Ok(j)) = h.await {
+                let _ = done.send(j);
+            }
+        }
+    });
+}

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Run every test: formatting, lints, unit/property/end-to-end tests, then the Linux interop
+# suite in a QEMU guest (installs its own packages; set EBOF_SKIP_INTEROP=1 to skip it).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+start=$(date +%s)
+step() { printf '\n=== %s (%ss)\n' "$*" "$(( $(date +%s) - start ))"; }
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+step "cargo clippy -D warnings"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+step "cargo test"
+cargo test --workspace --locked
+if [ "${EBOF_SKIP_INTEROP:-0}" != 1 ]; then
+    step "release build for interop"
+    cargo build --release --locked -p ebof
+    step "Linux interop (QEMU guest)"
+    EBOF_BIN="$PWD/target/release/ebof" tests/interop/run-all.sh
+fi
+step "all tests passed"
