@@ -24,6 +24,7 @@
 INTEROP_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO_ROOT=$(cd "$INTEROP_DIR/../.." && pwd)
 VM_CACHE=${EBOF_VM_CACHE:-$REPO_ROOT/.vm-cache}
+export NO_COLOR=${NO_COLOR:-1} # plain logs from ebof (tracing) and friends
 HOST_IP=10.77.0.1
 GUEST_IP=10.77.0.2
 

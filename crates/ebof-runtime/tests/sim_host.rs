@@ -231,6 +231,19 @@ fn connect_enable_identify_io_shutdown() {
         assert_eq!(r.data, pattern);
         let r = ioq.rw(io::READ, 8, 8, &[], false);
         assert_eq!(r.data, &pattern[..4096]);
+        // Deallocate one range with a 4 KiB buffer, as Linux sends it (NR = 0).
+        let mut ranges = vec![0u8; 4096];
+        ranges[4..8].copy_from_slice(&8u32.to_le_bytes());
+        ranges[8..16].copy_from_slice(&100u64.to_le_bytes());
+        let mut dsm = Sqe::new(io::DATASET_MGMT, CommandId(0));
+        dsm.set_nsid(NamespaceId(1));
+        dsm.set_cdw(11, nvme_spec::opcode::DSM_ATTR_DEALLOCATE);
+        assert!(ioq.cmd(dsm, &ranges, true).cqe.unwrap().status.is_success());
+        let r = ioq.rw(io::READ, 100, 8, &[], false);
+        assert!(r.data.iter().all(|&b| b == 0));
+        let r = ioq.rw(io::READ, 108, 8, &[], false);
+        assert_eq!(r.data, &pattern[8 * 512..16 * 512]);
+        ioq.rw(io::WRITE, 100, 8, &pattern[..4096], true);
         // Out of range.
         let r = ioq.rw(io::READ, (16 << 20) / 512 - 1, 2, &[], false);
         assert_eq!(r.cqe.unwrap().status, Status::LBA_RANGE);
@@ -243,9 +256,9 @@ fn connect_enable_identify_io_shutdown() {
         sqe.set_sgl_transport(512);
         let a = admin_q.cmd(sqe, &[], false);
         let smart = SmartLog::decode(&a.data).unwrap();
-        assert_eq!(smart.host_writes, 2);
-        assert_eq!(smart.host_reads, 2);
-        assert_eq!(smart.data_units_written, 1); // 68 KiB rounds up to one unit of 512,000 B
+        assert_eq!(smart.host_writes, 3);
+        assert_eq!(smart.host_reads, 4);
+        assert_eq!(smart.data_units_written, 1); // 72 KiB rounds up to one unit of 512,000 B
 
         // Shutdown: CSTS.SHST complete and the I/O queue is told to close.
         assert!(!ioq.core.queue.should_close());

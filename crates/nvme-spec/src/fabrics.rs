@@ -138,11 +138,15 @@ pub struct PropertyCmd {
     pub value: u64,
 }
 
+/// A Property Get/Set with an ATTRIB size other than 4 or 8 bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InvalidPropertySize(pub u8);
+
 impl PropertyCmd {
-    pub fn from_sqe(s: &Sqe) -> Result<PropertyCmd, ()> {
+    pub fn from_sqe(s: &Sqe) -> Result<PropertyCmd, InvalidPropertySize> {
         let size = s.0[40] & 0x7;
         if size > 1 {
-            return Err(());
+            return Err(InvalidPropertySize(size));
         }
         Ok(PropertyCmd { size8: size == 1, ofst: le32(&s.0, 44), value: le64(&s.0, 48) })
     }

@@ -149,7 +149,7 @@ impl Queue {
     }
 
     fn property_get(&self, sqe: &Sqe) -> CmdResult {
-        let p = PropertyCmd::from_sqe(sqe).map_err(|()| CmdError::at(Status::INVALID_FIELD, 40))?;
+        let p = PropertyCmd::from_sqe(sqe).map_err(|_| CmdError::at(Status::INVALID_FIELD, 40))?;
         let Some(ctrl) = &self.ctrl else { return Err(Status::CMD_SEQ_ERROR.into()) };
         let v: u64 = match (p.ofst, p.size8) {
             (prop::CAP, true) => self.cap(),
@@ -164,7 +164,7 @@ impl Queue {
     }
 
     fn property_set(&self, sqe: &Sqe) -> CmdResult {
-        let p = PropertyCmd::from_sqe(sqe).map_err(|()| CmdError::at(Status::INVALID_FIELD, 40))?;
+        let p = PropertyCmd::from_sqe(sqe).map_err(|_| CmdError::at(Status::INVALID_FIELD, 40))?;
         let Some(ctrl) = &self.ctrl else { return Err(Status::CMD_SEQ_ERROR.into()) };
         match (p.ofst, p.size8) {
             (prop::CC, false) => {

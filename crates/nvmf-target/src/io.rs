@@ -159,8 +159,14 @@ impl Queue {
             }
             io::DATASET_MGMT => {
                 self.io_namespace(sqe)?;
+                // The host may send a larger buffer than NR ranges (Linux always sends 4 KiB,
+                // room for 256 ranges): accept NR*16 ≤ length ≤ 4096, as Linux nvmet does.
                 let nr = (sqe.cdw10() & 0xFF) + 1;
-                Ok(nr * 16)
+                let len = sqe.sgl_len();
+                if len < nr * 16 || len > DSM_MAX_RANGES * 16 {
+                    return Err(CmdError::at(Status::SGL_INVALID_DATA, 32));
+                }
+                Ok(len)
             }
             _ => Ok(0),
         }
@@ -220,7 +226,6 @@ impl Queue {
             }
             io::DATASET_MGMT => {
                 let nr = (sqe.cdw10() & 0xFF) + 1;
-                debug_assert!(nr <= DSM_MAX_RANGES);
                 if sqe.cdw11() & DSM_ATTR_DEALLOCATE == 0 {
                     // Only hints (integral read/write): nothing to do.
                     return Ok(None);

@@ -52,7 +52,7 @@ pub enum HostEvent<'a> {
         fes: u16,
         fei: u32,
     },
-    /// A C2HData PDU whose data failed its data digest (non-fatal: NVMe/TCP 1.0 section 3.5, see
+    /// A C2HData PDU whose data failed its data digest (non-fatal: NVMe/TCP 1.0 transport error handling, see
     /// [`crate::pdu`] docs). The header was valid; the data is unusable. The command must be
     /// failed with Transient Transport Error: when `success` is set no CapsuleResp follows, so
     /// fail it now; otherwise fail it when its CapsuleResp arrives (whatever status that carries).
@@ -158,7 +158,7 @@ impl HostConn {
     ) -> Result<Option<(HostEvent<'a>, usize)>, ProtocolError> {
         match &self.state {
             State::Failed(e) => return Err(e.clone()),
-            // After a TermReq (either way) nothing more is processed (NVMe/TCP 1.0 3.5: the
+            // After a TermReq (either way) nothing more is processed (NVMe/TCP 1.0 error handling: the
             // receiver of a TermReq sends none back; the sender ignores further PDUs).
             State::Terminated => return Ok(None),
             State::Idle | State::AwaitIcResp | State::Established => {}

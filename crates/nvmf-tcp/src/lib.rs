@@ -18,7 +18,7 @@
 //! driver turns into a C2HTermReq ([`TargetConn::encode_term_req`]) and then closes.
 //! Encoding appends to a caller-owned `Vec<u8>` so a whole batch of PDUs leaves in one send.
 //!
-//! A data digest mismatch is not fatal (NVMe/TCP 1.0 section 3.5): it surfaces as
+//! A data digest mismatch is not fatal (NVMe/TCP 1.0 transport error handling): it surfaces as
 //! [`TargetEvent::CommandDataDigestError`] / [`TargetEvent::H2cDataDigestError`] /
 //! [`HostEvent::C2hDataDigestError`] and the command completes with Transient Transport Error
 //! while the connection lives on. The FES/FEI chosen for every fatal check are tabled in [`pdu`].

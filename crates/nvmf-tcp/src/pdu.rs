@@ -1,4 +1,4 @@
-//! PDU wire format (NVMe/TCP 1.0 section 3.6): common header, PDU-specific headers, framing,
+//! PDU wire format (NVMe/TCP 1.0 PDU definitions): common header, PDU-specific headers, framing,
 //! encoding (infallible, appends to a `Vec<u8>`) and frame decoding (fallible, bounds-checked).
 //!
 //! Layout of a data-bearing PDU: `CH+PSH (HLEN) | HDGST (4, if on) | PAD (to PDA) | DATA | DDGST`,
@@ -39,7 +39,7 @@
 //!
 //! Why FES 01h FEI 0 for a PDU type that is wrong for the direction, not 02h: the PDU-Type field
 //! itself holds a value the receiver can never accept, which is what "Invalid PDU Header Field"
-//! describes (NVMe/TCP 1.0 Figure 16 FES table); SPDK does the same (`nvmf_tcp_pdu_ch_handle`).
+//! describes (NVMe/TCP 1.0 H2CTermReq/C2HTermReq FES table); SPDK does the same (`nvmf_tcp_pdu_ch_handle`).
 //! PDU Sequence Error is kept for PDUs that are legal in the direction but not in the current
 //! state (data before ICReq, second ICReq), as the spec's own examples say.
 //!
@@ -51,8 +51,8 @@
 //!
 //! # Data digest errors are not fatal
 //!
-//! The FES table has no data digest code (03h is *Header* Digest Error). NVMe/TCP 1.0 section 3.5
-//! (transport error handling) makes a data digest error non-fatal: the header is intact, so the
+//! The FES table has no data digest code (03h is *Header* Digest Error). NVMe/TCP 1.0's transport
+//! error handling makes a data digest error non-fatal: the header is intact, so the
 //! stream stays in sync, and the command the data belongs to is completed with *Transient
 //! Transport Error* (SCT 0, SC 22h). SPDK does exactly that (`data_crc32_calc_done` sets
 //! `SPDK_NVME_SC_COMMAND_TRANSIENT_TRANSPORT_ERROR`), and the Linux host since 5.15 ("nvme-tcp: Do
@@ -387,7 +387,7 @@ pub fn rx_hlen(role: Role, ty: u8) -> Option<usize> {
 }
 
 /// True for the PDU types that carry header/data digests once negotiated (all but ICReq/ICResp
-/// and the TermReqs, which never do: NVMe/TCP 1.0 3.6.2; Linux host "C2HTermReq never includes
+/// and the TermReqs, which never do: SPDK `g_nvme_tcp_hdgst`; Linux host "C2HTermReq never includes
 /// Header or Data digests").
 #[inline]
 pub fn carries_digests(ty: u8) -> bool {

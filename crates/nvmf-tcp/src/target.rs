@@ -61,7 +61,7 @@ pub enum TargetEvent<'a> {
     /// The host terminated the connection (H2CTermReq). Log and close.
     TermReq { fes: u16, fei: u32 },
     /// A command capsule whose in-capsule data failed its data digest (non-fatal: NVMe/TCP 1.0
-    /// section 3.5, see [`crate::pdu`] docs). The header (and so the SQE) is intact: the
+    /// transport error handling, see [`crate::pdu`] docs). The header (and so the SQE) is intact: the
     /// controller must complete the command with Transient Transport Error
     /// (`Status::TRANSIENT_TRANSPORT`) without executing it.
     CommandDataDigestError { sqe: Sqe },
@@ -183,7 +183,7 @@ impl TargetConn {
     ) -> Result<Option<(TargetEvent<'a>, usize)>, ProtocolError> {
         match &self.state {
             State::Failed(e) => return Err(e.clone()),
-            // After a TermReq (either way) nothing more is processed (NVMe/TCP 1.0 3.5: the
+            // After a TermReq (either way) nothing more is processed (NVMe/TCP 1.0 error handling: the
             // receiver of a TermReq sends none back; the sender ignores further PDUs).
             State::Terminated => return Ok(None),
             State::AwaitIcReq | State::Established => {}
@@ -242,7 +242,7 @@ impl TargetConn {
                         "TTAG not outstanding",
                     )));
                 };
-                slot.next = hdr.datao + hdr.datal;
+                slot.next = hdr.datao.saturating_add(hdr.datal); // checked in check_h2c
                 let last = slot.next == slot.end;
                 if last {
                     slot.active = false;
@@ -289,7 +289,7 @@ impl TargetConn {
         Ok(Some((ev, frame.len)))
     }
 
-    /// Validate an H2CData header against the R2T it answers (NVMe/TCP 1.0 3.6.2.8; the checks
+    /// Validate an H2CData header against the R2T it answers (NVMe/TCP 1.0 H2CData PDU; the checks
     /// SPDK `nvmf_tcp_h2c_data_hdr_handle` and Linux `nvmet_tcp_handle_h2c_data_pdu` make).
     /// Returns the slot index. DATAL has already been checked against PLEN and MAXH2CDATA.
     fn check_h2c(&self, d: &DataHdr) -> Result<usize, (Fes, u32, &'static str)> {

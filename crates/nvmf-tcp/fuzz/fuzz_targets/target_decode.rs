@@ -8,16 +8,31 @@ use nvmf_tcp::pdu::{self, IcReq};
 use nvmf_tcp::{Digests, TargetConn, TargetConnConfig, TargetEvent};
 
 fuzz_target!(|input: &[u8]| {
-    let Some((&ctl, bytes)) = input.split_first() else { return };
+    let Some((&ctl, bytes)) = input.split_first() else {
+        return;
+    };
     let digests = Digests::from_bits(ctl);
     let cpda = (ctl >> 2) & 0x3;
     let chunk = usize::from(ctl >> 4) * 16 + 1;
     let mut stream = Vec::new();
     if ctl & 0x40 != 0 {
-        pdu::encode_ic_req(&mut stream, &IcReq { pfv: 0, hpda: cpda, digests, maxr2t: 0 });
+        pdu::encode_ic_req(
+            &mut stream,
+            &IcReq {
+                pfv: 0,
+                hpda: cpda,
+                digests,
+                maxr2t: 0,
+            },
+        );
     }
     stream.extend_from_slice(bytes);
-    let mut t = TargetConn::new(TargetConnConfig { cpda, max_ttags: 8, maxh2cdata: 4096, ..Default::default() });
+    let mut t = TargetConn::new(TargetConnConfig {
+        cpda,
+        max_ttags: 8,
+        maxh2cdata: 4096,
+        ..Default::default()
+    });
     let mut rx = Vec::new();
     let mut out = Vec::new();
     for piece in stream.chunks(chunk) {

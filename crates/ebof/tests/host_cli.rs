@@ -1,0 +1,198 @@
+//! End-to-end: `ebof serve` on loopback, driven by `ebof discover`, `ebof identify` and
+//! `ebof perf --verify` (the nvmf-host initiator against the ebof target). Every wait is
+//! bounded; the target is killed by PID when a test ends, pass or fail.
+
+use std::io::Read;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const EBOF: &str = env!("CARGO_BIN_EXE_ebof");
+/// Bound on any one CLI run.
+const CMD_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// A running `ebof serve`, killed on drop.
+struct Target {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Target {
+    fn start() -> Target {
+        let port = {
+            let l = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+            l.local_addr().unwrap().port()
+        };
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let child = Command::new(EBOF)
+            .args(["serve", "--listen", &addr.to_string(), "--ram", "64M"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn ebof serve");
+        let mut t = Target { child, addr };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+                return t;
+            }
+            if let Ok(Some(st)) = t.child.try_wait() {
+                panic!("ebof serve exited early: {st}");
+            }
+            assert!(Instant::now() < deadline, "ebof serve did not listen on {addr} within 30 s");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn port(&self) -> String {
+        self.addr.port().to_string()
+    }
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        let _ = self.child.kill(); // by PID (std::process::Child)
+        let _ = self.child.wait();
+    }
+}
+
+struct Output {
+    ok: bool,
+    stdout: String,
+    stderr: String,
+}
+
+/// Run `ebof ARGS` with a timeout, collecting its output.
+fn ebof(args: &[&str]) -> Output {
+    let mut child = Command::new(EBOF)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn ebof");
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let t_out = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out.read_to_string(&mut s);
+        s
+    });
+    let t_err = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let deadline = Instant::now() + CMD_TIMEOUT;
+    let status = loop {
+        if let Some(st) = child.try_wait().expect("wait") {
+            break st;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("ebof {args:?} did not finish within {CMD_TIMEOUT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Output { ok: status.success(), stdout: t_out.join().unwrap(), stderr: t_err.join().unwrap() }
+}
+
+fn json(o: &Output) -> Value {
+    serde_json::from_str(&o.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {}\nstderr: {}", o.stdout, o.stderr))
+}
+
+/// The I/O subsystem's NQN, learnt through discovery.
+fn subnqn(t: &Target) -> String {
+    let o = ebof(&["discover", "-a", "127.0.0.1", "-s", &t.port(), "--json"]);
+    assert!(o.ok, "discover failed: {}", o.stderr);
+    let j = json(&o);
+    let recs = j["records"].as_array().expect("records");
+    let r = recs.iter().find(|r| r["subtype"] == "nvme subsystem").expect("an NVM subsystem record");
+    assert_eq!(r["trtype"], "tcp");
+    assert_eq!(r["trsvcid"], t.port());
+    r["subnqn"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn discover_text_and_json() {
+    let t = Target::start();
+    let nqn = subnqn(&t);
+    assert!(nqn.starts_with("nqn."));
+    let o = ebof(&["discover", "-a", "127.0.0.1", "-s", &t.port()]);
+    assert!(o.ok, "{}", o.stderr);
+    assert!(o.stdout.contains("Discovery Log Number of Records"), "{}", o.stdout);
+    assert!(o.stdout.contains("=====Discovery Log Entry 0======"));
+    assert!(o.stdout.contains(&format!("subnqn:  {nqn}")));
+}
+
+#[test]
+fn identify_controller_and_namespace() {
+    let t = Target::start();
+    let nqn = subnqn(&t);
+    let o = ebof(&["identify", "-a", "127.0.0.1", "-s", &t.port(), "-n", &nqn, "--json"]);
+    assert!(o.ok, "{}", o.stderr);
+    let j = json(&o);
+    assert_eq!(j["controller"]["subnqn"], nqn.as_str());
+    assert!(j["controller"]["nn"].as_u64().unwrap() >= 1);
+    let ns = &j["namespaces"][0];
+    let bytes = ns["nsze"].as_u64().unwrap() * ns["lba_size"].as_u64().unwrap();
+    assert_eq!(bytes, 64 << 20);
+    let o = ebof(&["identify", "-a", "127.0.0.1", "-s", &t.port(), "-n", &nqn, "--nsid", "1"]);
+    assert!(o.ok, "{}", o.stderr);
+    assert!(o.stdout.contains("NVME Identify Namespace 1:"), "{}", o.stdout);
+}
+
+fn perf(t: &Target, nqn: &str, extra: &[&str]) -> Value {
+    let port = t.port();
+    let mut args = vec!["perf", "-a", "127.0.0.1", "-s", &port, "-n", nqn, "--json"];
+    args.extend_from_slice(extra);
+    let o = ebof(&args);
+    let j = json(&o);
+    assert!(o.ok, "perf {extra:?} failed: {}\n{}", o.stderr, o.stdout);
+    assert_eq!(j["errors"]["total"], 0, "{j}");
+    assert!(j["ios"].as_u64().unwrap() > 0, "{j}");
+    assert!(j["latency_us"]["p99"].as_f64().unwrap() > 0.0);
+    j
+}
+
+#[test]
+fn perf_randrw_verify_two_queues() {
+    let t = Target::start();
+    let nqn = subnqn(&t);
+    let j = perf(&t, &nqn, &["--rw", "randrw", "--mix", "70", "--bs", "4k", "--qd", "8", "--queues", "2", "--runtime", "1s", "--verify"]);
+    assert_eq!(j["verify"]["mismatch_count"], 0);
+    assert!(j["verify"]["checked_blocks"].as_u64().unwrap() > 0);
+    assert!(j["read"]["ios"].as_u64().unwrap() > 0 && j["write"]["ios"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn perf_sequential_verify_large_blocks_with_digests() {
+    let t = Target::start();
+    let nqn = subnqn(&t);
+    // 128 KiB writes go through R2T/H2CData; reads come back in C2HData; both digests on.
+    let j = perf(
+        &t,
+        &nqn,
+        &["--rw", "write", "--bs", "128k", "--qd", "4", "--runtime", "1s", "--verify", "--hdr-digest", "--data-digest"],
+    );
+    assert_eq!(j["verify"]["mismatch_count"], 0);
+    let j = perf(&t, &nqn, &["--rw", "read", "--bs", "128k", "--qd", "4", "--runtime", "1s", "--verify", "--range", "0-16M"]);
+    assert_eq!(j["verify"]["mismatch_count"], 0);
+    assert_eq!(j["workload"]["range"][1], 16 << 20);
+}
+
+#[test]
+fn perf_randread_and_bad_nqn() {
+    let t = Target::start();
+    let nqn = subnqn(&t);
+    let j = perf(&t, &nqn, &["--rw", "randread", "--bs", "4k", "--qd", "32", "--runtime", "1s", "--ramp", "200ms"]);
+    assert!(j["iops"].as_f64().unwrap() > 0.0);
+    assert!(j["cpu"]["us_per_io"].as_f64().unwrap() > 0.0);
+    let o = ebof(&["perf", "-a", "127.0.0.1", "-s", &t.port(), "-n", "nqn.2026-01.example:nope", "--runtime", "1s"]);
+    assert!(!o.ok);
+    assert!(o.stderr.contains("cannot connect"), "{}", o.stderr);
+}
