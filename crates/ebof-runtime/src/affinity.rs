@@ -17,7 +17,10 @@ pub fn pin_current_thread(core: usize) -> Result<(), String> {
     if rc == 0 {
         Ok(())
     } else {
-        Err(format!("cannot pin to core {core}: {}", std::io::Error::last_os_error()))
+        Err(format!(
+            "cannot pin to core {core}: {}",
+            std::io::Error::last_os_error()
+        ))
     }
 }
 
@@ -29,7 +32,9 @@ pub fn allowed_cores() -> Vec<usize> {
         if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
             return vec![0];
         }
-        (0..libc::CPU_SETSIZE as usize).filter(|&c| libc::CPU_ISSET(c, &set)).collect()
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| libc::CPU_ISSET(c, &set))
+            .collect()
     }
 }
 
@@ -38,8 +43,14 @@ pub fn parse_core_list(s: &str) -> Result<Vec<usize>, String> {
     let mut out = Vec::new();
     for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         if let Some((a, b)) = part.split_once('-') {
-            let a: usize = a.trim().parse().map_err(|_| format!("bad core range '{part}'"))?;
-            let b: usize = b.trim().parse().map_err(|_| format!("bad core range '{part}'"))?;
+            let a: usize = a
+                .trim()
+                .parse()
+                .map_err(|_| format!("bad core range '{part}'"))?;
+            let b: usize = b
+                .trim()
+                .parse()
+                .map_err(|_| format!("bad core range '{part}'"))?;
             if a > b || b >= 4096 {
                 return Err(format!("bad core range '{part}'"));
             }

@@ -66,9 +66,17 @@ pub enum Step {
 }
 
 impl ConnCore {
-    pub fn new(target: Arc<Target>, cfg: TargetConnConfig, local: SocketAddr, now: Instant) -> ConnCore {
+    pub fn new(
+        target: Arc<Target>,
+        cfg: TargetConnConfig,
+        local: SocketAddr,
+        now: Instant,
+    ) -> ConnCore {
         let queue = Queue::new(target, local, now);
-        let cfg = TargetConnConfig { max_ttags: queue.max_ttags(), ..cfg };
+        let cfg = TargetConnConfig {
+            max_ttags: queue.max_ttags(),
+            ..cfg
+        };
         let conn = TargetConn::new(cfg);
         let cap = RECV_BUF_MIN.max(conn.max_pdu_len() * 2);
         ConnCore {
@@ -104,7 +112,9 @@ impl ConnCore {
     /// whose backend may block are returned through `offload`.
     pub fn process(&mut self, now: Instant, mut offload: impl FnMut(&mut Queue, u16)) -> Step {
         loop {
-            let res = self.conn.decode_one(&self.rbuf[self.rpos..self.rlen], &mut self.out);
+            let res = self
+                .conn
+                .decode_one(&self.rbuf[self.rpos..self.rlen], &mut self.out);
             let (ev, n) = match res {
                 Ok(Some(x)) => x,
                 Ok(None) => break,
@@ -115,14 +125,24 @@ impl ConnCore {
                 }
             };
             let disp = match ev {
-                TargetEvent::Established { hpda, digests, maxr2t } => {
+                TargetEvent::Established {
+                    hpda,
+                    digests,
+                    maxr2t,
+                } => {
                     tracing::debug!(hpda, ?digests, maxr2t, "ICReq accepted");
                     None
                 }
-                TargetEvent::Command { sqe, icd } => Some(self.queue.handle_command(&sqe, icd, now)),
-                TargetEvent::H2cData { ttag, datao, data, last, .. } => {
-                    Some(self.queue.handle_h2c_data(ttag, datao, data, last))
+                TargetEvent::Command { sqe, icd } => {
+                    Some(self.queue.handle_command(&sqe, icd, now))
                 }
+                TargetEvent::H2cData {
+                    ttag,
+                    datao,
+                    data,
+                    last,
+                    ..
+                } => Some(self.queue.handle_h2c_data(ttag, datao, data, last)),
                 TargetEvent::CommandDataDigestError { sqe } => {
                     tracing::warn!(cid = sqe.cid().0, "in-capsule data digest error");
                     Some(self.queue.handle_command_digest_error(&sqe, now))

@@ -38,7 +38,10 @@ struct NewConn {
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
     #[error("cannot listen on {addr}: {source}")]
-    Bind { addr: SocketAddr, source: std::io::Error },
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
     #[error("cannot start reactor thread: {0}")]
     Thread(std::io::Error),
     #[error("no cores to run on")]
@@ -73,12 +76,21 @@ impl Server {
             return Err(ServerError::NoCores);
         }
         let mut listeners = Vec::new();
-        for (addr, disc) in cfg.listeners.iter().map(|a| (*a, false)).chain(cfg.discovery.map(|a| (a, true))) {
+        for (addr, disc) in cfg
+            .listeners
+            .iter()
+            .map(|a| (*a, false))
+            .chain(cfg.discovery.map(|a| (a, true)))
+        {
             let l = StdListener::bind(addr).map_err(|source| ServerError::Bind { addr, source })?;
-            l.set_nonblocking(true).map_err(|source| ServerError::Bind { addr, source })?;
+            l.set_nonblocking(true)
+                .map_err(|source| ServerError::Bind { addr, source })?;
             listeners.push((l, disc));
         }
-        let bound: Vec<SocketAddr> = listeners.iter().filter_map(|(l, _)| l.local_addr().ok()).collect();
+        let bound: Vec<SocketAddr> = listeners
+            .iter()
+            .filter_map(|(l, _)| l.local_addr().ok())
+            .collect();
         let stop = Arc::new(AtomicBool::new(false));
         let mut senders = Vec::new();
         let mut receivers = Vec::new();
@@ -93,18 +105,29 @@ impl Server {
             let target = target.clone();
             let tcp = cfg.tcp;
             let stop = stop.clone();
-            let accept = if i == 0 { listeners.take().map(|l| (l, senders.clone())) } else { None };
+            let accept = if i == 0 {
+                listeners.take().map(|l| (l, senders.clone()))
+            } else {
+                None
+            };
             let t = std::thread::Builder::new()
                 .name(format!("ebof-core{core}"))
                 .spawn(move || reactor(core, target, tcp, rx, accept, stop))
                 .map_err(ServerError::Thread)?;
             threads.push(t);
         }
-        Ok(ServerHandle { stop, threads, bound })
+        Ok(ServerHandle {
+            stop,
+            threads,
+            bound,
+        })
     }
 }
 
-type Acceptor = (Vec<(StdListener, bool)>, Vec<mpsc::UnboundedSender<NewConn>>);
+type Acceptor = (
+    Vec<(StdListener, bool)>,
+    Vec<mpsc::UnboundedSender<NewConn>>,
+);
 
 fn reactor(
     core: usize,
@@ -118,7 +141,10 @@ fn reactor(
         Ok(()) => tracing::info!(core, "reactor started (epoll, event-driven)"),
         Err(e) => tracing::warn!(core, error = %e, "reactor started unpinned"),
     }
-    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             tracing::error!(core, error = %e, "cannot build reactor runtime");
@@ -203,7 +229,12 @@ async fn accept_loop(
                 };
                 let i = next % senders.len();
                 next = next.wrapping_add(1);
-                let _ = senders[i].send(NewConn { stream: std, local, peer, discovery_only });
+                let _ = senders[i].send(NewConn {
+                    stream: std,
+                    local,
+                    peer,
+                    discovery_only,
+                });
             }
             Ok(Err(e)) => {
                 tracing::warn!(%local, error = %e, "accept failed");

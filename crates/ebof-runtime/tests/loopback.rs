@@ -45,14 +45,25 @@ fn start() -> Running {
     let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
     let target = Arc::new(Target::new(
         vec![sub],
-        vec![ListenerInfo { addr: any, portid: 1 }],
+        vec![ListenerInfo {
+            addr: any,
+            portid: 1,
+        }],
         TargetLimits::default(),
         Instant::now(),
     ));
-    let cfg = ServerConfig { listeners: vec![any], discovery: None, cores: vec![0], tcp: TargetConnConfig::default() };
+    let cfg = ServerConfig {
+        listeners: vec![any],
+        discovery: None,
+        cores: vec![0],
+        tcp: TargetConnConfig::default(),
+    };
     let handle = Server::start(target, cfg).unwrap();
     let addr = handle.bound[0];
-    Running { handle: Some(handle), addr }
+    Running {
+        handle: Some(handle),
+        addr,
+    }
 }
 
 /// A minimal blocking NVMe/TCP host for tests.
@@ -76,7 +87,13 @@ impl Client {
         let mut cfg = HostConnConfig::default();
         cfg.digests.hdgst = digests;
         cfg.digests.ddgst = digests;
-        let mut c = Client { s: Self::raw(addr), host: HostConn::new(cfg), buf: vec![0; 1 << 20], len: 0, cid: 0 };
+        let mut c = Client {
+            s: Self::raw(addr),
+            host: HostConn::new(cfg),
+            buf: vec![0; 1 << 20],
+            len: 0,
+            cid: 0,
+        };
         let mut out = Vec::new();
         c.host.encode_icreq(&mut out);
         c.s.write_all(&out).unwrap();
@@ -92,13 +109,37 @@ impl Client {
         loop {
             if let Some((ev, n)) = self.host.decode_one(&self.buf[..self.len]).unwrap() {
                 let owned = match ev {
-                    HostEvent::C2hData { cccid, datao, data, last, success } => {
+                    HostEvent::C2hData {
+                        cccid,
+                        datao,
+                        data,
+                        last,
+                        success,
+                    } => {
                         let d = data.to_vec();
-                        (HostEvent::C2hData { cccid, datao, data: &[], last, success }, d)
+                        (
+                            HostEvent::C2hData {
+                                cccid,
+                                datao,
+                                data: &[],
+                                last,
+                                success,
+                            },
+                            d,
+                        )
                     }
-                    HostEvent::Established { cpda, digests, maxh2cdata } => {
-                        (HostEvent::Established { cpda, digests, maxh2cdata }, vec![])
-                    }
+                    HostEvent::Established {
+                        cpda,
+                        digests,
+                        maxh2cdata,
+                    } => (
+                        HostEvent::Established {
+                            cpda,
+                            digests,
+                            maxh2cdata,
+                        },
+                        vec![],
+                    ),
                     HostEvent::Response(c) => (HostEvent::Response(c), vec![]),
                     HostEvent::R2t(r) => (HostEvent::R2t(r), vec![]),
                     other => panic!("unexpected {other:?}"),
@@ -129,7 +170,13 @@ impl Client {
             match self.next() {
                 (HostEvent::R2t(r), _) => {
                     let mut out = Vec::new();
-                    self.host.encode_h2c_data(&mut out, r.cccid, r.ttag, r.r2to, &h2c[r.r2to as usize..(r.r2to + r.r2tl) as usize]);
+                    self.host.encode_h2c_data(
+                        &mut out,
+                        r.cccid,
+                        r.ttag,
+                        r.r2to,
+                        &h2c[r.r2to as usize..(r.r2to + r.r2tl) as usize],
+                    );
                     self.s.write_all(&out).unwrap();
                 }
                 (HostEvent::C2hData { .. }, d) => data.extend_from_slice(&d),
@@ -142,15 +189,32 @@ impl Client {
     fn fabrics_connect(&mut self, qid: u16, cntlid: u16) -> Cqe {
         let mut sqe = Sqe::new(admin::FABRICS, CommandId(0));
         sqe.set_fctype(fctype::CONNECT);
-        ConnectCmd { recfmt: 0, qid: QueueId(qid), sqsize: 31, cattr: 0, kato: 10_000 }.encode_into(&mut sqe);
-        let d = ConnectData { hostid: [1; 16], cntlid: ControllerId(cntlid), subnqn: NQN.into(), hostnqn: HOSTNQN.into() };
+        ConnectCmd {
+            recfmt: 0,
+            qid: QueueId(qid),
+            sqsize: 31,
+            cattr: 0,
+            kato: 10_000,
+        }
+        .encode_into(&mut sqe);
+        let d = ConnectData {
+            hostid: [1; 16],
+            cntlid: ControllerId(cntlid),
+            subnqn: NQN.into(),
+            hostnqn: HOSTNQN.into(),
+        };
         self.cmd(sqe, &d.encode(), true).0
     }
 
     fn enable(&mut self) {
         let mut sqe = Sqe::new(admin::FABRICS, CommandId(0));
         sqe.set_fctype(fctype::PROPERTY_SET);
-        PropertyCmd { size8: false, ofst: prop::CC, value: u64::from(cc::enable_value(0)) }.encode_into(&mut sqe);
+        PropertyCmd {
+            size8: false,
+            ofst: prop::CC,
+            value: u64::from(cc::enable_value(0)),
+        }
+        .encode_into(&mut sqe);
         assert!(self.cmd(sqe, &[], false).0.status.is_success());
     }
 }
@@ -274,7 +338,7 @@ fn hostile_input_gets_term_req_and_target_keeps_serving() {
     b[2] = 100;
     let (fes, fei, echo) = provoke(addr, false, &b).unwrap();
     assert_eq!((fes, fei), (1, 2));
-    assert!(echo >= 8 && echo <= 128, "echoed header of {echo} bytes");
+    assert!((8..=128).contains(&echo), "echoed header of {echo} bytes");
     // Bad PLEN on ICReq.
     let mut b = icreq();
     b[4] = 129;
@@ -316,7 +380,10 @@ fn hostile_input_gets_term_req_and_target_keeps_serving() {
         assert_eq!(u16::from_le_bytes([got[8], got[9]]), 3);
     }
     // H2CData with a TTAG never issued.
-    assert_eq!(provoke(addr, true, &h2c(1, 77, 0, 512)).map(|x| (x.0, x.1)), Some((1, 10)));
+    assert_eq!(
+        provoke(addr, true, &h2c(1, 77, 0, 512)).map(|x| (x.0, x.1)),
+        Some((1, 10))
+    );
     // H2CData with a bad offset / over MAXH2CDATA, on a connected I/O queue with an R2T out.
     for (datao, datal, want) in [(512u32, 512u32, 4u16), (0, 256 * 1024, 5)] {
         let (_a2, q2) = session(addr, false);
@@ -331,7 +398,11 @@ fn hostile_input_gets_term_req_and_target_keeps_serving() {
         s.write_all(&h2c(9, ttag, datao, datal)).unwrap();
         let mut got = Vec::new();
         let _ = s.read_to_end(&mut got);
-        assert_eq!(got[0], pdu_type::C2H_TERM_REQ, "datao {datao} datal {datal}");
+        assert_eq!(
+            got[0],
+            pdu_type::C2H_TERM_REQ,
+            "datao {datao} datal {datal}"
+        );
         assert_eq!(u16::from_le_bytes([got[8], got[9]]), want);
     }
     // Truncated connection: half a capsule then close — simply closed, no TermReq needed.
@@ -345,7 +416,12 @@ fn hostile_input_gets_term_req_and_target_keeps_serving() {
     }
     // The healthy session still works.
     let data = vec![0x5Au8; 4096];
-    assert!(q.cmd(rw(io::WRITE, 10, 8), &data, true).0.status.is_success());
+    assert!(
+        q.cmd(rw(io::WRITE, 10, 8), &data, true)
+            .0
+            .status
+            .is_success()
+    );
     let (c, back) = q.cmd(rw(io::READ, 10, 8), &[], false);
     assert!(c.status.is_success());
     assert_eq!(back, data);

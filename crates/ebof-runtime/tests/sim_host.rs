@@ -32,7 +32,15 @@ fn target_with(limits: TargetLimits, hosts: Option<Vec<String>>) -> Arc<Target> 
         hosts: hosts.unwrap_or_default(),
         namespaces: vec![Arc::new(ns)],
     };
-    Arc::new(Target::new(vec![sub], vec![ListenerInfo { addr: local(), portid: 1 }], limits, Instant::now()))
+    Arc::new(Target::new(
+        vec![sub],
+        vec![ListenerInfo {
+            addr: local(),
+            portid: 1,
+        }],
+        limits,
+        Instant::now(),
+    ))
 }
 
 fn target() -> Arc<Target> {
@@ -60,10 +68,15 @@ impl Sim {
         cfg.digests.ddgst = digests;
         let host = HostConn::new(cfg);
         let core = ConnCore::new(target, TargetConnConfig::default(), local(), Instant::now());
-        let mut s = Sim { host, core, now: Instant::now(), next_cid: 1 };
+        let mut s = Sim {
+            host,
+            core,
+            now: Instant::now(),
+            next_cid: 1,
+        };
         let mut out = Vec::new();
         s.host.encode_icreq(&mut out);
-        s.to_target(&out);
+        s.feed_target(&out);
         let back = std::mem::take(&mut s.core.out);
         let (ev, n) = s.host.decode_one(&back).unwrap().unwrap();
         assert!(matches!(ev, HostEvent::Established { .. }), "{ev:?}");
@@ -72,12 +85,15 @@ impl Sim {
     }
 
     /// Feed host bytes to the target in awkward chunks and run it.
-    fn to_target(&mut self, bytes: &[u8]) {
+    fn feed_target(&mut self, bytes: &[u8]) {
         for chunk in bytes.chunks(1000) {
             let space = self.core.recv_space();
             space[..chunk.len()].copy_from_slice(chunk);
             self.core.received(chunk.len());
-            match self.core.process(self.now, |_, _| panic!("RAM never offloads")) {
+            match self
+                .core
+                .process(self.now, |_, _| panic!("RAM never offloads"))
+            {
                 Step::Continue => {}
                 Step::Close(e) => panic!("target closed: {e:?}"),
             }
@@ -97,7 +113,7 @@ impl Sim {
         } else {
             self.host.encode_capsule(&mut out, &sqe, &[]);
         }
-        self.to_target(&out);
+        self.feed_target(&out);
         let mut ans = Answer::default();
         for _ in 0..64 {
             let back = std::mem::take(&mut self.core.out);
@@ -112,14 +128,24 @@ impl Sim {
                     HostEvent::R2t(r) => {
                         assert_eq!(r.cccid, cid);
                         let d = &h2c[r.r2to as usize..(r.r2to + r.r2tl) as usize];
-                        self.host.encode_h2c_data(&mut reply, cid, r.ttag, r.r2to, d);
+                        self.host
+                            .encode_h2c_data(&mut reply, cid, r.ttag, r.r2to, d);
                     }
-                    HostEvent::C2hData { cccid, datao, data, success, .. } => {
+                    HostEvent::C2hData {
+                        cccid,
+                        datao,
+                        data,
+                        success,
+                        ..
+                    } => {
                         assert_eq!(cccid, cid);
                         assert_eq!(datao as usize, ans.data.len());
                         ans.data.extend_from_slice(data);
                         if success {
-                            ans.cqe = Some(Cqe { cid, ..Default::default() });
+                            ans.cqe = Some(Cqe {
+                                cid,
+                                ..Default::default()
+                            });
                         }
                     }
                     HostEvent::Response(c) => {
@@ -131,7 +157,7 @@ impl Sim {
             }
             assert_eq!(pos, back.len());
             if !reply.is_empty() {
-                self.to_target(&reply);
+                self.feed_target(&reply);
             }
         }
         ans
@@ -140,27 +166,53 @@ impl Sim {
     fn connect(&mut self, qid: u16, sqsize: u16, cntlid: u16, subnqn: &str, hostnqn: &str) -> Cqe {
         let mut sqe = Sqe::new(admin::FABRICS, CommandId(0));
         sqe.set_fctype(fctype::CONNECT);
-        ConnectCmd { recfmt: 0, qid: QueueId(qid), sqsize, cattr: 0, kato: 5000 }.encode_into(&mut sqe);
-        let data = ConnectData { hostid: [9; 16], cntlid: ControllerId(cntlid), subnqn: subnqn.into(), hostnqn: hostnqn.into() };
+        ConnectCmd {
+            recfmt: 0,
+            qid: QueueId(qid),
+            sqsize,
+            cattr: 0,
+            kato: 5000,
+        }
+        .encode_into(&mut sqe);
+        let data = ConnectData {
+            hostid: [9; 16],
+            cntlid: ControllerId(cntlid),
+            subnqn: subnqn.into(),
+            hostnqn: hostnqn.into(),
+        };
         self.cmd(sqe, &data.encode(), true).cqe.unwrap()
     }
 
     fn prop_get(&mut self, ofst: u32, size8: bool) -> Cqe {
         let mut sqe = Sqe::new(admin::FABRICS, CommandId(0));
         sqe.set_fctype(fctype::PROPERTY_GET);
-        PropertyCmd { size8, ofst, value: 0 }.encode_into(&mut sqe);
+        PropertyCmd {
+            size8,
+            ofst,
+            value: 0,
+        }
+        .encode_into(&mut sqe);
         self.cmd(sqe, &[], false).cqe.unwrap()
     }
 
     fn prop_set(&mut self, ofst: u32, value: u64) -> Cqe {
         let mut sqe = Sqe::new(admin::FABRICS, CommandId(0));
         sqe.set_fctype(fctype::PROPERTY_SET);
-        PropertyCmd { size8: false, ofst, value }.encode_into(&mut sqe);
+        PropertyCmd {
+            size8: false,
+            ofst,
+            value,
+        }
+        .encode_into(&mut sqe);
         self.cmd(sqe, &[], false).cqe.unwrap()
     }
 
     fn enable(&mut self) {
-        assert!(self.prop_set(prop::CC, u64::from(cc::enable_value(0))).status.is_success());
+        assert!(
+            self.prop_set(prop::CC, u64::from(cc::enable_value(0)))
+                .status
+                .is_success()
+        );
         let c = self.prop_get(prop::CSTS, false);
         assert_eq!(c.dw0 & csts::RDY, csts::RDY);
     }
@@ -272,7 +324,10 @@ fn connect_enable_identify_io_shutdown() {
 
 #[test]
 fn connect_rejections() {
-    let t = target_with(TargetLimits::default(), Some(vec!["nqn.2014-08.org.example:allowed".into()]));
+    let t = target_with(
+        TargetLimits::default(),
+        Some(vec!["nqn.2014-08.org.example:allowed".into()]),
+    );
     let mut s = Sim::new(t.clone(), false);
     // Unknown subsystem: Invalid Parameters, IPO = 256 in the data.
     let c = s.connect(0, 31, 0xFFFF, "nqn.2026-11.io.ebof:nope", HOSTNQN);
@@ -299,8 +354,17 @@ fn connect_rejections() {
     let mut q = Sim::new(t.clone(), false);
     let c = q.connect(33, 31, cntlid, NQN, "nqn.2014-08.org.example:allowed");
     assert_eq!((c.status, c.dw0), (Status::CONNECT_INVALID_PARAM, 42));
-    let c = q.connect(1, 31, cntlid.wrapping_add(7), NQN, "nqn.2014-08.org.example:allowed");
-    assert_eq!((c.status, c.dw0), (Status::CONNECT_INVALID_PARAM, 16 | (1 << 16)));
+    let c = q.connect(
+        1,
+        31,
+        cntlid.wrapping_add(7),
+        NQN,
+        "nqn.2014-08.org.example:allowed",
+    );
+    assert_eq!(
+        (c.status, c.dw0),
+        (Status::CONNECT_INVALID_PARAM, 16 | (1 << 16))
+    );
     let c = q.connect(1, 4096, cntlid, NQN, "nqn.2014-08.org.example:allowed");
     assert_eq!((c.status, c.dw0), (Status::CONNECT_INVALID_PARAM, 44));
     let c = q.connect(1, 31, cntlid, NQN, "nqn.2014-08.org.example:allowed");
@@ -318,8 +382,14 @@ fn admin_surface() {
     // Unsupported admin opcode and CNS.
     let mut sqe = Sqe::new(admin::FORMAT_NVM, CommandId(0));
     sqe.set_nsid(NamespaceId(1));
-    assert_eq!(s.cmd(sqe, &[], false).cqe.unwrap().status, Status::INVALID_OPCODE);
-    assert_eq!(s.identify(0x44, 0).cqe.unwrap().status, Status::INVALID_FIELD);
+    assert_eq!(
+        s.cmd(sqe, &[], false).cqe.unwrap().status,
+        Status::INVALID_OPCODE
+    );
+    assert_eq!(
+        s.identify(0x44, 0).cqe.unwrap().status,
+        Status::INVALID_FIELD
+    );
     // Number of queues: grant at most max_io_queues.
     let mut sqe = Sqe::new(admin::SET_FEATURES, CommandId(0));
     sqe.set_cdw(10, u32::from(feature::NUM_QUEUES));

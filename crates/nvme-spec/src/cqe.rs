@@ -29,7 +29,14 @@ impl Default for Status {
 
 impl Cqe {
     pub fn new(cid: CommandId, sqid: QueueId, status: Status) -> Cqe {
-        Cqe { dw0: 0, dw1: 0, sqhd: 0, sqid: sqid.0, cid: cid.0, status }
+        Cqe {
+            dw0: 0,
+            dw1: 0,
+            sqhd: 0,
+            sqid: sqid.0,
+            cid: cid.0,
+            status,
+        }
     }
     /// Result as a 64-bit value (DW1:DW0), as Property Get returns it.
     pub fn result64(&self) -> u64 {
@@ -66,7 +73,14 @@ mod tests {
 
     #[test]
     fn roundtrip_and_offsets() {
-        let c = Cqe { dw0: 1, dw1: 2, sqhd: 3, sqid: 4, cid: 5, status: Status::LBA_RANGE };
+        let c = Cqe {
+            dw0: 1,
+            dw1: 2,
+            sqhd: 3,
+            sqid: 4,
+            cid: 5,
+            status: Status::LBA_RANGE,
+        };
         let b = c.to_bytes();
         assert_eq!(b[8], 3);
         assert_eq!(b[10], 4);

@@ -93,10 +93,12 @@ impl ConnectData {
         }
         let mut hostid = [0u8; 16];
         hostid.copy_from_slice(&b[0..16]);
-        let subnqn = nqn_field(&b[256..512])
-            .ok_or(ConnectDataError { offset: connect_data_off::SUBNQN })?;
-        let hostnqn = nqn_field(&b[512..768])
-            .ok_or(ConnectDataError { offset: connect_data_off::HOSTNQN })?;
+        let subnqn = nqn_field(&b[256..512]).ok_or(ConnectDataError {
+            offset: connect_data_off::SUBNQN,
+        })?;
+        let hostnqn = nqn_field(&b[512..768]).ok_or(ConnectDataError {
+            offset: connect_data_off::HOSTNQN,
+        })?;
         Ok(ConnectData {
             hostid,
             cntlid: ControllerId(le16(b, 16)),
@@ -148,7 +150,11 @@ impl PropertyCmd {
         if size > 1 {
             return Err(InvalidPropertySize(size));
         }
-        Ok(PropertyCmd { size8: size == 1, ofst: le32(&s.0, 44), value: le64(&s.0, 48) })
+        Ok(PropertyCmd {
+            size8: size == 1,
+            ofst: le32(&s.0, 44),
+            value: le64(&s.0, 48),
+        })
     }
     pub fn encode_into(&self, s: &mut Sqe) {
         s.0[40] = u8::from(self.size8);
@@ -275,7 +281,12 @@ mod tests {
 
     #[test]
     fn cap_bits() {
-        let c = Cap { mqes: 127, to: 15, css_nvm: true, css_iocs: true };
+        let c = Cap {
+            mqes: 127,
+            to: 15,
+            css_nvm: true,
+            css_iocs: true,
+        };
         let v = c.to_u64();
         assert_eq!(v & 0xFFFF, 127);
         assert_eq!((v >> 16) & 1, 1);

@@ -46,25 +46,51 @@ impl std::fmt::Display for Status {
 }
 
 const fn generic(sc: u8) -> Status {
-    Status { sct: sct::GENERIC, sc, more: false, dnr: true }
+    Status {
+        sct: sct::GENERIC,
+        sc,
+        more: false,
+        dnr: true,
+    }
 }
 const fn specific(sc: u8) -> Status {
-    Status { sct: sct::COMMAND_SPECIFIC, sc, more: false, dnr: true }
+    Status {
+        sct: sct::COMMAND_SPECIFIC,
+        sc,
+        more: false,
+        dnr: true,
+    }
 }
 const fn media(sc: u8) -> Status {
-    Status { sct: sct::MEDIA, sc, more: false, dnr: false }
+    Status {
+        sct: sct::MEDIA,
+        sc,
+        more: false,
+        dnr: false,
+    }
 }
 
 impl Status {
-    pub const SUCCESS: Status = Status { sct: 0, sc: 0, more: false, dnr: false };
+    pub const SUCCESS: Status = Status {
+        sct: 0,
+        sc: 0,
+        more: false,
+        dnr: false,
+    };
     // Generic command status (SCT 0).
     pub const INVALID_OPCODE: Status = generic(0x01);
     pub const INVALID_FIELD: Status = generic(0x02);
     pub const CMDID_CONFLICT: Status = generic(0x03);
     pub const DATA_XFER_ERROR: Status = generic(0x04);
     pub const INTERNAL: Status = generic(0x06);
-    pub const ABORT_REQ: Status = Status { dnr: false, ..generic(0x07) };
-    pub const ABORT_SQ_DELETED: Status = Status { dnr: false, ..generic(0x08) };
+    pub const ABORT_REQ: Status = Status {
+        dnr: false,
+        ..generic(0x07)
+    };
+    pub const ABORT_SQ_DELETED: Status = Status {
+        dnr: false,
+        ..generic(0x08)
+    };
     pub const INVALID_NS: Status = generic(0x0B);
     pub const CMD_SEQ_ERROR: Status = generic(0x0C);
     pub const SGL_INVALID_LAST: Status = generic(0x0D);
@@ -74,12 +100,21 @@ impl Status {
     pub const SGL_INVALID_OFFSET: Status = generic(0x16);
     pub const HOST_ID_INCONSISTENT: Status = generic(0x18);
     pub const KA_EXPIRED: Status = generic(0x19);
-    pub const CMD_INTERRUPTED: Status = Status { dnr: false, ..generic(0x21) };
-    pub const TRANSIENT_TRANSPORT: Status = Status { dnr: false, ..generic(0x22) };
+    pub const CMD_INTERRUPTED: Status = Status {
+        dnr: false,
+        ..generic(0x21)
+    };
+    pub const TRANSIENT_TRANSPORT: Status = Status {
+        dnr: false,
+        ..generic(0x22)
+    };
     pub const AUTH_REQUIRED: Status = generic(0x91);
     pub const LBA_RANGE: Status = generic(0x80);
     pub const CAP_EXCEEDED: Status = generic(0x81);
-    pub const NS_NOT_READY: Status = Status { dnr: false, ..generic(0x82) };
+    pub const NS_NOT_READY: Status = Status {
+        dnr: false,
+        ..generic(0x82)
+    };
     // Command specific status (SCT 1).
     pub const INVALID_QID: Status = specific(0x01);
     pub const INVALID_QSIZE: Status = specific(0x02);
@@ -180,7 +215,12 @@ mod tests {
 
     #[test]
     fn field_roundtrip() {
-        for s in [Status::SUCCESS, Status::INVALID_FIELD, Status::LBA_RANGE, Status::CONNECT_INVALID_HOST] {
+        for s in [
+            Status::SUCCESS,
+            Status::INVALID_FIELD,
+            Status::LBA_RANGE,
+            Status::CONNECT_INVALID_HOST,
+        ] {
             assert_eq!(Status::from_field(s.to_field()), s);
         }
         // Linux: NVME_SC_INVALID_FIELD = 0x2, NVME_SC_DNR = 0x4000 in its (status >> 1) encoding.

@@ -79,7 +79,13 @@ impl Queue {
 
     // ---------------------------------------------------------------- Identify
 
-    fn execute_identify(&mut self, idx: u16, ctrl: &Arc<Controller>, sqe: &Sqe, buf: &mut Vec<u8>) -> CmdResult {
+    fn execute_identify(
+        &mut self,
+        idx: u16,
+        ctrl: &Arc<Controller>,
+        sqe: &Sqe,
+        buf: &mut Vec<u8>,
+    ) -> CmdResult {
         Self::check_c2h(sqe, IDENTIFY_DATA_LEN as u32)?;
         let cns_v = (sqe.cdw10() & 0xFF) as u8;
         let csi_v = (sqe.cdw11() >> 24) as u8;
@@ -87,7 +93,9 @@ impl Queue {
         let mut out = [0u8; IDENTIFY_DATA_LEN];
         let sub = ctrl.subsystem().cloned();
         match (cns_v, &sub) {
-            (cns::CTRL, _) => self.identify_controller(ctrl, sub.as_deref()).encode(&mut out),
+            (cns::CTRL, _) => self
+                .identify_controller(ctrl, sub.as_deref())
+                .encode(&mut out),
             (cns::NS, Some(s)) => match s.namespace(nsid) {
                 Some(ns) => identify_namespace(ns).encode(&mut out),
                 // An inactive but valid NSID returns zeroes (NVMe Base 2.0 5.17.2.1).
@@ -99,11 +107,17 @@ impl Queue {
                     return Err(CmdError::at(Status::INVALID_NS, 4));
                 }
                 if cns_v == cns::ACTIVE_NS_LIST || csi_v == csi::NVM {
-                    identify::encode_active_ns_list(s.namespaces.iter().map(|n| n.nsid), nsid, &mut out);
+                    identify::encode_active_ns_list(
+                        s.namespaces.iter().map(|n| n.nsid),
+                        nsid,
+                        &mut out,
+                    );
                 }
             }
             (cns::NS_ID_DESC_LIST, Some(s)) => {
-                let ns = s.namespace(nsid).ok_or(CmdError::at(Status::INVALID_NS, 4))?;
+                let ns = s
+                    .namespace(nsid)
+                    .ok_or(CmdError::at(Status::INVALID_NS, 4))?;
                 identify::encode_ns_id_descs(
                     &[
                         NsIdDescriptor::Eui64(ns.eui64()),
@@ -118,7 +132,8 @@ impl Queue {
                 if csi_v != csi::NVM {
                     return Err(CmdError::at(Status::INVALID_FIELD, 47));
                 }
-                s.namespace(nsid).ok_or(CmdError::at(Status::INVALID_NS, 4))?;
+                s.namespace(nsid)
+                    .ok_or(CmdError::at(Status::INVALID_NS, 4))?;
                 IdentifyNamespaceNvm::default().encode(&mut out);
             }
             (cns::CS_CTRL, Some(_)) => {
@@ -129,7 +144,9 @@ impl Queue {
                 IdentifyControllerNvm::default().encode(&mut out);
             }
             (cns::CS_INDEP_NS, Some(s)) => {
-                let ns = s.namespace(nsid).ok_or(CmdError::at(Status::INVALID_NS, 4))?;
+                let ns = s
+                    .namespace(nsid)
+                    .ok_or(CmdError::at(Status::INVALID_NS, 4))?;
                 IdentifyNamespaceCsIndep {
                     nsfeat: ns_features(ns),
                     nmic: 1,
@@ -147,7 +164,11 @@ impl Queue {
         Ok((0, 0))
     }
 
-    fn identify_controller(&self, ctrl: &Controller, sub: Option<&Subsystem>) -> IdentifyController {
+    fn identify_controller(
+        &self,
+        ctrl: &Controller,
+        sub: Option<&Subsystem>,
+    ) -> IdentifyController {
         let limits = self.target.limits;
         let mdts = (limits.max_transfer / 4096).max(1).trailing_zeros() as u8;
         let mut id = IdentifyController {
@@ -207,7 +228,13 @@ impl Queue {
 
     // ---------------------------------------------------------------- Get Log Page
 
-    fn execute_get_log_page(&mut self, idx: u16, ctrl: &Arc<Controller>, sqe: &Sqe, buf: &mut Vec<u8>) -> CmdResult {
+    fn execute_get_log_page(
+        &mut self,
+        idx: u16,
+        ctrl: &Arc<Controller>,
+        sqe: &Sqe,
+        buf: &mut Vec<u8>,
+    ) -> CmdResult {
         let cdw10 = sqe.cdw10();
         let log_id = (cdw10 & 0xFF) as u8;
         let numdl = cdw10 >> 16;
@@ -226,14 +253,20 @@ impl Queue {
             (lid::ERROR, _) => {
                 let st = ctrl.state();
                 let entries: Vec<ErrorLogEntry> = st.errors.iter().copied().collect();
-                ErrorLogEntry::encode_page(&entries, (crate::controller::ERROR_LOG_ENTRIES - 1) as u8)
+                ErrorLogEntry::encode_page(
+                    &entries,
+                    (crate::controller::ERROR_LOG_ENTRIES - 1) as u8,
+                )
             }
             (lid::SMART, Some(s)) => {
                 let nsid = sqe.nsid().0;
                 let list: Vec<&Arc<Namespace>> = if nsid == 0 || nsid == u32::MAX {
                     s.namespaces.iter().collect()
                 } else {
-                    vec![s.namespace(nsid).ok_or(CmdError::at(Status::INVALID_NS, 4))?]
+                    vec![
+                        s.namespace(nsid)
+                            .ok_or(CmdError::at(Status::INVALID_NS, 4))?,
+                    ]
                 };
                 let st = ctrl.state();
                 let log = smart_log(&list, &self.target, st.error_count);
@@ -255,7 +288,10 @@ impl Queue {
                 b.to_vec()
             }
             (lid::CMD_EFFECTS, Some(_)) => {
-                let mut log = CmdEffectsLog { acs: [0; 256], iocs: [0; 256] };
+                let mut log = CmdEffectsLog {
+                    acs: [0; 256],
+                    iocs: [0; 256],
+                };
                 for op in [
                     admin::GET_LOG_PAGE,
                     admin::IDENTIFY,
@@ -288,7 +324,13 @@ impl Queue {
 
     // ---------------------------------------------------------------- Features
 
-    fn execute_get_features(&mut self, idx: u16, ctrl: &Arc<Controller>, sqe: &Sqe, buf: &mut Vec<u8>) -> CmdResult {
+    fn execute_get_features(
+        &mut self,
+        idx: u16,
+        ctrl: &Arc<Controller>,
+        sqe: &Sqe,
+        buf: &mut Vec<u8>,
+    ) -> CmdResult {
         let fid = (sqe.cdw10() & 0xFF) as u8;
         let sel = (sqe.cdw10() >> 8) & 0x7;
         if sel == 3 {
@@ -311,7 +353,8 @@ impl Queue {
                 if default {
                     0
                 } else {
-                    st.kato.map_or(0, |d| d.as_millis().min(u128::from(u32::MAX)) as u32)
+                    st.kato
+                        .map_or(0, |d| d.as_millis().min(u128::from(u32::MAX)) as u32)
                 }
             }
             feature::ASYNC_EVENT => {
@@ -367,7 +410,12 @@ impl Queue {
         Ok((v, 0))
     }
 
-    fn execute_set_features(&mut self, ctrl: &Arc<Controller>, sqe: &Sqe, _data: &[u8]) -> CmdResult {
+    fn execute_set_features(
+        &mut self,
+        ctrl: &Arc<Controller>,
+        sqe: &Sqe,
+        _data: &[u8],
+    ) -> CmdResult {
         let fid = (sqe.cdw10() & 0xFF) as u8;
         if sqe.cdw10() & (1 << 31) != 0 {
             return Err(CmdError::at(Status::FEATURE_NOT_SAVEABLE, 43));
@@ -432,7 +480,11 @@ fn ns_features(_ns: &Namespace) -> u8 {
 pub fn identify_namespace(ns: &Namespace) -> IdentifyNamespace {
     let blocks = ns.blocks();
     let mut lbaf = [LbaFormat::default(); 64];
-    lbaf[0] = LbaFormat { ms: 0, lbads: ns.lbads(), rp: 0 };
+    lbaf[0] = LbaFormat {
+        ms: 0,
+        lbads: ns.lbads(),
+        rp: 0,
+    };
     IdentifyNamespace {
         nsze: blocks,
         ncap: blocks,
@@ -453,7 +505,12 @@ pub fn identify_namespace(ns: &Namespace) -> IdentifyNamespace {
 }
 
 fn smart_log(list: &[&Arc<Namespace>], target: &crate::model::Target, errors: u64) -> SmartLog {
-    let mut log = SmartLog { temperature: 273 + 35, avail_spare: 100, spare_thresh: 10, ..Default::default() };
+    let mut log = SmartLog {
+        temperature: 273 + 35,
+        avail_spare: 100,
+        spare_thresh: 10,
+        ..Default::default()
+    };
     let (mut rb, mut wb, mut rc, mut wc, mut me) = (0u128, 0u128, 0u128, 0u128, 0u128);
     for ns in list {
         rb += u128::from(ns.stats.bytes_read.load(Ordering::Relaxed));

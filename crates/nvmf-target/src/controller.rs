@@ -149,7 +149,9 @@ impl Controller {
 
     /// True if the keep-alive timer has expired at `now`.
     pub fn keep_alive_expired(&self, now: Instant) -> bool {
-        let Some(kato) = self.state().kato else { return false };
+        let Some(kato) = self.state().kato else {
+            return false;
+        };
         let last = self.base + Duration::from_millis(self.last_activity_ms.load(Ordering::Relaxed));
         now.saturating_duration_since(last) > kato
     }
@@ -210,7 +212,15 @@ impl Controller {
     }
 
     /// Record a failed command in the Error Information log.
-    pub fn record_error(&self, sqid: u16, cid: u16, status: Status, param_loc: u16, lba: u64, nsid: u32) {
+    pub fn record_error(
+        &self,
+        sqid: u16,
+        cid: u16,
+        status: Status,
+        param_loc: u16,
+        lba: u64,
+        nsid: u32,
+    ) {
         let mut s = self.state();
         s.error_count += 1;
         let e = ErrorLogEntry {

@@ -15,7 +15,11 @@ use std::net::SocketAddr;
 fn entry(addr: SocketAddr, portid: u16, sub: u8, nqn: &str, flags: u16) -> DiscoveryLogEntry {
     DiscoveryLogEntry {
         trtype: trtype::TCP,
-        adrfam: if addr.is_ipv4() { adrfam::IPV4 } else { adrfam::IPV6 },
+        adrfam: if addr.is_ipv4() {
+            adrfam::IPV4
+        } else {
+            adrfam::IPV6
+        },
         subtype: sub,
         treq: treq::NOT_REQUIRED | treq::DISABLE_SQFLOW,
         portid,
@@ -34,13 +38,21 @@ impl Queue {
     pub(crate) fn discovery_log(&self, ctrl: &Controller) -> Vec<u8> {
         let t = &self.target;
         let mut entries = Vec::new();
-        for s in t.subsystems.iter().filter(|s| s.host_allowed(&ctrl.hostnqn)) {
+        for s in t
+            .subsystems
+            .iter()
+            .filter(|s| s.host_allowed(&ctrl.hostnqn))
+        {
             for l in &t.listeners {
                 entries.push(entry(l.addr, l.portid, subtype::NVME, &s.nqn, 0));
             }
         }
         // The current discovery subsystem, reachable where this host is connected.
-        let portid = t.listeners.iter().find(|l| l.addr == self.local).map_or(0, |l| l.portid);
+        let portid = t
+            .listeners
+            .iter()
+            .find(|l| l.addr == self.local)
+            .map_or(0, |l| l.portid);
         entries.push(entry(
             self.local,
             portid,

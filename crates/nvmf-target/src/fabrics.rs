@@ -25,13 +25,22 @@ impl Queue {
         } else {
             self.target.limits.max_queue_size.saturating_sub(1)
         };
-        Cap { mqes, to: CAP_TO, css_nvm: true, css_iocs: false }.to_u64()
+        Cap {
+            mqes,
+            to: CAP_TO,
+            css_nvm: true,
+            css_iocs: false,
+        }
+        .to_u64()
     }
 
     pub(crate) fn execute_connect(&mut self, sqe: &Sqe, data: &[u8]) -> CmdResult {
         let cmd = ConnectCmd::from_sqe(sqe);
         if cmd.recfmt != 0 {
-            return Err(CmdError::at(Status::CONNECT_INCOMPATIBLE_FORMAT, connect_sqe_off::RECFMT));
+            return Err(CmdError::at(
+                Status::CONNECT_INCOMPATIBLE_FORMAT,
+                connect_sqe_off::RECFMT,
+            ));
         }
         let d = ConnectData::decode(data).map_err(|e| CmdError::connect_param(e.offset, true))?;
         if cmd.sqsize == 0 {
@@ -53,10 +62,18 @@ impl Queue {
         }
         let kato_ms = cmd.kato;
         let (kind, kato, max_qid) = if d.subnqn == DISCOVERY_NQN {
-            let kato = if kato_ms == 0 { Some(DISCOVERY_DEFAULT_KATO) } else { Some(ms(kato_ms)) };
+            let kato = if kato_ms == 0 {
+                Some(DISCOVERY_DEFAULT_KATO)
+            } else {
+                Some(ms(kato_ms))
+            };
             (ControllerKind::Discovery, kato, 0)
         } else {
-            let sub = if self.discovery_only { None } else { self.target.subsystem(&d.subnqn) };
+            let sub = if self.discovery_only {
+                None
+            } else {
+                self.target.subsystem(&d.subnqn)
+            };
             let Some(sub) = sub else {
                 tracing::warn!(subnqn = %d.subnqn, hostnqn = %d.hostnqn, "connect to unknown subsystem");
                 return Err(CmdError::connect_param(connect_data_off::SUBNQN, true));
@@ -68,12 +85,20 @@ impl Queue {
                 return Err(e);
             }
             let kato = (kato_ms != 0).then(|| ms(kato_ms));
-            (ControllerKind::Io(sub.clone()), kato, self.target.limits.max_io_queues)
+            (
+                ControllerKind::Io(sub.clone()),
+                kato,
+                self.target.limits.max_io_queues,
+            )
         };
         let hostnqn = d.hostnqn.clone();
         let ctrl = self
             .target
-            .register_controller(|id| Arc::new(Controller::new(id, kind, hostnqn, d.hostid, kato, max_qid, now)))
+            .register_controller(|id| {
+                Arc::new(Controller::new(
+                    id, kind, hostnqn, d.hostid, kato, max_qid, now,
+                ))
+            })
             .ok_or(CmdError::at(Status::CONNECT_CTRL_BUSY, 0xFFFF))?;
         ctrl.touch(now);
         tracing::info!(
@@ -118,7 +143,11 @@ impl Queue {
             return Err(CmdError::at(Status::CMD_SEQ_ERROR, connect_sqe_off::QID));
         }
         if !ctrl.claim_qid(cmd.qid.0) {
-            tracing::warn!(cntlid = ctrl.cntlid.0, qid = cmd.qid.0, "duplicate I/O queue connect");
+            tracing::warn!(
+                cntlid = ctrl.cntlid.0,
+                qid = cmd.qid.0,
+                "duplicate I/O queue connect"
+            );
             return Err(CmdError::at(Status::CMD_SEQ_ERROR, connect_sqe_off::QID));
         }
         tracing::info!(
@@ -131,7 +160,10 @@ impl Queue {
         );
         let epoch = ctrl.io_epoch();
         let cntlid = ctrl.cntlid.0;
-        self.role = QueueRole::Io { qid: cmd.qid.0, epoch };
+        self.role = QueueRole::Io {
+            qid: cmd.qid.0,
+            epoch,
+        };
         self.ctrl = Some(ctrl);
         self.flow_control = !cmd.dissqfc();
         self.set_entries(cmd.queue_entries());
@@ -150,7 +182,9 @@ impl Queue {
 
     fn property_get(&self, sqe: &Sqe) -> CmdResult {
         let p = PropertyCmd::from_sqe(sqe).map_err(|_| CmdError::at(Status::INVALID_FIELD, 40))?;
-        let Some(ctrl) = &self.ctrl else { return Err(Status::CMD_SEQ_ERROR.into()) };
+        let Some(ctrl) = &self.ctrl else {
+            return Err(Status::CMD_SEQ_ERROR.into());
+        };
         let v: u64 = match (p.ofst, p.size8) {
             (prop::CAP, true) => self.cap(),
             (prop::VS, false) => u64::from(NVME_VERSION),
@@ -165,7 +199,9 @@ impl Queue {
 
     fn property_set(&self, sqe: &Sqe) -> CmdResult {
         let p = PropertyCmd::from_sqe(sqe).map_err(|_| CmdError::at(Status::INVALID_FIELD, 40))?;
-        let Some(ctrl) = &self.ctrl else { return Err(Status::CMD_SEQ_ERROR.into()) };
+        let Some(ctrl) = &self.ctrl else {
+            return Err(Status::CMD_SEQ_ERROR.into());
+        };
         match (p.ofst, p.size8) {
             (prop::CC, false) => {
                 let old = ctrl.state().cc;
@@ -177,7 +213,11 @@ impl Queue {
                     csts = format_args!("{:#x}", new.csts),
                     "property set CC"
                 );
-                if st.is_success() { Ok((0, 0)) } else { Err(st.into()) }
+                if st.is_success() {
+                    Ok((0, 0))
+                } else {
+                    Err(st.into())
+                }
             }
             _ => Err(CmdError::at(Status::INVALID_FIELD, 44)),
         }

@@ -21,13 +21,19 @@ const RW_FUA: u32 = 1 << 30;
 #[derive(Clone, Debug)]
 pub enum IoOp {
     Read,
-    Write { fua: bool },
+    Write {
+        fua: bool,
+    },
     Flush,
     /// Flush every namespace of the subsystem (NSID FFFFFFFFh).
     FlushAll(Arc<Subsystem>),
-    WriteZeroes { deallocate: bool },
+    WriteZeroes {
+        deallocate: bool,
+    },
     /// Dataset Management deallocate; `nr` 16-byte ranges are in the slot buffer.
-    Deallocate { nr: u32 },
+    Deallocate {
+        nr: u32,
+    },
 }
 
 /// A prepared backend operation; `offset`/`len` in bytes, validated against the namespace.
@@ -71,7 +77,9 @@ pub fn execute_io(req: &IoRequest, buf: &mut Vec<u8>) -> Status {
             buf.resize(req.len as usize, 0);
             b.read(req.offset, buf)
         }
-        IoOp::Write { fua } => b.write(req.offset, &buf[..req.len as usize]).and_then(|()| if *fua { b.flush() } else { Ok(()) }),
+        IoOp::Write { fua } => b
+            .write(req.offset, &buf[..req.len as usize])
+            .and_then(|()| if *fua { b.flush() } else { Ok(()) }),
         IoOp::Flush => b.flush(),
         IoOp::FlushAll(s) => s.namespaces.iter().try_for_each(|n| n.backend.flush()),
         IoOp::WriteZeroes { deallocate } => {
@@ -86,7 +94,8 @@ pub fn execute_io(req: &IoRequest, buf: &mut Vec<u8>) -> Status {
             let nsze = req.ns.blocks();
             for r in buf.chunks_exact(16).take(*nr as usize) {
                 let nlb = u64::from(u32::from_le_bytes([r[4], r[5], r[6], r[7]]));
-                let slba = u64::from_le_bytes([r[8], r[9], r[10], r[11], r[12], r[13], r[14], r[15]]);
+                let slba =
+                    u64::from_le_bytes([r[8], r[9], r[10], r[11], r[12], r[13], r[14], r[15]]);
                 if nlb == 0 {
                     continue;
                 }
@@ -131,8 +140,14 @@ pub(crate) fn account(req: &IoRequest, status: Status) {
 
 impl Queue {
     fn io_namespace(&self, sqe: &Sqe) -> Result<Arc<Namespace>, CmdError> {
-        let sub = self.ctrl.as_ref().and_then(|c| c.subsystem()).ok_or(CmdError::from(Status::CMD_SEQ_ERROR))?;
-        sub.namespace(sqe.nsid().0).cloned().ok_or(CmdError::at(Status::INVALID_NS, 4))
+        let sub = self
+            .ctrl
+            .as_ref()
+            .and_then(|c| c.subsystem())
+            .ok_or(CmdError::from(Status::CMD_SEQ_ERROR))?;
+        sub.namespace(sqe.nsid().0)
+            .cloned()
+            .ok_or(CmdError::at(Status::INVALID_NS, 4))
     }
 
     /// Validate an LBA range; returns (byte offset, byte length).
@@ -192,12 +207,26 @@ impl Queue {
         self.check_io_ready()?;
         let op = sqe.opcode();
         if op == io::FLUSH && sqe.nsid().0 == u32::MAX {
-            let sub = self.ctrl.as_ref().and_then(|c| c.subsystem()).cloned().ok_or(CmdError::from(Status::CMD_SEQ_ERROR))?;
-            let Some(first) = sub.namespaces.first().cloned() else { return Ok(None) };
-            return Ok(Some(IoRequest { op: IoOp::FlushAll(sub), ns: first, offset: 0, len: 0 }));
+            let sub = self
+                .ctrl
+                .as_ref()
+                .and_then(|c| c.subsystem())
+                .cloned()
+                .ok_or(CmdError::from(Status::CMD_SEQ_ERROR))?;
+            let Some(first) = sub.namespaces.first().cloned() else {
+                return Ok(None);
+            };
+            return Ok(Some(IoRequest {
+                op: IoOp::FlushAll(sub),
+                ns: first,
+                offset: 0,
+                len: 0,
+            }));
         }
         let ns = match op {
-            io::READ | io::WRITE | io::FLUSH | io::WRITE_ZEROES | io::DATASET_MGMT => self.io_namespace(sqe)?,
+            io::READ | io::WRITE | io::FLUSH | io::WRITE_ZEROES | io::DATASET_MGMT => {
+                self.io_namespace(sqe)?
+            }
             _ => return Err(CmdError::at(Status::INVALID_OPCODE, 0)),
         };
         let req = match op {
@@ -212,17 +241,40 @@ impl Queue {
                 if u64::from(sqe.sgl_len()) != len {
                     return Err(CmdError::at(Status::SGL_INVALID_DATA, 32));
                 }
-                IoRequest { op: IoOp::Read, ns, offset, len }
+                IoRequest {
+                    op: IoOp::Read,
+                    ns,
+                    offset,
+                    len,
+                }
             }
             io::WRITE => {
                 let (offset, len) = Self::lba_range(&ns, sqe.slba(), u64::from(sqe.nlb()))?;
-                let fua = sqe.cdw12() & RW_FUA != 0 || !self.ctrl.as_ref().is_some_and(|c| c.state().wce);
-                IoRequest { op: IoOp::Write { fua }, ns, offset, len }
+                let fua =
+                    sqe.cdw12() & RW_FUA != 0 || !self.ctrl.as_ref().is_some_and(|c| c.state().wce);
+                IoRequest {
+                    op: IoOp::Write { fua },
+                    ns,
+                    offset,
+                    len,
+                }
             }
-            io::FLUSH => IoRequest { op: IoOp::Flush, ns, offset: 0, len: 0 },
+            io::FLUSH => IoRequest {
+                op: IoOp::Flush,
+                ns,
+                offset: 0,
+                len: 0,
+            },
             io::WRITE_ZEROES => {
                 let (offset, len) = Self::lba_range(&ns, sqe.slba(), u64::from(sqe.nlb()))?;
-                IoRequest { op: IoOp::WriteZeroes { deallocate: sqe.cdw12() & WZ_DEAC != 0 }, ns, offset, len }
+                IoRequest {
+                    op: IoOp::WriteZeroes {
+                        deallocate: sqe.cdw12() & WZ_DEAC != 0,
+                    },
+                    ns,
+                    offset,
+                    len,
+                }
             }
             io::DATASET_MGMT => {
                 let nr = (sqe.cdw10() & 0xFF) + 1;
@@ -230,7 +282,12 @@ impl Queue {
                     // Only hints (integral read/write): nothing to do.
                     return Ok(None);
                 }
-                IoRequest { op: IoOp::Deallocate { nr }, ns, offset: 0, len: 0 }
+                IoRequest {
+                    op: IoOp::Deallocate { nr },
+                    ns,
+                    offset: 0,
+                    len: 0,
+                }
             }
             _ => return Err(CmdError::at(Status::INVALID_OPCODE, 0)),
         };

@@ -24,7 +24,12 @@ pub struct TargetLimits {
 
 impl Default for TargetLimits {
     fn default() -> Self {
-        TargetLimits { io_inline_data: 8192, max_io_queues: 32, max_queue_size: 128, max_transfer: 128 * 1024 }
+        TargetLimits {
+            io_inline_data: 8192,
+            max_io_queues: 32,
+            max_queue_size: 128,
+            max_transfer: 128 * 1024,
+        }
     }
 }
 
@@ -47,7 +52,13 @@ pub struct Namespace {
 
 impl Namespace {
     pub fn new(nsid: u32, backend: Arc<dyn Backend>, block_size: u32, uuid: [u8; 16]) -> Namespace {
-        Namespace { nsid, backend, block_size, uuid, stats: NsStats::default() }
+        Namespace {
+            nsid,
+            backend,
+            block_size,
+            uuid,
+            stats: NsStats::default(),
+        }
     }
     /// Size in logical blocks (NSZE).
     pub fn blocks(&self) -> u64 {
@@ -101,7 +112,10 @@ impl Subsystem {
         self.allow_any_host || self.hosts.iter().any(|h| h == hostnqn)
     }
     pub fn namespace(&self, nsid: u32) -> Option<&Arc<Namespace>> {
-        self.namespaces.binary_search_by_key(&nsid, |n| n.nsid).ok().map(|i| &self.namespaces[i])
+        self.namespaces
+            .binary_search_by_key(&nsid, |n| n.nsid)
+            .ok()
+            .map(|i| &self.namespaces[i])
     }
     /// Highest NSID in use (Identify Controller NN).
     pub fn max_nsid(&self) -> u32 {
@@ -152,7 +166,10 @@ impl Target {
             limits,
             genctr: AtomicU64::new(1),
             started: now,
-            registry: Mutex::new(Registry { controllers: HashMap::new(), next: ControllerId::MIN }),
+            registry: Mutex::new(Registry {
+                controllers: HashMap::new(),
+                next: ControllerId::MIN,
+            }),
         }
     }
 
@@ -171,10 +188,14 @@ impl Target {
         let span = u32::from(ControllerId::MAX - ControllerId::MIN) + 1;
         for _ in 0..span {
             let id = r.next;
-            r.next = if id >= ControllerId::MAX { ControllerId::MIN } else { id + 1 };
-            if !r.controllers.contains_key(&id) {
+            r.next = if id >= ControllerId::MAX {
+                ControllerId::MIN
+            } else {
+                id + 1
+            };
+            if let std::collections::hash_map::Entry::Vacant(v) = r.controllers.entry(id) {
                 let c = make(ControllerId(id));
-                r.controllers.insert(id, Arc::downgrade(&c));
+                v.insert(Arc::downgrade(&c));
                 return Some(c);
             }
         }
@@ -184,13 +205,19 @@ impl Target {
     /// Find a live controller by id.
     pub fn controller(&self, id: u16) -> Option<Arc<Controller>> {
         let r = self.registry.lock().unwrap_or_else(|e| e.into_inner());
-        r.controllers.get(&id).and_then(Weak::upgrade).filter(|c| !c.is_dead())
+        r.controllers
+            .get(&id)
+            .and_then(Weak::upgrade)
+            .filter(|c| !c.is_dead())
     }
 
     /// Number of live controllers (for logs and tests).
     pub fn controller_count(&self) -> usize {
         let r = self.registry.lock().unwrap_or_else(|e| e.into_inner());
-        r.controllers.values().filter(|w| w.upgrade().is_some_and(|c| !c.is_dead())).count()
+        r.controllers
+            .values()
+            .filter(|w| w.upgrade().is_some_and(|c| !c.is_dead()))
+            .count()
     }
 
     pub fn discovery_genctr(&self) -> u64 {

@@ -56,19 +56,35 @@ pub(crate) struct CmdError {
 
 impl From<Status> for CmdError {
     fn from(status: Status) -> Self {
-        CmdError { status, loc: 0xFFFF, dw0: 0 }
+        CmdError {
+            status,
+            loc: 0xFFFF,
+            dw0: 0,
+        }
     }
 }
 
 impl CmdError {
     pub fn at(status: Status, loc: u16) -> CmdError {
-        CmdError { status, loc, dw0: 0 }
+        CmdError {
+            status,
+            loc,
+            dw0: 0,
+        }
     }
     /// Connect Invalid Parameters: `ipo` is the offset of the bad field, in the Connect data
     /// when `in_data`, else in the SQE.
     pub fn connect_param(ipo: u16, in_data: bool) -> CmdError {
-        let iattr = if in_data { nvme_spec::fabrics::IATTR_CONNECT_DATA } else { 0 };
-        CmdError { status: Status::CONNECT_INVALID_PARAM, loc: ipo, dw0: u32::from(ipo) | iattr }
+        let iattr = if in_data {
+            nvme_spec::fabrics::IATTR_CONNECT_DATA
+        } else {
+            0
+        };
+        CmdError {
+            status: Status::CONNECT_INVALID_PARAM,
+            loc: ipo,
+            dw0: u32::from(ipo) | iattr,
+        }
     }
 }
 
@@ -302,7 +318,11 @@ impl Queue {
             slot.buf.resize(need as usize, 0);
             slot.h2c_len = need;
             slot.state = SlotState::AwaitData;
-            return Disposition::NeedData { ttag: idx, cccid: sqe.cid().0, len: need };
+            return Disposition::NeedData {
+                ttag: idx,
+                cccid: sqe.cid().0,
+                len: need,
+            };
         }
         if !icd.is_empty() {
             // Data the command does not take.
@@ -313,7 +333,13 @@ impl Queue {
 
     /// Handle validated H2CData for the R2T issued with `ttag` (the transport has checked the
     /// tag, offset and length against the R2T).
-    pub fn handle_h2c_data(&mut self, ttag: u16, datao: u32, data: &[u8], last: bool) -> Disposition {
+    pub fn handle_h2c_data(
+        &mut self,
+        ttag: u16,
+        datao: u32,
+        data: &[u8],
+        last: bool,
+    ) -> Disposition {
         let Some(slot) = self.slots.get_mut(usize::from(ttag)) else {
             return Disposition::Pending;
         };
@@ -423,7 +449,9 @@ impl Queue {
 
     /// The I/O request prepared in `slot` (for the driver to execute).
     pub fn io_request(&self, slot: u16) -> Option<&IoRequest> {
-        self.slots.get(usize::from(slot)).and_then(|s| s.io.as_ref())
+        self.slots
+            .get(usize::from(slot))
+            .and_then(|s| s.io.as_ref())
     }
 
     /// Take the slot buffer out for execution on another thread; give it back with
@@ -441,7 +469,9 @@ impl Queue {
     /// Execute the prepared I/O of `slot` on the calling thread (for backends that do not
     /// block) and queue its completion.
     pub fn execute_inline(&mut self, slot: u16) {
-        let Some(s) = self.slots.get_mut(usize::from(slot)) else { return };
+        let Some(s) = self.slots.get_mut(usize::from(slot)) else {
+            return;
+        };
         if s.state != SlotState::Ready {
             return;
         }
@@ -456,7 +486,9 @@ impl Queue {
     /// Report the outcome of the I/O in `slot`, returning the buffer.
     pub fn complete_io(&mut self, slot: u16, status: Status, buf: Vec<u8>) {
         let qid = self.qid();
-        let Some(s) = self.slots.get_mut(usize::from(slot)) else { return };
+        let Some(s) = self.slots.get_mut(usize::from(slot)) else {
+            return;
+        };
         if !matches!(s.state, SlotState::Executing | SlotState::Ready) {
             return;
         }
@@ -512,7 +544,14 @@ impl Queue {
         if !status.is_success() {
             slot.c2h_len = 0;
         }
-        slot.cqe = Cqe { dw0, dw1, sqhd, sqid, cid: slot.sqe.cid().0, status };
+        slot.cqe = Cqe {
+            dw0,
+            dw1,
+            sqhd,
+            sqid,
+            cid: slot.sqe.cid().0,
+            status,
+        };
         slot.state = SlotState::Done;
         self.completions.push_back(Completion::Slot(idx));
     }
@@ -528,7 +567,14 @@ impl Queue {
     fn immediate(&mut self, sqe: &Sqe, e: CmdError) -> Disposition {
         self.log_failure(sqe, e);
         let sqhd = self.next_sqhd();
-        let cqe = Cqe { dw0: 0, dw1: 0, sqhd, sqid: self.qid(), cid: sqe.cid().0, status: e.status };
+        let cqe = Cqe {
+            dw0: 0,
+            dw1: 0,
+            sqhd,
+            sqid: self.qid(),
+            cid: sqe.cid().0,
+            status: e.status,
+        };
         self.completions.push_back(Completion::Immediate(cqe));
         Disposition::Done
     }
