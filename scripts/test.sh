@@ -16,6 +16,6 @@ if [ "${EBOF_SKIP_INTEROP:-0}" != 1 ]; then
     step "release build for interop"
     cargo build --release --locked -p ebof
     step "Linux interop (QEMU guest)"
-    EBOF_BIN="$PWD/target/release/ebof" tests/interop/run-all.sh
+    EBOF_INTEROP_STRICT=1 EBOF_BIN="$PWD/target/release/ebof" tests/interop/run-all.sh
 fi
 step "all tests passed"

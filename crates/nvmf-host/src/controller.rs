@@ -34,8 +34,9 @@ use crate::queue::{ADMIN_ICD_MAX, Completion, ConnectParams, DataDir, LinkParams
 
 /// Admin queue entries (SQSIZE 31, as the Linux host uses).
 const ADMIN_QUEUE_ENTRIES: u16 = 32;
-/// Largest admin data transfer we accept in one C2HData PDU / command.
-const ADMIN_MAX_TRANSFER: usize = 1 << 20;
+/// Largest admin data transfer per command (and so per C2HData PDU); longer log pages are read
+/// in pieces of this size.
+const ADMIN_MAX_TRANSFER: usize = 64 * 1024;
 /// Housekeeping period of the admin task: keep-alive due check and command deadlines.
 const ADMIN_TICK: Duration = Duration::from_millis(250);
 /// Depth of the queue of admin requests waiting for the task.

@@ -29,9 +29,12 @@ use tokio::net::TcpStream;
 
 use crate::error::{HostError, Result};
 
-/// The receive buffer always has room for one whole PDU plus this much; a `read` is issued only
-/// with at least this much space free (bulk reads, never a few bytes at a time).
+/// A `read` is issued only with at least this much space free (bulk reads, never a few bytes at
+/// a time); when less is left, the partial PDU at the head moves to the front.
 const RX_READ_WINDOW: usize = 64 * 1024;
+/// The receive buffer holds at least two of the largest PDUs and at least this much, so the
+/// partial-PDU move above happens about once per this many bytes received, not once per PDU.
+const RX_MIN_BUF: usize = 1 << 20;
 /// How many write/read/decode rounds [`Queue::try_io`] runs before yielding to its caller.
 const IO_BUDGET: usize = 64;
 /// In-capsule data limit on the admin queue (NVMe/TCP: admin and Fabrics commands accept up to
@@ -223,6 +226,7 @@ impl Slots {
                 Ok(1)
             }
             HostEvent::C2hData { cccid, datao, data, last, success } => {
+                let (sq_head, qid) = (self.sq_head, self.qid.0);
                 let slot = self.busy_slot(cccid, "C2HData for a command that is not outstanding")?;
                 if slot.dir != DataDir::FromController {
                     return Err(HostError::UnexpectedPdu { reason: "C2HData for a command without read data", cid: cccid });
@@ -233,6 +237,14 @@ impl Slots {
                 let end = slot.done + data.len();
                 if end > slot.len {
                     return Err(HostError::UnexpectedPdu { reason: "C2HData beyond the command's length", cid: cccid });
+                }
+                if success && last && slot.done == 0 && end == slot.len {
+                    // The whole read in one PDU, completed by it: hand the data to the caller
+                    // straight from the receive buffer, no copy.
+                    let cqe = Cqe { dw0: 0, dw1: 0, sqhd: sq_head, sqid: qid, cid: cccid, status: Status::SUCCESS };
+                    f(Completion { cid: CommandId(cccid), user: slot.user, cqe, data });
+                    self.release(usize::from(cccid));
+                    return Ok(1);
                 }
                 slot.buf[slot.done..end].copy_from_slice(data);
                 slot.done = end;
@@ -248,14 +260,7 @@ impl Slots {
                         cid: cccid,
                     });
                 }
-                let cqe = Cqe {
-                    dw0: 0,
-                    dw1: 0,
-                    sqhd: self.sq_head,
-                    sqid: self.qid.0,
-                    cid: cccid,
-                    status: Status::SUCCESS,
-                };
+                let cqe = Cqe { dw0: 0, dw1: 0, sqhd: sq_head, sqid: qid, cid: cccid, status: Status::SUCCESS };
                 let slot = &self.slots[usize::from(cccid)];
                 f(Completion { cid: CommandId(cccid), user: slot.user, cqe, data: &slot.buf[..slot.done] });
                 self.release(usize::from(cccid));
@@ -371,7 +376,7 @@ impl Link {
             )));
         }
         self.maxh2cdata = maxh2cdata;
-        self.rx = vec![0u8; self.conn.max_pdu_len() + 2 * RX_READ_WINDOW];
+        self.rx = vec![0u8; (2 * self.conn.max_pdu_len()).max(RX_MIN_BUF) + RX_READ_WINDOW];
         let rest = &buf[used..have];
         self.rx[..rest.len()].copy_from_slice(rest);
         self.rx_tail = rest.len();
