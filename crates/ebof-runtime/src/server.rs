@@ -24,6 +24,8 @@ pub struct ServerConfig {
     pub cores: Vec<usize>,
     /// Transport limits.
     pub tcp: TargetConnConfig,
+    /// Busy-poll window after each batch (zero: purely event-driven).
+    pub poll: std::time::Duration,
 }
 
 /// A connection handed to a reactor.
@@ -104,6 +106,7 @@ impl Server {
         for (i, (core, rx)) in cfg.cores.iter().copied().zip(receivers).enumerate() {
             let target = target.clone();
             let tcp = cfg.tcp;
+            let poll = cfg.poll;
             let stop = stop.clone();
             let accept = if i == 0 {
                 listeners.take().map(|l| (l, senders.clone()))
@@ -112,7 +115,7 @@ impl Server {
             };
             let t = std::thread::Builder::new()
                 .name(format!("ebof-core{core}"))
-                .spawn(move || reactor(core, target, tcp, rx, accept, stop))
+                .spawn(move || reactor(core, target, tcp, poll, rx, accept, stop))
                 .map_err(ServerError::Thread)?;
             threads.push(t);
         }
@@ -133,12 +136,14 @@ fn reactor(
     core: usize,
     target: Arc<Target>,
     tcp: TargetConnConfig,
+    poll: std::time::Duration,
     mut rx: mpsc::UnboundedReceiver<NewConn>,
     accept: Option<Acceptor>,
     stop: Arc<AtomicBool>,
 ) {
     match affinity::pin_current_thread(core) {
-        Ok(()) => tracing::info!(core, "reactor started (epoll, event-driven)"),
+        Ok(()) if poll.is_zero() => tracing::info!(core, "reactor started (epoll, event-driven)"),
+        Ok(()) => tracing::info!(core, poll_us = poll.as_micros() as u64, "reactor started (epoll + busy-poll window)"),
         Err(e) => tracing::warn!(core, error = %e, "reactor started unpinned"),
     }
     let rt = match tokio::runtime::Builder::new_current_thread()
@@ -179,7 +184,7 @@ fn reactor(
                         let _g = span.enter();
                         tracing::debug!("connection accepted");
                         drop(_g);
-                        let end = drive(stream, target, tcp, local, discovery_only).await;
+                        let end = drive(stream, target, tcp, local, discovery_only, poll).await;
                         let _g = span.enter();
                         match end {
                             ConnEnd::PeerClosed => tracing::debug!("connection closed by peer"),

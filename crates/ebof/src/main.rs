@@ -7,7 +7,11 @@ mod serve;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "ebof", version, about = "A software Ethernet SSD: NVMe/TCP target and host toolkit")]
+#[command(
+    name = "ebof",
+    version,
+    about = "A software Ethernet SSD: NVMe/TCP target and host toolkit"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,

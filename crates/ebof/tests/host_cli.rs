@@ -42,7 +42,10 @@ impl Target {
             if let Ok(Some(st)) = t.child.try_wait() {
                 panic!("ebof serve exited early: {st}");
             }
-            assert!(Instant::now() < deadline, "ebof serve did not listen on {addr} within 30 s");
+            assert!(
+                Instant::now() < deadline,
+                "ebof serve did not listen on {addr} within 30 s"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     }
@@ -98,11 +101,16 @@ fn ebof(args: &[&str]) -> Output {
         }
         std::thread::sleep(Duration::from_millis(20));
     };
-    Output { ok: status.success(), stdout: t_out.join().unwrap(), stderr: t_err.join().unwrap() }
+    Output {
+        ok: status.success(),
+        stdout: t_out.join().unwrap(),
+        stderr: t_err.join().unwrap(),
+    }
 }
 
 fn json(o: &Output) -> Value {
-    serde_json::from_str(&o.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {}\nstderr: {}", o.stdout, o.stderr))
+    serde_json::from_str(&o.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}\nstderr: {}", o.stdout, o.stderr))
 }
 
 /// The I/O subsystem's NQN, learnt through discovery.
@@ -111,7 +119,10 @@ fn subnqn(t: &Target) -> String {
     assert!(o.ok, "discover failed: {}", o.stderr);
     let j = json(&o);
     let recs = j["records"].as_array().expect("records");
-    let r = recs.iter().find(|r| r["subtype"] == "nvme subsystem").expect("an NVM subsystem record");
+    let r = recs
+        .iter()
+        .find(|r| r["subtype"] == "nvme subsystem")
+        .expect("an NVM subsystem record");
     assert_eq!(r["trtype"], "tcp");
     assert_eq!(r["trsvcid"], t.port());
     r["subnqn"].as_str().unwrap().to_string()
@@ -124,7 +135,11 @@ fn discover_text_and_json() {
     assert!(nqn.starts_with("nqn."));
     let o = ebof(&["discover", "-a", "127.0.0.1", "-s", &t.port()]);
     assert!(o.ok, "{}", o.stderr);
-    assert!(o.stdout.contains("Discovery Log Number of Records"), "{}", o.stdout);
+    assert!(
+        o.stdout.contains("Discovery Log Number of Records"),
+        "{}",
+        o.stdout
+    );
     assert!(o.stdout.contains("=====Discovery Log Entry 0======"));
     assert!(o.stdout.contains(&format!("subnqn:  {nqn}")));
 }
@@ -133,7 +148,16 @@ fn discover_text_and_json() {
 fn identify_controller_and_namespace() {
     let t = Target::start();
     let nqn = subnqn(&t);
-    let o = ebof(&["identify", "-a", "127.0.0.1", "-s", &t.port(), "-n", &nqn, "--json"]);
+    let o = ebof(&[
+        "identify",
+        "-a",
+        "127.0.0.1",
+        "-s",
+        &t.port(),
+        "-n",
+        &nqn,
+        "--json",
+    ]);
     assert!(o.ok, "{}", o.stderr);
     let j = json(&o);
     assert_eq!(j["controller"]["subnqn"], nqn.as_str());
@@ -141,9 +165,23 @@ fn identify_controller_and_namespace() {
     let ns = &j["namespaces"][0];
     let bytes = ns["nsze"].as_u64().unwrap() * ns["lba_size"].as_u64().unwrap();
     assert_eq!(bytes, 64 << 20);
-    let o = ebof(&["identify", "-a", "127.0.0.1", "-s", &t.port(), "-n", &nqn, "--nsid", "1"]);
+    let o = ebof(&[
+        "identify",
+        "-a",
+        "127.0.0.1",
+        "-s",
+        &t.port(),
+        "-n",
+        &nqn,
+        "--nsid",
+        "1",
+    ]);
     assert!(o.ok, "{}", o.stderr);
-    assert!(o.stdout.contains("NVME Identify Namespace 1:"), "{}", o.stdout);
+    assert!(
+        o.stdout.contains("NVME Identify Namespace 1:"),
+        "{}",
+        o.stdout
+    );
 }
 
 fn perf(t: &Target, nqn: &str, extra: &[&str]) -> Value {
@@ -163,7 +201,25 @@ fn perf(t: &Target, nqn: &str, extra: &[&str]) -> Value {
 fn perf_randrw_verify_two_queues() {
     let t = Target::start();
     let nqn = subnqn(&t);
-    let j = perf(&t, &nqn, &["--rw", "randrw", "--mix", "70", "--bs", "4k", "--qd", "8", "--queues", "2", "--runtime", "1s", "--verify"]);
+    let j = perf(
+        &t,
+        &nqn,
+        &[
+            "--rw",
+            "randrw",
+            "--mix",
+            "70",
+            "--bs",
+            "4k",
+            "--qd",
+            "8",
+            "--queues",
+            "2",
+            "--runtime",
+            "1s",
+            "--verify",
+        ],
+    );
     assert_eq!(j["verify"]["mismatch_count"], 0);
     assert!(j["verify"]["checked_blocks"].as_u64().unwrap() > 0);
     assert!(j["read"]["ios"].as_u64().unwrap() > 0 && j["write"]["ios"].as_u64().unwrap() > 0);
@@ -177,10 +233,38 @@ fn perf_sequential_verify_large_blocks_with_digests() {
     let j = perf(
         &t,
         &nqn,
-        &["--rw", "write", "--bs", "128k", "--qd", "4", "--runtime", "1s", "--verify", "--hdr-digest", "--data-digest"],
+        &[
+            "--rw",
+            "write",
+            "--bs",
+            "128k",
+            "--qd",
+            "4",
+            "--runtime",
+            "1s",
+            "--verify",
+            "--hdr-digest",
+            "--data-digest",
+        ],
     );
     assert_eq!(j["verify"]["mismatch_count"], 0);
-    let j = perf(&t, &nqn, &["--rw", "read", "--bs", "128k", "--qd", "4", "--runtime", "1s", "--verify", "--range", "0-16M"]);
+    let j = perf(
+        &t,
+        &nqn,
+        &[
+            "--rw",
+            "read",
+            "--bs",
+            "128k",
+            "--qd",
+            "4",
+            "--runtime",
+            "1s",
+            "--verify",
+            "--range",
+            "0-16M",
+        ],
+    );
     assert_eq!(j["verify"]["mismatch_count"], 0);
     assert_eq!(j["workload"]["range"][1], 16 << 20);
 }
@@ -189,10 +273,35 @@ fn perf_sequential_verify_large_blocks_with_digests() {
 fn perf_randread_and_bad_nqn() {
     let t = Target::start();
     let nqn = subnqn(&t);
-    let j = perf(&t, &nqn, &["--rw", "randread", "--bs", "4k", "--qd", "32", "--runtime", "1s", "--ramp", "200ms"]);
+    let j = perf(
+        &t,
+        &nqn,
+        &[
+            "--rw",
+            "randread",
+            "--bs",
+            "4k",
+            "--qd",
+            "32",
+            "--runtime",
+            "1s",
+            "--ramp",
+            "200ms",
+        ],
+    );
     assert!(j["iops"].as_f64().unwrap() > 0.0);
     assert!(j["cpu"]["us_per_io"].as_f64().unwrap() > 0.0);
-    let o = ebof(&["perf", "-a", "127.0.0.1", "-s", &t.port(), "-n", "nqn.2026-01.example:nope", "--runtime", "1s"]);
+    let o = ebof(&[
+        "perf",
+        "-a",
+        "127.0.0.1",
+        "-s",
+        &t.port(),
+        "-n",
+        "nqn.2026-01.example:nope",
+        "--runtime",
+        "1s",
+    ]);
     assert!(!o.ok);
     assert!(o.stderr.contains("cannot connect"), "{}", o.stderr);
 }

@@ -27,8 +27,8 @@ pub struct HostConfig {
     /// Number of I/O queues requested with Set Features Number of Queues at connect time
     /// (0 = do not ask; a discovery controller never is asked).
     pub io_queues: u16,
-    /// Default I/O queue size in entries (SQSIZE + 1) for [`crate::Controller::io_queue`] callers
-    /// that have no better idea. At most `queue_size - 1` commands are outstanding.
+    /// Default I/O queue size in entries (SQSIZE + 1), used by [`crate::Controller::io_queue`]
+    /// when asked for 0 entries. At most `queue_size - 1` commands are outstanding.
     pub queue_size: u16,
     /// Keep one Asynchronous Event Request outstanding and report events.
     pub async_events: bool,
@@ -67,7 +67,12 @@ impl HostConfig {
     /// The same identity and timeouts, tuned for a one-shot discovery controller: no keep-alive,
     /// no asynchronous events, no I/O queues (what `nvme discover` does).
     pub fn for_discovery(&self) -> HostConfig {
-        HostConfig { kato_ms: 0, io_queues: 0, async_events: false, ..self.clone() }
+        HostConfig {
+            kato_ms: 0,
+            io_queues: 0,
+            async_events: false,
+            ..self.clone()
+        }
     }
 }
 
@@ -108,7 +113,10 @@ impl HostIdentity {
         let generated = uuid::Uuid::new_v4();
         let id = hostid.or(nqn_uuid).unwrap_or(generated);
         let hostnqn = hostnqn.unwrap_or_else(|| uuid_nqn(&id));
-        HostIdentity { hostnqn, hostid: *id.as_bytes() }
+        HostIdentity {
+            hostnqn,
+            hostid: *id.as_bytes(),
+        }
     }
 }
 

@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 
 use nvme_spec::fabrics::{Cap, PropertyCmd, cc, csts, prop};
 use nvme_spec::identify::{
-    IDENTIFY_DATA_LEN, IdentifyController, IdentifyNamespace, NsIdDescriptor, cns, cntrltype, decode_ns_id_descs,
-    decode_ns_list, oaes,
+    IDENTIFY_DATA_LEN, IdentifyController, IdentifyNamespace, NsIdDescriptor, cns, cntrltype,
+    decode_ns_id_descs, decode_ns_list, oaes,
 };
 use nvme_spec::log::{ErrorLogEntry, SmartLog, lid};
 use nvme_spec::opcode::{admin, fctype, feature};
@@ -63,21 +63,36 @@ pub struct AsyncEvent {
 
 impl AsyncEvent {
     fn from_dw0(dw0: u32) -> AsyncEvent {
-        AsyncEvent { event_type: (dw0 & 0x7) as u8, info: ((dw0 >> 8) & 0xFF) as u8, log_page: ((dw0 >> 16) & 0xFF) as u8 }
+        AsyncEvent {
+            event_type: (dw0 & 0x7) as u8,
+            info: ((dw0 >> 8) & 0xFF) as u8,
+            log_page: ((dw0 >> 16) & 0xFF) as u8,
+        }
     }
 }
 
 /// A request to the admin task.
 enum AdminReq {
-    Cmd { sqe: Sqe, dir: DataDir, out: Vec<u8>, in_len: usize, reply: oneshot::Sender<Result<(Cqe, Vec<u8>)>> },
+    Cmd {
+        sqe: Sqe,
+        dir: DataDir,
+        out: Vec<u8>,
+        in_len: usize,
+        reply: oneshot::Sender<Result<(Cqe, Vec<u8>)>>,
+    },
     Close,
 }
 
 /// Who waits for an outstanding admin command.
 enum Waiter {
     Idle,
-    User { reply: oneshot::Sender<Result<(Cqe, Vec<u8>)>>, deadline: Instant },
-    KeepAlive { deadline: Instant },
+    User {
+        reply: oneshot::Sender<Result<(Cqe, Vec<u8>)>>,
+        deadline: Instant,
+    },
+    KeepAlive {
+        deadline: Instant,
+    },
     AsyncEvent,
 }
 
@@ -129,17 +144,35 @@ impl AdminTask {
                 }
             }
             while self.q.can_submit() {
-                let Some(req) = self.backlog.pop_front() else { break };
+                let Some(req) = self.backlog.pop_front() else {
+                    break;
+                };
                 match req {
-                    AdminReq::Cmd { sqe, dir, out, in_len, reply } => {
-                        let len = if dir == DataDir::ToController { out.len() } else { in_len };
+                    AdminReq::Cmd {
+                        sqe,
+                        dir,
+                        out,
+                        in_len,
+                        reply,
+                    } => {
+                        let len = if dir == DataDir::ToController {
+                            out.len()
+                        } else {
+                            in_len
+                        };
                         match self.q.submit(sqe, dir, len, 0, |b| b.copy_from_slice(&out)) {
                             Ok(Some(cid)) => {
                                 let deadline = Instant::now() + self.timeout;
                                 self.waiters[usize::from(cid.0)] = Waiter::User { reply, deadline };
                             }
                             Ok(None) => {
-                                self.backlog.push_front(AdminReq::Cmd { sqe, dir, out, in_len, reply });
+                                self.backlog.push_front(AdminReq::Cmd {
+                                    sqe,
+                                    dir,
+                                    out,
+                                    in_len,
+                                    reply,
+                                });
                                 break;
                             }
                             Err(e) if e.is_fatal_for_connection() => {
@@ -204,8 +237,15 @@ impl AdminTask {
 }
 
 /// Hand one admin completion to whoever waits for it.
-fn route_completion(waiters: &mut [Waiter], events: &mpsc::Sender<AsyncEvent>, rearm: &mut bool, c: Completion<'_>) {
-    let Some(w) = waiters.get_mut(usize::from(c.cid.0)) else { return };
+fn route_completion(
+    waiters: &mut [Waiter],
+    events: &mpsc::Sender<AsyncEvent>,
+    rearm: &mut bool,
+    c: Completion<'_>,
+) {
+    let Some(w) = waiters.get_mut(usize::from(c.cid.0)) else {
+        return;
+    };
     match std::mem::replace(w, Waiter::Idle) {
         Waiter::User { reply, .. } => {
             let _ = reply.send(Ok((c.cqe, c.data.to_vec())));
@@ -265,14 +305,22 @@ impl Controller {
     /// Connect to `subnqn` at `addr` and bring the controller up (see the module docs).
     pub async fn connect(addr: SocketAddr, subnqn: &str, cfg: &HostConfig) -> Result<Controller> {
         if !nvme_spec::is_valid_nqn(subnqn) {
-            return Err(HostError::InvalidArgument(format!("subsystem NQN {subnqn:?}")));
+            return Err(HostError::InvalidArgument(format!(
+                "subsystem NQN {subnqn:?}"
+            )));
         }
         if !nvme_spec::is_valid_nqn(&cfg.hostnqn) {
-            return Err(HostError::InvalidArgument(format!("host NQN {:?}", cfg.hostnqn)));
+            return Err(HostError::InvalidArgument(format!(
+                "host NQN {:?}",
+                cfg.hostnqn
+            )));
         }
         let lp = LinkParams {
             addr,
-            digests: Digests { hdgst: cfg.hdr_digest, ddgst: cfg.data_digest },
+            digests: Digests {
+                hdgst: cfg.hdr_digest,
+                ddgst: cfg.data_digest,
+            },
             max_c2h_data: ADMIN_MAX_TRANSFER as u32,
             connect_timeout: cfg.connect_timeout,
         };
@@ -300,7 +348,8 @@ impl Controller {
             events: ev_tx,
             waiters,
             backlog: VecDeque::new(),
-            keep_alive: (cfg.kato_ms > 0).then(|| Duration::from_millis(u64::from(cfg.kato_ms) / 2)),
+            keep_alive: (cfg.kato_ms > 0)
+                .then(|| Duration::from_millis(u64::from(cfg.kato_ms) / 2)),
             aer: cfg.async_events && !discovery && id.aerl != u8::MAX,
             timeout: cfg.admin_timeout,
         };
@@ -326,10 +375,11 @@ impl Controller {
                 }
             }
             let wanted = ctrl.id.oaes & (oaes::NS_ATTR | oaes::FW_ACT | oaes::ANA_CHANGE);
-            if cfg.async_events && wanted != 0 {
-                if let Err(e) = ctrl.set_features(feature::ASYNC_EVENT, wanted).await {
-                    tracing::debug!(error = %e, "Set Features Asynchronous Event Configuration failed");
-                }
+            if cfg.async_events
+                && wanted != 0
+                && let Err(e) = ctrl.set_features(feature::ASYNC_EVENT, wanted).await
+            {
+                tracing::debug!(error = %e, "Set Features Asynchronous Event Configuration failed");
             }
         }
         tracing::info!(peer = %addr, subnqn, cntlid = cntlid.0, "controller connected");
@@ -392,10 +442,22 @@ impl Controller {
     }
 
     /// Run an admin command; the status is returned, not checked.
-    pub async fn admin_raw(&self, sqe: Sqe, dir: DataDir, out: Vec<u8>, in_len: usize) -> Result<(Cqe, Vec<u8>)> {
+    pub async fn admin_raw(
+        &self,
+        sqe: Sqe,
+        dir: DataDir,
+        out: Vec<u8>,
+        in_len: usize,
+    ) -> Result<(Cqe, Vec<u8>)> {
         let (reply, rx) = oneshot::channel();
         self.tx
-            .send(AdminReq::Cmd { sqe, dir, out, in_len, reply })
+            .send(AdminReq::Cmd {
+                sqe,
+                dir,
+                out,
+                in_len,
+                reply,
+            })
             .await
             .map_err(|_| HostError::Disconnected)?;
         match tokio::time::timeout(self.cfg.admin_timeout + ADMIN_TICK * 2, rx).await {
@@ -406,37 +468,70 @@ impl Controller {
     }
 
     /// Run an admin command and fail on a non-success status.
-    pub async fn admin(&self, sqe: Sqe, dir: DataDir, out: Vec<u8>, in_len: usize) -> Result<(Cqe, Vec<u8>)> {
+    pub async fn admin(
+        &self,
+        sqe: Sqe,
+        dir: DataDir,
+        out: Vec<u8>,
+        in_len: usize,
+    ) -> Result<(Cqe, Vec<u8>)> {
         let (cqe, data) = self.admin_raw(sqe, dir, out, in_len).await?;
-        if cqe.status.is_success() { Ok((cqe, data)) } else { Err(HostError::Status(cqe.status)) }
+        if cqe.status.is_success() {
+            Ok((cqe, data))
+        } else {
+            Err(HostError::Status(cqe.status))
+        }
     }
 
     /// Property Get (4- or 8-byte property at `ofst`).
     pub async fn property_get(&self, ofst: u32, size8: bool) -> Result<u64> {
-        let (cqe, _) = self.admin(property_get_sqe(ofst, size8), DataDir::None, Vec::new(), 0).await?;
-        Ok(if size8 { cqe.result64() } else { u64::from(cqe.dw0) })
+        let (cqe, _) = self
+            .admin(property_get_sqe(ofst, size8), DataDir::None, Vec::new(), 0)
+            .await?;
+        Ok(if size8 {
+            cqe.result64()
+        } else {
+            u64::from(cqe.dw0)
+        })
     }
 
     /// Property Set.
     pub async fn property_set(&self, ofst: u32, value: u64, size8: bool) -> Result<()> {
-        self.admin(property_set_sqe(ofst, value, size8), DataDir::None, Vec::new(), 0).await?;
+        self.admin(
+            property_set_sqe(ofst, value, size8),
+            DataDir::None,
+            Vec::new(),
+            0,
+        )
+        .await?;
         Ok(())
     }
 
     /// Identify with any CNS; returns the 4096-byte data structure.
     pub async fn identify_raw(&self, cns: u8, nsid: u32, cntid: u16, csi: u8) -> Result<Vec<u8>> {
-        let (_, data) = self.admin(identify_sqe(cns, nsid, cntid, csi), DataDir::FromController, Vec::new(), IDENTIFY_DATA_LEN).await?;
+        let (_, data) = self
+            .admin(
+                identify_sqe(cns, nsid, cntid, csi),
+                DataDir::FromController,
+                Vec::new(),
+                IDENTIFY_DATA_LEN,
+            )
+            .await?;
         Ok(data)
     }
 
     /// Identify Controller (CNS 01h), read fresh.
     pub async fn identify_controller(&self) -> Result<IdentifyController> {
-        Ok(IdentifyController::decode(&self.identify_raw(cns::CTRL, 0, 0, 0).await?)?)
+        Ok(IdentifyController::decode(
+            &self.identify_raw(cns::CTRL, 0, 0, 0).await?,
+        )?)
     }
 
     /// Identify Namespace (CNS 00h).
     pub async fn identify_namespace(&self, nsid: NamespaceId) -> Result<IdentifyNamespace> {
-        Ok(IdentifyNamespace::decode(&self.identify_raw(cns::NS, nsid.0, 0, 0).await?)?)
+        Ok(IdentifyNamespace::decode(
+            &self.identify_raw(cns::NS, nsid.0, 0, 0).await?,
+        )?)
     }
 
     /// All active namespace IDs (CNS 02h, following the list past 1024 entries).
@@ -457,21 +552,38 @@ impl Controller {
 
     /// Namespace Identification Descriptor list (CNS 03h).
     pub async fn ns_id_descriptors(&self, nsid: NamespaceId) -> Result<Vec<NsIdDescriptor>> {
-        Ok(decode_ns_id_descs(&self.identify_raw(cns::NS_ID_DESC_LIST, nsid.0, 0, 0).await?)?)
+        Ok(decode_ns_id_descs(
+            &self
+                .identify_raw(cns::NS_ID_DESC_LIST, nsid.0, 0, 0)
+                .await?,
+        )?)
     }
 
     /// Get Log Page: `len` bytes (a multiple of 4) of log `lid` from byte `offset`. Split into
     /// several commands when larger than the controller's MDTS.
-    pub async fn get_log_page(&self, lid: u8, nsid: u32, len: usize, offset: u64) -> Result<Vec<u8>> {
-        if len == 0 || len % 4 != 0 || offset % 4 != 0 {
-            return Err(HostError::InvalidArgument(format!("log page length {len} / offset {offset} (need dword multiples)")));
+    pub async fn get_log_page(
+        &self,
+        lid: u8,
+        nsid: u32,
+        len: usize,
+        offset: u64,
+    ) -> Result<Vec<u8>> {
+        if len == 0 || !len.is_multiple_of(4) || !offset.is_multiple_of(4) {
+            return Err(HostError::InvalidArgument(format!(
+                "log page length {len} / offset {offset} (need dword multiples)"
+            )));
         }
-        let chunk = self.max_transfer().unwrap_or(usize::MAX).min(ADMIN_MAX_TRANSFER);
+        let chunk = self
+            .max_transfer()
+            .unwrap_or(usize::MAX)
+            .min(ADMIN_MAX_TRANSFER);
         let mut out = Vec::with_capacity(len);
         while out.len() < len {
             let n = (len - out.len()).min(chunk);
             let sqe = get_log_page_sqe(lid, nsid, n, offset + out.len() as u64);
-            let (_, data) = self.admin(sqe, DataDir::FromController, Vec::new(), n).await?;
+            let (_, data) = self
+                .admin(sqe, DataDir::FromController, Vec::new(), n)
+                .await?;
             out.extend_from_slice(&data);
         }
         Ok(out)
@@ -479,13 +591,21 @@ impl Controller {
 
     /// SMART / Health Information (log 02h) for the whole controller.
     pub async fn smart_log(&self) -> Result<SmartLog> {
-        Ok(SmartLog::decode(&self.get_log_page(lid::SMART, 0xFFFF_FFFF, SmartLog::LEN, 0).await?)?)
+        Ok(SmartLog::decode(
+            &self
+                .get_log_page(lid::SMART, 0xFFFF_FFFF, SmartLog::LEN, 0)
+                .await?,
+        )?)
     }
 
     /// The first `n` Error Information log entries (log 01h).
     pub async fn error_log(&self, n: usize) -> Result<Vec<ErrorLogEntry>> {
         let n = n.clamp(1, usize::from(self.id.elpe) + 1);
-        Ok(ErrorLogEntry::decode_page(&self.get_log_page(lid::ERROR, 0xFFFF_FFFF, n * ErrorLogEntry::LEN, 0).await?))
+        Ok(ErrorLogEntry::decode_page(
+            &self
+                .get_log_page(lid::ERROR, 0xFFFF_FFFF, n * ErrorLogEntry::LEN, 0)
+                .await?,
+        ))
     }
 
     /// Get Features (current value): returns CQE DW0.
@@ -529,18 +649,29 @@ impl Controller {
         }
     }
 
-    /// Open I/O queue `qid` with `entries` SQ entries (at most `entries - 1` commands in flight)
-    /// on a new TCP connection, on the current runtime. `dissqfc` asks for SQ flow control to be
-    /// disabled.
+    /// Open I/O queue `qid` with `entries` SQ entries (at most `entries - 1` commands in flight;
+    /// 0 = [`HostConfig::queue_size`] capped at CAP.MQES + 1) on a new TCP connection, on the
+    /// current runtime. `dissqfc` asks for SQ flow control to be disabled.
     pub async fn io_queue(&self, qid: u16, entries: u16, dissqfc: bool) -> Result<IoQueue> {
-        self.io_connector().connect(&IoQueueOptions::new(qid, entries).dissqfc(dissqfc)).await
+        let c = self.io_connector();
+        let entries = match entries {
+            0 => u32::from(self.cfg.queue_size).min(c.max_entries()) as u16,
+            n => n,
+        };
+        c.connect(&IoQueueOptions::new(qid, entries).dissqfc(dissqfc))
+            .await
     }
 
     /// Normal shutdown (CC.SHN = 01b), waiting for CSTS.SHST = complete for at most the
     /// configured shutdown timeout. Close I/O queues first.
     pub async fn shutdown(&self) -> Result<()> {
         let c = self.property_get(prop::CC, false).await? as u32;
-        self.property_set(prop::CC, u64::from((c & !cc::SHN_MASK) | cc::SHN_NORMAL), false).await?;
+        self.property_set(
+            prop::CC,
+            u64::from((c & !cc::SHN_MASK) | cc::SHN_NORMAL),
+            false,
+        )
+        .await?;
         let deadline = Instant::now() + self.cfg.shutdown_timeout;
         loop {
             let s = self.property_get(prop::CSTS, false).await? as u32;
@@ -572,16 +703,32 @@ impl Controller {
 /// CAP, VS, CC.EN = 1, CSTS.RDY, Identify Controller: run one by one on the admin queue before
 /// the admin task exists, each bounded by `t`; the RDY wait is bounded by CAP.TO.
 async fn enable(q: &mut Queue, t: Duration) -> Result<(u64, u32, IdentifyController)> {
-    let cap = exec_ok(q, t, property_get_sqe(prop::CAP, true), DataDir::None, 0).await?.0.result64();
-    let vs = exec_ok(q, t, property_get_sqe(prop::VS, false), DataDir::None, 0).await?.0.dw0;
+    let cap = exec_ok(q, t, property_get_sqe(prop::CAP, true), DataDir::None, 0)
+        .await?
+        .0
+        .result64();
+    let vs = exec_ok(q, t, property_get_sqe(prop::VS, false), DataDir::None, 0)
+        .await?
+        .0
+        .dw0;
     let c = Cap::from_u64(cap);
     // CC.CSS: 110b "all supported I/O command sets" when CAP.CSS says so, else 000b NVM.
     let css = if c.css_iocs { 6 } else { 0 };
-    exec_ok(q, t, property_set_sqe(prop::CC, u64::from(cc::enable_value(css)), false), DataDir::None, 0).await?;
+    exec_ok(
+        q,
+        t,
+        property_set_sqe(prop::CC, u64::from(cc::enable_value(css)), false),
+        DataDir::None,
+        0,
+    )
+    .await?;
     let wait = Duration::from_millis(500 * u64::from(c.to.max(1)));
     let deadline = Instant::now() + wait;
     loop {
-        let s = exec_ok(q, t, property_get_sqe(prop::CSTS, false), DataDir::None, 0).await?.0.dw0;
+        let s = exec_ok(q, t, property_get_sqe(prop::CSTS, false), DataDir::None, 0)
+            .await?
+            .0
+            .dw0;
         if s & csts::CFS != 0 {
             return Err(HostError::Controller("CSTS.CFS set while enabling".into()));
         }
@@ -589,26 +736,51 @@ async fn enable(q: &mut Queue, t: Duration) -> Result<(u64, u32, IdentifyControl
             break;
         }
         if Instant::now() >= deadline {
-            return Err(HostError::Controller(format!("CSTS.RDY not set within CAP.TO ({} ms)", wait.as_millis())));
+            return Err(HostError::Controller(format!(
+                "CSTS.RDY not set within CAP.TO ({} ms)",
+                wait.as_millis()
+            )));
         }
         tokio::time::sleep(CSTS_POLL).await;
     }
-    let (_, data) = exec_ok(q, t, identify_sqe(cns::CTRL, 0, 0, 0), DataDir::FromController, IDENTIFY_DATA_LEN).await?;
+    let (_, data) = exec_ok(
+        q,
+        t,
+        identify_sqe(cns::CTRL, 0, 0, 0),
+        DataDir::FromController,
+        IDENTIFY_DATA_LEN,
+    )
+    .await?;
     let id = IdentifyController::decode(&data)?;
     Ok((cap, vs, id))
 }
 
-async fn exec_ok(q: &mut Queue, t: Duration, sqe: Sqe, dir: DataDir, in_len: usize) -> Result<(Cqe, Vec<u8>)> {
+async fn exec_ok(
+    q: &mut Queue,
+    t: Duration,
+    sqe: Sqe,
+    dir: DataDir,
+    in_len: usize,
+) -> Result<(Cqe, Vec<u8>)> {
     let (cqe, data) = tokio::time::timeout(t, q.execute(sqe, dir, &[], in_len))
         .await
         .map_err(|_| HostError::Timeout("admin command during bring-up"))??;
-    if cqe.status.is_success() { Ok((cqe, data)) } else { Err(HostError::Status(cqe.status)) }
+    if cqe.status.is_success() {
+        Ok((cqe, data))
+    } else {
+        Err(HostError::Status(cqe.status))
+    }
 }
 
 fn property_get_sqe(ofst: u32, size8: bool) -> Sqe {
     let mut sqe = Sqe::new(admin::FABRICS, CommandId(0));
     sqe.set_fctype(fctype::PROPERTY_GET);
-    PropertyCmd { size8, ofst, value: 0 }.encode_into(&mut sqe);
+    PropertyCmd {
+        size8,
+        ofst,
+        value: 0,
+    }
+    .encode_into(&mut sqe);
     sqe
 }
 
@@ -668,6 +840,13 @@ mod tests {
     #[test]
     fn async_event_fields() {
         let e = AsyncEvent::from_dw0(0x0004_0002 | (0xF0 << 8));
-        assert_eq!(e, AsyncEvent { event_type: 2, info: 0xF0, log_page: 4 });
+        assert_eq!(
+            e,
+            AsyncEvent {
+                event_type: 2,
+                info: 0xF0,
+                log_page: 4
+            }
+        );
     }
 }

@@ -7,7 +7,8 @@
 use std::net::SocketAddr;
 
 use nvme_spec::discovery::{
-    DISCOVERY_ENTRY_LEN, DISCOVERY_HEADER_LEN, DiscoveryLogEntry, decode_discovery_header, decode_discovery_log,
+    DISCOVERY_ENTRY_LEN, DISCOVERY_HEADER_LEN, DiscoveryLogEntry, decode_discovery_header,
+    decode_discovery_log,
 };
 use nvme_spec::log::lid;
 
@@ -47,7 +48,9 @@ pub async fn discover(addr: SocketAddr, cfg: &HostConfig) -> Result<DiscoveryLog
 
 pub(crate) async fn read_log(ctrl: &Controller) -> Result<DiscoveryLog> {
     for _ in 0..GENCTR_RETRIES {
-        let first = ctrl.get_log_page(lid::DISCOVERY, 0, DISCOVERY_HEADER_LEN, 0).await?;
+        let first = ctrl
+            .get_log_page(lid::DISCOVERY, 0, DISCOVERY_HEADER_LEN, 0)
+            .await?;
         let hdr = decode_discovery_header(&first)?;
         if hdr.numrec > MAX_RECORDS {
             return Err(HostError::InvalidArgument(format!(
@@ -58,16 +61,27 @@ pub(crate) async fn read_log(ctrl: &Controller) -> Result<DiscoveryLog> {
         let mut page = first;
         if hdr.numrec > 0 {
             let rest = hdr.numrec as usize * DISCOVERY_ENTRY_LEN;
-            let more = ctrl.get_log_page(lid::DISCOVERY, 0, rest, DISCOVERY_HEADER_LEN as u64).await?;
+            let more = ctrl
+                .get_log_page(lid::DISCOVERY, 0, rest, DISCOVERY_HEADER_LEN as u64)
+                .await?;
             page.extend_from_slice(&more);
-            let again = ctrl.get_log_page(lid::DISCOVERY, 0, DISCOVERY_HEADER_LEN, 0).await?;
+            let again = ctrl
+                .get_log_page(lid::DISCOVERY, 0, DISCOVERY_HEADER_LEN, 0)
+                .await?;
             if decode_discovery_header(&again)?.genctr != hdr.genctr {
                 tracing::debug!("discovery log changed while reading; reading again");
                 continue;
             }
         }
         let (hdr, entries) = decode_discovery_log(&page)?;
-        return Ok(DiscoveryLog { genctr: hdr.genctr, numrec: hdr.numrec, recfmt: hdr.recfmt, entries });
+        return Ok(DiscoveryLog {
+            genctr: hdr.genctr,
+            numrec: hdr.numrec,
+            recfmt: hdr.recfmt,
+            entries,
+        });
     }
-    Err(HostError::Controller(format!("discovery log kept changing over {GENCTR_RETRIES} reads")))
+    Err(HostError::Controller(format!(
+        "discovery log kept changing over {GENCTR_RETRIES} reads"
+    )))
 }

@@ -23,8 +23,9 @@ pub enum HostError {
     #[error("transport: {0}")]
     Transport(#[from] std::io::Error),
     /// The controller's bytes did not decode as valid NVMe/TCP (framing, digests, limits).
+    /// Boxed: it carries the offending header, and results on the I/O path stay small.
     #[error(transparent)]
-    Protocol(#[from] ProtocolError),
+    Protocol(Box<ProtocolError>),
     /// The controller terminated the connection with a C2HTermReq.
     #[error("controller terminated the connection (C2HTermReq fes {fes:#x} fei {fei:#x})")]
     TermReq { fes: u16, fei: u32 },
@@ -56,6 +57,12 @@ pub enum HostError {
     /// The controller asks for something this host does not implement (e.g. authentication).
     #[error("unsupported: {0}")]
     Unsupported(&'static str),
+}
+
+impl From<ProtocolError> for HostError {
+    fn from(e: ProtocolError) -> HostError {
+        HostError::Protocol(Box::new(e))
+    }
 }
 
 impl HostError {

@@ -52,7 +52,13 @@ pub struct IoQueueOptions {
 
 impl IoQueueOptions {
     pub fn new(qid: u16, entries: u16) -> IoQueueOptions {
-        IoQueueOptions { qid, entries, dissqfc: false, max_io: 0, prealloc: 0 }
+        IoQueueOptions {
+            qid,
+            entries,
+            dissqfc: false,
+            max_io: 0,
+            prealloc: 0,
+        }
     }
     pub fn dissqfc(mut self, on: bool) -> Self {
         self.dissqfc = on;
@@ -101,7 +107,9 @@ impl IoConnector {
     /// CNTLID.
     pub async fn connect(&self, o: &IoQueueOptions) -> Result<IoQueue> {
         if o.qid == 0 {
-            return Err(HostError::InvalidArgument("I/O queue id 0 (the admin queue)".into()));
+            return Err(HostError::InvalidArgument(
+                "I/O queue id 0 (the admin queue)".into(),
+            ));
         }
         if o.entries < 2 || u32::from(o.entries) > self.max_entries {
             return Err(HostError::InvalidArgument(format!(
@@ -110,15 +118,24 @@ impl IoConnector {
             )));
         }
         let mdts = self.max_transfer.unwrap_or(usize::MAX);
-        let max_io = if o.max_io == 0 { DEFAULT_MAX_IO.min(mdts) } else { o.max_io };
+        let max_io = if o.max_io == 0 {
+            DEFAULT_MAX_IO.min(mdts)
+        } else {
+            o.max_io
+        };
         if max_io > mdts {
-            return Err(HostError::InvalidArgument(format!("max I/O {max_io} bytes exceeds MDTS ({mdts} bytes)")));
+            return Err(HostError::InvalidArgument(format!(
+                "max I/O {max_io} bytes exceeds MDTS ({mdts} bytes)"
+            )));
         }
         let max_c2h = u32::try_from(max_io.max(MIN_MAX_IO))
             .map_err(|_| HostError::InvalidArgument(format!("max I/O {max_io} bytes")))?;
         let lp = LinkParams {
             addr: self.addr,
-            digests: Digests { hdgst: self.cfg.hdr_digest, ddgst: self.cfg.data_digest },
+            digests: Digests {
+                hdgst: self.cfg.hdr_digest,
+                ddgst: self.cfg.data_digest,
+            },
             max_c2h_data: max_c2h,
             connect_timeout: self.cfg.connect_timeout,
         };
@@ -134,7 +151,11 @@ impl IoConnector {
             icd_max: self.icd_max,
         };
         let (q, _) = Queue::connect(&lp, &cp, o.prealloc.min(max_io)).await?;
-        Ok(IoQueue { q, max_io, timeout: self.cfg.io_timeout })
+        Ok(IoQueue {
+            q,
+            max_io,
+            timeout: self.cfg.io_timeout,
+        })
     }
 }
 
@@ -157,7 +178,9 @@ impl std::fmt::Debug for IoQueue {
 
 fn rw_sqe(opcode: u8, nsid: NamespaceId, slba: u64, nlb: u32) -> Result<Sqe> {
     if nlb == 0 || nlb > 65536 {
-        return Err(HostError::InvalidArgument(format!("{nlb} blocks (1..=65536)")));
+        return Err(HostError::InvalidArgument(format!(
+            "{nlb} blocks (1..=65536)"
+        )));
     }
     let mut sqe = Sqe::new(opcode, CommandId(0));
     sqe.set_nsid(nsid);
@@ -209,7 +232,10 @@ impl IoQueue {
 
     fn check_len(&self, len: usize) -> Result<()> {
         if len > self.max_io {
-            return Err(HostError::InvalidArgument(format!("transfer of {len} bytes exceeds the queue's max I/O ({})", self.max_io)));
+            return Err(HostError::InvalidArgument(format!(
+                "transfer of {len} bytes exceeds the queue's max I/O ({})",
+                self.max_io
+            )));
         }
         Ok(())
     }
@@ -230,7 +256,14 @@ impl IoQueue {
     }
 
     /// Submit a Read of `nlb` blocks at `slba` transferring `len` bytes (= nlb × block size).
-    pub fn submit_read(&mut self, nsid: NamespaceId, slba: u64, nlb: u32, len: usize, user: u64) -> Result<Option<CommandId>> {
+    pub fn submit_read(
+        &mut self,
+        nsid: NamespaceId,
+        slba: u64,
+        nlb: u32,
+        len: usize,
+        user: u64,
+    ) -> Result<Option<CommandId>> {
         let sqe = rw_sqe(io::READ, nsid, slba, nlb)?;
         self.submit_raw(sqe, DataDir::FromController, len, user, |_| {})
     }
@@ -258,15 +291,29 @@ impl IoQueue {
     }
 
     /// Submit a Write Zeroes of `nlb` blocks at `slba`.
-    pub fn submit_write_zeroes(&mut self, nsid: NamespaceId, slba: u64, nlb: u32, user: u64) -> Result<Option<CommandId>> {
+    pub fn submit_write_zeroes(
+        &mut self,
+        nsid: NamespaceId,
+        slba: u64,
+        nlb: u32,
+        user: u64,
+    ) -> Result<Option<CommandId>> {
         let sqe = rw_sqe(io::WRITE_ZEROES, nsid, slba, nlb)?;
         self.submit_raw(sqe, DataDir::None, 0, user, |_| {})
     }
 
     /// Submit a Dataset Management Deallocate of `ranges` (starting LBA, block count).
-    pub fn submit_deallocate(&mut self, nsid: NamespaceId, ranges: &[(u64, u32)], user: u64) -> Result<Option<CommandId>> {
+    pub fn submit_deallocate(
+        &mut self,
+        nsid: NamespaceId,
+        ranges: &[(u64, u32)],
+        user: u64,
+    ) -> Result<Option<CommandId>> {
         if ranges.is_empty() || ranges.len() > DSM_MAX_RANGES {
-            return Err(HostError::InvalidArgument(format!("{} ranges (1..={DSM_MAX_RANGES})", ranges.len())));
+            return Err(HostError::InvalidArgument(format!(
+                "{} ranges (1..={DSM_MAX_RANGES})",
+                ranges.len()
+            )));
         }
         let mut sqe = Sqe::new(io::DATASET_MGMT, CommandId(0));
         sqe.set_nsid(nsid);
@@ -302,12 +349,22 @@ impl IoQueue {
         self.q.fail_in_flight(f)
     }
 
-    async fn run_one(&mut self, sqe: Sqe, dir: DataDir, len: usize, fill: impl FnOnce(&mut [u8]), sink: impl FnMut(&[u8])) -> Result<()> {
+    async fn run_one(
+        &mut self,
+        sqe: Sqe,
+        dir: DataDir,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]),
+        sink: impl FnMut(&[u8]),
+    ) -> Result<()> {
         if self.q.in_flight() != 0 {
             return Err(HostError::QueueBusy);
         }
         self.check_len(len)?;
-        let cid = self.q.submit(sqe, dir, len, 0, fill)?.ok_or(HostError::QueueBusy)?;
+        let cid = self
+            .q
+            .submit(sqe, dir, len, 0, fill)?
+            .ok_or(HostError::QueueBusy)?;
         self.wait_for(cid, sink).await
     }
 
@@ -337,25 +394,53 @@ impl IoQueue {
     }
 
     /// Read `nlb` blocks at `slba` into `buf` (whose length must be nlb × block size).
-    pub async fn read(&mut self, nsid: NamespaceId, slba: u64, nlb: u32, buf: &mut [u8]) -> Result<()> {
+    pub async fn read(
+        &mut self,
+        nsid: NamespaceId,
+        slba: u64,
+        nlb: u32,
+        buf: &mut [u8],
+    ) -> Result<()> {
         let sqe = rw_sqe(io::READ, nsid, slba, nlb)?;
         let len = buf.len();
         let mut got = 0;
-        self.run_one(sqe, DataDir::FromController, len, |_| {}, |d| {
-            buf[..d.len()].copy_from_slice(d);
-            got = d.len();
-        })
+        self.run_one(
+            sqe,
+            DataDir::FromController,
+            len,
+            |_| {},
+            |d| {
+                buf[..d.len()].copy_from_slice(d);
+                got = d.len();
+            },
+        )
         .await?;
         if got != len {
-            return Err(HostError::UnexpectedPdu { reason: "short read data", cid: 0 });
+            return Err(HostError::UnexpectedPdu {
+                reason: "short read data",
+                cid: 0,
+            });
         }
         Ok(())
     }
 
     /// Write `buf` (nlb × block size bytes) at `slba`.
-    pub async fn write(&mut self, nsid: NamespaceId, slba: u64, nlb: u32, buf: &[u8]) -> Result<()> {
+    pub async fn write(
+        &mut self,
+        nsid: NamespaceId,
+        slba: u64,
+        nlb: u32,
+        buf: &[u8],
+    ) -> Result<()> {
         let sqe = rw_sqe(io::WRITE, nsid, slba, nlb)?;
-        self.run_one(sqe, DataDir::ToController, buf.len(), |b| b.copy_from_slice(buf), |_| {}).await
+        self.run_one(
+            sqe,
+            DataDir::ToController,
+            buf.len(),
+            |b| b.copy_from_slice(buf),
+            |_| {},
+        )
+        .await
     }
 
     /// Flush the namespace's volatile write cache.
@@ -376,7 +461,9 @@ impl IoQueue {
         if self.q.in_flight() != 0 {
             return Err(HostError::QueueBusy);
         }
-        let cid = self.submit_deallocate(nsid, ranges, 0)?.ok_or(HostError::QueueBusy)?;
+        let cid = self
+            .submit_deallocate(nsid, ranges, 0)?
+            .ok_or(HostError::QueueBusy)?;
         self.wait_for(cid, |_| {}).await
     }
 }

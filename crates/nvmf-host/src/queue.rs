@@ -177,7 +177,8 @@ impl Slots {
     }
 
     fn can_submit(&self) -> bool {
-        !self.free.is_empty() && (!self.flow_control || self.sq_occupancy() + 1 < usize::from(self.entries))
+        !self.free.is_empty()
+            && (!self.flow_control || self.sq_occupancy() + 1 < usize::from(self.entries))
     }
 
     fn release(&mut self, idx: usize) {
@@ -207,11 +208,16 @@ impl Slots {
                 if self.flow_control && cqe.sqhd != SQHD_DISABLED && cqe.sqhd < self.entries {
                     self.sq_head = cqe.sqhd;
                 }
-                let slot = self.busy_slot(cqe.cid, "response for a command that is not outstanding")?;
+                let slot =
+                    self.busy_slot(cqe.cid, "response for a command that is not outstanding")?;
                 if slot.digest_error {
                     cqe.status = Status::TRANSIENT_TRANSPORT;
                 }
-                if cqe.status.is_success() && slot.dir != DataDir::None && !slot.inline && slot.done != slot.len {
+                if cqe.status.is_success()
+                    && slot.dir != DataDir::None
+                    && !slot.inline
+                    && slot.done != slot.len
+                {
                     return Err(HostError::UnexpectedPdu {
                         reason: "successful response before all data was transferred",
                         cid: cqe.cid,
@@ -221,28 +227,61 @@ impl Slots {
                     DataDir::FromController if !slot.digest_error => &slot.buf[..slot.done],
                     DataDir::FromController | DataDir::None | DataDir::ToController => &[],
                 };
-                f(Completion { cid: CommandId(cqe.cid), user: slot.user, cqe, data });
+                f(Completion {
+                    cid: CommandId(cqe.cid),
+                    user: slot.user,
+                    cqe,
+                    data,
+                });
                 self.release(usize::from(cqe.cid));
                 Ok(1)
             }
-            HostEvent::C2hData { cccid, datao, data, last, success } => {
+            HostEvent::C2hData {
+                cccid,
+                datao,
+                data,
+                last,
+                success,
+            } => {
                 let (sq_head, qid) = (self.sq_head, self.qid.0);
-                let slot = self.busy_slot(cccid, "C2HData for a command that is not outstanding")?;
+                let slot =
+                    self.busy_slot(cccid, "C2HData for a command that is not outstanding")?;
                 if slot.dir != DataDir::FromController {
-                    return Err(HostError::UnexpectedPdu { reason: "C2HData for a command without read data", cid: cccid });
+                    return Err(HostError::UnexpectedPdu {
+                        reason: "C2HData for a command without read data",
+                        cid: cccid,
+                    });
                 }
                 if datao as usize != slot.done {
-                    return Err(HostError::UnexpectedPdu { reason: "C2HData offset out of order", cid: cccid });
+                    return Err(HostError::UnexpectedPdu {
+                        reason: "C2HData offset out of order",
+                        cid: cccid,
+                    });
                 }
                 let end = slot.done + data.len();
                 if end > slot.len {
-                    return Err(HostError::UnexpectedPdu { reason: "C2HData beyond the command's length", cid: cccid });
+                    return Err(HostError::UnexpectedPdu {
+                        reason: "C2HData beyond the command's length",
+                        cid: cccid,
+                    });
                 }
                 if success && last && slot.done == 0 && end == slot.len {
                     // The whole read in one PDU, completed by it: hand the data to the caller
                     // straight from the receive buffer, no copy.
-                    let cqe = Cqe { dw0: 0, dw1: 0, sqhd: sq_head, sqid: qid, cid: cccid, status: Status::SUCCESS };
-                    f(Completion { cid: CommandId(cccid), user: slot.user, cqe, data });
+                    let cqe = Cqe {
+                        dw0: 0,
+                        dw1: 0,
+                        sqhd: sq_head,
+                        sqid: qid,
+                        cid: cccid,
+                        status: Status::SUCCESS,
+                    };
+                    f(Completion {
+                        cid: CommandId(cccid),
+                        user: slot.user,
+                        cqe,
+                        data,
+                    });
                     self.release(usize::from(cccid));
                     return Ok(1);
                 }
@@ -260,19 +299,44 @@ impl Slots {
                         cid: cccid,
                     });
                 }
-                let cqe = Cqe { dw0: 0, dw1: 0, sqhd: sq_head, sqid: qid, cid: cccid, status: Status::SUCCESS };
+                let cqe = Cqe {
+                    dw0: 0,
+                    dw1: 0,
+                    sqhd: sq_head,
+                    sqid: qid,
+                    cid: cccid,
+                    status: Status::SUCCESS,
+                };
                 let slot = &self.slots[usize::from(cccid)];
-                f(Completion { cid: CommandId(cccid), user: slot.user, cqe, data: &slot.buf[..slot.done] });
+                f(Completion {
+                    cid: CommandId(cccid),
+                    user: slot.user,
+                    cqe,
+                    data: &slot.buf[..slot.done],
+                });
                 self.release(usize::from(cccid));
                 Ok(1)
             }
-            HostEvent::C2hDataDigestError { cccid, datao, datal, last, success } => {
+            HostEvent::C2hDataDigestError {
+                cccid,
+                datao,
+                datal,
+                last,
+                success,
+            } => {
                 let sq_head = self.sq_head;
                 let qid = self.qid.0;
-                let slot = self.busy_slot(cccid, "C2HData for a command that is not outstanding")?;
-                let end = (datao as usize).checked_add(datal as usize).unwrap_or(usize::MAX);
-                if slot.dir != DataDir::FromController || datao as usize != slot.done || end > slot.len {
-                    return Err(HostError::UnexpectedPdu { reason: "C2HData out of the command's range", cid: cccid });
+                let slot =
+                    self.busy_slot(cccid, "C2HData for a command that is not outstanding")?;
+                let end = (datao as usize).saturating_add(datal as usize);
+                if slot.dir != DataDir::FromController
+                    || datao as usize != slot.done
+                    || end > slot.len
+                {
+                    return Err(HostError::UnexpectedPdu {
+                        reason: "C2HData out of the command's range",
+                        cid: cccid,
+                    });
                 }
                 tracing::warn!(cid = cccid, datao, datal, "C2HData data digest mismatch");
                 slot.done = end;
@@ -280,27 +344,49 @@ impl Slots {
                 if !(success && last) {
                     return Ok(0);
                 }
-                let cqe = Cqe { dw0: 0, dw1: 0, sqhd: sq_head, sqid: qid, cid: cccid, status: Status::TRANSIENT_TRANSPORT };
-                f(Completion { cid: CommandId(cccid), user: slot.user, cqe, data: &[] });
+                let cqe = Cqe {
+                    dw0: 0,
+                    dw1: 0,
+                    sqhd: sq_head,
+                    sqid: qid,
+                    cid: cccid,
+                    status: Status::TRANSIENT_TRANSPORT,
+                };
+                f(Completion {
+                    cid: CommandId(cccid),
+                    user: slot.user,
+                    cqe,
+                    data: &[],
+                });
                 self.release(usize::from(cccid));
                 Ok(1)
             }
             HostEvent::R2t(r2t) => {
-                let slot = self.busy_slot(r2t.cccid, "R2T for a command that is not outstanding")?;
+                let slot =
+                    self.busy_slot(r2t.cccid, "R2T for a command that is not outstanding")?;
                 if slot.dir != DataDir::ToController || slot.inline {
-                    return Err(HostError::UnexpectedPdu { reason: "R2T for a command with no data to send", cid: r2t.cccid });
+                    return Err(HostError::UnexpectedPdu {
+                        reason: "R2T for a command with no data to send",
+                        cid: r2t.cccid,
+                    });
                 }
                 let start = r2t.r2to as usize;
-                let end = start.checked_add(r2t.r2tl as usize).unwrap_or(usize::MAX);
+                let end = start.saturating_add(r2t.r2tl as usize);
                 if start != slot.done || r2t.r2tl == 0 || end > slot.len {
-                    return Err(HostError::UnexpectedPdu { reason: "R2T offset or length out of range", cid: r2t.cccid });
+                    return Err(HostError::UnexpectedPdu {
+                        reason: "R2T offset or length out of range",
+                        cid: r2t.cccid,
+                    });
                 }
                 conn.encode_h2c_data(tx, r2t.cccid, r2t.ttag, r2t.r2to, &slot.buf[start..end]);
                 slot.done = end;
                 Ok(0)
             }
             HostEvent::TermReq { fes, fei } => Err(HostError::TermReq { fes, fei }),
-            HostEvent::Established { .. } => Err(HostError::UnexpectedPdu { reason: "second ICResp", cid: 0 }),
+            HostEvent::Established { .. } => Err(HostError::UnexpectedPdu {
+                reason: "second ICResp",
+                cid: 0,
+            }),
         }
     }
 }
@@ -363,10 +449,29 @@ impl Link {
             have += n;
             match self.conn.decode_one(&buf[..have])? {
                 None if have < buf.len() => continue,
-                None => return Err(HostError::UnexpectedPdu { reason: "oversized ICResp", cid: 0 }),
-                Some((HostEvent::Established { digests, maxh2cdata, .. }, used)) => break (digests, maxh2cdata, used),
-                Some((HostEvent::TermReq { fes, fei }, _)) => return Err(HostError::TermReq { fes, fei }),
-                Some(_) => return Err(HostError::UnexpectedPdu { reason: "expected ICResp", cid: 0 }),
+                None => {
+                    return Err(HostError::UnexpectedPdu {
+                        reason: "oversized ICResp",
+                        cid: 0,
+                    });
+                }
+                Some((
+                    HostEvent::Established {
+                        digests,
+                        maxh2cdata,
+                        ..
+                    },
+                    used,
+                )) => break (digests, maxh2cdata, used),
+                Some((HostEvent::TermReq { fes, fei }, _)) => {
+                    return Err(HostError::TermReq { fes, fei });
+                }
+                Some(_) => {
+                    return Err(HostError::UnexpectedPdu {
+                        reason: "expected ICResp",
+                        cid: 0,
+                    });
+                }
             }
         };
         if digests != want {
@@ -438,12 +543,23 @@ pub(crate) struct Queue {
 impl Queue {
     /// Open the connection and run the Fabrics Connect for `cp`. Returns the queue and the
     /// controller ID from the Connect response.
-    pub(crate) async fn connect(lp: &LinkParams, cp: &ConnectParams, prealloc: usize) -> Result<(Queue, ControllerId)> {
+    pub(crate) async fn connect(
+        lp: &LinkParams,
+        cp: &ConnectParams,
+        prealloc: usize,
+    ) -> Result<(Queue, ControllerId)> {
         if cp.entries < 2 {
-            return Err(HostError::InvalidArgument(format!("queue size {} (need at least 2 entries)", cp.entries)));
+            return Err(HostError::InvalidArgument(format!(
+                "queue size {} (need at least 2 entries)",
+                cp.entries
+            )));
         }
         let link = Link::open(lp).await?;
-        let mut q = Queue { link, st: Slots::new(cp.qid, cp.entries, cp.icd_max, prealloc), broken: false };
+        let mut q = Queue {
+            link,
+            st: Slots::new(cp.qid, cp.entries, cp.icd_max, prealloc),
+            broken: false,
+        };
         let mut sqe = Sqe::new(admin::FABRICS, CommandId(0));
         sqe.set_fctype(fctype::CONNECT);
         ConnectCmd {
@@ -461,15 +577,23 @@ impl Queue {
             hostnqn: cp.hostnqn.clone(),
         }
         .encode();
-        let (cqe, _) = tokio::time::timeout(lp.connect_timeout, q.execute(sqe, DataDir::ToController, &data, 0))
-            .await
-            .map_err(|_| HostError::Timeout("Fabrics Connect"))??;
+        let (cqe, _) = tokio::time::timeout(
+            lp.connect_timeout,
+            q.execute(sqe, DataDir::ToController, &data, 0),
+        )
+        .await
+        .map_err(|_| HostError::Timeout("Fabrics Connect"))??;
         if !cqe.status.is_success() {
-            return Err(HostError::ConnectRejected { status: cqe.status, dw0: cqe.dw0 });
+            return Err(HostError::ConnectRejected {
+                status: cqe.status,
+                dw0: cqe.dw0,
+            });
         }
         // Connect response DW0: bits 15:0 CNTLID, bit 17 ATR (authentication required).
         if cqe.dw0 & (1 << 17) != 0 {
-            return Err(HostError::Unsupported("controller requires in-band authentication (DH-HMAC-CHAP)"));
+            return Err(HostError::Unsupported(
+                "controller requires in-band authentication (DH-HMAC-CHAP)",
+            ));
         }
         if cp.dissqfc && cqe.sqhd == SQHD_DISABLED {
             q.st.flow_control = false;
@@ -527,13 +651,17 @@ impl Queue {
             return Err(HostError::Disconnected);
         }
         if u32::try_from(len).is_err() {
-            return Err(HostError::InvalidArgument(format!("transfer of {len} bytes")));
+            return Err(HostError::InvalidArgument(format!(
+                "transfer of {len} bytes"
+            )));
         }
         if !self.st.can_submit() {
             return Ok(None);
         }
         let dir = if len == 0 { DataDir::None } else { dir };
-        let Some(idx) = self.st.free.pop() else { return Ok(None) };
+        let Some(idx) = self.st.free.pop() else {
+            return Ok(None);
+        };
         let icd_max = self.st.icd_max;
         let slot = &mut self.st.slots[usize::from(idx)];
         let cid = CommandId(idx);
@@ -548,7 +676,9 @@ impl Queue {
                 if len <= icd_max {
                     slot.inline = true;
                     sqe.set_sgl_icd(len as u32);
-                    self.link.conn.encode_capsule(&mut self.link.tx, &sqe, &slot.buf[..len]);
+                    self.link
+                        .conn
+                        .encode_capsule(&mut self.link.tx, &sqe, &slot.buf[..len]);
                 } else {
                     sqe.set_sgl_transport(len as u32);
                     self.link.conn.encode_capsule(&mut self.link.tx, &sqe, &[]);
@@ -605,7 +735,9 @@ impl Queue {
         let link = &mut self.link;
         while link.rx_head < link.rx_tail {
             let buf = &link.rx[link.rx_head..link.rx_tail];
-            let Some((ev, used)) = link.conn.decode_one(buf)? else { break };
+            let Some((ev, used)) = link.conn.decode_one(buf)? else {
+                break;
+            };
             completed += self.st.handle_event(ev, &link.conn, &mut link.tx, f)?;
             link.rx_head += used;
         }
@@ -621,7 +753,9 @@ impl Queue {
         tracing::debug!(peer = %self.link.peer, qid = self.st.qid.0, error = %e, "queue failed");
         if let HostError::Protocol(p) = e {
             let mut out = Vec::new();
-            self.link.conn.encode_term_req(&mut out, p.fes as u16, p.fei, p.header());
+            self.link
+                .conn
+                .encode_term_req(&mut out, p.fes as u16, p.fei, p.header());
             let _ = self.link.stream.try_write(&out);
         }
     }
@@ -640,10 +774,17 @@ impl Queue {
     /// Drive I/O until at least one command completes. Returns 0 at once when nothing is in
     /// flight and nothing is left to send. With commands in flight, `idle_timeout` bounds how
     /// long the controller may stay silent before the queue is declared dead.
-    pub(crate) async fn poll<F: FnMut(Completion<'_>)>(&mut self, f: &mut F, idle_timeout: Duration) -> Result<usize> {
+    pub(crate) async fn poll<F: FnMut(Completion<'_>)>(
+        &mut self,
+        f: &mut F,
+        idle_timeout: Duration,
+    ) -> Result<usize> {
         loop {
             let n = self.try_io(f)?;
             if n > 0 {
+                // Under sustained load there is always something to read and this future never
+                // waits; spend tokio's cooperative budget so other queues on the same thread run.
+                tokio::task::coop::consume_budget().await;
                 return Ok(n);
             }
             if self.st.in_flight == 0 && !self.link.tx_pending() {
@@ -665,7 +806,13 @@ impl Queue {
     }
 
     /// Run one command alone on the queue and wait for it: the status is not checked.
-    pub(crate) async fn execute(&mut self, sqe: Sqe, dir: DataDir, out: &[u8], in_len: usize) -> Result<(Cqe, Vec<u8>)> {
+    pub(crate) async fn execute(
+        &mut self,
+        sqe: Sqe,
+        dir: DataDir,
+        out: &[u8],
+        in_len: usize,
+    ) -> Result<(Cqe, Vec<u8>)> {
         if self.st.in_flight != 0 {
             return Err(HostError::QueueBusy);
         }
@@ -674,7 +821,8 @@ impl Queue {
             DataDir::FromController => in_len,
             DataDir::None => 0,
         };
-        self.submit(sqe, dir, len, 0, |b| b.copy_from_slice(out))?.ok_or(HostError::QueueBusy)?;
+        self.submit(sqe, dir, len, 0, |b| b.copy_from_slice(out))?
+            .ok_or(HostError::QueueBusy)?;
         let mut result = None;
         while result.is_none() {
             self.poll(

@@ -21,13 +21,17 @@ fn cfg() -> HostConfig {
 }
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
 }
 
 #[tokio::test]
 async fn bring_up_and_admin_commands() {
-    let addr = fake::start(fake::Options::default()).await;
-    let ctrl = Controller::connect(addr, fake::SUBNQN, &cfg()).await.unwrap();
+    let addr = fake::start(fake::Options::default()).await.addr;
+    let ctrl = Controller::connect(addr, fake::SUBNQN, &cfg())
+        .await
+        .unwrap();
     assert_eq!(ctrl.identify().mn, "ebof fake target");
     assert_eq!(ctrl.cntlid(), nvme_spec::ControllerId(1));
     assert_eq!(ctrl.cap().mqes, 127);
@@ -42,7 +46,10 @@ async fn bring_up_and_admin_commands() {
     let descs = ctrl.ns_id_descriptors(NS).await.unwrap();
     assert_eq!(descs.len(), 2);
     ctrl.smart_log().await.unwrap();
-    assert!(ctrl.error_log(2).await.unwrap().is_empty(), "entries with error count 0 are not reported");
+    assert!(
+        ctrl.error_log(2).await.unwrap().is_empty(),
+        "entries with error count 0 are not reported"
+    );
     assert_eq!(ctrl.set_num_queues(4).await.unwrap(), 4);
     // Many admin commands at once exceed the 31 admin slots: the task queues them.
     let many = (0..40).map(|_| ctrl.get_features(nvme_spec::opcode::feature::KATO, 0));
@@ -70,7 +77,11 @@ async fn futures_join<F: std::future::Future>(fs: impl Iterator<Item = F>) -> Ve
                 }
             }
         }
-        if pending { std::task::Poll::Pending } else { std::task::Poll::Ready(()) }
+        if pending {
+            std::task::Poll::Pending
+        } else {
+            std::task::Poll::Ready(())
+        }
     })
     .await;
     out.into_iter().map(Option::unwrap).collect()
@@ -78,7 +89,7 @@ async fn futures_join<F: std::future::Future>(fs: impl Iterator<Item = F>) -> Ve
 
 #[tokio::test]
 async fn discovery_log() {
-    let addr = fake::start(fake::Options::default()).await;
+    let addr = fake::start(fake::Options::default()).await.addr;
     let log = discover(addr, &cfg()).await.unwrap();
     assert_eq!((log.genctr, log.numrec, log.entries.len()), (7, 2, 2));
     assert_eq!(log.entries[1].subnqn, fake::SUBNQN);
@@ -87,13 +98,21 @@ async fn discovery_log() {
 
 #[tokio::test]
 async fn io_single_commands_every_path() {
-    let addr = fake::start(fake::Options::default()).await;
-    let ctrl = Controller::connect(addr, fake::SUBNQN, &cfg()).await.unwrap();
-    let mut q = ctrl.io_queue(1, 32, false).await.unwrap();
+    let addr = fake::start(fake::Options::default()).await.addr;
+    let ctrl = Controller::connect(addr, fake::SUBNQN, &cfg())
+        .await
+        .unwrap();
+    let mut q = ctrl.io_queue(1, 0, false).await.unwrap();
+    assert_eq!(q.capacity(), 127, "HostConfig::queue_size 128 entries");
     assert!(q.flow_control());
     assert_eq!(q.maxh2cdata(), 16 * 1024);
     // 4 KiB: in-capsule; 64 KiB: R2T + 4 H2CData; reads split into 8 KiB C2HData PDUs.
-    for (slba, len) in [(0u64, 4096usize), (100, 65536), (1000, 512), (2000, 128 * 1024)] {
+    for (slba, len) in [
+        (0u64, 4096usize),
+        (100, 65536),
+        (1000, 512),
+        (2000, 128 * 1024),
+    ] {
         let data = pattern(len, slba as u8);
         let nlb = (len / 512) as u32;
         q.write(NS, slba, nlb, &data).await.unwrap();
@@ -111,14 +130,17 @@ async fn io_single_commands_every_path() {
     q.read(NS, 0, 1, &mut b).await.unwrap();
     // Larger than the queue's max I/O (MDTS 128 KiB).
     let mut big = vec![0u8; 256 * 1024];
-    assert!(matches!(q.read(NS, 0, 512, &mut big).await, Err(HostError::InvalidArgument(_))));
+    assert!(matches!(
+        q.read(NS, 0, 512, &mut big).await,
+        Err(HostError::InvalidArgument(_))
+    ));
     drop(q);
     ctrl.disconnect().await;
 }
 
 /// Many commands in flight through submit/poll, with per-slot buffers.
 async fn deep_queue(opts: fake::Options, dissqfc: bool, digests: bool) {
-    let addr = fake::start(opts).await;
+    let addr = fake::start(opts).await.addr;
     let mut c = cfg();
     c.hdr_digest = digests;
     c.data_digest = digests;
@@ -140,7 +162,12 @@ async fn deep_queue(opts: fake::Options, dissqfc: bool, digests: bool) {
         while next < ios {
             let slba = next * u64::from(blocks_per_io);
             let seed = next as u8;
-            match q.submit_write(NS, slba, blocks_per_io, len, next, |b| b.copy_from_slice(&pattern(len, seed))).unwrap() {
+            match q
+                .submit_write(NS, slba, blocks_per_io, len, next, |b| {
+                    b.copy_from_slice(&pattern(len, seed))
+                })
+                .unwrap()
+            {
                 Some(_) => next += 1,
                 None => break,
             }
@@ -157,7 +184,16 @@ async fn deep_queue(opts: fake::Options, dissqfc: bool, digests: bool) {
     let (mut next, mut done) = (0u64, 0u64);
     while done < ios {
         while next < ios {
-            match q.submit_read(NS, next * u64::from(blocks_per_io), blocks_per_io, len, next).unwrap() {
+            match q
+                .submit_read(
+                    NS,
+                    next * u64::from(blocks_per_io),
+                    blocks_per_io,
+                    len,
+                    next,
+                )
+                .unwrap()
+            {
                 Some(_) => next += 1,
                 None => break,
             }
@@ -182,7 +218,15 @@ async fn deep_queue_flow_control() {
 
 #[tokio::test]
 async fn deep_queue_dissqfc_success_flag() {
-    deep_queue(fake::Options { success_flag: true, ..Default::default() }, true, false).await;
+    deep_queue(
+        fake::Options {
+            success_flag: true,
+            ..Default::default()
+        },
+        true,
+        false,
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -192,8 +236,15 @@ async fn deep_queue_with_digests() {
 
 #[tokio::test]
 async fn read_errors_are_statuses() {
-    let addr = fake::start(fake::Options { fail_reads: Some(Status::UNRECOVERED_READ), ..Default::default() }).await;
-    let ctrl = Controller::connect(addr, fake::SUBNQN, &cfg()).await.unwrap();
+    let addr = fake::start(fake::Options {
+        fail_reads: Some(Status::UNRECOVERED_READ),
+        ..Default::default()
+    })
+    .await
+    .addr;
+    let ctrl = Controller::connect(addr, fake::SUBNQN, &cfg())
+        .await
+        .unwrap();
     let mut q = ctrl.io_queue(1, 8, false).await.unwrap();
     let mut b = vec![0u8; 4096];
     match q.read(NS, 0, 8, &mut b).await {
@@ -205,13 +256,22 @@ async fn read_errors_are_statuses() {
 
 #[tokio::test]
 async fn connection_loss_fails_in_flight_commands() {
-    let addr = fake::start(fake::Options { drop_on_write: true, ..Default::default() }).await;
-    let ctrl = Controller::connect(addr, fake::SUBNQN, &cfg()).await.unwrap();
+    let addr = fake::start(fake::Options {
+        drop_on_write: true,
+        ..Default::default()
+    })
+    .await
+    .addr;
+    let ctrl = Controller::connect(addr, fake::SUBNQN, &cfg())
+        .await
+        .unwrap();
     let mut q = ctrl.io_queue(1, 8, false).await.unwrap();
     for i in 0..3 {
         q.submit_read(NS, i, 1, 512, 100 + i).unwrap().unwrap();
     }
-    q.submit_write(NS, 0, 1, 512, 7, |b| b.fill(1)).unwrap().unwrap();
+    q.submit_write(NS, 0, 1, 512, 7, |b| b.fill(1))
+        .unwrap()
+        .unwrap();
     let mut ok = 0;
     let err = loop {
         match q.poll_completions(|_| ok += 1).await {
@@ -219,13 +279,19 @@ async fn connection_loss_fails_in_flight_commands() {
             Err(e) => break e,
         }
     };
-    assert!(matches!(err, HostError::Disconnected | HostError::Transport(_)), "{err:?}");
+    assert!(
+        matches!(err, HostError::Disconnected | HostError::Transport(_)),
+        "{err:?}"
+    );
     assert!(q.is_broken());
     let mut lost = Vec::new();
     q.fail_in_flight(|u| lost.push(u));
     assert_eq!(ok + lost.len(), 4);
     assert!(lost.contains(&7));
-    assert!(matches!(q.submit_read(NS, 0, 1, 512, 0), Err(HostError::Disconnected)));
+    assert!(matches!(
+        q.submit_read(NS, 0, 1, 512, 0),
+        Err(HostError::Disconnected)
+    ));
     // The admin association is separate and still works.
     ctrl.identify_controller().await.unwrap();
     // A new queue (qid reuse on a new connection) works again for reads.
@@ -236,18 +302,30 @@ async fn connection_loss_fails_in_flight_commands() {
 
 #[tokio::test]
 async fn raw_submit_and_queue_full() {
-    let addr = fake::start(fake::Options::default()).await;
-    let ctrl = Controller::connect(addr, fake::SUBNQN, &cfg()).await.unwrap();
+    let addr = fake::start(fake::Options::default()).await.addr;
+    let ctrl = Controller::connect(addr, fake::SUBNQN, &cfg())
+        .await
+        .unwrap();
     let mut q = ctrl.io_queue(1, 3, false).await.unwrap();
     assert_eq!(q.capacity(), 2);
     let sqe = nvme_spec::Sqe::new(nvme_spec::opcode::io::FLUSH, nvme_spec::CommandId(0));
-    assert!(q.submit_raw(sqe, DataDir::None, 0, 1, |_| {}).unwrap().is_some());
+    assert!(
+        q.submit_raw(sqe, DataDir::None, 0, 1, |_| {})
+            .unwrap()
+            .is_some()
+    );
     assert!(q.submit_flush(NS, 2).unwrap().is_some());
-    assert!(q.submit_flush(NS, 3).unwrap().is_none(), "queue of 3 entries holds 2 commands");
+    assert!(
+        q.submit_flush(NS, 3).unwrap().is_none(),
+        "queue of 3 entries holds 2 commands"
+    );
     assert!(matches!(q.flush(NS).await, Err(HostError::QueueBusy)));
     let mut n = 0;
     while n < 2 {
-        n += q.poll_completions(|c| assert!(c.is_success())).await.unwrap();
+        n += q
+            .poll_completions(|c| assert!(c.is_success()))
+            .await
+            .unwrap();
     }
     q.flush(NS).await.unwrap();
 }
@@ -258,7 +336,66 @@ async fn connect_errors() {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
     drop(l);
-    assert!(matches!(Controller::connect(addr, fake::SUBNQN, &cfg()).await, Err(HostError::Transport(_))));
+    assert!(matches!(
+        Controller::connect(addr, fake::SUBNQN, &cfg()).await,
+        Err(HostError::Transport(_))
+    ));
     // Bad NQN.
-    assert!(matches!(Controller::connect(addr, "not-an-nqn", &cfg()).await, Err(HostError::InvalidArgument(_))));
+    assert!(matches!(
+        Controller::connect(addr, "not-an-nqn", &cfg()).await,
+        Err(HostError::InvalidArgument(_))
+    ));
+}
+
+#[tokio::test]
+async fn keep_alive_and_async_events() {
+    let fake = fake::start(fake::Options {
+        aen_once: true,
+        ..Default::default()
+    })
+    .await;
+    let c = HostConfig {
+        kato_ms: 400,
+        ..cfg()
+    };
+    let mut ctrl = Controller::connect(fake.addr, fake::SUBNQN, &c)
+        .await
+        .unwrap();
+    let mut events = ctrl.take_events().unwrap();
+    let ev = tokio::time::timeout(Duration::from_secs(5), events.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        ev,
+        nvmf_host::AsyncEvent {
+            event_type: 2,
+            info: 0,
+            log_page: 4
+        }
+    );
+    // Keep-alive every KATO/2 (checked on a 250 ms tick): a few within 1.5 s.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        fake.keep_alives() >= 3,
+        "{} keep-alives",
+        fake.keep_alives()
+    );
+    // The AER was re-armed after the event.
+    assert_eq!(fake.aers(), 2);
+    ctrl.disconnect().await;
+}
+
+#[tokio::test]
+async fn discovery_controller_has_no_keep_alive_or_aer() {
+    let fake = fake::start(fake::Options::default()).await;
+    let c = cfg().for_discovery();
+    let ctrl = Controller::connect(fake.addr, nvme_spec::DISCOVERY_NQN, &c)
+        .await
+        .unwrap();
+    let log = ctrl.discovery_log().await.unwrap();
+    assert_eq!(log.entries.len(), 2);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!((fake.keep_alives(), fake.aers()), (0, 0));
+    ctrl.disconnect().await;
 }

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 /// Firmware revision reported in Identify and the Firmware Slot log.
-pub const FIRMWARE_REV: &str = concat!("ebof", env!("CARGO_PKG_VERSION_MINOR"));
+pub const FIRMWARE_REV: &str = env!("CARGO_PKG_VERSION");
 /// Asynchronous Event Request Limit, 0's based (4 outstanding AERs).
 pub const AERL: u8 = 3;
 /// Abort Command Limit, 0's based.

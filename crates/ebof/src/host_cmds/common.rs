@@ -31,7 +31,10 @@ pub fn host_config(hostnqn: Option<&str>) -> Result<HostConfig> {
 
 /// A current-thread tokio runtime with I/O and timers.
 pub fn runtime() -> Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().context("cannot start the tokio runtime")
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the tokio runtime")
 }
 
 /// Parse a size: a whole number with an optional binary suffix k/m/g/t (KiB/MiB/GiB/TiB; `b`,
@@ -39,9 +42,13 @@ pub fn runtime() -> Result<tokio::runtime::Runtime> {
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
     let lower = t.to_ascii_lowercase();
-    let digits = lower.find(|c: char| !c.is_ascii_digit()).unwrap_or(lower.len());
+    let digits = lower
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(lower.len());
     let (num, unit) = lower.split_at(digits);
-    let n: u64 = num.parse().map_err(|_| format!("bad size {s:?} (e.g. 4k, 128k, 1M, 1G)"))?;
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("bad size {s:?} (e.g. 4k, 128k, 1M, 1G)"))?;
     let shift = match unit.trim_end_matches('b').trim_end_matches('i') {
         "" => 0,
         "k" => 10,
@@ -50,7 +57,8 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         "t" => 40,
         _ => return Err(format!("bad size unit in {s:?} (k, m, g, t)")),
     };
-    n.checked_mul(1u64 << shift).ok_or_else(|| format!("size {s:?} too large"))
+    n.checked_mul(1u64 << shift)
+        .ok_or_else(|| format!("size {s:?} too large"))
 }
 
 /// Parse a duration: a whole number with unit `us`, `ms`, `s`, `m`, `h` (no unit = seconds):
@@ -59,7 +67,9 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let t = s.trim().to_ascii_lowercase();
     let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (num, unit) = t.split_at(digits);
-    let n: u64 = num.parse().map_err(|_| format!("bad duration {s:?} (e.g. 10s, 500ms, 2m)"))?;
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("bad duration {s:?} (e.g. 10s, 500ms, 2m)"))?;
     Ok(match unit {
         "us" => Duration::from_micros(n),
         "ms" => Duration::from_millis(n),
@@ -85,16 +95,24 @@ pub fn parse_range(s: &str) -> Result<(u64, u64), String> {
 /// Lower-case hex of `b`.
 pub fn hex(b: &[u8]) -> String {
     use std::fmt::Write;
-    b.iter().fold(String::with_capacity(b.len() * 2), |mut s, x| {
-        let _ = write!(s, "{x:02x}");
-        s
-    })
+    b.iter()
+        .fold(String::with_capacity(b.len() * 2), |mut s, x| {
+            let _ = write!(s, "{x:02x}");
+            s
+        })
 }
 
 /// A UUID in its 8-4-4-4-12 form.
 pub fn uuid_str(b: &[u8; 16]) -> String {
     let h = hex(b);
-    format!("{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
 }
 
 #[cfg(test)]
@@ -136,7 +154,10 @@ mod tests {
     #[test]
     fn formatting() {
         assert_eq!(hex(&[0xab, 0x01]), "ab01");
-        assert_eq!(uuid_str(&[0x11; 16]), "11111111-1111-1111-1111-111111111111");
+        assert_eq!(
+            uuid_str(&[0x11; 16]),
+            "11111111-1111-1111-1111-111111111111"
+        );
         assert!(resolve("127.0.0.1", 4420).is_ok());
         assert_eq!(resolve("[::1]", 4420).unwrap().port(), 4420);
     }

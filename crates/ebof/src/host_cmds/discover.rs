@@ -13,7 +13,12 @@ pub struct DiscoverArgs {
     #[arg(short = 'a', long = "traddr", value_name = "ADDR")]
     pub traddr: String,
     /// Discovery controller port.
-    #[arg(short = 's', long = "trsvcid", value_name = "PORT", default_value_t = 8009)]
+    #[arg(
+        short = 's',
+        long = "trsvcid",
+        value_name = "PORT",
+        default_value_t = 8009
+    )]
     pub trsvcid: u16,
     /// Host NQN (default: /etc/nvme/hostnqn, else a generated UUID NQN).
     #[arg(long, value_name = "NQN")]
@@ -75,7 +80,11 @@ fn treq_str(t: u8) -> String {
         treq::NOT_REQUIRED => "not required",
         _ => "reserved",
     };
-    if t & treq::DISABLE_SQFLOW != 0 { format!("{base}, sq flow control disable supported") } else { base.to_string() }
+    if t & treq::DISABLE_SQFLOW != 0 {
+        format!("{base}, sq flow control disable supported")
+    } else {
+        base.to_string()
+    }
 }
 
 fn eflags_str(f: u16) -> String {
@@ -84,8 +93,16 @@ fn eflags_str(f: u16) -> String {
         (eflags::DUPRETINFO, "duplicate discovery information"),
         (eflags::NCC, "no cdc connectivity"),
     ];
-    let set: Vec<&str> = names.iter().filter(|(b, _)| f & b != 0).map(|(_, n)| *n).collect();
-    if set.is_empty() { "none".to_string() } else { set.join(", ") }
+    let set: Vec<&str> = names
+        .iter()
+        .filter(|(b, _)| f & b != 0)
+        .map(|(_, n)| *n)
+        .collect();
+    if set.is_empty() {
+        "none".to_string()
+    } else {
+        set.join(", ")
+    }
 }
 
 fn sectype_str(e: &DiscoveryLogEntry) -> &'static str {
@@ -102,7 +119,10 @@ fn sectype_str(e: &DiscoveryLogEntry) -> &'static str {
 
 /// The `nvme discover` text.
 pub fn to_text(log: &DiscoveryLog) -> String {
-    let mut s = format!("\nDiscovery Log Number of Records {}, Generation counter {}\n", log.numrec, log.genctr);
+    let mut s = format!(
+        "\nDiscovery Log Number of Records {}, Generation counter {}\n",
+        log.numrec, log.genctr
+    );
     for (i, e) in log.entries.iter().enumerate() {
         s += &format!("=====Discovery Log Entry {i}======\n");
         s += &format!("trtype:  {}\n", trtype_str(e.trtype));
@@ -163,7 +183,12 @@ mod tests {
             traddr: "127.0.0.1".into(),
             tcp_sectype: tcp_sectype::NONE,
         };
-        DiscoveryLog { genctr: 3, numrec: 1, recfmt: 0, entries: vec![e] }
+        DiscoveryLog {
+            genctr: 3,
+            numrec: 1,
+            recfmt: 0,
+            entries: vec![e],
+        }
     }
 
     #[test]
@@ -172,7 +197,9 @@ mod tests {
         assert!(t.contains("Discovery Log Number of Records 1, Generation counter 3\n"));
         assert!(t.contains("=====Discovery Log Entry 0======\ntrtype:  tcp\nadrfam:  ipv4\nsubtype: nvme subsystem\n"));
         assert!(t.contains("treq:    not required, sq flow control disable supported\n"));
-        assert!(t.contains("eflags:  explicit discovery connections, duplicate discovery information\n"));
+        assert!(t.contains(
+            "eflags:  explicit discovery connections, duplicate discovery information\n"
+        ));
         assert!(t.contains("sectype: none\n"));
     }
 

@@ -15,7 +15,12 @@ pub struct IdentifyArgs {
     #[arg(short = 'a', long = "traddr", value_name = "ADDR")]
     pub traddr: String,
     /// Target port.
-    #[arg(short = 's', long = "trsvcid", value_name = "PORT", default_value_t = 4420)]
+    #[arg(
+        short = 's',
+        long = "trsvcid",
+        value_name = "PORT",
+        default_value_t = 4420
+    )]
     pub trsvcid: u16,
     /// Subsystem NQN.
     #[arg(short = 'n', long = "nqn", value_name = "SUBNQN")]
@@ -64,19 +69,33 @@ pub fn identify(a: IdentifyArgs) -> Result<()> {
 }
 
 async fn read_all(ctrl: &Controller, nsid: Option<u32>) -> Result<Identified> {
-    let c = ctrl.identify_controller().await.context("Identify Controller")?;
+    let c = ctrl
+        .identify_controller()
+        .await
+        .context("Identify Controller")?;
     let nsids = match nsid {
         Some(n) => vec![NamespaceId(n)],
-        None => ctrl.active_namespaces().await.context("Identify Active Namespace List")?,
+        None => ctrl
+            .active_namespaces()
+            .await
+            .context("Identify Active Namespace List")?,
     };
     let mut namespaces = Vec::new();
     for n in nsids {
-        let ns = ctrl.identify_namespace(n).await.with_context(|| format!("Identify Namespace {}", n.0))?;
+        let ns = ctrl
+            .identify_namespace(n)
+            .await
+            .with_context(|| format!("Identify Namespace {}", n.0))?;
         // Optional for a controller (NVMe 1.3+); an error just means "no descriptors".
         let descs = ctrl.ns_id_descriptors(n).await.unwrap_or_default();
         namespaces.push((n, ns, descs));
     }
-    Ok(Identified { cap: ctrl.cap_raw(), vs: ctrl.version(), ctrl: c, namespaces })
+    Ok(Identified {
+        cap: ctrl.cap_raw(),
+        vs: ctrl.version(),
+        ctrl: c,
+        namespaces,
+    })
 }
 
 fn version_str(v: u32) -> String {
@@ -84,7 +103,11 @@ fn version_str(v: u32) -> String {
 }
 
 fn mdts_str(mdts: u8) -> String {
-    if mdts == 0 { "unlimited".into() } else { format!("{} KiB", 4u64 << mdts) }
+    if mdts == 0 {
+        "unlimited".into()
+    } else {
+        format!("{} KiB", 4u64 << mdts)
+    }
 }
 
 /// A 128-bit counter as a JSON number when it fits, else a decimal string.
@@ -151,7 +174,14 @@ fn to_text(id: &Identified) -> String {
     line("sgls", format!("{:#x}", c.sgls));
     line("mnan", c.mnan.to_string());
     line("subnqn", c.subnqn.clone());
-    line("ioccsz", format!("{} ({} B in-capsule data)", c.ioccsz, (c.ioccsz as usize * 16).saturating_sub(64)));
+    line(
+        "ioccsz",
+        format!(
+            "{} ({} B in-capsule data)",
+            c.ioccsz,
+            (c.ioccsz as usize * 16).saturating_sub(64)
+        ),
+    );
     line("iorcsz", c.iorcsz.to_string());
     line("icdoff", c.icdoff.to_string());
     line("fcatt", format!("{:#x}", c.fcatt));
@@ -164,7 +194,15 @@ fn to_text(id: &Identified) -> String {
         let lba = ns.lba_size();
         let (nguid, eui64, uuid) = ns_ids(ns, descs);
         let mut line = |k: &str, v: String| s += &format!("{k:<9} : {v}\n");
-        line("nsze", format!("{:#x} ({} blocks, {} bytes)", ns.nsze, ns.nsze, ns.nsze.saturating_mul(u64::from(lba))));
+        line(
+            "nsze",
+            format!(
+                "{:#x} ({} blocks, {} bytes)",
+                ns.nsze,
+                ns.nsze,
+                ns.nsze.saturating_mul(u64::from(lba))
+            ),
+        );
         line("ncap", format!("{:#x}", ns.ncap));
         line("nuse", format!("{:#x}", ns.nuse));
         line("nsfeat", format!("{:#x}", ns.nsfeat));
@@ -180,8 +218,15 @@ fn to_text(id: &Identified) -> String {
         line("eui64", eui64);
         line("uuid", uuid.unwrap_or_else(|| "-".into()));
         for (i, f) in ns.lbaf.iter().enumerate().take(usize::from(ns.nlbaf) + 1) {
-            let used = if i == ns.lbaf_index() { " (in use)" } else { "" };
-            s += &format!("lbaf {i:>3} : ms:{:<3} lbads:{:<2} rp:{:#x}{used}\n", f.ms, f.lbads, f.rp);
+            let used = if i == ns.lbaf_index() {
+                " (in use)"
+            } else {
+                ""
+            };
+            s += &format!(
+                "lbaf {i:>3} : ms:{:<3} lbads:{:<2} rp:{:#x}{used}\n",
+                f.ms, f.lbads, f.rp
+            );
         }
     }
     s
@@ -254,7 +299,12 @@ mod tests {
             tnvmcap: u128::MAX,
             ..Default::default()
         };
-        let mut ns = IdentifyNamespace { nsze: 131072, ncap: 131072, nuse: 0, ..Default::default() };
+        let mut ns = IdentifyNamespace {
+            nsze: 131072,
+            ncap: 131072,
+            nuse: 0,
+            ..Default::default()
+        };
         ns.lbaf[0] = LbaFormat::new(9);
         Identified {
             cap: 0x2000_0f01_007f,

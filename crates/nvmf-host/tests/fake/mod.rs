@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 use nvme_spec::discovery::{DiscoveryLogEntry, adrfam, encode_discovery_log, subtype, trtype};
 use nvme_spec::fabrics::{Cap, ConnectCmd, ConnectData, PropertyCmd, cc, csts, prop};
 use nvme_spec::identify::{
-    IDENTIFY_DATA_LEN, IdentifyController, IdentifyNamespace, LbaFormat, NsIdDescriptor, cns, cntrltype,
-    encode_active_ns_list, encode_ns_id_descs,
+    IDENTIFY_DATA_LEN, IdentifyController, IdentifyNamespace, LbaFormat, NsIdDescriptor, cns,
+    cntrltype, encode_active_ns_list, encode_ns_id_descs,
 };
 use nvme_spec::log::{copy_log_window, lid};
 use nvme_spec::opcode::{admin, fctype, io};
@@ -32,6 +32,9 @@ pub struct Options {
     pub fail_reads: Option<Status>,
     /// Drop the connection when an I/O Write arrives.
     pub drop_on_write: bool,
+    /// Complete the first Asynchronous Event Request at once with a Namespace Attribute
+    /// Changed notice (later ones are held, as usual).
+    pub aen_once: bool,
 }
 
 struct Shared {
@@ -39,10 +42,27 @@ struct Shared {
     cc: u32,
     next_cntlid: u16,
     genctr: u64,
+    keep_alives: u32,
+    aers: u32,
+}
+
+/// A running fake target.
+pub struct Fake {
+    pub addr: SocketAddr,
+    shared: Arc<Mutex<Shared>>,
+}
+
+impl Fake {
+    pub fn keep_alives(&self) -> u32 {
+        self.shared.lock().unwrap().keep_alives
+    }
+    pub fn aers(&self) -> u32 {
+        self.shared.lock().unwrap().aers
+    }
 }
 
 /// Start the fake target; it lives as long as the runtime.
-pub async fn start(opts: Options) -> SocketAddr {
+pub async fn start(opts: Options) -> Fake {
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
     let shared = Arc::new(Mutex::new(Shared {
@@ -50,7 +70,13 @@ pub async fn start(opts: Options) -> SocketAddr {
         cc: 0,
         next_cntlid: 1,
         genctr: 7,
+        keep_alives: 0,
+        aers: 0,
     }));
+    let fake = Fake {
+        addr,
+        shared: shared.clone(),
+    };
     tokio::spawn(async move {
         loop {
             let Ok((s, _)) = l.accept().await else { return };
@@ -60,7 +86,7 @@ pub async fn start(opts: Options) -> SocketAddr {
             });
         }
     });
-    addr
+    fake
 }
 
 struct PendingWrite {
@@ -82,7 +108,12 @@ struct Conn {
     pending: Vec<Option<PendingWrite>>,
 }
 
-async fn serve(mut s: TcpStream, sh: Arc<Mutex<Shared>>, opts: Options, addr: SocketAddr) -> std::io::Result<()> {
+async fn serve(
+    mut s: TcpStream,
+    sh: Arc<Mutex<Shared>>,
+    opts: Options,
+    addr: SocketAddr,
+) -> std::io::Result<()> {
     s.set_nodelay(true)?;
     let mut tc = TargetConn::new(TargetConnConfig {
         maxh2cdata: 16 * 1024,
@@ -131,7 +162,13 @@ async fn serve(mut s: TcpStream, sh: Arc<Mutex<Shared>>, opts: Options, addr: So
                     }
                     c.command(&mut tc, &mut out, sqe, icd);
                 }
-                TargetEvent::H2cData { cccid, ttag, datao, data, last } => {
+                TargetEvent::H2cData {
+                    cccid,
+                    ttag,
+                    datao,
+                    data,
+                    last,
+                } => {
                     let p = c.pending[usize::from(ttag)].as_mut().unwrap();
                     assert_eq!(p.cid, cccid);
                     p.buf[datao as usize..datao as usize + data.len()].copy_from_slice(data);
@@ -188,7 +225,10 @@ impl Conn {
     fn command(&mut self, tc: &mut TargetConn, out: &mut Vec<u8>, sqe: Sqe, icd: &[u8]) {
         let cid = sqe.cid().0;
         let Some(qid) = self.qid else {
-            assert_eq!((sqe.opcode(), sqe.fctype()), (admin::FABRICS, fctype::CONNECT));
+            assert_eq!(
+                (sqe.opcode(), sqe.fctype()),
+                (admin::FABRICS, fctype::CONNECT)
+            );
             let cmd = ConnectCmd::from_sqe(&sqe);
             let data = ConnectData::decode(icd).unwrap();
             assert_eq!(cmd.recfmt, 0);
@@ -224,7 +264,13 @@ impl Conn {
                 match sqe.fctype() {
                     fctype::PROPERTY_GET => {
                         let v = match p.ofst {
-                            prop::CAP => Cap { mqes: 127, to: 2, css_nvm: true, css_iocs: false }.to_u64(),
+                            prop::CAP => Cap {
+                                mqes: 127,
+                                to: 2,
+                                css_nvm: true,
+                                css_iocs: false,
+                            }
+                            .to_u64(),
                             prop::VS => u64::from(nvme_spec::NVME_VERSION),
                             prop::CC => u64::from(sh.cc),
                             prop::CSTS => {
@@ -266,7 +312,11 @@ impl Conn {
                             mdts: 5,
                             cntlid: self.cntlid,
                             ver: nvme_spec::NVME_VERSION,
-                            cntrltype: if discovery { cntrltype::DISCOVERY } else { cntrltype::IO },
+                            cntrltype: if discovery {
+                                cntrltype::DISCOVERY
+                            } else {
+                                cntrltype::IO
+                            },
                             aerl: 3,
                             elpe: 3,
                             sqes: 0x66,
@@ -283,7 +333,12 @@ impl Conn {
                         id.encode(&mut page);
                     }
                     cns::NS => {
-                        let mut ns = IdentifyNamespace { nsze: NS_BLOCKS, ncap: NS_BLOCKS, nuse: NS_BLOCKS, ..Default::default() };
+                        let mut ns = IdentifyNamespace {
+                            nsze: NS_BLOCKS,
+                            ncap: NS_BLOCKS,
+                            nuse: NS_BLOCKS,
+                            ..Default::default()
+                        };
                         ns.nlbaf = 0;
                         ns.lbaf[0] = LbaFormat::new(9);
                         ns.nguid = [0xAB; 16];
@@ -293,7 +348,13 @@ impl Conn {
                         encode_active_ns_list([1u32].into_iter(), sqe.nsid().0, &mut page);
                     }
                     cns::NS_ID_DESC_LIST => {
-                        encode_ns_id_descs(&[NsIdDescriptor::Nguid([0xAB; 16]), NsIdDescriptor::Uuid([0xCD; 16])], &mut page);
+                        encode_ns_id_descs(
+                            &[
+                                NsIdDescriptor::Nguid([0xAB; 16]),
+                                NsIdDescriptor::Uuid([0xCD; 16]),
+                            ],
+                            &mut page,
+                        );
                     }
                     _ => return self.respond(tc, out, cid, Status::INVALID_FIELD, 0),
                 }
@@ -321,7 +382,10 @@ impl Conn {
                         };
                         encode_discovery_log(
                             genctr,
-                            &[e(subtype::CURRENT_DISCOVERY, nvme_spec::DISCOVERY_NQN), e(subtype::NVME, SUBNQN)],
+                            &[
+                                e(subtype::CURRENT_DISCOVERY, nvme_spec::DISCOVERY_NQN),
+                                e(subtype::NVME, SUBNQN),
+                            ],
                         )
                     }
                     _ => vec![0u8; 4096],
@@ -330,9 +394,28 @@ impl Conn {
                 copy_log_window(&full, off, &mut page);
                 self.send_data(tc, out, cid, &page);
             }
-            admin::ASYNC_EVENT_REQUEST => {} // held forever
-            admin::SET_FEATURES | admin::GET_FEATURES | admin::KEEP_ALIVE => {
-                let dw0 = if sqe.cdw10() & 0xFF == 0x07 { sqe.cdw11() } else { 0 };
+            admin::ASYNC_EVENT_REQUEST => {
+                let first = {
+                    let mut sh = self.sh.lock().unwrap();
+                    sh.aers += 1;
+                    sh.aers == 1
+                };
+                if self.opts.aen_once && first {
+                    // Notice (2), Namespace Attribute Changed (0), Changed Namespace List (04h).
+                    self.respond(tc, out, cid, Status::SUCCESS, 0x0004_0002);
+                }
+                // otherwise held forever
+            }
+            admin::KEEP_ALIVE => {
+                self.sh.lock().unwrap().keep_alives += 1;
+                self.respond(tc, out, cid, Status::SUCCESS, 0)
+            }
+            admin::SET_FEATURES | admin::GET_FEATURES => {
+                let dw0 = if sqe.cdw10() & 0xFF == 0x07 {
+                    sqe.cdw11()
+                } else {
+                    0
+                };
                 self.respond(tc, out, cid, Status::SUCCESS, dw0)
             }
             _ => self.respond(tc, out, cid, Status::INVALID_OPCODE, 0),
@@ -368,15 +451,28 @@ impl Conn {
                 } else {
                     let ttag = cid; // slot index = CID in this fake
                     assert!(tc.send_r2t(out, cid, ttag, 0, len as u32));
-                    self.pending[usize::from(ttag)] = Some(PendingWrite { cid, slba, buf: vec![0; len] });
+                    self.pending[usize::from(ttag)] = Some(PendingWrite {
+                        cid,
+                        slba,
+                        buf: vec![0; len],
+                    });
                 }
             }
-            io::FLUSH | io::WRITE_ZEROES | io::DATASET_MGMT => self.respond(tc, out, cid, Status::SUCCESS, 0),
+            io::FLUSH | io::WRITE_ZEROES | io::DATASET_MGMT => {
+                self.respond(tc, out, cid, Status::SUCCESS, 0)
+            }
             _ => self.respond(tc, out, cid, Status::INVALID_OPCODE, 0),
         }
     }
 
-    fn finish_write(&mut self, tc: &TargetConn, out: &mut Vec<u8>, cid: u16, slba: u64, data: &[u8]) {
+    fn finish_write(
+        &mut self,
+        tc: &TargetConn,
+        out: &mut Vec<u8>,
+        cid: u16,
+        slba: u64,
+        data: &[u8],
+    ) {
         {
             let mut sh = self.sh.lock().unwrap();
             sh.ram[slba as usize * LBA_SIZE..][..data.len()].copy_from_slice(data);

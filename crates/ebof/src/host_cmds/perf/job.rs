@@ -148,11 +148,27 @@ pub async fn run(
 }
 
 async fn setup(spec: JobSpec, connector: &IoConnector) -> Result<Job, String> {
-    let entries = u16::try_from(spec.qd + 1).map_err(|_| format!("queue depth {} too large", spec.qd))?;
-    let opts = IoQueueOptions::new(spec.qid, entries).dissqfc(spec.dissqfc).max_io(spec.bs).prealloc(spec.bs);
-    let q = connector.connect(&opts).await.map_err(|e| format!("I/O queue {}: {e}", spec.qid))?;
+    let entries =
+        u16::try_from(spec.qd + 1).map_err(|_| format!("queue depth {} too large", spec.qd))?;
+    let opts = IoQueueOptions::new(spec.qid, entries)
+        .dissqfc(spec.dissqfc)
+        .max_io(spec.bs)
+        .prealloc(spec.bs);
+    let q = connector
+        .connect(&opts)
+        .await
+        .map_err(|e| format!("I/O queue {}: {e}", spec.qid))?;
     let now = Instant::now();
-    let meta = vec![Meta { start: now, unit: 0, write: false, generation: 0, measured: false }; q.capacity()];
+    let meta = vec![
+        Meta {
+            start: now,
+            unit: 0,
+            write: false,
+            generation: 0,
+            measured: false
+        };
+        q.capacity()
+    ];
     let map = spec.verify.then(|| GenMap::new(spec.units as usize));
     let mut job = Job {
         rng: Rng(spec.seed | 1),
@@ -173,7 +189,10 @@ async fn setup(spec: JobSpec, connector: &IoConnector) -> Result<Job, String> {
         }
         let failed: u64 = job.res.status_errors.values().sum();
         if failed > 0 {
-            return Err(format!("I/O queue {}: prefill failed: {failed} writes failed ({:?})", job.spec.qid, job.res.status_errors));
+            return Err(format!(
+                "I/O queue {}: prefill failed: {failed} writes failed ({:?})",
+                job.spec.qid, job.res.status_errors
+            ));
         }
     }
     Ok(job)
@@ -216,7 +235,13 @@ impl Job {
     }
 
     /// Submit one command on `unit`. `Ok(false)`: the queue is full.
-    fn submit(&mut self, unit: u64, write: bool, now: Instant, measured: bool) -> Result<bool, HostError> {
+    fn submit(
+        &mut self,
+        unit: u64,
+        write: bool,
+        now: Instant,
+        measured: bool,
+    ) -> Result<bool, HostError> {
         let s = &self.spec;
         let nlb = (s.bs / s.lba_size) as u32;
         let slba = s.region_lba + unit * u64::from(nlb);
@@ -242,7 +267,13 @@ impl Job {
             self.q.submit_read(s.nsid, slba, nlb, s.bs, unit)?
         };
         let Some(cid) = r else { return Ok(false) };
-        self.meta[usize::from(cid.0)] = Meta { start: now, unit, write, generation, measured };
+        self.meta[usize::from(cid.0)] = Meta {
+            start: now,
+            unit,
+            write,
+            generation,
+            measured,
+        };
         if let Some(m) = &mut self.map {
             m.set_busy(unit, true);
         }
@@ -252,7 +283,16 @@ impl Job {
     /// Poll once and account every completion. `end`: completions after it are not measured.
     async fn poll(&mut self, end: Instant, progress: &Progress) -> Result<(), HostError> {
         let mut clock: Option<Instant> = None;
-        let Job { q, meta, map, res, spec, pending_ios, pending_errors, .. } = self;
+        let Job {
+            q,
+            meta,
+            map,
+            res,
+            spec,
+            pending_ios,
+            pending_errors,
+            ..
+        } = self;
         let r = q
             .poll_completions(|c: Completion<'_>| {
                 let now = *clock.get_or_insert_with(Instant::now);
@@ -264,7 +304,9 @@ impl Job {
                 if !c.is_success() {
                     *pending_errors += 1;
                     *res.status_errors.entry(c.status().to_string()).or_insert(0) += 1;
-                    if m.write && let Some(map) = map.as_mut() {
+                    if m.write
+                        && let Some(map) = map.as_mut()
+                    {
                         map.set_expected(m.unit, UNKNOWN);
                     }
                     return;
@@ -275,7 +317,14 @@ impl Job {
                     } else if m.generation != UNKNOWN {
                         let slba = spec.region_lba + m.unit * (spec.bs / spec.lba_size) as u64;
                         let before = res.verify.mismatches.len();
-                        verify::check_blocks(c.data, slba, spec.lba_size, m.generation, spec.run_id, &mut res.verify.mismatches);
+                        verify::check_blocks(
+                            c.data,
+                            slba,
+                            spec.lba_size,
+                            m.generation,
+                            spec.run_id,
+                            &mut res.verify.mismatches,
+                        );
                         let bad = (res.verify.mismatches.len() - before) as u64;
                         res.verify.checked_blocks += (c.data.len() / spec.lba_size) as u64;
                         res.verify.mismatch_count += bad;
@@ -284,7 +333,11 @@ impl Job {
                 }
                 if m.measured && now <= end {
                     let ns = now.saturating_duration_since(m.start).as_nanos() as u64;
-                    let d = if m.write { &mut res.write } else { &mut res.read };
+                    let d = if m.write {
+                        &mut res.write
+                    } else {
+                        &mut res.read
+                    };
                     d.record(spec.bs as u64, ns);
                 }
             })
@@ -297,8 +350,12 @@ impl Job {
 
     fn publish(&mut self, progress: &Progress) {
         progress.ios.fetch_add(self.pending_ios, Ordering::Relaxed);
-        progress.bytes.fetch_add(self.pending_ios * self.spec.bs as u64, Ordering::Relaxed);
-        progress.errors.fetch_add(self.pending_errors, Ordering::Relaxed);
+        progress
+            .bytes
+            .fetch_add(self.pending_ios * self.spec.bs as u64, Ordering::Relaxed);
+        progress
+            .errors
+            .fetch_add(self.pending_errors, Ordering::Relaxed);
         self.pending_ios = 0;
         self.pending_errors = 0;
     }
@@ -347,7 +404,11 @@ impl Job {
         loop {
             let now = Instant::now();
             while next < self.spec.units && self.q.in_flight() < self.spec.qd {
-                let skip = !write && self.map.as_ref().is_some_and(|m| m.expected(next) == UNKNOWN);
+                let skip = !write
+                    && self
+                        .map
+                        .as_ref()
+                        .is_some_and(|m| m.expected(next) == UNKNOWN);
                 if !skip {
                     match self.submit(next, write, now, false) {
                         Ok(true) => {}

@@ -37,7 +37,7 @@ use report::{Cpu, JobResult, Report, Workload};
 
 /// Access pattern and direction (fio's `rw=` names).
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Rw {
+pub enum RwMode {
     #[value(name = "read")]
     Read,
     #[value(name = "write")]
@@ -50,27 +50,27 @@ pub enum Rw {
     RandRw,
 }
 
-impl Rw {
+impl RwMode {
     fn name(self) -> &'static str {
         match self {
-            Rw::Read => "read",
-            Rw::Write => "write",
-            Rw::RandRead => "randread",
-            Rw::RandWrite => "randwrite",
-            Rw::RandRw => "randrw",
+            RwMode::Read => "read",
+            RwMode::Write => "write",
+            RwMode::RandRead => "randread",
+            RwMode::RandWrite => "randwrite",
+            RwMode::RandRw => "randrw",
         }
     }
     fn pattern(self) -> Pattern {
         match self {
-            Rw::Read | Rw::Write => Pattern::Sequential,
-            Rw::RandRead | Rw::RandWrite | Rw::RandRw => Pattern::Random,
+            RwMode::Read | RwMode::Write => Pattern::Sequential,
+            RwMode::RandRead | RwMode::RandWrite | RwMode::RandRw => Pattern::Random,
         }
     }
     fn read_pct(self, mix: u8) -> u8 {
         match self {
-            Rw::Read | Rw::RandRead => 100,
-            Rw::Write | Rw::RandWrite => 0,
-            Rw::RandRw => mix,
+            RwMode::Read | RwMode::RandRead => 100,
+            RwMode::Write | RwMode::RandWrite => 0,
+            RwMode::RandRw => mix,
         }
     }
 }
@@ -81,7 +81,12 @@ pub struct PerfArgs {
     #[arg(short = 'a', long = "traddr", value_name = "ADDR")]
     pub traddr: String,
     /// Target port.
-    #[arg(short = 's', long = "trsvcid", value_name = "PORT", default_value_t = 4420)]
+    #[arg(
+        short = 's',
+        long = "trsvcid",
+        value_name = "PORT",
+        default_value_t = 4420
+    )]
     pub trsvcid: u16,
     /// Subsystem NQN.
     #[arg(short = 'n', long = "nqn", value_name = "SUBNQN")]
@@ -90,8 +95,8 @@ pub struct PerfArgs {
     #[arg(long, value_name = "N")]
     pub nsid: Option<u32>,
     /// Workload.
-    #[arg(long, value_enum, default_value_t = Rw::RandRead)]
-    pub rw: Rw,
+    #[arg(long, value_enum, default_value_t = RwMode::RandRead)]
+    pub rw: RwMode,
     /// Percentage of reads for randrw.
     #[arg(long, value_name = "PCT", default_value_t = 50, value_parser = clap::value_parser!(u8).range(0..=100))]
     pub mix: u8,
@@ -149,8 +154,19 @@ pub fn perf(a: PerfArgs) -> Result<()> {
     if a.runtime.is_zero() {
         bail!("--runtime must be > 0");
     }
-    let cores = a.cores.as_deref().map(affinity::parse_core_list).transpose().map_err(|e| anyhow::anyhow!("--cores: {e}"))?;
-    let queues = usize::from(a.queues.unwrap_or(cores.as_ref().map_or(1, |c| c.len().min(usize::from(u16::MAX)) as u16)));
+    let cores = a
+        .cores
+        .as_deref()
+        .map(affinity::parse_core_list)
+        .transpose()
+        .map_err(|e| anyhow::anyhow!("--cores: {e}"))?;
+    let queues = usize::from(
+        a.queues.unwrap_or(
+            cores
+                .as_ref()
+                .map_or(1, |c| c.len().min(usize::from(u16::MAX)) as u16),
+        ),
+    );
     if queues == 0 {
         bail!("--queues must be ≥ 1");
     }
@@ -179,7 +195,10 @@ pub fn perf(a: PerfArgs) -> Result<()> {
     }
     let (errors, bad) = report.failures();
     if bad > 0 {
-        bail!("verify found {bad} bad blocks (first at LBA {})", report.verify.mismatches.first().map_or(0, |m| m.lba));
+        bail!(
+            "verify found {bad} bad blocks (first at LBA {})",
+            report.verify.mismatches.first().map_or(0, |m| m.lba)
+        );
     }
     if errors > 0 {
         bail!("{errors} I/O errors");
@@ -205,14 +224,19 @@ async fn geometry(a: &PerfArgs, ctrl: &Controller) -> Result<Geometry> {
             .first()
             .context("the subsystem has no active namespace")?,
     };
-    let ns = ctrl.identify_namespace(nsid).await.with_context(|| format!("Identify Namespace {}", nsid.0))?;
+    let ns = ctrl
+        .identify_namespace(nsid)
+        .await
+        .with_context(|| format!("Identify Namespace {}", nsid.0))?;
     if ns.nsze == 0 {
         bail!("namespace {} is not active", nsid.0);
     }
     let lba_size = ns.lba_size() as usize;
     let bs = a.bs as usize;
-    if bs % lba_size != 0 || bs / lba_size > 65536 {
-        bail!("--bs {bs} must be a multiple of the {lba_size}-byte block size, at most 65536 blocks");
+    if !bs.is_multiple_of(lba_size) || bs / lba_size > 65536 {
+        bail!(
+            "--bs {bs} must be a multiple of the {lba_size}-byte block size, at most 65536 blocks"
+        );
     }
     if let Some(m) = ctrl.max_transfer()
         && bs > m
@@ -231,15 +255,30 @@ async fn geometry(a: &PerfArgs, ctrl: &Controller) -> Result<Geometry> {
     if units == 0 {
         bail!("--range {start}-{end} holds no {bs}-byte block");
     }
-    Ok(Geometry { nsid, lba_size, range: (start, start + units * bs as u64), units })
+    Ok(Geometry {
+        nsid,
+        lba_size,
+        range: (start, start + units * bs as u64),
+        units,
+    })
 }
 
-async fn run(a: &PerfArgs, ctrl: &Controller, addr: SocketAddr, cores: Option<Vec<usize>>, queues: usize) -> Result<Report> {
+async fn run(
+    a: &PerfArgs,
+    ctrl: &Controller,
+    addr: SocketAddr,
+    cores: Option<Vec<usize>>,
+    queues: usize,
+) -> Result<Report> {
     let g = geometry(a, ctrl).await?;
     let qd = usize::from(a.qd);
     let connector = ctrl.io_connector();
     if qd + 1 > connector.max_entries() as usize {
-        bail!("--qd {qd} needs {} queue entries; the controller allows {} (CAP.MQES)", qd + 1, connector.max_entries());
+        bail!(
+            "--qd {qd} needs {} queue entries; the controller allows {} (CAP.MQES)",
+            qd + 1,
+            connector.max_entries()
+        );
     }
     if let Some(n) = ctrl.io_queues_granted()
         && usize::from(n) < queues
@@ -249,14 +288,25 @@ async fn run(a: &PerfArgs, ctrl: &Controller, addr: SocketAddr, cores: Option<Ve
     // Regions per queue.
     let private = a.verify || a.rw.pattern() == Pattern::Sequential;
     if a.verify && g.units > MAX_VERIFY_UNITS {
-        bail!("--verify over {} blocks of {} B needs too much memory; narrow --range", g.units, a.bs);
+        bail!(
+            "--verify over {} blocks of {} B needs too much memory; narrow --range",
+            g.units,
+            a.bs
+        );
     }
     let per_queue = g.units / queues as u64;
     if private && per_queue == 0 {
-        bail!("--range holds {} blocks of {} B, fewer than --queues {queues}", g.units, a.bs);
+        bail!(
+            "--range holds {} blocks of {} B, fewer than --queues {queues}",
+            g.units,
+            a.bs
+        );
     }
     if a.verify && per_queue <= qd as u64 {
-        bail!("--verify needs more than --qd ({qd}) blocks of {} B per queue; the range gives {per_queue}", a.bs);
+        bail!(
+            "--verify needs more than --qd ({qd}) blocks of {} B per queue; the range gives {per_queue}",
+            a.bs
+        );
     }
     let threads = match &cores {
         Some(c) => c.len().min(queues),
@@ -270,8 +320,15 @@ async fn run(a: &PerfArgs, ctrl: &Controller, addr: SocketAddr, cores: Option<Ve
         .map(|i| {
             let (region_lba, units) = if private {
                 let first = i as u64 * per_queue;
-                let last = if i + 1 == queues { g.units } else { first + per_queue };
-                (g.range.0 / g.lba_size as u64 + first * (bs / g.lba_size) as u64, last - first)
+                let last = if i + 1 == queues {
+                    g.units
+                } else {
+                    first + per_queue
+                };
+                (
+                    g.range.0 / g.lba_size as u64 + first * (bs / g.lba_size) as u64,
+                    last - first,
+                )
             } else {
                 (g.range.0 / g.lba_size as u64, g.units)
             };
@@ -315,7 +372,10 @@ async fn run(a: &PerfArgs, ctrl: &Controller, addr: SocketAddr, cores: Option<Ve
         data_digest: a.data_digest,
     };
     if a.verify && read_pct > 0 && !a.json {
-        eprintln!("perf: prefilling {} MiB for --verify", (g.range.1 - g.range.0) >> 20);
+        eprintln!(
+            "perf: prefilling {} MiB for --verify",
+            (g.range.1 - g.range.0) >> 20
+        );
     }
 
     let progress = Arc::new(Progress::default());
@@ -326,8 +386,13 @@ async fn run(a: &PerfArgs, ctrl: &Controller, addr: SocketAddr, cores: Option<Ve
     for t in 0..threads {
         let mine: Vec<JobSpec> = specs.iter().skip(t).step_by(threads).cloned().collect();
         let core = cores.as_ref().map(|c| c[t]);
-        let (connector, progress, ready, done, phase) =
-            (connector.clone(), progress.clone(), ready_tx.clone(), done_tx.clone(), phase_rx.clone());
+        let (connector, progress, ready, done, phase) = (
+            connector.clone(),
+            progress.clone(),
+            ready_tx.clone(),
+            done_tx.clone(),
+            phase_rx.clone(),
+        );
         let h = std::thread::Builder::new()
             .name(format!("perf-{t}"))
             .spawn(move || worker(core, mine, connector, progress, ready, done, phase))
@@ -355,11 +420,17 @@ async fn run(a: &PerfArgs, ctrl: &Controller, addr: SocketAddr, cores: Option<Ve
     }
 
     let start = Instant::now();
-    let timing = Timing { ramp_end: start + a.ramp, end: start + a.ramp + a.runtime };
+    let timing = Timing {
+        ramp_end: start + a.ramp,
+        end: start + a.ramp + a.runtime,
+    };
     let _ = phase_tx.send(Phase::Go(timing));
     let show = !a.json && std::io::stdout().is_terminal();
     let mut cpu0 = None;
-    let mut tick = tokio::time::interval_at((start + Duration::from_secs(1)).into(), Duration::from_secs(1));
+    let mut tick = tokio::time::interval_at(
+        (start + Duration::from_secs(1)).into(),
+        Duration::from_secs(1),
+    );
     let (mut last_ios, mut last_bytes) = (0u64, 0u64);
     loop {
         tokio::select! {
@@ -391,14 +462,19 @@ async fn run(a: &PerfArgs, ctrl: &Controller, addr: SocketAddr, cores: Option<Ve
     }
     join(handles);
     if results.len() != queues {
-        bail!("{} of {queues} perf jobs did not finish", queues - results.len());
+        bail!(
+            "{} of {queues} perf jobs did not finish",
+            queues - results.len()
+        );
     }
     results.sort_by_key(|j| j.qid);
     Ok(Report::new(workload, a.runtime, &results, cpu))
 }
 
 fn nanos_now() -> u32 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos())
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos())
 }
 
 fn join(handles: Vec<std::thread::JoinHandle<()>>) {
@@ -434,7 +510,15 @@ fn worker(
     rt.block_on(async {
         let handles: Vec<_> = specs
             .into_iter()
-            .map(|s| tokio::spawn(job::run(s, connector.clone(), progress.clone(), ready.clone(), phase.clone())))
+            .map(|s| {
+                tokio::spawn(job::run(
+                    s,
+                    connector.clone(),
+                    progress.clone(),
+                    ready.clone(),
+                    phase.clone(),
+                ))
+            })
             .collect();
         for h in handles {
             // Setup failures were already reported through `ready`; a panic shows as a job

@@ -122,11 +122,22 @@ impl Cpu {
             libc::getrusage(libc::RUSAGE_SELF, &mut ru);
             ru
         };
-        let tv = |t: libc::timeval| Duration::new(t.tv_sec.max(0) as u64, (t.tv_usec.max(0) as u32).saturating_mul(1000));
-        Cpu { user: tv(ru.ru_utime), sys: tv(ru.ru_stime) }
+        let tv = |t: libc::timeval| {
+            Duration::new(
+                t.tv_sec.max(0) as u64,
+                (t.tv_usec.max(0) as u32).saturating_mul(1000),
+            )
+        };
+        Cpu {
+            user: tv(ru.ru_utime),
+            sys: tv(ru.ru_stime),
+        }
     }
     pub fn since(self, earlier: Cpu) -> Cpu {
-        Cpu { user: self.user.saturating_sub(earlier.user), sys: self.sys.saturating_sub(earlier.sys) }
+        Cpu {
+            user: self.user.saturating_sub(earlier.user),
+            sys: self.sys.saturating_sub(earlier.sys),
+        }
     }
 }
 
@@ -214,7 +225,9 @@ impl Report {
             r.verify.checked_blocks += j.verify.checked_blocks;
             r.verify.mismatch_count += j.verify.mismatch_count;
             let room = MAX_REPORTED_MISMATCHES.saturating_sub(r.verify.mismatches.len());
-            r.verify.mismatches.extend(j.verify.mismatches.iter().take(room).cloned());
+            r.verify
+                .mismatches
+                .extend(j.verify.mismatches.iter().take(room).cloned());
         }
         r
     }
@@ -227,7 +240,12 @@ impl Report {
 
     /// Commands that failed (error status or lost with the connection) and bad blocks.
     pub fn failures(&self) -> (u64, u64) {
-        (self.status_errors.values().sum::<u64>() + self.lost + self.transport_errors.len() as u64, self.verify.mismatch_count)
+        (
+            self.status_errors.values().sum::<u64>()
+                + self.lost
+                + self.transport_errors.len() as u64,
+            self.verify.mismatch_count,
+        )
     }
 
     fn secs(&self) -> f64 {
@@ -332,7 +350,11 @@ impl Report {
             w.lba_size,
             w.range.0,
             w.range.1,
-            if w.rw == "randrw" { format!(", {}% reads", w.read_pct) } else { String::new() },
+            if w.rw == "randrw" {
+                format!(", {}% reads", w.read_pct)
+            } else {
+                String::new()
+            },
             if w.verify { ", verify" } else { "" },
         );
         self.dir_text("read", &self.read, &mut s);
@@ -364,7 +386,10 @@ impl Report {
             s += &format!("  connection failed: {e}\n");
         }
         if w.verify {
-            s += &format!("  verify: {} blocks checked, {bad} mismatches\n", self.verify.checked_blocks);
+            s += &format!(
+                "  verify: {} blocks checked, {bad} mismatches\n",
+                self.verify.checked_blocks
+            );
             for m in &self.verify.mismatches {
                 s += &format!(
                     "    MISMATCH lba {}: {} (expected generation {}, found generation {}, found lba {})\n",
@@ -376,7 +401,10 @@ impl Report {
                 );
             }
             if bad > self.verify.mismatches.len() as u64 {
-                s += &format!("    ... {} more\n", bad - self.verify.mismatches.len() as u64);
+                s += &format!(
+                    "    ... {} more\n",
+                    bad - self.verify.mismatches.len() as u64
+                );
             }
         }
         s
@@ -419,8 +447,22 @@ mod tests {
         b.write.record(4096, 50_000);
         b.status_errors.insert("LBA Out of Range".into(), 2);
         b.verify.mismatch_count = 1;
-        b.verify.mismatches.push(Mismatch { lba: 9, expected_gen: 2, found_gen: Some(1), found_lba: Some(9), reason: "stale" });
-        let r = Report::new(workload(), Duration::from_secs(2), &[a, b], Cpu { user: Duration::from_millis(500), sys: Duration::ZERO });
+        b.verify.mismatches.push(Mismatch {
+            lba: 9,
+            expected_gen: 2,
+            found_gen: Some(1),
+            found_lba: Some(9),
+            reason: "stale",
+        });
+        let r = Report::new(
+            workload(),
+            Duration::from_secs(2),
+            &[a, b],
+            Cpu {
+                user: Duration::from_millis(500),
+                sys: Duration::ZERO,
+            },
+        );
         let j = r.to_json();
         assert_eq!(j["ios"], 1001);
         assert_eq!(j["read"]["iops"], 500.0);

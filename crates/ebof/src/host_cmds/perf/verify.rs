@@ -59,9 +59,14 @@ pub fn fill_sector(sec: &mut [u8], lba: u64, generation: u32, run: u32) {
     sec[20..24].copy_from_slice(&run.to_le_bytes());
     sec[28..32].fill(0);
     // A 64-bit LCG: cheap, and different for every (LBA, generation, run).
-    let mut x = lba ^ (u64::from(generation) << 32) ^ u64::from(run).rotate_left(17) ^ 0x9E37_79B9_7F4A_7C15;
+    let mut x = lba
+        ^ (u64::from(generation) << 32)
+        ^ u64::from(run).rotate_left(17)
+        ^ 0x9E37_79B9_7F4A_7C15;
     for w in sec[HDR..].chunks_exact_mut(8) {
-        x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+        x = x
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
         w.copy_from_slice(&x.to_le_bytes());
     }
     let c = crc(sec);
@@ -70,22 +75,48 @@ pub fn fill_sector(sec: &mut [u8], lba: u64, generation: u32, run: u32) {
 
 /// Check one block against (LBA, generation, run).
 pub fn check_sector(sec: &[u8], lba: u64, generation: u32, run: u32) -> Result<(), Mismatch> {
-    let bad = |found_gen, found_lba, reason| Mismatch { lba, expected_gen: generation, found_gen, found_lba, reason };
+    let bad = |found_gen, found_lba, reason| Mismatch {
+        lba,
+        expected_gen: generation,
+        found_gen,
+        found_lba,
+        reason,
+    };
     if sec[0..8] != MAGIC {
-        return Err(bad(None, None, "no verify header (block not written by this tool, or overwritten)"));
+        return Err(bad(
+            None,
+            None,
+            "no verify header (block not written by this tool, or overwritten)",
+        ));
     }
     let (found_lba, found_gen, found_run) = (le64(sec, 8), le32(sec, 16), le32(sec, 20));
     if crc(sec) != le32(sec, 24) {
-        return Err(bad(Some(found_gen), Some(found_lba), "checksum mismatch (corrupted block)"));
+        return Err(bad(
+            Some(found_gen),
+            Some(found_lba),
+            "checksum mismatch (corrupted block)",
+        ));
     }
     if found_lba != lba {
-        return Err(bad(Some(found_gen), Some(found_lba), "block carries another LBA (misdirected write or read)"));
+        return Err(bad(
+            Some(found_gen),
+            Some(found_lba),
+            "block carries another LBA (misdirected write or read)",
+        ));
     }
     if found_run != run {
-        return Err(bad(Some(found_gen), Some(found_lba), "block written by another run"));
+        return Err(bad(
+            Some(found_gen),
+            Some(found_lba),
+            "block written by another run",
+        ));
     }
     if found_gen != generation {
-        return Err(bad(Some(found_gen), Some(found_lba), "stale generation (a write was lost or reordered)"));
+        return Err(bad(
+            Some(found_gen),
+            Some(found_lba),
+            "stale generation (a write was lost or reordered)",
+        ));
     }
     Ok(())
 }
@@ -98,7 +129,14 @@ pub fn fill_blocks(buf: &mut [u8], slba: u64, lba_size: usize, generation: u32, 
 }
 
 /// Check every block of `buf`, appending a [`Mismatch`] for each bad one.
-pub fn check_blocks(buf: &[u8], slba: u64, lba_size: usize, generation: u32, run: u32, bad: &mut Vec<Mismatch>) {
+pub fn check_blocks(
+    buf: &[u8],
+    slba: u64,
+    lba_size: usize,
+    generation: u32,
+    run: u32,
+    bad: &mut Vec<Mismatch>,
+) {
     for (i, sec) in buf.chunks_exact(lba_size).enumerate() {
         if let Err(m) = check_sector(sec, slba + i as u64, generation, run) {
             bad.push(m);
@@ -116,7 +154,11 @@ pub struct GenMap {
 
 impl GenMap {
     pub fn new(units: usize) -> GenMap {
-        GenMap { gens: vec![UNKNOWN; units], busy: vec![false; units], next: UNKNOWN }
+        GenMap {
+            gens: vec![UNKNOWN; units],
+            busy: vec![false; units],
+            next: UNKNOWN,
+        }
     }
     pub fn is_busy(&self, unit: u64) -> bool {
         self.busy[unit as usize]
@@ -156,7 +198,10 @@ mod tests {
             // stale generation, other run, wrong LBA
             check_blocks(&b, 100, size, 8, 42, &mut bad);
             assert_eq!(bad.len(), 4);
-            assert_eq!(bad[0].reason, "stale generation (a write was lost or reordered)");
+            assert_eq!(
+                bad[0].reason,
+                "stale generation (a write was lost or reordered)"
+            );
             assert_eq!(bad[0].found_gen, Some(7));
             bad.clear();
             check_blocks(&b, 100, size, 7, 43, &mut bad);
@@ -169,7 +214,10 @@ mod tests {
             b[size * 2 + 300] ^= 0x10;
             check_blocks(&b, 100, size, 7, 42, &mut bad);
             assert_eq!(bad.len(), 1);
-            assert_eq!((bad[0].lba, bad[0].reason), (102, "checksum mismatch (corrupted block)"));
+            assert_eq!(
+                (bad[0].lba, bad[0].reason),
+                (102, "checksum mismatch (corrupted block)")
+            );
             bad.clear();
             // never written
             check_blocks(&vec![0u8; size], 5, size, 1, 42, &mut bad);
