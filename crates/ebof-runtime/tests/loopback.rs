@@ -31,7 +31,7 @@ impl Drop for Running {
     }
 }
 
-fn start() -> Running {
+fn start(poll: Duration) -> Running {
     let backend = ebof_backend::open(&BackendSpec::Ram { size: 32 << 20 }).unwrap();
     let sub = Subsystem {
         nqn: NQN.into(),
@@ -57,6 +57,7 @@ fn start() -> Running {
         discovery: None,
         cores: vec![0],
         tcp: TargetConnConfig::default(),
+        poll,
     };
     let handle = Server::start(target, cfg).unwrap();
     let addr = handle.bound[0];
@@ -242,7 +243,13 @@ fn session(addr: SocketAddr, digests: bool) -> (Client, Client) {
 
 #[test]
 fn io_roundtrip_over_loopback() {
-    let srv = start();
+    for poll in [Duration::ZERO, Duration::from_micros(50)] {
+        io_roundtrip(poll);
+    }
+}
+
+fn io_roundtrip(poll: Duration) {
+    let srv = start(poll);
     for digests in [false, true] {
         let (_a, mut q) = session(srv.addr, digests);
         let data: Vec<u8> = (0..128 * 1024).map(|i| (i % 251) as u8).collect();
@@ -328,7 +335,7 @@ fn h2c(cccid: u16, ttag: u16, datao: u32, datal: u32) -> Vec<u8> {
 
 #[test]
 fn hostile_input_gets_term_req_and_target_keeps_serving() {
-    let srv = start();
+    let srv = start(Duration::ZERO);
     let addr = srv.addr;
     // A healthy session that must survive everything below.
     let (_a, mut q) = session(addr, false);
