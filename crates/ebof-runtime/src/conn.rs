@@ -112,6 +112,7 @@ impl ConnCore {
     /// Decode and handle every complete PDU; I/O on non-blocking backends runs inline; slots
     /// whose backend may block are returned through `offload`.
     pub fn process(&mut self, now: Instant, mut offload: impl FnMut(&mut Queue, u16)) -> Step {
+        let mut commands = 0usize;
         loop {
             let res = self
                 .conn
@@ -168,6 +169,9 @@ impl ConnCore {
                 Some(Disposition::Execute { slot }) => self.to_execute.push(slot),
                 Some(Disposition::Done | Disposition::Parked | Disposition::Pending) | None => {}
             }
+        }
+        if commands > 0 {
+            self.queue.touch(now);
         }
         for i in 0..self.to_execute.len() {
             let slot = self.to_execute[i];
@@ -276,7 +280,9 @@ pub async fn drive(
             Input::Data | Input::DataThenClosed => {
                 let now = Instant::now();
                 let step = core.process(now, |q, slot| {
-                    let Some(req) = q.io_request(slot).cloned() else { return };
+                    let Some(req) = q.io_request(slot).cloned() else {
+                        return;
+                    };
                     let mut buf = q.take_io_buffer(slot);
                     let tx = tx.clone();
                     offloaded += 1;
@@ -344,7 +350,13 @@ fn read_available(stream: &TcpStream, core: &mut ConnCore) -> Input {
             break;
         }
         match stream.try_read(space) {
-            Ok(0) => return if got { Input::DataThenClosed } else { Input::Closed },
+            Ok(0) => {
+                return if got {
+                    Input::DataThenClosed
+                } else {
+                    Input::Closed
+                };
+            }
             Ok(n) => {
                 core.received(n);
                 got = true;
@@ -364,5 +376,9 @@ fn recv_nonblocking(fd: std::os::fd::RawFd, buf: &mut [u8]) -> std::io::Result<u
     // SAFETY: `buf` is a valid, writable slice for its whole length; `fd` is the connection's
     // socket, owned by the `TcpStream` that outlives this call.
     let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
-    if n < 0 { Err(std::io::Error::last_os_error()) } else { Ok(n as usize) }
+    if n < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
 }

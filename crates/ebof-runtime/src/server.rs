@@ -143,7 +143,11 @@ fn reactor(
 ) {
     match affinity::pin_current_thread(core) {
         Ok(()) if poll.is_zero() => tracing::info!(core, "reactor started (epoll, event-driven)"),
-        Ok(()) => tracing::info!(core, poll_us = poll.as_micros() as u64, "reactor started (epoll + busy-poll window)"),
+        Ok(()) => tracing::info!(
+            core,
+            poll_us = poll.as_micros() as u64,
+            "reactor started (epoll + busy-poll window)"
+        ),
         Err(e) => tracing::warn!(core, error = %e, "reactor started unpinned"),
     }
     let rt = match tokio::runtime::Builder::new_current_thread()

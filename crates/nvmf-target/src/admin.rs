@@ -369,7 +369,7 @@ impl Queue {
                 let v = if default { None } else { st.num_queues };
                 v.unwrap_or(max | (max << 16))
             }
-            feature::VOLATILE_WC if !disc => u32::from(if default { true } else { st.wce }),
+            feature::VOLATILE_WC if !disc => u32::from(default || ctrl.wce()),
             feature::ARBITRATION if !disc => 0,
             feature::POWER_MGMT if !disc => {
                 if default {
@@ -444,7 +444,7 @@ impl Queue {
                 Ok((granted, 0))
             }
             feature::VOLATILE_WC if !disc => {
-                st.wce = v & 1 != 0;
+                ctrl.set_wce(v & 1 != 0);
                 Ok((0, 0))
             }
             feature::POWER_MGMT if !disc => {

@@ -34,8 +34,6 @@ pub struct CtrlState {
     pub aec: u32,
     /// Number of I/O queues granted by Set Features (0's based NSQA / NCQA packed as on the wire).
     pub num_queues: Option<u32>,
-    /// Volatile Write Cache enabled.
-    pub wce: bool,
     /// Error log, newest first.
     pub errors: VecDeque<ErrorLogEntry>,
     pub error_count: u64,
@@ -59,6 +57,8 @@ pub struct Controller {
     state: Mutex<CtrlState>,
     /// Set once the controller is torn down; every queue of it closes.
     dead: AtomicBool,
+    /// Volatile Write Cache enabled (Set Features 06h); read on every write, so atomic.
+    wce: AtomicBool,
     /// Bumped when CC.EN goes 1→0 or a shutdown is requested: I/O queues of an older epoch close.
     io_epoch: AtomicU32,
     /// Last command seen on any queue, in ms since `base`, for traffic-based keep-alive.
@@ -90,7 +90,6 @@ impl Controller {
                 kato,
                 aec: 0,
                 num_queues: None,
-                wce: true,
                 errors: VecDeque::with_capacity(ERROR_LOG_ENTRIES),
                 error_count: 0,
                 power_state: 0,
@@ -98,6 +97,7 @@ impl Controller {
                 error_recovery: 0,
             }),
             dead: AtomicBool::new(false),
+            wce: AtomicBool::new(true),
             io_epoch: AtomicU32::new(0),
             last_activity_ms: AtomicU64::new(0),
             base: now,
@@ -118,6 +118,15 @@ impl Controller {
 
     pub fn is_discovery(&self) -> bool {
         matches!(self.kind, ControllerKind::Discovery)
+    }
+
+    /// Volatile write cache enabled.
+    pub fn wce(&self) -> bool {
+        self.wce.load(Ordering::Relaxed)
+    }
+
+    pub fn set_wce(&self, on: bool) {
+        self.wce.store(on, Ordering::Relaxed);
     }
 
     /// True once the controller was torn down (admin queue gone, keep-alive expired, fatal error).

@@ -187,11 +187,14 @@ impl Queue {
         }
     }
 
+    /// An I/O queue only exists while its controller is enabled: Connect checks CSTS.RDY and
+    /// any reset or shutdown bumps the I/O epoch, which `should_close` sees. So readiness is two
+    /// atomic loads, no lock on the data path.
     fn check_io_ready(&self) -> Result<(), CmdError> {
-        match &self.ctrl {
-            Some(c) if c.is_ready() => Ok(()),
-            _ => Err(Status::CMD_SEQ_ERROR.into()),
+        if self.ctrl.is_none() || self.should_close() {
+            return Err(Status::CMD_SEQ_ERROR.into());
         }
+        Ok(())
     }
 
     /// Phase 2 for I/O queues: build the backend request.
@@ -250,8 +253,7 @@ impl Queue {
             }
             io::WRITE => {
                 let (offset, len) = Self::lba_range(&ns, sqe.slba(), u64::from(sqe.nlb()))?;
-                let fua =
-                    sqe.cdw12() & RW_FUA != 0 || !self.ctrl.as_ref().is_some_and(|c| c.state().wce);
+                let fua = sqe.cdw12() & RW_FUA != 0 || !self.ctrl.as_ref().is_some_and(|c| c.wce());
                 IoRequest {
                     op: IoOp::Write { fua },
                     ns,

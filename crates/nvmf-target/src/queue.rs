@@ -247,6 +247,14 @@ impl Queue {
         self.should_close()
     }
 
+    /// Record host traffic for the traffic-based keep-alive (call once per received batch that
+    /// held commands; one atomic update instead of one per command).
+    pub fn touch(&self, now: Instant) {
+        if let Some(c) = &self.ctrl {
+            c.touch(now);
+        }
+    }
+
     /// Commands in flight (received, not yet completed to the transport).
     pub fn outstanding(&self) -> usize {
         self.slots.len() - self.free.len()
@@ -266,9 +274,6 @@ impl Queue {
     /// Handle a command capsule. `icd` is its in-capsule data (already framed by the transport).
     pub fn handle_command(&mut self, sqe: &Sqe, icd: &[u8], now: Instant) -> Disposition {
         self.now = now;
-        if let Some(c) = &self.ctrl {
-            c.touch(now);
-        }
         let sqid = self.qid();
         if sqe.psdt() != PSDT_SGL_MPTR_CONTIG || sqe.fuse() != 0 {
             return self.immediate(sqe, CmdError::at(Status::INVALID_FIELD, 1));
