@@ -136,6 +136,7 @@ impl ConnCore {
                     None
                 }
                 TargetEvent::Command { sqe, icd } => {
+                    commands += 1;
                     Some(self.queue.handle_command(&sqe, icd, now))
                 }
                 TargetEvent::H2cData {

@@ -188,6 +188,19 @@ impl Slots {
         self.free.push(idx as u16);
     }
 
+    /// The CQE of a command completed without a CapsuleResp (C2HData SUCCESS), carrying the
+    /// last SQHD the controller reported.
+    fn synthesized_cqe(&self, cid: u16, status: Status) -> Cqe {
+        Cqe {
+            dw0: 0,
+            dw1: 0,
+            sqhd: self.sq_head,
+            sqid: self.qid.0,
+            cid,
+            status,
+        }
+    }
+
     fn busy_slot(&mut self, cid: u16, reason: &'static str) -> Result<&mut Slot> {
         match self.slots.get_mut(usize::from(cid)) {
             Some(s) if s.busy => Ok(s),
@@ -243,7 +256,8 @@ impl Slots {
                 last,
                 success,
             } => {
-                let (sq_head, qid) = (self.sq_head, self.qid.0);
+                // Used only if this PDU completes the command (SUCCESS flag).
+                let cqe = self.synthesized_cqe(cccid, Status::SUCCESS);
                 let slot =
                     self.busy_slot(cccid, "C2HData for a command that is not outstanding")?;
                 if slot.dir != DataDir::FromController {
@@ -265,54 +279,35 @@ impl Slots {
                         cid: cccid,
                     });
                 }
-                if success && last && slot.done == 0 && end == slot.len {
-                    // The whole read in one PDU, completed by it: hand the data to the caller
-                    // straight from the receive buffer, no copy.
-                    let cqe = Cqe {
-                        dw0: 0,
-                        dw1: 0,
-                        sqhd: sq_head,
-                        sqid: qid,
-                        cid: cccid,
-                        status: Status::SUCCESS,
-                    };
-                    f(Completion {
-                        cid: CommandId(cccid),
-                        user: slot.user,
-                        cqe,
-                        data,
-                    });
-                    self.release(usize::from(cccid));
-                    return Ok(1);
+                // The whole read in one PDU that also completes it: the caller gets the data
+                // straight from the receive buffer, no copy.
+                let zero_copy = success && last && slot.done == 0 && end == slot.len;
+                if !zero_copy {
+                    slot.buf[slot.done..end].copy_from_slice(data);
+                    slot.done = end;
+                    if !success {
+                        return Ok(0);
+                    }
+                    // C2HData SUCCESS: completed successfully, no CapsuleResp follows (NVMe/TCP
+                    // 1.0, 3.3.8.1; legal only with SQ flow control disabled, tolerated otherwise
+                    // since the outstanding count bounds the SQ anyway).
+                    if !last || slot.done != slot.len {
+                        return Err(HostError::UnexpectedPdu {
+                            reason: "C2HData SUCCESS before the last byte of the transfer",
+                            cid: cccid,
+                        });
+                    }
                 }
-                slot.buf[slot.done..end].copy_from_slice(data);
-                slot.done = end;
-                if !success {
-                    return Ok(0);
-                }
-                // C2HData SUCCESS: the command completed successfully, no CapsuleResp follows
-                // (NVMe/TCP 1.0, 3.3.8.1; legal only with SQ flow control disabled, tolerated
-                // otherwise since the outstanding count bounds the SQ anyway).
-                if !last || slot.done != slot.len {
-                    return Err(HostError::UnexpectedPdu {
-                        reason: "C2HData SUCCESS before the last byte of the transfer",
-                        cid: cccid,
-                    });
-                }
-                let cqe = Cqe {
-                    dw0: 0,
-                    dw1: 0,
-                    sqhd: sq_head,
-                    sqid: qid,
-                    cid: cccid,
-                    status: Status::SUCCESS,
+                let data = if zero_copy {
+                    data
+                } else {
+                    &slot.buf[..slot.done]
                 };
-                let slot = &self.slots[usize::from(cccid)];
                 f(Completion {
                     cid: CommandId(cccid),
                     user: slot.user,
                     cqe,
-                    data: &slot.buf[..slot.done],
+                    data,
                 });
                 self.release(usize::from(cccid));
                 Ok(1)
@@ -324,8 +319,7 @@ impl Slots {
                 last,
                 success,
             } => {
-                let sq_head = self.sq_head;
-                let qid = self.qid.0;
+                let cqe = self.synthesized_cqe(cccid, Status::TRANSIENT_TRANSPORT);
                 let slot =
                     self.busy_slot(cccid, "C2HData for a command that is not outstanding")?;
                 let end = (datao as usize).saturating_add(datal as usize);
@@ -344,14 +338,6 @@ impl Slots {
                 if !(success && last) {
                     return Ok(0);
                 }
-                let cqe = Cqe {
-                    dw0: 0,
-                    dw1: 0,
-                    sqhd: sq_head,
-                    sqid: qid,
-                    cid: cccid,
-                    status: Status::TRANSIENT_TRANSPORT,
-                };
                 f(Completion {
                     cid: CommandId(cccid),
                     user: slot.user,
