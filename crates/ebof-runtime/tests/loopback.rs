@@ -421,6 +421,29 @@ fn hostile_input_gets_term_req_and_target_keeps_serving() {
         s.write_all(&capsule(&Sqe::default())[..40]).unwrap();
         drop(s);
     }
+    // Data digest mismatch: not fatal (ADR 0003) — the command fails with Transient Transport
+    // Error, nothing is written, and the connection keeps working.
+    {
+        let (_a3, mut d) = session(addr, true);
+        let mut sqe = rw(io::WRITE, 20, 8);
+        sqe.set_cid(CommandId(0x77));
+        sqe.set_sgl_icd(4096);
+        let mut out = Vec::new();
+        d.host.encode_capsule(&mut out, &sqe, &[0xEE; 4096]);
+        let last = out.len() - 1;
+        out[last] ^= 0xFF; // corrupt DDGST
+        d.s.write_all(&out).unwrap();
+        match d.next() {
+            (HostEvent::Response(c), _) => {
+                assert_eq!(c.cid, 0x77);
+                assert_eq!(c.status, nvme_spec::Status::TRANSIENT_TRANSPORT);
+            }
+            other => panic!("{other:?}"),
+        }
+        let (c, back) = d.cmd(rw(io::READ, 20, 8), &[], false);
+        assert!(c.status.is_success());
+        assert!(back.iter().all(|&b| b != 0xEE), "corrupted write must not land");
+    }
     // The healthy session still works.
     let data = vec![0x5Au8; 4096];
     assert!(

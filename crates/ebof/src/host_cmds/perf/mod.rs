@@ -130,7 +130,9 @@ pub struct PerfArgs {
     /// Ask the target to disable SQ flow control on the I/O queues (Connect CATTR.DISSQFC).
     #[arg(long)]
     pub dissqfc: bool,
-    /// Write self-checking blocks and verify every read (see `ebof perf --help`).
+    /// Write self-checking blocks (LBA, generation, checksum) and check every read. Workloads
+    /// that read prefill the range first (untimed); workloads that write read it all back after
+    /// the run. Each queue gets its own slice of the range. Any mismatch fails the run.
     #[arg(long)]
     pub verify: bool,
     /// Host NQN (default: /etc/nvme/hostnqn, else a generated UUID NQN).
@@ -141,8 +143,8 @@ pub struct PerfArgs {
     pub json: bool,
 }
 
-/// Largest `--verify` generation map (4 bytes + 1 per unit).
-const MAX_VERIFY_UNITS: u64 = 64 << 20;
+/// Most `--bs` units `--verify` tracks (5 bytes each: generation + in-flight flag), 80 MiB.
+const MAX_VERIFY_UNITS: u64 = 16 << 20;
 
 pub fn perf(a: PerfArgs) -> Result<()> {
     if a.qd == 0 || a.qd == u16::MAX {
