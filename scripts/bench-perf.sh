@@ -19,7 +19,7 @@ echo "== building (release)"
 cargo build --release -p ebof --quiet
 BIN=$PWD/target/release/ebof
 
-pin() { # pin CORE CMD...: taskset when available (perf/serve also pin their own threads)
+pin() { # pin CORE CMD...: taskset when available (perf also pins its own worker threads)
 	local core=$1
 	shift
 	if command -v taskset >/dev/null 2>&1; then taskset -c "$core" "$@"; else "$@"; fi
@@ -36,18 +36,35 @@ cleanup() {
 }
 trap cleanup EXIT
 
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null; }
+if port_open; then
+	echo "port $PORT is already in use; set EBOF_BENCH_PORT" >&2
+	exit 1
+fi
+
 echo "== starting ebof serve on 127.0.0.1:$PORT (RAM $RAM, core $TARGET_CORE)"
-pin "$TARGET_CORE" "$BIN" serve --listen "127.0.0.1:$PORT" --ram "$RAM" --cores "$TARGET_CORE" >"$WORK/serve.log" 2>&1 &
+# Started directly (not through a shell function) so that $! is the server's own PID: taskset
+# execs the program it runs.
+SERVE_ARGS=(serve --listen "127.0.0.1:$PORT" --ram "$RAM" --cores "$TARGET_CORE")
+if command -v taskset >/dev/null 2>&1; then
+	taskset -c "$TARGET_CORE" "$BIN" "${SERVE_ARGS[@]}" >"$WORK/serve.log" 2>&1 &
+else
+	"$BIN" "${SERVE_ARGS[@]}" >"$WORK/serve.log" 2>&1 &
+fi
 SERVE_PID=$!
 for _ in $(seq 1 150); do
-	if (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null; then break; fi
 	if ! kill -0 "$SERVE_PID" 2>/dev/null; then
 		cat "$WORK/serve.log" >&2
 		echo "ebof serve exited" >&2
 		exit 1
 	fi
+	if port_open; then break; fi
 	sleep 0.2
 done
+if ! port_open; then
+	echo "ebof serve did not listen on port $PORT within 30 s" >&2
+	exit 1
+fi
 
 NQN=$("$BIN" discover -a 127.0.0.1 -s "$PORT" | awk '/^subtype: nvme subsystem/{f=1} f && /^subnqn:/{print $2; exit}')
 if [[ -z $NQN ]]; then

@@ -442,7 +442,10 @@ fn hostile_input_gets_term_req_and_target_keeps_serving() {
         }
         let (c, back) = d.cmd(rw(io::READ, 20, 8), &[], false);
         assert!(c.status.is_success());
-        assert!(back.iter().all(|&b| b != 0xEE), "corrupted write must not land");
+        assert!(
+            back.iter().all(|&b| b != 0xEE),
+            "corrupted write must not land"
+        );
     }
     // The healthy session still works.
     let data = vec![0x5Au8; 4096];
