@@ -33,10 +33,28 @@ host_commands() {
 	host_step "raw ICReq/ICResp with bash /dev/tcp" raw_icreq_check "$GUEST_IP" "$KPORT"
 	ebof_step "ebof discover" discover "${a[@]}"
 	ebof_step "ebof identify --json" identify "${a[@]}" "${n[@]}" --json
+	# --range bounds the untimed --verify prefill (the TCG guest writes ~15 MiB/s).
 	ebof_step "ebof perf randrw 4k qd8 5s --verify" \
-		perf "${a[@]}" "${n[@]}" --rw randrw --bs 4k --qd 8 --runtime 5s --verify
+		perf "${a[@]}" "${n[@]}" --rw randrw --bs 4k --qd 8 --runtime 5s --range 0-64M --verify
 	ebof_step "ebof perf randrw 4k qd8 5s --verify, digests" \
-		perf "${a[@]}" "${n[@]}" --rw randrw --bs 4k --qd 8 --runtime 5s --verify --hdr-digest --data-digest
+		perf "${a[@]}" "${n[@]}" --rw randrw --bs 4k --qd 8 --runtime 5s --range 0-64M --verify --hdr-digest --data-digest
+	ebof_step "ebof perf write 128k qd8 --verify, digests" \
+		perf "${a[@]}" "${n[@]}" --rw write --bs 128k --qd 8 --runtime 3s --range 0-64M --verify --hdr-digest --data-digest
+	host_step "identify: kernel nvmet vs ebof serve, same namespace size" compare_identify
+}
+
+# Identify the kernel target and an `ebof serve` twin (same namespace size) with our host tool and
+# compare the answers (tests/interop/compare-identify.py: differences listed, required ones checked).
+compare_identify() {
+	local twin=nqn.2026-11.io.ebof:twin rc=0
+	# `ip netns exec` execs the program, so the tracked PID is ebof itself.
+	bg_start twin ip netns exec "$NS" "$EBOF_BIN" serve --listen "$HOST_IP:4420" --ram "${BRD_MIB:-512}M" --nqn "$twin"
+	wait_listen 4420 30 "$(bg_pid twin)" || { bg_log_tail twin; bg_stop twin; return 1; }
+	ns_exec timeout 60 "$EBOF_BIN" identify -a "$GUEST_IP" -s "$KPORT" -n "$KNQN" --json >"$RUN_DIR/id-kernel.json" || rc=1
+	ns_exec timeout 60 "$EBOF_BIN" identify -a "$HOST_IP" -s 4420 -n "$twin" --json >"$RUN_DIR/id-ebof.json" || rc=1
+	bg_stop twin
+	((rc == 0)) || return 1
+	python3 "$INTEROP_DIR/compare-identify.py" "$RUN_DIR/id-kernel.json" "$RUN_DIR/id-ebof.json" "$KNQN" "$twin"
 }
 
 # guest_request target-ready: run the host commands; the guest waits for the result
