@@ -162,3 +162,22 @@ mod tests {
         assert_eq!(resolve("[::1]", 4420).unwrap().port(), 4420);
     }
 }
+
+/// Where a subsystem is: `-a ADDR [-s PORT] -n SUBNQN` (shared by `identify` and `perf`).
+#[derive(clap::Args, Debug)]
+pub struct SubsystemArgs {
+    /// Target address (IP or host name).
+    #[arg(short = 'a', long = "traddr", value_name = "ADDR")]
+    pub traddr: String,
+    /// Target port.
+    #[arg(
+        short = 's',
+        long = "trsvcid",
+        value_name = "PORT",
+        default_value_t = 4420
+    )]
+    pub trsvcid: u16,
+    /// Subsystem NQN.
+    #[arg(short = 'n', long = "nqn", value_name = "SUBNQN")]
+    pub nqn: String,
+}

@@ -11,20 +11,8 @@ use super::common::{hex, host_config, resolve, runtime, uuid_str};
 
 #[derive(clap::Args, Debug)]
 pub struct IdentifyArgs {
-    /// Target address (IP or host name).
-    #[arg(short = 'a', long = "traddr", value_name = "ADDR")]
-    pub traddr: String,
-    /// Target port.
-    #[arg(
-        short = 's',
-        long = "trsvcid",
-        value_name = "PORT",
-        default_value_t = 4420
-    )]
-    pub trsvcid: u16,
-    /// Subsystem NQN.
-    #[arg(short = 'n', long = "nqn", value_name = "SUBNQN")]
-    pub nqn: String,
+    #[command(flatten)]
+    pub target: super::common::SubsystemArgs,
     /// Only this namespace (default: every active namespace).
     #[arg(long, value_name = "N")]
     pub nsid: Option<u32>,
@@ -45,14 +33,14 @@ struct Identified {
 }
 
 pub fn identify(a: IdentifyArgs) -> Result<()> {
-    let addr = resolve(&a.traddr, a.trsvcid)?;
+    let addr = resolve(&a.target.traddr, a.target.trsvcid)?;
     let mut cfg = host_config(a.hostnqn.as_deref())?;
     cfg.io_queues = 0;
     cfg.async_events = false;
     let id = runtime()?.block_on(async {
-        let ctrl = Controller::connect(addr, &a.nqn, &cfg)
+        let ctrl = Controller::connect(addr, &a.target.nqn, &cfg)
             .await
-            .with_context(|| format!("cannot connect to {} at {addr}", a.nqn))?;
+            .with_context(|| format!("cannot connect to {} at {addr}", a.target.nqn))?;
         let r = read_all(&ctrl, a.nsid).await;
         if let Err(e) = ctrl.shutdown().await {
             tracing::debug!(error = %e, "shutdown failed");

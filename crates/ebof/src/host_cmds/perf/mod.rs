@@ -77,20 +77,8 @@ impl RwMode {
 
 #[derive(clap::Args, Debug)]
 pub struct PerfArgs {
-    /// Target address (IP or host name).
-    #[arg(short = 'a', long = "traddr", value_name = "ADDR")]
-    pub traddr: String,
-    /// Target port.
-    #[arg(
-        short = 's',
-        long = "trsvcid",
-        value_name = "PORT",
-        default_value_t = 4420
-    )]
-    pub trsvcid: u16,
-    /// Subsystem NQN.
-    #[arg(short = 'n', long = "nqn", value_name = "SUBNQN")]
-    pub nqn: String,
+    #[command(flatten)]
+    pub target: crate::host_cmds::common::SubsystemArgs,
     /// Namespace (default: the first active one).
     #[arg(long, value_name = "N")]
     pub nsid: Option<u32>,
@@ -172,7 +160,7 @@ pub fn perf(a: PerfArgs) -> Result<()> {
     if queues == 0 {
         bail!("--queues must be ≥ 1");
     }
-    let addr = resolve(&a.traddr, a.trsvcid)?;
+    let addr = resolve(&a.target.traddr, a.target.trsvcid)?;
     let mut cfg = host_config(a.hostnqn.as_deref())?;
     cfg.hdr_digest = a.hdr_digest;
     cfg.data_digest = a.data_digest;
@@ -180,9 +168,9 @@ pub fn perf(a: PerfArgs) -> Result<()> {
     cfg.async_events = false;
     let rt = runtime()?;
     let report = rt.block_on(async {
-        let ctrl = Controller::connect(addr, &a.nqn, &cfg)
+        let ctrl = Controller::connect(addr, &a.target.nqn, &cfg)
             .await
-            .with_context(|| format!("cannot connect to {} at {addr}", a.nqn))?;
+            .with_context(|| format!("cannot connect to {} at {addr}", a.target.nqn))?;
         let r = run(&a, &ctrl, addr, cores, queues).await;
         if let Err(e) = ctrl.shutdown().await {
             tracing::debug!(error = %e, "shutdown failed");
@@ -356,7 +344,7 @@ async fn run(
 
     let workload = Workload {
         target: addr.to_string(),
-        subnqn: a.nqn.clone(),
+        subnqn: a.target.nqn.clone(),
         nsid: g.nsid.0,
         lba_size: g.lba_size,
         rw: a.rw.name(),
