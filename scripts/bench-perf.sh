@@ -4,7 +4,8 @@
 # per I/O for 4K random read QD32 and 128K sequential read QD32. Not a test: it prints figures.
 #
 # Knobs (environment): EBOF_BENCH_PORT (14421), EBOF_BENCH_RUNTIME (10s), EBOF_BENCH_RAMP (2s),
-# EBOF_BENCH_HOST_CORE (0), EBOF_BENCH_TARGET_CORE (1), EBOF_BENCH_RAM (256M).
+# EBOF_BENCH_HOST_CORE (0), EBOF_BENCH_TARGET_CORE (1), EBOF_BENCH_RAM (256M),
+# EBOF_BENCH_POLL_US (0: the target sleeps in epoll between batches; >0: `serve --poll-us`).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -14,6 +15,7 @@ RAMP=${EBOF_BENCH_RAMP:-2s}
 HOST_CORE=${EBOF_BENCH_HOST_CORE:-0}
 TARGET_CORE=${EBOF_BENCH_TARGET_CORE:-1}
 RAM=${EBOF_BENCH_RAM:-256M}
+POLL_US=${EBOF_BENCH_POLL_US:-0}
 
 echo "== building (release)"
 cargo build --release -p ebof --quiet
@@ -45,7 +47,7 @@ fi
 echo "== starting ebof serve on 127.0.0.1:$PORT (RAM $RAM, core $TARGET_CORE)"
 # Started directly (not through a shell function) so that $! is the server's own PID: taskset
 # execs the program it runs.
-SERVE_ARGS=(serve --listen "127.0.0.1:$PORT" --ram "$RAM" --cores "$TARGET_CORE")
+SERVE_ARGS=(serve --listen "127.0.0.1:$PORT" --ram "$RAM" --cores "$TARGET_CORE" --poll-us "$POLL_US")
 if command -v taskset >/dev/null 2>&1; then
 	taskset -c "$TARGET_CORE" "$BIN" "${SERVE_ARGS[@]}" >"$WORK/serve.log" 2>&1 &
 else

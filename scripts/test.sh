@@ -6,6 +6,10 @@ cd "$(dirname "$0")/.."
 start=$(date +%s)
 step() { printf '\n=== %s (%ss)\n' "$*" "$(( $(date +%s) - start ))"; }
 
+# rustfmt and clippy come with rustup's default profile; add them where a minimal one was used.
+if command -v rustup >/dev/null 2>&1; then
+    rustup component add rustfmt clippy >/dev/null 2>&1 || true
+fi
 step "cargo fmt --check"
 cargo fmt --all -- --check
 step "cargo clippy -D warnings"

@@ -12,6 +12,7 @@ use std::net::{SocketAddr, TcpListener as StdListener};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::sync::mpsc;
+use tracing::Instrument;
 
 /// Runtime settings.
 #[derive(Clone, Debug)]
@@ -185,10 +186,12 @@ fn reactor(
                             }
                         };
                         let span = tracing::info_span!("conn", %peer, %local, core);
-                        let _g = span.enter();
-                        tracing::debug!("connection accepted");
-                        drop(_g);
-                        let end = drive(stream, target, tcp, local, discovery_only, poll).await;
+                        let end = async {
+                            tracing::debug!("connection accepted");
+                            drive(stream, target, tcp, local, discovery_only, poll).await
+                        }
+                        .instrument(span.clone())
+                        .await;
                         let _g = span.enter();
                         match end {
                             ConnEnd::PeerClosed => tracing::debug!("connection closed by peer"),
