@@ -2,11 +2,13 @@
 //!
 //! Each wake-up: read everything the socket has (bulk, into one receive buffer), decode every
 //! complete PDU, hand each to the queue, run non-blocking backend I/O inline, then drain all
-//! completions into one send buffer and write it with one call. Backends that may block run on
-//! the runtime's blocking pool; their completions come back through a channel.
+//! completions into one send buffer and write it with one call. Reads from non-blocking
+//! backends are done during that drain, straight from the backend into the send buffer (one
+//! userspace copy). Backends that may block run on the runtime's blocking pool; their
+//! completions come back through a channel.
 
 use nvme_spec::Status;
-use nvmf_target::{Disposition, Queue, Target, execute_io};
+use nvmf_target::{C2hData, Disposition, Queue, Target, execute_io};
 use nvmf_tcp::{ProtocolError, TargetConn, TargetConnConfig, TargetEvent};
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
@@ -187,17 +189,33 @@ impl ConnCore {
     }
 
     /// Encode every finished command into `out` (C2HData + CapsuleResp, or C2HData with
-    /// SUCCESS when SQ flow control is off).
+    /// SUCCESS when SQ flow control is off). Reads from backends that do not block happen here,
+    /// straight from the backend into `out`.
     pub fn flush_completions(&mut self) {
         let conn = &self.conn;
         let out = &mut self.out;
         self.queue.drain_completions(|cqe, data, shortcut| {
-            if !data.is_empty() {
-                conn.encode_c2h_data(out, cqe.cid, 0, data, true, shortcut);
+            match data {
+                C2hData::Bytes(d) => {
+                    if !d.is_empty() {
+                        conn.encode_c2h_data(out, cqe.cid, 0, d, true, shortcut);
+                    }
+                }
+                C2hData::Read {
+                    backend,
+                    offset,
+                    len,
+                } => {
+                    // On error nothing was appended; the queue calls us again with the error.
+                    conn.encode_c2h_data_with(out, cqe.cid, 0, len, true, shortcut, |buf, off| {
+                        backend.read(offset + off, buf)
+                    })?;
+                }
             }
             if !shortcut {
                 conn.encode_resp(out, cqe);
             }
+            Ok(())
         });
     }
 }

@@ -2,7 +2,9 @@
 //! blocking host built on `nvmf-tcp`'s host role, plus hostile input on raw sockets — each
 //! malformed PDU gets the right C2HTermReq and the target keeps serving other connections.
 
-use ebof_backend::BackendSpec;
+mod common;
+
+use ebof_backend::{Backend, BackendSpec};
 use ebof_runtime::{Server, ServerConfig, ServerHandle};
 use nvme_spec::fabrics::{ConnectCmd, ConnectData, PropertyCmd, cc, prop};
 use nvme_spec::opcode::{admin, fctype, io};
@@ -33,6 +35,10 @@ impl Drop for Running {
 
 fn start(poll: Duration) -> Running {
     let backend = ebof_backend::open(&BackendSpec::Ram { size: 32 << 20 }).unwrap();
+    start_on(poll, backend)
+}
+
+fn start_on(poll: Duration, backend: Arc<dyn Backend>) -> Running {
     let sub = Subsystem {
         nqn: NQN.into(),
         serial: "LOOP1".into(),
@@ -458,4 +464,24 @@ fn hostile_input_gets_term_req_and_target_keeps_serving() {
     let (c, back) = q.cmd(rw(io::READ, 10, 8), &[], false);
     assert!(c.status.is_success());
     assert_eq!(back, data);
+}
+
+/// A backend read error reaches the host as the command's status, without data, over the real
+/// server; the queue keeps working.
+#[test]
+fn backend_read_error_over_loopback() {
+    let backend = common::FailingBackend::new(32 << 20, 2048 * 512..2049 * 512);
+    let srv = start_on(Duration::ZERO, backend);
+    for digests in [false, true] {
+        let (_a, mut q) = session(srv.addr, digests);
+        let data: Vec<u8> = (0..128 * 1024).map(|i| (i % 253) as u8).collect();
+        let (c, _) = q.cmd(rw(io::WRITE, 2048 - 128, 256), &data, false);
+        assert!(c.status.is_success());
+        let (c, back) = q.cmd(rw(io::READ, 2048 - 128, 256), &[], false);
+        assert_eq!(c.status, nvme_spec::Status::UNRECOVERED_READ);
+        assert!(back.is_empty());
+        let (c, back) = q.cmd(rw(io::READ, 2048 - 128, 128), &[], false);
+        assert!(c.status.is_success());
+        assert_eq!(back, &data[..64 * 1024]);
+    }
 }

@@ -1,7 +1,9 @@
 //! Target logic driven by a simulated host, with no sockets: the host role of `nvmf-tcp`
 //! talks to a [`ConnCore`] (the target's sans-IO connection) through byte buffers.
 
-use ebof_backend::BackendSpec;
+mod common;
+
+use ebof_backend::{Backend, BackendSpec};
 use ebof_runtime::conn::{ConnCore, Step};
 use nvme_spec::fabrics::{ConnectCmd, ConnectData, PropertyCmd, cc, csts, prop};
 use nvme_spec::identify::{IdentifyController, IdentifyNamespace, cns};
@@ -23,6 +25,14 @@ fn local() -> SocketAddr {
 
 fn target_with(limits: TargetLimits, hosts: Option<Vec<String>>) -> Arc<Target> {
     let backend = ebof_backend::open(&BackendSpec::Ram { size: 16 << 20 }).unwrap();
+    target_on(backend, limits, hosts)
+}
+
+fn target_on(
+    backend: Arc<dyn Backend>,
+    limits: TargetLimits,
+    hosts: Option<Vec<String>>,
+) -> Arc<Target> {
     let ns = Namespace::new(1, backend, 512, [0x11; 16]);
     let sub = Subsystem {
         nqn: NQN.into(),
@@ -63,11 +73,15 @@ struct Sim {
 
 impl Sim {
     fn new(target: Arc<Target>, digests: bool) -> Sim {
+        Sim::with_cfg(target, digests, TargetConnConfig::default())
+    }
+
+    fn with_cfg(target: Arc<Target>, digests: bool, tcp: TargetConnConfig) -> Sim {
         let mut cfg = HostConnConfig::default();
         cfg.digests.hdgst = digests;
         cfg.digests.ddgst = digests;
         let host = HostConn::new(cfg);
-        let core = ConnCore::new(target, TargetConnConfig::default(), local(), Instant::now());
+        let core = ConnCore::new(target, tcp, local(), Instant::now());
         let mut s = Sim {
             host,
             core,
@@ -164,13 +178,25 @@ impl Sim {
     }
 
     fn connect(&mut self, qid: u16, sqsize: u16, cntlid: u16, subnqn: &str, hostnqn: &str) -> Cqe {
+        self.connect_attr(qid, sqsize, cntlid, subnqn, hostnqn, 0)
+    }
+
+    fn connect_attr(
+        &mut self,
+        qid: u16,
+        sqsize: u16,
+        cntlid: u16,
+        subnqn: &str,
+        hostnqn: &str,
+        cattr: u8,
+    ) -> Cqe {
         let mut sqe = Sqe::new(admin::FABRICS, CommandId(0));
         sqe.set_fctype(fctype::CONNECT);
         ConnectCmd {
             recfmt: 0,
             qid: QueueId(qid),
             sqsize,
-            cattr: 0,
+            cattr,
             kato: 5000,
         }
         .encode_into(&mut sqe);
@@ -181,6 +207,59 @@ impl Sim {
             hostnqn: hostnqn.into(),
         };
         self.cmd(sqe, &data.encode(), true).cqe.unwrap()
+    }
+
+    /// Send commands without host data in one batch; answers in submission order. Checks that
+    /// the target completed them in that order and sent each one's data before its response.
+    fn batch(&mut self, sqes: &[Sqe]) -> Vec<Answer> {
+        let mut out = Vec::new();
+        let mut cids = Vec::new();
+        for sqe in sqes {
+            let mut sqe = *sqe;
+            let cid = self.next_cid;
+            self.next_cid = self.next_cid.wrapping_add(1);
+            sqe.set_cid(CommandId(cid));
+            self.host.encode_capsule(&mut out, &sqe, &[]);
+            cids.push(cid);
+        }
+        self.feed_target(&out);
+        let back = std::mem::take(&mut self.core.out);
+        let mut ans: Vec<Answer> = sqes.iter().map(|_| Answer::default()).collect();
+        let mut done = Vec::new();
+        let mut pos = 0;
+        while let Some((ev, n)) = self.host.decode_one(&back[pos..]).unwrap() {
+            pos += n;
+            let (cid, cqe) = match ev {
+                HostEvent::C2hData {
+                    cccid,
+                    datao,
+                    data,
+                    success,
+                    ..
+                } => {
+                    let i = cids.iter().position(|&c| c == cccid).unwrap();
+                    assert!(ans[i].cqe.is_none(), "data after the completion");
+                    assert_eq!(datao as usize, ans[i].data.len());
+                    ans[i].data.extend_from_slice(data);
+                    let cqe = Cqe {
+                        cid: cccid,
+                        ..Default::default()
+                    };
+                    (cccid, success.then_some(cqe))
+                }
+                HostEvent::Response(c) => (c.cid, Some(c)),
+                other => panic!("unexpected {other:?}"),
+            };
+            if let Some(cqe) = cqe {
+                let i = cids.iter().position(|&c| c == cid).unwrap();
+                assert!(ans[i].cqe.is_none(), "two completions");
+                ans[i].cqe = Some(cqe);
+                done.push(cid);
+            }
+        }
+        assert_eq!(pos, back.len());
+        assert_eq!(done, cids, "completion order");
+        ans
     }
 
     fn prop_get(&mut self, ofst: u32, size8: bool) -> Cqe {
@@ -411,4 +490,92 @@ fn admin_surface() {
     s.now += Duration::from_secs(6);
     assert!(s.core.queue.poll_timers(s.now));
     assert_eq!(t.controller_count(), 0);
+}
+
+fn read_sqe(slba: u64, nlb: u32) -> Sqe {
+    let mut sqe = Sqe::new(io::READ, CommandId(0));
+    sqe.set_nsid(NamespaceId(1));
+    sqe.set_slba(slba);
+    sqe.set_nlb(nlb);
+    sqe.set_sgl_transport(nlb * 512);
+    sqe
+}
+
+/// Reads from a non-blocking backend are streamed from the backend into the send buffer at
+/// completion time; a backend failure there must still become the command's NVMe status (no
+/// C2HData for it, Error log entry, SMART media error) and leave its neighbours intact.
+#[test]
+fn backend_read_errors() {
+    for (digests, dissqfc) in [(false, false), (true, false), (false, true), (true, true)] {
+        let bad_lba = 1000u64;
+        let backend = common::FailingBackend::new(16 << 20, bad_lba * 512..(bad_lba + 8) * 512);
+        let t = target_on(backend.clone(), TargetLimits::default(), None);
+        let mut admin_q = Sim::new(t.clone(), digests);
+        let cntlid = bring_up(&mut admin_q);
+        // Small C2HData PDUs so that a read spans several, and can fail in a later one.
+        let tcp = TargetConnConfig {
+            c2h_max: 2048,
+            ..TargetConnConfig::default()
+        };
+        let mut ioq = Sim::with_cfg(t.clone(), digests, tcp);
+        let cattr = if dissqfc { 0x4 } else { 0 };
+        let c = ioq.connect_attr(1, 127, cntlid, NQN, HOSTNQN, cattr);
+        assert!(c.status.is_success(), "{c:?}");
+        let pattern: Vec<u8> = (0..8192).map(|i| (i * 13 + 5) as u8).collect();
+        let w = ioq.rw(io::WRITE, 990, 16, &pattern, false);
+        assert!(w.cqe.unwrap().status.is_success());
+
+        // A good read in two PDUs.
+        let r = ioq.rw(io::READ, 990, 8, &[], false);
+        assert!(r.cqe.unwrap().status.is_success());
+        assert_eq!(r.data, &pattern[..4096]);
+        // Its second PDU touches the bad range: no data at all, only the status.
+        let r = ioq.rw(io::READ, 996, 8, &[], false);
+        let cqe = r.cqe.unwrap();
+        assert_eq!(cqe.status, Status::UNRECOVERED_READ);
+        assert!(r.data.is_empty());
+        if !dissqfc {
+            assert_ne!(cqe.sqhd, 0xFFFF);
+        }
+
+        // In one batch: good, bad, good.
+        let a = ioq.batch(&[read_sqe(990, 4), read_sqe(1000, 1), read_sqe(992, 4)]);
+        assert!(a[0].cqe.unwrap().status.is_success());
+        assert_eq!(a[0].data, &pattern[..2048]);
+        assert_eq!(a[1].cqe.unwrap().status, Status::UNRECOVERED_READ);
+        assert!(a[1].data.is_empty());
+        assert!(a[2].cqe.unwrap().status.is_success());
+        assert_eq!(a[2].data, &pattern[1024..3072]);
+        let failed_cid = a[1].cqe.unwrap().cid;
+        assert_eq!(
+            backend.failures.load(std::sync::atomic::Ordering::Relaxed),
+            2
+        );
+
+        // Error log: newest entry is the batch's failed read.
+        let mut sqe = Sqe::new(admin::GET_LOG_PAGE, CommandId(0));
+        sqe.set_cdw(10, u32::from(lid::ERROR) | ((64 / 4 - 1) << 16));
+        sqe.set_sgl_transport(64);
+        let a = admin_q.cmd(sqe, &[], false);
+        let e = nvme_spec::log::ErrorLogEntry::decode(&a.data).unwrap();
+        assert_eq!(e.error_count, 2);
+        assert_eq!((e.sqid, e.cmdid), (1, failed_cid));
+        assert_eq!(
+            e.status_field >> 1,
+            Status::UNRECOVERED_READ.to_field() >> 1
+        );
+        assert_eq!((e.lba, e.nsid), (bad_lba, 1));
+        assert_eq!(e.parm_error_location, 0xFFFF);
+
+        // SMART: successful reads counted as reads, failed ones as media errors.
+        let mut sqe = Sqe::new(admin::GET_LOG_PAGE, CommandId(0));
+        sqe.set_nsid(NamespaceId(u32::MAX));
+        sqe.set_cdw(10, u32::from(lid::SMART) | ((512 / 4 - 1) << 16));
+        sqe.set_sgl_transport(512);
+        let a = admin_q.cmd(sqe, &[], false);
+        let smart = SmartLog::decode(&a.data).unwrap();
+        assert_eq!(smart.host_reads, 3);
+        assert_eq!(smart.media_errors, 2);
+        assert_eq!(smart.host_writes, 1);
+    }
 }

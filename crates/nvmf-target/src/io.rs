@@ -112,11 +112,22 @@ pub fn execute_io(req: &IoRequest, buf: &mut Vec<u8>) -> Status {
     };
     match res {
         Ok(()) => Status::SUCCESS,
-        Err(e) => {
-            tracing::warn!(nsid = req.ns.nsid, op = ?req.op, offset = req.offset, len = req.len, error = %e, "backend I/O failed");
-            backend_status(&e, !matches!(req.op, IoOp::Read))
-        }
+        Err(e) => failed(req, &e),
     }
+}
+
+/// Log a backend failure of `req` and map it to its NVMe status.
+fn failed(req: &IoRequest, e: &BackendError) -> Status {
+    tracing::warn!(nsid = req.ns.nsid, op = ?req.op, offset = req.offset, len = req.len, error = %e, "backend I/O failed");
+    backend_status(e, !matches!(req.op, IoOp::Read))
+}
+
+/// A streamed read (see [`crate::C2hData::Read`]) failed: log it, count it (SMART media error)
+/// and return its NVMe status, exactly as [`execute_io`] + completion would have.
+pub(crate) fn read_failed(req: &IoRequest, e: &BackendError) -> Status {
+    let status = failed(req, e);
+    account(req, status);
+    status
 }
 
 /// Update the SMART counters after a command.

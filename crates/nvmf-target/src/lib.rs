@@ -21,9 +21,12 @@
 //!    [`Disposition::Execute`].
 //! 2. [`Queue::handle_h2c_data`] collects host data into the slot buffer.
 //! 3. The driver executes I/O ([`Queue::io_request`] + [`execute_io`]) then calls
-//!    [`Queue::complete_io`].
+//!    [`Queue::complete_io`]; for backends that do not block it calls
+//!    [`Queue::execute_inline`] instead, which runs everything but reads: those complete as
+//!    "ready to stream".
 //! 4. [`Queue::drain_completions`] hands each finished command's CQE and read data to the
-//!    transport encoder, and frees the slot.
+//!    transport encoder, and frees the slot: bytes ([`C2hData::Bytes`]), or a backend range
+//!    ([`C2hData::Read`]) that the encoder reads straight into its send buffer.
 
 mod admin;
 mod controller;
@@ -36,4 +39,4 @@ mod queue;
 pub use controller::{Controller, ControllerKind};
 pub use io::{IoOp, IoRequest, execute_io};
 pub use model::{ListenerInfo, Namespace, Subsystem, Target, TargetLimits};
-pub use queue::{Disposition, Queue, QueueRole};
+pub use queue::{C2hData, Disposition, Queue, QueueRole};

@@ -7,8 +7,9 @@
 //! command allocates once buffers reached their working size.
 
 use crate::controller::Controller;
-use crate::io::IoRequest;
+use crate::io::{IoOp, IoRequest};
 use crate::model::{ADMIN_INLINE_DATA, ADMIN_QUEUE_MAX, Target};
+use ebof_backend::{Backend, BackendError};
 use nvme_spec::opcode::{admin, fctype};
 use nvme_spec::sqe::{PSDT_SGL_MPTR_CONTIG, SGL_ICD, SGL_TRANSPORT};
 use nvme_spec::{Cqe, Sqe, Status};
@@ -42,6 +43,35 @@ pub enum Disposition {
     Parked,
     /// More data PDUs are expected for this command.
     Pending,
+}
+
+/// The data a finished command returns to the host, as handed to the `emit` callback of
+/// [`Queue::drain_completions`].
+#[derive(Clone, Copy, Debug)]
+pub enum C2hData<'a> {
+    /// Bytes already in memory (empty: no data).
+    Bytes(&'a [u8]),
+    /// A read not executed yet (backends that do not block): the transport reads `len` bytes at
+    /// byte `offset` of `backend` straight into its send buffer.
+    Read {
+        backend: &'a dyn Backend,
+        offset: u64,
+        len: usize,
+    },
+}
+
+impl C2hData<'_> {
+    /// Number of data bytes.
+    pub fn len(&self) -> usize {
+        match self {
+            C2hData::Bytes(b) => b.len(),
+            C2hData::Read { len, .. } => *len,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 /// A command error: status plus the byte offset in the SQE of the offending field (for the
@@ -119,6 +149,9 @@ struct Slot {
     /// Bytes of `buf` to return to the host as C2HData.
     c2h_len: u32,
     io: Option<IoRequest>,
+    /// The command completed as a read still to be done: `drain_completions` hands `io` to the
+    /// transport as [`C2hData::Read`].
+    stream: bool,
     cqe: Cqe,
 }
 
@@ -132,6 +165,7 @@ impl Slot {
             received: 0,
             c2h_len: 0,
             io: None,
+            stream: false,
             cqe: Cqe::default(),
         }
     }
@@ -289,6 +323,7 @@ impl Queue {
         slot.received = 0;
         slot.c2h_len = 0;
         slot.io = None;
+        slot.stream = false;
         // Phase 1: how much host data does the command need (validates it as far as possible
         // before any data moves).
         let need = match self.host_data_len(sqe) {
@@ -473,11 +508,25 @@ impl Queue {
 
     /// Execute the prepared I/O of `slot` on the calling thread (for backends that do not
     /// block) and queue its completion.
+    ///
+    /// A read is not executed here: it completes as "ready to stream" and
+    /// [`Queue::drain_completions`] hands it to the transport as [`C2hData::Read`], which reads
+    /// straight from the backend into the send buffer (one copy instead of two). Its status is
+    /// final only then: a backend error turns into the NVMe status (and Error log entry) there.
     pub fn execute_inline(&mut self, slot: u16) {
         let Some(s) = self.slots.get_mut(usize::from(slot)) else {
             return;
         };
         if s.state != SlotState::Ready {
+            return;
+        }
+        if let Some(req) = &s.io
+            && matches!(req.op, IoOp::Read)
+            && !req.may_block()
+        {
+            s.stream = true;
+            s.c2h_len = u32::try_from(req.len).unwrap_or(u32::MAX);
+            self.finish(slot, Status::SUCCESS, 0, 0);
             return;
         }
         let Some(req) = s.io.take() else { return };
@@ -598,24 +647,68 @@ impl Queue {
     /// completion order and free its slot. `success_shortcut_allowed` is true when the queue
     /// has SQ flow control disabled and the command succeeded with data, so the transport may
     /// set SUCCESS on the last C2HData and omit the CapsuleResp.
-    pub fn drain_completions(&mut self, mut emit: impl FnMut(&Cqe, &[u8], bool)) {
+    ///
+    /// `emit` appends the C2H data (if any) and, unless it took the shortcut, the response.
+    /// For [`C2hData::Read`] it performs the read; if the backend fails it must append nothing
+    /// and return the error: the command then fails (NVMe status from the backend error, Error
+    /// log entry, SMART media error) and `emit` is called again for it with the error CQE and
+    /// no data. `emit`'s result is ignored otherwise.
+    pub fn drain_completions(
+        &mut self,
+        mut emit: impl FnMut(&Cqe, C2hData<'_>, bool) -> Result<(), BackendError>,
+    ) {
+        let qid = self.qid();
         while let Some(c) = self.completions.pop_front() {
-            match c {
-                Completion::Immediate(cqe) => emit(&cqe, &[], false),
-                Completion::Slot(idx) => {
-                    let s = &mut self.slots[usize::from(idx)];
-                    let len = (s.c2h_len as usize).min(s.buf.len());
-                    let shortcut = !self.flow_control && len > 0 && s.cqe.status.is_success();
-                    emit(&s.cqe, &s.buf[..len], shortcut);
-                    s.state = SlotState::Free;
-                    s.io = None;
-                    // Keep large buffers from pinning memory forever on idle queues.
-                    if s.buf.capacity() > 4 << 20 {
-                        s.buf = Vec::new();
-                    }
-                    self.free.push(idx);
+            let idx = match c {
+                Completion::Immediate(cqe) => {
+                    let _ = emit(&cqe, C2hData::Bytes(&[]), false);
+                    continue;
                 }
+                Completion::Slot(idx) => idx,
+            };
+            let s = &mut self.slots[usize::from(idx)];
+            if s.stream {
+                s.stream = false;
+                if let Some(req) = &s.io {
+                    let len = usize::try_from(req.len).unwrap_or(usize::MAX);
+                    let shortcut = !self.flow_control && len > 0;
+                    let data = C2hData::Read {
+                        backend: &*req.ns.backend,
+                        offset: req.offset,
+                        len,
+                    };
+                    match emit(&s.cqe, data, shortcut) {
+                        Ok(()) => crate::io::account(req, Status::SUCCESS),
+                        Err(e) => {
+                            let status = crate::io::read_failed(req, &e);
+                            s.cqe.status = status;
+                            s.c2h_len = 0;
+                            if let Some(c) = &self.ctrl {
+                                c.record_error(
+                                    qid,
+                                    s.cqe.cid,
+                                    status,
+                                    0xFFFF,
+                                    req.slba(),
+                                    s.sqe.nsid().0,
+                                );
+                            }
+                            let _ = emit(&s.cqe, C2hData::Bytes(&[]), false);
+                        }
+                    }
+                }
+            } else {
+                let len = (s.c2h_len as usize).min(s.buf.len());
+                let shortcut = !self.flow_control && len > 0 && s.cqe.status.is_success();
+                let _ = emit(&s.cqe, C2hData::Bytes(&s.buf[..len]), shortcut);
             }
+            s.state = SlotState::Free;
+            s.io = None;
+            // Keep large buffers from pinning memory forever on idle queues.
+            if s.buf.capacity() > 4 << 20 {
+                s.buf = Vec::new();
+            }
+            self.free.push(idx);
         }
     }
 

@@ -809,14 +809,24 @@ fn put_ch(h: &mut [u8], ty: u8, flags: u8, hlen: usize, pdo: usize, plen: usize)
 /// byte 1 holding the type-specific flags (LAST_PDU/SUCCESS); HLEN/PDO/PLEN/digest flags are set
 /// here. Data longer than 4 GiB cannot be expressed in PLEN; callers split data far below that.
 fn emit(out: &mut Vec<u8>, hdr: &mut [u8], dig: Digests, pda: u8, data: &[u8]) {
+    let start = emit_head(out, hdr, dig, pda, data.len());
+    out.extend_from_slice(data);
+    emit_tail(out, dig, start);
+}
+
+/// First half of [`emit`] for a PDU that will carry `data_len` bytes: appends the header (CH,
+/// PSH, header digest) and the PDO padding, reserves room for the whole PDU, and returns the
+/// offset in `out` where the data must start. The caller appends exactly `data_len` bytes and
+/// then calls [`emit_tail`].
+fn emit_head(out: &mut Vec<u8>, hdr: &mut [u8], dig: Digests, pda: u8, data_len: usize) -> usize {
     let hlen = hdr.len();
-    let has_data = !data.is_empty();
+    let has_data = data_len > 0;
     let hd = dig.hdgst;
     let dd = dig.ddgst && has_data;
     let base = hlen + if hd { DIGEST_LEN } else { 0 };
     let pdo = if has_data { data_pdo(hlen, hd, pda) } else { 0 };
     let plen = if has_data {
-        pdo + data.len() + if dd { DIGEST_LEN } else { 0 }
+        pdo + data_len + if dd { DIGEST_LEN } else { 0 }
     } else {
         base
     };
@@ -836,10 +846,16 @@ fn emit(out: &mut Vec<u8>, hdr: &mut [u8], dig: Digests, pda: u8, data: &[u8]) {
     }
     if has_data {
         out.resize(out.len() + (pdo - base), 0);
-        out.extend_from_slice(data);
-        if dd {
-            out.extend_from_slice(&digest::crc32c(data).to_le_bytes());
-        }
+    }
+    out.len()
+}
+
+/// Second half of [`emit`]: the data digest over `out[start..]` (the data appended since
+/// [`emit_head`] returned `start`), when negotiated and the PDU carries data.
+fn emit_tail(out: &mut Vec<u8>, dig: Digests, start: usize) {
+    if dig.ddgst && out.len() > start {
+        let crc = digest::crc32c(&out[start..]);
+        out.extend_from_slice(&crc.to_le_bytes());
     }
 }
 
@@ -898,7 +914,9 @@ pub fn encode_capsule_resp(out: &mut Vec<u8>, dig: Digests, cqe: &Cqe) {
     emit(out, &mut h, dig, 0, &[]);
 }
 
-fn data_pdu(out: &mut Vec<u8>, ty: u8, dig: Digests, pda: u8, d: &DataHdr, data: &[u8]) {
+/// CH+PSH of a data PDU carrying `datal` bytes (HLEN/PDO/PLEN/digest flags are set by
+/// [`emit_head`]).
+fn data_hdr(ty: u8, d: &DataHdr, datal: usize) -> [u8; HLEN_DATA] {
     let mut h = [0u8; HLEN_DATA];
     h[0] = ty;
     let mut fl = 0;
@@ -914,7 +932,12 @@ fn data_pdu(out: &mut Vec<u8>, ty: u8, dig: Digests, pda: u8, d: &DataHdr, data:
         put16(&mut h, 10, d.ttag);
     }
     put32(&mut h, 12, d.datao);
-    put32(&mut h, 16, u32::try_from(data.len()).unwrap_or(u32::MAX));
+    put32(&mut h, 16, u32::try_from(datal).unwrap_or(u32::MAX));
+    h
+}
+
+fn data_pdu(out: &mut Vec<u8>, ty: u8, dig: Digests, pda: u8, d: &DataHdr, data: &[u8]) {
+    let mut h = data_hdr(ty, d, data.len());
     emit(out, &mut h, dig, pda, data);
 }
 
@@ -928,6 +951,31 @@ pub fn encode_h2c_data(out: &mut Vec<u8>, dig: Digests, cpda: u8, d: &DataHdr, d
 /// TTAG is reserved (0), LAST_PDU from `d.last`, SUCCESS from `d.success`.
 pub fn encode_c2h_data(out: &mut Vec<u8>, dig: Digests, hpda: u8, d: &DataHdr, data: &[u8]) {
     data_pdu(out, pdu_type::C2H_DATA, dig, hpda, d, data);
+}
+
+/// Append one C2HData PDU of `len` bytes whose data `fill` writes in place, straight into `out`
+/// (no intermediate buffer): `fill` receives the PDU's data area, zero-initialised, and the
+/// data digest (if negotiated) is computed over what it wrote. Otherwise identical to
+/// [`encode_c2h_data`] with the same bytes. If `fill` fails, `out` is truncated back to its
+/// length before the call and the error is returned.
+pub fn encode_c2h_data_with<E>(
+    out: &mut Vec<u8>,
+    dig: Digests,
+    hpda: u8,
+    d: &DataHdr,
+    len: usize,
+    fill: impl FnOnce(&mut [u8]) -> Result<(), E>,
+) -> Result<(), E> {
+    let before = out.len();
+    let mut h = data_hdr(pdu_type::C2H_DATA, d, len);
+    let start = emit_head(out, &mut h, dig, hpda, len);
+    out.resize(start + len, 0);
+    if let Err(e) = fill(&mut out[start..]) {
+        out.truncate(before);
+        return Err(e);
+    }
+    emit_tail(out, dig, start);
+    Ok(())
 }
 
 /// Append an R2T.

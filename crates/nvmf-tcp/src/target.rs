@@ -394,6 +394,49 @@ impl TargetConn {
         }
     }
 
+    /// Like [`TargetConn::encode_c2h_data`] for `len` bytes that `fill` writes straight into
+    /// `out` (no intermediate buffer; the bytes on the wire are identical). `fill(buf, offset)`
+    /// is called once per C2HData PDU with that PDU's data area (zero-initialised) and the
+    /// offset of its first byte relative to the start of the `len` bytes (0 for the first PDU);
+    /// data digests are computed over what it wrote. If `fill` fails, `out` is truncated back to
+    /// its length before the call (no PDU of this transfer is left) and the error is returned.
+    #[allow(clippy::too_many_arguments)]
+    pub fn encode_c2h_data_with<E>(
+        &self,
+        out: &mut Vec<u8>,
+        cccid: u16,
+        datao_base: u32,
+        len: usize,
+        last: bool,
+        success: bool,
+        mut fill: impl FnMut(&mut [u8], u64) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let max = usize::try_from(self.cfg.c2h_max.max(1)).unwrap_or(usize::MAX);
+        let before = out.len();
+        let mut off = 0usize;
+        while off < len {
+            let chunk = (len - off).min(max);
+            let final_pdu = off + chunk == len;
+            let d = DataHdr {
+                cccid,
+                ttag: 0,
+                datao: datao_base.wrapping_add(u32::try_from(off).unwrap_or(u32::MAX)),
+                datal: 0,
+                last: last && final_pdu,
+                success: success && last && final_pdu,
+            };
+            let res = pdu::encode_c2h_data_with(out, self.digests, self.hpda, &d, chunk, |buf| {
+                fill(buf, off as u64)
+            });
+            if let Err(e) = res {
+                out.truncate(before);
+                return Err(e);
+            }
+            off += chunk;
+        }
+        Ok(())
+    }
+
     /// Append an R2T asking for `r2tl` bytes at offset `r2to` of command `cccid`, and remember it
     /// under `ttag` so that the following H2CData PDUs are validated. Returns false (and appends
     /// nothing) if `ttag` is out of range or already in use.
@@ -463,5 +506,168 @@ impl TargetConn {
         if !matches!(self.state, State::Failed(_)) {
             self.state = State::Terminated;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pdu::IcReq;
+
+    /// A target connection established with `digests` and `hpda`, splitting C2HData at `c2h_max`.
+    fn established(digests: Digests, hpda: u8, c2h_max: u32) -> TargetConn {
+        let mut t = TargetConn::new(TargetConnConfig {
+            c2h_max,
+            ..TargetConnConfig::default()
+        });
+        let mut ic = Vec::new();
+        pdu::encode_ic_req(
+            &mut ic,
+            &IcReq {
+                pfv: 0,
+                hpda,
+                digests,
+                maxr2t: 0,
+            },
+        );
+        let mut out = Vec::new();
+        let (ev, n) = t.decode_one(&ic, &mut out).unwrap().unwrap();
+        assert!(matches!(ev, TargetEvent::Established { .. }));
+        assert_eq!(n, ic.len());
+        t
+    }
+
+    fn pattern(n: usize) -> Vec<u8> {
+        (0..n).map(|i| (i * 7 + i / 251) as u8).collect()
+    }
+
+    const DIGESTS: [Digests; 4] = [
+        Digests::NONE,
+        Digests::BOTH,
+        Digests {
+            hdgst: true,
+            ddgst: false,
+        },
+        Digests {
+            hdgst: false,
+            ddgst: true,
+        },
+    ];
+
+    #[test]
+    fn c2h_data_with_matches_encode_c2h_data() {
+        for dig in DIGESTS {
+            for hpda in [0u8, 3, 31] {
+                for c2h_max in [1u32, 1000, 4096, 131072] {
+                    let t = established(dig, hpda, c2h_max);
+                    for len in [1usize, 3, 999, 1000, 1001, 4096, 9000] {
+                        if c2h_max == 1 && len > 1001 {
+                            continue;
+                        }
+                        let data = pattern(len);
+                        for (last, success) in [(true, true), (true, false), (false, false)] {
+                            let mut want = b"prefix".to_vec();
+                            t.encode_c2h_data(&mut want, 9, 512, &data, last, success);
+                            let mut got = b"prefix".to_vec();
+                            let mut calls = 0usize;
+                            let mut next = 0u64;
+                            t.encode_c2h_data_with(
+                                &mut got,
+                                9,
+                                512,
+                                len,
+                                last,
+                                success,
+                                |buf: &mut [u8], off| -> Result<(), ()> {
+                                    assert_eq!(off, next, "offsets are contiguous");
+                                    assert!(buf.len() <= c2h_max as usize);
+                                    assert!(buf.iter().all(|&b| b == 0));
+                                    let o = off as usize;
+                                    buf.copy_from_slice(&data[o..o + buf.len()]);
+                                    next += buf.len() as u64;
+                                    calls += 1;
+                                    Ok(())
+                                },
+                            )
+                            .unwrap();
+                            assert_eq!(next, len as u64);
+                            assert_eq!(calls, len.div_ceil(c2h_max as usize));
+                            assert!(got == want, "{dig:?} hpda {hpda} max {c2h_max} len {len}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn c2h_data_with_decodes_on_the_host_side() {
+        // The filled bytes (not the zero-initialised area) are what the digest covers.
+        let t = established(Digests::BOTH, 3, 1000);
+        let data = pattern(2500);
+        let mut out = Vec::new();
+        t.encode_c2h_data_with(&mut out, 4, 0, data.len(), true, false, |buf, off| {
+            let o = off as usize;
+            buf.copy_from_slice(&data[o..o + buf.len()]);
+            Ok::<(), ()>(())
+        })
+        .unwrap();
+        let lim = DecodeLimits {
+            role: Role::Host,
+            digests: Some(Digests::BOTH),
+            pda: 3,
+            max_icd: 8192,
+            max_data: 1 << 20,
+        };
+        let mut pos = 0;
+        let mut got = Vec::new();
+        let mut pdus = 0;
+        while pos < out.len() {
+            let f = pdu::decode_frame(&out[pos..], &lim).unwrap().unwrap();
+            assert!(f.data_digest_ok);
+            let Pdu::C2hData { hdr, data: d } = f.pdu else {
+                panic!("not C2HData");
+            };
+            assert_eq!(hdr.datao as usize, got.len());
+            assert_eq!(hdr.last, got.len() + d.len() == data.len());
+            assert!(!hdr.success);
+            got.extend_from_slice(d);
+            pos += f.len;
+            pdus += 1;
+        }
+        assert_eq!(pdus, 3);
+        assert_eq!(got, data);
+    }
+
+    #[test]
+    fn c2h_data_with_error_leaves_out_untouched() {
+        for dig in DIGESTS {
+            let t = established(dig, 3, 1000);
+            for fail_at in [0u64, 1000, 2000] {
+                let mut out = b"earlier PDUs".to_vec();
+                let cap = out.len();
+                let r = t.encode_c2h_data_with(&mut out, 1, 0, 2500, true, true, |buf, off| {
+                    if off == fail_at {
+                        return Err("read failed");
+                    }
+                    buf.fill(0xAB);
+                    Ok(())
+                });
+                assert_eq!(r, Err("read failed"));
+                assert_eq!(out, b"earlier PDUs", "{dig:?} fail at {fail_at}");
+                assert_eq!(out.len(), cap);
+            }
+        }
+    }
+
+    #[test]
+    fn c2h_data_with_empty_appends_nothing() {
+        let t = established(Digests::BOTH, 0, 1000);
+        let mut out = Vec::new();
+        t.encode_c2h_data_with(&mut out, 1, 0, 0, true, true, |_, _| -> Result<(), ()> {
+            panic!("fill called for empty data")
+        })
+        .unwrap();
+        assert!(out.is_empty());
     }
 }

@@ -1,0 +1,62 @@
+//! Test helpers shared by the integration tests.
+
+use ebof_backend::{Backend, BackendError, BackendKind, BackendSpec};
+use std::ops::Range;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A RAM backend whose reads fail when they touch `bad` (byte range): a medium error the
+/// target must report as a command status, not as data.
+#[derive(Debug)]
+pub struct FailingBackend {
+    inner: Arc<dyn Backend>,
+    bad: Range<u64>,
+    /// Reads that failed.
+    pub failures: AtomicU64,
+}
+
+impl FailingBackend {
+    pub fn new(size: u64, bad: Range<u64>) -> Arc<FailingBackend> {
+        Arc::new(FailingBackend {
+            inner: ebof_backend::open(&BackendSpec::Ram { size }).unwrap(),
+            bad,
+            failures: AtomicU64::new(0),
+        })
+    }
+}
+
+impl Backend for FailingBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Ram
+    }
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+    fn may_block(&self) -> bool {
+        false
+    }
+    fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), BackendError> {
+        if offset < self.bad.end && offset + buf.len() as u64 > self.bad.start {
+            self.failures.fetch_add(1, Ordering::Relaxed);
+            return Err(BackendError::Io(std::io::Error::other(
+                "injected medium error",
+            )));
+        }
+        self.inner.read(offset, buf)
+    }
+    fn write(&self, offset: u64, buf: &[u8]) -> Result<(), BackendError> {
+        self.inner.write(offset, buf)
+    }
+    fn flush(&self) -> Result<(), BackendError> {
+        self.inner.flush()
+    }
+    fn write_zeroes(&self, offset: u64, len: u64) -> Result<(), BackendError> {
+        self.inner.write_zeroes(offset, len)
+    }
+    fn deallocate(&self, offset: u64, len: u64) -> Result<(), BackendError> {
+        self.inner.deallocate(offset, len)
+    }
+    fn allocated_bytes(&self) -> u64 {
+        self.inner.allocated_bytes()
+    }
+}
