@@ -248,7 +248,9 @@ impl Queue {
 
     /// Number of transfer tags the transport must track (= slots).
     pub fn max_ttags(&self) -> u16 {
-        u16::try_from(self.target.limits.max_queue_size as usize + SPARE_SLOTS).unwrap_or(u16::MAX)
+        // Slots never exceed the larger of the admin and I/O queue sizes, plus the spares.
+        let entries = usize::from(self.target.limits.max_queue_size).max(ADMIN_QUEUE_MAX as usize);
+        u16::try_from(entries + SPARE_SLOTS).unwrap_or(u16::MAX)
     }
 
     /// In-capsule data limit of this queue.
