@@ -579,3 +579,83 @@ fn backend_read_errors() {
         assert_eq!(smart.host_writes, 1);
     }
 }
+
+#[test]
+fn discovery_log_lists_what_the_host_may_see() {
+    use nvme_spec::discovery::{decode_discovery_log, subtype};
+    let mk = |nqn: &str, hosts: Option<Vec<String>>| {
+        let backend = ebof_backend::open(&BackendSpec::Ram { size: 1 << 20 }).unwrap();
+        Subsystem {
+            nqn: nqn.into(),
+            serial: "S".into(),
+            model: "m".into(),
+            allow_any_host: hosts.is_none(),
+            hosts: hosts.unwrap_or_default(),
+            namespaces: vec![Arc::new(Namespace::new(1, backend, 512, [1; 16]))],
+        }
+    };
+    let listeners = vec![
+        ListenerInfo {
+            addr: local(),
+            portid: 1,
+        },
+        ListenerInfo {
+            addr: "127.0.0.1:4421".parse().unwrap(),
+            portid: 2,
+        },
+    ];
+    let t = Arc::new(Target::new(
+        vec![
+            mk("nqn.2026-11.io.ebof:open", None),
+            mk(
+                "nqn.2026-11.io.ebof:private",
+                Some(vec!["nqn.2014-08.org.example:vip".into()]),
+            ),
+        ],
+        listeners,
+        TargetLimits::default(),
+        Instant::now(),
+    ));
+    for (host, want) in [(HOSTNQN, 2usize), ("nqn.2014-08.org.example:vip", 4)] {
+        let mut s = Sim::new(t.clone(), false);
+        let c = s.connect(0, 31, 0xFFFF, nvme_spec::DISCOVERY_NQN, host);
+        assert!(c.status.is_success(), "{c:?}");
+        s.enable();
+        let id = IdentifyController::decode(&s.identify(cns::CTRL, 0).data).unwrap();
+        assert_eq!(id.cntrltype, 2, "discovery controller");
+        let mut sqe = Sqe::new(admin::GET_LOG_PAGE, CommandId(0));
+        sqe.set_cdw(10, u32::from(lid::DISCOVERY) | ((8192 / 4 - 1) << 16));
+        sqe.set_sgl_transport(8192);
+        let a = s.cmd(sqe, &[], false);
+        assert!(a.cqe.unwrap().status.is_success());
+        let (hdr, entries) = decode_discovery_log(&a.data).unwrap();
+        assert_eq!(hdr.numrec as usize, want + 1, "{host}");
+        assert_eq!(hdr.genctr, 1);
+        let subs: Vec<_> = entries
+            .iter()
+            .filter(|e| e.subtype == subtype::NVME)
+            .collect();
+        assert_eq!(
+            subs.len(),
+            want,
+            "{host}: one entry per visible subsystem × listener"
+        );
+        assert!(
+            subs.iter()
+                .all(|e| e.trsvcid == "4420" || e.trsvcid == "4421")
+        );
+        let cur: Vec<_> = entries
+            .iter()
+            .filter(|e| e.subtype == subtype::CURRENT_DISCOVERY)
+            .collect();
+        assert_eq!(cur.len(), 1);
+        assert_eq!(cur[0].subnqn, nvme_spec::DISCOVERY_NQN);
+        // I/O commands are not part of a discovery controller.
+        let mut sqe = Sqe::new(admin::ABORT, CommandId(0));
+        sqe.set_cdw(10, 1);
+        assert_eq!(
+            s.cmd(sqe, &[], false).cqe.unwrap().status,
+            Status::INVALID_OPCODE
+        );
+    }
+}
