@@ -2,9 +2,10 @@
 //! controller bring-up and namespace scan; captured by tests/interop/capture-linux-pdus.sh) into
 //! the target, with no sockets, and check every command it issued is answered successfully.
 
-use ebof_backend::BackendSpec;
+mod common;
+
 use ebof_runtime::conn::{ConnCore, Step};
-use nvmf_target::{ListenerInfo, Namespace, Subsystem, Target, TargetLimits};
+use nvmf_target::{ListenerInfo, Target, TargetLimits};
 use nvmf_tcp::{HostConn, HostConnConfig, HostEvent, TargetConnConfig};
 use std::sync::Arc;
 use std::time::Instant;
@@ -15,15 +16,7 @@ fn replay(file: &str, digests: bool) {
         env!("CARGO_MANIFEST_DIR")
     );
     let bytes = std::fs::read(&path).unwrap();
-    let backend = ebof_backend::open(&BackendSpec::Ram { size: 64 << 20 }).unwrap();
-    let sub = Subsystem {
-        nqn: "nqn.2026-11.io.ebof:golden".into(),
-        serial: "GOLDEN".into(),
-        model: "ebof".into(),
-        allow_any_host: true,
-        hosts: vec![],
-        namespaces: vec![Arc::new(Namespace::new(1, backend, 512, [3; 16]))],
-    };
+    let sub = common::subsystem("nqn.2026-11.io.ebof:golden", common::ram(64 << 20), None);
     let local = "10.77.0.1:4420".parse().unwrap();
     let target = Arc::new(Target::new(
         vec![sub],

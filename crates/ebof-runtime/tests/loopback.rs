@@ -9,7 +9,7 @@ use ebof_runtime::{Server, ServerConfig, ServerHandle};
 use nvme_spec::fabrics::{ConnectCmd, ConnectData, PropertyCmd, cc, prop};
 use nvme_spec::opcode::{admin, fctype, io};
 use nvme_spec::{CommandId, ControllerId, Cqe, NamespaceId, QueueId, Sqe};
-use nvmf_target::{ListenerInfo, Namespace, Subsystem, Target, TargetLimits};
+use nvmf_target::{ListenerInfo, Target, TargetLimits};
 use nvmf_tcp::pdu::pdu_type;
 use nvmf_tcp::{HostConn, HostConnConfig, HostEvent, TargetConnConfig};
 use std::io::{Read, Write};
@@ -39,14 +39,7 @@ fn start(poll: Duration) -> Running {
 }
 
 fn start_on(poll: Duration, backend: Arc<dyn Backend>) -> Running {
-    let sub = Subsystem {
-        nqn: NQN.into(),
-        serial: "LOOP1".into(),
-        model: "ebof".into(),
-        allow_any_host: true,
-        hosts: vec![],
-        namespaces: vec![Arc::new(Namespace::new(1, backend, 512, [7; 16]))],
-    };
+    let sub = common::subsystem(NQN, backend, None);
     // Port 0: the listener info for discovery is not needed in these tests.
     let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
     let target = Arc::new(Target::new(

@@ -10,7 +10,7 @@ use nvme_spec::identify::{IdentifyController, IdentifyNamespace, cns};
 use nvme_spec::log::{SmartLog, lid};
 use nvme_spec::opcode::{admin, fctype, feature, io};
 use nvme_spec::{CommandId, ControllerId, Cqe, NamespaceId, QueueId, Sqe, Status};
-use nvmf_target::{ListenerInfo, Namespace, Subsystem, Target, TargetLimits};
+use nvmf_target::{ListenerInfo, Target, TargetLimits};
 use nvmf_tcp::{HostConn, HostConnConfig, HostEvent, TargetConnConfig};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -33,15 +33,7 @@ fn target_on(
     limits: TargetLimits,
     hosts: Option<Vec<String>>,
 ) -> Arc<Target> {
-    let ns = Namespace::new(1, backend, 512, [0x11; 16]);
-    let sub = Subsystem {
-        nqn: NQN.into(),
-        serial: "SIM0001".into(),
-        model: "ebof-sim".into(),
-        allow_any_host: hosts.is_none(),
-        hosts: hosts.unwrap_or_default(),
-        namespaces: vec![Arc::new(ns)],
-    };
+    let sub = common::subsystem(NQN, backend, hosts);
     Arc::new(Target::new(
         vec![sub],
         vec![ListenerInfo {
@@ -340,7 +332,7 @@ fn connect_enable_identify_io_shutdown() {
         let id = IdentifyController::decode(&a.data).unwrap();
         assert_eq!(id.cntlid, cntlid);
         assert_eq!(id.subnqn, NQN);
-        assert_eq!(id.sn, "SIM0001");
+        assert_eq!(id.sn, "EBOFTEST");
         assert_eq!(id.ioccsz, (64 + 8192) / 16);
         let a = admin_q.identify(cns::NS, 1);
         let ns = IdentifyNamespace::decode(&a.data).unwrap();
@@ -583,17 +575,7 @@ fn backend_read_errors() {
 #[test]
 fn discovery_log_lists_what_the_host_may_see() {
     use nvme_spec::discovery::{decode_discovery_log, subtype};
-    let mk = |nqn: &str, hosts: Option<Vec<String>>| {
-        let backend = ebof_backend::open(&BackendSpec::Ram { size: 1 << 20 }).unwrap();
-        Subsystem {
-            nqn: nqn.into(),
-            serial: "S".into(),
-            model: "m".into(),
-            allow_any_host: hosts.is_none(),
-            hosts: hosts.unwrap_or_default(),
-            namespaces: vec![Arc::new(Namespace::new(1, backend, 512, [1; 16]))],
-        }
-    };
+    let mk = |nqn: &str, hosts| common::subsystem(nqn, common::ram(1 << 20), hosts);
     let listeners = vec![
         ListenerInfo {
             addr: local(),

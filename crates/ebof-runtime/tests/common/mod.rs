@@ -1,6 +1,8 @@
-//! Test helpers shared by the integration tests.
+//! Test helpers shared by the integration tests (each test crate uses a subset).
+#![allow(dead_code)]
 
 use ebof_backend::{Backend, BackendError, BackendKind, BackendSpec};
+use nvmf_target::{Namespace, Subsystem};
 use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -58,5 +60,23 @@ impl Backend for FailingBackend {
     }
     fn allocated_bytes(&self) -> u64 {
         self.inner.allocated_bytes()
+    }
+}
+
+/// A sparse RAM backend of `size` bytes.
+pub fn ram(size: u64) -> Arc<dyn Backend> {
+    ebof_backend::open(&BackendSpec::Ram { size }).unwrap()
+}
+
+/// A subsystem `nqn` with one namespace (NSID 1, 512-byte blocks) on `backend`; any host may
+/// connect unless `hosts` lists the allowed ones.
+pub fn subsystem(nqn: &str, backend: Arc<dyn Backend>, hosts: Option<Vec<String>>) -> Subsystem {
+    Subsystem {
+        nqn: nqn.into(),
+        serial: "EBOFTEST".into(),
+        model: "ebof-test".into(),
+        allow_any_host: hosts.is_none(),
+        hosts: hosts.unwrap_or_default(),
+        namespaces: vec![Arc::new(Namespace::new(1, backend, 512, [0x11; 16]))],
     }
 }
