@@ -296,6 +296,17 @@ impl Sim {
         self.cmd(sqe, &[], false)
     }
 
+    /// SMART / Health log for all namespaces (NSID FFFFFFFFh).
+    fn smart_log(&mut self) -> SmartLog {
+        let mut sqe = Sqe::new(admin::GET_LOG_PAGE, CommandId(0));
+        sqe.set_nsid(NamespaceId(u32::MAX));
+        sqe.set_cdw(10, u32::from(lid::SMART) | ((512 / 4 - 1) << 16));
+        sqe.set_sgl_transport(512);
+        let a = self.cmd(sqe, &[], false);
+        assert!(a.cqe.unwrap().status.is_success());
+        SmartLog::decode(&a.data).unwrap()
+    }
+
     fn rw(&mut self, opc: u8, slba: u64, nlb: u32, data: &[u8], inline: bool) -> Answer {
         let mut sqe = Sqe::new(opc, CommandId(0));
         sqe.set_nsid(NamespaceId(1));
@@ -373,12 +384,7 @@ fn connect_enable_identify_io_shutdown() {
         assert!(r.data.is_empty());
 
         // SMART counters moved.
-        let mut sqe = Sqe::new(admin::GET_LOG_PAGE, CommandId(0));
-        sqe.set_nsid(NamespaceId(u32::MAX));
-        sqe.set_cdw(10, u32::from(lid::SMART) | ((512 / 4 - 1) << 16));
-        sqe.set_sgl_transport(512);
-        let a = admin_q.cmd(sqe, &[], false);
-        let smart = SmartLog::decode(&a.data).unwrap();
+        let smart = admin_q.smart_log();
         assert_eq!(smart.host_writes, 3);
         assert_eq!(smart.host_reads, 4);
         assert_eq!(smart.data_units_written, 1); // 72 KiB rounds up to one unit of 512,000 B
@@ -560,12 +566,7 @@ fn backend_read_errors() {
         assert_eq!(e.parm_error_location, 0xFFFF);
 
         // SMART: successful reads counted as reads, failed ones as media errors.
-        let mut sqe = Sqe::new(admin::GET_LOG_PAGE, CommandId(0));
-        sqe.set_nsid(NamespaceId(u32::MAX));
-        sqe.set_cdw(10, u32::from(lid::SMART) | ((512 / 4 - 1) << 16));
-        sqe.set_sgl_transport(512);
-        let a = admin_q.cmd(sqe, &[], false);
-        let smart = SmartLog::decode(&a.data).unwrap();
+        let smart = admin_q.smart_log();
         assert_eq!(smart.host_reads, 3);
         assert_eq!(smart.media_errors, 2);
         assert_eq!(smart.host_writes, 1);
