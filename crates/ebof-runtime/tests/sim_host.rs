@@ -452,6 +452,36 @@ fn connect_rejections() {
 }
 
 #[test]
+fn empty_host_nqn_reaches_open_subsystems_only() {
+    // SPDK's initiator without `hostnqn:` sends an empty HOSTNQN; like the Linux target and
+    // SPDK, an allow-any-host subsystem accepts it, admin and I/O queues alike.
+    let t = target();
+    let mut admin_q = Sim::new(t.clone(), false);
+    let c = admin_q.connect(0, 31, 0xFFFF, NQN, "");
+    assert!(c.status.is_success(), "{c:?}");
+    let cntlid = c.dw0 as u16;
+    admin_q.enable();
+    let mut ioq = Sim::new(t.clone(), false);
+    let c = ioq.connect(1, 31, cntlid, NQN, "");
+    assert!(c.status.is_success(), "{c:?}");
+    // The I/O queue must name the same (empty) host as the admin queue.
+    let mut other = Sim::new(t, false);
+    let c = other.connect(2, 31, cntlid, NQN, HOSTNQN);
+    assert_eq!(
+        (c.status, c.dw0),
+        (Status::CONNECT_INVALID_PARAM, 512 | (1 << 16))
+    );
+    // A subsystem with a host list does not let an anonymous host in.
+    let t = target_with(
+        TargetLimits::default(),
+        Some(vec!["nqn.2014-08.org.example:allowed".into()]),
+    );
+    let mut s = Sim::new(t, false);
+    let c = s.connect(0, 31, 0xFFFF, NQN, "");
+    assert_eq!(c.status, Status::CONNECT_INVALID_HOST);
+}
+
+#[test]
 fn admin_surface() {
     let t = target();
     let mut s = Sim::new(t.clone(), false);

@@ -76,6 +76,7 @@ pub struct ConnectData {
     pub hostid: [u8; 16],
     pub cntlid: ControllerId,
     pub subnqn: String,
+    /// Host NQN; may be empty (SPDK's initiator without a configured host NQN).
     pub hostnqn: String,
 }
 
@@ -96,9 +97,16 @@ impl ConnectData {
         let subnqn = nqn_field(&b[256..512]).ok_or(ConnectDataError {
             offset: connect_data_off::SUBNQN,
         })?;
-        let hostnqn = nqn_field(&b[512..768]).ok_or(ConnectDataError {
-            offset: connect_data_off::HOSTNQN,
-        })?;
+        // An empty HOSTNQN is what SPDK's initiator sends when its user gave none; the Linux
+        // target and SPDK accept it for subsystems open to any host, so decoding does too
+        // (access control decides).
+        let hostnqn = if b[512] == 0 {
+            ""
+        } else {
+            nqn_field(&b[512..768]).ok_or(ConnectDataError {
+                offset: connect_data_off::HOSTNQN,
+            })?
+        };
         Ok(ConnectData {
             hostid,
             cntlid: ControllerId(le16(b, 16)),
@@ -277,6 +285,19 @@ mod tests {
         b[512..1024].fill(b'a');
         assert_eq!(ConnectData::decode(&b).unwrap_err().offset, 512);
         assert!(ConnectData::decode(&b[..100]).is_err());
+    }
+
+    #[test]
+    fn connect_data_accepts_empty_hostnqn() {
+        // SPDK's initiator without a configured host NQN sends HOSTNQN all zeros.
+        let mut b = [0u8; 1024];
+        b[256..260].copy_from_slice(b"nqn.");
+        let d = ConnectData::decode(&b).unwrap();
+        assert_eq!(d.hostnqn, "");
+        assert_eq!(d.subnqn, "nqn.");
+        // An empty SUBNQN is still an error.
+        b[256..260].fill(0);
+        assert_eq!(ConnectData::decode(&b).unwrap_err().offset, 256);
     }
 
     #[test]

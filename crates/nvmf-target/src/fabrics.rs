@@ -11,6 +11,30 @@ use nvme_spec::{ControllerId, DISCOVERY_NQN, NVME_VERSION, Sqe, Status};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// Why a Connect was rejected, in words, for the target's log.
+fn connect_reject_reason(e: &CmdError) -> &'static str {
+    let in_data = e.dw0 & nvme_spec::fabrics::IATTR_CONNECT_DATA != 0;
+    let ipo = (e.dw0 & 0xFFFF) as u16;
+    match e.status {
+        Status::CONNECT_INCOMPATIBLE_FORMAT => "unsupported Connect record format (RECFMT)",
+        Status::CONNECT_CTRL_BUSY => "no controller ID free",
+        Status::CONNECT_INVALID_HOST => "host NQN not allowed by this subsystem",
+        Status::CMD_SEQ_ERROR => {
+            "I/O queue before the controller is ready, or QID already connected"
+        }
+        Status::CONNECT_INVALID_PARAM => match (in_data, ipo) {
+            (true, connect_data_off::HOSTID) => "Connect data too short",
+            (true, connect_data_off::CNTLID) => "unknown or non-dynamic controller ID (CNTLID)",
+            (true, connect_data_off::SUBNQN) => "no such subsystem, or SUBNQN malformed",
+            (true, connect_data_off::HOSTNQN) => "HOSTNQN malformed or not the controller's host",
+            (false, connect_sqe_off::QID) => "QID out of range or not allowed on this controller",
+            (false, connect_sqe_off::SQSIZE) => "SQSIZE zero or above the maximum queue size",
+            _ => "invalid Connect parameter",
+        },
+        _ => "invalid Connect",
+    }
+}
+
 /// Keep-alive used for a discovery controller whose host asked for none (Linux nvmet:
 /// NVMET_DISC_KATO_MS), so abandoned discovery connections are eventually reaped.
 pub const DISCOVERY_DEFAULT_KATO: Duration = Duration::from_secs(120);
@@ -42,15 +66,34 @@ impl Queue {
                 connect_sqe_off::RECFMT,
             ));
         }
-        let d = ConnectData::decode(data).map_err(|e| CmdError::connect_param(e.offset, true))?;
+        let d = ConnectData::decode(data).map_err(|e| {
+            let e = CmdError::connect_param(e.offset, true);
+            tracing::warn!(ipo = e.loc, local = %self.local, "connect rejected: {}", connect_reject_reason(&e));
+            e
+        })?;
         if cmd.sqsize == 0 {
             return Err(CmdError::connect_param(connect_sqe_off::SQSIZE, false));
         }
-        if cmd.qid.is_admin() {
+        let qid = cmd.qid.0;
+        let (subnqn, hostnqn) = (d.subnqn.clone(), d.hostnqn.clone());
+        let r = if cmd.qid.is_admin() {
             self.connect_admin(&cmd, d, self.now)
         } else {
             self.connect_io(&cmd, d)
+        };
+        if let Err(e) = &r {
+            tracing::warn!(
+                qid,
+                %subnqn,
+                %hostnqn,
+                status = %e.status,
+                ipo = e.dw0 & 0xFFFF,
+                local = %self.local,
+                "connect rejected: {}",
+                connect_reject_reason(e)
+            );
         }
+        r
     }
 
     fn connect_admin(&mut self, cmd: &ConnectCmd, d: ConnectData, now: Instant) -> CmdResult {
@@ -75,11 +118,9 @@ impl Queue {
                 self.target.subsystem(&d.subnqn)
             };
             let Some(sub) = sub else {
-                tracing::warn!(subnqn = %d.subnqn, hostnqn = %d.hostnqn, "connect to unknown subsystem");
                 return Err(CmdError::connect_param(connect_data_off::SUBNQN, true));
             };
             if !sub.host_allowed(&d.hostnqn) {
-                tracing::warn!(subnqn = %d.subnqn, hostnqn = %d.hostnqn, "host not allowed");
                 let mut e = CmdError::connect_param(connect_data_off::HOSTNQN, true);
                 e.status = Status::CONNECT_INVALID_HOST;
                 return Err(e);
@@ -143,11 +184,6 @@ impl Queue {
             return Err(CmdError::at(Status::CMD_SEQ_ERROR, connect_sqe_off::QID));
         }
         if !ctrl.claim_qid(cmd.qid.0) {
-            tracing::warn!(
-                cntlid = ctrl.cntlid.0,
-                qid = cmd.qid.0,
-                "duplicate I/O queue connect"
-            );
             return Err(CmdError::at(Status::CMD_SEQ_ERROR, connect_sqe_off::QID));
         }
         tracing::info!(
