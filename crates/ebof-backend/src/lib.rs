@@ -82,6 +82,17 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     /// Reads `buf.len()` bytes at `offset`.
     fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), BackendError>;
 
+    /// Where `offset..offset + len` lives in this process's memory, for backends that are
+    /// memory (RAM): the runtime hands that address to the kernel (`writev`) instead of copying
+    /// the bytes into a send buffer first. The address stays valid for as long as the backend
+    /// lives. The bytes may change under concurrent writes (as a read racing a write may see
+    /// either), so callers must never form a Rust reference to them; they pass the address to
+    /// the kernel or copy with `ptr::copy`. `None` (the default): not memory, or out of range.
+    fn memory(&self, offset: u64, len: usize) -> Option<std::ptr::NonNull<u8>> {
+        let _ = (offset, len);
+        None
+    }
+
     /// Writes `buf` at `offset`. Returns only once the data is accepted by the backend (visible
     /// to later reads); durability needs [`flush`](Backend::flush).
     fn write(&self, offset: u64, buf: &[u8]) -> Result<(), BackendError>;

@@ -263,6 +263,11 @@ impl Backend for RamBackend {
         false
     }
 
+    fn memory(&self, offset: u64, len: usize) -> Option<NonNull<u8>> {
+        check_range(offset, len as u64, self.size).ok()?;
+        NonNull::new(self.at(offset))
+    }
+
     #[inline]
     fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), BackendError> {
         check_range(offset, buf.len() as u64, self.size)?;
@@ -348,6 +353,22 @@ mod tests {
             Err(BackendError::InvalidSize { size: 1000, .. })
         ));
         assert!(RamBackend::new(512).is_ok());
+    }
+
+    #[test]
+    fn memory_is_the_bytes_reads_return() {
+        let ram = RamBackend::new(64 * 1024).unwrap();
+        let data: Vec<u8> = (0..8192u32).map(|i| (i * 31 + 7) as u8).collect();
+        ram.write(4096, &data).unwrap();
+        let p = ram.memory(4096, data.len()).unwrap();
+        let mut copy = vec![0u8; data.len()];
+        // SAFETY: `memory` returned a range of `data.len()` bytes inside the live mapping;
+        // nothing writes to it concurrently in this test.
+        unsafe { ptr::copy_nonoverlapping(p.as_ptr(), copy.as_mut_ptr(), copy.len()) };
+        assert_eq!(copy, data);
+        assert!(ram.memory(64 * 1024 - 512, 512).is_some());
+        assert!(ram.memory(64 * 1024 - 512, 513).is_none());
+        assert!(ram.memory(u64::MAX, 1).is_none());
     }
 
     #[test]

@@ -1,50 +1,35 @@
-//! The connection driver: one task per TCP connection, on the core that accepted it for life.
+//! The sans-IO core of one connection: received bytes in, bytes to send out.
 //!
-//! Each wake-up: read everything the socket has (bulk, into one receive buffer), decode every
-//! complete PDU, hand each to the queue, run non-blocking backend I/O inline, then drain all
-//! completions into one send buffer and write it with one call. Reads from non-blocking
-//! backends are done during that drain, straight from the backend into the send buffer (one
-//! userspace copy). Backends that may block run on the runtime's blocking pool; their
-//! completions come back through a channel.
+//! The reactor ([`crate::reactor`]) reads everything the socket has into [`ConnCore`]'s receive
+//! buffer, calls [`ConnCore::process`] (decode every complete PDU, hand each to the queue, run
+//! non-blocking backend I/O inline) and [`ConnCore::flush_completions`] (drain every finished
+//! command into the output), then sends the output with one `writev`.
+//!
+//! Output is the send buffer `out` plus, for reads from memory backends (RAM), *external
+//! segments*: the C2HData header goes into `out` and the data is sent straight from the
+//! backend's memory (no userspace copy). [`ConnCore::iovecs`] lists the wire order;
+//! [`ConnCore::take_output`] flattens it for tests.
 
-use nvme_spec::Status;
-use nvmf_target::{C2hData, Disposition, Queue, Target, execute_io};
-use nvmf_tcp::{ProtocolError, TargetConn, TargetConnConfig, TargetEvent};
+use crate::reactor::ConnEnd;
+use ebof_backend::Backend;
+use nvmf_target::{C2hData, Disposition, Queue, Target};
+use nvmf_tcp::{TargetConn, TargetConnConfig, TargetEvent};
 use std::net::SocketAddr;
-use std::os::fd::AsRawFd;
+use std::ptr::NonNull;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
-use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
-use tokio::sync::mpsc;
+use std::time::Instant;
 
 /// Receive buffer floor; grows to hold at least two maximal PDUs.
 const RECV_BUF_MIN: usize = 256 * 1024;
-/// How often timers (keep-alive, controller teardown) are checked.
-const TICK: Duration = Duration::from_millis(500);
-/// Grace period after a C2HTermReq before the socket is closed.
-const TERM_GRACE: Duration = Duration::from_millis(200);
+/// Reads at least this large go out zero-copy from a memory backend; smaller ones are copied
+/// (an iovec entry per small read costs more than the copy).
+const ZERO_COPY_MIN: usize = 2048;
 
-/// Why a connection ended (for the log).
-#[derive(Debug)]
-pub enum ConnEnd {
-    /// The peer closed the socket.
-    PeerClosed,
-    /// A protocol violation; C2HTermReq sent.
-    Protocol(ProtocolError),
-    /// The host sent H2CTermReq.
-    HostTerminated { fes: u16, fei: u32 },
-    /// The controller was torn down (keep-alive expiry, reset, admin queue gone).
-    ControllerGone,
-    /// Socket error.
-    Io(std::io::Error),
-}
-
-/// Completion of an I/O executed on a worker thread.
-struct Offloaded {
-    slot: u16,
-    status: Status,
-    buf: Vec<u8>,
+/// Backend memory sent right after `out[..at]`.
+struct ExtSeg {
+    at: usize,
+    ptr: NonNull<u8>,
+    len: usize,
 }
 
 /// Sans-IO core of a connection: receive buffer in, send buffer out. The socket loop in
@@ -56,8 +41,14 @@ pub struct ConnCore {
     rbuf: Vec<u8>,
     rpos: usize,
     rlen: usize,
-    /// Output to send.
-    pub out: Vec<u8>,
+    /// Output to send (with `ext` spliced in).
+    out: Vec<u8>,
+    /// Zero-copy segments, in order of `at`.
+    ext: Vec<ExtSeg>,
+    /// Keeps the backends that `ext` points into alive until the output is sent.
+    keep: Vec<Arc<dyn Backend>>,
+    /// Send reads from memory backends without copying (default on).
+    zero_copy: bool,
     /// Slots to execute after the decode pass.
     to_execute: Vec<u16>,
 }
@@ -89,8 +80,81 @@ impl ConnCore {
             rpos: 0,
             rlen: 0,
             out: Vec::with_capacity(RECV_BUF_MIN),
+            ext: Vec::new(),
+            keep: Vec::new(),
+            zero_copy: true,
             to_execute: Vec::with_capacity(64),
         }
+    }
+
+    /// Turn zero-copy sends from memory backends on or off.
+    pub fn set_zero_copy(&mut self, on: bool) {
+        self.zero_copy = on;
+    }
+
+    /// Bytes of output waiting to be sent.
+    pub fn output_len(&self) -> usize {
+        self.out.len() + self.ext.iter().map(|e| e.len).sum::<usize>()
+    }
+
+    /// True if there is output to send.
+    pub fn has_output(&self) -> bool {
+        !self.out.is_empty() || !self.ext.is_empty()
+    }
+
+    /// The output in wire order, skipping its first `skip` bytes (already sent), as iovecs
+    /// appended to `iov` (at most `max` entries). The entries stay valid until the output is
+    /// changed ([`ConnCore::process`], [`ConnCore::flush_completions`], [`ConnCore::consume`]).
+    pub fn iovecs(&self, mut skip: usize, iov: &mut Vec<libc::iovec>, max: usize) {
+        let mut push = |base: *const u8, len: usize, iov: &mut Vec<libc::iovec>| {
+            if len == 0 || iov.len() >= max {
+                return;
+            }
+            if skip >= len {
+                skip -= len;
+                return;
+            }
+            iov.push(libc::iovec {
+                // SAFETY (pointer arithmetic): `skip < len`, so the result stays within the
+                // segment.
+                iov_base: unsafe { base.add(skip) } as *mut libc::c_void,
+                iov_len: len - skip,
+            });
+            skip = 0;
+        };
+        let mut pos = 0usize;
+        for e in &self.ext {
+            push(self.out[pos..e.at].as_ptr(), e.at - pos, iov);
+            push(e.ptr.as_ptr(), e.len, iov);
+            pos = e.at;
+        }
+        push(self.out[pos..].as_ptr(), self.out.len() - pos, iov);
+    }
+
+    /// The whole output has been sent: clear it.
+    pub fn consume(&mut self) {
+        self.out.clear();
+        self.ext.clear();
+        self.keep.clear();
+    }
+
+    /// Take the output as one byte vector (external segments copied in), for tests and for
+    /// the last words on a closing connection.
+    pub fn take_output(&mut self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(self.output_len());
+        let mut pos = 0usize;
+        for e in &self.ext {
+            v.extend_from_slice(&self.out[pos..e.at]);
+            let start = v.len();
+            v.resize(start + e.len, 0);
+            // SAFETY: `e.ptr..e.ptr + e.len` is backend memory kept alive by `self.keep`
+            // (`Backend::memory`); it is copied with `ptr::copy`, never referenced.
+            unsafe { std::ptr::copy(e.ptr.as_ptr(), v[start..].as_mut_ptr(), e.len) };
+            pos = e.at;
+        }
+        v.extend_from_slice(&self.out[pos..]);
+        self.consume();
+        v
     }
 
     /// Free space to read into (compacting first if needed).
@@ -194,6 +258,9 @@ impl ConnCore {
     pub fn flush_completions(&mut self) {
         let conn = &self.conn;
         let out = &mut self.out;
+        let ext = &mut self.ext;
+        let keep = &mut self.keep;
+        let zero_copy = self.zero_copy;
         self.queue.drain_completions(|cqe, data, shortcut| {
             match data {
                 C2hData::Bytes(d) => {
@@ -206,6 +273,24 @@ impl ConnCore {
                     offset,
                     len,
                 } => {
+                    if zero_copy
+                        && len >= ZERO_COPY_MIN
+                        && let Some(ptr) = backend.memory(offset, len)
+                        && conn.encode_c2h_data_head(out, cqe.cid, 0, len, true, shortcut)
+                    {
+                        ext.push(ExtSeg {
+                            at: out.len(),
+                            ptr,
+                            len,
+                        });
+                        if !keep.iter().any(|k| Arc::ptr_eq(k, backend)) {
+                            keep.push(backend.clone());
+                        }
+                        if !shortcut {
+                            conn.encode_resp(out, cqe);
+                        }
+                        return Ok(());
+                    }
                     // On error nothing was appended; the queue calls us again with the error.
                     conn.encode_c2h_data_with(out, cqe.cid, 0, len, true, shortcut, |buf, off| {
                         backend.read(offset + off, buf)
@@ -217,187 +302,5 @@ impl ConnCore {
             }
             Ok(())
         });
-    }
-}
-
-/// Serve one connection until it ends. `poll` > 0 enables a busy-poll window: after each
-/// batch the reactor keeps checking the socket for that long before sleeping in epoll (lower
-/// latency for back-to-back batches, at the cost of CPU while traffic flows; an idle
-/// connection still sleeps).
-pub async fn drive(
-    mut stream: TcpStream,
-    target: Arc<Target>,
-    cfg: TargetConnConfig,
-    local: SocketAddr,
-    discovery_only: bool,
-    poll: Duration,
-) -> ConnEnd {
-    let _ = stream.set_nodelay(true);
-    let fd = stream.as_raw_fd();
-    let mut core = ConnCore::new(target, cfg, local, Instant::now());
-    core.queue.set_discovery_only(discovery_only);
-    let (tx, mut rx) = mpsc::unbounded_channel::<Offloaded>();
-    let mut offloaded = 0usize;
-    let mut tick = tokio::time::interval(TICK);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let end = loop {
-        // Busy-poll window (opt-in): raw non-blocking reads, bypassing the readiness cache.
-        let mut input = Input::Nothing;
-        if !poll.is_zero() && offloaded == 0 {
-            let deadline = Instant::now() + poll;
-            loop {
-                match recv_nonblocking(fd, core.recv_space()) {
-                    Ok(0) => {
-                        input = Input::Closed;
-                        break;
-                    }
-                    Ok(n) => {
-                        core.received(n);
-                        input = Input::Data;
-                        break;
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                    Err(e) => {
-                        input = Input::Error(e);
-                        break;
-                    }
-                }
-                if Instant::now() >= deadline {
-                    break;
-                }
-                std::hint::spin_loop();
-            }
-        }
-        if matches!(input, Input::Nothing) {
-            tokio::select! {
-                biased;
-                r = stream.readable() => {
-                    input = match r {
-                        Err(e) => Input::Error(e),
-                        Ok(()) => read_available(&stream, &mut core),
-                    };
-                }
-                Some(done) = rx.recv(), if offloaded > 0 => {
-                    offloaded -= 1;
-                    core.queue.complete_io(done.slot, done.status, done.buf);
-                    while let Ok(done) = rx.try_recv() {
-                        offloaded -= 1;
-                        core.queue.complete_io(done.slot, done.status, done.buf);
-                    }
-                    core.flush_completions();
-                }
-                _ = tick.tick() => {
-                    if core.queue.poll_timers(Instant::now()) {
-                        break ConnEnd::ControllerGone;
-                    }
-                }
-            }
-        }
-        match input {
-            Input::Nothing => {}
-            Input::Error(e) => break ConnEnd::Io(e),
-            Input::Data | Input::DataThenClosed => {
-                let now = Instant::now();
-                let step = core.process(now, |q, slot| {
-                    let Some(req) = q.io_request(slot).cloned() else {
-                        return;
-                    };
-                    let mut buf = q.take_io_buffer(slot);
-                    let tx = tx.clone();
-                    offloaded += 1;
-                    tokio::task::spawn_blocking(move || {
-                        let status = execute_io(&req, &mut buf);
-                        let _ = tx.send(Offloaded { slot, status, buf });
-                    });
-                });
-                core.flush_completions();
-                if let Step::Close(end) = step {
-                    let _ = stream.write_all(&core.out).await;
-                    if matches!(end, ConnEnd::Protocol(_)) {
-                        let _ = stream.shutdown().await;
-                        tokio::time::sleep(TERM_GRACE).await;
-                    }
-                    break end;
-                }
-                if matches!(input, Input::DataThenClosed) {
-                    let _ = stream.write_all(&core.out).await;
-                    break ConnEnd::PeerClosed;
-                }
-            }
-            Input::Closed => break ConnEnd::PeerClosed,
-        }
-        if !core.out.is_empty() {
-            if let Err(e) = stream.write_all(&core.out).await {
-                break ConnEnd::Io(e);
-            }
-            core.out.clear();
-        }
-        if core.queue.should_close() {
-            break ConnEnd::ControllerGone;
-        }
-    };
-    // Let offloaded I/O finish before the queue (and its buffers) go away, bounded.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while offloaded > 0 && Instant::now() < deadline {
-        match tokio::time::timeout(Duration::from_secs(1), rx.recv()).await {
-            Ok(Some(done)) => {
-                offloaded -= 1;
-                core.queue.complete_io(done.slot, done.status, done.buf);
-            }
-            Ok(None) => break,
-            Err(_) => {}
-        }
-    }
-    end
-}
-
-/// What one read attempt produced.
-enum Input {
-    Nothing,
-    Data,
-    DataThenClosed,
-    Closed,
-    Error(std::io::Error),
-}
-
-/// Read what the socket has, in bulk, until it is drained or the buffer is full.
-fn read_available(stream: &TcpStream, core: &mut ConnCore) -> Input {
-    let mut got = false;
-    loop {
-        let space = core.recv_space();
-        if space.is_empty() {
-            break;
-        }
-        match stream.try_read(space) {
-            Ok(0) => {
-                return if got {
-                    Input::DataThenClosed
-                } else {
-                    Input::Closed
-                };
-            }
-            Ok(n) => {
-                core.received(n);
-                got = true;
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-            Err(e) => return Input::Error(e),
-        }
-    }
-    if got { Input::Data } else { Input::Nothing }
-}
-
-/// One non-blocking `recv` on the raw socket (busy-poll path).
-fn recv_nonblocking(fd: std::os::fd::RawFd, buf: &mut [u8]) -> std::io::Result<usize> {
-    if buf.is_empty() {
-        return Err(std::io::ErrorKind::WouldBlock.into());
-    }
-    // SAFETY: `buf` is a valid, writable slice for its whole length; `fd` is the connection's
-    // socket, owned by the `TcpStream` that outlives this call.
-    let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
-    if n < 0 {
-        Err(std::io::Error::last_os_error())
-    } else {
-        Ok(n as usize)
     }
 }

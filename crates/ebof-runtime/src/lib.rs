@@ -1,16 +1,18 @@
 //! # ebof-runtime — threads, cores and sockets
 //!
-//! **What it is**: the I/O half of ebof serve. Per-core reactor threads (one current-thread
-//! tokio runtime per pinned core, epoll underneath — event-driven, no busy polling), the accept
-//! loop that places each new connection (= one NVMe queue) on a core for life, and the
-//! connection driver ([`conn`]) that pumps socket bytes → `nvmf-tcp` → `nvmf-target` → backend
-//! → one batched send per drain.
+//! **What it is**: the I/O half of ebof serve. Per-core reactor threads ([`reactor`]: one pinned
+//! epoll loop per core that polls while traffic flows and sleeps when it stops), the accept
+//! path that places each new connection (= one NVMe queue) on a core for life, and the
+//! sans-IO connection core ([`conn`]) that turns socket bytes → `nvmf-tcp` → `nvmf-target` →
+//! backend → one batched, zero-copy-where-possible send per drain.
 //!
 //! **What it is not**: it holds no protocol logic; every NVMe decision is made by the sans-IO
 //! crates it drives.
 
 pub mod affinity;
 pub mod conn;
+pub mod reactor;
 pub mod server;
 
+pub use reactor::ConnEnd;
 pub use server::{Server, ServerConfig, ServerHandle};

@@ -1,18 +1,17 @@
 //! Reactor threads and listeners.
 //!
-//! One thread per configured core, pinned, each running a current-thread tokio runtime.
-//! Listeners are accepted on the first reactor; each accepted connection is handed, round-robin,
-//! to a reactor and stays there for life (an NVMe queue never migrates between cores).
+//! One thread per configured core, pinned, each running a [`Reactor`] (an epoll loop with
+//! adaptive polling). Listeners are accepted on the first reactor; each accepted connection is
+//! handed, round-robin, to a reactor and stays there for life (an NVMe queue never migrates
+//! between cores). Backends that may block run on a shared worker pool.
 
 use crate::affinity;
-use crate::conn::{ConnEnd, drive};
+use crate::reactor::{Mailbox, Reactor};
 use nvmf_target::Target;
 use nvmf_tcp::TargetConnConfig;
 use std::net::{SocketAddr, TcpListener as StdListener};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use tokio::sync::mpsc;
-use tracing::Instrument;
 
 /// Runtime settings.
 #[derive(Clone, Debug)]
@@ -25,16 +24,9 @@ pub struct ServerConfig {
     pub cores: Vec<usize>,
     /// Transport limits.
     pub tcp: TargetConnConfig,
-    /// Busy-poll window after each batch (zero: purely event-driven).
+    /// Adaptive-polling window: a reactor keeps polling without sleeping for this long after
+    /// its last work (zero: purely event-driven, sleeps whenever nothing is ready).
     pub poll: std::time::Duration,
-}
-
-/// A connection handed to a reactor.
-struct NewConn {
-    stream: std::net::TcpStream,
-    local: SocketAddr,
-    peer: SocketAddr,
-    discovery_only: bool,
 }
 
 /// Errors starting the server.
@@ -57,17 +49,25 @@ pub struct Server;
 /// Handle to stop a running server.
 pub struct ServerHandle {
     stop: Arc<AtomicBool>,
+    mailboxes: Vec<Arc<Mailbox>>,
     threads: Vec<std::thread::JoinHandle<()>>,
+    blocking: Option<tokio::runtime::Runtime>,
     /// Addresses actually bound (port 0 resolved), I/O listeners first, then discovery.
     pub bound: Vec<SocketAddr>,
 }
 
 impl ServerHandle {
     /// Stop accepting and end every reactor (open connections are dropped).
-    pub fn stop(self) {
+    pub fn stop(mut self) {
         self.stop.store(true, Ordering::Release);
-        for t in self.threads {
+        for m in &self.mailboxes {
+            m.wake();
+        }
+        for t in self.threads.drain(..) {
             let _ = t.join();
+        }
+        if let Some(rt) = self.blocking.take() {
+            rt.shutdown_timeout(std::time::Duration::from_secs(5));
         }
     }
 }
@@ -94,164 +94,67 @@ impl Server {
             .iter()
             .filter_map(|(l, _)| l.local_addr().ok())
             .collect();
+        // Worker pool for backends that may block (file, block device).
+        let blocking = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .max_blocking_threads(64)
+            .thread_name("ebof-blk")
+            .build()
+            .map_err(ServerError::Thread)?;
         let stop = Arc::new(AtomicBool::new(false));
-        let mut senders = Vec::new();
-        let mut receivers = Vec::new();
-        for _ in &cfg.cores {
-            let (tx, rx) = mpsc::unbounded_channel::<NewConn>();
-            senders.push(tx);
-            receivers.push(rx);
+        let mut reactors = Vec::new();
+        let mut mailboxes = Vec::new();
+        for &core in &cfg.cores {
+            let (r, m) = Reactor::new(
+                core,
+                target.clone(),
+                cfg.tcp,
+                cfg.poll,
+                stop.clone(),
+                blocking.handle().clone(),
+            )
+            .map_err(ServerError::Thread)?;
+            reactors.push(r);
+            mailboxes.push(m);
+        }
+        // Listeners are accepted on the first reactor.
+        if let Some(first) = reactors.first_mut() {
+            for (l, disc) in listeners {
+                let addr = l.local_addr().map_err(ServerError::Thread)?;
+                first
+                    .add_listener(l, disc)
+                    .map_err(|source| ServerError::Bind { addr, source })?;
+            }
+            first.set_peers(mailboxes.clone());
         }
         let mut threads = Vec::new();
-        let mut listeners = Some(listeners);
-        for (i, (core, rx)) in cfg.cores.iter().copied().zip(receivers).enumerate() {
-            let target = target.clone();
-            let tcp = cfg.tcp;
+        for (r, core) in reactors.into_iter().zip(cfg.cores.iter().copied()) {
             let poll = cfg.poll;
-            let stop = stop.clone();
-            let accept = if i == 0 {
-                listeners.take().map(|l| (l, senders.clone()))
-            } else {
-                None
-            };
             let t = std::thread::Builder::new()
                 .name(format!("ebof-core{core}"))
-                .spawn(move || reactor(core, target, tcp, poll, rx, accept, stop))
+                .spawn(move || {
+                    match affinity::pin_current_thread(core) {
+                        Ok(()) if poll.is_zero() => {
+                            tracing::info!(core, "reactor started (epoll, event-driven)")
+                        }
+                        Ok(()) => tracing::info!(
+                            core,
+                            spin_us = poll.as_micros() as u64,
+                            "reactor started (epoll, adaptive polling)"
+                        ),
+                        Err(e) => tracing::warn!(core, error = %e, "reactor started unpinned"),
+                    }
+                    r.run()
+                })
                 .map_err(ServerError::Thread)?;
             threads.push(t);
         }
         Ok(ServerHandle {
             stop,
+            mailboxes,
             threads,
+            blocking: Some(blocking),
             bound,
         })
-    }
-}
-
-type Acceptor = (
-    Vec<(StdListener, bool)>,
-    Vec<mpsc::UnboundedSender<NewConn>>,
-);
-
-fn reactor(
-    core: usize,
-    target: Arc<Target>,
-    tcp: TargetConnConfig,
-    poll: std::time::Duration,
-    mut rx: mpsc::UnboundedReceiver<NewConn>,
-    accept: Option<Acceptor>,
-    stop: Arc<AtomicBool>,
-) {
-    match affinity::pin_current_thread(core) {
-        Ok(()) if poll.is_zero() => tracing::info!(core, "reactor started (epoll, event-driven)"),
-        Ok(()) => tracing::info!(
-            core,
-            poll_us = poll.as_micros() as u64,
-            "reactor started (epoll + busy-poll window)"
-        ),
-        Err(e) => tracing::warn!(core, error = %e, "reactor started unpinned"),
-    }
-    let rt = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            tracing::error!(core, error = %e, "cannot build reactor runtime");
-            return;
-        }
-    };
-    let local = tokio::task::LocalSet::new();
-    local.block_on(&rt, async move {
-        if let Some((listeners, senders)) = accept {
-            for (l, disc) in listeners {
-                let senders = senders.clone();
-                let stop = stop.clone();
-                tokio::task::spawn_local(accept_loop(l, disc, senders, stop));
-            }
-        }
-        let mut stop_check = tokio::time::interval(std::time::Duration::from_millis(100));
-        loop {
-            tokio::select! {
-                c = rx.recv() => {
-                    let Some(c) = c else { break };
-                    let target = target.clone();
-                    tokio::task::spawn_local(async move {
-                        let NewConn { stream, local, peer, discovery_only } = c;
-                        let stream = match tokio::net::TcpStream::from_std(stream) {
-                            Ok(s) => s,
-                            Err(e) => {
-                                tracing::warn!(%peer, error = %e, "cannot register connection");
-                                return;
-                            }
-                        };
-                        let span = tracing::info_span!("conn", %peer, %local, core);
-                        let end = async {
-                            tracing::debug!("connection accepted");
-                            drive(stream, target, tcp, local, discovery_only, poll).await
-                        }
-                        .instrument(span.clone())
-                        .await;
-                        let _g = span.enter();
-                        match end {
-                            ConnEnd::PeerClosed => tracing::debug!("connection closed by peer"),
-                            ConnEnd::Protocol(e) => tracing::warn!(error = %e, "connection terminated (protocol error)"),
-                            ConnEnd::HostTerminated { fes, fei } => tracing::warn!(fes, fei, "host sent H2CTermReq"),
-                            ConnEnd::ControllerGone => tracing::info!("connection closed: controller torn down"),
-                            ConnEnd::Io(e) => tracing::debug!(error = %e, "connection I/O error"),
-                        }
-                    });
-                }
-                _ = stop_check.tick() => {
-                    if stop.load(Ordering::Acquire) {
-                        break;
-                    }
-                }
-            }
-        }
-    });
-}
-
-async fn accept_loop(
-    l: StdListener,
-    discovery_only: bool,
-    senders: Vec<mpsc::UnboundedSender<NewConn>>,
-    stop: Arc<AtomicBool>,
-) {
-    let local = match l.local_addr() {
-        Ok(a) => a,
-        Err(_) => return,
-    };
-    let l = match tokio::net::TcpListener::from_std(l) {
-        Ok(l) => l,
-        Err(e) => {
-            tracing::error!(%local, error = %e, "cannot register listener");
-            return;
-        }
-    };
-    tracing::info!(%local, discovery_only, "listening (NVMe/TCP)");
-    let mut next = 0usize;
-    while !stop.load(Ordering::Acquire) {
-        match tokio::time::timeout(std::time::Duration::from_millis(200), l.accept()).await {
-            Err(_) => continue,
-            Ok(Ok((s, peer))) => {
-                let std = match s.into_std() {
-                    Ok(s) => s,
-                    Err(_) => continue,
-                };
-                let i = next % senders.len();
-                next = next.wrapping_add(1);
-                let _ = senders[i].send(NewConn {
-                    stream: std,
-                    local,
-                    peer,
-                    discovery_only,
-                });
-            }
-            Ok(Err(e)) => {
-                tracing::warn!(%local, error = %e, "accept failed");
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-            }
-        }
     }
 }

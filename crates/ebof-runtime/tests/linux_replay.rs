@@ -43,7 +43,7 @@ fn replay(file: &str, digests: bool) {
     cfg.digests.ddgst = digests;
     let mut host = HostConn::new(cfg);
     host.encode_icreq(&mut Vec::new());
-    let out = std::mem::take(&mut core.out);
+    let out = core.take_output();
     let mut pos = 0;
     let mut responses = 0;
     while let Some((ev, n)) = host.decode_one(&out[pos..]).unwrap() {

@@ -83,7 +83,7 @@ impl Sim {
         let mut out = Vec::new();
         s.host.encode_icreq(&mut out);
         s.feed_target(&out);
-        let back = std::mem::take(&mut s.core.out);
+        let back = s.core.take_output();
         let (ev, n) = s.host.decode_one(&back).unwrap().unwrap();
         assert!(matches!(ev, HostEvent::Established { .. }), "{ev:?}");
         assert_eq!(n, back.len());
@@ -122,7 +122,7 @@ impl Sim {
         self.feed_target(&out);
         let mut ans = Answer::default();
         for _ in 0..64 {
-            let back = std::mem::take(&mut self.core.out);
+            let back = self.core.take_output();
             if back.is_empty() {
                 break;
             }
@@ -215,7 +215,7 @@ impl Sim {
             cids.push(cid);
         }
         self.feed_target(&out);
-        let back = std::mem::take(&mut self.core.out);
+        let back = self.core.take_output();
         let mut ans: Vec<Answer> = sqes.iter().map(|_| Answer::default()).collect();
         let mut done = Vec::new();
         let mut pos = 0;

@@ -54,7 +54,7 @@ pub enum C2hData<'a> {
     /// A read not executed yet (backends that do not block): the transport reads `len` bytes at
     /// byte `offset` of `backend` straight into its send buffer.
     Read {
-        backend: &'a dyn Backend,
+        backend: &'a Arc<dyn Backend>,
         offset: u64,
         len: usize,
     },
@@ -675,7 +675,7 @@ impl Queue {
                     let len = usize::try_from(req.len).unwrap_or(usize::MAX);
                     let shortcut = !self.flow_control && len > 0;
                     let data = C2hData::Read {
-                        backend: &*req.ns.backend,
+                        backend: &req.ns.backend,
                         offset: req.offset,
                         len,
                     };

@@ -978,6 +978,25 @@ pub fn encode_c2h_data_with<E>(
     Ok(())
 }
 
+/// Append only the head of a C2HData PDU (common header, PSH, header digest, padding to the
+/// PDO) for `len` data bytes that the caller sends right after it from elsewhere (zero-copy
+/// `writev`). Possible only without a data digest: when one was negotiated (and `len > 0`) it
+/// appends nothing and returns false.
+pub fn encode_c2h_data_head(
+    out: &mut Vec<u8>,
+    dig: Digests,
+    hpda: u8,
+    d: &DataHdr,
+    len: usize,
+) -> bool {
+    if dig.ddgst && len > 0 {
+        return false;
+    }
+    let mut h = data_hdr(pdu_type::C2H_DATA, d, len);
+    emit_head(out, &mut h, dig, hpda, len);
+    true
+}
+
 /// Append an R2T.
 pub fn encode_r2t(out: &mut Vec<u8>, dig: Digests, r: &R2t) {
     let mut h = [0u8; HLEN_R2T];
@@ -1303,6 +1322,48 @@ mod tests {
         let e = decode_header(&h, &lim(Role::Target, Some(Digests::NONE), 0)).unwrap_err();
         assert_eq!((e.fes, e.fei), (Fes::DataTransferLimitExceeded, 0));
         assert_eq!(e.header(), &h[..]);
+    }
+
+    #[test]
+    fn c2h_data_head_plus_data_is_the_whole_pdu() {
+        let data: Vec<u8> = (0..4096u32).map(|i| (i * 13) as u8).collect();
+        for hdgst in [false, true] {
+            for hpda in [0u8, 3, 31] {
+                let dig = Digests {
+                    hdgst,
+                    ddgst: false,
+                };
+                let d = DataHdr {
+                    cccid: 9,
+                    ttag: 0,
+                    datao: 0,
+                    datal: 0,
+                    last: true,
+                    success: true,
+                };
+                let mut whole = Vec::new();
+                encode_c2h_data(&mut whole, dig, hpda, &d, &data);
+                let mut head = vec![0xAA];
+                assert!(encode_c2h_data_head(&mut head, dig, hpda, &d, data.len()));
+                head.extend_from_slice(&data);
+                assert_eq!(&head[1..], &whole[..], "hdgst {hdgst} hpda {hpda}");
+            }
+        }
+        let dig = Digests {
+            hdgst: false,
+            ddgst: true,
+        };
+        let d = DataHdr {
+            cccid: 1,
+            ttag: 0,
+            datao: 0,
+            datal: 0,
+            last: true,
+            success: false,
+        };
+        let mut out = Vec::new();
+        assert!(!encode_c2h_data_head(&mut out, dig, 0, &d, 512));
+        assert!(out.is_empty());
     }
 
     #[test]

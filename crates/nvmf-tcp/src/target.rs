@@ -437,6 +437,33 @@ impl TargetConn {
         Ok(())
     }
 
+    /// Append the head of one C2HData PDU carrying all `len` bytes of a command's data, which
+    /// the caller transmits right after it from its own memory (zero-copy). Returns false,
+    /// appending nothing, when that is not possible: a data digest was negotiated, `len` is 0
+    /// or above the C2HData split size, or the connection is not established.
+    pub fn encode_c2h_data_head(
+        &self,
+        out: &mut Vec<u8>,
+        cccid: u16,
+        datao: u32,
+        len: usize,
+        last: bool,
+        success: bool,
+    ) -> bool {
+        if !self.is_established() || len == 0 || len as u64 > u64::from(self.cfg.c2h_max) {
+            return false;
+        }
+        let d = DataHdr {
+            cccid,
+            ttag: 0,
+            datao,
+            datal: 0,
+            last,
+            success: success && last,
+        };
+        pdu::encode_c2h_data_head(out, self.digests, self.hpda, &d, len)
+    }
+
     /// Append an R2T asking for `r2tl` bytes at offset `r2to` of command `cccid`, and remember it
     /// under `ttag` so that the following H2CData PDUs are validated. Returns false (and appends
     /// nothing) if `ttag` is out of range or already in use.

@@ -1,0 +1,685 @@
+//! One reactor per core: an epoll loop (mio) that owns its connections for life and polls
+//! adaptively.
+//!
+//! While traffic flows the reactor spins: it asks epoll for ready sockets without sleeping
+//! (`epoll_wait` with a zero timeout) and yields the core between empty rounds, so a
+//! request that arrives is picked up within a syscall instead of a wake-up. When no socket has
+//! had anything for the spin window (`--poll-us`), it sleeps in `epoll_wait` until the next
+//! event or timer, so an idle target costs nothing. A window of zero never spins.
+//!
+//! Per round: every ready connection reads all the socket holds (until `EAGAIN` or a full
+//! buffer), decodes and executes (`ConnCore::process`), drains its completions into one
+//! output and sends it with one `sendmsg` (iovecs: the send buffer and, for RAM reads, the
+//! namespace's memory itself). A connection whose output does not fit the socket waits for
+//! `EPOLLOUT` and reads nothing more until it is sent (backpressure). Backends that may block
+//! run on a shared worker pool; their completions come back through a channel and a waker.
+
+use crate::conn::{ConnCore, Step};
+use mio::net::{TcpListener, TcpStream};
+use mio::{Events, Interest, Poll, Token, Waker};
+use nvme_spec::Status;
+use nvmf_target::{Target, execute_io};
+use nvmf_tcp::{ProtocolError, TargetConnConfig};
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::{Duration, Instant};
+
+/// How often timers (keep-alive, controller teardown) are checked.
+const TICK: Duration = Duration::from_millis(500);
+/// Longest sleep in `epoll_wait` (the stop flag is also checked this often).
+const MAX_SLEEP: Duration = Duration::from_millis(100);
+/// Grace period after a C2HTermReq before the socket is closed.
+const TERM_GRACE: Duration = Duration::from_millis(200);
+/// How long a closed connection waits for its offloaded I/O before its buffers are dropped.
+const OFFLOAD_DRAIN: Duration = Duration::from_secs(30);
+/// iovecs per `sendmsg` (below IOV_MAX).
+const IOV_BATCH: usize = 512;
+
+const WAKER: Token = Token(usize::MAX);
+const LISTENER_BASE: usize = usize::MAX / 2;
+
+/// Why a connection ended (for the log).
+#[derive(Debug)]
+pub enum ConnEnd {
+    /// The peer closed the socket.
+    PeerClosed,
+    /// A protocol violation; C2HTermReq sent.
+    Protocol(ProtocolError),
+    /// The host sent H2CTermReq.
+    HostTerminated { fes: u16, fei: u32 },
+    /// The controller was torn down (keep-alive expiry, reset, admin queue gone).
+    ControllerGone,
+    /// Socket error.
+    Io(io::Error),
+    /// The server is stopping.
+    Stopped,
+}
+
+/// A connection handed to a reactor.
+pub(crate) struct NewConn {
+    pub stream: std::net::TcpStream,
+    pub local: SocketAddr,
+    pub peer: SocketAddr,
+    pub discovery_only: bool,
+}
+
+/// Completion of an I/O executed on a worker thread.
+struct Offloaded {
+    conn: usize,
+    generation: u64,
+    slot: u16,
+    status: Status,
+    buf: Vec<u8>,
+}
+
+/// Where other threads reach a reactor: new connections and offload completions, plus the
+/// waker that interrupts its `epoll_wait`.
+pub(crate) struct Mailbox {
+    new_conns: Mutex<Vec<NewConn>>,
+    waker: Waker,
+}
+
+impl Mailbox {
+    pub fn deliver(&self, c: NewConn) {
+        if let Ok(mut v) = self.new_conns.lock() {
+            v.push(c);
+        }
+        let _ = self.waker.wake();
+    }
+    pub fn wake(&self) {
+        let _ = self.waker.wake();
+    }
+}
+
+/// Everything a reactor thread needs; built on the spawning thread, run on the reactor.
+pub(crate) struct Reactor {
+    core: usize,
+    poll: Poll,
+    mailbox: Arc<Mailbox>,
+    offload_tx: mpsc::Sender<Offloaded>,
+    offload_rx: mpsc::Receiver<Offloaded>,
+    target: Arc<Target>,
+    tcp: TargetConnConfig,
+    spin: Duration,
+    stop: Arc<AtomicBool>,
+    blocking: tokio::runtime::Handle,
+    /// Listeners accepted on this reactor, with their discovery-only flag.
+    listeners: Vec<(TcpListener, SocketAddr, bool)>,
+    /// Where accepted connections go (round-robin), this reactor included.
+    peers: Vec<Arc<Mailbox>>,
+    next_peer: usize,
+}
+
+/// One live connection: its log span and its state.
+struct Conn {
+    span: tracing::Span,
+    s: ConnState,
+}
+
+struct ConnState {
+    stream: TcpStream,
+    core: ConnCore,
+    generation: u64,
+    /// Edge-triggered readiness not yet consumed.
+    readable: bool,
+    /// Bytes of the current output already sent.
+    sent: usize,
+    /// Output did not fit the socket: wait for EPOLLOUT.
+    blocked: bool,
+    offloaded: usize,
+    /// Set when the connection has ended; it lingers until `until` (term grace, offload drain).
+    ending: Option<(ConnEnd, Instant)>,
+    /// Counted in the reactor's number of ending connections.
+    end_counted: bool,
+    in_ready: bool,
+}
+
+impl Reactor {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        core: usize,
+        target: Arc<Target>,
+        tcp: TargetConnConfig,
+        spin: Duration,
+        stop: Arc<AtomicBool>,
+        blocking: tokio::runtime::Handle,
+    ) -> io::Result<(Reactor, Arc<Mailbox>)> {
+        let poll = Poll::new()?;
+        let waker = Waker::new(poll.registry(), WAKER)?;
+        let (tx, rx) = mpsc::channel();
+        let mailbox = Arc::new(Mailbox {
+            new_conns: Mutex::new(Vec::new()),
+            waker,
+        });
+        Ok((
+            Reactor {
+                core,
+                poll,
+                mailbox: mailbox.clone(),
+                offload_tx: tx,
+                offload_rx: rx,
+                target,
+                tcp,
+                spin,
+                stop,
+                blocking,
+                listeners: Vec::new(),
+                peers: Vec::new(),
+                next_peer: 0,
+            },
+            mailbox,
+        ))
+    }
+
+    /// Accept on `l` in this reactor and place connections on `peers` round-robin.
+    pub fn add_listener(
+        &mut self,
+        l: std::net::TcpListener,
+        discovery_only: bool,
+    ) -> io::Result<()> {
+        let local = l.local_addr()?;
+        let mut l = TcpListener::from_std(l);
+        let token = Token(LISTENER_BASE + self.listeners.len());
+        self.poll
+            .registry()
+            .register(&mut l, token, Interest::READABLE)?;
+        self.listeners.push((l, local, discovery_only));
+        Ok(())
+    }
+
+    pub fn set_peers(&mut self, peers: Vec<Arc<Mailbox>>) {
+        self.peers = peers;
+    }
+
+    /// Run until the stop flag is set.
+    pub fn run(mut self) {
+        for (_, local, disc) in &self.listeners {
+            tracing::info!(%local, discovery_only = disc, "listening (NVMe/TCP)");
+        }
+        let mut events = Events::with_capacity(1024);
+        let mut conns: Vec<Option<Conn>> = Vec::new();
+        let mut free: Vec<usize> = Vec::new();
+        let mut ready: Vec<usize> = Vec::new();
+        let mut generation = 0u64;
+        let mut iov: Vec<libc::iovec> = Vec::with_capacity(IOV_BATCH);
+        let mut last_work = Instant::now();
+        let mut next_tick = Instant::now() + TICK;
+        // Connections that have ended and wait to be retired.
+        let mut ending = 0usize;
+        loop {
+            let now = Instant::now();
+            let spinning = !ready.is_empty() || now.duration_since(last_work) < self.spin;
+            let timeout = if spinning {
+                Duration::ZERO
+            } else {
+                let mut t = next_tick.saturating_duration_since(now).min(MAX_SLEEP);
+                if ending > 0 {
+                    for c in conns.iter().flatten() {
+                        if let Some((_, until)) = &c.s.ending {
+                            t = t.min(until.saturating_duration_since(now));
+                        }
+                    }
+                }
+                t
+            };
+            if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
+                if e.kind() != io::ErrorKind::Interrupted {
+                    tracing::error!(core = self.core, error = %e, "epoll failed; reactor stops");
+                    break;
+                }
+                continue;
+            }
+            let mut work = false;
+            for ev in events.iter() {
+                match ev.token() {
+                    WAKER => {}
+                    Token(t) if t >= LISTENER_BASE => self.accept(t - LISTENER_BASE),
+                    Token(i) => {
+                        let Some(Some(c)) = conns.get_mut(i) else {
+                            continue;
+                        };
+                        let c = &mut c.s;
+                        if c.ending.is_some() {
+                            continue;
+                        }
+                        if ev.is_writable() {
+                            c.blocked = false;
+                        }
+                        if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
+                            c.readable = true;
+                        }
+                        if !c.in_ready {
+                            c.in_ready = true;
+                            ready.push(i);
+                        }
+                    }
+                }
+            }
+            // New connections: try to read at once (the ICReq is usually there).
+            let new: Vec<NewConn> = match self.mailbox.new_conns.lock() {
+                Ok(mut v) if !v.is_empty() => std::mem::take(&mut *v),
+                _ => Vec::new(),
+            };
+            for nc in new {
+                generation += 1;
+                if let Some(i) = self.register(nc, &mut conns, &mut free, generation) {
+                    ready.push(i);
+                }
+            }
+            // Offloaded completions.
+            while let Ok(done) = self.offload_rx.try_recv() {
+                let Some(Some(c)) = conns.get_mut(done.conn) else {
+                    continue;
+                };
+                let c = &mut c.s;
+                if c.generation != done.generation {
+                    continue;
+                }
+                c.offloaded = c.offloaded.saturating_sub(1);
+                c.core.queue.complete_io(done.slot, done.status, done.buf);
+                if c.ending.is_none() {
+                    c.core.flush_completions();
+                    if !c.in_ready {
+                        c.in_ready = true;
+                        ready.push(done.conn);
+                    }
+                }
+                work = true;
+            }
+            // Service ready connections; keep those that still have input pending.
+            let mut k = 0;
+            while k < ready.len() {
+                let i = ready[k];
+                let keep = match conns.get_mut(i) {
+                    Some(Some(c)) => {
+                        let (did, keep) = self.service(c, i, &mut iov);
+                        work |= did;
+                        if c.s.ending.is_some() && !c.s.end_counted {
+                            c.s.end_counted = true;
+                            ending += 1;
+                        }
+                        if !keep {
+                            c.s.in_ready = false;
+                        }
+                        keep
+                    }
+                    _ => false,
+                };
+                if keep {
+                    k += 1;
+                } else {
+                    ready.swap_remove(k);
+                }
+            }
+            let now = Instant::now();
+            if work {
+                last_work = now;
+            } else if spinning {
+                // Nothing this round: let anything else runnable on this core go first.
+                // SAFETY: sched_yield has no preconditions.
+                unsafe { libc::sched_yield() };
+            }
+            if now >= next_tick {
+                next_tick = now + TICK;
+                for c in conns.iter_mut().flatten() {
+                    let _g = c.span.enter();
+                    let c = &mut c.s;
+                    if c.ending.is_none() && c.core.queue.poll_timers(now) {
+                        c.ending = Some((ConnEnd::ControllerGone, now));
+                        c.end_counted = true;
+                        ending += 1;
+                    }
+                }
+                if self.stop.load(Ordering::Acquire) {
+                    break;
+                }
+            } else if !spinning && self.stop.load(Ordering::Acquire) {
+                break;
+            }
+            if ending > 0 {
+                self.retire(&mut conns, &mut free, &mut ready, &mut ending, now);
+            }
+        }
+        for mut c in conns.into_iter().flatten() {
+            let _ = self.poll.registry().deregister(&mut c.s.stream);
+            if c.s.ending.is_none() {
+                c.s.ending = Some((ConnEnd::Stopped, Instant::now()));
+            }
+            log_end(&c);
+        }
+    }
+
+    /// Close ended connections whose linger (term grace, offloaded I/O) is over.
+    fn retire(
+        &self,
+        conns: &mut [Option<Conn>],
+        free: &mut Vec<usize>,
+        ready: &mut Vec<usize>,
+        ending: &mut usize,
+        now: Instant,
+    ) {
+        for (i, slot) in conns.iter_mut().enumerate() {
+            let done = match slot {
+                Some(c) => match &c.s.ending {
+                    Some((_, until)) => {
+                        now >= *until && (c.s.offloaded == 0 || now >= *until + OFFLOAD_DRAIN)
+                    }
+                    None => false,
+                },
+                None => false,
+            };
+            if done && let Some(mut c) = slot.take() {
+                let _ = self.poll.registry().deregister(&mut c.s.stream);
+                log_end(&c);
+                ready.retain(|&r| r != i);
+                free.push(i);
+                *ending = ending.saturating_sub(1);
+            }
+        }
+    }
+
+    fn accept(&mut self, idx: usize) {
+        let Some((l, local, disc)) = self.listeners.get(idx) else {
+            return;
+        };
+        let (local, disc) = (*local, *disc);
+        loop {
+            match l.accept() {
+                Ok((s, peer)) => {
+                    // mio streams are non-blocking; hand over a std stream and let the owning
+                    // reactor register it.
+                    let std = {
+                        use std::os::fd::{FromRawFd, IntoRawFd};
+                        // SAFETY: the fd comes straight from the mio stream we own and give up.
+                        unsafe { std::net::TcpStream::from_raw_fd(s.into_raw_fd()) }
+                    };
+                    if self.peers.is_empty() {
+                        continue;
+                    }
+                    let i = self.next_peer % self.peers.len();
+                    self.next_peer = self.next_peer.wrapping_add(1);
+                    self.peers[i].deliver(NewConn {
+                        stream: std,
+                        local,
+                        peer,
+                        discovery_only: disc,
+                    });
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    tracing::warn!(%local, error = %e, "accept failed");
+                    break;
+                }
+            }
+        }
+    }
+
+    fn register(
+        &mut self,
+        nc: NewConn,
+        conns: &mut Vec<Option<Conn>>,
+        free: &mut Vec<usize>,
+        generation: u64,
+    ) -> Option<usize> {
+        let NewConn {
+            stream,
+            local,
+            peer,
+            discovery_only,
+        } = nc;
+        let core = self.core;
+        let span = tracing::info_span!("conn", %peer, %local, core);
+        if let Err(e) = stream.set_nonblocking(true) {
+            tracing::warn!(parent: &span, error = %e, "cannot set the socket non-blocking");
+            return None;
+        }
+        let _ = stream.set_nodelay(true);
+        let mut stream = TcpStream::from_std(stream);
+        let i = free.pop().unwrap_or_else(|| {
+            conns.push(None);
+            conns.len() - 1
+        });
+        if let Err(e) = self.poll.registry().register(
+            &mut stream,
+            Token(i),
+            Interest::READABLE | Interest::WRITABLE,
+        ) {
+            tracing::warn!(parent: &span, error = %e, "cannot register connection");
+            free.push(i);
+            return None;
+        }
+        tracing::debug!(parent: &span, "connection accepted");
+        let mut core = ConnCore::new(self.target.clone(), self.tcp, local, Instant::now());
+        core.queue.set_discovery_only(discovery_only);
+        conns[i] = Some(Conn {
+            span,
+            s: ConnState {
+                stream,
+                core,
+                generation,
+                readable: true,
+                sent: 0,
+                blocked: false,
+                offloaded: 0,
+                ending: None,
+                end_counted: false,
+                in_ready: true,
+            },
+        });
+        Some(i)
+    }
+
+    /// Move one connection forward: send pending output, read, process, send. Returns (did
+    /// any work, keep it in the ready list).
+    fn service(&self, conn: &mut Conn, idx: usize, iov: &mut Vec<libc::iovec>) -> (bool, bool) {
+        let Conn { span, s: c } = conn;
+        if c.ending.is_some() {
+            return (false, false);
+        }
+        let _g = span.enter();
+        let tx = &self.offload_tx;
+        let mut work = false;
+        if c.core.has_output() {
+            match send(c, iov) {
+                Ok(true) => work = true,
+                Ok(false) => return (work, false),
+                Err(e) => {
+                    end(c, ConnEnd::Io(e));
+                    return (true, false);
+                }
+            }
+        }
+        if !c.readable {
+            if c.core.queue.should_close() {
+                end(c, ConnEnd::ControllerGone);
+            }
+            return (work, false);
+        }
+        let input = read_available(c);
+        let closed = match input {
+            Input::Nothing => false,
+            Input::Error(e) => {
+                end(c, ConnEnd::Io(e));
+                return (true, false);
+            }
+            Input::Closed => {
+                end(c, ConnEnd::PeerClosed);
+                return (true, false);
+            }
+            Input::Data => false,
+            Input::DataThenClosed => true,
+        };
+        if !matches!(input, Input::Nothing) {
+            work = true;
+            let now = Instant::now();
+            let generation = c.generation;
+            let mut offloaded = 0usize;
+            let step = c.core.process(now, |q, slot| {
+                let Some(req) = q.io_request(slot).cloned() else {
+                    return;
+                };
+                let mut buf = q.take_io_buffer(slot);
+                let tx = tx.clone();
+                let waker = self.mailbox.clone();
+                offloaded += 1;
+                self.blocking.spawn_blocking(move || {
+                    let status = execute_io(&req, &mut buf);
+                    let _ = tx.send(Offloaded {
+                        conn: idx,
+                        generation,
+                        slot,
+                        status,
+                        buf,
+                    });
+                    waker.wake();
+                });
+            });
+            c.offloaded += offloaded;
+            c.core.flush_completions();
+            if let Step::Close(e) = step {
+                last_words(c);
+                let linger = matches!(e, ConnEnd::Protocol(_));
+                end(c, e);
+                if linger && let Some((_, until)) = &mut c.ending {
+                    *until = Instant::now() + TERM_GRACE;
+                }
+                return (true, false);
+            }
+            if closed {
+                last_words(c);
+                end(c, ConnEnd::PeerClosed);
+                return (true, false);
+            }
+        }
+        if c.core.has_output() {
+            match send(c, iov) {
+                Ok(_) => {}
+                Err(e) => {
+                    end(c, ConnEnd::Io(e));
+                    return (true, false);
+                }
+            }
+        }
+        if c.core.queue.should_close() {
+            end(c, ConnEnd::ControllerGone);
+            return (true, false);
+        }
+        (work, c.readable && !c.blocked)
+    }
+}
+
+fn end(c: &mut ConnState, why: ConnEnd) {
+    if c.ending.is_none() {
+        c.ending = Some((why, Instant::now()));
+    }
+}
+
+/// Best-effort blocking-free send of what is left on a closing connection, then half-close
+/// so the host sees the C2HTermReq before the socket goes.
+fn last_words(c: &mut ConnState) {
+    let mut iov = Vec::with_capacity(IOV_BATCH);
+    let _ = send(c, &mut iov);
+    let _ = c.stream.shutdown(std::net::Shutdown::Write);
+}
+
+fn log_end(c: &Conn) {
+    let _g = c.span.enter();
+    match &c.s.ending {
+        Some((ConnEnd::PeerClosed, _)) => tracing::debug!("connection closed by peer"),
+        Some((ConnEnd::Protocol(e), _)) => {
+            tracing::warn!(error = %e, "connection terminated (protocol error)")
+        }
+        Some((ConnEnd::HostTerminated { fes, fei }, _)) => {
+            tracing::warn!(fes, fei, "host sent H2CTermReq")
+        }
+        Some((ConnEnd::ControllerGone, _)) => {
+            tracing::info!("connection closed: controller torn down")
+        }
+        Some((ConnEnd::Io(e), _)) => tracing::debug!(error = %e, "connection I/O error"),
+        Some((ConnEnd::Stopped, _)) => tracing::debug!("connection closed: server stopping"),
+        None => {}
+    }
+}
+
+/// Send as much of the output as the socket takes. Ok(true): all sent; Ok(false): the
+/// socket is full (wait for EPOLLOUT).
+fn send(c: &mut ConnState, iov: &mut Vec<libc::iovec>) -> io::Result<bool> {
+    let fd = c.stream.as_raw_fd();
+    loop {
+        let total = c.core.output_len();
+        if c.sent >= total {
+            c.core.consume();
+            c.sent = 0;
+            return Ok(true);
+        }
+        iov.clear();
+        c.core.iovecs(c.sent, iov, IOV_BATCH);
+        // SAFETY: a zeroed msghdr is valid; we fill in the iovec array, which stays alive
+        // and unchanged for the duration of the call.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = iov.as_mut_ptr();
+        msg.msg_iovlen = iov.len() as _;
+        // SAFETY: `fd` is the connection's open socket; every iovec points into the output
+        // buffer or backend memory kept alive by the ConnCore until `consume`.
+        let n = unsafe { libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            match e.kind() {
+                io::ErrorKind::WouldBlock => {
+                    c.blocked = true;
+                    return Ok(false);
+                }
+                io::ErrorKind::Interrupted => continue,
+                _ => return Err(e),
+            }
+        }
+        c.sent += n as usize;
+    }
+}
+
+/// What one read attempt produced.
+enum Input {
+    Nothing,
+    Data,
+    DataThenClosed,
+    Closed,
+    Error(io::Error),
+}
+
+/// Read what the socket has, in bulk, until it is drained (clears `readable`) or the buffer
+/// is full (stays readable).
+fn read_available(c: &mut ConnState) -> Input {
+    use std::io::Read;
+    let mut got = false;
+    loop {
+        let space = c.core.recv_space();
+        if space.is_empty() {
+            break;
+        }
+        match c.stream.read(space) {
+            Ok(0) => {
+                c.readable = false;
+                return if got {
+                    Input::DataThenClosed
+                } else {
+                    Input::Closed
+                };
+            }
+            Ok(n) => {
+                c.core.received(n);
+                got = true;
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                c.readable = false;
+                break;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Input::Error(e),
+        }
+    }
+    if got { Input::Data } else { Input::Nothing }
+}
