@@ -19,8 +19,10 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 use std::time::Instant;
 
-/// Receive buffer floor; grows to hold at least two maximal PDUs.
-const RECV_BUF_MIN: usize = 256 * 1024;
+/// Receive buffer floor; at least four maximal PDUs, so that moving a partial PDU to the
+/// front (compaction, at most one PDU) happens at most once per half buffer consumed. Pages
+/// are only touched as data arrives.
+const RECV_BUF_MIN: usize = 512 * 1024;
 /// Reads at least this large go out zero-copy from a memory backend; smaller ones are copied
 /// (an iovec entry per small read costs more than the copy).
 const ZERO_COPY_MIN: usize = 2048;
@@ -72,14 +74,14 @@ impl ConnCore {
             ..cfg
         };
         let conn = TargetConn::new(cfg);
-        let cap = RECV_BUF_MIN.max(conn.max_pdu_len() * 2);
+        let cap = RECV_BUF_MIN.max(conn.max_pdu_len() * 4);
         ConnCore {
             conn,
             queue,
             rbuf: vec![0; cap],
             rpos: 0,
             rlen: 0,
-            out: Vec::with_capacity(RECV_BUF_MIN),
+            out: Vec::with_capacity(64 * 1024),
             ext: Vec::new(),
             keep: Vec::new(),
             zero_copy: true,

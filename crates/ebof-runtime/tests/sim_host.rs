@@ -377,7 +377,16 @@ fn connect_enable_identify_io_shutdown() {
         assert!(r.data.iter().all(|&b| b == 0));
         let r = ioq.rw(io::READ, 108, 8, &[], false);
         assert_eq!(r.data, &pattern[8 * 512..16 * 512]);
+        // An R2T write (data straight into the RAM namespace) then an in-capsule write on the
+        // slot it used: each lands where it should.
+        let w = ioq.rw(io::WRITE, 200, 16, &pattern[4096..12288], false);
+        assert!(w.cqe.unwrap().status.is_success());
         ioq.rw(io::WRITE, 100, 8, &pattern[..4096], true);
+        assert_eq!(ioq.rw(io::READ, 100, 8, &[], false).data, &pattern[..4096]);
+        assert_eq!(
+            ioq.rw(io::READ, 200, 16, &[], false).data,
+            &pattern[4096..12288]
+        );
         // Out of range.
         let r = ioq.rw(io::READ, (16 << 20) / 512 - 1, 2, &[], false);
         assert_eq!(r.cqe.unwrap().status, Status::LBA_RANGE);
@@ -385,9 +394,9 @@ fn connect_enable_identify_io_shutdown() {
 
         // SMART counters moved.
         let smart = admin_q.smart_log();
-        assert_eq!(smart.host_writes, 3);
-        assert_eq!(smart.host_reads, 4);
-        assert_eq!(smart.data_units_written, 1); // 72 KiB rounds up to one unit of 512,000 B
+        assert_eq!(smart.host_writes, 4);
+        assert_eq!(smart.host_reads, 6);
+        assert_eq!(smart.data_units_written, 1); // 80 KiB rounds up to one unit of 512,000 B
 
         // Shutdown: CSTS.SHST complete and the I/O queue is told to close.
         assert!(!ioq.core.queue.should_close());

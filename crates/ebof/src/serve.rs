@@ -37,9 +37,10 @@ pub struct ServeArgs {
     /// Cores to run on, e.g. "0,1" or "0-3".
     #[arg(long, value_name = "LIST")]
     pub cores: Option<String>,
-    /// Busy-poll window in microseconds after each batch before a reactor sleeps (0 = purely
-    /// event-driven, the default). Trades CPU for latency under load.
-    #[arg(long, value_name = "USEC", default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=10_000))]
+    /// Adaptive polling: a reactor keeps polling its sockets without sleeping for this many
+    /// microseconds after its last work, then sleeps in epoll (an idle target costs nothing; a
+    /// loaded one spins). 0 = purely event-driven (sleep whenever nothing is ready).
+    #[arg(long, value_name = "USEC", default_value_t = 100, value_parser = clap::value_parser!(u64).range(0..=10_000))]
     pub poll_us: u64,
     /// Print the effective configuration as TOML and exit.
     #[arg(long)]

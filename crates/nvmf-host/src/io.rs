@@ -48,6 +48,10 @@ pub struct IoQueueOptions {
     /// Bytes to preallocate in every slot's data buffer (e.g. the block size of a benchmark),
     /// so that the first commands do not allocate either.
     pub prealloc: usize,
+    /// Poll the socket without sleeping while commands are in flight (as SPDK's initiator
+    /// does): lower latency and more I/O per core, at the price of a busy core. Other queues
+    /// on the same thread still run (the poller yields between attempts).
+    pub busy_poll: bool,
 }
 
 impl IoQueueOptions {
@@ -58,7 +62,12 @@ impl IoQueueOptions {
             dissqfc: false,
             max_io: 0,
             prealloc: 0,
+            busy_poll: false,
         }
+    }
+    pub fn busy_poll(mut self, on: bool) -> Self {
+        self.busy_poll = on;
+        self
     }
     pub fn dissqfc(mut self, on: bool) -> Self {
         self.dissqfc = on;
@@ -155,6 +164,7 @@ impl IoConnector {
             q,
             max_io,
             timeout: self.cfg.io_timeout,
+            busy_poll: o.busy_poll,
         })
     }
 }
@@ -164,6 +174,7 @@ pub struct IoQueue {
     q: Queue,
     max_io: usize,
     timeout: Duration,
+    busy_poll: bool,
 }
 
 impl std::fmt::Debug for IoQueue {
@@ -334,7 +345,11 @@ impl IoQueue {
     /// nothing is outstanding. A controller silent for the configured I/O timeout while
     /// commands are outstanding fails the queue with [`HostError::Timeout`].
     pub async fn poll_completions<F: FnMut(Completion<'_>)>(&mut self, mut f: F) -> Result<usize> {
-        self.q.poll(&mut f, self.timeout).await
+        if self.busy_poll {
+            self.q.poll_busy(&mut f, self.timeout).await
+        } else {
+            self.q.poll(&mut f, self.timeout).await
+        }
     }
 
     /// Like [`IoQueue::poll_completions`] but never waits: sends pending output and handles

@@ -497,8 +497,9 @@ impl Link {
         }
     }
 
-    /// Read whatever the socket has into the receive buffer. Returns bytes read.
-    fn try_read(&mut self) -> Result<usize> {
+    /// Read whatever the socket has into the receive buffer. Returns bytes read, and whether
+    /// the socket was drained (the read came back shorter than the space offered).
+    fn try_read(&mut self) -> Result<(usize, bool)> {
         if self.rx_head == self.rx_tail {
             self.rx_head = 0;
             self.rx_tail = 0;
@@ -507,13 +508,14 @@ impl Link {
             self.rx_tail -= self.rx_head;
             self.rx_head = 0;
         }
+        let space = self.rx.len() - self.rx_tail;
         match self.stream.try_read(&mut self.rx[self.rx_tail..]) {
             Ok(0) => Err(HostError::Disconnected),
             Ok(n) => {
                 self.rx_tail += n;
-                Ok(n)
+                Ok((n, n < space))
             }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(0),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok((0, true)),
             Err(e) => Err(e.into()),
         }
     }
@@ -704,11 +706,13 @@ impl Queue {
         let mut completed = 0;
         for _ in 0..IO_BUDGET {
             let wrote = self.link.try_write()?;
-            let read = self.link.try_read()?;
+            let (read, drained) = self.link.try_read()?;
             if read > 0 {
                 completed += self.process(f)?;
             }
-            if wrote == 0 && read == 0 {
+            // A short read means the socket was empty at that moment: do not spend another
+            // syscall to learn it again, unless processing produced output (H2CData for R2Ts).
+            if (wrote == 0 && read == 0) || (drained && !self.link.tx_pending()) {
                 break;
             }
         }
@@ -788,6 +792,33 @@ impl Queue {
                     return Err(e);
                 }
             }
+        }
+    }
+
+    /// [`Queue::poll`] without sleeping: retry the socket, yielding to the thread's other
+    /// tasks between attempts, until a command completes or `idle_timeout` passes in silence.
+    pub(crate) async fn poll_busy<F: FnMut(Completion<'_>)>(
+        &mut self,
+        f: &mut F,
+        idle_timeout: Duration,
+    ) -> Result<usize> {
+        let mut since: Option<std::time::Instant> = None;
+        loop {
+            let n = self.try_io(f)?;
+            if n > 0 {
+                tokio::task::coop::consume_budget().await;
+                return Ok(n);
+            }
+            if self.st.in_flight == 0 && !self.link.tx_pending() {
+                return Ok(0);
+            }
+            let start = *since.get_or_insert_with(std::time::Instant::now);
+            if start.elapsed() > idle_timeout {
+                let e = HostError::Timeout("no response from the controller");
+                self.break_link(&e);
+                return Err(e);
+            }
+            tokio::task::yield_now().await;
         }
     }
 

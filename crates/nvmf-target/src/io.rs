@@ -161,6 +161,22 @@ impl Queue {
             .ok_or(CmdError::at(Status::INVALID_NS, 4))
     }
 
+    /// Where the H2CData of a Write may go straight into the namespace (a backend that does not
+    /// block, e.g. RAM): the namespace and the byte offset of the command's first LBA. `None`
+    /// for anything else (the data is then gathered in the slot buffer first).
+    pub(crate) fn direct_write_target(
+        &self,
+        sqe: &Sqe,
+        need: u32,
+    ) -> Option<(Arc<Namespace>, u64)> {
+        if !matches!(self.role, crate::queue::QueueRole::Io { .. }) || sqe.opcode() != io::WRITE {
+            return None;
+        }
+        let ns = self.io_namespace(sqe).ok()?;
+        let (offset, len) = Self::lba_range(&ns, sqe.slba(), u64::from(sqe.nlb())).ok()?;
+        (len == u64::from(need) && !ns.backend.may_block()).then_some((ns, offset))
+    }
+
     /// Validate an LBA range; returns (byte offset, byte length).
     fn lba_range(ns: &Namespace, slba: u64, nlb: u64) -> Result<(u64, u64), CmdError> {
         match slba.checked_add(nlb) {

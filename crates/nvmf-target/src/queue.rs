@@ -152,6 +152,10 @@ struct Slot {
     /// The command completed as a read still to be done: `drain_completions` hands `io` to the
     /// transport as [`C2hData::Read`].
     stream: bool,
+    /// A Write whose H2CData goes straight into the namespace (backend that does not block):
+    /// the namespace and the byte offset of DATAO 0. `direct_status` is the first failure.
+    direct: Option<(Arc<crate::model::Namespace>, u64)>,
+    direct_status: Status,
     cqe: Cqe,
 }
 
@@ -166,6 +170,8 @@ impl Slot {
             c2h_len: 0,
             io: None,
             stream: false,
+            direct: None,
+            direct_status: Status::SUCCESS,
             cqe: Cqe::default(),
         }
     }
@@ -326,6 +332,7 @@ impl Queue {
         slot.c2h_len = 0;
         slot.io = None;
         slot.stream = false;
+        slot.direct = None;
         // Phase 1: how much host data does the command need (validates it as far as possible
         // before any data moves).
         let need = match self.host_data_len(sqe) {
@@ -355,9 +362,21 @@ impl Queue {
                 };
                 return self.complete_err(idx, CmdError::at(st, 24));
             }
+            let direct = self.direct_write_target(sqe, need);
             let slot = &mut self.slots[usize::from(idx)];
-            slot.buf.clear();
-            slot.buf.resize(need as usize, 0);
+            if direct.is_some() {
+                // The data goes straight into the namespace as it arrives (one copy less).
+                slot.buf.clear();
+            } else if slot.buf.len() < need as usize {
+                slot.buf.resize(need as usize, 0);
+            } else {
+                // No zeroing: the transport accepts H2CData only at the next expected offset up
+                // to the R2T's end, so every byte is overwritten before the command runs (and
+                // it runs only when all of them arrived).
+                slot.buf.truncate(need as usize);
+            }
+            slot.direct = direct;
+            slot.direct_status = Status::SUCCESS;
             slot.h2c_len = need;
             slot.state = SlotState::AwaitData;
             return Disposition::NeedData {
@@ -389,10 +408,21 @@ impl Queue {
             return Disposition::Pending;
         }
         let start = datao as usize;
-        let Some(dst) = slot.buf.get_mut(start..start + data.len()) else {
-            return Disposition::Pending;
-        };
-        dst.copy_from_slice(data);
+        if let Some((ns, offset)) = &slot.direct {
+            if start + data.len() > slot.h2c_len as usize {
+                return Disposition::Pending;
+            }
+            if let Err(e) = ns.backend.write(offset + start as u64, data)
+                && slot.direct_status.is_success()
+            {
+                slot.direct_status = crate::io::backend_status(&e, true);
+            }
+        } else {
+            let Some(dst) = slot.buf.get_mut(start..start + data.len()) else {
+                return Disposition::Pending;
+            };
+            dst.copy_from_slice(data);
+        }
         if slot.received != u32::MAX {
             slot.received = slot.received.saturating_add(data.len() as u32);
         }
@@ -533,7 +563,16 @@ impl Queue {
         }
         let Some(req) = s.io.take() else { return };
         let mut buf = std::mem::take(&mut s.buf);
-        let status = crate::io::execute_io(&req, &mut buf);
+        let status = match (s.direct.take(), &req.op) {
+            // The data is already in the namespace; only FUA is left to honour.
+            (Some(_), IoOp::Write { .. }) if !s.direct_status.is_success() => s.direct_status,
+            (Some(_), IoOp::Write { fua: true }) => match req.ns.backend.flush() {
+                Ok(()) => Status::SUCCESS,
+                Err(e) => crate::io::backend_status(&e, true),
+            },
+            (Some(_), IoOp::Write { fua: false }) => Status::SUCCESS,
+            _ => crate::io::execute_io(&req, &mut buf),
+        };
         s.io = Some(req);
         s.state = SlotState::Executing;
         self.complete_io(slot, status, buf);
@@ -706,6 +745,7 @@ impl Queue {
             }
             s.state = SlotState::Free;
             s.io = None;
+            s.direct = None;
             // Keep large buffers from pinning memory forever on idle queues.
             if s.buf.capacity() > 4 << 20 {
                 s.buf = Vec::new();

@@ -6,7 +6,7 @@
 //! allocated per I/O.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
 use nvme_spec::NamespaceId;
@@ -49,6 +49,8 @@ pub struct JobSpec {
     pub seed: u64,
     pub run_id: u32,
     pub dissqfc: bool,
+    /// Poll the socket without sleeping while I/O is in flight.
+    pub busy_poll: bool,
 }
 
 /// Start and stop times of the measured run.
@@ -74,6 +76,9 @@ pub struct Progress {
     pub ios: AtomicU64,
     pub bytes: AtomicU64,
     pub errors: AtomicU64,
+    /// Set by the orchestrator when the run stops early (a queue lost its connection): jobs
+    /// stop submitting, and completions from then on are not measured.
+    pub stop: AtomicBool,
 }
 
 /// xorshift64*: fast, good enough to spread offsets.
@@ -152,6 +157,7 @@ async fn setup(spec: JobSpec, connector: &IoConnector) -> Result<Job, String> {
         u16::try_from(spec.qd + 1).map_err(|_| format!("queue depth {} too large", spec.qd))?;
     let opts = IoQueueOptions::new(spec.qid, entries)
         .dissqfc(spec.dissqfc)
+        .busy_poll(spec.busy_poll)
         .max_io(spec.bs)
         .prealloc(spec.bs);
     let q = connector
@@ -370,9 +376,13 @@ impl Job {
 
     /// The timed run.
     async fn run(&mut self, t: Timing, progress: &Progress) {
+        let mut end = t.end;
         loop {
             let now = Instant::now();
-            if now < t.end {
+            if now < end && progress.stop.load(Ordering::Relaxed) {
+                end = now;
+            }
+            if now < end {
                 let measured = now >= t.ramp_end;
                 while self.q.in_flight() < self.spec.qd {
                     let write = match self.spec.read_pct {
@@ -390,7 +400,7 @@ impl Job {
             } else if self.q.in_flight() == 0 {
                 return;
             }
-            if let Err(e) = self.poll(t.end, progress).await {
+            if let Err(e) = self.poll(end, progress).await {
                 return self.fail(e);
             }
         }

@@ -126,6 +126,10 @@ pub struct PerfArgs {
     /// Host NQN (default: /etc/nvme/hostnqn, else a generated UUID NQN).
     #[arg(long, value_name = "NQN")]
     pub hostnqn: Option<String>,
+    /// Wait for completions in epoll instead of polling the sockets (by default each worker
+    /// polls without sleeping while I/O is in flight, as spdk_nvme_perf does).
+    #[arg(long)]
+    pub no_busy_poll: bool,
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
@@ -338,6 +342,7 @@ async fn run(
                 seed: u64::from(run_id).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (i as u64 + 1),
                 run_id,
                 dissqfc: a.dissqfc,
+                busy_poll: !a.no_busy_poll,
             }
         })
         .collect();
@@ -422,10 +427,29 @@ async fn run(
         Duration::from_secs(1),
     );
     let (mut last_ios, mut last_bytes) = (0u64, 0u64);
+    // A job that ends before the run does has lost its connection: stop the whole run there,
+    // so that the figures cover only the time the target was answering.
+    let mut results: Vec<JobResult> = Vec::new();
+    let mut stopped_at: Option<Instant> = None;
     loop {
         tokio::select! {
             _ = tokio::time::sleep_until(timing.ramp_end.into()), if cpu0.is_none() => cpu0 = Some(Cpu::now()),
             _ = tokio::time::sleep_until(timing.end.into()) => break,
+            Some(j) = done_rx.recv() => {
+                let now = Instant::now();
+                progress.stop.store(true, Ordering::Relaxed);
+                if !a.json {
+                    eprintln!(
+                        "perf: stopping after {:.1} s: queue {} ended early{}",
+                        now.duration_since(start).as_secs_f64(),
+                        j.qid,
+                        j.transport_error.as_deref().map(|e| format!(" ({e})")).unwrap_or_default()
+                    );
+                }
+                results.push(j);
+                stopped_at = Some(now);
+                break;
+            }
             _ = tick.tick() => {
                 let ios = progress.ios.load(Ordering::Relaxed);
                 let bytes = progress.bytes.load(Ordering::Relaxed);
@@ -445,8 +469,12 @@ async fn run(
     }
     let cpu1 = Cpu::now();
     let cpu = cpu1.since(cpu0.unwrap_or(cpu1));
+    // The measured window: from the end of the ramp to the end, or to the failure.
+    let window = match stopped_at {
+        Some(t) => t.min(timing.end).saturating_duration_since(timing.ramp_end),
+        None => a.runtime,
+    };
 
-    let mut results: Vec<JobResult> = Vec::new();
     while let Some(j) = done_rx.recv().await {
         results.push(j);
     }
@@ -458,7 +486,7 @@ async fn run(
         );
     }
     results.sort_by_key(|j| j.qid);
-    Ok(Report::new(workload, a.runtime, &results, cpu))
+    Ok(Report::new(workload, window, &results, cpu))
 }
 
 fn nanos_now() -> u32 {
@@ -501,21 +529,26 @@ fn worker(
         let handles: Vec<_> = specs
             .into_iter()
             .map(|s| {
-                tokio::spawn(job::run(
+                let job = job::run(
                     s,
                     connector.clone(),
                     progress.clone(),
                     ready.clone(),
                     phase.clone(),
-                ))
+                );
+                let done = done.clone();
+                // Each job reports as soon as it ends (a job that loses its connection ends
+                // early, and the orchestrator stops the run there). Setup failures were
+                // already reported through `ready`; a panic shows as a job that did not finish.
+                tokio::spawn(async move {
+                    if let Ok(j) = job.await {
+                        let _ = done.send(j);
+                    }
+                })
             })
             .collect();
         for h in handles {
-            // Setup failures were already reported through `ready`; a panic shows as a job
-            // that did not finish.
-            if let Ok(Ok(j)) = h.await {
-                let _ = done.send(j);
-            }
+            let _ = h.await;
         }
     });
 }

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# ebof vs SPDK side by side, in both roles: spdk_nvme_perf against `ebof serve` and against
+# SPDK's nvmf_tgt (same core), and `ebof perf` against spdk_nvme_perf (same core) against
+# nvmf_tgt; plus idle CPU and the 1 -> 2 core step. Prints markdown tables: medians with
+# min-max over interleaved rounds. Not a test, and not part of the test command.
+#
+# Needs a built SPDK outside this repository (nothing of SPDK enters it), root (hugepages),
+# and a quiet machine:
+#   SPDK_DIR=/path/to/spdk ./scripts/bench-vs-spdk.sh
+# Knobs (environment): ROUNDS (3), RUNTIME (8 s), WARMUP (2 s), TARGET_CORE (0),
+# CLIENT_CORE (1), EBOF_PORT (14420), SPDK_PORT (14421), RAM_MB (1024),
+# ONLY=target|client|idle|scale (one section).
+# Building SPDK (v26.05 was used): see "Benchmarks against SPDK" in the README.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+if [[ -z ${SPDK_DIR:-} ]]; then
+	echo "bench-vs-spdk: set SPDK_DIR to a built SPDK tree (see the README)" >&2
+	exit 1
+fi
+exec python3 scripts/bench_vs_spdk.py "$@"

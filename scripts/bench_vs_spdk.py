@@ -1,0 +1,420 @@
+#!/usr/bin/env python3
+"""ebof against SPDK, side by side, in both roles (see scripts/bench-vs-spdk.sh for usage).
+
+Target table: the same client (spdk_nvme_perf) against `ebof serve` and against SPDK's nvmf_tgt,
+both pinned to the same core. Client table: `ebof perf` and spdk_nvme_perf, on the same core,
+against nvmf_tgt. Rounds are interleaved (every workload on both sides in each round, the order
+alternating), and the target not being measured is frozen (SIGSTOP), so that a busy-polling
+nvmf_tgt does not steal the core from ebof or the other way round. Every figure printed is a
+median over the rounds with its min-max; ratios are ratios of medians. Not a test: it prints.
+"""
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SPDK = os.environ.get("SPDK_DIR", "")
+ROUNDS = int(os.environ.get("ROUNDS", "3"))
+RUNTIME = int(os.environ.get("RUNTIME", "8"))
+WARMUP = int(os.environ.get("WARMUP", "2"))
+TCORE = int(os.environ.get("TARGET_CORE", "0"))
+CCORE = int(os.environ.get("CLIENT_CORE", "1"))
+EBOF_PORT = int(os.environ.get("EBOF_PORT", "14420"))
+SPDK_PORT = int(os.environ.get("SPDK_PORT", "14421"))
+RAM_MB = int(os.environ.get("RAM_MB", "1024"))
+ONLY = os.environ.get("ONLY", "")  # "target", "client", "idle", "scale" or empty for all
+EBOF_NQN = "nqn.2026-11.io.ebof:default"
+SPDK_NQN = "nqn.2016-06.io.spdk:cnode1"
+
+# (name, spdk_nvme_perf pattern, bs, qd, rwmixread or None)
+TARGET_WORKLOADS = [
+    ("4K randread QD1", "randread", 4096, 1, None),
+    ("4K randread QD32", "randread", 4096, 32, None),
+    ("4K randread QD128", "randread", 4096, 128, None),
+    ("4K randwrite QD32", "randwrite", 4096, 32, None),
+    ("4K randwrite QD128", "randwrite", 4096, 128, None),
+    ("4K randrw 70/30 QD32", "randrw", 4096, 32, 70),
+    ("128K read QD32", "read", 131072, 32, None),
+    ("128K write QD32", "write", 131072, 32, None),
+]
+CLIENT_WORKLOADS = [
+    ("4K randread QD1", "randread", 4096, 1, None),
+    ("4K randread QD32", "randread", 4096, 32, None),
+    ("4K randwrite QD32", "randwrite", 4096, 32, None),
+    ("128K read QD32", "read", 131072, 32, None),
+]
+
+PROCS = []
+
+
+def log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+def die(msg):
+    log(f"bench-vs-spdk: {msg}")
+    sys.exit(1)
+
+
+def spdk_bin(name):
+    for sub in ("build/bin", "build/examples"):
+        p = os.path.join(SPDK, sub, name)
+        if os.access(p, os.X_OK):
+            return p
+    die(f"{name} not found under {SPDK}/build (build SPDK first)")
+
+
+def port_open(port):
+    with socket.socket() as s:
+        s.settimeout(0.2)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def wait_port(port, proc, what):
+    for _ in range(150):
+        if proc.poll() is not None:
+            die(f"{what} exited (code {proc.returncode})")
+        if port_open(port):
+            return
+        time.sleep(0.2)
+    die(f"{what} did not listen on {port}")
+
+
+def cpu_ticks(pid):
+    """utime + stime of a process, all threads, in seconds."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def median_mm(values):
+    if not values:
+        return None
+    return (statistics.median(values), min(values), max(values))
+
+
+def fmt(t, digits=0):
+    if t is None:
+        return "-"
+    m, lo, hi = t
+    f = f"{{:,.{digits}f}}"
+    return f"{f.format(m)} [{f.format(lo)}-{f.format(hi)}]"
+
+
+def spdk_perf_args(port, nqn, pattern, bs, qd, mix, core_mask, extra=()):
+    trid = f"trtype:TCP adrfam:IPv4 traddr:127.0.0.1 trsvcid:{port} subnqn:{nqn}"
+    args = [spdk_bin("spdk_nvme_perf"), "-q", str(qd), "-o", str(bs), "-w", pattern,
+            "-t", str(RUNTIME), "-a", str(WARMUP), "-L", "-c", core_mask, "-r", trid]
+    if mix is not None:
+        args += ["-M", str(mix)]
+    return args + list(extra)
+
+
+def parse_spdk_perf(out):
+    total = re.search(r"^Total\s*:\s*([\d.]+)\s+([\d.]+)\s+([\d.]+)", out, re.M)
+    if not total:
+        return None
+    r = {"iops": float(total.group(1)), "mib_s": float(total.group(2)),
+         "avg_us": float(total.group(3))}
+    pct = dict(re.findall(r"^\s*([\d.]+)%\s*:\s*([\d.]+)us", out, re.M))
+    for key, name in (("50.00000", "p50_us"), ("99.00000", "p99_us"), ("99.99000", "p99_99_us")):
+        if key in pct:
+            r[name] = float(pct[key])
+    return r
+
+
+def run_measured(args, target_pid, env=None):
+    """Run a client; sample the target's CPU over the measured window (after warm-up)."""
+    p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         env=env)
+    time.sleep(WARMUP + 0.5)  # + connect time
+    c0, t0 = cpu_ticks(target_pid), time.monotonic()
+    time.sleep(max(RUNTIME - 1.0, 0.5))
+    c1, t1 = cpu_ticks(target_pid), time.monotonic()
+    out, _ = p.communicate(timeout=RUNTIME + WARMUP + 60)
+    return out, (c1 - c0) / (t1 - t0)
+
+
+class Targets:
+    def __init__(self, ebof_bin, work):
+        self.work = work
+        self.ebof = subprocess.Popen(
+            ["taskset", "-c", str(TCORE), ebof_bin, "serve", "--listen",
+             f"127.0.0.1:{EBOF_PORT}", "--ram", f"{RAM_MB}M", "--cores", str(TCORE)],
+            stdout=open(os.path.join(work, "ebof.log"), "w"), stderr=subprocess.STDOUT)
+        PROCS.append(self.ebof)
+        wait_port(EBOF_PORT, self.ebof, "ebof serve")
+        self.spdk = subprocess.Popen(
+            [spdk_bin("nvmf_tgt"), "-m", hex(1 << TCORE), "-r", os.path.join(work, "spdk.sock")],
+            stdout=open(os.path.join(work, "nvmf_tgt.log"), "w"), stderr=subprocess.STDOUT)
+        PROCS.append(self.spdk)
+        rpc_sock = os.path.join(work, "spdk.sock")
+        for _ in range(100):
+            if os.path.exists(rpc_sock):
+                break
+            if self.spdk.poll() is not None:
+                die("nvmf_tgt exited; see " + os.path.join(work, "nvmf_tgt.log"))
+            time.sleep(0.1)
+        rpc = ["/usr/bin/python3", os.path.join(SPDK, "scripts/rpc.py"), "-s", rpc_sock]
+        for cmd in (["nvmf_create_transport", "-t", "TCP"],
+                    ["bdev_malloc_create", "-b", "Malloc0", str(RAM_MB), "512"],
+                    ["nvmf_create_subsystem", SPDK_NQN, "-a", "-s", "SPDK00000000000001"],
+                    ["nvmf_subsystem_add_ns", SPDK_NQN, "Malloc0"],
+                    ["nvmf_subsystem_add_listener", SPDK_NQN, "-t", "tcp", "-a", "127.0.0.1",
+                     "-s", str(SPDK_PORT)]):
+            subprocess.run(rpc + cmd, check=True, stdout=subprocess.DEVNULL, timeout=60)
+        wait_port(SPDK_PORT, self.spdk, "nvmf_tgt")
+        self.active = None
+
+    def pid(self, which):
+        return (self.ebof if which == "ebof" else self.spdk).pid
+
+    def only(self, which):
+        """Run `which`, freeze the other (a frozen nvmf_tgt does not spin)."""
+        if self.active == which:
+            return
+        other = "spdk" if which == "ebof" else "ebof"
+        os.kill(self.pid(other), signal.SIGSTOP)
+        os.kill(self.pid(which), signal.SIGCONT)
+        self.active = which
+        time.sleep(0.3)
+
+    def both(self):
+        for w in ("ebof", "spdk"):
+            os.kill(self.pid(w), signal.SIGCONT)
+        self.active = None
+
+    def endpoint(self, which):
+        return (EBOF_PORT, EBOF_NQN) if which == "ebof" else (SPDK_PORT, SPDK_NQN)
+
+
+def precondition(t):
+    """Write the whole ebof RAM namespace once (SPDK's malloc bdev is allocated up front)."""
+    t.only("ebof")
+    args = spdk_perf_args(EBOF_PORT, EBOF_NQN, "write", 131072, 32, None, hex(1 << CCORE))
+    args[args.index("-t") + 1] = "2"
+    args[args.index("-a") + 1] = "0"
+    subprocess.run(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
+
+
+def target_table(t):
+    res = {}
+    for rnd in range(ROUNDS):
+        for wl in TARGET_WORKLOADS:
+            order = ("ebof", "spdk") if (rnd % 2 == 0) else ("spdk", "ebof")
+            for which in order:
+                t.only(which)
+                port, nqn = t.endpoint(which)
+                name, pattern, bs, qd, mix = wl
+                out, cpu = run_measured(
+                    spdk_perf_args(port, nqn, pattern, bs, qd, mix, hex(1 << CCORE)),
+                    t.pid(which))
+                r = parse_spdk_perf(out)
+                if r is None:
+                    log(f"  {which} {name}: no result\n{out[-2000:]}")
+                    continue
+                r["cpu"] = cpu
+                r["us_per_io"] = cpu * 1e6 / r["iops"] if r["iops"] else None
+                res.setdefault((name, which), []).append(r)
+                log(f"  round {rnd + 1} {which:4} {name:22} {r['iops']:>10,.0f} IOPS "
+                    f"{r['mib_s']:>8,.0f} MiB/s  p99 {r.get('p99_us', 0):8.1f} us  "
+                    f"target CPU {cpu * 100:5.1f} %")
+    return res
+
+
+def print_target_table(res):
+    print("\n### Same client (spdk_nvme_perf) -> target, "
+          f"target on core {TCORE}, client on core {CCORE}; median [min-max] of {ROUNDS} rounds\n")
+    print("| workload | target | IOPS | MiB/s | avg / p50 / p99 / p99.99 us | target CPU % "
+          "| CPU us per I/O | ebof/SPDK |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, *_ in TARGET_WORKLOADS:
+        med = {}
+        for which in ("ebof", "spdk"):
+            rs = res.get((name, which), [])
+            if not rs:
+                continue
+            g = lambda k: median_mm([r[k] for r in rs if r.get(k) is not None])  # noqa: E731
+            med[which] = g("iops")
+            lat = " / ".join(f"{g(k)[0]:.1f}" if g(k) else "-"
+                             for k in ("avg_us", "p50_us", "p99_us", "p99_99_us"))
+            ratio = ""
+            if which == "spdk" and "ebof" in med and med["spdk"] and med["spdk"][0]:
+                ratio = f"**{med['ebof'][0] / med['spdk'][0]:.2f}x**"
+            cpu = g("cpu")
+            cpu_pct = (cpu[0] * 100, cpu[1] * 100, cpu[2] * 100) if cpu else None
+            label = "ebof serve" if which == "ebof" else "SPDK nvmf_tgt"
+            print(f"| {name} | {label} | {fmt(g('iops'))} | {fmt(g('mib_s'))} | {lat} | "
+                  f"{fmt(cpu_pct)} | {fmt(g('us_per_io'), 2)} | {ratio} |")
+
+
+def ebof_perf_args(ebof_bin, pattern, bs, qd, mix):
+    args = ["taskset", "-c", str(CCORE), ebof_bin, "perf", "-a", "127.0.0.1", "-s",
+            str(SPDK_PORT), "-n", SPDK_NQN, "--rw", pattern, "--bs", str(bs), "--qd", str(qd),
+            "--cores", str(CCORE), "--runtime", f"{RUNTIME}s", "--ramp", f"{WARMUP}s", "--json"]
+    if mix is not None:
+        args += ["--mix", str(mix)]
+    return args
+
+
+def client_table(t, ebof_bin):
+    t.only("spdk")
+    res = {}
+    for rnd in range(ROUNDS):
+        for wl in CLIENT_WORKLOADS:
+            name, pattern, bs, qd, mix = wl
+            order = ("ebof", "spdk") if (rnd % 2 == 0) else ("spdk", "ebof")
+            for client in order:
+                if client == "spdk":
+                    out, _ = run_measured(
+                        spdk_perf_args(SPDK_PORT, SPDK_NQN, pattern, bs, qd, mix,
+                                       hex(1 << CCORE)), t.pid("spdk"))
+                    r = parse_spdk_perf(out)
+                else:
+                    out, _ = run_measured(ebof_perf_args(ebof_bin, pattern, bs, qd, mix),
+                                          t.pid("spdk"))
+                    try:
+                        j = json.loads(out[out.index("{"):])
+                        lat = j["latency_us"]
+                        r = {"iops": j["iops"], "mib_s": j["mib_s"], "avg_us": lat["avg"],
+                             "p50_us": lat["p50"], "p99_us": lat["p99"],
+                             "p99_99_us": lat["p99_99"]}
+                    except (ValueError, KeyError):
+                        r = None
+                if r is None:
+                    log(f"  {client} {name}: no result\n{out[-2000:]}")
+                    continue
+                res.setdefault((name, client), []).append(r)
+                log(f"  round {rnd + 1} {client:4} {name:22} {r['iops']:>10,.0f} IOPS "
+                    f"{r['mib_s']:>8,.0f} MiB/s  avg {r['avg_us']:7.1f} us")
+    return res
+
+
+def print_client_table(res):
+    print("\n### Same target (SPDK nvmf_tgt, core "
+          f"{TCORE}) <- client on core {CCORE}; median [min-max] of {ROUNDS} rounds\n")
+    print("| workload | client | IOPS | MiB/s | avg / p50 / p99 / p99.99 us | ebof/SPDK |")
+    print("|---|---|---|---|---|---|")
+    for name, *_ in CLIENT_WORKLOADS:
+        med = {}
+        for which in ("ebof", "spdk"):
+            rs = res.get((name, which), [])
+            if not rs:
+                continue
+            g = lambda k: median_mm([r[k] for r in rs if r.get(k) is not None])  # noqa: E731
+            med[which] = g("iops")
+            lat = " / ".join(f"{g(k)[0]:.1f}" if g(k) else "-"
+                             for k in ("avg_us", "p50_us", "p99_us", "p99_99_us"))
+            ratio = ""
+            if which == "spdk" and "ebof" in med and med["spdk"][0]:
+                ratio = f"**{med['ebof'][0] / med['spdk'][0]:.2f}x**"
+            label = "ebof perf" if which == "ebof" else "spdk_nvme_perf"
+            print(f"| {name} | {label} | {fmt(g('iops'))} | {fmt(g('mib_s'))} | {lat} | {ratio} |")
+
+
+def idle_cpu(t):
+    t.only("ebof")
+    pid = t.pid("ebof")
+    c0, t0 = cpu_ticks(pid), time.monotonic()
+    time.sleep(5)
+    c1, t1 = cpu_ticks(pid), time.monotonic()
+    print(f"\nIdle `ebof serve` (default configuration, no traffic) over 5 s: "
+          f"{(c1 - c0) / (t1 - t0) * 100:.2f} % of a core")
+
+
+def scale(ebof_bin, work):
+    """The 1 -> 2 core step: ebof serve on 1 then 2 cores, the client on both cores."""
+    print("\n### 1 -> 2 cores (ebof serve --cores 0 vs 0,1; spdk_nvme_perf on cores 0,1, "
+          "one qpair per core, 4K randread QD32 per qpair)\n")
+    print("| target cores | IOPS (median [min-max]) |")
+    print("|---|---|")
+    for cores in ("0", "0,1"):
+        srv = subprocess.Popen([ebof_bin, "serve", "--listen", f"127.0.0.1:{EBOF_PORT + 2}",
+                                "--ram", "256M", "--cores", cores],
+                               stdout=open(os.path.join(work, f"scale{cores}.log"), "w"),
+                               stderr=subprocess.STDOUT)
+        PROCS.append(srv)
+        wait_port(EBOF_PORT + 2, srv, "ebof serve")
+        vals = []
+        for _ in range(ROUNDS):
+            out, _ = run_measured(spdk_perf_args(EBOF_PORT + 2, EBOF_NQN, "randread", 4096, 32,
+                                                 None, "0x3"), srv.pid)
+            r = parse_spdk_perf(out)
+            if r:
+                vals.append(r["iops"])
+        srv.terminate()
+        srv.wait(timeout=30)
+        print(f"| {cores} | {fmt(median_mm(vals))} |")
+
+
+def main():
+    if not SPDK or not os.path.isdir(SPDK):
+        die("set SPDK_DIR to a built SPDK tree (see the README)")
+    if os.geteuid() != 0:
+        die("needs root (hugepages for SPDK, SIGSTOP of the idle target)")
+    if shutil.which("taskset") is None:
+        die("taskset (util-linux) is needed")
+    for port in (EBOF_PORT, SPDK_PORT, EBOF_PORT + 2):
+        if port_open(port):
+            die(f"port {port} is in use")
+    with open("/proc/sys/vm/nr_hugepages") as f:
+        if int(f.read()) < 1024:
+            with open("/proc/sys/vm/nr_hugepages", "w") as w:
+                w.write("1024")
+    log("== building ebof (release)")
+    subprocess.run(["cargo", "build", "--release", "--locked", "-p", "ebof", "--quiet"],
+                   cwd=ROOT, check=True)
+    ebof_bin = os.path.join(ROOT, "target/release/ebof")
+    work = tempfile.mkdtemp(prefix="bench-vs-spdk.")
+    with open("/proc/cpuinfo") as f:
+        model = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "?")
+    print(f"## ebof vs SPDK — {time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores ({model}), "
+          f"kernel {os.uname().release}, loopback; {RUNTIME} s runs after {WARMUP} s warm-up")
+    t = Targets(ebof_bin, work)
+    try:
+        precondition(t)
+        if ONLY in ("", "target"):
+            log("== target table")
+            print_target_table(target_table(t))
+        if ONLY in ("", "client"):
+            log("== client table")
+            print_client_table(client_table(t, ebof_bin))
+        if ONLY in ("", "idle"):
+            idle_cpu(t)
+        t.both()
+        if ONLY in ("", "scale"):
+            os.kill(t.pid("spdk"), signal.SIGSTOP)
+            scale(ebof_bin, work)
+            os.kill(t.pid("spdk"), signal.SIGCONT)
+    finally:
+        cleanup()
+        log(f"logs in {work}")
+
+
+def cleanup():
+    for p in PROCS:
+        if p.poll() is None:
+            try:
+                os.kill(p.pid, signal.SIGCONT)
+                p.send_signal(signal.SIGINT)
+                p.wait(timeout=20)
+            except (subprocess.TimeoutExpired, ProcessLookupError):
+                p.kill()
+                p.wait()
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except KeyboardInterrupt:
+        cleanup()
+        sys.exit(130)
