@@ -437,17 +437,21 @@ async fn run(
             _ = tokio::time::sleep_until(timing.end.into()) => break,
             Some(j) = done_rx.recv() => {
                 let now = Instant::now();
-                progress.stop.store(true, Ordering::Relaxed);
-                if !a.json {
-                    eprintln!(
-                        "perf: stopping after {:.1} s: queue {} ended early{}",
-                        now.duration_since(start).as_secs_f64(),
-                        j.qid,
-                        j.transport_error.as_deref().map(|e| format!(" ({e})")).unwrap_or_default()
-                    );
+                // A job that ends with the run (the timer fires up to a tick late) is normal;
+                // one that ends before it lost its connection.
+                if now < timing.end {
+                    progress.stop.store(true, Ordering::Relaxed);
+                    if !a.json {
+                        eprintln!(
+                            "perf: stopping after {:.1} s: queue {} ended early{}",
+                            now.duration_since(start).as_secs_f64(),
+                            j.qid,
+                            j.transport_error.as_deref().map(|e| format!(" ({e})")).unwrap_or_default()
+                        );
+                    }
+                    stopped_at = Some(now);
                 }
                 results.push(j);
-                stopped_at = Some(now);
                 break;
             }
             _ = tick.tick() => {
