@@ -73,7 +73,8 @@ impl ServerHandle {
 }
 
 impl Server {
-    /// Bind every listener (all-or-nothing), start the reactors, and return at once.
+    /// Bind every listener (all-or-nothing), start the reactors, and return once every reactor
+    /// is up, so that what the caller logs next ("ready") comes after the reactors' own lines.
     pub fn start(target: Arc<Target>, cfg: ServerConfig) -> Result<ServerHandle, ServerError> {
         if cfg.cores.is_empty() {
             return Err(ServerError::NoCores);
@@ -88,6 +89,8 @@ impl Server {
             let l = StdListener::bind(addr).map_err(|source| ServerError::Bind { addr, source })?;
             l.set_nonblocking(true)
                 .map_err(|source| ServerError::Bind { addr, source })?;
+            let local = l.local_addr().unwrap_or(addr);
+            tracing::info!(%local, discovery_only = disc, "listening (NVMe/TCP)");
             listeners.push((l, disc));
         }
         let bound: Vec<SocketAddr> = listeners
@@ -104,11 +107,14 @@ impl Server {
         }
         let mut threads = Vec::new();
         let mut listeners = Some(listeners);
+        // Each reactor sends one message once it is pinned and has its runtime; a reactor that
+        // fails drops its sender instead, so the wait below always ends.
+        let (up_tx, up_rx) = std::sync::mpsc::channel::<()>();
         for (i, (core, rx)) in cfg.cores.iter().copied().zip(receivers).enumerate() {
             let target = target.clone();
-            let tcp = cfg.tcp;
-            let poll = cfg.poll;
+            let cfg = cfg.clone();
             let stop = stop.clone();
+            let up = up_tx.clone();
             let accept = if i == 0 {
                 listeners.take().map(|l| (l, senders.clone()))
             } else {
@@ -116,9 +122,15 @@ impl Server {
             };
             let t = std::thread::Builder::new()
                 .name(format!("ebof-core{core}"))
-                .spawn(move || reactor(core, target, tcp, poll, rx, accept, stop))
+                .spawn(move || reactor(core, target, cfg, rx, accept, stop, up))
                 .map_err(ServerError::Thread)?;
             threads.push(t);
+        }
+        drop(up_tx);
+        for _ in &threads {
+            if up_rx.recv().is_err() {
+                break;
+            }
         }
         Ok(ServerHandle {
             stop,
@@ -136,12 +148,13 @@ type Acceptor = (
 fn reactor(
     core: usize,
     target: Arc<Target>,
-    tcp: TargetConnConfig,
-    poll: std::time::Duration,
+    cfg: ServerConfig,
     mut rx: mpsc::UnboundedReceiver<NewConn>,
     accept: Option<Acceptor>,
     stop: Arc<AtomicBool>,
+    up: std::sync::mpsc::Sender<()>,
 ) {
+    let (tcp, poll) = (cfg.tcp, cfg.poll);
     match affinity::pin_current_thread(core) {
         Ok(()) if poll.is_zero() => tracing::info!(core, "reactor started (epoll, event-driven)"),
         Ok(()) => tracing::info!(
@@ -161,6 +174,7 @@ fn reactor(
             return;
         }
     };
+    let _ = up.send(());
     let local = tokio::task::LocalSet::new();
     local.block_on(&rt, async move {
         if let Some((listeners, senders)) = accept {
@@ -229,7 +243,6 @@ async fn accept_loop(
             return;
         }
     };
-    tracing::info!(%local, discovery_only, "listening (NVMe/TCP)");
     let mut next = 0usize;
     while !stop.load(Ordering::Acquire) {
         match tokio::time::timeout(std::time::Duration::from_millis(200), l.accept()).await {
