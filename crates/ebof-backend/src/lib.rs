@@ -232,12 +232,19 @@ pub fn open(spec: &BackendSpec) -> Result<Arc<dyn Backend>, BackendError> {
         BackendSpec::File { path, size } => Arc::new(FileBackend::open_file(path, *size)?),
         BackendSpec::Block { path } => Arc::new(FileBackend::open_block(path)?),
     };
-    tracing::info!(
-        kind = %backend.kind(),
-        size = backend.size(),
-        backend = ?backend,
-        "backend opened"
-    );
+    // Values a person reads (kind, size, path), not the backend's Debug dump; `ebof serve`
+    // logs each namespace at info level with the same facts.
+    match spec {
+        BackendSpec::Ram { .. } => {
+            tracing::debug!(kind = %backend.kind(), bytes = backend.size(), "backend opened")
+        }
+        BackendSpec::File { path, .. } | BackendSpec::Block { path } => tracing::debug!(
+            kind = %backend.kind(),
+            bytes = backend.size(),
+            path = %path.display(),
+            "backend opened"
+        ),
+    }
     Ok(backend)
 }
 
