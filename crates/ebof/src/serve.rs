@@ -19,10 +19,11 @@ const MAX_TRANSFER: u32 = 128 * 1024;
 #[derive(clap::Args, Debug)]
 pub struct ServeArgs {
     /// TOML configuration file (without it: the embedded default, a 1 GiB RAM namespace on
-    /// 127.0.0.1:4420).
+    /// 127.0.0.1:4420, discovery also on 127.0.0.1:8009).
     #[arg(long, short = 'c', value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// Listen on ADDR:PORT (repeatable; replaces the configured listeners).
+    /// Listen on ADDR:PORT (repeatable; replaces the configured listeners, and the embedded
+    /// default's discovery listener unless --discovery-listen is given).
     #[arg(long, value_name = "ADDR:PORT")]
     pub listen: Vec<String>,
     /// Dedicated discovery listener (conventionally port 8009).
@@ -53,7 +54,17 @@ pub struct ServeArgs {
 pub fn effective_config(a: &ServeArgs) -> Result<Config> {
     let mut cfg = match &a.config {
         Some(p) => Config::load(p).map_err(|e| anyhow::anyhow!("{e}"))?,
-        None => Config::embedded_default(),
+        None => {
+            let mut c = Config::embedded_default();
+            // The default discovery listener sits beside the default I/O listener; once
+            // `--listen` moves the target elsewhere it would be a stray port on 127.0.0.1
+            // (and two targets on one machine would fight over it). Discovery is still
+            // answered on every `--listen` address.
+            if !a.listen.is_empty() {
+                c.discovery = None;
+            }
+            c
+        }
     };
     let o = Overrides {
         listen: a.listen.clone(),
