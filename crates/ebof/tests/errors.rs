@@ -60,8 +60,13 @@ fn connect_rejections_are_explained() {
         Stdio::null(),
     );
     let p = t.port();
+    let identify = |nqn: &str, hostnqn: Option<&str>| {
+        let mut args = vec!["identify", "-a", "127.0.0.1", "-s", &p, "-n", nqn];
+        args.extend(hostnqn.iter().flat_map(|h| ["--hostnqn", h]));
+        ebof(&args)
+    };
     let wrong = "nqn.2026-11.io.ebof:nope";
-    let o = ebof(&["identify", "-a", "127.0.0.1", "-s", &p, "-n", wrong]);
+    let o = identify(wrong, None);
     assert!(!o.ok);
     assert!(
         o.stderr
@@ -78,17 +83,7 @@ fn connect_rejections_are_explained() {
         o.stderr
     );
     let closed = "nqn.2026-11.io.ebof:closed";
-    let o = ebof(&[
-        "identify",
-        "-a",
-        "127.0.0.1",
-        "-s",
-        &p,
-        "-n",
-        closed,
-        "--hostnqn",
-        other,
-    ]);
+    let o = identify(closed, Some(other));
     assert!(!o.ok);
     assert!(
         o.stderr.contains(&format!("as host {other}")),
@@ -101,16 +96,6 @@ fn connect_rejections_are_explained() {
         "{}",
         o.stderr
     );
-    let o = ebof(&[
-        "identify",
-        "-a",
-        "127.0.0.1",
-        "-s",
-        &p,
-        "-n",
-        closed,
-        "--hostnqn",
-        allowed,
-    ]);
+    let o = identify(closed, Some(allowed));
     assert!(o.ok, "the allowed host connects: {}", o.stderr);
 }
