@@ -189,7 +189,7 @@ fn check_listeners(cfg: &mut Config, optional_discovery: bool) -> Result<()> {
             Err(e) if optional_discovery => {
                 tracing::warn!(
                     %addr,
-                    error = %format!("{e:#}"),
+                    error = %e.root_cause(),
                     "no dedicated discovery listener: discovery is still answered on {}",
                     join(cfg.listeners.iter().map(|l| l.socket_addr()))
                 );
