@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build ebof (release) and run `ebof serve` on its embedded default: subsystem
-# nqn.2026-11.io.ebof:default, one 1 GiB RAM namespace, listener 127.0.0.1:4420.
+# nqn.2026-11.io.ebof:default, one 1 GiB RAM namespace, listener 127.0.0.1:4420, discovery
+# listener 127.0.0.1:8009.
 # Extra arguments go to `ebof serve` (e.g. --config FILE, --listen ADDR:PORT, --ram 4G).
 set -euo pipefail
 cd "$(dirname "$0")/.."

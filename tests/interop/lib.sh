@@ -1,7 +1,7 @@
 # shellcheck shell=bash
 # Host-side library for the kernel interop scenarios (sourced, never run).
 #
-# Method (see shared/design/KERNEL-INTEROP.md): a QEMU TCG guest boots Debian's own kernel, with the
+# Method (see docs/kernel-interop.md): a QEMU TCG guest boots Debian's own kernel, with the
 # machine's own / shared read-only over virtio-9p plus a tmpfs overlay as its root filesystem, and a
 # tap device inside a network namespace created for the run. Host-side programs (our target, our host
 # tools) run inside that namespace with `ns_exec`.

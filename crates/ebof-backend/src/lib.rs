@@ -19,6 +19,32 @@
 //! **Where it sits.** At the bottom of the command flow: reactor → `nvmf-tcp` → `nvmf-target`
 //! (prepare, execute) → **backend** → completion funnel.
 //!
+//! ## Example
+//!
+//! A 1 MiB RAM namespace: written bytes read back, deallocated bytes read as zeroes, and a range
+//! past the end is an error, not a panic.
+//!
+//! ```
+//! use ebof_backend::{BackendError, BackendKind, BackendSpec};
+//!
+//! let disk = ebof_backend::open(&BackendSpec::Ram { size: 1 << 20 })?;
+//! assert_eq!((disk.kind(), disk.size()), (BackendKind::Ram, 1 << 20));
+//! assert!(!disk.may_block()); // the runtime may call it on the reactor
+//!
+//! disk.write(4096, b"hello, namespace")?;
+//! let mut buf = [0u8; 16];
+//! disk.read(4096, &mut buf)?;
+//! assert_eq!(&buf, b"hello, namespace");
+//!
+//! disk.deallocate(4096, 4096)?;
+//! disk.read(4096, &mut buf)?;
+//! assert_eq!(buf, [0; 16]);
+//!
+//! let err = disk.read((1 << 20) - 8, &mut buf).unwrap_err();
+//! assert!(matches!(err, BackendError::OutOfRange { .. }));
+//! # Ok::<(), BackendError>(())
+//! ```
+//!
 //! ## Semantics shared by every backend
 //!
 //! * Byte addressed, `0..size()`. A range with `offset + len > size()`, including one whose end
@@ -243,12 +269,19 @@ pub fn open(spec: &BackendSpec) -> Result<Arc<dyn Backend>, BackendError> {
         BackendSpec::File { path, size } => Arc::new(FileBackend::open_file(path, *size)?),
         BackendSpec::Block { path } => Arc::new(FileBackend::open_block(path)?),
     };
-    tracing::info!(
-        kind = %backend.kind(),
-        size = backend.size(),
-        backend = ?backend,
-        "backend opened"
-    );
+    // Values a person reads (kind, size, path), not the backend's Debug dump; `ebof serve`
+    // logs each namespace at info level with the same facts.
+    match spec {
+        BackendSpec::Ram { .. } => {
+            tracing::debug!(kind = %backend.kind(), bytes = backend.size(), "backend opened")
+        }
+        BackendSpec::File { path, .. } | BackendSpec::Block { path } => tracing::debug!(
+            kind = %backend.kind(),
+            bytes = backend.size(),
+            path = %path.display(),
+            "backend opened"
+        ),
+    }
     Ok(backend)
 }
 

@@ -62,7 +62,7 @@ impl RamBackend {
         if size == 0 {
             return Err(invalid("must not be zero"));
         }
-        if size % 512 != 0 {
+        if !size.is_multiple_of(512) {
             return Err(invalid("must be a multiple of 512 bytes"));
         }
         let map_len = usize::try_from(size)

@@ -116,5 +116,9 @@ mod tests {
             text.contains("address = \"127.0.0.1\"\nport = 4420"),
             "{text}"
         );
+        assert!(
+            text.contains("[discovery]\naddress = \"127.0.0.1\"\nport = 8009"),
+            "{text}"
+        );
     }
 }

@@ -52,6 +52,53 @@
 //! size = "1G"                     # bytes, or K/M/G/T (1024-based)
 //! ```
 //!
+//! # Example
+//!
+//! A file as an operator writes it, then `ebof serve --listen 0.0.0.0:4420 --ram 8G` on top;
+//! a mistake comes back with its field path and a stable code.
+//!
+//! ```
+//! use ebof_config::{BackendChoice, Config, Overrides, codes};
+//!
+//! let mut config = Config::from_toml_str(
+//!     r#"
+//!     [[listeners]]
+//!     address = "192.168.10.5"
+//!
+//!     [[subsystems]]
+//!     nqn = "nqn.2026-11.io.example:disk1"
+//!
+//!     [[subsystems.namespaces]]
+//!     backend = "file"
+//!     path = "/var/lib/ebof/disk1.img"
+//!     size = "100G"
+//!     "#,
+//! )?;
+//! assert_eq!(config.listeners[0].port, 4420); // the default port
+//! assert_eq!(config.subsystems[0].namespaces[0].nsid, 1); // numbered in order
+//!
+//! config.apply_overrides(&Overrides {
+//!     listen: vec!["0.0.0.0:4420".into()],
+//!     ram: Some("8G".into()),
+//!     ..Overrides::default()
+//! })?;
+//! assert_eq!(config.listeners[0].to_string(), "0.0.0.0:4420");
+//! assert_eq!(
+//!     config.subsystems[0].namespaces[0].backend,
+//!     BackendChoice::Ram { size: 8 << 30 }
+//! );
+//!
+//! let err = Config::from_toml_str(
+//!     "[[listeners]]\naddress = \"127.0.0.1\"\n\
+//!      [[subsystems]]\nnqn = \"nqn.2026-11.io.example:a\"\n\
+//!      [[subsystems.namespaces]]\nbackend = \"ram\"\nsize = \"1G\"\nblock_size = 520\n",
+//! )
+//! .unwrap_err();
+//! assert_eq!(err.code, codes::INVALID_BLOCK_SIZE);
+//! assert_eq!(err.path, "subsystems[0].namespaces[0].block_size");
+//! # Ok::<(), ebof_config::ConfigError>(())
+//! ```
+//!
 //! # Derived identifiers
 //! A subsystem without `serial` gets [`derived_serial`] of its NQN; a
 //! namespace without `uuid` gets [`derived_uuid`] of (NQN, NSID), an RFC

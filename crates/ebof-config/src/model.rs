@@ -262,7 +262,8 @@ impl Namespace {
 impl Config {
     /// The embedded default: subsystem [`DEFAULT_NQN`], one 1 GiB RAM
     /// namespace (nsid 1, 512 B blocks), listener 127.0.0.1:4420, allow any
-    /// host, no dedicated discovery listener.
+    /// host, and a dedicated discovery listener on 127.0.0.1:8009 so that
+    /// `nvme discover` / `ebof discover` work with their default port.
     pub fn embedded_default() -> Config {
         let target = TargetTuning::default();
         let ns = Namespace::with_defaults(
@@ -279,7 +280,10 @@ impl Config {
                 address: IpAddr::V4(Ipv4Addr::LOCALHOST),
                 port: DEFAULT_PORT,
             }],
-            discovery: None,
+            discovery: Some(Listener {
+                address: IpAddr::V4(Ipv4Addr::LOCALHOST),
+                port: DEFAULT_DISCOVERY_PORT,
+            }),
             subsystems: vec![subsystem],
         }
     }

@@ -227,10 +227,11 @@ pub(crate) fn parse_ip(s: &str) -> Result<IpAddr, ConfigError> {
 }
 
 fn parse_port(s: &str) -> Result<u16, ConfigError> {
-    if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) {
-        if let Ok(port) = s.parse::<u16>() {
-            return Ok(port);
-        }
+    if !s.is_empty()
+        && s.bytes().all(|b| b.is_ascii_digit())
+        && let Ok(port) = s.parse::<u16>()
+    {
+        return Ok(port);
     }
     Err(ConfigError::new(
         codes::INVALID_PORT,

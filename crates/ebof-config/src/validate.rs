@@ -179,16 +179,16 @@ fn validate_listeners(
             ));
         }
     }
-    if let Some(d) = discovery {
-        if let Some(other) = listeners.iter().find(|o| listeners_collide(d, o)) {
-            return Err(ConfigError::new(
-                codes::DUPLICATE_LISTENER,
-                "discovery",
-                format!(
-                    "discovery listener {d} would bind the same address and port as listener {other} (discovery is served on every listener anyway)"
-                ),
-            ));
-        }
+    if let Some(d) = discovery
+        && let Some(other) = listeners.iter().find(|o| listeners_collide(d, o))
+    {
+        return Err(ConfigError::new(
+            codes::DUPLICATE_LISTENER,
+            "discovery",
+            format!(
+                "discovery listener {d} would bind the same address and port as listener {other} (discovery is served on every listener anyway)"
+            ),
+        ));
     }
     Ok(())
 }

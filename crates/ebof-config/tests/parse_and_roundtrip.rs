@@ -25,7 +25,13 @@ fn embedded_default_validates_and_matches_its_doc() {
             port: 4420
         }]
     );
-    assert_eq!(c.discovery, None);
+    assert_eq!(
+        c.discovery,
+        Some(Listener {
+            address: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            port: 8009
+        })
+    );
     assert_eq!(c.subsystems.len(), 1);
     let s = &c.subsystems[0];
     assert_eq!(s.nqn, DEFAULT_NQN);
@@ -49,6 +55,9 @@ fn minimal_file_equals_embedded_default() {
     let c = Config::from_toml_str(
         r#"
         [[listeners]]
+        address = "127.0.0.1"
+
+        [discovery]
         address = "127.0.0.1"
 
         [[subsystems]]

@@ -196,9 +196,6 @@ impl Reactor {
 
     /// Run until the stop flag is set.
     pub fn run(mut self) {
-        for (_, local, disc) in &self.listeners {
-            tracing::info!(%local, discovery_only = disc, "listening (NVMe/TCP)");
-        }
         let mut events = Events::with_capacity(1024);
         let mut conns: Vec<Option<Conn>> = Vec::new();
         let mut free: Vec<usize> = Vec::new();

@@ -73,7 +73,8 @@ impl ServerHandle {
 }
 
 impl Server {
-    /// Bind every listener (all-or-nothing), start the reactors, and return at once.
+    /// Bind every listener (all-or-nothing), start the reactors, and return once every reactor
+    /// is up, so that what the caller logs next ("ready") comes after the reactors' own lines.
     pub fn start(target: Arc<Target>, cfg: ServerConfig) -> Result<ServerHandle, ServerError> {
         if cfg.cores.is_empty() {
             return Err(ServerError::NoCores);
@@ -88,6 +89,8 @@ impl Server {
             let l = StdListener::bind(addr).map_err(|source| ServerError::Bind { addr, source })?;
             l.set_nonblocking(true)
                 .map_err(|source| ServerError::Bind { addr, source })?;
+            let local = l.local_addr().unwrap_or(addr);
+            tracing::info!(%local, discovery_only = disc, "listening (NVMe/TCP)");
             listeners.push((l, disc));
         }
         let bound: Vec<SocketAddr> = listeners
@@ -128,8 +131,12 @@ impl Server {
             first.set_peers(mailboxes.clone());
         }
         let mut threads = Vec::new();
+        // Each reactor sends one message once it is pinned; a reactor thread that dies drops
+        // its sender instead, so the wait below always ends.
+        let (up_tx, up_rx) = std::sync::mpsc::channel::<()>();
         for (r, core) in reactors.into_iter().zip(cfg.cores.iter().copied()) {
             let poll = cfg.poll;
+            let up = up_tx.clone();
             let t = std::thread::Builder::new()
                 .name(format!("ebof-core{core}"))
                 .spawn(move || {
@@ -144,10 +151,18 @@ impl Server {
                         ),
                         Err(e) => tracing::warn!(core, error = %e, "reactor started unpinned"),
                     }
+                    let _ = up.send(());
+                    drop(up);
                     r.run()
                 })
                 .map_err(ServerError::Thread)?;
             threads.push(t);
+        }
+        drop(up_tx);
+        for _ in &threads {
+            if up_rx.recv().is_err() {
+                break;
+            }
         }
         Ok(ServerHandle {
             stop,

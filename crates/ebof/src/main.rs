@@ -1,6 +1,8 @@
 //! `ebof` — one binary, wiring only: `serve` runs the NVMe/TCP target; `discover`, `identify`
-//! and `perf` are the host toolkit on the `nvmf-host` library.
+//! and `perf` are the host toolkit on the `nvmf-host` library; `completions` and `man` print
+//! shell completions and man pages generated from the same clap definitions.
 
+mod docs;
 mod host_cmds;
 mod serve;
 
@@ -27,6 +29,10 @@ enum Cmd {
     Identify(host_cmds::IdentifyArgs),
     /// Generate I/O load against a namespace and report IOPS, bandwidth and latency.
     Perf(host_cmds::PerfArgs),
+    /// Print a shell completion script, e.g. `ebof completions bash > /etc/bash_completion.d/ebof`.
+    Completions(docs::CompletionsArgs),
+    /// Print a man page in roff: ebof(1), or ebof-SUBCOMMAND(1) with a subcommand name.
+    Man(docs::ManArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -36,6 +42,8 @@ fn main() -> std::process::ExitCode {
         Cmd::Discover(a) => host_cmds::discover(a),
         Cmd::Identify(a) => host_cmds::identify(a),
         Cmd::Perf(a) => host_cmds::perf(a),
+        Cmd::Completions(a) => docs::completions::<Cli>(a),
+        Cmd::Man(a) => docs::man::<Cli>(a),
     };
     match res {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -1,12 +1,15 @@
-//! `ebof serve`: load configuration, open backends, start the reactors, log what is served.
+//! `ebof serve`: load configuration, check the listeners can be bound, open backends, start the
+//! reactors, log what is served, and say "ready" last.
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 use ebof_backend::BackendSpec;
-use ebof_config::{BackendChoice, Config, Overrides};
+use ebof_config::{BackendChoice, Config, Overrides, format_size};
 use ebof_runtime::{Server, ServerConfig, affinity};
 use nvmf_target::{ListenerInfo, Namespace, Subsystem, Target, TargetLimits};
 use nvmf_tcp::TargetConnConfig;
-use std::path::PathBuf;
+use std::ffi::OsStr;
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -16,10 +19,11 @@ const MAX_TRANSFER: u32 = 128 * 1024;
 #[derive(clap::Args, Debug)]
 pub struct ServeArgs {
     /// TOML configuration file (without it: the embedded default, a 1 GiB RAM namespace on
-    /// 127.0.0.1:4420).
+    /// 127.0.0.1:4420, discovery also on 127.0.0.1:8009).
     #[arg(long, short = 'c', value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// Listen on ADDR:PORT (repeatable; replaces the configured listeners).
+    /// Listen on ADDR:PORT (repeatable; replaces the configured listeners, and the embedded
+    /// default's discovery listener unless --discovery-listen is given).
     #[arg(long, value_name = "ADDR:PORT")]
     pub listen: Vec<String>,
     /// Dedicated discovery listener (conventionally port 8009).
@@ -51,7 +55,17 @@ pub struct ServeArgs {
 pub fn effective_config(a: &ServeArgs) -> Result<Config> {
     let mut cfg = match &a.config {
         Some(p) => Config::load(p).map_err(|e| anyhow::anyhow!("{e}"))?,
-        None => Config::embedded_default(),
+        None => {
+            let mut c = Config::embedded_default();
+            // The default discovery listener sits beside the default I/O listener; once
+            // `--listen` moves the target elsewhere it would be a stray port on 127.0.0.1
+            // (and two targets on one machine would fight over it). Discovery is still
+            // answered on every `--listen` address.
+            if !a.listen.is_empty() {
+                c.discovery = None;
+            }
+            c
+        }
     };
     let o = Overrides {
         listen: a.listen.clone(),
@@ -79,12 +93,37 @@ fn backend_spec(b: &BackendChoice) -> BackendSpec {
     }
 }
 
+/// A file namespace whose file does not exist yet is created, and so is its directory: the
+/// README's `/var/lib/ebof/disk1.img` should work on a fresh machine. When the directory cannot
+/// be created, say which one and how to fix it.
+fn ensure_parent_dir(field: &str, path: &Path) -> Result<()> {
+    let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) else {
+        return Ok(());
+    };
+    if path.exists() || dir.is_dir() {
+        return Ok(());
+    }
+    std::fs::create_dir_all(dir).with_context(|| {
+        format!(
+            "{field}: directory {} does not exist and cannot be created; create it \
+             (mkdir -p {}) or choose another path",
+            dir.display(),
+            dir.display()
+        )
+    })?;
+    tracing::info!(directory = %dir.display(), "created directory for a file namespace");
+    Ok(())
+}
+
 /// Open every backend and build the target model. Nothing is started on failure.
 pub fn build_target(cfg: &Config) -> Result<Target> {
     let mut subsystems = Vec::new();
     for (si, s) in cfg.subsystems.iter().enumerate() {
         let mut namespaces = Vec::new();
         for (ni, n) in s.namespaces.iter().enumerate() {
+            if let BackendChoice::File { path, .. } = &n.backend {
+                ensure_parent_dir(&format!("subsystems[{si}].namespaces[{ni}].path"), path)?;
+            }
             let backend = ebof_backend::open(&backend_spec(&n.backend)).map_err(|e| {
                 anyhow::anyhow!(
                     "subsystems[{si}].namespaces[{ni}] (nsid {}): cannot open backend: {e}",
@@ -133,9 +172,54 @@ pub fn build_target(cfg: &Config) -> Result<Target> {
     Ok(Target::new(subsystems, listeners, limits, Instant::now()))
 }
 
+/// Check, before any backend is opened or file created, that every listener can be bound, so a
+/// port in use fails at once with nothing left behind. The probe sockets are closed again at
+/// once (std sets SO_REUSEADDR, so the real bind in `Server::start` follows without delay).
+///
+/// The embedded default's discovery listener is a convenience: when its port is taken (another
+/// target on this machine), serve without it, say so, and keep answering discovery on the I/O
+/// listeners.
+fn check_listeners(cfg: &mut Config, optional_discovery: bool) -> Result<()> {
+    for l in &cfg.listeners {
+        probe_bind(l.socket_addr())?;
+    }
+    if let Some(d) = &cfg.discovery {
+        let addr = d.socket_addr();
+        match probe_bind(addr) {
+            Ok(()) => {}
+            Err(e) if optional_discovery => {
+                tracing::warn!(
+                    %addr,
+                    error = %e.root_cause(),
+                    "no dedicated discovery listener: discovery is still answered on {}",
+                    join(cfg.listeners.iter().map(|l| l.socket_addr()))
+                );
+                cfg.discovery = None;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+fn probe_bind(addr: SocketAddr) -> Result<()> {
+    TcpListener::bind(addr)
+        .map(drop)
+        .with_context(|| format!("cannot listen on {addr}"))
+}
+
+/// `a, b, c` for a log line.
+fn join<T: std::fmt::Display>(items: impl IntoIterator<Item = T>) -> String {
+    items
+        .into_iter()
+        .map(|i| i.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 pub fn run(a: ServeArgs) -> Result<()> {
     init_tracing();
-    let cfg = effective_config(&a)?;
+    let mut cfg = effective_config(&a)?;
     if a.print_config {
         print!("{}", cfg.to_toml_string());
         return Ok(());
@@ -152,24 +236,37 @@ pub fn run(a: ServeArgs) -> Result<()> {
         }
         None => affinity::allowed_cores(),
     };
+    let default_discovery = a.config.is_none() && a.discovery_listen.is_none();
+    check_listeners(&mut cfg, default_discovery)?;
     let target = Arc::new(build_target(&cfg)?);
-    for s in target.subsystems.iter() {
-        tracing::info!(
-            nqn = %s.nqn,
-            serial = %s.serial,
-            allow_any_host = s.allow_any_host,
-            hosts = ?s.hosts,
-            "subsystem"
-        );
-        for n in &s.namespaces {
-            tracing::info!(
-                subsystem = %s.nqn,
-                nsid = n.nsid,
-                backend = ?n.backend.kind(),
-                bytes = n.backend.size(),
-                block_size = n.block_size,
-                "namespace"
-            );
+    for (s, sc) in target.subsystems.iter().zip(&cfg.subsystems) {
+        let hosts = if s.allow_any_host {
+            "any".to_string()
+        } else {
+            join(&s.hosts)
+        };
+        tracing::info!(nqn = %s.nqn, serial = %s.serial, hosts = %hosts, "subsystem");
+        for (n, nc) in s.namespaces.iter().zip(&sc.namespaces) {
+            let size = format_size(n.backend.size());
+            match &nc.backend {
+                BackendChoice::Ram { .. } => tracing::info!(
+                    subsystem = %s.nqn,
+                    nsid = n.nsid,
+                    backend = %n.backend.kind(),
+                    size = %size,
+                    block_size = n.block_size,
+                    "namespace"
+                ),
+                BackendChoice::File { path, .. } | BackendChoice::Block { path } => tracing::info!(
+                    subsystem = %s.nqn,
+                    nsid = n.nsid,
+                    backend = %n.backend.kind(),
+                    path = %path.display(),
+                    size = %size,
+                    block_size = n.block_size,
+                    "namespace"
+                ),
+            }
         }
     }
     let t = &cfg.target;
@@ -188,7 +285,11 @@ pub fn run(a: ServeArgs) -> Result<()> {
         poll: std::time::Duration::from_micros(a.poll_us),
     };
     let handle = Server::start(target.clone(), server_cfg)?;
-    tracing::info!(cores = ?cores, listeners = ?handle.bound, "ebof serve ready");
+    tracing::info!(
+        listeners = %join(&handle.bound),
+        cores = %join(&cores),
+        "ebof serve ready"
+    );
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -214,12 +315,114 @@ pub fn run(a: ServeArgs) -> Result<()> {
 }
 
 fn init_tracing() {
+    use std::io::IsTerminal;
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_env("EBOF_LOG")
         .or_else(|_| EnvFilter::try_from_default_env())
         .unwrap_or_else(|_| EnvFilter::new("info"));
+    let colour = colour_wanted(
+        std::io::stderr().is_terminal(),
+        std::env::var_os("NO_COLOR").as_deref(),
+    );
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(colour)
         .try_init();
+}
+
+/// Colour codes only on a terminal, and never when `NO_COLOR` is set to a non-empty value
+/// (no-color.org): logs redirected to a file or a journal stay plain text.
+fn colour_wanted(stderr_is_terminal: bool, no_color: Option<&OsStr>) -> bool {
+    stderr_is_terminal && no_color.is_none_or(|v| v.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn colour_only_on_a_terminal_without_no_color() {
+        assert!(colour_wanted(true, None));
+        assert!(colour_wanted(true, Some(OsStr::new(""))));
+        assert!(!colour_wanted(true, Some(OsStr::new("1"))));
+        assert!(!colour_wanted(false, None));
+        assert!(!colour_wanted(false, Some(OsStr::new(""))));
+    }
+
+    #[test]
+    fn missing_parent_directories_of_a_file_namespace_are_created() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("var/lib/ebof/disk1.img");
+        let toml = format!(
+            "[[listeners]]\naddress = \"127.0.0.1\"\n[[subsystems]]\nnqn = \"nqn.2026-11.io.ebof:t\"\n\
+             [[subsystems.namespaces]]\nbackend = \"file\"\npath = {:?}\nsize = \"1M\"\n",
+            path.display().to_string()
+        );
+        let cfg = Config::from_toml_str(&toml).unwrap();
+        let target = build_target(&cfg).unwrap();
+        assert_eq!(target.subsystems[0].namespaces[0].backend.size(), 1 << 20);
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 1 << 20);
+    }
+
+    #[test]
+    fn an_uncreatable_directory_is_named_with_the_fix() {
+        let tmp = tempfile::tempdir().unwrap();
+        // A regular file where a directory would have to be.
+        let blocker = tmp.path().join("not-a-dir");
+        std::fs::write(&blocker, b"x").unwrap();
+        let path = blocker.join("sub/disk.img");
+        let err = ensure_parent_dir("subsystems[0].namespaces[0].path", &path).unwrap_err();
+        let text = format!("{err:#}");
+        let dir = blocker.join("sub");
+        assert!(
+            text.starts_with(&format!(
+                "subsystems[0].namespaces[0].path: directory {} does not exist",
+                dir.display()
+            )),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!("mkdir -p {}", dir.display())),
+            "{text}"
+        );
+        assert!(!dir.exists());
+    }
+
+    #[test]
+    fn a_taken_port_fails_the_check_but_not_for_the_default_discovery() {
+        let busy = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = busy.local_addr().unwrap().port();
+        // I/O listener on a free port, discovery listener on the taken one.
+        let config = || {
+            let mut cfg = Config::embedded_default();
+            cfg.listeners[0].port = 0;
+            cfg.discovery = Some(ebof_config::Listener {
+                address: cfg.listeners[0].address,
+                port,
+            });
+            cfg
+        };
+        let mut cfg = config();
+        check_listeners(&mut cfg, true).unwrap();
+        assert_eq!(
+            cfg.discovery, None,
+            "the optional discovery listener is dropped"
+        );
+
+        let mut cfg = config();
+        let err = check_listeners(&mut cfg, false).unwrap_err();
+        assert!(
+            format!("{err:#}").starts_with(&format!("cannot listen on 127.0.0.1:{port}: ")),
+            "{err:#}"
+        );
+
+        let mut cfg = config();
+        cfg.listeners[0].port = port;
+        cfg.discovery = None;
+        assert!(
+            check_listeners(&mut cfg, true).is_err(),
+            "I/O listeners are never optional"
+        );
+    }
 }

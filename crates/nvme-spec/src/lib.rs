@@ -11,6 +11,44 @@
 //!
 //! **Where it sits**: the bottom of the stack; every other crate speaks in these types.
 //! Encoding is infallible; decoding of untrusted bytes is fallible and never panics.
+//!
+//! # Example
+//!
+//! A host's admin-queue Fabrics Connect, as the target sees it: the SQE fields and the
+//! 1024-byte Connect data decode back to what was encoded, truncated data is an error naming
+//! the offset to report, and the rejection travels back in a CQE.
+//!
+//! ```
+//! use nvme_spec::fabrics::{ConnectCmd, ConnectData, IATTR_CONNECT_DATA, connect_data_off};
+//! use nvme_spec::opcode::{admin, fctype};
+//! use nvme_spec::{CommandId, ControllerId, Cqe, QueueId, Sqe, Status};
+//!
+//! let mut sqe = Sqe::new(admin::FABRICS, CommandId(7));
+//! sqe.set_fctype(fctype::CONNECT);
+//! let cmd = ConnectCmd { recfmt: 0, qid: QueueId::ADMIN, sqsize: 31, cattr: 0, kato: 120_000 };
+//! cmd.encode_into(&mut sqe);
+//! let data = ConnectData {
+//!     hostid: [0x11; 16],
+//!     cntlid: ControllerId::DYNAMIC,
+//!     subnqn: "nqn.2026-11.io.ebof:default".into(),
+//!     hostnqn: "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-000000000001".into(),
+//! };
+//! let bytes = data.encode();
+//!
+//! // Target side: decode what arrived.
+//! let got = ConnectCmd::from_sqe(&sqe);
+//! assert_eq!(got, cmd);
+//! assert_eq!(got.queue_entries(), 32); // SQSIZE is 0's based
+//! assert_eq!(ConnectData::decode(&bytes), Ok(data));
+//! assert!(ConnectData::decode(&bytes[..100]).is_err());
+//!
+//! // No such subsystem: Connect Invalid Parameters, IPO = SUBNQN's offset in the data.
+//! let mut cqe = Cqe::new(sqe.cid(), QueueId::ADMIN, Status::CONNECT_INVALID_PARAM);
+//! cqe.dw0 = u32::from(connect_data_off::SUBNQN) | IATTR_CONNECT_DATA;
+//! let wire = cqe.to_bytes();
+//! assert_eq!(Cqe::decode(&wire), cqe);
+//! assert_eq!(cqe.status.name(), "Connect Invalid Parameters");
+//! ```
 
 pub mod cqe;
 pub mod discovery;

@@ -19,6 +19,48 @@
 //! flow control, R2T/H2CData, C2HData), [`controller`] (admin queue task, keep-alive, AER,
 //! admin commands), [`io`] (I/O queues), [`discovery`], [`error`].
 //!
+//! # Example
+//!
+//! Connect, identify, write and read one block, disconnect (needs a target, so not run here;
+//! `ebof serve` gives one on 127.0.0.1:4420):
+//!
+//! ```no_run
+//! use nvmf_host::{Controller, HostConfig};
+//! use nvme_spec::NamespaceId;
+//!
+//! # async fn run() -> Result<(), nvmf_host::HostError> {
+//! let addr = "127.0.0.1:4420".parse().unwrap();
+//! let ctrl = Controller::connect(addr, "nqn.2026-11.io.ebof:default", &HostConfig::default())
+//!     .await?;
+//! println!("model {}", ctrl.identify().mn);
+//! let mut q = ctrl.io_queue(1, 32, false).await?;
+//! let block = vec![0xA5; 512];
+//! q.write(NamespaceId(1), 0, 1, &block).await?;
+//! let mut back = vec![0; 512];
+//! q.read(NamespaceId(1), 0, 1, &mut back).await?;
+//! assert_eq!(back, block);
+//! ctrl.shutdown().await?;
+//! ctrl.disconnect().await;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Failures are one [`HostError`] whose message says the cause once. With nothing listening on
+//! the port:
+//!
+//! ```
+//! use nvmf_host::{HostConfig, HostError, discover};
+//!
+//! let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+//! // A loopback port that was free a moment ago: the connection is refused.
+//! let addr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+//! let err = rt.block_on(discover(addr, &HostConfig::default())).unwrap_err();
+//! assert!(matches!(&err, HostError::Transport(e) if e.kind() == std::io::ErrorKind::ConnectionRefused));
+//! assert!(err.to_string().starts_with("transport: "));
+//! assert!(std::error::Error::source(&err).is_none(), "the OS error is in the message, once");
+//! # Ok::<(), std::io::Error>(())
+//! ```
+//!
 //! Performance design: a queue is owned by one task (no locks, `&mut self` API); command slots
 //! and their data buffers are preallocated and reused (CID = slot index, free list); all
 //! capsules submitted between two polls leave in one `write`; reads are bulk and every whole

@@ -27,6 +27,72 @@
 //! 4. [`Queue::drain_completions`] hands each finished command's CQE and read data to the
 //!    transport encoder, and frees the slot: bytes ([`C2hData::Bytes`]), or a backend range
 //!    ([`C2hData::Read`]) that the encoder reads straight into its send buffer.
+//!
+//! # Example
+//!
+//! A target with one subsystem, and a fresh queue receiving Fabrics Connect capsules with no
+//! socket in sight: an unknown subsystem is refused with Connect Invalid Parameters pointing at
+//! SUBNQN in the Connect data, the right one gets a controller.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use std::time::Instant;
+//! use ebof_backend::BackendSpec;
+//! use nvme_spec::fabrics::{ConnectCmd, ConnectData, IATTR_CONNECT_DATA, connect_data_off};
+//! use nvme_spec::opcode::{admin, fctype};
+//! use nvme_spec::{CommandId, ControllerId, Cqe, QueueId, Sqe, Status};
+//! use nvmf_target::{Disposition, Namespace, Queue, QueueRole, Subsystem, Target, TargetLimits};
+//!
+//! let now = Instant::now();
+//! let ram = ebof_backend::open(&BackendSpec::Ram { size: 1 << 20 }).unwrap();
+//! let subsystem = Subsystem {
+//!     nqn: "nqn.2026-11.io.ebof:doc".into(),
+//!     serial: "DOC1".into(),
+//!     model: "ebof".into(),
+//!     allow_any_host: true,
+//!     hosts: vec![],
+//!     namespaces: vec![Arc::new(Namespace::new(1, ram, 512, [7; 16]))],
+//! };
+//! let target = Arc::new(Target::new(vec![subsystem], vec![], TargetLimits::default(), now));
+//! let mut queue = Queue::new(target, "127.0.0.1:4420".parse().unwrap(), now);
+//!
+//! // The capsule a host sends on a new admin queue.
+//! let connect = |subnqn: &str| {
+//!     let mut sqe = Sqe::new(admin::FABRICS, CommandId(1));
+//!     sqe.set_fctype(fctype::CONNECT);
+//!     sqe.set_sgl_icd(1024);
+//!     ConnectCmd { recfmt: 0, qid: QueueId::ADMIN, sqsize: 31, cattr: 0, kato: 0 }
+//!         .encode_into(&mut sqe);
+//!     let data = ConnectData {
+//!         hostid: [1; 16],
+//!         cntlid: ControllerId::DYNAMIC,
+//!         subnqn: subnqn.into(),
+//!         hostnqn: "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-000000000001".into(),
+//!     };
+//!     (sqe, data.encode())
+//! };
+//! let mut completions: Vec<Cqe> = Vec::new();
+//!
+//! let (sqe, data) = connect("nqn.2026-11.io.ebof:nope");
+//! assert_eq!(queue.handle_command(&sqe, &data, now), Disposition::Done);
+//! queue.drain_completions(|cqe, _, _| {
+//!     completions.push(*cqe);
+//!     Ok(())
+//! });
+//! assert_eq!(completions[0].status, Status::CONNECT_INVALID_PARAM);
+//! assert_eq!(completions[0].dw0, u32::from(connect_data_off::SUBNQN) | IATTR_CONNECT_DATA);
+//! assert_eq!(queue.role(), QueueRole::Unconnected);
+//!
+//! let (sqe, data) = connect("nqn.2026-11.io.ebof:doc");
+//! assert_eq!(queue.handle_command(&sqe, &data, now), Disposition::Done);
+//! queue.drain_completions(|cqe, _, _| {
+//!     completions.push(*cqe);
+//!     Ok(())
+//! });
+//! assert!(completions[1].status.is_success());
+//! assert_eq!(queue.role(), QueueRole::Admin);
+//! assert_eq!(completions[1].dw0 & 0xFFFF, u32::from(queue.controller().unwrap().cntlid.0));
+//! ```
 
 mod admin;
 mod controller;

@@ -26,6 +26,45 @@
 //! Layout: `pdu` (wire format, stateless `decode_header`/`decode_frame` and `encode_*`),
 //! `target`/`host` (per-role state: IC exchange, R2T windows), `error`, `digest`. Tests:
 //! unit tests beside the code, property/golden/pair tests in `tests/`.
+//!
+//! # Example
+//!
+//! A host and a target connected by nothing but byte buffers: the IC exchange, one command
+//! capsule and its response. Bytes arrive in any chunking; "not enough yet" is `Ok(None)`.
+//!
+//! ```
+//! use nvme_spec::{CommandId, Cqe, QueueId, Sqe, Status, opcode::admin};
+//! use nvmf_tcp::{HostConn, HostConnConfig, HostEvent, TargetConn, TargetConnConfig, TargetEvent};
+//!
+//! let mut host = HostConn::new(HostConnConfig::default());
+//! let mut target = TargetConn::new(TargetConnConfig::default());
+//!
+//! // Host → target: ICReq. Half of it is not a PDU yet.
+//! let mut wire = Vec::new();
+//! host.encode_icreq(&mut wire);
+//! let mut to_host = Vec::new();
+//! assert!(target.decode_one(&wire[..64], &mut to_host)?.is_none());
+//! let (ev, used) = target.decode_one(&wire, &mut to_host)?.expect("a whole ICReq");
+//! assert!(matches!(ev, TargetEvent::Established { .. }));
+//! assert_eq!(used, wire.len());
+//!
+//! // Target → host: the ICResp it appended.
+//! let (ev, _) = host.decode_one(&to_host)?.expect("a whole ICResp");
+//! assert!(matches!(ev, HostEvent::Established { .. }));
+//!
+//! // A Keep Alive capsule and its response.
+//! let mut wire = Vec::new();
+//! host.encode_capsule(&mut wire, &Sqe::new(admin::KEEP_ALIVE, CommandId(3)), &[]);
+//! let mut out = Vec::new();
+//! let Some((TargetEvent::Command { sqe, icd }, _)) = target.decode_one(&wire, &mut out)? else {
+//!     panic!("expected a command");
+//! };
+//! assert_eq!((sqe.opcode(), sqe.cid(), icd.len()), (admin::KEEP_ALIVE, CommandId(3), 0));
+//! target.encode_resp(&mut out, &Cqe::new(sqe.cid(), QueueId::ADMIN, Status::SUCCESS));
+//! let (ev, _) = host.decode_one(&out)?.expect("a whole CapsuleResp");
+//! assert!(matches!(ev, HostEvent::Response(cqe) if cqe.cid == 3 && cqe.status.is_success()));
+//! # Ok::<(), nvmf_tcp::ProtocolError>(())
+//! ```
 
 // `ProtocolError` carries the echoed header inline (128 bytes) so that reporting a peer's
 // violation never allocates; it is returned once per connection at most, so the larger `Result`

@@ -1,8 +1,9 @@
 //! `ebof discover`: print a discovery log the way `nvme discover` does.
 
 use anyhow::{Context, Result};
+use ebof_config::{DEFAULT_DISCOVERY_PORT, DEFAULT_PORT};
 use nvme_spec::discovery::{DiscoveryLogEntry, adrfam, eflags, subtype, tcp_sectype, treq, trtype};
-use nvmf_host::DiscoveryLog;
+use nvmf_host::{DiscoveryLog, HostConfig, HostError};
 use serde_json::json;
 
 use super::common::{host_config, resolve, runtime};
@@ -12,14 +13,10 @@ pub struct DiscoverArgs {
     /// Discovery controller address (IP or host name).
     #[arg(short = 'a', long = "traddr", value_name = "ADDR")]
     pub traddr: String,
-    /// Discovery controller port.
-    #[arg(
-        short = 's',
-        long = "trsvcid",
-        value_name = "PORT",
-        default_value_t = 8009
-    )]
-    pub trsvcid: u16,
+    /// Discovery controller port [default: 8009; when nothing listens there, 4420, the NVMe
+    /// port, where targets answer discovery too].
+    #[arg(short = 's', long = "trsvcid", value_name = "PORT")]
+    pub trsvcid: Option<u16>,
     /// Host NQN (default: /etc/nvme/hostnqn, else a generated UUID NQN).
     #[arg(long, value_name = "NQN")]
     pub hostnqn: Option<String>,
@@ -29,17 +26,43 @@ pub struct DiscoverArgs {
 }
 
 pub fn discover(a: DiscoverArgs) -> Result<()> {
-    let addr = resolve(&a.traddr, a.trsvcid)?;
     let cfg = host_config(a.hostnqn.as_deref())?;
-    let log = runtime()?
-        .block_on(nvmf_host::discover(addr, &cfg))
-        .with_context(|| format!("discovery at {addr} failed"))?;
+    let rt = runtime()?;
+    let port = a.trsvcid.unwrap_or(DEFAULT_DISCOVERY_PORT);
+    let addr = resolve(&a.traddr, port)?;
+    let log = match rt.block_on(nvmf_host::discover(addr, &cfg)) {
+        // Without -s, do what an nvme-cli user expects of a target that serves discovery only
+        // on its NVMe port: try 4420 too, and say so.
+        Err(e) if a.trsvcid.is_none() && is_refused(&e) => {
+            let fallback = resolve(&a.traddr, DEFAULT_PORT)?;
+            eprintln!(
+                "ebof discover: nothing listens on {addr} (the discovery port); \
+                 trying the NVMe port {fallback}"
+            );
+            discover_at(&rt, fallback, &cfg)?
+        }
+        r => r.with_context(|| format!("discovery at {addr} failed"))?,
+    };
     if a.json {
         println!("{}", serde_json::to_string_pretty(&to_json(&log))?);
     } else {
         print!("{}", to_text(&log));
     }
     Ok(())
+}
+
+fn discover_at(
+    rt: &tokio::runtime::Runtime,
+    addr: std::net::SocketAddr,
+    cfg: &HostConfig,
+) -> Result<DiscoveryLog> {
+    rt.block_on(nvmf_host::discover(addr, cfg))
+        .with_context(|| format!("discovery at {addr} failed"))
+}
+
+/// The TCP connection was refused: nothing listens on that port.
+fn is_refused(e: &HostError) -> bool {
+    matches!(e, HostError::Transport(io) if io.kind() == std::io::ErrorKind::ConnectionRefused)
 }
 
 fn trtype_str(t: u8) -> &'static str {
@@ -201,6 +224,18 @@ mod tests {
             "eflags:  explicit discovery connections, duplicate discovery information\n"
         ));
         assert!(t.contains("sectype: none\n"));
+    }
+
+    #[test]
+    fn only_a_refused_connection_falls_back() {
+        use std::io::{Error, ErrorKind};
+        assert!(is_refused(&HostError::Transport(Error::from(
+            ErrorKind::ConnectionRefused
+        ))));
+        assert!(!is_refused(&HostError::Transport(Error::from(
+            ErrorKind::ConnectionReset
+        ))));
+        assert!(!is_refused(&HostError::Timeout("Fabrics Connect")));
     }
 
     #[test]

@@ -40,7 +40,12 @@ pub fn identify(a: IdentifyArgs) -> Result<()> {
     let id = runtime()?.block_on(async {
         let ctrl = Controller::connect(addr, &a.target.nqn, &cfg)
             .await
-            .with_context(|| format!("cannot connect to {} at {addr}", a.target.nqn))?;
+            .with_context(|| {
+                format!(
+                    "cannot connect to {} at {addr} as host {}",
+                    a.target.nqn, cfg.hostnqn
+                )
+            })?;
         let r = read_all(&ctrl, a.nsid).await;
         if let Err(e) = ctrl.shutdown().await {
             tracing::debug!(error = %e, "shutdown failed");

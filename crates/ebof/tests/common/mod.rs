@@ -1,0 +1,123 @@
+//! Helpers shared by the `ebof` CLI tests: spawn `ebof serve` and wait for it (bounded), run an
+//! `ebof` command with a timeout. Servers are killed by PID when their `Target` is dropped.
+
+// Each test binary uses a different subset of these helpers.
+#![allow(dead_code)]
+
+use std::io::Read;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub const EBOF: &str = env!("CARGO_BIN_EXE_ebof");
+/// Bound on any one CLI run.
+pub const CMD_TIMEOUT: Duration = Duration::from_secs(90);
+/// Bound on `ebof serve` coming up.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A loopback port nothing listens on (bound, then released).
+pub fn free_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+    l.local_addr().unwrap().port()
+}
+
+/// A running `ebof serve`, killed on drop.
+pub struct Target {
+    child: Child,
+    pub addr: SocketAddr,
+}
+
+impl Target {
+    /// `ebof serve --listen 127.0.0.1:FREE --ram 64M`.
+    pub fn start() -> Target {
+        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        Target::spawn(
+            &["serve", "--listen", &addr.to_string(), "--ram", "64M"],
+            addr,
+            Stdio::null(),
+        )
+    }
+
+    /// Spawn `ebof ARGS` (a serve command) and wait until `addr` accepts connections.
+    pub fn spawn(args: &[&str], addr: SocketAddr, stderr: Stdio) -> Target {
+        let child = Command::new(EBOF)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .expect("spawn ebof serve");
+        let mut t = Target { child, addr };
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+                return t;
+            }
+            if let Ok(Some(st)) = t.child.try_wait() {
+                panic!("ebof {args:?} exited early: {st}");
+            }
+            assert!(
+                Instant::now() < deadline,
+                "ebof {args:?} did not listen on {addr} within {START_TIMEOUT:?}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn port(&self) -> String {
+        self.addr.port().to_string()
+    }
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        let _ = self.child.kill(); // by PID (std::process::Child)
+        let _ = self.child.wait();
+    }
+}
+
+pub struct Output {
+    pub ok: bool,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Run `ebof ARGS` with a timeout, collecting its output.
+pub fn ebof(args: &[&str]) -> Output {
+    let mut child = Command::new(EBOF)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn ebof");
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let t_out = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out.read_to_string(&mut s);
+        s
+    });
+    let t_err = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let deadline = Instant::now() + CMD_TIMEOUT;
+    let status = loop {
+        if let Some(st) = child.try_wait().expect("wait") {
+            break st;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("ebof {args:?} did not finish within {CMD_TIMEOUT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Output {
+        ok: status.success(),
+        stdout: t_out.join().unwrap(),
+        stderr: t_err.join().unwrap(),
+    }
+}
