@@ -122,30 +122,80 @@ fn failed(req: &IoRequest, e: &BackendError) -> Status {
     backend_status(e, !matches!(req.op, IoOp::Read))
 }
 
-/// A streamed read (see [`crate::C2hData::Read`]) failed: log it, count it (SMART media error)
-/// and return its NVMe status, exactly as [`execute_io`] + completion would have.
+/// A streamed read (see [`crate::C2hData::Read`]) failed: log it and return its NVMe status,
+/// exactly as [`execute_io`] would have (the caller counts it).
 pub(crate) fn read_failed(req: &IoRequest, e: &BackendError) -> Status {
-    let status = failed(req, e);
-    account(req, status);
-    status
+    failed(req, e)
 }
 
-/// Update the SMART counters after a command.
-pub(crate) fn account(req: &IoRequest, status: Status) {
-    let s = &req.ns.stats;
-    match (&req.op, status.is_success()) {
-        (IoOp::Read, true) => {
-            s.read_cmds.fetch_add(1, Ordering::Relaxed);
-            s.bytes_read.fetch_add(req.len, Ordering::Relaxed);
+/// SMART counters gathered by one queue and added to the namespaces' shared counters in
+/// batches (when the queue goes idle, every [`StatsBatch::LIMIT`] commands, on its timer tick
+/// and when it closes), so that the per-command path touches no memory shared between cores.
+#[derive(Debug, Default)]
+pub(crate) struct StatsBatch {
+    per_ns: Vec<(Arc<Namespace>, [u64; 5])>,
+    pending: u32,
+}
+
+impl StatsBatch {
+    /// Commands after which the batch is published even under sustained load.
+    pub const LIMIT: u32 = 1024;
+
+    /// Count a finished command.
+    pub fn add(&mut self, req: &IoRequest, status: Status) {
+        let (i, add) = match (&req.op, status.is_success()) {
+            (IoOp::Read, true) => (0, req.len),
+            (IoOp::Write { .. }, true) => (2, req.len),
+            (IoOp::Read | IoOp::Write { .. }, false) => (4, 1),
+            _ => return,
+        };
+        let slot = match self
+            .per_ns
+            .iter()
+            .position(|(n, _)| Arc::ptr_eq(n, &req.ns))
+        {
+            Some(p) => p,
+            None => {
+                self.per_ns.push((req.ns.clone(), [0; 5]));
+                self.per_ns.len() - 1
+            }
+        };
+        let c = &mut self.per_ns[slot].1;
+        if i == 4 {
+            c[4] += 1;
+        } else {
+            c[i] += 1; // commands
+            c[i + 1] += add; // bytes
         }
-        (IoOp::Write { .. }, true) => {
-            s.write_cmds.fetch_add(1, Ordering::Relaxed);
-            s.bytes_written.fetch_add(req.len, Ordering::Relaxed);
+        self.pending += 1;
+    }
+
+    /// True when the batch should be published now.
+    pub fn full(&self) -> bool {
+        self.pending >= Self::LIMIT
+    }
+
+    /// Add everything gathered to the namespaces' counters.
+    pub fn publish(&mut self) {
+        if self.pending == 0 {
+            return;
         }
-        (IoOp::Read | IoOp::Write { .. }, false) => {
-            s.media_errors.fetch_add(1, Ordering::Relaxed);
+        for (ns, c) in &mut self.per_ns {
+            let s = &ns.stats;
+            for (counter, v) in [
+                (&s.read_cmds, c[0]),
+                (&s.bytes_read, c[1]),
+                (&s.write_cmds, c[2]),
+                (&s.bytes_written, c[3]),
+                (&s.media_errors, c[4]),
+            ] {
+                if v > 0 {
+                    counter.fetch_add(v, Ordering::Relaxed);
+                }
+            }
+            *c = [0; 5];
         }
-        _ => {}
+        self.pending = 0;
     }
 }
 

@@ -209,6 +209,8 @@ pub struct Queue {
     pub(crate) discovery_only: bool,
     /// Time of the command being handled (sans-IO: given by the driver).
     pub(crate) now: Instant,
+    /// SMART counters not yet added to the namespaces'.
+    stats: crate::io::StatsBatch,
 }
 
 impl Queue {
@@ -229,6 +231,7 @@ impl Queue {
             aers: 0,
             discovery_only: false,
             now,
+            stats: crate::io::StatsBatch::default(),
         }
     }
 
@@ -280,6 +283,7 @@ impl Queue {
     /// Periodic check (call about once a second): keep-alive expiry tears the controller
     /// down (its admin queue decides). Returns true if this connection must close.
     pub fn poll_timers(&mut self, now: Instant) -> bool {
+        self.stats.publish();
         if let (Some(c), QueueRole::Admin) = (&self.ctrl, self.role)
             && c.keep_alive_expired(now)
         {
@@ -590,7 +594,7 @@ impl Queue {
         s.buf = buf;
         let req = s.io.take();
         if let Some(req) = &req {
-            crate::io::account(req, status);
+            self.stats.add(req, status);
             if status.is_success() && matches!(req.op, crate::io::IoOp::Read) {
                 s.c2h_len = req.len as u32;
             }
@@ -719,9 +723,10 @@ impl Queue {
                         len,
                     };
                     match emit(&s.cqe, data, shortcut) {
-                        Ok(()) => crate::io::account(req, Status::SUCCESS),
+                        Ok(()) => self.stats.add(req, Status::SUCCESS),
                         Err(e) => {
                             let status = crate::io::read_failed(req, &e);
+                            self.stats.add(req, status);
                             s.cqe.status = status;
                             s.c2h_len = 0;
                             if let Some(c) = &self.ctrl {
@@ -752,6 +757,9 @@ impl Queue {
             }
             self.free.push(idx);
         }
+        if self.stats.full() || (self.outstanding() == 0 && self.completions.is_empty()) {
+            self.stats.publish();
+        }
     }
 
     /// True if completions are waiting.
@@ -767,6 +775,7 @@ impl Queue {
 
 impl Drop for Queue {
     fn drop(&mut self) {
+        self.stats.publish();
         if let Some(c) = &self.ctrl {
             match self.role {
                 QueueRole::Admin => {
