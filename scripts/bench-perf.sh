@@ -5,7 +5,8 @@
 #
 # Knobs (environment): EBOF_BENCH_PORT (14421), EBOF_BENCH_RUNTIME (10s), EBOF_BENCH_RAMP (2s),
 # EBOF_BENCH_HOST_CORE (0), EBOF_BENCH_TARGET_CORE (1), EBOF_BENCH_RAM (256M),
-# EBOF_BENCH_POLL_US (0: the target sleeps in epoll between batches; >0: `serve --poll-us`).
+# EBOF_BENCH_POLL_US (`serve --poll-us`: 100, the default, polls adaptively; 0 is purely
+# event-driven), EBOF_BENCH_PERF_ARGS (extra `ebof perf` flags, e.g. --no-busy-poll).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -15,7 +16,8 @@ RAMP=${EBOF_BENCH_RAMP:-2s}
 HOST_CORE=${EBOF_BENCH_HOST_CORE:-0}
 TARGET_CORE=${EBOF_BENCH_TARGET_CORE:-1}
 RAM=${EBOF_BENCH_RAM:-256M}
-POLL_US=${EBOF_BENCH_POLL_US:-0}
+POLL_US=${EBOF_BENCH_POLL_US:-100}
+read -r -a PERF_EXTRA <<<"${EBOF_BENCH_PERF_ARGS:-}"
 
 echo "== building (release)"
 cargo build --release -p ebof --quiet
@@ -78,7 +80,7 @@ echo "== subsystem $NQN"
 perf() { # perf NAME ARGS...: one run, JSON kept in $WORK/NAME.json
 	local name=$1
 	shift
-	pin "$HOST_CORE" "$BIN" perf -a 127.0.0.1 -s "$PORT" -n "$NQN" --cores "$HOST_CORE" --json "$@" >"$WORK/$name.json"
+	pin "$HOST_CORE" "$BIN" perf -a 127.0.0.1 -s "$PORT" -n "$NQN" --cores "$HOST_CORE" --json "${PERF_EXTRA[@]}" "$@" >"$WORK/$name.json"
 }
 
 echo "== preconditioning (sequential 128K writes over the namespace)"

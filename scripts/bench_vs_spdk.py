@@ -332,28 +332,38 @@ def idle_cpu(t):
 
 
 def scale(ebof_bin, work):
-    """The 1 -> 2 core step: ebof serve on 1 then 2 cores, the client on both cores."""
-    print("\n### 1 -> 2 cores (ebof serve --cores 0 vs 0,1; spdk_nvme_perf on cores 0,1, "
-          "one qpair per core, 4K randread QD32 per qpair)\n")
-    print("| target cores | IOPS (median [min-max]) |")
-    print("|---|---|")
+    """The 1 -> 2 core step: ebof serve on 1 then 2 cores, the client on both cores too."""
+    print("\n### 1 -> 2 cores: ebof serve --cores 0 vs 0,1, the client on cores 0,1 as well "
+          "(two queues, 4K randread QD32 each); median [min-max] IOPS\n")
+    print("| target cores | spdk_nvme_perf -c 0x3 (polling client) "
+          "| ebof perf --cores 0,1 --no-busy-poll (event-driven client) |")
+    print("|---|---|---|")
+    port = EBOF_PORT + 2
     for cores in ("0", "0,1"):
-        srv = subprocess.Popen([ebof_bin, "serve", "--listen", f"127.0.0.1:{EBOF_PORT + 2}",
+        srv = subprocess.Popen([ebof_bin, "serve", "--listen", f"127.0.0.1:{port}",
                                 "--ram", "256M", "--cores", cores],
                                stdout=open(os.path.join(work, f"scale{cores}.log"), "w"),
                                stderr=subprocess.STDOUT)
         PROCS.append(srv)
-        wait_port(EBOF_PORT + 2, srv, "ebof serve")
-        vals = []
+        wait_port(port, srv, "ebof serve")
+        spdk_vals, ebof_vals = [], []
         for _ in range(ROUNDS):
-            out, _ = run_measured(spdk_perf_args(EBOF_PORT + 2, EBOF_NQN, "randread", 4096, 32,
-                                                 None, "0x3"), srv.pid)
+            out, _ = run_measured(spdk_perf_args(port, EBOF_NQN, "randread", 4096, 32, None,
+                                                 "0x3"), srv.pid)
             r = parse_spdk_perf(out)
             if r:
-                vals.append(r["iops"])
+                spdk_vals.append(r["iops"])
+            out, _ = run_measured(
+                [ebof_bin, "perf", "-a", "127.0.0.1", "-s", str(port), "-n", EBOF_NQN,
+                 "--rw", "randread", "--qd", "32", "--cores", "0,1", "--no-busy-poll",
+                 "--runtime", f"{RUNTIME}s", "--ramp", f"{WARMUP}s", "--json"], srv.pid)
+            try:
+                ebof_vals.append(json.loads(out[out.index("{"):])["iops"])
+            except (ValueError, KeyError):
+                log(f"  ebof perf (scale): no result\n{out[-1000:]}")
         srv.terminate()
         srv.wait(timeout=30)
-        print(f"| {cores} | {fmt(median_mm(vals))} |")
+        print(f"| {cores} | {fmt(median_mm(spdk_vals))} | {fmt(median_mm(ebof_vals))} |")
 
 
 def main():

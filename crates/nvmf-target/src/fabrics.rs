@@ -196,6 +196,11 @@ impl Queue {
         );
         let epoch = ctrl.io_epoch();
         let cntlid = ctrl.cntlid.0;
+        self.ns_refs = sub
+            .namespaces
+            .iter()
+            .map(|n| Arc::new(crate::io::NsRef(n.clone())))
+            .collect();
         self.role = QueueRole::Io {
             qid: cmd.qid.0,
             epoch,

@@ -36,11 +36,24 @@ pub enum IoOp {
     },
 }
 
+/// One queue's own handle on a namespace (made at Connect). Commands clone this `Arc`, whose
+/// refcount only the queue's core touches, instead of the namespace's shared one: nothing on
+/// the per-command path is written by two cores.
+#[derive(Debug)]
+pub struct NsRef(pub Arc<Namespace>);
+
+impl std::ops::Deref for NsRef {
+    type Target = Namespace;
+    fn deref(&self) -> &Namespace {
+        &self.0
+    }
+}
+
 /// A prepared backend operation; `offset`/`len` in bytes, validated against the namespace.
 #[derive(Clone, Debug)]
 pub struct IoRequest {
     pub op: IoOp,
-    pub ns: Arc<Namespace>,
+    pub ns: Arc<NsRef>,
     pub offset: u64,
     pub len: u64,
 }
@@ -133,7 +146,7 @@ pub(crate) fn read_failed(req: &IoRequest, e: &BackendError) -> Status {
 /// and when it closes), so that the per-command path touches no memory shared between cores.
 #[derive(Debug, Default)]
 pub(crate) struct StatsBatch {
-    per_ns: Vec<(Arc<Namespace>, [u64; 5])>,
+    per_ns: Vec<(Arc<NsRef>, [u64; 5])>,
     pending: u32,
 }
 
@@ -200,31 +213,28 @@ impl StatsBatch {
 }
 
 impl Queue {
-    fn io_namespace(&self, sqe: &Sqe) -> Result<Arc<Namespace>, CmdError> {
-        let sub = self
-            .ctrl
-            .as_ref()
-            .and_then(|c| c.subsystem())
-            .ok_or(CmdError::from(Status::CMD_SEQ_ERROR))?;
-        sub.namespace(sqe.nsid().0)
-            .cloned()
+    /// The namespace an I/O command names, from the queue's own handles.
+    fn io_namespace(&self, sqe: &Sqe) -> Result<&Arc<NsRef>, CmdError> {
+        if self.ctrl.as_ref().and_then(|c| c.subsystem()).is_none() {
+            return Err(CmdError::from(Status::CMD_SEQ_ERROR));
+        }
+        let nsid = sqe.nsid().0;
+        self.ns_refs
+            .iter()
+            .find(|n| n.nsid == nsid)
             .ok_or(CmdError::at(Status::INVALID_NS, 4))
     }
 
     /// Where the H2CData of a Write may go straight into the namespace (a backend that does not
     /// block, e.g. RAM): the namespace and the byte offset of the command's first LBA. `None`
     /// for anything else (the data is then gathered in the slot buffer first).
-    pub(crate) fn direct_write_target(
-        &self,
-        sqe: &Sqe,
-        need: u32,
-    ) -> Option<(Arc<Namespace>, u64)> {
+    pub(crate) fn direct_write_target(&self, sqe: &Sqe, need: u32) -> Option<(Arc<NsRef>, u64)> {
         if !matches!(self.role, crate::queue::QueueRole::Io { .. }) || sqe.opcode() != io::WRITE {
             return None;
         }
         let ns = self.io_namespace(sqe).ok()?;
-        let (offset, len) = Self::lba_range(&ns, sqe.slba(), u64::from(sqe.nlb())).ok()?;
-        (len == u64::from(need) && !ns.backend.may_block()).then_some((ns, offset))
+        let (offset, len) = Self::lba_range(ns, sqe.slba(), u64::from(sqe.nlb())).ok()?;
+        (len == u64::from(need) && !ns.backend.may_block()).then(|| (ns.clone(), offset))
     }
 
     /// Validate an LBA range; returns (byte offset, byte length).
@@ -243,7 +253,7 @@ impl Queue {
         match sqe.opcode() {
             io::WRITE => {
                 let ns = self.io_namespace(sqe)?;
-                let (_, len) = Self::lba_range(&ns, sqe.slba(), u64::from(sqe.nlb()))?;
+                let (_, len) = Self::lba_range(ns, sqe.slba(), u64::from(sqe.nlb()))?;
                 if len > u64::from(self.target.limits.max_transfer) {
                     return Err(CmdError::at(Status::INVALID_FIELD, 48));
                 }
@@ -293,7 +303,7 @@ impl Queue {
                 .and_then(|c| c.subsystem())
                 .cloned()
                 .ok_or(CmdError::from(Status::CMD_SEQ_ERROR))?;
-            let Some(first) = sub.namespaces.first().cloned() else {
+            let Some(first) = self.ns_refs.first().cloned() else {
                 return Ok(None);
             };
             return Ok(Some(IoRequest {
@@ -305,7 +315,7 @@ impl Queue {
         }
         let ns = match op {
             io::READ | io::WRITE | io::FLUSH | io::WRITE_ZEROES | io::DATASET_MGMT => {
-                self.io_namespace(sqe)?
+                self.io_namespace(sqe)?.clone()
             }
             _ => return Err(CmdError::at(Status::INVALID_OPCODE, 0)),
         };

@@ -154,7 +154,7 @@ struct Slot {
     stream: bool,
     /// A Write whose H2CData goes straight into the namespace (backend that does not block):
     /// the namespace and the byte offset of DATAO 0. `direct_status` is the first failure.
-    direct: Option<(Arc<crate::model::Namespace>, u64)>,
+    direct: Option<(Arc<crate::io::NsRef>, u64)>,
     direct_status: Status,
     cqe: Cqe,
 }
@@ -211,7 +211,14 @@ pub struct Queue {
     pub(crate) now: Instant,
     /// SMART counters not yet added to the namespaces'.
     stats: crate::io::StatsBatch,
+    /// This queue's handles on its subsystem's namespaces (I/O queues; made at Connect).
+    pub(crate) ns_refs: Vec<Arc<crate::io::NsRef>>,
+    /// When this queue last wrote the controller's keep-alive timestamp.
+    touched: Option<Instant>,
 }
+
+/// How often a queue refreshes its controller's keep-alive timestamp under traffic.
+const TOUCH_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
 
 impl Queue {
     /// A new, unconnected queue for a connection accepted on `local`.
@@ -232,6 +239,8 @@ impl Queue {
             discovery_only: false,
             now,
             stats: crate::io::StatsBatch::default(),
+            ns_refs: Vec::new(),
+            touched: None,
         }
     }
 
@@ -294,8 +303,17 @@ impl Queue {
     }
 
     /// Record host traffic for the traffic-based keep-alive (call once per received batch that
-    /// held commands; one atomic update instead of one per command).
-    pub fn touch(&self, now: Instant) {
+    /// held commands). The controller's shared timestamp is written at most every
+    /// [`TOUCH_EVERY`], far below the keep-alive granularity (1 s), so that busy queues on
+    /// several cores do not write the same cache line per batch.
+    pub fn touch(&mut self, now: Instant) {
+        if self
+            .touched
+            .is_some_and(|t| now.saturating_duration_since(t) < TOUCH_EVERY)
+        {
+            return;
+        }
+        self.touched = Some(now);
         if let Some(c) = &self.ctrl {
             c.touch(now);
         }
