@@ -171,6 +171,13 @@ pub enum BackendSpec {
         /// Capacity in bytes.
         size: u64,
     },
+    /// RAM as [`BackendSpec::Ram`], backed by transparent huge pages (`MADV_HUGEPAGE`): fewer
+    /// TLB misses on random access, memory taken in 2 MiB steps (deallocation still works on
+    /// 4 KiB pages; the kernel splits the huge page).
+    RamHugePages {
+        /// Capacity in bytes.
+        size: u64,
+    },
     /// Regular file. Created (sparse, `set_len`) if missing when `size` is `Some`; if it exists
     /// and is smaller it is extended; if it is larger, opening fails (user data is never
     /// truncated). With `size: None` the file must exist and its size is used.
@@ -266,13 +273,14 @@ pub enum BackendError {
 pub fn open(spec: &BackendSpec) -> Result<Arc<dyn Backend>, BackendError> {
     let backend: Arc<dyn Backend> = match spec {
         BackendSpec::Ram { size } => Arc::new(RamBackend::new(*size)?),
+        BackendSpec::RamHugePages { size } => Arc::new(RamBackend::with_huge_pages(*size, true)?),
         BackendSpec::File { path, size } => Arc::new(FileBackend::open_file(path, *size)?),
         BackendSpec::Block { path } => Arc::new(FileBackend::open_block(path)?),
     };
     // Values a person reads (kind, size, path), not the backend's Debug dump; `ebof serve`
     // logs each namespace at info level with the same facts.
     match spec {
-        BackendSpec::Ram { .. } => {
+        BackendSpec::Ram { .. } | BackendSpec::RamHugePages { .. } => {
             tracing::debug!(kind = %backend.kind(), bytes = backend.size(), "backend opened")
         }
         BackendSpec::File { path, .. } | BackendSpec::Block { path } => tracing::debug!(

@@ -52,8 +52,14 @@ unsafe impl Send for RamBackend {}
 unsafe impl Sync for RamBackend {}
 
 impl RamBackend {
-    /// Reserves a sparse RAM disk of `size` bytes (non-zero, a multiple of 512).
+    /// Reserves a sparse RAM disk of `size` bytes (non-zero, a multiple of 512), on 4 KiB pages.
     pub fn new(size: u64) -> Result<Self, BackendError> {
+        Self::with_huge_pages(size, false)
+    }
+
+    /// As [`RamBackend::new`]; with `huge` the mapping asks for transparent huge pages
+    /// (`MADV_HUGEPAGE`), else it refuses them (`MADV_NOHUGEPAGE`).
+    pub fn with_huge_pages(size: u64, huge: bool) -> Result<Self, BackendError> {
         let invalid = |reason| BackendError::InvalidSize {
             kind: BackendKind::Ram,
             size,
@@ -97,7 +103,12 @@ impl RamBackend {
             size,
             source: io::Error::other("mmap returned a null mapping"),
         })?;
-        for advice in [libc::MADV_NOHUGEPAGE, libc::MADV_DONTFORK] {
+        let thp = if huge {
+            libc::MADV_HUGEPAGE
+        } else {
+            libc::MADV_NOHUGEPAGE
+        };
+        for advice in [thp, libc::MADV_DONTFORK] {
             // SAFETY: advice on the mapping just created, which we own; neither advice changes
             // its contents. Failure (e.g. a kernel without THP) only costs memory efficiency.
             if unsafe { libc::madvise(addr, map_len, advice) } != 0 {
@@ -353,6 +364,22 @@ mod tests {
             Err(BackendError::InvalidSize { size: 1000, .. })
         ));
         assert!(RamBackend::new(512).is_ok());
+    }
+
+    #[test]
+    fn huge_pages_keep_the_same_semantics() {
+        let ram = RamBackend::with_huge_pages(8 << 20, true).unwrap();
+        let data = vec![0x5Au8; 3 * 4096];
+        ram.write(2 << 20, &data).unwrap();
+        let mut back = vec![0u8; data.len()];
+        ram.read(2 << 20, &mut back).unwrap();
+        assert_eq!(back, data);
+        // Deallocating one 4 KiB page inside a (possibly huge) page zeroes exactly that page.
+        ram.deallocate((2 << 20) + 4096, 4096).unwrap();
+        ram.read(2 << 20, &mut back).unwrap();
+        assert!(back[..4096].iter().all(|&b| b == 0x5A));
+        assert!(back[4096..8192].iter().all(|&b| b == 0));
+        assert!(back[8192..].iter().all(|&b| b == 0x5A));
     }
 
     #[test]

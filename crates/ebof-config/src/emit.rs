@@ -47,6 +47,7 @@ impl Config {
         let _ = writeln!(out, "max_io_queues = {}", t.max_io_queues);
         let _ = writeln!(out, "max_queue_size = {}", t.max_queue_size);
         let _ = writeln!(out, "serial_prefix = {}", string(&t.serial_prefix));
+        let _ = writeln!(out, "ram_huge_pages = {}", t.ram_huge_pages);
         for l in &self.listeners {
             out.push('\n');
             listener(&mut out, "[[listeners]]", l);

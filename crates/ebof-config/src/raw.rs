@@ -54,6 +54,8 @@ struct RawTarget {
     max_queue_size: Option<i64>,
     /// Prefix of derived serial numbers.
     serial_prefix: Option<String>,
+    /// Back RAM namespaces with transparent huge pages.
+    ram_huge_pages: Option<bool>,
 }
 
 /// `[[listeners]]` and `[discovery]`.
@@ -307,6 +309,7 @@ fn convert_target(raw: RawTarget) -> Result<TargetTuning, ConfigError> {
         max_io_queues: field(raw.max_io_queues, &rules::MAX_IO_QUEUES, d.max_io_queues)?,
         max_queue_size: field(raw.max_queue_size, &rules::MAX_QUEUE_SIZE, d.max_queue_size)?,
         serial_prefix: raw.serial_prefix.unwrap_or(d.serial_prefix),
+        ram_huge_pages: raw.ram_huge_pages.unwrap_or(d.ram_huge_pages),
     })
 }
 

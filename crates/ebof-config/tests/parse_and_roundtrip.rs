@@ -104,6 +104,7 @@ c2h_data_max = 32768
 max_io_queues = 8
 max_queue_size = 256
 serial_prefix = "TEST"
+ram_huge_pages = false
 
 [[listeners]]
 address = "0.0.0.0"
@@ -155,6 +156,7 @@ fn full_document_parses_to_expected_values() {
             max_io_queues: 8,
             max_queue_size: 256,
             serial_prefix: "TEST".into(),
+            ram_huge_pages: false,
         }
     );
     assert_eq!(

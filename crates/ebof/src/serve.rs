@@ -80,8 +80,9 @@ pub fn effective_config(a: &ServeArgs) -> Result<Config> {
     Ok(cfg)
 }
 
-fn backend_spec(b: &BackendChoice) -> BackendSpec {
+fn backend_spec(b: &BackendChoice, ram_huge_pages: bool) -> BackendSpec {
     match b {
+        BackendChoice::Ram { size } if ram_huge_pages => BackendSpec::RamHugePages { size: *size },
         BackendChoice::Ram { size } => BackendSpec::Ram { size: *size },
         // A file named without a size is used at its current size, or created with the
         // default size when missing.
@@ -124,12 +125,13 @@ pub fn build_target(cfg: &Config) -> Result<Target> {
             if let BackendChoice::File { path, .. } = &n.backend {
                 ensure_parent_dir(&format!("subsystems[{si}].namespaces[{ni}].path"), path)?;
             }
-            let backend = ebof_backend::open(&backend_spec(&n.backend)).map_err(|e| {
-                anyhow::anyhow!(
-                    "subsystems[{si}].namespaces[{ni}] (nsid {}): cannot open backend: {e}",
-                    n.nsid
-                )
-            })?;
+            let backend = ebof_backend::open(&backend_spec(&n.backend, cfg.target.ram_huge_pages))
+                .map_err(|e| {
+                    anyhow::anyhow!(
+                        "subsystems[{si}].namespaces[{ni}] (nsid {}): cannot open backend: {e}",
+                        n.nsid
+                    )
+                })?;
             if backend.size() % u64::from(n.block_size) != 0 || backend.size() == 0 {
                 bail!(
                     "subsystems[{si}].namespaces[{ni}]: backend size {} is not a positive multiple of block_size {}",
