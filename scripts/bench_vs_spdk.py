@@ -231,13 +231,9 @@ def target_table(t):
     return res
 
 
-def print_target_table(res):
-    print("\n### Same client (spdk_nvme_perf) -> target, "
-          f"target on core {TCORE}, client on core {CCORE}; median [min-max] of {ROUNDS} rounds\n")
-    print("| workload | target | IOPS | MiB/s | avg / p50 / p99 / p99.99 us | target CPU % "
-          "| CPU us per I/O | ebof/SPDK |")
-    print("|---|---|---|---|---|---|---|---|")
-    for name, *_ in TARGET_WORKLOADS:
+def table_rows(res, workloads, labels, cpu_columns):
+    """Markdown rows: per workload, ebof then SPDK, medians [min-max], the ratio on SPDK's."""
+    for name, *_ in workloads:
         med = {}
         for which in ("ebof", "spdk"):
             rs = res.get((name, which), [])
@@ -248,13 +244,23 @@ def print_target_table(res):
             lat = " / ".join(f"{g(k)[0]:.1f}" if g(k) else "-"
                              for k in ("avg_us", "p50_us", "p99_us", "p99_99_us"))
             ratio = ""
-            if which == "spdk" and "ebof" in med and med["spdk"] and med["spdk"][0]:
+            if which == "spdk" and med.get("ebof") and med["spdk"] and med["spdk"][0]:
                 ratio = f"**{med['ebof'][0] / med['spdk'][0]:.2f}x**"
-            cpu = g("cpu")
-            cpu_pct = (cpu[0] * 100, cpu[1] * 100, cpu[2] * 100) if cpu else None
-            label = "ebof serve" if which == "ebof" else "SPDK nvmf_tgt"
-            print(f"| {name} | {label} | {fmt(g('iops'))} | {fmt(g('mib_s'))} | {lat} | "
-                  f"{fmt(cpu_pct)} | {fmt(g('us_per_io'), 2)} | {ratio} |")
+            cells = [name, labels[which], fmt(g("iops")), fmt(g("mib_s")), lat]
+            if cpu_columns:
+                cpu = g("cpu")
+                cells.append(fmt((cpu[0] * 100, cpu[1] * 100, cpu[2] * 100) if cpu else None))
+                cells.append(fmt(g("us_per_io"), 2))
+            print("| " + " | ".join(cells + [ratio]) + " |")
+
+
+def print_target_table(res):
+    print("\n### Same client (spdk_nvme_perf) -> target, "
+          f"target on core {TCORE}, client on core {CCORE}; median [min-max] of {ROUNDS} rounds\n")
+    print("| workload | target | IOPS | MiB/s | avg / p50 / p99 / p99.99 us | target CPU % "
+          "| CPU us per I/O | ebof/SPDK |")
+    print("|---|---|---|---|---|---|---|---|")
+    table_rows(res, TARGET_WORKLOADS, {"ebof": "ebof serve", "spdk": "SPDK nvmf_tgt"}, True)
 
 
 def ebof_perf_args(ebof_bin, pattern, bs, qd, mix):
@@ -304,21 +310,7 @@ def print_client_table(res):
           f"{TCORE}) <- client on core {CCORE}; median [min-max] of {ROUNDS} rounds\n")
     print("| workload | client | IOPS | MiB/s | avg / p50 / p99 / p99.99 us | ebof/SPDK |")
     print("|---|---|---|---|---|---|")
-    for name, *_ in CLIENT_WORKLOADS:
-        med = {}
-        for which in ("ebof", "spdk"):
-            rs = res.get((name, which), [])
-            if not rs:
-                continue
-            g = lambda k: median_mm([r[k] for r in rs if r.get(k) is not None])  # noqa: E731
-            med[which] = g("iops")
-            lat = " / ".join(f"{g(k)[0]:.1f}" if g(k) else "-"
-                             for k in ("avg_us", "p50_us", "p99_us", "p99_99_us"))
-            ratio = ""
-            if which == "spdk" and "ebof" in med and med["spdk"][0]:
-                ratio = f"**{med['ebof'][0] / med['spdk'][0]:.2f}x**"
-            label = "ebof perf" if which == "ebof" else "spdk_nvme_perf"
-            print(f"| {name} | {label} | {fmt(g('iops'))} | {fmt(g('mib_s'))} | {lat} | {ratio} |")
+    table_rows(res, CLIENT_WORKLOADS, {"ebof": "ebof perf", "spdk": "spdk_nvme_perf"}, False)
 
 
 def idle_cpu(t):

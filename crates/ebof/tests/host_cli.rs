@@ -204,3 +204,64 @@ fn perf_randread_and_bad_nqn() {
     assert!(!o.ok);
     assert!(o.stderr.contains("cannot connect"), "{}", o.stderr);
 }
+
+#[test]
+fn perf_stops_when_the_target_goes_away() {
+    // Issue 7 item 4: a target that disappears mid-run ends the run there; the report covers
+    // only the time measured (not the requested runtime) and the exit status says I/O was lost.
+    let t = Target::start();
+    let nqn = subnqn(&t);
+    let port = t.port();
+    let run = std::thread::spawn(move || {
+        ebof(&[
+            "perf",
+            "-a",
+            "127.0.0.1",
+            "-s",
+            &port,
+            "-n",
+            &nqn,
+            "--qd",
+            "4",
+            "--runtime",
+            "20s",
+            "--json",
+        ])
+    });
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let killed = std::time::Instant::now();
+    drop(t); // kills `ebof serve` by PID
+    let o = run.join().expect("perf thread");
+    let after_kill = killed.elapsed();
+    assert!(
+        !o.ok,
+        "perf must fail when its target goes away: {}",
+        o.stdout
+    );
+    assert!(
+        after_kill < std::time::Duration::from_secs(10),
+        "perf went on for {after_kill:?} after the target went away"
+    );
+    let j = json(&o);
+    let elapsed = j["elapsed_s"].as_f64().expect("elapsed_s");
+    assert!(
+        elapsed > 0.2 && elapsed < 5.0,
+        "elapsed_s {elapsed} is not the time until the failure (~1.5 s): {j}"
+    );
+    let ios = j["ios"].as_f64().expect("ios");
+    let iops = j["iops"].as_f64().expect("iops");
+    assert!(ios > 0.0, "{j}");
+    assert!(
+        (iops - ios / elapsed).abs() <= 0.01 * iops + 1.0,
+        "IOPS {iops} is not ios/elapsed ({ios}/{elapsed})"
+    );
+    let transport = j["errors"]["transport"]
+        .as_array()
+        .expect("transport errors");
+    assert!(!transport.is_empty(), "{j}");
+    assert!(
+        o.stderr.contains("ended early") || o.stderr.contains("error"),
+        "{}",
+        o.stderr
+    );
+}

@@ -345,11 +345,7 @@ impl IoQueue {
     /// nothing is outstanding. A controller silent for the configured I/O timeout while
     /// commands are outstanding fails the queue with [`HostError::Timeout`].
     pub async fn poll_completions<F: FnMut(Completion<'_>)>(&mut self, mut f: F) -> Result<usize> {
-        if self.busy_poll {
-            self.q.poll_busy(&mut f, self.timeout).await
-        } else {
-            self.q.poll(&mut f, self.timeout).await
-        }
+        self.q.poll(&mut f, self.timeout, self.busy_poll).await
     }
 
     /// Like [`IoQueue::poll_completions`] but never waits: sends pending output and handles
@@ -398,6 +394,7 @@ impl IoQueue {
                         }
                     },
                     self.timeout,
+                    self.busy_poll,
                 )
                 .await?;
         }

@@ -763,12 +763,19 @@ impl Queue {
 
     /// Drive I/O until at least one command completes. Returns 0 at once when nothing is in
     /// flight and nothing is left to send. With commands in flight, `idle_timeout` bounds how
-    /// long the controller may stay silent before the queue is declared dead.
+    /// long the controller may stay silent before the queue is declared dead. `busy`: never
+    /// sleep; retry the socket, yielding to the thread's other tasks every few attempts.
     pub(crate) async fn poll<F: FnMut(Completion<'_>)>(
         &mut self,
         f: &mut F,
         idle_timeout: Duration,
+        busy: bool,
     ) -> Result<usize> {
+        // Busy mode: attempts between yields to the runtime (and clock reads); a yield costs a
+        // trip through tokio's driver, a miss only one `recv`.
+        const SPINS_PER_YIELD: u32 = 16;
+        let mut since: Option<std::time::Instant> = None;
+        let mut spins = 0u32;
         loop {
             let n = self.try_io(f)?;
             if n > 0 {
@@ -780,55 +787,30 @@ impl Queue {
             if self.st.in_flight == 0 && !self.link.tx_pending() {
                 return Ok(0);
             }
-            match tokio::time::timeout(idle_timeout, self.wait_ready()).await {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => {
-                    self.break_link(&e);
-                    return Err(e);
+            let waited = if busy {
+                spins += 1;
+                if spins < SPINS_PER_YIELD {
+                    std::hint::spin_loop();
+                    continue;
                 }
-                Err(_) => {
-                    let e = HostError::Timeout("no response from the controller");
-                    self.break_link(&e);
-                    return Err(e);
+                spins = 0;
+                let start = *since.get_or_insert_with(std::time::Instant::now);
+                if start.elapsed() > idle_timeout {
+                    Err(HostError::Timeout("no response from the controller"))
+                } else {
+                    tokio::task::yield_now().await;
+                    Ok(())
                 }
-            }
-        }
-    }
-
-    /// [`Queue::poll`] without sleeping: retry the socket, yielding to the thread's other
-    /// tasks between attempts, until a command completes or `idle_timeout` passes in silence.
-    pub(crate) async fn poll_busy<F: FnMut(Completion<'_>)>(
-        &mut self,
-        f: &mut F,
-        idle_timeout: Duration,
-    ) -> Result<usize> {
-        // Attempts between yields to the thread's other tasks (and clock reads): a yield costs
-        // a trip through tokio's driver, a miss only one `recv`.
-        const SPINS_PER_YIELD: u32 = 16;
-        let mut since: Option<std::time::Instant> = None;
-        let mut spins = 0u32;
-        loop {
-            let n = self.try_io(f)?;
-            if n > 0 {
-                tokio::task::coop::consume_budget().await;
-                return Ok(n);
-            }
-            if self.st.in_flight == 0 && !self.link.tx_pending() {
-                return Ok(0);
-            }
-            spins += 1;
-            if spins < SPINS_PER_YIELD {
-                std::hint::spin_loop();
-                continue;
-            }
-            spins = 0;
-            let start = *since.get_or_insert_with(std::time::Instant::now);
-            if start.elapsed() > idle_timeout {
-                let e = HostError::Timeout("no response from the controller");
+            } else {
+                match tokio::time::timeout(idle_timeout, self.wait_ready()).await {
+                    Ok(r) => r,
+                    Err(_) => Err(HostError::Timeout("no response from the controller")),
+                }
+            };
+            if let Err(e) = waited {
                 self.break_link(&e);
                 return Err(e);
             }
-            tokio::task::yield_now().await;
         }
     }
 
@@ -855,6 +837,7 @@ impl Queue {
             self.poll(
                 &mut |c: Completion<'_>| result = Some((c.cqe, c.data.to_vec())),
                 Duration::from_secs(3600), // bounded by the caller's timeout
+                false,
             )
             .await?;
         }
