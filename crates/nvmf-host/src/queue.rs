@@ -388,6 +388,9 @@ struct Link {
     tx_pos: usize,
     peer: SocketAddr,
     maxh2cdata: u32,
+    /// Busy polling: read with a raw non-blocking `recv`, not through tokio's readiness cache
+    /// (which only learns of new data when the runtime next polls epoll, i.e. at a yield).
+    raw_reads: bool,
 }
 
 impl Link {
@@ -413,6 +416,7 @@ impl Link {
             tx_pos: 0,
             peer: p.addr,
             maxh2cdata: 0,
+            raw_reads: false,
         };
         tokio::time::timeout(p.connect_timeout, link.initialize(p.digests))
             .await
@@ -509,7 +513,12 @@ impl Link {
             self.rx_head = 0;
         }
         let space = self.rx.len() - self.rx_tail;
-        match self.stream.try_read(&mut self.rx[self.rx_tail..]) {
+        let r = if self.raw_reads {
+            recv_nonblocking(&self.stream, &mut self.rx[self.rx_tail..])
+        } else {
+            self.stream.try_read(&mut self.rx[self.rx_tail..])
+        };
+        match r {
             Ok(0) => Err(HostError::Disconnected),
             Ok(n) => {
                 self.rx_tail += n;
@@ -518,6 +527,29 @@ impl Link {
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok((0, true)),
             Err(e) => Err(e.into()),
         }
+    }
+}
+
+/// One `recv(MSG_DONTWAIT)` on the socket, bypassing tokio's readiness cache.
+fn recv_nonblocking(stream: &TcpStream, buf: &mut [u8]) -> std::io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    if buf.is_empty() {
+        return Err(std::io::ErrorKind::WouldBlock.into());
+    }
+    // SAFETY: `buf` is a valid, writable slice for its whole length; the descriptor belongs to
+    // `stream`, which is borrowed for the duration of the call.
+    let n = unsafe {
+        libc::recv(
+            stream.as_raw_fd(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            libc::MSG_DONTWAIT,
+        )
+    };
+    if n < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
     }
 }
 
@@ -772,8 +804,9 @@ impl Queue {
         busy: bool,
     ) -> Result<usize> {
         // Busy mode: attempts between yields to the runtime (and clock reads); a yield costs a
-        // trip through tokio's driver, a miss only one `recv`.
+        // trip through tokio's driver, a miss only one raw `recv`.
         const SPINS_PER_YIELD: u32 = 16;
+        self.link.raw_reads = busy;
         let mut since: Option<std::time::Instant> = None;
         let mut spins = 0u32;
         loop {
