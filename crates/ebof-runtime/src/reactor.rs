@@ -216,7 +216,14 @@ impl Reactor {
                 if ending > 0 {
                     for c in conns.iter().flatten() {
                         if let Some((_, until)) = &c.s.ending {
-                            t = t.min(until.saturating_duration_since(now));
+                            // Waiting for offloaded I/O: its completions wake us (waker); only
+                            // the drain deadline needs a timer.
+                            let deadline = if c.s.offloaded > 0 {
+                                *until + OFFLOAD_DRAIN
+                            } else {
+                                *until
+                            };
+                            t = t.min(deadline.saturating_duration_since(now));
                         }
                     }
                 }
