@@ -49,8 +49,6 @@ pub struct ConnCore {
     ext: Vec<ExtSeg>,
     /// Keeps the backends that `ext` points into alive until the output is sent.
     keep: Vec<Arc<dyn Backend>>,
-    /// Send reads from memory backends without copying (default on).
-    zero_copy: bool,
     /// Slots to execute after the decode pass.
     to_execute: Vec<u16>,
 }
@@ -84,14 +82,8 @@ impl ConnCore {
             out: Vec::with_capacity(64 * 1024),
             ext: Vec::new(),
             keep: Vec::new(),
-            zero_copy: true,
             to_execute: Vec::with_capacity(64),
         }
-    }
-
-    /// Turn zero-copy sends from memory backends on or off.
-    pub fn set_zero_copy(&mut self, on: bool) {
-        self.zero_copy = on;
     }
 
     /// Bytes of output waiting to be sent.
@@ -262,7 +254,6 @@ impl ConnCore {
         let out = &mut self.out;
         let ext = &mut self.ext;
         let keep = &mut self.keep;
-        let zero_copy = self.zero_copy;
         self.queue.drain_completions(|cqe, data, shortcut| {
             match data {
                 C2hData::Bytes(d) => {
@@ -275,8 +266,7 @@ impl ConnCore {
                     offset,
                     len,
                 } => {
-                    if zero_copy
-                        && len >= ZERO_COPY_MIN
+                    if len >= ZERO_COPY_MIN
                         && let Some(ptr) = backend.memory(offset, len)
                         && conn.encode_c2h_data_head(out, cqe.cid, 0, len, true, shortcut)
                     {
