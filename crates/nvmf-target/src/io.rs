@@ -129,16 +129,11 @@ pub fn execute_io(req: &IoRequest, buf: &mut Vec<u8>) -> Status {
     }
 }
 
-/// Log a backend failure of `req` and map it to its NVMe status.
-fn failed(req: &IoRequest, e: &BackendError) -> Status {
+/// Log a backend failure of `req` and map it to its NVMe status (also for a streamed read,
+/// see [`crate::C2hData::Read`], whose failure shows only when the transport reads).
+pub(crate) fn failed(req: &IoRequest, e: &BackendError) -> Status {
     tracing::warn!(nsid = req.ns.nsid, op = ?req.op, offset = req.offset, len = req.len, error = %e, "backend I/O failed");
     backend_status(e, !matches!(req.op, IoOp::Read))
-}
-
-/// A streamed read (see [`crate::C2hData::Read`]) failed: log it and return its NVMe status,
-/// exactly as [`execute_io`] would have (the caller counts it).
-pub(crate) fn read_failed(req: &IoRequest, e: &BackendError) -> Status {
-    failed(req, e)
 }
 
 /// SMART counters gathered by one queue and added to the namespaces' shared counters in
@@ -146,8 +141,18 @@ pub(crate) fn read_failed(req: &IoRequest, e: &BackendError) -> Status {
 /// and when it closes), so that the per-command path touches no memory shared between cores.
 #[derive(Debug, Default)]
 pub(crate) struct StatsBatch {
-    per_ns: Vec<(Arc<NsRef>, [u64; 5])>,
+    per_ns: Vec<(Arc<NsRef>, Counts)>,
     pending: u32,
+}
+
+/// One namespace's share of a [`StatsBatch`]; the fields of [`crate::model::NsStats`].
+#[derive(Debug, Default)]
+struct Counts {
+    read_cmds: u64,
+    bytes_read: u64,
+    write_cmds: u64,
+    bytes_written: u64,
+    media_errors: u64,
 }
 
 impl StatsBatch {
@@ -156,12 +161,9 @@ impl StatsBatch {
 
     /// Count a finished command.
     pub fn add(&mut self, req: &IoRequest, status: Status) {
-        let (i, add) = match (&req.op, status.is_success()) {
-            (IoOp::Read, true) => (0, req.len),
-            (IoOp::Write { .. }, true) => (2, req.len),
-            (IoOp::Read | IoOp::Write { .. }, false) => (4, 1),
-            _ => return,
-        };
+        if !matches!(req.op, IoOp::Read | IoOp::Write { .. }) {
+            return;
+        }
         let slot = match self
             .per_ns
             .iter()
@@ -169,16 +171,21 @@ impl StatsBatch {
         {
             Some(p) => p,
             None => {
-                self.per_ns.push((req.ns.clone(), [0; 5]));
+                self.per_ns.push((req.ns.clone(), Counts::default()));
                 self.per_ns.len() - 1
             }
         };
         let c = &mut self.per_ns[slot].1;
-        if i == 4 {
-            c[4] += 1;
-        } else {
-            c[i] += 1; // commands
-            c[i + 1] += add; // bytes
+        match (&req.op, status.is_success()) {
+            (_, false) => c.media_errors += 1,
+            (IoOp::Read, true) => {
+                c.read_cmds += 1;
+                c.bytes_read += req.len;
+            }
+            (_, true) => {
+                c.write_cmds += 1;
+                c.bytes_written += req.len;
+            }
         }
         self.pending += 1;
     }
@@ -195,18 +202,18 @@ impl StatsBatch {
         }
         for (ns, c) in &mut self.per_ns {
             let s = &ns.stats;
+            let c = std::mem::take(c);
             for (counter, v) in [
-                (&s.read_cmds, c[0]),
-                (&s.bytes_read, c[1]),
-                (&s.write_cmds, c[2]),
-                (&s.bytes_written, c[3]),
-                (&s.media_errors, c[4]),
+                (&s.read_cmds, c.read_cmds),
+                (&s.bytes_read, c.bytes_read),
+                (&s.write_cmds, c.write_cmds),
+                (&s.bytes_written, c.bytes_written),
+                (&s.media_errors, c.media_errors),
             ] {
                 if v > 0 {
                     counter.fetch_add(v, Ordering::Relaxed);
                 }
             }
-            *c = [0; 5];
         }
         self.pending = 0;
     }

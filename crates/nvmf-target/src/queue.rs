@@ -743,7 +743,7 @@ impl Queue {
                     match emit(&s.cqe, data, shortcut) {
                         Ok(()) => self.stats.add(req, Status::SUCCESS),
                         Err(e) => {
-                            let status = crate::io::read_failed(req, &e);
+                            let status = crate::io::failed(req, &e);
                             self.stats.add(req, status);
                             s.cqe.status = status;
                             s.c2h_len = 0;
