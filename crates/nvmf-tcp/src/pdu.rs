@@ -45,9 +45,11 @@
 //!
 //! FEI is the byte offset of the offending field for FES 01h/06h and 0 otherwise (the spec
 //! defines FEI only for those two). For header-level errors the echoed header is HLEN (+HDGST)
-//! bytes of the offending PDU — the receiver waits until those bytes are present before judging,
-//! so the echo is the same however the stream was chunked; an unknown PDU type echoes only the
-//! 8-byte common header, since its header length is unknown.
+//! bytes of the offending PDU. Whatever the 8-byte common header alone decides (type, sequence,
+//! HLEN, HDGSTF/DDGSTF, PLEN and PDO relations, the limits that follow from PLEN) is judged as
+//! soon as those 8 bytes arrive — a peer that sends a bad common header and stalls is answered at
+//! once — and echoes as much of the header as has arrived (at least the common header); the
+//! checks that need more (header digest, PSH fields) wait for the whole header.
 //!
 //! # Data digest errors are not fatal
 //!
@@ -449,11 +451,12 @@ pub fn decode_header(buf: &[u8], lim: &DecodeLimits) -> Result<Option<FrameHeade
     let dgst_type = carries_digests(ty);
     let hdgst = dgst_type && dig.hdgst;
     let header_len = hlen + if hdgst { DIGEST_LEN } else { 0 };
-    let Some(h) = buf.get(..header_len) else {
-        return Ok(None);
-    };
-    let echo = &h[..header_len.min(TERM_REQ_MAX_ECHO)];
-    let err = |fes: Fes, fei: u32, reason: &'static str| ProtocolError::new(fes, fei, echo, reason);
+    // Everything the 8-byte common header decides is judged as soon as it is here, before
+    // waiting for the rest of the header (a peer that sends a bad CH and stalls gets its
+    // TermReq at once). These errors echo as much of the header as has arrived.
+    let early = &buf[..buf.len().min(header_len).min(TERM_REQ_MAX_ECHO)];
+    let err =
+        |fes: Fes, fei: u32, reason: &'static str| ProtocolError::new(fes, fei, early, reason);
 
     let is_ic = ty == t::IC_REQ || ty == t::IC_RESP;
     let is_term = ty == t::H2C_TERM_REQ || ty == t::C2H_TERM_REQ;
@@ -468,10 +471,10 @@ pub fn decode_header(buf: &[u8], lim: &DecodeLimits) -> Result<Option<FrameHeade
         return Err(err(Fes::PduSequenceError, 0, "second ICReq/ICResp"));
     }
 
-    let flags = h[1];
-    let pdo = usize::from(h[3]);
-    let plen = usize::try_from(le32(h, 4)).unwrap_or(usize::MAX);
-    if usize::from(h[2]) != hlen {
+    let flags = ch[1];
+    let pdo = usize::from(ch[3]);
+    let plen = usize::try_from(le32(ch, 4)).unwrap_or(usize::MAX);
+    if usize::from(ch[2]) != hlen {
         return Err(err(
             Fes::InvalidHeaderField,
             fei::HLEN,
@@ -485,10 +488,6 @@ pub fn decode_header(buf: &[u8], lim: &DecodeLimits) -> Result<Option<FrameHeade
             "HDGSTF does not match negotiation",
         ));
     }
-    if hdgst && le32(h, hlen) != digest::crc32c(&h[..hlen]) {
-        return Err(err(Fes::HeaderDigestError, 0, "header digest mismatch"));
-    }
-
     // Framing: PLEN, PDO, DDGSTF, and where the data is.
     let (data_off, data_len, ddgst) = match ty {
         t::IC_REQ | t::IC_RESP => {
@@ -598,6 +597,33 @@ pub fn decode_header(buf: &[u8], lim: &DecodeLimits) -> Result<Option<FrameHeade
         }
     };
 
+    // Limits that follow from PLEN alone.
+    if ty == t::CAPSULE_CMD && data_len > usize::try_from(lim.max_icd).unwrap_or(usize::MAX) {
+        return Err(err(
+            Fes::DataTransferLimitExceeded,
+            0,
+            "in-capsule data exceeds the limit",
+        ));
+    }
+    if (ty == t::H2C_DATA || ty == t::C2H_DATA)
+        && data_len > usize::try_from(lim.max_data).unwrap_or(usize::MAX)
+    {
+        return Err(err(
+            Fes::DataTransferLimitExceeded,
+            0,
+            "DATAL exceeds the negotiated maximum",
+        ));
+    }
+
+    let Some(h) = buf.get(..header_len) else {
+        return Ok(None);
+    };
+    let echo = &h[..header_len.min(TERM_REQ_MAX_ECHO)];
+    let err = |fes: Fes, fei: u32, reason: &'static str| ProtocolError::new(fes, fei, echo, reason);
+    if hdgst && le32(h, hlen) != digest::crc32c(&h[..hlen]) {
+        return Err(err(Fes::HeaderDigestError, 0, "header digest mismatch"));
+    }
+
     let data_hdr = |h: &[u8], ttag: u16, success: bool| DataHdr {
         cccid: le16(h, 8),
         ttag,
@@ -606,19 +632,12 @@ pub fn decode_header(buf: &[u8], lim: &DecodeLimits) -> Result<Option<FrameHeade
         last: flags & flags::LAST_PDU != 0,
         success,
     };
-    let check_data_hdr = |d: &DataHdr, max: u32| -> Result<(), ProtocolError> {
+    let check_data_hdr = |d: &DataHdr| -> Result<(), ProtocolError> {
         if d.datal == 0 || usize::try_from(d.datal).ok() != Some(data_len) {
             return Err(err(
                 Fes::InvalidHeaderField,
                 fei::DATAL,
                 "DATAL is 0 or does not match PLEN",
-            ));
-        }
-        if d.datal > max {
-            return Err(err(
-                Fes::DataTransferLimitExceeded,
-                0,
-                "DATAL exceeds the negotiated maximum",
             ));
         }
         if d.datao.checked_add(d.datal).is_none() {
@@ -684,13 +703,6 @@ pub fn decode_header(buf: &[u8], lim: &DecodeLimits) -> Result<Option<FrameHeade
             let mut sqe = Sqe([0; 64]);
             sqe.0.copy_from_slice(&h[CH_LEN..HLEN_CAPSULE_CMD]);
             if data_len > 0 {
-                if data_len > usize::try_from(lim.max_icd).unwrap_or(usize::MAX) {
-                    return Err(err(
-                        Fes::DataTransferLimitExceeded,
-                        0,
-                        "in-capsule data exceeds the limit",
-                    ));
-                }
                 if sqe.sgl_type() != nvme_spec::sqe::SGL_ICD {
                     return Err(err(
                         Fes::InvalidHeaderField,
@@ -729,7 +741,7 @@ pub fn decode_header(buf: &[u8], lim: &DecodeLimits) -> Result<Option<FrameHeade
                 ));
             }
             let d = data_hdr(h, le16(h, 10), false);
-            check_data_hdr(&d, lim.max_data)?;
+            check_data_hdr(&d)?;
             Pdu::H2cData { hdr: d, data: &[] }
         }
         t::C2H_DATA => {
@@ -742,7 +754,7 @@ pub fn decode_header(buf: &[u8], lim: &DecodeLimits) -> Result<Option<FrameHeade
                 ));
             }
             let d = data_hdr(h, 0, success);
-            check_data_hdr(&d, lim.max_data)?;
+            check_data_hdr(&d)?;
             Pdu::C2hData { hdr: d, data: &[] }
         }
         t::R2T => {
@@ -1319,9 +1331,155 @@ mod tests {
         h[2] = 72;
         h[3] = 72;
         h[4..8].copy_from_slice(&u32::MAX.to_le_bytes());
-        let e = decode_header(&h, &lim(Role::Target, Some(Digests::NONE), 0)).unwrap_err();
-        assert_eq!((e.fes, e.fei), (Fes::DataTransferLimitExceeded, 0));
-        assert_eq!(e.header(), &h[..]);
+        // Judged from the 8-byte common header alone, whatever follows.
+        for n in [CH_LEN, 72] {
+            let e = decode_header(&h[..n], &lim(Role::Target, Some(Digests::NONE), 0)).unwrap_err();
+            assert_eq!((e.fes, e.fei), (Fes::DataTransferLimitExceeded, 0));
+            assert_eq!(e.header(), &h[..n]);
+        }
+    }
+
+    #[test]
+    fn common_header_errors_need_only_the_common_header() {
+        // (role, established, CH bytes, FES, FEI): every fixed HLEN/PLEN/PDO/flag relation is
+        // decided from the first 8 bytes, before the rest of the header arrives.
+        let ch = |ty: u8, flags: u8, hlen: u8, pdo: u8, plen: u32| {
+            let mut b = vec![ty, flags, hlen, pdo];
+            b.extend_from_slice(&plen.to_le_bytes());
+            b
+        };
+        let t = Role::Target;
+        let h = Role::Host;
+        let cases: Vec<(Role, Option<Digests>, Vec<u8>, Fes, u32)> = vec![
+            // ICReq whose PLEN is smaller than its HLEN.
+            (
+                t,
+                None,
+                ch(pdu_type::IC_REQ, 0, 128, 0, 64),
+                Fes::InvalidHeaderField,
+                fei::PLEN,
+            ),
+            (
+                t,
+                None,
+                ch(pdu_type::IC_REQ, 0, 128, 4, 128),
+                Fes::InvalidHeaderField,
+                fei::PDO,
+            ),
+            (
+                t,
+                None,
+                ch(pdu_type::IC_REQ, 0, 72, 0, 128),
+                Fes::InvalidHeaderField,
+                fei::HLEN,
+            ),
+            (
+                t,
+                None,
+                ch(pdu_type::CAPSULE_CMD, 0, 72, 0, 72),
+                Fes::PduSequenceError,
+                0,
+            ),
+            (
+                t,
+                None,
+                ch(pdu_type::H2C_TERM_REQ, 0, 24, 0, 4096),
+                Fes::InvalidHeaderField,
+                fei::PLEN,
+            ),
+            (
+                t,
+                Some(Digests::NONE),
+                ch(pdu_type::IC_REQ, 0, 128, 0, 128),
+                Fes::PduSequenceError,
+                0,
+            ),
+            (
+                t,
+                Some(Digests::NONE),
+                ch(pdu_type::CAPSULE_CMD, 0, 72, 0, 40),
+                Fes::InvalidHeaderField,
+                fei::PLEN,
+            ),
+            (
+                t,
+                Some(Digests::NONE),
+                ch(pdu_type::CAPSULE_CMD, 0, 72, 8, 72),
+                Fes::InvalidHeaderField,
+                fei::PDO,
+            ),
+            (
+                t,
+                Some(Digests::NONE),
+                ch(pdu_type::CAPSULE_CMD, 0, 72, 80, 4096),
+                Fes::InvalidHeaderField,
+                fei::PDO,
+            ),
+            (
+                t,
+                Some(Digests::NONE),
+                ch(pdu_type::CAPSULE_CMD, flags::HDGSTF, 72, 0, 72),
+                Fes::InvalidHeaderField,
+                fei::FLAGS,
+            ),
+            (
+                t,
+                Some(Digests::BOTH),
+                ch(pdu_type::CAPSULE_CMD, 0, 72, 0, 76),
+                Fes::InvalidHeaderField,
+                fei::FLAGS,
+            ),
+            (
+                t,
+                Some(Digests::NONE),
+                ch(pdu_type::CAPSULE_CMD, flags::DDGSTF, 72, 0, 72),
+                Fes::InvalidHeaderField,
+                fei::FLAGS,
+            ),
+            (
+                t,
+                Some(Digests::NONE),
+                ch(pdu_type::H2C_DATA, 0, 24, 24, 24 + (1 << 20)),
+                Fes::DataTransferLimitExceeded,
+                0,
+            ),
+            (
+                t,
+                Some(Digests::NONE),
+                ch(pdu_type::H2C_DATA, 0, 24, 0, 16),
+                Fes::InvalidHeaderField,
+                fei::PLEN,
+            ),
+            (
+                h,
+                Some(Digests::NONE),
+                ch(pdu_type::CAPSULE_RESP, 0, 24, 0, 32),
+                Fes::InvalidHeaderField,
+                fei::PLEN,
+            ),
+            (
+                h,
+                Some(Digests::NONE),
+                ch(pdu_type::R2T, 0, 24, 24, 24),
+                Fes::InvalidHeaderField,
+                fei::PDO,
+            ),
+            (
+                h,
+                Some(Digests::NONE),
+                ch(pdu_type::C2H_DATA, 0, 24, 24, 24 + (1 << 20)),
+                Fes::DataTransferLimitExceeded,
+                0,
+            ),
+        ];
+        for (i, (role, dig, b, fes, fei)) in cases.into_iter().enumerate() {
+            let e = decode_header(&b, &lim(role, dig, 0)).expect_err(&format!("case {i} accepted"));
+            assert_eq!((e.fes, e.fei), (fes, fei), "case {i}: {}", e);
+            assert_eq!(e.header(), &b[..], "case {i} echo");
+        }
+        // A valid common header with the rest missing is "not yet", not an error.
+        let ok = ch(pdu_type::IC_REQ, 0, 128, 0, 128);
+        assert_eq!(decode_header(&ok, &lim(t, None, 0)), Ok(None));
     }
 
     #[test]
