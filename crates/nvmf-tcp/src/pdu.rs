@@ -1350,7 +1350,8 @@ mod tests {
         };
         let t = Role::Target;
         let h = Role::Host;
-        let cases: Vec<(Role, Option<Digests>, Vec<u8>, Fes, u32)> = vec![
+        type Case = (Role, Option<Digests>, Vec<u8>, Fes, u32);
+        let cases: Vec<Case> = vec![
             // ICReq whose PLEN is smaller than its HLEN.
             (
                 t,
