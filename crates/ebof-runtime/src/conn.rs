@@ -181,7 +181,7 @@ impl ConnCore {
                 Ok(Some(x)) => x,
                 Ok(None) => break,
                 Err(e) => {
-                    tracing::warn!(error = %e, "protocol error; sending C2HTermReq");
+                    nvmf_target::warn_every!(error = %e, "protocol error; sending C2HTermReq");
                     self.conn.encode_term_req(&mut self.out, &e);
                     return Step::Close(ConnEnd::Protocol(e));
                 }
@@ -207,11 +207,11 @@ impl ConnCore {
                     ..
                 } => Some(self.queue.handle_h2c_data(ttag, datao, data, last)),
                 TargetEvent::CommandDataDigestError { sqe } => {
-                    tracing::warn!(cid = sqe.cid().0, "in-capsule data digest error");
+                    nvmf_target::warn_every!(cid = sqe.cid().0, "in-capsule data digest error");
                     Some(self.queue.handle_command_digest_error(&sqe, now))
                 }
                 TargetEvent::H2cDataDigestError { ttag, last, .. } => {
-                    tracing::warn!(ttag, "H2CData digest error");
+                    nvmf_target::warn_every!(ttag, "H2CData digest error");
                     Some(self.queue.handle_h2c_digest_error(ttag, last))
                 }
                 TargetEvent::TermReq { fes, fei } => {

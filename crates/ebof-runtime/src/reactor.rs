@@ -415,7 +415,7 @@ impl Reactor {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {
-                    tracing::warn!(%local, error = %e, "accept failed");
+                    nvmf_target::warn_every!(%local, error = %e, "accept failed");
                     break;
                 }
             }
@@ -595,10 +595,10 @@ fn log_end(c: &Conn) {
     match &c.s.ending {
         Some((ConnEnd::PeerClosed, _)) => tracing::debug!("connection closed by peer"),
         Some((ConnEnd::Protocol(e), _)) => {
-            tracing::warn!(error = %e, "connection terminated (protocol error)")
+            tracing::debug!(error = %e, "connection terminated (protocol error)")
         }
         Some((ConnEnd::HostTerminated { fes, fei }, _)) => {
-            tracing::warn!(fes, fei, "host sent H2CTermReq")
+            nvmf_target::warn_every!(fes, fei, "host sent H2CTermReq")
         }
         Some((ConnEnd::ControllerGone, _)) => {
             tracing::info!("connection closed: controller torn down")

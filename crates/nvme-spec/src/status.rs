@@ -108,6 +108,7 @@ impl Status {
         dnr: false,
         ..generic(0x22)
     };
+    pub const NS_WRITE_PROTECTED: Status = generic(0x20);
     pub const AUTH_REQUIRED: Status = generic(0x91);
     pub const LBA_RANGE: Status = generic(0x80);
     pub const CAP_EXCEEDED: Status = generic(0x81);
@@ -140,6 +141,12 @@ impl Status {
     // Media and data integrity errors (SCT 2).
     pub const WRITE_FAULT: Status = media(0x80);
     pub const UNRECOVERED_READ: Status = media(0x81);
+    pub const ACCESS_DENIED: Status = media(0x86);
+
+    /// The same status with Do Not Retry set or cleared.
+    pub const fn with_dnr(self, dnr: bool) -> Status {
+        Status { dnr, ..self }
+    }
 
     pub fn is_success(&self) -> bool {
         self.sct == 0 && self.sc == 0
@@ -184,6 +191,7 @@ impl Status {
             (0, 0x16) => "SGL Offset Invalid",
             (0, 0x18) => "Host Identifier Inconsistent Format",
             (0, 0x19) => "Keep Alive Timer Expired",
+            (0, 0x20) => "Namespace is Write Protected",
             (0, 0x21) => "Command Interrupted",
             (0, 0x22) => "Transient Transport Error",
             (0, 0x80) => "LBA Out of Range",
@@ -204,6 +212,7 @@ impl Status {
             (1, 0x84) => "Connect Invalid Host",
             (2, 0x80) => "Write Fault",
             (2, 0x81) => "Unrecovered Read Error",
+            (2, 0x86) => "Access Denied",
             _ => "Unknown Status",
         }
     }

@@ -68,7 +68,7 @@ impl Queue {
         }
         let d = ConnectData::decode(data).map_err(|e| {
             let e = CmdError::connect_param(e.offset, true);
-            tracing::warn!(ipo = e.loc, local = %self.local, "connect rejected: {}", connect_reject_reason(&e));
+            crate::warn_every!(ipo = e.loc, local = %self.local, "connect rejected: {}", connect_reject_reason(&e));
             e
         })?;
         if cmd.sqsize == 0 {
@@ -82,7 +82,7 @@ impl Queue {
             self.connect_io(&cmd, d)
         };
         if let Err(e) = &r {
-            tracing::warn!(
+            crate::warn_every!(
                 qid,
                 %subnqn,
                 %hostnqn,
@@ -142,16 +142,27 @@ impl Queue {
             })
             .ok_or(CmdError::at(Status::CONNECT_CTRL_BUSY, 0xFFFF))?;
         ctrl.touch(now);
-        tracing::info!(
-            cntlid = ctrl.cntlid.0,
-            subnqn = %d.subnqn,
-            hostnqn = %d.hostnqn,
-            kato_ms,
-            sqsize = cmd.sqsize,
-            local = %self.local,
-            "admin queue connected: new {} controller",
-            if ctrl.is_discovery() { "discovery" } else { "I/O" }
-        );
+        // I/O controllers are logged at info when created and removed; discovery controllers
+        // (one short-lived connection per `nvme discover`) and I/O queues at debug only.
+        macro_rules! connected {
+            ($level:ident) => {
+                tracing::$level!(
+                    cntlid = ctrl.cntlid.0,
+                    subnqn = %d.subnqn,
+                    hostnqn = %d.hostnqn,
+                    kato_ms,
+                    sqsize = cmd.sqsize,
+                    local = %self.local,
+                    "admin queue connected: new {} controller",
+                    if ctrl.is_discovery() { "discovery" } else { "I/O" }
+                )
+            };
+        }
+        if ctrl.is_discovery() {
+            connected!(debug);
+        } else {
+            connected!(info);
+        }
         let cntlid = ctrl.cntlid.0;
         self.ctrl = Some(ctrl);
         self.role = QueueRole::Admin;
@@ -186,7 +197,7 @@ impl Queue {
         if !ctrl.claim_qid(cmd.qid.0) {
             return Err(CmdError::at(Status::CMD_SEQ_ERROR, connect_sqe_off::QID));
         }
-        tracing::info!(
+        tracing::debug!(
             cntlid = ctrl.cntlid.0,
             qid = cmd.qid.0,
             sqsize = cmd.sqsize,
@@ -248,7 +259,7 @@ impl Queue {
                 let old = ctrl.state().cc;
                 let st = ctrl.set_cc(p.value as u32);
                 let new = ctrl.state();
-                tracing::info!(
+                tracing::debug!(
                     cntlid = ctrl.cntlid.0,
                     cc = format_args!("{:#x}->{:#x}", old, new.cc),
                     csts = format_args!("{:#x}", new.csts),

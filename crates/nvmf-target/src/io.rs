@@ -72,12 +72,85 @@ impl IoRequest {
     }
 }
 
-/// Map a backend error to an NVMe status.
+/// Why a backend operation failed, as far as the host is concerned: the classes that
+/// [`backend_status`] maps, and that [`failed`] rate-limits its warnings by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailureClass {
+    /// The range is outside the backend (a bug above the backend: ranges are checked first).
+    OutOfRange,
+    /// No space left (`ENOSPC`), quota (`EDQUOT`) or file size limit (`EFBIG`).
+    NoSpace,
+    /// The backing file is shorter than the namespace (truncated under us): a read found EOF.
+    Truncated,
+    /// Writes refused: read-only file system or device (`EROFS`), or no permission
+    /// (`EACCES`, `EPERM`).
+    ReadOnly,
+    /// The backend does not support the operation (`EOPNOTSUPP`, `EINVAL` from alignment).
+    Unsupported,
+    /// Worth retrying: out of memory or resources (`ENOMEM`, `EAGAIN`, `EBUSY`).
+    Transient,
+    /// The device or file is gone (`ENXIO`, `ENODEV`, `ESTALE`).
+    Gone,
+    /// The medium failed (`EIO` and anything else).
+    Media,
+}
+
+impl FailureClass {
+    /// Classify a backend error by its errno (or kind, for errors made in userspace).
+    pub fn of(e: &BackendError) -> FailureClass {
+        let io = match e {
+            BackendError::OutOfRange { .. } => return FailureClass::OutOfRange,
+            BackendError::Io(io) | BackendError::Open { source: io, .. } => io,
+            _ => return FailureClass::Media,
+        };
+        match io.raw_os_error() {
+            Some(libc::ENOSPC | libc::EDQUOT | libc::EFBIG) => FailureClass::NoSpace,
+            Some(libc::EROFS | libc::EACCES | libc::EPERM) => FailureClass::ReadOnly,
+            Some(libc::EOPNOTSUPP | libc::EINVAL) => FailureClass::Unsupported,
+            Some(libc::ENOMEM | libc::EAGAIN | libc::EBUSY | libc::EINTR) => {
+                FailureClass::Transient
+            }
+            Some(libc::ENXIO | libc::ENODEV | libc::ESTALE) => FailureClass::Gone,
+            Some(_) => FailureClass::Media,
+            None => match io.kind() {
+                std::io::ErrorKind::UnexpectedEof => FailureClass::Truncated,
+                std::io::ErrorKind::WriteZero => FailureClass::NoSpace,
+                _ => FailureClass::Media,
+            },
+        }
+    }
+}
+
+/// Map a backend error to an NVMe status, deliberately per class (the choices follow the
+/// Linux target's `errno_to_nvme_status` where it has one):
+///
+/// | class | write / flush / zeroes | read | DNR |
+/// |---|---|---|---|
+/// | out of range | LBA Out of Range (00/80h) | same | yes |
+/// | no space | Capacity Exceeded (00/81h) | Unrecovered Read Error (02/81h) | yes |
+/// | truncated file | Write Fault (02/80h) | Unrecovered Read Error (02/81h) | yes |
+/// | read-only, permission | Namespace is Write Protected (00/20h) | Access Denied (02/86h) | yes |
+/// | unsupported | Internal Error (00/06h) | same | yes |
+/// | transient | Command Interrupted (00/21h) | same | no |
+/// | device gone | Write Fault | Unrecovered Read Error | yes |
+/// | media (EIO, other) | Write Fault | Unrecovered Read Error | no |
 pub fn backend_status(e: &BackendError, write: bool) -> Status {
-    match e {
-        BackendError::OutOfRange { .. } => Status::LBA_RANGE,
-        _ if write => Status::WRITE_FAULT,
-        _ => Status::UNRECOVERED_READ,
+    let media = if write {
+        Status::WRITE_FAULT
+    } else {
+        Status::UNRECOVERED_READ
+    };
+    match FailureClass::of(e) {
+        FailureClass::OutOfRange => Status::LBA_RANGE,
+        FailureClass::NoSpace if write => Status::CAP_EXCEEDED,
+        FailureClass::NoSpace | FailureClass::Truncated | FailureClass::Gone => {
+            media.with_dnr(true)
+        }
+        FailureClass::ReadOnly if write => Status::NS_WRITE_PROTECTED,
+        FailureClass::ReadOnly => Status::ACCESS_DENIED.with_dnr(true),
+        FailureClass::Unsupported => Status::INTERNAL,
+        FailureClass::Transient => Status::CMD_INTERRUPTED,
+        FailureClass::Media => media.with_dnr(false),
     }
 }
 
@@ -131,9 +204,31 @@ pub fn execute_io(req: &IoRequest, buf: &mut Vec<u8>) -> Status {
 
 /// Log a backend failure of `req` and map it to its NVMe status (also for a streamed read,
 /// see [`crate::C2hData::Read`], whose failure shows only when the transport reads).
+///
+/// The warning is rate-limited per failure class ([`crate::log_limit`]): a full disk or a
+/// truncated file under load writes one line per class every few seconds, with the number of
+/// failures in between.
 pub(crate) fn failed(req: &IoRequest, e: &BackendError) -> Status {
-    tracing::warn!(nsid = req.ns.nsid, op = ?req.op, offset = req.offset, len = req.len, error = %e, "backend I/O failed");
-    backend_status(e, !matches!(req.op, IoOp::Read))
+    let class = FailureClass::of(e);
+    let status = backend_status(e, !matches!(req.op, IoOp::Read));
+    macro_rules! warn {
+        () => {
+            crate::warn_every!(nsid = req.ns.nsid, op = ?req.op, offset = req.offset, len = req.len,
+                error = %e, ?class, %status, "backend I/O failed")
+        };
+    }
+    // One call site (so one limiter) per class.
+    match class {
+        FailureClass::OutOfRange => warn!(),
+        FailureClass::NoSpace => warn!(),
+        FailureClass::Truncated => warn!(),
+        FailureClass::ReadOnly => warn!(),
+        FailureClass::Unsupported => warn!(),
+        FailureClass::Transient => warn!(),
+        FailureClass::Gone => warn!(),
+        FailureClass::Media => warn!(),
+    }
+    status
 }
 
 /// SMART counters gathered by one queue and added to the namespaces' shared counters in
@@ -388,5 +483,101 @@ impl Queue {
             _ => return Err(CmdError::at(Status::INVALID_OPCODE, 0)),
         };
         Ok(Some(req))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io;
+
+    fn errno(n: i32) -> BackendError {
+        BackendError::Io(io::Error::from_raw_os_error(n))
+    }
+
+    /// Every errno class maps to the status the table in [`backend_status`] promises, for
+    /// writes and reads, with DNR set exactly where retrying cannot help.
+    #[test]
+    fn each_errno_class_has_its_status() {
+        let cases: [(BackendError, FailureClass, Status, Status); 10] = [
+            (
+                errno(libc::ENOSPC),
+                FailureClass::NoSpace,
+                Status::CAP_EXCEEDED,
+                Status::UNRECOVERED_READ.with_dnr(true),
+            ),
+            (
+                errno(libc::EDQUOT),
+                FailureClass::NoSpace,
+                Status::CAP_EXCEEDED,
+                Status::UNRECOVERED_READ.with_dnr(true),
+            ),
+            (
+                errno(libc::EFBIG),
+                FailureClass::NoSpace,
+                Status::CAP_EXCEEDED,
+                Status::UNRECOVERED_READ.with_dnr(true),
+            ),
+            (
+                errno(libc::EIO),
+                FailureClass::Media,
+                Status::WRITE_FAULT,
+                Status::UNRECOVERED_READ,
+            ),
+            (
+                errno(libc::EROFS),
+                FailureClass::ReadOnly,
+                Status::NS_WRITE_PROTECTED,
+                Status::ACCESS_DENIED.with_dnr(true),
+            ),
+            (
+                errno(libc::EACCES),
+                FailureClass::ReadOnly,
+                Status::NS_WRITE_PROTECTED,
+                Status::ACCESS_DENIED.with_dnr(true),
+            ),
+            (
+                errno(libc::EOPNOTSUPP),
+                FailureClass::Unsupported,
+                Status::INTERNAL,
+                Status::INTERNAL,
+            ),
+            (
+                errno(libc::ENOMEM),
+                FailureClass::Transient,
+                Status::CMD_INTERRUPTED,
+                Status::CMD_INTERRUPTED,
+            ),
+            (
+                errno(libc::ENXIO),
+                FailureClass::Gone,
+                Status::WRITE_FAULT.with_dnr(true),
+                Status::UNRECOVERED_READ.with_dnr(true),
+            ),
+            (
+                BackendError::Io(io::Error::new(io::ErrorKind::UnexpectedEof, "short read")),
+                FailureClass::Truncated,
+                Status::WRITE_FAULT.with_dnr(true),
+                Status::UNRECOVERED_READ.with_dnr(true),
+            ),
+        ];
+        for (e, class, write, read) in cases {
+            assert_eq!(FailureClass::of(&e), class, "{e}");
+            assert_eq!(backend_status(&e, true), write, "write: {e}");
+            assert_eq!(backend_status(&e, false), read, "read: {e}");
+        }
+        let oor = BackendError::OutOfRange {
+            offset: 1,
+            len: 2,
+            size: 2,
+        };
+        assert_eq!(backend_status(&oor, true), Status::LBA_RANGE);
+        assert!(
+            Status::CAP_EXCEEDED.dnr
+                && Status::NS_WRITE_PROTECTED.dnr
+                && !Status::CMD_INTERRUPTED.dnr
+        );
+        // EIO may be transient on real media: the host may retry.
+        assert!(!backend_status(&errno(libc::EIO), true).dnr);
     }
 }

@@ -99,10 +99,11 @@ mod controller;
 mod discovery;
 mod fabrics;
 mod io;
+pub mod log_limit;
 mod model;
 mod queue;
 
 pub use controller::{Controller, ControllerKind};
-pub use io::{IoOp, IoRequest, NsRef, execute_io};
+pub use io::{FailureClass, IoOp, IoRequest, NsRef, backend_status, execute_io};
 pub use model::{ListenerInfo, Namespace, Subsystem, Target, TargetLimits};
 pub use queue::{C2hData, Disposition, Queue, QueueRole};

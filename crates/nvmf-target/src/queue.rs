@@ -343,7 +343,7 @@ impl Queue {
             return self.immediate(sqe, CmdError::at(Status::INVALID_FIELD, 1));
         }
         let Some(idx) = self.free.pop() else {
-            tracing::warn!(sqid, "host exceeded the queue depth; command rejected");
+            crate::warn_every!(sqid, "host exceeded the queue depth; command rejected");
             return self.immediate(sqe, Status::CMD_SEQ_ERROR.into());
         };
         let slot = &mut self.slots[usize::from(idx)];
@@ -797,7 +797,11 @@ impl Drop for Queue {
         if let Some(c) = &self.ctrl {
             match self.role {
                 QueueRole::Admin => {
-                    tracing::info!(cntlid = c.cntlid.0, hostnqn = %c.hostnqn, "admin queue closed; controller removed");
+                    if c.is_discovery() {
+                        tracing::debug!(cntlid = c.cntlid.0, hostnqn = %c.hostnqn, "admin queue closed; discovery controller removed");
+                    } else {
+                        tracing::info!(cntlid = c.cntlid.0, hostnqn = %c.hostnqn, "admin queue closed; controller removed");
+                    }
                     c.kill();
                 }
                 QueueRole::Io { qid, .. } => {

@@ -1,6 +1,8 @@
 //! Test helpers shared by the integration tests (each test crate uses a subset).
 #![allow(dead_code)]
 
+pub mod client;
+
 use ebof_backend::{Backend, BackendError, BackendKind, BackendSpec};
 use nvmf_target::{Namespace, Subsystem};
 use std::ops::Range;
