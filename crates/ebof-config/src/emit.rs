@@ -46,6 +46,13 @@ impl Config {
         let _ = writeln!(out, "c2h_data_max = {}", t.c2h_data_max);
         let _ = writeln!(out, "max_io_queues = {}", t.max_io_queues);
         let _ = writeln!(out, "max_queue_size = {}", t.max_queue_size);
+        let _ = writeln!(out, "handshake_timeout_ms = {}", t.handshake_timeout_ms);
+        let _ = writeln!(out, "max_connections = {}", t.max_connections);
+        let _ = writeln!(
+            out,
+            "max_connections_per_address = {}",
+            t.max_connections_per_address
+        );
         let _ = writeln!(out, "serial_prefix = {}", string(&t.serial_prefix));
         let _ = writeln!(out, "ram_huge_pages = {}", t.ram_huge_pages);
         for l in &self.listeners {

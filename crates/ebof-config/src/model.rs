@@ -73,8 +73,18 @@ pub struct TargetTuning {
     /// I/O queues per controller: 1..=1024. Default 32.
     pub max_io_queues: u16,
     /// Entries per queue, MQES+1 (CAP.MQES is 0's based): 16..=4096.
-    /// Default 128.
+    /// Default 1024, as the Linux target (the ODCC test plan runs QD 256 per job). A queue
+    /// only grows to what its host asks for at Connect.
     pub max_queue_size: u16,
+    /// A new connection must send its ICReq and complete Fabrics Connect within this many
+    /// milliseconds, or it is closed: 100..=600000. Default 5000.
+    pub handshake_timeout_ms: u32,
+    /// Connections open at once, all hosts together: 1..=1048576. Default 16384 (and never
+    /// more than the open-file limit allows; ebof serve raises its soft limit to the hard one).
+    pub max_connections: u32,
+    /// Connections open at once from one source IP address: 1..=1048576. Default 4096 (a
+    /// host with 1024 I/O queues on each of two paths fits).
+    pub max_connections_per_address: u32,
     /// Prefix of derived serial numbers: at most 12 printable ASCII
     /// characters without spaces, so at least 8 hex digits of the hash fit
     /// in the 20-byte SN field. Default `"EBOF"`.
@@ -93,7 +103,10 @@ impl Default for TargetTuning {
             max_h2c_data: 131_072,
             c2h_data_max: 131_072,
             max_io_queues: 32,
-            max_queue_size: 128,
+            max_queue_size: 1024,
+            handshake_timeout_ms: 5000,
+            max_connections: 16_384,
+            max_connections_per_address: 4096,
             serial_prefix: DEFAULT_SERIAL_PREFIX.to_owned(),
             ram_huge_pages: true,
         }

@@ -52,6 +52,11 @@ struct RawTarget {
     max_io_queues: Option<i64>,
     /// Entries per queue (MQES+1).
     max_queue_size: Option<i64>,
+    /// ICReq + Connect deadline, milliseconds.
+    handshake_timeout_ms: Option<i64>,
+    /// Connection caps.
+    max_connections: Option<i64>,
+    max_connections_per_address: Option<i64>,
     /// Prefix of derived serial numbers.
     serial_prefix: Option<String>,
     /// Back RAM namespaces with transparent huge pages.
@@ -308,6 +313,17 @@ fn convert_target(raw: RawTarget) -> Result<TargetTuning, ConfigError> {
         c2h_data_max: field(raw.c2h_data_max, &rules::C2H_DATA_MAX, d.c2h_data_max)?,
         max_io_queues: field(raw.max_io_queues, &rules::MAX_IO_QUEUES, d.max_io_queues)?,
         max_queue_size: field(raw.max_queue_size, &rules::MAX_QUEUE_SIZE, d.max_queue_size)?,
+        handshake_timeout_ms: field(
+            raw.handshake_timeout_ms,
+            &rules::HANDSHAKE_TIMEOUT_MS,
+            d.handshake_timeout_ms,
+        )?,
+        max_connections: field(raw.max_connections, &rules::MAX_CONNECTIONS, d.max_connections)?,
+        max_connections_per_address: field(
+            raw.max_connections_per_address,
+            &rules::MAX_CONNECTIONS_PER_ADDRESS,
+            d.max_connections_per_address,
+        )?,
         serial_prefix: raw.serial_prefix.unwrap_or(d.serial_prefix),
         ram_huge_pages: raw.ram_huge_pages.unwrap_or(d.ram_huge_pages),
     })

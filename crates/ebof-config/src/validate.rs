@@ -89,6 +89,24 @@ pub(crate) mod rules {
         max: 4096,
         multiple_of: 1,
     };
+    pub(crate) const HANDSHAKE_TIMEOUT_MS: TuningRule = TuningRule {
+        field: "handshake_timeout_ms",
+        min: 100,
+        max: 600_000,
+        multiple_of: 1,
+    };
+    pub(crate) const MAX_CONNECTIONS: TuningRule = TuningRule {
+        field: "max_connections",
+        min: 1,
+        max: 1 << 20,
+        multiple_of: 1,
+    };
+    pub(crate) const MAX_CONNECTIONS_PER_ADDRESS: TuningRule = TuningRule {
+        field: "max_connections_per_address",
+        min: 1,
+        max: 1 << 20,
+        multiple_of: 1,
+    };
 }
 
 impl Config {
@@ -134,6 +152,9 @@ fn validate_target(t: &TargetTuning) -> Result<(), ConfigError> {
     rules::C2H_DATA_MAX.check(t.c2h_data_max.into())?;
     rules::MAX_IO_QUEUES.check(t.max_io_queues.into())?;
     rules::MAX_QUEUE_SIZE.check(t.max_queue_size.into())?;
+    rules::HANDSHAKE_TIMEOUT_MS.check(t.handshake_timeout_ms.into())?;
+    rules::MAX_CONNECTIONS.check(t.max_connections.into())?;
+    rules::MAX_CONNECTIONS_PER_ADDRESS.check(t.max_connections_per_address.into())?;
     let prefix = &t.serial_prefix;
     if prefix.len() > SERIAL_PREFIX_MAX_LEN || !prefix.chars().all(|c| c.is_ascii_graphic()) {
         return Err(ConfigError::new(

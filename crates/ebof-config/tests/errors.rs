@@ -164,6 +164,24 @@ fn each_rule_reports_code_and_path() {
             "target.max_queue_size",
         ),
         (
+            "handshake deadline too short",
+            target("handshake_timeout_ms = 10"),
+            codes::INVALID_TUNING,
+            "target.handshake_timeout_ms",
+        ),
+        (
+            "no connections allowed",
+            target("max_connections = 0"),
+            codes::INVALID_TUNING,
+            "target.max_connections",
+        ),
+        (
+            "negative per-address cap",
+            target("max_connections_per_address = -1"),
+            codes::INVALID_TUNING,
+            "target.max_connections_per_address",
+        ),
+        (
             "serial prefix too long",
             target("serial_prefix = \"ABCDEFGHIJKLM\""),
             codes::INVALID_SERIAL,

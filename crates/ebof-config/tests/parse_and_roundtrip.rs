@@ -103,6 +103,9 @@ max_h2c_data = 65536
 c2h_data_max = 32768
 max_io_queues = 8
 max_queue_size = 256
+handshake_timeout_ms = 2500
+max_connections = 100
+max_connections_per_address = 10
 serial_prefix = "TEST"
 ram_huge_pages = false
 
@@ -155,6 +158,9 @@ fn full_document_parses_to_expected_values() {
             c2h_data_max: 32768,
             max_io_queues: 8,
             max_queue_size: 256,
+            handshake_timeout_ms: 2500,
+            max_connections: 100,
+            max_connections_per_address: 10,
             serial_prefix: "TEST".into(),
             ram_huge_pages: false,
         }

@@ -19,10 +19,15 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 use std::time::Instant;
 
-/// Receive buffer floor; at least four maximal PDUs, so that moving a partial PDU to the
-/// front (compaction, at most one PDU) happens at most once per half buffer consumed. Pages
-/// are only touched as data arrives.
+/// Receive buffer of a new or idle connection: room for the ICReq, Connect and a few commands
+/// with in-capsule data. It grows (doubling) when a read fills it, up to the working size.
+const RECV_BUF_INITIAL: usize = 16 * 1024;
+/// Floor of the working size; the working size holds at least four maximal PDUs, so that
+/// moving a partial PDU to the front (compaction, at most one PDU) happens at most once per
+/// half buffer consumed.
 const RECV_BUF_MIN: usize = 512 * 1024;
+/// Send buffer kept by an idle connection; larger ones are released when it goes idle.
+const SEND_BUF_IDLE: usize = 16 * 1024;
 /// Reads at least this large go out zero-copy from a memory backend; smaller ones are copied
 /// (an iovec entry per small read costs more than the copy).
 const ZERO_COPY_MIN: usize = 2048;
@@ -43,6 +48,10 @@ pub struct ConnCore {
     rbuf: Vec<u8>,
     rpos: usize,
     rlen: usize,
+    /// Largest receive buffer (the working size).
+    rmax: usize,
+    /// Bytes arrived since the last [`ConnCore::tick_idle`].
+    active: bool,
     /// Output to send (with `ext` spliced in).
     out: Vec<u8>,
     /// Zero-copy segments, in order of `at`.
@@ -72,14 +81,16 @@ impl ConnCore {
             ..cfg
         };
         let conn = TargetConn::new(cfg);
-        let cap = RECV_BUF_MIN.max(conn.max_pdu_len() * 4);
+        let rmax = RECV_BUF_MIN.max(conn.max_pdu_len() * 4);
         ConnCore {
             conn,
             queue,
-            rbuf: vec![0; cap],
+            rbuf: vec![0; RECV_BUF_INITIAL.min(rmax)],
             rpos: 0,
             rlen: 0,
-            out: Vec::with_capacity(64 * 1024),
+            rmax,
+            active: false,
+            out: Vec::new(),
             ext: Vec::new(),
             keep: Vec::new(),
             to_execute: Vec::with_capacity(64),
@@ -167,6 +178,41 @@ impl ConnCore {
     /// Account for `n` bytes written into [`ConnCore::recv_space`].
     pub fn received(&mut self, n: usize) {
         self.rlen = (self.rlen + n).min(self.rbuf.len());
+        self.active = true;
+    }
+
+    /// The receive buffer is full: double it (up to the working size). Returns false if it
+    /// is already at the working size (the reader waits for [`ConnCore::process`]).
+    pub fn grow_recv(&mut self) -> bool {
+        if self.rbuf.len() >= self.rmax {
+            return false;
+        }
+        let want = (self.rbuf.len() * 2).min(self.rmax);
+        self.rbuf.resize(want, 0);
+        true
+    }
+
+    /// Bytes of receive buffer held.
+    pub fn recv_capacity(&self) -> usize {
+        self.rbuf.len()
+    }
+
+    /// Periodic (timer tick): a connection that received nothing since the last tick and
+    /// holds no partial PDU or output gives its grown buffers back, so an idle queue costs
+    /// its initial size, not the size of its largest burst.
+    pub fn tick_idle(&mut self) {
+        if std::mem::take(&mut self.active) {
+            return;
+        }
+        if self.rpos == self.rlen && self.rbuf.len() > RECV_BUF_INITIAL {
+            self.rbuf = vec![0; RECV_BUF_INITIAL];
+            self.rpos = 0;
+            self.rlen = 0;
+        }
+        if !self.has_output() && self.out.capacity() > SEND_BUF_IDLE {
+            self.out = Vec::new();
+        }
+        self.queue.release_idle_buffers();
     }
 
     /// Decode and handle every complete PDU; I/O on non-blocking backends runs inline; slots

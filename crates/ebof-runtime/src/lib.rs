@@ -11,6 +11,7 @@
 
 pub mod affinity;
 pub mod conn;
+pub mod limits;
 pub mod reactor;
 pub mod server;
 

@@ -15,6 +15,7 @@
 //! run on a shared worker pool; their completions come back through a channel and a waker.
 
 use crate::conn::{ConnCore, Step};
+use crate::limits::{Admission, Admitted};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 use nvme_spec::Status;
@@ -56,11 +57,14 @@ pub enum ConnEnd {
     Io(io::Error),
     /// The server is stopping.
     Stopped,
+    /// No ICReq and Fabrics Connect within the handshake deadline.
+    HandshakeTimeout(Duration),
 }
 
 /// A connection handed to a reactor.
 pub(crate) struct NewConn {
     pub stream: std::net::TcpStream,
+    pub admitted: Admitted,
     pub local: SocketAddr,
     pub peer: SocketAddr,
     pub discovery_only: bool,
@@ -104,8 +108,11 @@ pub(crate) struct Reactor {
     target: Arc<Target>,
     tcp: TargetConnConfig,
     spin: Duration,
+    handshake_timeout: Duration,
     stop: Arc<AtomicBool>,
     blocking: tokio::runtime::Handle,
+    /// Connection caps, checked when this reactor accepts.
+    admission: Arc<Admission>,
     /// Listeners accepted on this reactor, with their discovery-only flag.
     listeners: Vec<(TcpListener, SocketAddr, bool)>,
     /// Where accepted connections go (round-robin), this reactor included.
@@ -135,6 +142,10 @@ struct ConnState {
     /// Counted in the reactor's number of ending connections.
     end_counted: bool,
     in_ready: bool,
+    /// Until Fabrics Connect succeeds: when the connection is closed if it has not.
+    handshake_deadline: Option<Instant>,
+    /// This connection's place under the connection caps (given back on drop).
+    _admitted: Admitted,
 }
 
 impl Reactor {
@@ -144,8 +155,10 @@ impl Reactor {
         target: Arc<Target>,
         tcp: TargetConnConfig,
         spin: Duration,
+        handshake_timeout: Duration,
         stop: Arc<AtomicBool>,
         blocking: tokio::runtime::Handle,
+        admission: Arc<Admission>,
     ) -> io::Result<(Reactor, Arc<Mailbox>)> {
         let poll = Poll::new()?;
         let waker = Waker::new(poll.registry(), WAKER)?;
@@ -164,8 +177,10 @@ impl Reactor {
                 target,
                 tcp,
                 spin,
+                handshake_timeout,
                 stop,
                 blocking,
+                admission,
                 listeners: Vec::new(),
                 peers: Vec::new(),
                 next_peer: 0,
@@ -206,6 +221,8 @@ impl Reactor {
         let mut next_tick = Instant::now() + TICK;
         // Connections that have ended and wait to be retired.
         let mut ending = 0usize;
+        // Connections were retired since the last tick: hand freed memory back to the OS.
+        let mut trim_due = false;
         loop {
             let now = Instant::now();
             let spinning = !ready.is_empty() || now.duration_since(last_work) < self.spin;
@@ -331,11 +348,23 @@ impl Reactor {
                 for c in conns.iter_mut().flatten() {
                     let _g = c.span.enter();
                     let c = &mut c.s;
-                    if c.ending.is_none() && c.core.queue.poll_timers(now) {
-                        c.ending = Some((ConnEnd::ControllerGone, now));
+                    if c.ending.is_some() {
+                        continue;
+                    }
+                    let why = if c.core.queue.poll_timers(now) {
+                        Some(ConnEnd::ControllerGone)
+                    } else {
+                        handshake_expired(c, now, self.handshake_timeout)
+                    };
+                    if let Some(why) = why {
+                        c.ending = Some((why, now));
                         c.end_counted = true;
                         ending += 1;
                     }
+                    c.core.tick_idle();
+                }
+                if std::mem::take(&mut trim_due) {
+                    release_freed_memory();
                 }
                 if self.stop.load(Ordering::Acquire) {
                     break;
@@ -344,7 +373,7 @@ impl Reactor {
                 break;
             }
             if ending > 0 {
-                self.retire(&mut conns, &mut free, &mut ready, &mut ending, now);
+                trim_due |= self.retire(&mut conns, &mut free, &mut ready, &mut ending, now);
             }
         }
         for mut c in conns.into_iter().flatten() {
@@ -356,7 +385,8 @@ impl Reactor {
         }
     }
 
-    /// Close ended connections whose linger (term grace, offloaded I/O) is over.
+    /// Close ended connections whose linger (term grace, offloaded I/O) is over. Returns
+    /// whether any was closed.
     fn retire(
         &self,
         conns: &mut [Option<Conn>],
@@ -364,7 +394,8 @@ impl Reactor {
         ready: &mut Vec<usize>,
         ending: &mut usize,
         now: Instant,
-    ) {
+    ) -> bool {
+        let mut retired = false;
         for (i, slot) in conns.iter_mut().enumerate() {
             let done = match slot {
                 Some(c) => match &c.s.ending {
@@ -381,8 +412,10 @@ impl Reactor {
                 ready.retain(|&r| r != i);
                 free.push(i);
                 *ending = ending.saturating_sub(1);
+                retired = true;
             }
         }
+        retired
     }
 
     fn accept(&mut self, idx: usize) {
@@ -403,10 +436,18 @@ impl Reactor {
                     if self.peers.is_empty() {
                         continue;
                     }
+                    let admitted = match self.admission.admit(peer.ip()) {
+                        Ok(a) => a,
+                        Err(why) => {
+                            nvmf_target::warn_every!(%peer, %local, "connection refused: {why}");
+                            continue; // `std` is dropped: closed
+                        }
+                    };
                     let i = self.next_peer % self.peers.len();
                     self.next_peer = self.next_peer.wrapping_add(1);
                     self.peers[i].deliver(NewConn {
                         stream: std,
+                        admitted,
                         local,
                         peer,
                         discovery_only: disc,
@@ -431,6 +472,7 @@ impl Reactor {
     ) -> Option<usize> {
         let NewConn {
             stream,
+            admitted,
             local,
             peer,
             discovery_only,
@@ -472,6 +514,8 @@ impl Reactor {
                 ending: None,
                 end_counted: false,
                 in_ready: true,
+                handshake_deadline: Instant::now().checked_add(self.handshake_timeout),
+                _admitted: admitted,
             },
         });
         Some(i)
@@ -576,6 +620,28 @@ impl Reactor {
     }
 }
 
+/// The connection's handshake deadline passed before Fabrics Connect succeeded; clears the
+/// deadline once it has.
+fn handshake_expired(c: &mut ConnState, now: Instant, timeout: Duration) -> Option<ConnEnd> {
+    let deadline = c.handshake_deadline?;
+    if c.core.queue.controller().is_some() {
+        c.handshake_deadline = None;
+        return None;
+    }
+    (now >= deadline).then_some(ConnEnd::HandshakeTimeout(timeout))
+}
+
+/// Give memory freed by closed connections back to the OS: glibc keeps freed heap pages in
+/// its arenas (and raises its mmap threshold after large frees), so a burst of thousands of
+/// connections would otherwise leave the process at its peak size.
+fn release_freed_memory() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim has no preconditions; it only returns free memory to the kernel.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 fn end(c: &mut ConnState, why: ConnEnd) {
     if c.ending.is_none() {
         c.ending = Some((why, Instant::now()));
@@ -605,6 +671,10 @@ fn log_end(c: &Conn) {
         }
         Some((ConnEnd::Io(e), _)) => tracing::debug!(error = %e, "connection I/O error"),
         Some((ConnEnd::Stopped, _)) => tracing::debug!("connection closed: server stopping"),
+        Some((ConnEnd::HandshakeTimeout(t), _)) => nvmf_target::warn_every!(
+            timeout_ms = t.as_millis() as u64,
+            "connection closed: no ICReq and Fabrics Connect within the handshake deadline"
+        ),
         None => {}
     }
 }
@@ -660,11 +730,10 @@ fn read_available(c: &mut ConnState) -> Input {
     use std::io::Read;
     let mut got = false;
     loop {
-        let space = c.core.recv_space();
-        if space.is_empty() {
+        if c.core.recv_space().is_empty() && !c.core.grow_recv() {
             break;
         }
-        match c.stream.read(space) {
+        match c.stream.read(c.core.recv_space()) {
             Ok(0) => {
                 c.readable = false;
                 return if got {

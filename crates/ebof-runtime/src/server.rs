@@ -6,6 +6,7 @@
 //! between cores). Backends that may block run on a shared worker pool.
 
 use crate::affinity;
+use crate::limits::{Admission, ConnCaps};
 use crate::reactor::{Mailbox, Reactor};
 use nvmf_target::Target;
 use nvmf_tcp::TargetConnConfig;
@@ -27,6 +28,33 @@ pub struct ServerConfig {
     /// Adaptive-polling window: a reactor keeps polling without sleeping for this long after
     /// its last work (zero: purely event-driven, sleeps whenever nothing is ready).
     pub poll: std::time::Duration,
+    /// A connection must complete ICReq and Fabrics Connect within this time of being
+    /// accepted, or it is closed.
+    pub handshake_timeout: std::time::Duration,
+    /// Caps on open connections (total and per source address); further connections are
+    /// closed as soon as they are accepted. The total is also kept below the open-file limit.
+    pub caps: ConnCaps,
+    /// Listen backlog; `None`: the kernel's maximum (`net.core.somaxconn`).
+    pub backlog: Option<u32>,
+}
+
+impl ServerConfig {
+    /// Defaults for everything but where to listen and which cores to run on.
+    pub fn new(listeners: Vec<SocketAddr>, cores: Vec<usize>) -> ServerConfig {
+        ServerConfig {
+            listeners,
+            discovery: None,
+            cores,
+            tcp: TargetConnConfig::default(),
+            poll: std::time::Duration::from_micros(100),
+            handshake_timeout: std::time::Duration::from_secs(5),
+            caps: ConnCaps {
+                total: 16_384,
+                per_address: 4_096,
+            },
+            backlog: None,
+        }
+    }
 }
 
 /// Errors starting the server.
@@ -80,19 +108,20 @@ impl Server {
             return Err(ServerError::NoCores);
         }
         let mut listeners = Vec::new();
+        let backlog = cfg.backlog.unwrap_or_else(somaxconn);
         for (addr, disc) in cfg
             .listeners
             .iter()
             .map(|a| (*a, false))
             .chain(cfg.discovery.map(|a| (a, true)))
         {
-            let l = StdListener::bind(addr).map_err(|source| ServerError::Bind { addr, source })?;
-            l.set_nonblocking(true)
-                .map_err(|source| ServerError::Bind { addr, source })?;
+            let l = listen(addr, backlog).map_err(|source| ServerError::Bind { addr, source })?;
             let local = l.local_addr().unwrap_or(addr);
-            tracing::info!(%local, discovery_only = disc, "listening (NVMe/TCP)");
+            tracing::info!(%local, discovery_only = disc, backlog, "listening (NVMe/TCP)");
             listeners.push((l, disc));
         }
+        let caps = fit_caps(cfg.caps);
+        let admission = Admission::new(caps);
         let bound: Vec<SocketAddr> = listeners
             .iter()
             .filter_map(|(l, _)| l.local_addr().ok())
@@ -113,8 +142,10 @@ impl Server {
                 target.clone(),
                 cfg.tcp,
                 cfg.poll,
+                cfg.handshake_timeout,
                 stop.clone(),
                 blocking.handle().clone(),
+                admission.clone(),
             )
             .map_err(ServerError::Thread)?;
             reactors.push(r);
@@ -172,4 +203,68 @@ impl Server {
             bound,
         })
     }
+}
+
+/// The kernel's listen backlog maximum (`net.core.somaxconn`); 4096 (Linux's default since
+/// 5.4) if it cannot be read.
+fn somaxconn() -> u32 {
+    std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(4096)
+}
+
+/// A non-blocking listening socket on `addr` with `backlog` (std's `bind` fixes it at 128,
+/// which makes a burst of connects wait for SYN retries).
+fn listen(addr: SocketAddr, backlog: u32) -> std::io::Result<StdListener> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let s = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    s.set_reuse_address(true)?;
+    if addr.is_ipv6() {
+        s.set_only_v6(true)?;
+    }
+    s.bind(&addr.into())?;
+    s.listen(i32::try_from(backlog).unwrap_or(i32::MAX))?;
+    s.set_nonblocking(true)?;
+    Ok(s.into())
+}
+
+/// Raise the open-file limit to its hard maximum and keep the connection cap below it (each
+/// connection is a descriptor; the rest — backends, epoll, listeners — gets a reserve).
+fn fit_caps(mut caps: ConnCaps) -> ConnCaps {
+    const RESERVE: u64 = 256;
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit only read/write the struct we pass.
+    let files = unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+            return caps;
+        }
+        if lim.rlim_cur < lim.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: lim.rlim_max,
+                rlim_max: lim.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                lim.rlim_cur = lim.rlim_max;
+            }
+        }
+        lim.rlim_cur
+    };
+    let room = usize::try_from(files.saturating_sub(RESERVE)).unwrap_or(usize::MAX).max(1);
+    if caps.total == 0 {
+        caps.total = room;
+    } else if caps.total > room {
+        tracing::warn!(
+            configured = caps.total,
+            open_file_limit = files,
+            cap = room,
+            "max_connections lowered to fit the open-file limit"
+        );
+        caps.total = room;
+    }
+    tracing::debug!(total = caps.total, per_address = caps.per_address, "connection caps");
+    caps
 }

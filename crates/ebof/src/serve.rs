@@ -285,6 +285,12 @@ pub fn run(a: ServeArgs) -> Result<()> {
         cores: cores.clone(),
         tcp,
         poll: std::time::Duration::from_micros(a.poll_us),
+        handshake_timeout: std::time::Duration::from_millis(t.handshake_timeout_ms.into()),
+        caps: ebof_runtime::limits::ConnCaps {
+            total: t.max_connections as usize,
+            per_address: t.max_connections_per_address as usize,
+        },
+        backlog: None,
     };
     let handle = Server::start(target.clone(), server_cfg)?;
     tracing::info!(

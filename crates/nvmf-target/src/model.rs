@@ -27,7 +27,7 @@ impl Default for TargetLimits {
         TargetLimits {
             io_inline_data: 8192,
             max_io_queues: 32,
-            max_queue_size: 128,
+            max_queue_size: 1024,
             max_transfer: 128 * 1024,
         }
     }

@@ -324,6 +324,28 @@ impl Queue {
         self.slots.len() - self.free.len()
     }
 
+    /// Called when the connection has been idle for a while: with no command in flight, free
+    /// the data buffers the slots kept from earlier commands (each grows to the largest
+    /// transfer it carried), so an idle queue holds only its slot table.
+    pub fn release_idle_buffers(&mut self) {
+        if self.outstanding() != 0 {
+            return;
+        }
+        for s in &mut self.slots {
+            if s.buf.capacity() > 0 {
+                s.buf = Vec::new();
+            }
+        }
+    }
+
+    /// Bytes an idle queue holds: its slot table and free list (the buffers are released by
+    /// [`Queue::release_idle_buffers`]).
+    pub fn idle_footprint(&self) -> usize {
+        self.slots.capacity() * std::mem::size_of::<Slot>()
+            + self.free.capacity() * std::mem::size_of::<u16>()
+            + self.completions.capacity() * std::mem::size_of::<Completion>()
+    }
+
     /// Resize the slot table after Connect told us the queue size.
     pub(crate) fn set_entries(&mut self, entries: u32) {
         self.entries = entries;

@@ -8,7 +8,7 @@ use nvme_spec::opcode::{admin, fctype};
 use nvme_spec::{CommandId, ControllerId, Cqe, NamespaceId, QueueId, Sqe};
 use nvmf_target::{ListenerInfo, Target, TargetLimits};
 use nvmf_tcp::pdu::pdu_type;
-use nvmf_tcp::{HostConn, HostConnConfig, HostEvent, TargetConnConfig};
+use nvmf_tcp::{HostConn, HostConnConfig, HostEvent};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
@@ -58,11 +58,8 @@ pub fn start_with(
         Instant::now(),
     ));
     let mut cfg = ServerConfig {
-        listeners: vec![any],
-        discovery: None,
-        cores: vec![0],
-        tcp: TargetConnConfig::default(),
         poll,
+        ..ServerConfig::new(vec![any], vec![0])
     };
     adjust(&mut cfg);
     let handle = Server::start(target, cfg).unwrap();
