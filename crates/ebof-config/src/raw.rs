@@ -318,7 +318,11 @@ fn convert_target(raw: RawTarget) -> Result<TargetTuning, ConfigError> {
             &rules::HANDSHAKE_TIMEOUT_MS,
             d.handshake_timeout_ms,
         )?,
-        max_connections: field(raw.max_connections, &rules::MAX_CONNECTIONS, d.max_connections)?,
+        max_connections: field(
+            raw.max_connections,
+            &rules::MAX_CONNECTIONS,
+            d.max_connections,
+        )?,
         max_connections_per_address: field(
             raw.max_connections_per_address,
             &rules::MAX_CONNECTIONS_PER_ADDRESS,

@@ -253,7 +253,9 @@ fn fit_caps(mut caps: ConnCaps) -> ConnCaps {
         }
         lim.rlim_cur
     };
-    let room = usize::try_from(files.saturating_sub(RESERVE)).unwrap_or(usize::MAX).max(1);
+    let room = usize::try_from(files.saturating_sub(RESERVE))
+        .unwrap_or(usize::MAX)
+        .max(1);
     if caps.total == 0 {
         caps.total = room;
     } else if caps.total > room {
@@ -265,6 +267,64 @@ fn fit_caps(mut caps: ConnCaps) -> ConnCaps {
         );
         caps.total = room;
     }
-    tracing::debug!(total = caps.total, per_address = caps.per_address, "connection caps");
+    tracing::debug!(
+        total = caps.total,
+        per_address = caps.per_address,
+        "connection caps"
+    );
     caps
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpStream;
+    use std::time::Duration;
+
+    /// Connects that nobody accepts yet until one does not complete (bounded by `max`).
+    fn queued_connects(l: &StdListener, max: usize) -> usize {
+        let addr = l.local_addr().unwrap();
+        let mut held = Vec::new();
+        while held.len() < max {
+            match TcpStream::connect_timeout(&addr, Duration::from_millis(1500)) {
+                Ok(s) => held.push(s),
+                Err(_) => break,
+            }
+        }
+        held.len()
+    }
+
+    /// The listener takes a burst of connects while the reactor is busy; std's fixed backlog
+    /// of 128 makes the rest wait for SYN retries (and, here, fail).
+    #[test]
+    fn backlog_comes_from_somaxconn() {
+        let max = somaxconn() as usize;
+        let burst = 600;
+        if max < burst + 10 {
+            eprintln!("skipped: net.core.somaxconn is {max}, below the burst of {burst}");
+            return;
+        }
+        let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let l = listen(any, somaxconn()).unwrap();
+        assert_eq!(queued_connects(&l, burst), burst);
+        // The contrast that makes the check mean something: a backlog of 128 does not.
+        let small = listen(any, 128).unwrap();
+        assert!(queued_connects(&small, burst) < burst);
+    }
+
+    #[test]
+    fn caps_fit_the_open_file_limit() {
+        let c = fit_caps(ConnCaps {
+            total: usize::MAX,
+            per_address: 10,
+        });
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit writes the struct we pass.
+        assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) }, 0);
+        assert!(c.total as u64 <= lim.rlim_cur.max(257));
+        assert_eq!(c.per_address, 10);
+    }
 }
