@@ -75,19 +75,27 @@ def main():
     closed_by_server = 0
     first_close = None
     start = time.monotonic()
-    live = list(socks)
+    live = {s.fileno(): s for s in socks}
+    poller = select.poll()
+    for fd in live:
+        poller.register(fd, select.POLLIN)
     while live and time.monotonic() - start < a.hold:
-        r, _, _ = select.select(live[:1000], [], [], 0.2) if len(live) else ([], [], [])
-        for s in r:
+        for fd, _ev in poller.poll(200):
+            s = live.get(fd)
+            if s is None:
+                continue
             try:
                 d = s.recv(4096)
-            except (ConnectionResetError, BlockingIOError, OSError):
+            except BlockingIOError:
+                continue
+            except OSError:
                 d = b""
             if not d:
                 closed_by_server += 1
                 if first_close is None:
                     first_close = time.monotonic() - start
-                live.remove(s)
+                poller.unregister(fd)
+                del live[fd]
         p = proc(a.pid)
         for k in peak:
             peak[k] = max(peak[k], p[k])

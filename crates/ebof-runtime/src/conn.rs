@@ -19,9 +19,10 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 use std::time::Instant;
 
-/// Receive buffer of a new or idle connection: room for the ICReq, Connect and a few commands
-/// with in-capsule data. It grows (doubling) when a read fills it, up to the working size.
-const RECV_BUF_INITIAL: usize = 16 * 1024;
+/// Receive buffer allocated when a connection first has bytes to read (a new or idle
+/// connection holds none): room for the ICReq, Connect and a few commands with in-capsule
+/// data. It grows (doubling) when a read fills it, up to the working size.
+const RECV_BUF_INITIAL: usize = 8 * 1024;
 /// Floor of the working size; the working size holds at least four maximal PDUs, so that
 /// moving a partial PDU to the front (compaction, at most one PDU) happens at most once per
 /// half buffer consumed.
@@ -85,7 +86,7 @@ impl ConnCore {
         ConnCore {
             conn,
             queue,
-            rbuf: vec![0; RECV_BUF_INITIAL.min(rmax)],
+            rbuf: Vec::new(),
             rpos: 0,
             rlen: 0,
             rmax,
@@ -181,15 +182,34 @@ impl ConnCore {
         self.active = true;
     }
 
-    /// The receive buffer is full: double it (up to the working size). Returns false if it
-    /// is already at the working size (the reader waits for [`ConnCore::process`]).
+    /// The receive buffer is full (or not allocated yet): double it (up to the working size).
+    /// Returns false if it is already at the working size (the reader waits for
+    /// [`ConnCore::process`]).
     pub fn grow_recv(&mut self) -> bool {
         if self.rbuf.len() >= self.rmax {
             return false;
         }
-        let want = (self.rbuf.len() * 2).min(self.rmax);
+        let want = (self.rbuf.len() * 2).clamp(RECV_BUF_INITIAL, self.rmax);
         self.rbuf.resize(want, 0);
         true
+    }
+
+    /// Copy `bytes` into the receive buffer (growing it as a reader would), for drivers
+    /// without a socket (tests, fuzzing, replays). Returns how many were taken: fewer only if
+    /// the buffer is at its working size and full (call [`ConnCore::process`] first).
+    pub fn feed(&mut self, bytes: &[u8]) -> usize {
+        let mut taken = 0;
+        while taken < bytes.len() {
+            if self.recv_space().is_empty() && !self.grow_recv() {
+                break;
+            }
+            let space = self.recv_space();
+            let n = space.len().min(bytes.len() - taken);
+            space[..n].copy_from_slice(&bytes[taken..taken + n]);
+            self.received(n);
+            taken += n;
+        }
+        taken
     }
 
     /// Bytes of receive buffer held.
@@ -204,8 +224,8 @@ impl ConnCore {
         if std::mem::take(&mut self.active) {
             return;
         }
-        if self.rpos == self.rlen && self.rbuf.len() > RECV_BUF_INITIAL {
-            self.rbuf = vec![0; RECV_BUF_INITIAL];
+        if self.rpos == self.rlen && !self.rbuf.is_empty() {
+            self.rbuf = Vec::new();
             self.rpos = 0;
             self.rlen = 0;
         }

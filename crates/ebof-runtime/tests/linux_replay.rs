@@ -29,8 +29,7 @@ fn replay(file: &str, digests: bool) {
     ));
     let mut core = ConnCore::new(target, TargetConnConfig::default(), local, Instant::now());
     for chunk in bytes.chunks(1500) {
-        core.recv_space()[..chunk.len()].copy_from_slice(chunk);
-        core.received(chunk.len());
+        assert_eq!(core.feed(chunk), chunk.len());
         match core.process(Instant::now(), |_, _| panic!("RAM never offloads")) {
             Step::Continue => {}
             Step::Close(e) => panic!("{file}: target closed: {e:?}"),

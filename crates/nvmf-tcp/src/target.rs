@@ -110,7 +110,8 @@ pub struct TargetConn {
     state: State,
     digests: Digests,
     hpda: u8,
-    /// Indexed by TTAG; allocated once, at `new`.
+    /// Indexed by TTAG; grows (up to `cfg.max_ttags`) as tags are first used, so a
+    /// connection that never receives a write holds none.
     r2t: Vec<R2tSlot>,
 }
 
@@ -121,7 +122,7 @@ impl TargetConn {
             state: State::AwaitIcReq,
             digests: Digests::NONE,
             hpda: 0,
-            r2t: vec![R2tSlot::default(); usize::from(cfg.max_ttags)],
+            r2t: Vec::new(),
         }
     }
 
@@ -297,6 +298,14 @@ impl TargetConn {
         let slot = match self.r2t.get(idx) {
             Some(s) if s.active => s,
             Some(_) => {
+                return Err((
+                    Fes::InvalidHeaderField,
+                    fei::TTAG,
+                    "TTAG has no outstanding R2T",
+                ));
+            }
+            // Never issued: either beyond the table so far or beyond `max_ttags`.
+            None if d.ttag < self.cfg.max_ttags => {
                 return Err((
                     Fes::InvalidHeaderField,
                     fei::TTAG,
@@ -485,7 +494,14 @@ impl TargetConn {
         let Some(end) = r2to.checked_add(r2tl) else {
             return false;
         };
-        match self.r2t.get_mut(usize::from(ttag)) {
+        let idx = usize::from(ttag);
+        if idx >= self.r2t.len() && ttag < self.cfg.max_ttags {
+            let want = (idx + 1)
+                .next_power_of_two()
+                .min(usize::from(self.cfg.max_ttags));
+            self.r2t.resize(want, R2tSlot::default());
+        }
+        match self.r2t.get_mut(idx) {
             Some(slot) if !slot.active => {
                 *slot = R2tSlot {
                     active: true,
