@@ -221,6 +221,12 @@ fn join<T: std::fmt::Display>(items: impl IntoIterator<Item = T>) -> String {
 
 pub fn run(a: ServeArgs) -> Result<()> {
     init_tracing();
+    // A file size limit (`ulimit -f`) must fail the write that crosses it (EFBIG → Capacity
+    // Exceeded for the host), not kill the target with SIGXFSZ.
+    // SAFETY: setting a signal's disposition to SIG_IGN has no preconditions.
+    unsafe {
+        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+    }
     let mut cfg = effective_config(&a)?;
     if a.print_config {
         print!("{}", cfg.to_toml_string());

@@ -40,8 +40,19 @@ impl Target {
 
     /// Spawn `ebof ARGS` (a serve command) and wait until `addr` accepts connections.
     pub fn spawn(args: &[&str], addr: SocketAddr, stderr: Stdio) -> Target {
-        let child = Command::new(EBOF)
-            .args(args)
+        let mut cmd = Command::new(EBOF);
+        cmd.args(args);
+        Target::spawn_command(cmd, addr, stderr)
+    }
+
+    /// Spawn `cmd` (which runs a serve command, e.g. through `sh -c '…; exec ebof serve …'`
+    /// so that the PID is the server's) and wait until `addr` accepts connections.
+    pub fn spawn_command(mut cmd: Command, addr: SocketAddr, stderr: Stdio) -> Target {
+        let args: Vec<String> = cmd
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        let child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(stderr)

@@ -1,0 +1,245 @@
+//! Backend faults through the real `ebof serve` and `ebof perf`: each errno class reaches the
+//! host as its deliberate NVMe status (see `nvmf_target::backend_status`), thousands of failures
+//! cost one warning line per cause, and connection churn logs per controller, not per queue.
+
+mod common;
+
+use common::{EBOF, Target, ebof, free_port};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+const NQN: &str = "nqn.2026-11.io.ebof:default";
+
+/// A scratch directory removed on drop.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(tag: &str) -> Scratch {
+        let p = std::env::temp_dir().join(format!("ebof-faults-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        Scratch(p)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn addr() -> SocketAddr {
+    format!("127.0.0.1:{}", free_port()).parse().unwrap()
+}
+
+/// `ebof serve --file PATH` with its log going to `log`.
+fn serve_file(path: &Path, log: &Path, a: SocketAddr) -> Target {
+    let f = std::fs::File::create(log).unwrap();
+    Target::spawn(
+        &[
+            "serve",
+            "--listen",
+            &a.to_string(),
+            "--file",
+            path.to_str().unwrap(),
+            "--cores",
+            "0",
+        ],
+        a,
+        Stdio::from(f),
+    )
+}
+
+/// `ebof perf` for `runtime` with `extra` flags; returns (success, stdout + stderr).
+fn perf(a: SocketAddr, rw: &str, runtime: &str, extra: &[&str]) -> (bool, String) {
+    let port = a.port().to_string();
+    let mut args = vec![
+        "perf",
+        "-a",
+        "127.0.0.1",
+        "-s",
+        &port,
+        "-n",
+        NQN,
+        "--rw",
+        rw,
+        "--qd",
+        "16",
+        "--runtime",
+        runtime,
+    ];
+    args.extend_from_slice(extra);
+    let o = ebof(&args);
+    (o.ok, format!("{}{}", o.stdout, o.stderr))
+}
+
+fn count(log: &Path, needle: &str) -> usize {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains(needle))
+        .count()
+}
+
+/// The number after "errors: " in perf's report.
+fn errors(report: &str) -> u64 {
+    report
+        .split("errors: ")
+        .nth(1)
+        .and_then(|s| s.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// A file truncated under the running target: reads past its end fail with Unrecovered Read
+/// Error and DNR (retrying cannot bring the data back), logged once, not once per command.
+#[test]
+fn truncated_file_reads_fail_with_dnr_and_log_once() {
+    let dir = Scratch::new("trunc");
+    let img = dir.0.join("t.img");
+    let log = dir.0.join("serve.log");
+    let a = addr();
+    let _t = serve_file(&img, &log, a); // created with 1 GiB, sparse
+    let f = std::fs::OpenOptions::new().write(true).open(&img).unwrap();
+    f.set_len(1 << 20).unwrap();
+    let (ok, report) = perf(a, "randread", "1s", &[]);
+    assert!(!ok, "reads past the end must fail:\n{report}");
+    assert!(
+        report.contains("Unrecovered Read Error (sct 2 sc 0x81, dnr)"),
+        "{report}"
+    );
+    let n = errors(&report);
+    assert!(n > 100, "a load of failures, not a handful: {n}\n{report}");
+    let lines = count(&log, "backend I/O failed");
+    assert!(
+        (1..=2).contains(&lines),
+        "{n} failures wrote {lines} warning lines"
+    );
+}
+
+/// A file size limit (`ulimit -f`, EFBIG) is "no space" for the host: Capacity Exceeded with
+/// DNR, as the Linux target answers ENOSPC; the target survives (SIGXFSZ ignored) and what was
+/// written below the limit reads back.
+#[test]
+fn file_size_limit_is_capacity_exceeded() {
+    let dir = Scratch::new("fsize");
+    let img = dir.0.join("f.img");
+    // Made at full size (sparse) first: the limit only bites writes beyond 1 MiB.
+    std::fs::File::create(&img)
+        .unwrap()
+        .set_len(64 << 20)
+        .unwrap();
+    let log = dir.0.join("serve.log");
+    let a = addr();
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c").arg(format!(
+        "ulimit -f 2048 && exec '{EBOF}' serve --listen {a} --file '{}' --cores 0",
+        img.display()
+    ));
+    let _t = Target::spawn_command(cmd, a, Stdio::from(std::fs::File::create(&log).unwrap()));
+    out_of_space(a, &log);
+}
+
+/// The first MiB takes verified writes; writes across the namespace then run out of space and
+/// fail with Capacity Exceeded + DNR, logged once; the target still serves the first MiB.
+fn out_of_space(a: SocketAddr, log: &Path) {
+    let (ok, report) = perf(a, "write", "500ms", &["--range", "0-1M", "--verify"]);
+    assert!(ok, "{report}");
+    let (ok, report) = perf(a, "randwrite", "1s", &[]);
+    assert!(!ok, "{report}");
+    assert!(
+        report.contains("Capacity Exceeded (sct 0 sc 0x81, dnr)"),
+        "{report}"
+    );
+    let (ok, report) = perf(a, "read", "300ms", &["--range", "0-1M"]);
+    assert!(ok, "{report}");
+    assert!((1..=2).contains(&count(log, "backend I/O failed")));
+}
+
+/// A full file system (ENOSPC, on a small tmpfs this test mounts; needs root): Capacity
+/// Exceeded with DNR, and the target keeps serving what it stored.
+#[test]
+fn full_file_system_is_capacity_exceeded() {
+    let dir = Scratch::new("enospc");
+    let mnt = dir.0.join("fs");
+    std::fs::create_dir_all(&mnt).unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=4m", "tmpfs"])
+        .arg(&mnt)
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !mounted {
+        eprintln!("skipped: cannot mount a tmpfs here (needs root); EFBIG covers the class");
+        return;
+    }
+    struct Unmount<'a>(&'a Path);
+    impl Drop for Unmount<'_> {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(self.0).status();
+        }
+    }
+    let _u = Unmount(&mnt);
+    let img = mnt.join("full.img");
+    let log = dir.0.join("serve.log");
+    let a = addr();
+    let t = serve_file(&img, &log, a);
+    out_of_space(a, &log);
+    drop(t);
+}
+
+/// Connection churn: an I/O controller costs two info lines (created, removed) however many
+/// queues it has; discovery controllers and I/O queues log at debug.
+#[test]
+fn churn_logs_per_controller_not_per_queue() {
+    let dir = Scratch::new("churn");
+    let log = dir.0.join("serve.log");
+    let a = addr();
+    let f = std::fs::File::create(&log).unwrap();
+    let t = Target::spawn(
+        &[
+            "serve",
+            "--listen",
+            &a.to_string(),
+            "--ram",
+            "16M",
+            "--cores",
+            "0",
+        ],
+        a,
+        Stdio::from(f),
+    );
+    let before = std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .lines()
+        .count();
+    let port = a.port().to_string();
+    let rounds = 10;
+    for _ in 0..rounds {
+        let o = ebof(&["identify", "-a", "127.0.0.1", "-s", &port, "-n", NQN]);
+        assert!(o.ok, "{}", o.stderr);
+    }
+    let (ok, report) = perf(a, "randread", "300ms", &["--queues", "4"]);
+    assert!(ok, "{report}");
+    // Let the last controller's removal be logged.
+    drop(t);
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().skip(before).collect();
+    let controllers = rounds + 1;
+    let created = lines
+        .iter()
+        .filter(|l| l.contains("new I/O controller"))
+        .count();
+    assert_eq!(created, controllers, "{lines:#?}");
+    assert!(
+        !lines.iter().any(|l| l.contains("I/O queue connected")),
+        "per-queue lines at info: {lines:#?}"
+    );
+    // Created + removed per controller, plus the shutdown lines.
+    assert!(
+        lines.len() <= 2 * controllers + 4,
+        "{} lines for {controllers} controllers: {lines:#?}",
+        lines.len()
+    );
+}
