@@ -56,10 +56,10 @@ fn json(o: &Output) -> Value {
         .unwrap_or_else(|e| panic!("not JSON ({e}): {}\nstderr: {}", o.stdout, o.stderr))
 }
 
-/// Completed Flushes recorded in a verify log so far: walk its records (format in
-/// `perf/vlog.rs`: a 64-byte header, then records of 16 + 8 × count + 4 bytes; kind 2 =
-/// flush completed). A record still being appended ends the walk.
-fn flushes_logged(log: &Path) -> usize {
+/// Records of `kind` in a verify log so far (2 = flush completed, 6 = FUA writes completed):
+/// walk its records (format in `perf/vlog.rs`: a 64-byte header, then records of
+/// 16 + 8 × count + 4 bytes). A record still being appended ends the walk.
+fn records_logged(log: &Path, kind: u8) -> usize {
     let Ok(b) = std::fs::read(log) else { return 0 };
     let mut at = 64;
     let mut n = 0;
@@ -69,10 +69,131 @@ fn flushes_logged(log: &Path) -> usize {
         if at + len > b.len() {
             break;
         }
-        n += usize::from(b[at] == 2);
+        n += usize::from(b[at] == kind);
         at += len;
     }
     n
+}
+
+/// A crash run, up to the restarted target.
+struct Crashed {
+    _dir: tempfile::TempDir,
+    /// The namespace file (open read/write for the damage checks).
+    file: std::fs::File,
+    log: std::path::PathBuf,
+    /// perf's JSON report of the killed run.
+    perf: Value,
+    /// `ebof serve` restarted on the same file.
+    target: Target,
+}
+
+/// Serve a fresh 16 MiB file namespace; run verified random writes (2 queues, QD 8) with
+/// `perf_extra`, logged; once `min` records of `kind` are in the log, kill -9 the target by PID
+/// in the middle of the run; check that perf fails and reports the loss; restart the target.
+fn write_and_kill(perf_extra: &[&str], kind: u8, min: usize) -> Crashed {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("ns.img");
+    let log = dir.path().join("run.vlog");
+    // Sparse, used at its size.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&img)
+        .unwrap();
+    file.set_len(16 << 20).unwrap();
+
+    let t = serve(&img);
+    let port = t.port();
+    let log_arg = log.to_str().unwrap();
+    let mut args: Vec<String> = [
+        "perf",
+        "-a",
+        "127.0.0.1",
+        "-s",
+        &port,
+        "-n",
+        NQN,
+        "--rw",
+        "randwrite",
+        "--bs",
+        "4k",
+        "--qd",
+        "8",
+        "--queues",
+        "2",
+        "--range",
+        RANGE,
+        "--runtime",
+        "60s",
+        "--verify",
+        "--verify-log",
+        log_arg,
+        "--no-busy-poll",
+        "--json",
+    ]
+    .iter()
+    .chain(perf_extra)
+    .map(|s| s.to_string())
+    .collect();
+    let run = std::thread::spawn(move || {
+        let a: Vec<&str> = args.iter_mut().map(|s| s.as_str()).collect();
+        ebof(&a)
+    });
+
+    let deadline = Instant::now() + KILL_DEADLINE;
+    while records_logged(&log, kind) < min {
+        assert!(
+            Instant::now() < deadline && !run.is_finished(),
+            "{min} log records of kind {kind} did not appear within {KILL_DEADLINE:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(t); // SIGKILL by PID, then reaped
+
+    // perf notices, writes the rest of its log, reports and fails.
+    let o = run.join().expect("perf thread");
+    assert!(!o.ok, "perf must fail when its target dies: {}", o.stdout);
+    assert!(
+        o.stderr.contains("I/O errors (connection lost)") && o.stderr.contains("--verify-only"),
+        "{}",
+        o.stderr
+    );
+    let perf = json(&o);
+    assert!(
+        !perf["errors"]["transport"].as_array().unwrap().is_empty(),
+        "{perf}"
+    );
+    assert_eq!(perf["verify"]["mismatch_count"], 0, "{perf}");
+    Crashed {
+        target: serve(&img),
+        _dir: dir,
+        file,
+        log,
+        perf,
+    }
+}
+
+/// The consistency every crash run must show: every block owed by a Flush or FUA intact, no
+/// stale, corrupt or torn block, and the counts adding up.
+fn assert_durable(j: &Value) {
+    assert_eq!(j["log"]["complete"], true, "{j}");
+    assert!(j["log"]["in_flight_writes"].as_u64().unwrap() <= 16, "{j}");
+    let owed = count(j, "flushed_blocks");
+    assert!(owed > 0, "no block was durable before the kill: {j}");
+    assert_eq!(count(j, "flushed_intact"), owed, "{j}");
+    assert_eq!((count(j, "stale"), count(j, "corrupt")), (0, 0), "{j}");
+    // 4 KiB units lie in one page each: a killed target leaves no unit half-written.
+    assert_eq!(count(j, "torn_units"), 0, "{j}");
+    assert_eq!(count(j, "unreadable_units"), 0, "{j}");
+    assert!(count(j, "intact") >= owed, "{j}");
+    assert_eq!(count(j, "blocks"), BLOCKS, "{j}");
+    assert_eq!(
+        count(j, "intact") + count(j, "never_written"),
+        BLOCKS,
+        "{j}"
+    );
+    assert_eq!(j["violations"], 0);
 }
 
 fn verify_only(t: &Target, log: &Path) -> (Output, Value) {
@@ -105,105 +226,18 @@ fn count(j: &Value, k: &str) -> u64 {
 
 #[test]
 fn flushed_blocks_survive_kill_9_of_the_target() {
-    let dir = tempfile::tempdir().unwrap();
-    let img = dir.path().join("ns.img");
-    let log = dir.path().join("run.vlog");
-    // A 16 MiB namespace file (sparse), used at its size.
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .open(&img)
-        .unwrap();
-    file.set_len(16 << 20).unwrap();
+    // A Flush every 32 writes per queue; kill -9 once 3 completed.
+    let c = write_and_kill(&["--flush-every", "32"], 2, FLUSHES_BEFORE_KILL);
+    let flushes = c.perf["flush"]["count"].as_u64().unwrap();
+    assert!(flushes >= FLUSHES_BEFORE_KILL as u64, "{}", c.perf);
+    assert!(c.perf["flush"]["latency_us"]["p50"].as_f64().unwrap() > 0.0);
 
-    // 1. Verified random writes with a Flush every 32 writes per queue, logged.
-    let t = serve(&img);
-    let port = t.port();
-    let log_arg = log.to_str().unwrap().to_string();
-    let run = std::thread::spawn(move || {
-        ebof(&[
-            "perf",
-            "-a",
-            "127.0.0.1",
-            "-s",
-            &port,
-            "-n",
-            NQN,
-            "--rw",
-            "randwrite",
-            "--bs",
-            "4k",
-            "--qd",
-            "8",
-            "--queues",
-            "2",
-            "--range",
-            RANGE,
-            "--runtime",
-            "60s",
-            "--verify",
-            "--flush-every",
-            "32",
-            "--verify-log",
-            &log_arg,
-            "--no-busy-poll",
-            "--json",
-        ])
-    });
-
-    // 2. Once some Flushes completed, kill -9 the target (by PID) in the middle of the run.
-    let deadline = Instant::now() + KILL_DEADLINE;
-    while flushes_logged(&log) < FLUSHES_BEFORE_KILL {
-        assert!(
-            Instant::now() < deadline && !run.is_finished(),
-            "{FLUSHES_BEFORE_KILL} flushes did not complete within {KILL_DEADLINE:?}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    drop(t); // SIGKILL, then reaped
-
-    // perf notices, writes the rest of its log, reports and fails.
-    let o = run.join().expect("perf thread");
-    assert!(!o.ok, "perf must fail when its target dies: {}", o.stdout);
-    let p = json(&o);
-    assert!(
-        !p["errors"]["transport"].as_array().unwrap().is_empty(),
-        "{p}"
-    );
-    let flushes = p["flush"]["count"].as_u64().unwrap();
-    assert!(flushes >= FLUSHES_BEFORE_KILL as u64, "{p}");
-    assert!(
-        p["flush"]["latency_us"]["p50"].as_f64().unwrap() > 0.0,
-        "{p}"
-    );
-    assert_eq!(p["verify"]["mismatch_count"], 0, "{p}");
-
-    // 3. Restart on the same file; read-only check against the log.
-    let t = serve(&img);
-    let (o, j) = verify_only(&t, &log);
+    let (o, j) = verify_only(&c.target, &c.log);
     assert!(o.ok, "verify-only failed: {}\n{}", o.stderr, o.stdout);
-    assert_eq!(j["log"]["complete"], true, "{j}");
+    assert_durable(&j);
     assert_eq!(j["log"]["flushes"].as_u64().unwrap(), flushes, "{j}");
-    assert!(j["log"]["in_flight_writes"].as_u64().unwrap() <= 16, "{j}");
     let flushed = count(&j, "flushed_blocks");
-    assert!(
-        flushed > 0,
-        "no block was covered by a completed flush: {j}"
-    );
-    assert_eq!(count(&j, "flushed_intact"), flushed, "{j}");
-    assert_eq!((count(&j, "stale"), count(&j, "corrupt")), (0, 0), "{j}");
-    // 4 KiB units lie in one page each: a killed target leaves no unit half-written.
-    assert_eq!(count(&j, "torn_units"), 0, "{j}");
-    assert_eq!(count(&j, "unreadable_units"), 0, "{j}");
-    assert!(count(&j, "intact") >= flushed, "{j}");
-    assert_eq!(count(&j, "blocks"), BLOCKS, "{j}");
-    assert_eq!(
-        count(&j, "intact") + count(&j, "never_written"),
-        BLOCKS,
-        "{j}"
-    );
-    assert_eq!(j["violations"], 0);
+    let (file, log, t) = (&c.file, &c.log, &c.target);
 
     // 4. The checker catches damage. A flipped byte in the first written block: corrupt.
     let mut data = vec![0u8; RANGE_BYTES];
@@ -217,16 +251,34 @@ fn flushed_blocks_survive_kill_9_of_the_target() {
         (first * 512 + 200) as u64,
     )
     .unwrap();
-    let (o, j) = verify_only(&t, &log);
+    let (o, j) = verify_only(t, log);
     assert!(!o.ok, "a corrupted block must fail the check: {}", o.stdout);
     assert_eq!(count(&j, "corrupt"), 1, "{j}");
     assert_eq!(j["findings"][0]["lba"], first as u64, "{j}");
     assert!(o.stderr.contains("durability check failed"), "{}", o.stderr);
     // The range zeroed: every flushed block is now missing, i.e. stale.
     file.write_all_at(&vec![0u8; RANGE_BYTES], 0).unwrap();
-    let (o, j) = verify_only(&t, &log);
+    let (o, j) = verify_only(t, log);
     assert!(!o.ok);
     assert_eq!(count(&j, "stale"), flushed, "{j}");
     assert_eq!(count(&j, "corrupt"), 0, "{j}");
     assert_eq!(count(&j, "intact"), 0, "{j}");
+}
+
+#[test]
+fn fua_writes_survive_kill_9_of_the_target() {
+    // No Flush at all: every write carries FUA, so each is durable when it completes.
+    let c = write_and_kill(&["--fua"], 6, 3);
+    assert_eq!(c.perf["flush"]["count"], 0, "{}", c.perf);
+    let (o, j) = verify_only(&c.target, &c.log);
+    assert!(o.ok, "verify-only failed: {}\n{}", o.stderr, o.stdout);
+    assert_durable(&j);
+    assert_eq!(j["log"]["flushes"], 0, "{j}");
+    let fua = j["log"]["fua_writes"].as_u64().unwrap();
+    assert_eq!(fua, j["log"]["acked_writes"].as_u64().unwrap(), "{j}");
+    // Every unit written with FUA is owed: its 8 blocks are counted as durable.
+    assert_eq!(
+        count(&j, "flushed_blocks"),
+        8 * j["log"]["durable_units"].as_u64().unwrap()
+    );
 }

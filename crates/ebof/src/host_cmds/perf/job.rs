@@ -66,6 +66,8 @@ pub struct JobSpec {
     pub flush_every: u64,
     /// Submit a Flush when the run ends (before the read-back).
     pub flush_at_end: bool,
+    /// Writes carry Force Unit Access (durable when they complete).
+    pub fua: bool,
     /// Where to record what was written and flushed (`--verify-log`; needs `verify`).
     pub log: Option<vlog::Sink>,
 }
@@ -159,9 +161,11 @@ struct Books {
     /// Successful writes since the last Flush was submitted.
     writes_since_flush: u64,
     /// With `--verify-log`: the job's first range unit, and the records gathered during a
-    /// poll, sent after it: failed writes (range unit, generation) and completed flushes.
+    /// poll, sent after it: failed writes and completed FUA writes (range unit, generation),
+    /// and completed flushes.
     log_base: Option<u32>,
     failed_writes: Vec<(u32, u32)>,
+    fua_writes: Vec<(u32, u32)>,
     flushed: Vec<u64>,
 }
 
@@ -230,6 +234,7 @@ async fn setup(spec: JobSpec, connector: &IoConnector) -> Result<Job, String> {
         writes_since_flush: 0,
         log_base: spec.log.as_ref().map(|l| l.unit_base),
         failed_writes: Vec::new(),
+        fua_writes: Vec::new(),
         flushed: Vec::new(),
     };
     let mut job = Job {
@@ -314,7 +319,7 @@ impl Job {
         };
         let r = if write {
             let tag = (u64::from(generation) << 32) | unit;
-            self.q.submit_write(s.nsid, slba, nlb, s.bs, tag, |b| {
+            let fill = |b: &mut [u8]| {
                 if verify {
                     verify::fill_blocks(b, slba, lba_size, generation, run);
                 } else {
@@ -324,7 +329,9 @@ impl Job {
                         sec[..8].copy_from_slice(&(slba + i as u64).to_le_bytes());
                     }
                 }
-            })?
+            };
+            self.q
+                .submit_write_fua(s.nsid, slba, nlb, s.bs, tag, s.fua, fill)?
         } else {
             self.q.submit_read(s.nsid, slba, nlb, s.bs, unit)?
         };
@@ -369,13 +376,18 @@ impl Job {
     fn send_log(&mut self) {
         let Some(log) = &self.spec.log else { return };
         let qid = self.spec.qid;
-        if !self.books.failed_writes.is_empty() {
-            log.send(Record {
-                kind: Kind::Failed,
-                qid,
-                seq: 0,
-                pairs: std::mem::take(&mut self.books.failed_writes),
-            });
+        for (kind, pairs) in [
+            (Kind::Failed, &mut self.books.failed_writes),
+            (Kind::Durable, &mut self.books.fua_writes),
+        ] {
+            if !pairs.is_empty() {
+                log.send(Record {
+                    kind,
+                    qid,
+                    seq: 0,
+                    pairs: std::mem::take(pairs),
+                });
+            }
         }
         for seq in self.books.flushed.drain(..) {
             log.send(Record {
@@ -624,8 +636,12 @@ impl Books {
         if let Some(map) = self.map.as_mut() {
             if write {
                 map.set_expected(m.unit, m.generation);
-                if self.log_base.is_some() {
-                    map.mark_dirty(m.unit);
+                match self.log_base {
+                    Some(base) if spec.fua => {
+                        self.fua_writes.push((base + m.unit as u32, m.generation));
+                    }
+                    Some(_) => map.mark_dirty(m.unit),
+                    None => {}
                 }
             } else if m.generation != UNKNOWN {
                 let v = &mut self.res.verify;

@@ -139,6 +139,10 @@ pub struct PerfArgs {
     /// Send a Flush on each queue when the run ends (before the read-back).
     #[arg(long)]
     pub flush_at_end: bool,
+    /// Write with Force Unit Access: a write completes only once durable (with --verify-log,
+    /// each completed write is logged as durable).
+    #[arg(long)]
+    pub fua: bool,
     /// With --verify: record in FILE (created; never overwritten) the run id, and for each
     /// queue which blocks were acknowledged, which a completed Flush made durable and which
     /// were in flight at the end, fsync'd as the run goes. With --verify-only: the log to check.
@@ -148,7 +152,7 @@ pub struct PerfArgs {
     /// its range and report blocks intact, never written, stale (older than flushed: a
     /// durability violation) and corrupt (torn, misdirected). Writes nothing; exits non-zero on
     /// any violation. Uses the log's namespace and range; --queues and --qd apply.
-    #[arg(long, requires = "verify_log", conflicts_with_all = ["verify", "flush_every", "flush_at_end", "range", "ramp"])]
+    #[arg(long, requires = "verify_log", conflicts_with_all = ["verify", "flush_every", "flush_at_end", "fua", "range", "ramp"])]
     pub verify_only: bool,
     /// Host NQN (default: /etc/nvme/hostnqn, else a generated UUID NQN).
     #[arg(long, value_name = "NQN")]
@@ -221,21 +225,30 @@ pub fn perf(a: PerfArgs) -> Result<()> {
         print!("{}", report.to_text());
     }
     let (errors, bad) = report.failures();
-    if let (Some(p), false) = (&a.verify_log, a.json) {
-        eprintln!(
-            "perf: verify log {} written; check it with --verify-only --verify-log {}",
-            p.display(),
-            p.display()
-        );
-    }
+    // After a failed run (e.g. the target died) the log is still complete: say where it is.
+    let log_hint = a
+        .verify_log
+        .as_ref()
+        .map(|p| {
+            format!(
+                "; the verify log is complete, check it with --verify-only --verify-log {}",
+                p.display()
+            )
+        })
+        .unwrap_or_default();
     if bad > 0 {
         bail!(
-            "verify found {bad} bad blocks (first at LBA {})",
+            "verify found {bad} bad blocks (first at LBA {}){log_hint}",
             report.verify.mismatches.first().map_or(0, |m| m.lba)
         );
     }
     if errors > 0 {
-        bail!("{errors} I/O errors");
+        let lost = if report.transport_errors.is_empty() {
+            ""
+        } else {
+            " (connection lost)"
+        };
+        bail!("{errors} I/O errors{lost}{log_hint}");
     }
     Ok(())
 }
@@ -417,6 +430,7 @@ async fn run(
                 busy_poll: !a.no_busy_poll,
                 flush_every: a.flush_every,
                 flush_at_end: a.flush_at_end,
+                fua: a.fua,
                 log: log
                     .as_ref()
                     .map(|l| l.sink(((region_lba - first_lba) / nlb) as u32)),
@@ -444,6 +458,7 @@ async fn run(
         data_digest: a.data_digest,
         flush_every: a.flush_every,
         flush_at_end: a.flush_at_end,
+        fua: a.fua,
         verify_log: log.as_ref().map(|l| l.path().display().to_string()),
     };
     if a.verify && read_pct > 0 && !a.json {

@@ -110,6 +110,7 @@ pub struct Workload {
     /// `--flush-every` (0: off).
     pub flush_every: u64,
     pub flush_at_end: bool,
+    pub fua: bool,
     /// `--verify-log`.
     pub verify_log: Option<String>,
 }
@@ -359,7 +360,7 @@ impl Report {
     pub fn to_text(&self) -> String {
         let w = &self.workload;
         let mut s = format!(
-            "ebof perf: {} bs={} qd={} queues={} threads={} runtime={}s ramp={}s\n  target {} {} nsid {} ({} B blocks), range {}-{}{}{}\n",
+            "ebof perf: {} bs={} qd={} queues={} threads={} runtime={}s ramp={}s\n  target {} {} nsid {} ({} B blocks), range {}-{}{}{}{}\n",
             w.rw,
             w.bs,
             w.qd,
@@ -379,6 +380,7 @@ impl Report {
                 String::new()
             },
             if w.verify { ", verify" } else { "" },
+            if w.fua { ", FUA writes" } else { "" },
         );
         self.dir_text("read", &self.read, &mut s);
         self.dir_text("write", &self.write, &mut s);
@@ -472,6 +474,7 @@ mod tests {
             data_digest: false,
             flush_every: 8,
             flush_at_end: false,
+            fua: false,
             verify_log: None,
         }
     }

@@ -301,7 +301,7 @@ fn text(t: &Tally, log: &LogState, path: &Path, nsid: u32) -> String {
         h.run_id, h.units, h.bs, h.lba_size
     );
     o += &format!(
-        "  log {}: {}; {} acknowledged writes, {} flushes completed, {} in flight at the end, {} failed\n",
+        "  log {}: {}; {} acknowledged writes{}, {} flushes completed, {} in flight at the end, {} failed\n",
         path.display(),
         if s.complete {
             "complete".to_string()
@@ -314,6 +314,11 @@ fn text(t: &Tally, log: &LogState, path: &Path, nsid: u32) -> String {
             "INCOMPLETE (no end record: perf did not finish)".to_string()
         },
         s.acked_writes,
+        if s.fua_writes > 0 {
+            format!(" ({} with FUA)", s.fua_writes)
+        } else {
+            String::new()
+        },
         s.flushes,
         s.in_flight_writes,
         s.failed_writes

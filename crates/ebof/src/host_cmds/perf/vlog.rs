@@ -31,6 +31,7 @@
 //! - `FLUSHED` (seq s): Flush number s completed successfully. NVMe: a Flush covers every
 //!   command completed before it was submitted, so every `ACKED` record of that queue with a
 //!   sequence number ≤ s is now durable.
+//! - `DURABLE`: FUA writes that completed successfully: durable on completion.
 //! - `FAILED`: writes that completed with an error status; NVMe leaves their range undefined,
 //!   so the unit's earlier durable content is no longer owed.
 //! - `IN_FLIGHT`: writes outstanding when the queue's connection failed: the unit may hold the
@@ -65,6 +66,7 @@ const MAX_PAIRS: u32 = 1 << 26;
 pub enum Kind {
     Acked,
     Flushed,
+    Durable,
     Failed,
     InFlight,
     End,
@@ -78,6 +80,7 @@ impl Kind {
             Kind::Failed => 3,
             Kind::InFlight => 4,
             Kind::End => 5,
+            Kind::Durable => 6,
         }
     }
     fn from_code(c: u8) -> Option<Kind> {
@@ -87,6 +90,7 @@ impl Kind {
             3 => Some(Kind::Failed),
             4 => Some(Kind::InFlight),
             5 => Some(Kind::End),
+            6 => Some(Kind::Durable),
             _ => None,
         }
     }
@@ -334,6 +338,8 @@ pub struct LogSummary {
     pub acked_writes: u64,
     /// Flushes completed.
     pub flushes: u64,
+    /// Of `acked_writes`, those written with FUA (durable on completion).
+    pub fua_writes: u64,
     pub failed_writes: u64,
     pub in_flight_writes: u64,
     /// Units with a durable generation owed.
@@ -405,6 +411,16 @@ impl LogState {
                             let d = &mut s.durable[u as usize];
                             *d = (*d).max(g);
                         }
+                    }
+                }
+                Kind::Durable => {
+                    s.summary.acked_writes += pairs.len() as u64;
+                    s.summary.fua_writes += pairs.len() as u64;
+                    for (u, g) in pairs {
+                        let a = &mut s.acked[u as usize];
+                        *a = (*a).max(g);
+                        let d = &mut s.durable[u as usize];
+                        *d = (*d).max(g);
                     }
                 }
                 Kind::Failed => {
@@ -523,6 +539,7 @@ mod tests {
             rec(Kind::Flushed, 1, 2, &[]),
             rec(Kind::InFlight, 1, 0, &[(3, 5)]),
             rec(Kind::Failed, 2, 0, &[(9, 2)]),
+            rec(Kind::Durable, 2, 0, &[(10, 3)]),
             rec(Kind::End, 0, 0, &[]),
         ]);
         let s = LogState::parse(&b).unwrap();
@@ -533,15 +550,17 @@ mod tests {
         assert_eq!((u(2).durable, u(2).acked), (UNKNOWN, 4)); // flush 3 never completed
         assert_eq!((u(8).durable, u(8).acked), (UNKNOWN, 1)); // queue 2 never flushed
         assert_eq!(u(3).in_flight, 5);
+        assert_eq!((u(10).durable, u(10).acked), (3, 3)); // FUA
         assert_eq!((u(9).failed, u(9).owed()), (2, UNKNOWN));
         assert_eq!(
             s.summary,
             LogSummary {
-                acked_writes: 5,
+                acked_writes: 6,
                 flushes: 2,
+                fua_writes: 1,
                 failed_writes: 1,
                 in_flight_writes: 1,
-                durable_units: 2,
+                durable_units: 3,
                 complete: true,
                 torn_tail_bytes: 0,
             }
