@@ -189,7 +189,11 @@ pub async fn run(
     let _ = ready.send(Ok(()));
     let timing = match phase.wait_for(|p| *p != Phase::Wait).await.map(|p| *p) {
         Ok(Phase::Go(t)) => t,
-        Ok(Phase::Wait | Phase::Abort) | Err(_) => return Err("aborted".into()),
+        Ok(Phase::Wait | Phase::Abort) | Err(_) => {
+            // The prefill's writes were acknowledged: the log must know them.
+            job.close_log();
+            return Err("aborted".into());
+        }
     };
     job.run(timing, &progress).await;
     if job.spec.flush_at_end && job.books.res.transport_error.is_none() {

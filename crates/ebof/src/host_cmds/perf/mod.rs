@@ -132,8 +132,9 @@ pub struct PerfArgs {
     /// the run. Each queue gets its own slice of the range. Any mismatch fails the run.
     #[arg(long)]
     pub verify: bool,
-    /// Send a Flush on each queue after every N successful writes; the report gives the flush
-    /// count and latency. With --verify-log, a completed Flush marks what it covers as durable.
+    /// Send a Flush on each queue after every N successful writes (0: never); the report gives
+    /// the flush count and latency. With --verify-log, a completed Flush marks what it covers as
+    /// durable.
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub flush_every: u64,
     /// Send a Flush on each queue when the run ends (before the read-back).

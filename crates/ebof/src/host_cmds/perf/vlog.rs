@@ -302,7 +302,8 @@ fn append_loop(f: File, rx: mpsc::Receiver<Record>, path: &Path) -> Result<()> {
 }
 
 /// What a log says about one unit. Generations of one unit only grow (one queue writes it, and
-/// a queue's generations count up), so "newer" is a comparison.
+/// a queue's generations count up), so "newer" is a comparison. (A queue would have to complete
+/// 2^32 writes in one run for its generations to wrap.)
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct UnitLog {
     /// Newest generation covered by a completed Flush (`UNKNOWN`: none).
