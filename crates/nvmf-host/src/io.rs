@@ -32,6 +32,9 @@ const DEFAULT_MAX_IO: usize = 1 << 20;
 const MIN_MAX_IO: usize = 128 * 1024;
 /// Dataset Management ranges per command (NR is 8 bits, 0's based).
 pub const DSM_MAX_RANGES: usize = 256;
+/// Read/Write CDW12 bit 30: Force Unit Access (NVM Command Set 1.0, 3.2.6): the write
+/// completes only once its data is on non-volatile media.
+const RW_FUA: u32 = 1 << 30;
 
 /// Options for opening an I/O queue.
 #[derive(Clone, Debug)]
@@ -200,6 +203,15 @@ fn rw_sqe(opcode: u8, nsid: NamespaceId, slba: u64, nlb: u32) -> Result<Sqe> {
     Ok(sqe)
 }
 
+/// A Write SQE, with FUA if asked.
+fn write_sqe(nsid: NamespaceId, slba: u64, nlb: u32, fua: bool) -> Result<Sqe> {
+    let mut sqe = rw_sqe(io::WRITE, nsid, slba, nlb)?;
+    if fua {
+        sqe.set_cdw(12, sqe.cdw12() | RW_FUA);
+    }
+    Ok(sqe)
+}
+
 impl IoQueue {
     pub fn qid(&self) -> QueueId {
         self.q.qid()
@@ -290,7 +302,23 @@ impl IoQueue {
         user: u64,
         fill: impl FnOnce(&mut [u8]),
     ) -> Result<Option<CommandId>> {
-        let sqe = rw_sqe(io::WRITE, nsid, slba, nlb)?;
+        self.submit_write_fua(nsid, slba, nlb, len, user, false, fill)
+    }
+
+    /// [`IoQueue::submit_write`], with Force Unit Access if `fua`: the write then completes
+    /// only once its data is durable, as if followed by a Flush of its blocks.
+    #[allow(clippy::too_many_arguments)]
+    pub fn submit_write_fua(
+        &mut self,
+        nsid: NamespaceId,
+        slba: u64,
+        nlb: u32,
+        len: usize,
+        user: u64,
+        fua: bool,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Result<Option<CommandId>> {
+        let sqe = write_sqe(nsid, slba, nlb, fua)?;
         self.submit_raw(sqe, DataDir::ToController, len, user, fill)
     }
 
@@ -477,5 +505,19 @@ impl IoQueue {
             .submit_deallocate(nsid, ranges, 0)?
             .ok_or(HostError::QueueBusy)?;
         self.wait_for(cid, |_| {}).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fua_is_cdw12_bit_30_beside_the_block_count() {
+        let plain = write_sqe(NamespaceId(1), 7, 8, false).unwrap();
+        let fua = write_sqe(NamespaceId(1), 7, 8, true).unwrap();
+        assert_eq!(plain.cdw12(), 7); // NLB, 0's based
+        assert_eq!(fua.cdw12(), (1 << 30) | 7);
+        assert_eq!(fua.opcode(), io::WRITE);
     }
 }

@@ -4,6 +4,12 @@
 //! out in one write, with one timestamp), then poll: every completion that has arrived is handled
 //! in bulk with one clock read. Buffers are the queue's preallocated slot buffers; nothing is
 //! allocated per I/O.
+//!
+//! Flush (`--flush-every N`, `--flush-at-end`): after every N successful writes the job submits
+//! a Flush on its queue. NVMe: a Flush covers every command completed before it was submitted,
+//! so at submission the job hands the units written since the last Flush to the verify log as
+//! "acknowledged, flush s pending", and when Flush s completes logs "flush s done" (see
+//! [`super::vlog`]).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -15,6 +21,11 @@ use tokio::sync::{mpsc, watch};
 
 use super::report::{JobResult, MAX_REPORTED_MISMATCHES};
 use super::verify::{self, GenMap, UNKNOWN};
+use super::vlog::{self, Kind, Record};
+
+/// User tag of a Flush (a write's tag is `generation << 32 | unit`, a read's `unit`; verify
+/// ranges hold far fewer than 2^32 units, so no write or read has this tag).
+const FLUSH_TAG: u64 = u64::MAX;
 
 /// Access pattern of a job.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -51,6 +62,14 @@ pub struct JobSpec {
     pub dissqfc: bool,
     /// Poll the socket without sleeping while I/O is in flight.
     pub busy_poll: bool,
+    /// Submit a Flush after every this many successful writes (0: never).
+    pub flush_every: u64,
+    /// Submit a Flush when the run ends (before the read-back).
+    pub flush_at_end: bool,
+    /// Writes carry Force Unit Access (durable when they complete).
+    pub fua: bool,
+    /// Where to record what was written and flushed (`--verify-log`; needs `verify`).
+    pub log: Option<vlog::Sink>,
 }
 
 /// Start and stop times of the measured run.
@@ -99,12 +118,23 @@ impl Rng {
     }
 }
 
+/// What an outstanding command is.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Op {
+    Read,
+    Write,
+    /// Flush number `seq` of this queue.
+    Flush {
+        seq: u64,
+    },
+}
+
 /// Per outstanding command (indexed by CID).
 #[derive(Clone, Copy)]
 struct Meta {
     start: Instant,
     unit: u64,
-    write: bool,
+    op: Op,
     generation: u32,
     measured: bool,
 }
@@ -115,11 +145,28 @@ struct Job {
     rng: Rng,
     seq_next: u64,
     meta: Vec<Meta>,
+    /// Flushes submitted: the sequence number of the last one.
+    flush_seq: u64,
+    books: Books,
+}
+
+/// What completions change: the job's result, the generation map, counters, and the log
+/// records gathered during a poll.
+struct Books {
     map: Option<GenMap>,
     res: JobResult,
     /// Completions and errors not yet published to `Progress`.
     pending_ios: u64,
     pending_errors: u64,
+    /// Successful writes since the last Flush was submitted.
+    writes_since_flush: u64,
+    /// With `--verify-log`: the job's first range unit, and the records gathered during a
+    /// poll, sent after it: failed writes and completed FUA writes (range unit, generation),
+    /// and completed flushes.
+    log_base: Option<u32>,
+    failed_writes: Vec<(u32, u32)>,
+    fua_writes: Vec<(u32, u32)>,
+    flushed: Vec<u64>,
 }
 
 /// Run one job: connect, prefill, report ready, wait for the start, run, read back.
@@ -142,14 +189,22 @@ pub async fn run(
     let _ = ready.send(Ok(()));
     let timing = match phase.wait_for(|p| *p != Phase::Wait).await.map(|p| *p) {
         Ok(Phase::Go(t)) => t,
-        Ok(Phase::Wait | Phase::Abort) | Err(_) => return Err("aborted".into()),
+        Ok(Phase::Wait | Phase::Abort) | Err(_) => {
+            // The prefill's writes were acknowledged: the log must know them.
+            job.close_log();
+            return Err("aborted".into());
+        }
     };
     job.run(timing, &progress).await;
-    if job.spec.readback && job.res.transport_error.is_none() {
+    if job.spec.flush_at_end && job.books.res.transport_error.is_none() {
+        job.flush_now(&progress).await;
+    }
+    if job.spec.readback && job.books.res.transport_error.is_none() {
         job.sweep(false, &progress).await;
     }
     job.publish(&progress);
-    Ok(job.res)
+    job.close_log();
+    Ok(job.books.res)
 }
 
 async fn setup(spec: JobSpec, connector: &IoConnector) -> Result<Job, String> {
@@ -169,35 +224,44 @@ async fn setup(spec: JobSpec, connector: &IoConnector) -> Result<Job, String> {
         Meta {
             start: now,
             unit: 0,
-            write: false,
+            op: Op::Read,
             generation: 0,
             measured: false
         };
         q.capacity()
     ];
-    let map = spec.verify.then(|| GenMap::new(spec.units as usize));
+    let books = Books {
+        map: spec.verify.then(|| GenMap::new(spec.units as usize)),
+        res: JobResult::new(spec.qid),
+        pending_ios: 0,
+        pending_errors: 0,
+        writes_since_flush: 0,
+        log_base: spec.log.as_ref().map(|l| l.unit_base),
+        failed_writes: Vec::new(),
+        fua_writes: Vec::new(),
+        flushed: Vec::new(),
+    };
     let mut job = Job {
         rng: Rng(spec.seed | 1),
         q,
         seq_next: 0,
         meta,
-        map,
-        res: JobResult::new(spec.qid),
-        pending_ios: 0,
-        pending_errors: 0,
+        flush_seq: 0,
+        books,
         spec,
     };
     if job.spec.prefill {
         let quiet = Progress::default();
         job.sweep(true, &quiet).await;
-        if let Some(e) = &job.res.transport_error {
+        if let Some(e) = job.books.res.transport_error.clone() {
+            job.close_log();
             return Err(format!("I/O queue {}: prefill failed: {e}", job.spec.qid));
         }
-        let failed: u64 = job.res.status_errors.values().sum();
+        let failed: u64 = job.books.res.status_errors.values().sum();
         if failed > 0 {
             return Err(format!(
                 "I/O queue {}: prefill failed: {failed} writes failed ({:?})",
-                job.spec.qid, job.res.status_errors
+                job.spec.qid, job.books.res.status_errors
             ));
         }
     }
@@ -215,7 +279,7 @@ impl Job {
                 for _ in 0..units {
                     let u = self.seq_next;
                     self.seq_next = if u + 1 == units { 0 } else { u + 1 };
-                    if !busy(&self.map, u) {
+                    if !busy(&self.books.map, u) {
                         return u;
                     }
                 }
@@ -224,13 +288,13 @@ impl Job {
             Pattern::Random => {
                 let mut u = self.rng.below(units);
                 for _ in 0..8 {
-                    if !busy(&self.map, u) {
+                    if !busy(&self.books.map, u) {
                         return u;
                     }
                     u = self.rng.below(units);
                 }
                 for _ in 0..units {
-                    if !busy(&self.map, u) {
+                    if !busy(&self.books.map, u) {
                         return u;
                     }
                     u = if u + 1 == units { 0 } else { u + 1 };
@@ -252,13 +316,14 @@ impl Job {
         let nlb = (s.bs / s.lba_size) as u32;
         let slba = s.region_lba + unit * u64::from(nlb);
         let (lba_size, run, verify) = (s.lba_size, s.run_id, s.verify);
-        let generation = match &mut self.map {
+        let generation = match &mut self.books.map {
             Some(m) if write => m.next_gen(),
             Some(m) => m.expected(unit),
             None => UNKNOWN,
         };
         let r = if write {
-            self.q.submit_write(s.nsid, slba, nlb, s.bs, unit, |b| {
+            let tag = (u64::from(generation) << 32) | unit;
+            let fill = |b: &mut [u8]| {
                 if verify {
                     verify::fill_blocks(b, slba, lba_size, generation, run);
                 } else {
@@ -268,7 +333,9 @@ impl Job {
                         sec[..8].copy_from_slice(&(slba + i as u64).to_le_bytes());
                     }
                 }
-            })?
+            };
+            self.q
+                .submit_write_fua(s.nsid, slba, nlb, s.bs, tag, s.fua, fill)?
         } else {
             self.q.submit_read(s.nsid, slba, nlb, s.bs, unit)?
         };
@@ -276,11 +343,11 @@ impl Job {
         self.meta[usize::from(cid.0)] = Meta {
             start: now,
             unit,
-            write,
+            op: if write { Op::Write } else { Op::Read },
             generation,
             measured,
         };
-        if let Some(m) = &mut self.map {
+        if let Some(m) = &mut self.books.map {
             m.set_busy(unit, true);
         }
         Ok(true)
@@ -292,86 +359,156 @@ impl Job {
         let Job {
             q,
             meta,
-            map,
-            res,
+            books,
             spec,
-            pending_ios,
-            pending_errors,
             ..
         } = self;
         let r = q
             .poll_completions(|c: Completion<'_>| {
                 let now = *clock.get_or_insert_with(Instant::now);
-                let m = meta[usize::from(c.cid.0)];
-                *pending_ios += 1;
-                if let Some(map) = map.as_mut() {
-                    map.set_busy(m.unit, false);
-                }
-                if !c.is_success() {
-                    *pending_errors += 1;
-                    *res.status_errors.entry(c.status().to_string()).or_insert(0) += 1;
-                    if m.write
-                        && let Some(map) = map.as_mut()
-                    {
-                        map.set_expected(m.unit, UNKNOWN);
-                    }
-                    return;
-                }
-                if let Some(map) = map.as_mut() {
-                    if m.write {
-                        map.set_expected(m.unit, m.generation);
-                    } else if m.generation != UNKNOWN {
-                        let slba = spec.region_lba + m.unit * (spec.bs / spec.lba_size) as u64;
-                        let before = res.verify.mismatches.len();
-                        verify::check_blocks(
-                            c.data,
-                            slba,
-                            spec.lba_size,
-                            m.generation,
-                            spec.run_id,
-                            &mut res.verify.mismatches,
-                        );
-                        let bad = (res.verify.mismatches.len() - before) as u64;
-                        res.verify.checked_blocks += (c.data.len() / spec.lba_size) as u64;
-                        res.verify.mismatch_count += bad;
-                        res.verify.mismatches.truncate(MAX_REPORTED_MISMATCHES);
-                    }
-                }
-                if m.measured && now <= end {
-                    let ns = now.saturating_duration_since(m.start).as_nanos() as u64;
-                    let d = if m.write {
-                        &mut res.write
-                    } else {
-                        &mut res.read
-                    };
-                    d.record(spec.bs as u64, ns);
-                }
+                books.complete(&c, &meta[usize::from(c.cid.0)], now, end, spec);
             })
             .await;
-        if *pending_ios >= 64 {
+        self.send_log();
+        if self.books.pending_ios >= 64 {
             self.publish(progress);
         }
         r.map(|_| ())
     }
 
-    fn publish(&mut self, progress: &Progress) {
-        progress.ios.fetch_add(self.pending_ios, Ordering::Relaxed);
-        progress
-            .bytes
-            .fetch_add(self.pending_ios * self.spec.bs as u64, Ordering::Relaxed);
-        progress
-            .errors
-            .fetch_add(self.pending_errors, Ordering::Relaxed);
-        self.pending_ios = 0;
-        self.pending_errors = 0;
+    /// Send the records gathered during the last poll to the verify log.
+    fn send_log(&mut self) {
+        let Some(log) = &self.spec.log else { return };
+        let qid = self.spec.qid;
+        for (kind, pairs) in [
+            (Kind::Failed, &mut self.books.failed_writes),
+            (Kind::Durable, &mut self.books.fua_writes),
+        ] {
+            if !pairs.is_empty() {
+                log.send(Record {
+                    kind,
+                    qid,
+                    seq: 0,
+                    pairs: std::mem::take(pairs),
+                });
+            }
+        }
+        for seq in self.books.flushed.drain(..) {
+            log.send(Record {
+                kind: Kind::Flushed,
+                qid,
+                seq,
+                pairs: Vec::new(),
+            });
+        }
     }
 
-    /// The connection failed: record it and count what was in flight as lost.
+    /// Log the units written since the last Flush was submitted as acknowledged, covered by
+    /// flush `seq` once it completes.
+    fn log_acked(&mut self, seq: u64) {
+        if let (Some(log), Some(map)) = (&self.spec.log, &mut self.books.map) {
+            let pairs = map.take_dirty(log.unit_base);
+            if !pairs.is_empty() {
+                log.send(Record {
+                    kind: Kind::Acked,
+                    qid: self.spec.qid,
+                    seq,
+                    pairs,
+                });
+            }
+        }
+    }
+
+    /// The job is over: what was acknowledged since the last Flush stays acknowledged only
+    /// (logged under a flush number that will never complete).
+    fn close_log(&mut self) {
+        self.log_acked(self.flush_seq + 1);
+        self.spec.log = None;
+    }
+
+    /// Submit a Flush if `--flush-every` writes completed since the last one. `None`: not due;
+    /// `Some(false)`: the queue is full.
+    fn flush_if_due(&mut self, now: Instant) -> Option<Result<bool, HostError>> {
+        let every = self.spec.flush_every;
+        (every > 0 && self.books.writes_since_flush >= every).then(|| self.submit_flush(now))
+    }
+
+    fn submit_flush(&mut self, now: Instant) -> Result<bool, HostError> {
+        let Some(cid) = self.q.submit_flush(self.spec.nsid, FLUSH_TAG)? else {
+            return Ok(false);
+        };
+        self.flush_seq += 1;
+        self.books.writes_since_flush = 0;
+        self.meta[usize::from(cid.0)] = Meta {
+            start: now,
+            unit: 0,
+            op: Op::Flush {
+                seq: self.flush_seq,
+            },
+            generation: UNKNOWN,
+            measured: false,
+        };
+        self.log_acked(self.flush_seq);
+        Ok(true)
+    }
+
+    /// Flush now and wait for it (`--flush-at-end`; nothing else is in flight).
+    async fn flush_now(&mut self, progress: &Progress) {
+        let far = Instant::now() + std::time::Duration::from_secs(365 * 24 * 3600);
+        match self.submit_flush(Instant::now()) {
+            Ok(_) => {}
+            Err(e) => return self.fail(e),
+        }
+        while self.q.in_flight() > 0 {
+            if let Err(e) = self.poll(far, progress).await {
+                return self.fail(e);
+            }
+        }
+    }
+
+    fn publish(&mut self, progress: &Progress) {
+        progress
+            .ios
+            .fetch_add(self.books.pending_ios, Ordering::Relaxed);
+        progress.bytes.fetch_add(
+            self.books.pending_ios * self.spec.bs as u64,
+            Ordering::Relaxed,
+        );
+        progress
+            .errors
+            .fetch_add(self.books.pending_errors, Ordering::Relaxed);
+        self.books.pending_ios = 0;
+        self.books.pending_errors = 0;
+    }
+
+    /// The connection failed: record it and count what was in flight as lost (and log the
+    /// writes among them: their units may hold the old or the new content).
     fn fail(&mut self, e: HostError) {
         let mut lost = 0;
-        self.q.fail_in_flight(|_| lost += 1);
-        self.res.lost += lost;
-        self.res.transport_error = Some(e.to_string());
+        let mut writes = Vec::new();
+        let base = self.spec.log.as_ref().map(|l| l.unit_base);
+        self.q.fail_in_flight(|tag| {
+            lost += 1;
+            let (unit, generation) = (tag as u32, (tag >> 32) as u32);
+            if let Some(base) = base
+                && tag != FLUSH_TAG
+                && generation != UNKNOWN
+            {
+                writes.push((base + unit, generation));
+            }
+        });
+        if let Some(log) = &self.spec.log
+            && !writes.is_empty()
+        {
+            log.send(Record {
+                kind: Kind::InFlight,
+                qid: self.spec.qid,
+                seq: 0,
+                pairs: writes,
+            });
+        }
+        self.books.res.lost += lost;
+        self.books.res.transport_error = Some(e.to_string());
     }
 
     /// The timed run.
@@ -385,6 +522,12 @@ impl Job {
             if now < end {
                 let measured = now >= t.ramp_end;
                 while self.q.in_flight() < self.spec.qd {
+                    match self.flush_if_due(now) {
+                        None => {}
+                        Some(Ok(true)) => continue,
+                        Some(Ok(false)) => break,
+                        Some(Err(e)) => return self.fail(e),
+                    }
                     let write = match self.spec.read_pct {
                         100 => false,
                         0 => true,
@@ -414,8 +557,15 @@ impl Job {
         loop {
             let now = Instant::now();
             while next < self.spec.units && self.q.in_flight() < self.spec.qd {
+                match self.flush_if_due(now) {
+                    None => {}
+                    Some(Ok(true)) => continue,
+                    Some(Ok(false)) => break,
+                    Some(Err(e)) => return self.fail(e),
+                }
                 let skip = !write
                     && self
+                        .books
                         .map
                         .as_ref()
                         .is_some_and(|m| m.expected(next) == UNKNOWN);
@@ -434,6 +584,93 @@ impl Job {
             if let Err(e) = self.poll(far, progress).await {
                 return self.fail(e);
             }
+        }
+    }
+}
+
+impl Books {
+    /// Account one completion.
+    fn complete(
+        &mut self,
+        c: &Completion<'_>,
+        m: &Meta,
+        now: Instant,
+        end: Instant,
+        spec: &JobSpec,
+    ) {
+        let ns = now.saturating_duration_since(m.start).as_nanos() as u64;
+        if !c.is_success() {
+            self.pending_errors += 1;
+            *self
+                .res
+                .status_errors
+                .entry(c.status().to_string())
+                .or_insert(0) += 1;
+        }
+        let write = match m.op {
+            Op::Flush { seq } => {
+                if c.is_success() {
+                    self.res.flush.record(0, ns);
+                    if self.log_base.is_some() {
+                        self.flushed.push(seq);
+                    }
+                }
+                return;
+            }
+            Op::Write => true,
+            Op::Read => false,
+        };
+        self.pending_ios += 1;
+        if let Some(map) = self.map.as_mut() {
+            map.set_busy(m.unit, false);
+        }
+        if !c.is_success() {
+            if write && let Some(map) = self.map.as_mut() {
+                map.set_expected(m.unit, UNKNOWN);
+                if let Some(base) = self.log_base {
+                    self.failed_writes
+                        .push((base + m.unit as u32, m.generation));
+                }
+            }
+            return;
+        }
+        if write {
+            self.writes_since_flush += 1;
+        }
+        if let Some(map) = self.map.as_mut() {
+            if write {
+                map.set_expected(m.unit, m.generation);
+                match self.log_base {
+                    Some(base) if spec.fua => {
+                        self.fua_writes.push((base + m.unit as u32, m.generation));
+                    }
+                    Some(_) => map.mark_dirty(m.unit),
+                    None => {}
+                }
+            } else if m.generation != UNKNOWN {
+                let v = &mut self.res.verify;
+                let slba = spec.region_lba + m.unit * (spec.bs / spec.lba_size) as u64;
+                let before = v.mismatches.len();
+                verify::check_blocks(
+                    c.data,
+                    slba,
+                    spec.lba_size,
+                    m.generation,
+                    spec.run_id,
+                    &mut v.mismatches,
+                );
+                v.checked_blocks += (c.data.len() / spec.lba_size) as u64;
+                v.mismatch_count += (v.mismatches.len() - before) as u64;
+                v.mismatches.truncate(MAX_REPORTED_MISMATCHES);
+            }
+        }
+        if m.measured && now <= end {
+            let d = if write {
+                &mut self.res.write
+            } else {
+                &mut self.res.read
+            };
+            d.record(spec.bs as u64, ns);
         }
     }
 }

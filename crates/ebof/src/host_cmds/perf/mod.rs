@@ -14,12 +14,21 @@
 //! that read (read, randread, randrw) first prefill each queue's slice (not timed); workloads
 //! that write (write, randwrite, randrw) read everything back after the run. A mismatch is
 //! printed with its LBA and makes the exit status non-zero, as do failed commands.
+//!
+//! Durability (`--flush-every`, `--flush-at-end`, `--verify-log`, `--verify-only`): a `--verify`
+//! run can Flush as it goes and record in a log ([`vlog`]) which blocks were acknowledged, which
+//! a completed Flush made durable and which were in flight when it ended; a later
+//! `--verify-only` run ([`verify_only`]) reads the range without writing and checks it against
+//! that log, e.g. after the target was killed and restarted.
 
 mod job;
 mod report;
 mod verify;
+mod verify_only;
+mod vlog;
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -123,6 +132,29 @@ pub struct PerfArgs {
     /// the run. Each queue gets its own slice of the range. Any mismatch fails the run.
     #[arg(long)]
     pub verify: bool,
+    /// Send a Flush on each queue after every N successful writes (0: never); the report gives
+    /// the flush count and latency. With --verify-log, a completed Flush marks what it covers as
+    /// durable.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub flush_every: u64,
+    /// Send a Flush on each queue when the run ends (before the read-back).
+    #[arg(long)]
+    pub flush_at_end: bool,
+    /// Write with Force Unit Access: a write completes only once durable (with --verify-log,
+    /// each completed write is logged as durable).
+    #[arg(long)]
+    pub fua: bool,
+    /// With --verify: record in FILE (created; never overwritten) the run id, and for each
+    /// queue which blocks were acknowledged, which a completed Flush made durable and which
+    /// were in flight at the end, fsync'd as the run goes. With --verify-only: the log to check.
+    #[arg(long, value_name = "FILE")]
+    pub verify_log: Option<PathBuf>,
+    /// Read-only check of an earlier --verify run (needs its --verify-log): read every block of
+    /// its range and report blocks intact, never written, stale (older than flushed: a
+    /// durability violation) and corrupt (torn, misdirected). Writes nothing; exits non-zero on
+    /// any violation. Uses the log's namespace and range; --queues and --qd apply.
+    #[arg(long, requires = "verify_log", conflicts_with_all = ["verify", "flush_every", "flush_at_end", "fua", "range", "ramp"])]
+    pub verify_only: bool,
     /// Host NQN (default: /etc/nvme/hostnqn, else a generated UUID NQN).
     #[arg(long, value_name = "NQN")]
     pub hostnqn: Option<String>,
@@ -141,6 +173,12 @@ const MAX_VERIFY_UNITS: u64 = 16 << 20;
 pub fn perf(a: PerfArgs) -> Result<()> {
     if a.qd == 0 || a.qd == u16::MAX {
         bail!("--qd must be 1..{}", u16::MAX - 1);
+    }
+    if let (true, Some(log)) = (a.verify_only, &a.verify_log) {
+        return verify_only::run(&a, log);
+    }
+    if a.verify_log.is_some() && !a.verify {
+        bail!("--verify-log needs --verify (or --verify-only to check an existing log)");
     }
     if a.bs == 0 {
         bail!("--bs must be > 0");
@@ -188,14 +226,30 @@ pub fn perf(a: PerfArgs) -> Result<()> {
         print!("{}", report.to_text());
     }
     let (errors, bad) = report.failures();
+    // After a failed run (e.g. the target died) the log is still complete: say where it is.
+    let log_hint = a
+        .verify_log
+        .as_ref()
+        .map(|p| {
+            format!(
+                "; the verify log is complete, check it with --verify-only --verify-log {}",
+                p.display()
+            )
+        })
+        .unwrap_or_default();
     if bad > 0 {
         bail!(
-            "verify found {bad} bad blocks (first at LBA {})",
+            "verify found {bad} bad blocks (first at LBA {}){log_hint}",
             report.verify.mismatches.first().map_or(0, |m| m.lba)
         );
     }
     if errors > 0 {
-        bail!("{errors} I/O errors");
+        let lost = if report.transport_errors.is_empty() {
+            ""
+        } else {
+            " (connection lost)"
+        };
+        bail!("{errors} I/O errors{lost}{log_hint}");
     }
     Ok(())
 }
@@ -208,6 +262,21 @@ struct Geometry {
     units: u64,
 }
 
+/// Identify Namespace `nsid`, which must be active.
+async fn active_namespace(
+    ctrl: &Controller,
+    nsid: NamespaceId,
+) -> Result<nvme_spec::identify::IdentifyNamespace> {
+    let ns = ctrl
+        .identify_namespace(nsid)
+        .await
+        .with_context(|| format!("Identify Namespace {}", nsid.0))?;
+    if ns.nsze == 0 {
+        bail!("namespace {} is not active", nsid.0);
+    }
+    Ok(ns)
+}
+
 async fn geometry(a: &PerfArgs, ctrl: &Controller) -> Result<Geometry> {
     let nsid = match a.nsid {
         Some(n) => NamespaceId(n),
@@ -218,13 +287,7 @@ async fn geometry(a: &PerfArgs, ctrl: &Controller) -> Result<Geometry> {
             .first()
             .context("the subsystem has no active namespace")?,
     };
-    let ns = ctrl
-        .identify_namespace(nsid)
-        .await
-        .with_context(|| format!("Identify Namespace {}", nsid.0))?;
-    if ns.nsze == 0 {
-        bail!("namespace {} is not active", nsid.0);
-    }
+    let ns = active_namespace(ctrl, nsid).await?;
     let lba_size = ns.lba_size() as usize;
     let bs = a.bs as usize;
     if !bs.is_multiple_of(lba_size) || bs / lba_size > 65536 {
@@ -302,6 +365,9 @@ async fn run(
             a.bs
         );
     }
+    if a.verify_log.is_some() && g.units > u64::from(u32::MAX) {
+        bail!("--verify-log supports at most 2^32 units; narrow --range");
+    }
     let threads = match &cores {
         Some(c) => c.len().min(queues),
         None => queues.min(std::thread::available_parallelism().map_or(1, |n| n.get())),
@@ -310,6 +376,26 @@ async fn run(
     let run_id = (std::process::id().rotate_left(16) ^ nanos_now()) | 1;
     let bs = a.bs as usize;
     let read_pct = a.rw.read_pct(a.mix);
+    let nlb = (bs / g.lba_size) as u64;
+    let first_lba = g.range.0 / g.lba_size as u64;
+    let log = match &a.verify_log {
+        Some(p) => Some(vlog::LogWriter::create(
+            p,
+            &vlog::LogHeader {
+                run_id,
+                nsid: g.nsid.0,
+                lba_size: g.lba_size as u32,
+                bs: bs as u32,
+                queues: queues as u32,
+                first_lba,
+                units: g.units,
+                created: std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs()),
+            },
+        )?),
+        None => None,
+    };
     let specs: Vec<JobSpec> = (0..queues)
         .map(|i| {
             let (region_lba, units) = if private {
@@ -343,6 +429,12 @@ async fn run(
                 run_id,
                 dissqfc: a.dissqfc,
                 busy_poll: !a.no_busy_poll,
+                flush_every: a.flush_every,
+                flush_at_end: a.flush_at_end,
+                fua: a.fua,
+                log: log
+                    .as_ref()
+                    .map(|l| l.sink(((region_lba - first_lba) / nlb) as u32)),
             }
         })
         .collect();
@@ -365,6 +457,10 @@ async fn run(
         verify: a.verify,
         hdr_digest: a.hdr_digest,
         data_digest: a.data_digest,
+        flush_every: a.flush_every,
+        flush_at_end: a.flush_at_end,
+        fua: a.fua,
+        verify_log: log.as_ref().map(|l| l.path().display().to_string()),
     };
     if a.verify && read_pct > 0 && !a.json {
         eprintln!(
@@ -395,6 +491,14 @@ async fn run(
         handles.push(h);
     }
     drop((ready_tx, done_tx));
+    // The jobs own the log sinks now: the log ends when the last job has.
+    drop(specs);
+    let finish_log = |log: Option<vlog::LogWriter>| -> Result<()> {
+        match log {
+            Some(l) => l.finish(),
+            None => Ok(()),
+        }
+    };
 
     // Every queue connected (and prefilled)?
     let mut setup_errors = Vec::new();
@@ -411,6 +515,7 @@ async fn run(
     if !setup_errors.is_empty() {
         let _ = phase_tx.send(Phase::Abort);
         join(handles);
+        finish_log(log)?;
         bail!("{}", setup_errors.join("; "));
     }
 
@@ -483,6 +588,7 @@ async fn run(
         results.push(j);
     }
     join(handles);
+    finish_log(log)?;
     if results.len() != queues {
         bail!(
             "{} of {queues} perf jobs did not finish",

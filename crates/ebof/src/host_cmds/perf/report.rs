@@ -66,6 +66,8 @@ pub struct JobResult {
     /// Commands in flight when the connection failed.
     pub lost: u64,
     pub verify: VerifyStats,
+    /// Completed Flush commands (`ios`) and their latency; `bytes` stays 0.
+    pub flush: DirStats,
 }
 
 impl JobResult {
@@ -78,6 +80,7 @@ impl JobResult {
             transport_error: None,
             lost: 0,
             verify: VerifyStats::default(),
+            flush: DirStats::new(),
         }
     }
 }
@@ -104,6 +107,12 @@ pub struct Workload {
     pub verify: bool,
     pub hdr_digest: bool,
     pub data_digest: bool,
+    /// `--flush-every` (0: off).
+    pub flush_every: u64,
+    pub flush_at_end: bool,
+    pub fua: bool,
+    /// `--verify-log`.
+    pub verify_log: Option<String>,
 }
 
 /// CPU time of the whole process over the measured window.
@@ -153,6 +162,8 @@ pub struct Report {
     pub transport_errors: Vec<String>,
     pub lost: u64,
     pub verify: VerifyStats,
+    /// Every completed Flush (not only those in the measured window).
+    pub flush: DirStats,
 }
 
 struct Lat {
@@ -211,10 +222,12 @@ impl Report {
             transport_errors: Vec::new(),
             lost: 0,
             verify: VerifyStats::default(),
+            flush: DirStats::new(),
         };
         for j in jobs {
             r.read.merge(&j.read);
             r.write.merge(&j.write);
+            r.flush.merge(&j.flush);
             for (k, v) in &j.status_errors {
                 *r.status_errors.entry(k.clone()).or_insert(0) += v;
             }
@@ -301,12 +314,23 @@ impl Report {
             }),
         );
         o.insert(
+            "flush".into(),
+            json!({
+                "count": self.flush.ios,
+                "latency_us": lat(&self.flush.hist).map(|l| json!({
+                    "min": round(l.min, 3), "avg": round(l.avg, 3), "p50": round(l.p50, 3),
+                    "p99": round(l.p99, 3), "max": round(l.max, 3),
+                })),
+            }),
+        );
+        o.insert(
             "verify".into(),
             json!({
                 "enabled": self.workload.verify,
                 "checked_blocks": self.verify.checked_blocks,
                 "mismatch_count": bad,
                 "mismatches": self.verify.mismatches,
+                "log": self.workload.verify_log,
             }),
         );
         v
@@ -336,7 +360,7 @@ impl Report {
     pub fn to_text(&self) -> String {
         let w = &self.workload;
         let mut s = format!(
-            "ebof perf: {} bs={} qd={} queues={} threads={} runtime={}s ramp={}s\n  target {} {} nsid {} ({} B blocks), range {}-{}{}{}\n",
+            "ebof perf: {} bs={} qd={} queues={} threads={} runtime={}s ramp={}s\n  target {} {} nsid {} ({} B blocks), range {}-{}{}{}{}\n",
             w.rw,
             w.bs,
             w.qd,
@@ -356,6 +380,7 @@ impl Report {
                 String::new()
             },
             if w.verify { ", verify" } else { "" },
+            if w.fua { ", FUA writes" } else { "" },
         );
         self.dir_text("read", &self.read, &mut s);
         self.dir_text("write", &self.write, &mut s);
@@ -372,6 +397,16 @@ impl Report {
                 self.cpu.sys.as_secs_f64(),
                 cpu_s * 1e6 / total.ios as f64
             );
+        }
+        if self.flush.ios > 0 || w.flush_every > 0 || w.flush_at_end {
+            s += &format!("  flush: {}", self.flush.ios);
+            if let Some(l) = lat(&self.flush.hist) {
+                s += &format!(
+                    ", lat (us): min={:.1}, avg={:.1}, p50={:.1}, p99={:.1}, max={:.1}",
+                    l.min, l.avg, l.p50, l.p99, l.max
+                );
+            }
+            s += "\n";
         }
         let (errors, bad) = self.failures();
         s += &format!("  errors: {errors}");
@@ -406,6 +441,9 @@ impl Report {
                     bad - self.verify.mismatches.len() as u64
                 );
             }
+            if let Some(p) = &w.verify_log {
+                s += &format!("  verify log: {p} (check later with --verify-only)\n");
+            }
         }
         s
     }
@@ -434,6 +472,10 @@ mod tests {
             verify: true,
             hdr_digest: false,
             data_digest: false,
+            flush_every: 8,
+            flush_at_end: false,
+            fua: false,
+            verify_log: None,
         }
     }
 
@@ -445,6 +487,8 @@ mod tests {
             a.read.record(4096, i * 1000);
         }
         b.write.record(4096, 50_000);
+        b.flush.record(0, 120_000);
+        a.flush.record(0, 80_000);
         b.status_errors.insert("LBA Out of Range".into(), 2);
         b.verify.mismatch_count = 1;
         b.verify.mismatches.push(Mismatch {
@@ -477,5 +521,11 @@ mod tests {
         assert!(t.contains("read : IOPS=500, BW="));
         assert!(t.contains("MISMATCH lba 9: stale"));
         assert!(t.contains("2 × LBA Out of Range"));
+        assert_eq!(j["flush"]["count"], 2);
+        let avg = j["flush"]["latency_us"]["avg"].as_f64().unwrap();
+        assert!((99.9..=100.1).contains(&avg), "{avg}");
+        assert!(t.contains("  flush: 2, lat (us): min=80.0"), "{t}");
+        // Flushes are neither I/Os nor bytes.
+        assert_eq!(j["ios"], 1001);
     }
 }

@@ -73,6 +73,32 @@ pub fn fill_sector(sec: &mut [u8], lba: u64, generation: u32, run: u32) {
     sec[24..28].copy_from_slice(&c.to_le_bytes());
 }
 
+/// What a block read back holds, judged on its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SectorView {
+    /// No verify header: never written by this tool (or overwritten by something else).
+    Foreign,
+    /// A verify header whose checksum fails: torn or corrupted.
+    Torn,
+    /// A whole verify block.
+    Block { lba: u64, run: u32, generation: u32 },
+}
+
+/// Read one block's header and check its checksum.
+pub fn inspect(sec: &[u8]) -> SectorView {
+    if sec.len() < HDR || sec[0..8] != MAGIC {
+        return SectorView::Foreign;
+    }
+    if crc(sec) != le32(sec, 24) {
+        return SectorView::Torn;
+    }
+    SectorView::Block {
+        lba: le64(sec, 8),
+        run: le32(sec, 20),
+        generation: le32(sec, 16),
+    }
+}
+
 /// Check one block against (LBA, generation, run).
 pub fn check_sector(sec: &[u8], lba: u64, generation: u32, run: u32) -> Result<(), Mismatch> {
     let bad = |found_gen, found_lba, reason| Mismatch {
@@ -82,21 +108,27 @@ pub fn check_sector(sec: &[u8], lba: u64, generation: u32, run: u32) -> Result<(
         found_lba,
         reason,
     };
-    if sec[0..8] != MAGIC {
-        return Err(bad(
-            None,
-            None,
-            "no verify header (block not written by this tool, or overwritten)",
-        ));
-    }
-    let (found_lba, found_gen, found_run) = (le64(sec, 8), le32(sec, 16), le32(sec, 20));
-    if crc(sec) != le32(sec, 24) {
-        return Err(bad(
-            Some(found_gen),
-            Some(found_lba),
-            "checksum mismatch (corrupted block)",
-        ));
-    }
+    let (found_lba, found_gen, found_run) = match inspect(sec) {
+        SectorView::Foreign => {
+            return Err(bad(
+                None,
+                None,
+                "no verify header (block not written by this tool, or overwritten)",
+            ));
+        }
+        SectorView::Torn => {
+            return Err(bad(
+                Some(le32(sec, 16)),
+                Some(le64(sec, 8)),
+                "checksum mismatch (corrupted block)",
+            ));
+        }
+        SectorView::Block {
+            lba,
+            run,
+            generation,
+        } => (lba, generation, run),
+    };
     if found_lba != lba {
         return Err(bad(
             Some(found_gen),
@@ -144,12 +176,15 @@ pub fn check_blocks(
     }
 }
 
-/// Per I/O unit: the generation of its last successful write and whether a command on it is
-/// outstanding.
+/// Per I/O unit: the generation of its last successful write, whether a command on it is
+/// outstanding, and (for `--verify-log`) whether it was written since the last Flush was
+/// submitted.
 pub struct GenMap {
     gens: Vec<u32>,
     busy: Vec<bool>,
     next: u32,
+    dirty: Vec<bool>,
+    dirty_list: Vec<u32>,
 }
 
 impl GenMap {
@@ -158,7 +193,31 @@ impl GenMap {
             gens: vec![UNKNOWN; units],
             busy: vec![false; units],
             next: UNKNOWN,
+            dirty: vec![false; units],
+            dirty_list: Vec::new(),
         }
+    }
+    /// A write to `unit` completed successfully since the last [`GenMap::take_dirty`].
+    pub fn mark_dirty(&mut self, unit: u64) {
+        let u = unit as usize;
+        if !self.dirty[u] {
+            self.dirty[u] = true;
+            self.dirty_list.push(unit as u32);
+        }
+    }
+    /// The units written since the last call, each once with its current generation (units
+    /// whose content became unknown since are left out), numbered from `base`.
+    pub fn take_dirty(&mut self, base: u32) -> Vec<(u32, u32)> {
+        let list = std::mem::take(&mut self.dirty_list);
+        let mut out = Vec::with_capacity(list.len());
+        for u in list {
+            self.dirty[u as usize] = false;
+            let g = self.gens[u as usize];
+            if g != UNKNOWN {
+                out.push((base + u, g));
+            }
+        }
+        out
     }
     pub fn is_busy(&self, unit: u64) -> bool {
         self.busy[unit as usize]
@@ -234,5 +293,21 @@ mod tests {
         m.set_busy(2, true);
         assert!(m.is_busy(2) && !m.is_busy(1));
         assert_eq!(m.expected(3), UNKNOWN);
+    }
+
+    #[test]
+    fn dirty_units_are_taken_once_with_their_latest_generation() {
+        let mut m = GenMap::new(4);
+        m.set_expected(1, 5);
+        m.mark_dirty(1);
+        m.set_expected(1, 6);
+        m.mark_dirty(1);
+        m.set_expected(3, 2);
+        m.mark_dirty(3);
+        m.mark_dirty(0); // its write then failed: content unknown
+        assert_eq!(m.take_dirty(100), vec![(101, 6), (103, 2)]);
+        assert!(m.take_dirty(100).is_empty());
+        m.mark_dirty(3);
+        assert_eq!(m.take_dirty(0), vec![(3, 2)]);
     }
 }
