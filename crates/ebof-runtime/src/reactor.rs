@@ -666,8 +666,9 @@ fn log_end(c: &Conn) {
         Some((ConnEnd::HostTerminated { fes, fei }, _)) => {
             nvmf_target::warn_every!(fes, fei, "host sent H2CTermReq")
         }
+        // The controller-level line (removed, keep-alive expired) says it for every queue.
         Some((ConnEnd::ControllerGone, _)) => {
-            tracing::info!("connection closed: controller torn down")
+            tracing::debug!("connection closed: controller torn down")
         }
         Some((ConnEnd::Io(e), _)) => tracing::debug!(error = %e, "connection I/O error"),
         Some((ConnEnd::Stopped, _)) => tracing::debug!("connection closed: server stopping"),
