@@ -89,6 +89,13 @@ pub(crate) mod rules {
         max: 4096,
         multiple_of: 1,
     };
+    /// At least one thread; at most what a core can usefully keep busy with blocking I/O.
+    pub(crate) const IO_THREADS: TuningRule = TuningRule {
+        field: "io_threads",
+        min: 1,
+        max: 256,
+        multiple_of: 1,
+    };
 }
 
 impl Config {
@@ -134,6 +141,7 @@ fn validate_target(t: &TargetTuning) -> Result<(), ConfigError> {
     rules::C2H_DATA_MAX.check(t.c2h_data_max.into())?;
     rules::MAX_IO_QUEUES.check(t.max_io_queues.into())?;
     rules::MAX_QUEUE_SIZE.check(t.max_queue_size.into())?;
+    rules::IO_THREADS.check(t.io_threads.into())?;
     let prefix = &t.serial_prefix;
     if prefix.len() > SERIAL_PREFIX_MAX_LEN || !prefix.chars().all(|c| c.is_ascii_graphic()) {
         return Err(ConfigError::new(
@@ -323,6 +331,13 @@ fn validate_subsystems(subsystems: &[Subsystem]) -> Result<(), ConfigError> {
                         format!("{} is already used by {other}", path.display()),
                     ));
                 }
+            }
+            if ns.direct && matches!(ns.backend, BackendChoice::Ram { .. }) {
+                return Err(ConfigError::new(
+                    codes::FORBIDDEN_FIELD,
+                    at("direct"),
+                    "backend \"ram\" does not take `direct`: RAM namespaces have no page cache to bypass",
+                ));
             }
             if ns.uuid == [0; 16] {
                 return Err(ConfigError::new(

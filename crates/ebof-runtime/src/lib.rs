@@ -11,8 +11,10 @@
 
 pub mod affinity;
 pub mod conn;
+pub mod engine;
 pub mod reactor;
 pub mod server;
 
+pub use engine::{EngineConfig, IoEngineKind};
 pub use reactor::ConnEnd;
 pub use server::{Server, ServerConfig, ServerHandle};

@@ -3,9 +3,11 @@
 //! One thread per configured core, pinned, each running a [`Reactor`] (an epoll loop with
 //! adaptive polling). Listeners are accepted on the first reactor; each accepted connection is
 //! handed, round-robin, to a reactor and stays there for life (an NVMe queue never migrates
-//! between cores). Backends that may block run on a shared worker pool.
+//! between cores). Backends that may block run on each reactor's own I/O engine (io_uring, or a
+//! fixed-size worker pool; [`crate::engine`]).
 
 use crate::affinity;
+use crate::engine::EngineConfig;
 use crate::reactor::{Mailbox, Reactor};
 use nvmf_target::Target;
 use nvmf_tcp::TargetConnConfig;
@@ -27,6 +29,8 @@ pub struct ServerConfig {
     /// Adaptive-polling window: a reactor keeps polling without sleeping for this long after
     /// its last work (zero: purely event-driven, sleeps whenever nothing is ready).
     pub poll: std::time::Duration,
+    /// The I/O engine for file and block namespaces (per reactor).
+    pub engine: EngineConfig,
 }
 
 /// Errors starting the server.
@@ -51,7 +55,6 @@ pub struct ServerHandle {
     stop: Arc<AtomicBool>,
     mailboxes: Vec<Arc<Mailbox>>,
     threads: Vec<std::thread::JoinHandle<()>>,
-    blocking: Option<tokio::runtime::Runtime>,
     /// Addresses actually bound (port 0 resolved), I/O listeners first, then discovery.
     pub bound: Vec<SocketAddr>,
 }
@@ -65,9 +68,6 @@ impl ServerHandle {
         }
         for t in self.threads.drain(..) {
             let _ = t.join();
-        }
-        if let Some(rt) = self.blocking.take() {
-            rt.shutdown_timeout(std::time::Duration::from_secs(5));
         }
     }
 }
@@ -97,13 +97,6 @@ impl Server {
             .iter()
             .filter_map(|(l, _)| l.local_addr().ok())
             .collect();
-        // Worker pool for backends that may block (file, block device).
-        let blocking = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .max_blocking_threads(64)
-            .thread_name("ebof-blk")
-            .build()
-            .map_err(ServerError::Thread)?;
         let stop = Arc::new(AtomicBool::new(false));
         let mut reactors = Vec::new();
         let mut mailboxes = Vec::new();
@@ -114,7 +107,7 @@ impl Server {
                 cfg.tcp,
                 cfg.poll,
                 stop.clone(),
-                blocking.handle().clone(),
+                cfg.engine,
             )
             .map_err(ServerError::Thread)?;
             reactors.push(r);
@@ -140,16 +133,22 @@ impl Server {
             let t = std::thread::Builder::new()
                 .name(format!("ebof-core{core}"))
                 .spawn(move || {
-                    match affinity::pin_current_thread(core) {
+                    let mut r = r;
+                    let pinned = affinity::pin_current_thread(core);
+                    let io_engine = r.start_engine();
+                    match pinned {
                         Ok(()) if poll.is_zero() => {
-                            tracing::info!(core, "reactor started (epoll, event-driven)")
+                            tracing::info!(core, io_engine, "reactor started (epoll, event-driven)")
                         }
                         Ok(()) => tracing::info!(
                             core,
                             spin_us = poll.as_micros() as u64,
+                            io_engine,
                             "reactor started (epoll, adaptive polling)"
                         ),
-                        Err(e) => tracing::warn!(core, error = %e, "reactor started unpinned"),
+                        Err(e) => {
+                            tracing::warn!(core, io_engine, error = %e, "reactor started unpinned")
+                        }
                     }
                     let _ = up.send(());
                     drop(up);
@@ -168,7 +167,6 @@ impl Server {
             stop,
             mailboxes,
             threads,
-            blocking: Some(blocking),
             bound,
         })
     }

@@ -5,7 +5,7 @@
 mod common;
 
 use ebof_backend::{Backend, BackendSpec};
-use ebof_runtime::{Server, ServerConfig, ServerHandle};
+use ebof_runtime::{EngineConfig, Server, ServerConfig, ServerHandle};
 use nvme_spec::fabrics::{ConnectCmd, ConnectData, PropertyCmd, cc, prop};
 use nvme_spec::opcode::{admin, fctype, io};
 use nvme_spec::{CommandId, ControllerId, Cqe, NamespaceId, QueueId, Sqe};
@@ -57,6 +57,7 @@ fn start_on(poll: Duration, backend: Arc<dyn Backend>) -> Running {
         cores: vec![0],
         tcp: TargetConnConfig::default(),
         poll,
+        engine: EngineConfig::default(),
     };
     let handle = Server::start(target, cfg).unwrap();
     let addr = handle.bound[0];

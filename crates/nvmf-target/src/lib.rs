@@ -103,6 +103,6 @@ mod model;
 mod queue;
 
 pub use controller::{Controller, ControllerKind};
-pub use io::{IoOp, IoRequest, NsRef, execute_io};
+pub use io::{IoOp, IoRequest, NsRef, execute_io, io_status};
 pub use model::{ListenerInfo, Namespace, Subsystem, Target, TargetLimits};
 pub use queue::{C2hData, Disposition, Queue, QueueRole};
