@@ -142,20 +142,13 @@ pub fn build_target(cfg: &Config) -> Result<Target> {
                     n.nsid
                 )
             })?;
-            // O_DIRECT transfers whole device blocks: a namespace block smaller than the
-            // device's would make every I/O fail.
-            if let Some(granularity) = backend.raw_io().and_then(|r| r.direct)
-                && n.block_size < granularity
-            {
-                bail!(
-                    "subsystems[{si}].namespaces[{ni}].block_size: block_size {} is smaller than \
-                     the logical block size {granularity} of {} (needed with direct = true); \
-                     use block_size = {granularity} or direct = false",
+            if let Some(granularity) = backend.raw_io().and_then(|r| r.direct) {
+                check_direct_block_size(
+                    &format!("subsystems[{si}].namespaces[{ni}].block_size"),
                     n.block_size,
-                    n.backend
-                        .path()
-                        .map_or(String::new(), |p| p.display().to_string()),
-                );
+                    granularity,
+                    n.backend.path().unwrap_or(Path::new("")),
+                )?;
             }
             if backend.size() % u64::from(n.block_size) != 0 || backend.size() == 0 {
                 bail!(
@@ -197,6 +190,26 @@ pub fn build_target(cfg: &Config) -> Result<Target> {
         max_transfer: MAX_TRANSFER,
     };
     Ok(Target::new(subsystems, listeners, limits, Instant::now()))
+}
+
+/// O_DIRECT transfers whole device blocks: a namespace block smaller than the device's logical
+/// block (or the file system's direct-I/O granularity) would make every I/O fail, so refuse it
+/// at startup, naming the field and the fix.
+fn check_direct_block_size(
+    field: &str,
+    block_size: u32,
+    granularity: u32,
+    path: &Path,
+) -> Result<()> {
+    if block_size < granularity {
+        bail!(
+            "{field}: block_size {block_size} is smaller than the logical block size \
+             {granularity} of {} (needed with direct = true); use block_size = {granularity} \
+             or direct = false",
+            path.display()
+        );
+    }
+    Ok(())
 }
 
 /// Check, before any backend is opened or file created, that every listener can be bound, so a
@@ -422,6 +435,21 @@ mod tests {
             "{text}"
         );
         assert!(!dir.exists());
+    }
+
+    #[test]
+    fn direct_namespaces_need_blocks_of_at_least_the_device_granularity() {
+        let field = "subsystems[0].namespaces[1].block_size";
+        let dev = Path::new("/dev/sdz");
+        check_direct_block_size(field, 4096, 4096, dev).unwrap();
+        check_direct_block_size(field, 4096, 512, dev).unwrap();
+        let err = check_direct_block_size(field, 512, 4096, dev).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "subsystems[0].namespaces[1].block_size: block_size 512 is smaller than the logical \
+             block size 4096 of /dev/sdz (needed with direct = true); use block_size = 4096 or \
+             direct = false"
+        );
     }
 
     #[test]
