@@ -109,9 +109,9 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     /// Capacity in bytes.
     fn size(&self) -> u64;
 
-    /// `true` if calls may block on a device or filesystem (file, block): the runtime then runs
-    /// them on a worker thread instead of the reactor. RAM returns `false` (calls are
-    /// memcpy-fast).
+    /// `true` if calls may block on a device or filesystem (file, block): the runtime then hands
+    /// them to its I/O engine (io_uring through [`raw_io`](Backend::raw_io), or a worker thread)
+    /// instead of running them on the reactor. RAM returns `false` (calls are memcpy-fast).
     fn may_block(&self) -> bool;
 
     /// Reads `buf.len()` bytes at `offset`.
