@@ -138,16 +138,16 @@ impl Server {
                     let io_engine = r.start_engine();
                     match pinned {
                         Ok(()) if poll.is_zero() => {
-                            tracing::info!(core, io_engine, "reactor started (epoll, event-driven)")
+                            tracing::info!(core, %io_engine, "reactor started (epoll, event-driven)")
                         }
                         Ok(()) => tracing::info!(
                             core,
                             spin_us = poll.as_micros() as u64,
-                            io_engine,
+                            %io_engine,
                             "reactor started (epoll, adaptive polling)"
                         ),
                         Err(e) => {
-                            tracing::warn!(core, io_engine, error = %e, "reactor started unpinned")
+                            tracing::warn!(core, %io_engine, error = %e, "reactor started unpinned")
                         }
                     }
                     let _ = up.send(());
