@@ -327,6 +327,14 @@ fn target_conn_seeds() -> Vec<(String, Vec<u8>)> {
             script(0, Some(raw_discovery), vec![cmd(get_log(2, 0x70, 3072))]),
         ),
         ("admin".into(), script(1, None, admin_cmds())),
+        // A command and a fatal PDU in one read: the completion must precede the C2HTermReq
+        // (the first bug this target found).
+        ("admin-then-protocol-error".into(), {
+            let mut b = vec![1u8, 0];
+            h.encode_capsule(&mut b, &sqe(admin::KEEP_ALIVE, 1), &[]);
+            h.encode_h2c_data(&mut b, 2, 3, 0, &pattern(512, 2));
+            b
+        }),
         (
             "admin-digests".into(),
             script(1 | 4 | 8, None, admin_cmds()),
