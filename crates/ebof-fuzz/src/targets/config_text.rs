@@ -100,7 +100,13 @@ pub fn check_error(e: &ConfigError, feat: &mut Features) {
     feat.add_str(F_CODE, e.code);
     // Where, roughly: the first path component and the depth (not the arbitrary key names
     // themselves, which would make every input "new").
-    let first = e.path.split(['.', '[']).next().unwrap_or("");
+    const TOP: [&str; 5] = ["target", "listeners", "discovery", "subsystems", ""];
+    let first = e
+        .path
+        .split(['.', '['])
+        .next()
+        .filter(|f| TOP.contains(f))
+        .unwrap_or("?");
     let depth = e.path.matches(['.', '[']).count() as u64;
     feat.add(F_PATH, crate::fnv1a(first.as_bytes()) ^ depth);
 }

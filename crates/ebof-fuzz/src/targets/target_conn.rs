@@ -144,8 +144,9 @@ pub struct Conn {
     host: HostConn,
     /// Everything fed to the target on this connection, for counting the commands sent.
     input: Vec<u8>,
-    /// Commands sent, by CID, counted from `input[..sent_pos]` (see [`Conn::update_sent`]).
-    sent: HashMap<u16, u32>,
+    /// Commands sent, by CID: how many, and the opcode (and Fabrics type) of the last one;
+    /// counted from `input[..sent_pos]` (see [`Conn::update_sent`]).
+    sent: HashMap<u16, (u32, u16)>,
     sent_pos: usize,
     sent_lim: Option<DecodeLimits>,
     limits: TargetConnConfig,
@@ -281,7 +282,14 @@ impl Conn {
                             }
                         }
                         Pdu::CapsuleCmd { sqe, .. } => {
-                            *self.sent.entry(sqe.cid().0).or_insert(0) += 1
+                            let e = self.sent.entry(sqe.cid().0).or_insert((0, 0));
+                            e.0 += 1;
+                            let fct = if sqe.opcode() == admin::FABRICS {
+                                sqe.fctype()
+                            } else {
+                                0
+                            };
+                            e.1 = u16::from(sqe.opcode()) << 8 | u16::from(fct);
                         }
                         _ => {}
                     }
@@ -310,7 +318,7 @@ impl Conn {
             self.pdus += 1;
             let sent = &self.sent;
             let mut check_cid = |cid: u16, done: bool, what: &str| {
-                let s = sent.get(&cid).copied().unwrap_or(0);
+                let s = sent.get(&cid).map_or(0, |e| e.0);
                 assert!(s > 0, "{what} for CID {cid}, which the host never sent");
                 if done {
                     let c = self.completed.entry(cid).or_insert(0);
@@ -322,7 +330,12 @@ impl Conn {
                 HostEvent::Established { .. } => feat.add(F_OUT, 0),
                 HostEvent::Response(cqe) => {
                     feat.add(F_OUT, 1);
-                    feat.add(F_STATUS, u64::from(cqe.status.to_field()));
+                    // Which command (opcode, Fabrics type) ended with which status.
+                    let opc = sent.get(&cqe.cid).map_or(0, |e| e.1);
+                    feat.add(
+                        F_STATUS,
+                        u64::from(cqe.status.to_field()) << 16 | u64::from(opc),
+                    );
                     check_cid(cqe.cid, true, "CapsuleResp");
                     self.c2h_next.remove(&cqe.cid);
                 }
