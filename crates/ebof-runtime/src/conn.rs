@@ -248,6 +248,9 @@ impl ConnCore {
                 Ok(None) => break,
                 Err(e) => {
                     nvmf_target::warn_every!(error = %e, "protocol error; sending C2HTermReq");
+                    // Commands completed earlier in this batch go out first: the C2HTermReq
+                    // is the last PDU of the connection (nothing may follow it).
+                    self.flush_completions();
                     self.conn.encode_term_req(&mut self.out, &e);
                     return Step::Close(ConnEnd::Protocol(e));
                 }

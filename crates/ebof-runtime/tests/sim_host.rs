@@ -737,3 +737,35 @@ fn idle_queue_gives_its_buffers_back() {
     assert_eq!(ioq.rw(io::READ, 0, 8, &[], false).data, &data[..4096]);
     let _ = std::fs::remove_file(&backing);
 }
+
+/// A protocol error in a batch that also completed commands: the completions go out first and
+/// the C2HTermReq is the last PDU (found by the `target_conn` fuzz target: the reactor's flush
+/// after a closing `process` used to put CapsuleResps after the C2HTermReq).
+#[test]
+fn term_req_is_the_last_pdu_of_a_batch() {
+    let mut s = Sim::new(target(), false);
+    bring_up(&mut s);
+    let mut batch = Vec::new();
+    s.host
+        .encode_capsule(&mut batch, &Sqe::new(admin::KEEP_ALIVE, CommandId(40)), &[]);
+    // H2CData for a transfer tag that has no R2T: fatal.
+    s.host.encode_h2c_data(&mut batch, 41, 3, 0, &[0u8; 512]);
+    assert_eq!(s.core.feed(&batch), batch.len());
+    let step = s.core.process(s.now, |_, _| panic!("RAM never offloads"));
+    assert!(matches!(step, Step::Close(_)));
+    // As the reactor does after every process, closing or not.
+    s.core.flush_completions();
+    let out = s.core.take_output();
+    let mut pos = 0;
+    let mut seen = Vec::new();
+    while pos < out.len() {
+        let (ev, n) = s.host.decode_one(&out[pos..]).unwrap().unwrap();
+        pos += n;
+        seen.push(match ev {
+            HostEvent::Response(c) => format!("resp {}", c.cid),
+            HostEvent::TermReq { .. } => "term".to_string(),
+            other => format!("{other:?}"),
+        });
+    }
+    assert_eq!(seen, ["resp 40", "term"]);
+}

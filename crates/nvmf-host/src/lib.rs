@@ -78,4 +78,6 @@ pub use controller::{AsyncEvent, Controller};
 pub use discovery::{DiscoveryLog, discover};
 pub use error::HostError;
 pub use io::{IoConnector, IoQueue, IoQueueOptions};
+#[doc(hidden)]
+pub use queue::QueueCore;
 pub use queue::{Completion, DataDir};

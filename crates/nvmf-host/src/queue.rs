@@ -201,6 +201,88 @@ impl Slots {
         }
     }
 
+    /// Claim a slot for `sqe` and append its capsule (with in-capsule data when it fits) to
+    /// `tx`; see [`Queue::submit`].
+    #[allow(clippy::too_many_arguments)]
+    fn submit(
+        &mut self,
+        conn: &HostConn,
+        tx: &mut Vec<u8>,
+        mut sqe: Sqe,
+        dir: DataDir,
+        len: usize,
+        user: u64,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Result<Option<CommandId>> {
+        if u32::try_from(len).is_err() {
+            return Err(HostError::InvalidArgument(format!(
+                "transfer of {len} bytes"
+            )));
+        }
+        if !self.can_submit() {
+            return Ok(None);
+        }
+        let dir = if len == 0 { DataDir::None } else { dir };
+        let Some(idx) = self.free.pop() else {
+            return Ok(None);
+        };
+        let icd_max = self.icd_max;
+        let slot = &mut self.slots[usize::from(idx)];
+        let cid = CommandId(idx);
+        sqe.set_cid(cid);
+        if slot.buf.len() < len {
+            slot.buf.resize(len, 0);
+        }
+        slot.inline = false;
+        match dir {
+            DataDir::ToController => {
+                fill(&mut slot.buf[..len]);
+                if len <= icd_max {
+                    slot.inline = true;
+                    sqe.set_sgl_icd(len as u32);
+                    conn.encode_capsule(tx, &sqe, &slot.buf[..len]);
+                } else {
+                    sqe.set_sgl_transport(len as u32);
+                    conn.encode_capsule(tx, &sqe, &[]);
+                }
+            }
+            DataDir::FromController | DataDir::None => {
+                sqe.set_sgl_transport(len as u32);
+                conn.encode_capsule(tx, &sqe, &[]);
+            }
+        }
+        slot.busy = true;
+        slot.digest_error = false;
+        slot.dir = dir;
+        slot.len = len;
+        slot.done = 0;
+        slot.user = user;
+        self.in_flight += 1;
+        self.sq_tail = (self.sq_tail + 1) % self.entries;
+        Ok(Some(cid))
+    }
+
+    /// Decode every whole PDU in `rx[*head..]`, advancing `*head` past each one handled.
+    /// Returns the number of commands completed.
+    fn process<F: FnMut(Completion<'_>)>(
+        &mut self,
+        conn: &mut HostConn,
+        rx: &[u8],
+        head: &mut usize,
+        tx: &mut Vec<u8>,
+        f: &mut F,
+    ) -> Result<usize> {
+        let mut completed = 0;
+        while *head < rx.len() {
+            let Some((ev, used)) = conn.decode_one(&rx[*head..])? else {
+                break;
+            };
+            completed += self.handle_event(ev, conn, tx, f)?;
+            *head += used;
+        }
+        Ok(completed)
+    }
+
     fn busy_slot(&mut self, cid: u16, reason: &'static str) -> Result<&mut Slot> {
         match self.slots.get_mut(usize::from(cid)) {
             Some(s) if s.busy => Ok(s),
@@ -661,7 +743,7 @@ impl Queue {
     /// (it is not called otherwise). Returns `Ok(None)` when the queue is full.
     pub(crate) fn submit(
         &mut self,
-        mut sqe: Sqe,
+        sqe: Sqe,
         dir: DataDir,
         len: usize,
         user: u64,
@@ -670,54 +752,9 @@ impl Queue {
         if self.broken {
             return Err(HostError::Disconnected);
         }
-        if u32::try_from(len).is_err() {
-            return Err(HostError::InvalidArgument(format!(
-                "transfer of {len} bytes"
-            )));
-        }
-        if !self.st.can_submit() {
-            return Ok(None);
-        }
-        let dir = if len == 0 { DataDir::None } else { dir };
-        let Some(idx) = self.st.free.pop() else {
-            return Ok(None);
-        };
-        let icd_max = self.st.icd_max;
-        let slot = &mut self.st.slots[usize::from(idx)];
-        let cid = CommandId(idx);
-        sqe.set_cid(cid);
-        if slot.buf.len() < len {
-            slot.buf.resize(len, 0);
-        }
-        slot.inline = false;
-        match dir {
-            DataDir::ToController => {
-                fill(&mut slot.buf[..len]);
-                if len <= icd_max {
-                    slot.inline = true;
-                    sqe.set_sgl_icd(len as u32);
-                    self.link
-                        .conn
-                        .encode_capsule(&mut self.link.tx, &sqe, &slot.buf[..len]);
-                } else {
-                    sqe.set_sgl_transport(len as u32);
-                    self.link.conn.encode_capsule(&mut self.link.tx, &sqe, &[]);
-                }
-            }
-            DataDir::FromController | DataDir::None => {
-                sqe.set_sgl_transport(len as u32);
-                self.link.conn.encode_capsule(&mut self.link.tx, &sqe, &[]);
-            }
-        }
-        slot.busy = true;
-        slot.digest_error = false;
-        slot.dir = dir;
-        slot.len = len;
-        slot.done = 0;
-        slot.user = user;
-        self.st.in_flight += 1;
-        self.st.sq_tail = (self.st.sq_tail + 1) % self.st.entries;
-        Ok(Some(cid))
+        let link = &mut self.link;
+        self.st
+            .submit(&link.conn, &mut link.tx, sqe, dir, len, user, fill)
     }
 
     /// Do all the I/O possible without waiting: send pending output, read what has arrived,
@@ -753,17 +790,10 @@ impl Queue {
 
     /// Decode every whole PDU in the receive buffer.
     fn process<F: FnMut(Completion<'_>)>(&mut self, f: &mut F) -> Result<usize> {
-        let mut completed = 0;
         let link = &mut self.link;
-        while link.rx_head < link.rx_tail {
-            let buf = &link.rx[link.rx_head..link.rx_tail];
-            let Some((ev, used)) = link.conn.decode_one(buf)? else {
-                break;
-            };
-            completed += self.st.handle_event(ev, &link.conn, &mut link.tx, f)?;
-            link.rx_head += used;
-        }
-        Ok(completed)
+        let rx = &link.rx[..link.rx_tail];
+        self.st
+            .process(&mut link.conn, rx, &mut link.rx_head, &mut link.tx, f)
     }
 
     /// Mark the queue dead; for a protocol error, tell the controller why (best effort).
@@ -889,5 +919,82 @@ impl Queue {
                 self.st.release(idx);
             }
         }
+    }
+}
+
+/// The queue engine without its socket — slots, SQ flow control, R2T/H2CData and
+/// C2HData/response handling — driven through byte buffers. It exists for the fuzz targets
+/// (`crates/ebof-fuzz`), which feed it arbitrary controller PDUs; it is not part of the API.
+#[doc(hidden)]
+pub struct QueueCore {
+    conn: HostConn,
+    st: Slots,
+    tx: Vec<u8>,
+}
+
+#[doc(hidden)]
+impl QueueCore {
+    /// A queue of `entries` SQ entries (`entries - 1` slots) on `conn`, which the caller
+    /// establishes with [`QueueCore::conn`] (ICReq out, ICResp in). `flow_control: false` is
+    /// the state after a Connect that agreed to CATTR.DISSQFC.
+    pub fn new(
+        conn: HostConn,
+        qid: QueueId,
+        entries: u16,
+        icd_max: usize,
+        flow_control: bool,
+    ) -> Self {
+        let mut st = Slots::new(qid, entries.max(2), icd_max, 0);
+        st.flow_control = flow_control;
+        QueueCore {
+            conn,
+            st,
+            tx: Vec::new(),
+        }
+    }
+
+    /// The sans-IO connection.
+    pub fn conn(&mut self) -> &mut HostConn {
+        &mut self.conn
+    }
+
+    /// As [`Queue::submit`].
+    pub fn submit(
+        &mut self,
+        sqe: Sqe,
+        dir: DataDir,
+        len: usize,
+        user: u64,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Result<Option<CommandId>> {
+        self.st
+            .submit(&self.conn, &mut self.tx, sqe, dir, len, user, fill)
+    }
+
+    /// Handle every whole PDU in `rx[*head..]` as [`Queue::try_io`] does with what it read,
+    /// advancing `*head`; `f` is called per completed command. An error leaves the queue
+    /// unusable (the real queue is then broken).
+    pub fn receive<F: FnMut(Completion<'_>)>(
+        &mut self,
+        rx: &[u8],
+        head: &mut usize,
+        f: &mut F,
+    ) -> Result<usize> {
+        self.st.process(&mut self.conn, rx, head, &mut self.tx, f)
+    }
+
+    /// Everything the queue would have sent (capsules, H2CData) since the last call.
+    pub fn take_output(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.tx)
+    }
+
+    /// Commands outstanding.
+    pub fn in_flight(&self) -> usize {
+        self.st.in_flight
+    }
+
+    /// Whether another command may be submitted now (a free slot and SQ room).
+    pub fn can_submit(&self) -> bool {
+        self.st.can_submit()
     }
 }

@@ -1,0 +1,109 @@
+//! # ebof-fuzz — one fuzz target per layer, and a stable driver for them
+//!
+//! **What it is**: the fuzz targets of ebof as plain functions `fn(&[u8], &mut Features)` that
+//! panic on a bug (a panic in the code under test, or a broken invariant asserted here), a
+//! generator of their seed inputs ([`seeds`]), and [`driver`]: a time-bounded, seeded mutation
+//! loop over the committed corpus (`fuzz/corpus/<target>/`) that runs on stable Rust. The same
+//! functions are the libFuzzer entry points of `fuzz/` (`cargo +nightly fuzz run <target>`,
+//! coverage-guided, for runs of hours). See `docs/fuzzing.md` and ADR 0007.
+//!
+//! **What it is not**: no product code. Every target drives the real sans-IO seams (the PDU
+//! decoder, `ConnCore`, `ebof-config`, `nvmf-host`'s `QueueCore`), never a copy.
+//!
+//! **Targets** ([`TARGETS`]):
+//! - [`targets::pdu`]: arbitrary bytes into the stateless and both stateful PDU decoders;
+//!   decode → encode → decode round trip.
+//! - [`targets::target_conn`]: a whole target connection (`ConnCore` over a RAM namespace): a
+//!   valid handshake prefix (ICReq, admin Connect, CC.EN; or an I/O queue Connect), then
+//!   arbitrary PDUs; the output must decode as well-formed PDUs on the host side and complete
+//!   only commands that were sent.
+//! - [`targets::config_text`]: arbitrary text into the TOML configuration parser.
+//! - [`targets::config_struct`]: arbitrary values in a valid configuration skeleton, plus
+//!   arbitrary command-line overrides.
+//! - [`targets::host_queue`]: arbitrary controller PDUs into the host queue engine with
+//!   reads, writes (in-capsule and R2T) and admin commands outstanding, and the payload
+//!   decoders the host applies to what comes back.
+
+pub mod driver;
+pub mod mutate;
+pub mod seeds;
+pub mod targets;
+
+/// Outcome features a target reports for an input (which PDU types came back, which status
+/// codes, which error reasons...). The stable driver keeps an input that shows a feature never
+/// seen before, a cheap stand-in for coverage feedback; libFuzzer ignores them.
+#[derive(Debug, Default)]
+pub struct Features(Vec<u64>);
+
+impl Features {
+    /// Record a feature: `kind` names the family, `value` the instance.
+    pub fn add(&mut self, kind: u8, value: u64) {
+        self.0.push((u64::from(kind) << 56) ^ value);
+    }
+
+    /// Record a feature named by a string (error reasons, ...).
+    pub fn add_str(&mut self, kind: u8, s: &str) {
+        self.add(kind, fnv1a(s.as_bytes()));
+    }
+
+    /// The features recorded, in order, with repetitions.
+    pub fn as_slice(&self) -> &[u64] {
+        &self.0
+    }
+
+    pub fn clear(&mut self) {
+        self.0.clear();
+    }
+}
+
+/// FNV-1a, for feature values and crash file names (stable across runs and platforms).
+pub fn fnv1a(b: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &x in b {
+        h ^= u64::from(x);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+/// A fuzz target: its name (also its corpus directory and its libFuzzer binary), the
+/// function, and the largest input worth generating.
+pub struct Target {
+    pub name: &'static str,
+    pub run: fn(&[u8], &mut Features),
+    pub max_len: usize,
+}
+
+/// Every target, in the order the driver runs them.
+pub const TARGETS: &[Target] = &[
+    Target {
+        name: "pdu",
+        run: targets::pdu::run,
+        max_len: 16 * 1024,
+    },
+    Target {
+        name: "target_conn",
+        run: targets::target_conn::run,
+        max_len: 64 * 1024,
+    },
+    Target {
+        name: "config_text",
+        run: targets::config_text::run,
+        max_len: 8 * 1024,
+    },
+    Target {
+        name: "config_struct",
+        run: targets::config_struct::run,
+        max_len: 4 * 1024,
+    },
+    Target {
+        name: "host_queue",
+        run: targets::host_queue::run,
+        max_len: 64 * 1024,
+    },
+];
+
+/// The target called `name`.
+pub fn target(name: &str) -> Option<&'static Target> {
+    TARGETS.iter().find(|t| t.name == name)
+}

@@ -1,0 +1,446 @@
+//! The seed corpus, generated: `cargo run -p ebof-fuzz -- seeds` writes these files into
+//! `fuzz/corpus/<target>/` (where they are committed). Generating them from the real encoders
+//! and the real target keeps them valid when the code changes: the `target_conn` seeds are the
+//! bytes a scripted host sent while talking to a [`Session`], answering its R2Ts.
+
+use crate::Features;
+use crate::targets::host_queue::{KINDS, Setup};
+use crate::targets::target_conn::{
+    DISCOVERY_NQN, NQN, Session, connect, enable, host_encoder, icreq,
+};
+use nvme_spec::fabrics::{PropertyCmd, prop};
+use nvme_spec::identify::cns;
+use nvme_spec::log::lid;
+use nvme_spec::opcode::{admin, fctype, feature, io};
+use nvme_spec::{CommandId, Cqe, NamespaceId, Sqe, Status};
+use nvmf_tcp::pdu::{self, DataHdr, Digests, IcReq, IcResp, R2t};
+use nvmf_tcp::{HostConn, HostEvent};
+
+/// `(target, file name, bytes)` for every seed.
+pub fn all() -> Vec<(&'static str, String, Vec<u8>)> {
+    let mut v = Vec::new();
+    for (name, bytes) in pdu_seeds() {
+        v.push(("pdu", name, bytes));
+    }
+    for (name, bytes) in target_conn_seeds() {
+        v.push(("target_conn", name, bytes));
+    }
+    for (name, bytes) in config_text_seeds() {
+        v.push(("config_text", name, bytes));
+    }
+    for (name, bytes) in config_struct_seeds() {
+        v.push(("config_struct", name, bytes));
+    }
+    for (name, bytes) in host_queue_seeds() {
+        v.push(("host_queue", name, bytes));
+    }
+    v
+}
+
+fn sqe(opc: u8, cid: u16) -> Sqe {
+    Sqe::new(opc, CommandId(cid))
+}
+
+fn identify(cid: u16, c: u8, nsid: u32) -> Sqe {
+    let mut s = sqe(admin::IDENTIFY, cid);
+    s.set_nsid(NamespaceId(nsid));
+    s.set_cdw(10, u32::from(c));
+    s.set_sgl_transport(4096);
+    s
+}
+
+fn get_log(cid: u16, l: u8, len: u32) -> Sqe {
+    let mut s = sqe(admin::GET_LOG_PAGE, cid);
+    s.set_nsid(NamespaceId(u32::MAX));
+    s.set_cdw(10, u32::from(l) | ((len / 4 - 1) << 16));
+    s.set_sgl_transport(len);
+    s
+}
+
+fn rw(opc: u8, cid: u16, nsid: u32, slba: u64, nlb: u32, bs: u32) -> Sqe {
+    let mut s = sqe(opc, cid);
+    s.set_nsid(NamespaceId(nsid));
+    s.set_slba(slba);
+    s.set_nlb(nlb);
+    if opc == io::READ || opc == io::WRITE {
+        s.set_sgl_transport(nlb * bs);
+    }
+    s
+}
+
+fn pattern(len: usize, salt: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31) ^ salt)
+        .collect()
+}
+
+// ----------------------------------------------------------------------------------------
+// pdu
+
+fn pdu_seeds() -> Vec<(String, Vec<u8>)> {
+    let mut v = Vec::new();
+    for (tag, dig) in [("plain", Digests::NONE), ("digests", Digests::BOTH)] {
+        // Target role, from the ICReq on: mode 0 (decoder state "before IC").
+        let mut b = vec![0u8, 7];
+        pdu::encode_ic_req(
+            &mut b,
+            &IcReq {
+                pfv: 0,
+                hpda: 0,
+                digests: dig,
+                maxr2t: 0,
+            },
+        );
+        let h = host_encoder(dig);
+        b.extend(connect(&h, 1, 0, 31, 0, 0xFFFF, NQN));
+        h.encode_capsule(&mut b, &identify(2, cns::CTRL, 0), &[]);
+        let mut w = rw(io::WRITE, 3, 1, 0, 2, 512);
+        w.set_sgl_icd(1024);
+        h.encode_capsule(&mut b, &w, &pattern(1024, 3));
+        // A write without in-capsule data: the harness answers with R2T TTAG 0.
+        h.encode_capsule(&mut b, &rw(io::WRITE, 4, 1, 8, 8, 512), &[]);
+        h.encode_h2c_data(&mut b, 4, 0, 0, &pattern(4096, 4));
+        let mut t = Vec::new();
+        pdu::encode_term_req(&mut t, pdu::pdu_type::H2C_TERM_REQ, 1, 0, &b[2..10]);
+        b.extend(t);
+        v.push((format!("target-{tag}"), b));
+
+        // Host role: ICResp, responses, data, R2T, TermReq. Mode 1 (host, before IC).
+        let mut b = vec![1u8, 5];
+        pdu::encode_ic_resp(
+            &mut b,
+            &IcResp {
+                pfv: 0,
+                cpda: 0,
+                digests: dig,
+                maxh2cdata: 131072,
+            },
+        );
+        let data = pattern(8192, 9);
+        for (off, last) in [(0usize, false), (4096, true)] {
+            let d = DataHdr {
+                cccid: 5,
+                ttag: 0,
+                datao: off as u32,
+                datal: 4096,
+                last,
+                success: false,
+            };
+            pdu::encode_c2h_data(&mut b, dig, 0, &d, &data[off..off + 4096]);
+        }
+        pdu::encode_capsule_resp(&mut b, dig, &cqe(5, 1, Status::SUCCESS));
+        let d = DataHdr {
+            cccid: 6,
+            ttag: 0,
+            datao: 0,
+            datal: 512,
+            last: true,
+            success: true,
+        };
+        pdu::encode_c2h_data(&mut b, dig, 0, &d, &data[..512]);
+        pdu::encode_r2t(
+            &mut b,
+            dig,
+            &R2t {
+                cccid: 7,
+                ttag: 3,
+                r2to: 0,
+                r2tl: 16384,
+            },
+        );
+        let mut t = Vec::new();
+        pdu::encode_term_req(&mut t, pdu::pdu_type::C2H_TERM_REQ, 2, 0, &b[2..26]);
+        b.extend(t);
+        v.push((format!("host-{tag}"), b));
+    }
+    v
+}
+
+fn cqe(cid: u16, sqhd: u16, status: Status) -> Cqe {
+    Cqe {
+        dw0: 0,
+        dw1: 0,
+        sqhd,
+        sqid: 1,
+        cid,
+        status,
+    }
+}
+
+// ----------------------------------------------------------------------------------------
+// target_conn
+
+/// A command for the scripted host: the SQE (CID set), data to send and whether in-capsule.
+struct Cmd {
+    sqe: Sqe,
+    data: Vec<u8>,
+    inline: bool,
+}
+
+fn cmd(sqe: Sqe) -> Cmd {
+    Cmd {
+        sqe,
+        data: Vec::new(),
+        inline: false,
+    }
+}
+
+fn with_data(mut sqe: Sqe, data: Vec<u8>, inline: bool) -> Cmd {
+    if inline {
+        sqe.set_sgl_icd(data.len() as u32);
+    } else {
+        sqe.set_sgl_transport(data.len() as u32);
+    }
+    Cmd { sqe, data, inline }
+}
+
+/// Run `cmds` one after the other on a [`Session`] of `mode` (answering R2Ts) and return the
+/// seed: `[mode, 0]` and every byte the host sent after the prefix.
+fn script(mode: u8, raw_prefix: Option<Vec<u8>>, cmds: Vec<Cmd>) -> Vec<u8> {
+    let mut feat = Features::default();
+    let mut s = Session::new(mode, &mut feat);
+    let mut h = host_encoder(s.digests);
+    let mut sent = Vec::new();
+    if let Some(p) = raw_prefix {
+        s.conn.feed(&p, usize::MAX, &mut feat);
+        sent.extend(p);
+        h = host_encoder(Digests::NONE);
+    }
+    for c in cmds {
+        let mut out = Vec::new();
+        let icd: &[u8] = if c.inline { &c.data } else { &[] };
+        h.encode_capsule(&mut out, &c.sqe, icd);
+        let mut pending = out;
+        for _ in 0..16 {
+            if pending.is_empty() || s.conn.is_closed() {
+                break;
+            }
+            let back = s.conn.feed(&pending, usize::MAX, &mut feat);
+            sent.extend(&pending);
+            pending = answer_r2ts(&mut h, &back, &c);
+        }
+    }
+    let mut seed = vec![mode, 0];
+    seed.extend(sent);
+    seed
+}
+
+/// H2CData for every R2T in `back` (which belongs to `c`).
+fn answer_r2ts(h: &mut HostConn, back: &[u8], c: &Cmd) -> Vec<u8> {
+    // A decoder in step with the target's output (its ICResp is not in `back`).
+    let mut dec = host_encoder(h.digests());
+    let mut pos = 0;
+    let mut reply = Vec::new();
+    while let Ok(Some((ev, n))) = dec.decode_one(&back[pos..]) {
+        pos += n;
+        if let HostEvent::R2t(r) = ev {
+            let start = r.r2to as usize;
+            let end = (start + r.r2tl as usize).min(c.data.len());
+            h.encode_h2c_data(&mut reply, r.cccid, r.ttag, r.r2to, &c.data[start..end]);
+        }
+    }
+    reply
+}
+
+fn prop_get(cid: u16, ofst: u32, size8: bool) -> Sqe {
+    let mut s = sqe(admin::FABRICS, cid);
+    s.set_fctype(fctype::PROPERTY_GET);
+    PropertyCmd {
+        size8,
+        ofst,
+        value: 0,
+    }
+    .encode_into(&mut s);
+    s
+}
+
+fn features(opc: u8, cid: u16, fid: u8, value: u32) -> Sqe {
+    let mut s = sqe(opc, cid);
+    s.set_cdw(10, u32::from(fid));
+    s.set_cdw(11, value);
+    s
+}
+
+fn admin_cmds() -> Vec<Cmd> {
+    vec![
+        cmd(identify(1, cns::CTRL, 0)),
+        cmd(identify(2, cns::NS, 1)),
+        cmd(identify(3, cns::ACTIVE_NS_LIST, 0)),
+        cmd(identify(4, cns::NS_ID_DESC_LIST, 2)),
+        cmd(get_log(5, lid::SMART, 512)),
+        cmd(get_log(6, lid::ERROR, 4096)),
+        cmd(features(admin::GET_FEATURES, 7, feature::NUM_QUEUES, 0)),
+        cmd(features(
+            admin::SET_FEATURES,
+            8,
+            feature::NUM_QUEUES,
+            0x0003_0003,
+        )),
+        cmd(features(
+            admin::SET_FEATURES,
+            9,
+            feature::ASYNC_EVENT,
+            0x100,
+        )),
+        cmd(prop_get(10, prop::CAP, true)),
+        cmd(prop_get(11, prop::CSTS, false)),
+        cmd(sqe(admin::KEEP_ALIVE, 12)),
+        cmd(sqe(admin::ASYNC_EVENT_REQUEST, 13)),
+    ]
+}
+
+fn io_cmds() -> Vec<Cmd> {
+    let mut dsm = sqe(io::DATASET_MGMT, 9);
+    dsm.set_nsid(NamespaceId(1));
+    dsm.set_cdw(11, nvme_spec::opcode::DSM_ATTR_DEALLOCATE);
+    let mut range = vec![0u8; 16];
+    range[4..8].copy_from_slice(&8u32.to_le_bytes());
+    range[8..16].copy_from_slice(&16u64.to_le_bytes());
+    vec![
+        with_data(rw(io::WRITE, 1, 1, 0, 8, 512), pattern(4096, 1), true),
+        cmd(rw(io::READ, 2, 1, 0, 8, 512)),
+        with_data(rw(io::WRITE, 3, 1, 64, 32, 512), pattern(16384, 3), false),
+        cmd(rw(io::READ, 4, 1, 64, 32, 512)),
+        with_data(rw(io::WRITE, 5, 2, 1, 1, 4096), pattern(4096, 5), true),
+        cmd(rw(io::READ, 6, 2, 1, 1, 4096)),
+        cmd(rw(io::FLUSH, 7, 1, 0, 0, 512)),
+        cmd(rw(io::WRITE_ZEROES, 8, 1, 0, 4, 512)),
+        with_data(dsm, range, true),
+        with_data(rw(io::WRITE, 10, 1, 2040, 8, 512), pattern(4096, 10), false),
+    ]
+}
+
+fn target_conn_seeds() -> Vec<(String, Vec<u8>)> {
+    let h = host_encoder(Digests::NONE);
+    let mut raw = icreq(Digests::NONE);
+    raw.extend(connect(&h, 1, 0, 31, 0, 0xFFFF, NQN));
+    raw.extend(enable(&h, 2));
+    let mut raw_discovery = icreq(Digests::NONE);
+    raw_discovery.extend(connect(&h, 1, 0, 31, 0, 0xFFFF, DISCOVERY_NQN));
+    vec![
+        (
+            "raw-admin".into(),
+            script(0, Some(raw), vec![cmd(identify(3, cns::CTRL, 0))]),
+        ),
+        (
+            "raw-discovery".into(),
+            script(0, Some(raw_discovery), vec![cmd(get_log(2, 0x70, 3072))]),
+        ),
+        ("admin".into(), script(1, None, admin_cmds())),
+        // A command and a fatal PDU in one read: the completion must precede the C2HTermReq
+        // (the first bug this target found).
+        ("admin-then-protocol-error".into(), {
+            let mut b = vec![1u8, 0];
+            h.encode_capsule(&mut b, &sqe(admin::KEEP_ALIVE, 1), &[]);
+            h.encode_h2c_data(&mut b, 2, 3, 0, &pattern(512, 2));
+            b
+        }),
+        (
+            "admin-digests".into(),
+            script(1 | 4 | 8, None, admin_cmds()),
+        ),
+        (
+            "discovery".into(),
+            script(1 | 0x10, None, vec![cmd(get_log(1, 0x70, 4096))]),
+        ),
+        ("io".into(), script(2, None, io_cmds())),
+        ("io-digests".into(), script(2 | 4 | 8, None, io_cmds())),
+        ("io-dissqfc".into(), script(3, None, io_cmds())),
+    ]
+}
+
+// ----------------------------------------------------------------------------------------
+// config
+
+fn config_text_seeds() -> Vec<(String, Vec<u8>)> {
+    let example = include_str!("../../ebof-config/examples/ebof.toml");
+    let default = ebof_config::Config::embedded_default().to_toml_string();
+    let minimal = "[[listeners]]\naddress = \"127.0.0.1\"\n\n[[subsystems]]\nnqn = \"nqn.2026-11.io.ebof:a\"\n\n[[subsystems.namespaces]]\nbackend = \"ram\"\nsize = \"1M\"\n";
+    let bad = "[[listeners]]\naddress = \"127.0.0.1\"\nport = 70000\n\n[[subsystems]]\nnqn = \"nqn.2026-11.io.ebof:a\"\n\n[[subsystems.namespaces]]\nbackend = \"file\"\nsize = \"1000\"\nblock_size = 4096\n";
+    vec![
+        ("example".into(), example.as_bytes().to_vec()),
+        ("embedded-default".into(), default.into_bytes()),
+        ("minimal".into(), minimal.as_bytes().to_vec()),
+        ("errors".into(), bad.as_bytes().to_vec()),
+    ]
+}
+
+fn config_struct_seeds() -> Vec<(String, Vec<u8>)> {
+    vec![
+        ("zeros".into(), vec![0u8; 256]),
+        ("ones".into(), vec![0xffu8; 256]),
+        ("counting".into(), (0..=255u8).collect()),
+        ("pattern".into(), pattern(1024, 0x5a)),
+    ]
+}
+
+// ----------------------------------------------------------------------------------------
+// host_queue
+
+/// Well-formed answers to the initial commands of a queue of `mode` (see
+/// [`crate::targets::host_queue`]): data, R2Ts and responses for slots `0..entries-1`.
+fn host_answers(mode: u8, success_flag: bool) -> Vec<u8> {
+    let setup = Setup::from_byte(mode);
+    let dig = setup.digests;
+    let slots = usize::from(setup.entries) - 1;
+    let mut b = vec![mode, 0xff];
+    let mut sqhd = 0u16;
+    for slot in 0..slots {
+        let k = &KINDS[slot % KINDS.len()];
+        let cid = slot as u16;
+        sqhd = (sqhd + 1) % setup.entries;
+        let mut resp = true;
+        match k.dir {
+            nvmf_host::DataDir::FromController => {
+                let data = pattern(k.len, slot as u8);
+                let mut off = 0;
+                while off < k.len {
+                    let n = (k.len - off).min(4096);
+                    let last = off + n == k.len;
+                    let success = last && success_flag;
+                    let d = DataHdr {
+                        cccid: cid,
+                        ttag: 0,
+                        datao: off as u32,
+                        datal: n as u32,
+                        last,
+                        success,
+                    };
+                    pdu::encode_c2h_data(&mut b, dig, 0, &d, &data[off..off + n]);
+                    off += n;
+                    resp = !success;
+                }
+            }
+            nvmf_host::DataDir::ToController if k.len > setup.icd_max => {
+                pdu::encode_r2t(
+                    &mut b,
+                    dig,
+                    &R2t {
+                        cccid: cid,
+                        ttag: slot as u16,
+                        r2to: 0,
+                        r2tl: k.len as u32,
+                    },
+                );
+            }
+            _ => {}
+        }
+        if resp {
+            let sq = if setup.flow_control { sqhd } else { 0xFFFF };
+            pdu::encode_capsule_resp(&mut b, dig, &cqe(cid, sq, Status::SUCCESS));
+        }
+    }
+    b
+}
+
+fn host_queue_seeds() -> Vec<(String, Vec<u8>)> {
+    vec![
+        ("entries8".into(), host_answers(0x08, false)),
+        ("entries8-digests".into(), host_answers(0x08 | 3, false)),
+        ("entries8-dissqfc".into(), host_answers(0x08 | 4, true)),
+        (
+            "entries8-small-icd".into(),
+            host_answers(0x08 | 0x20, false),
+        ),
+    ]
+}
