@@ -46,6 +46,13 @@ pub struct ServeArgs {
     /// loaded one spins). 0 = purely event-driven (sleep whenever nothing is ready).
     #[arg(long, value_name = "USEC", default_value_t = 100, value_parser = clap::value_parser!(u64).range(0..=10_000))]
     pub poll_us: u64,
+    /// Management API socket for `ebof ctl` (default: /run/ebof/ebof.sock for root, else
+    /// $XDG_RUNTIME_DIR/ebof.sock; `[management] socket` in the file).
+    #[arg(long, value_name = "PATH")]
+    pub mgmt_socket: Option<PathBuf>,
+    /// Serve Prometheus metrics at http://ADDR:PORT/metrics (`[metrics] listen`).
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub metrics_listen: Option<String>,
     /// Print the effective configuration as TOML and exit.
     #[arg(long)]
     pub print_config: bool,
@@ -77,6 +84,16 @@ pub fn effective_config(a: &ServeArgs) -> Result<Config> {
     };
     cfg.apply_overrides(&o)
         .map_err(|e| anyhow::anyhow!("{e}"))?;
+    if let Some(p) = &a.mgmt_socket {
+        cfg.management.socket = Some(p.clone());
+        cfg.management.disabled = false;
+    }
+    if let Some(l) = &a.metrics_listen {
+        cfg.metrics = Some(
+            ebof_config::parse_listener(l, ebof_config::DEFAULT_METRICS_PORT)
+                .map_err(|e| anyhow::anyhow!("{}", e.at("--metrics-listen")))?,
+        );
+    }
     Ok(cfg)
 }
 
@@ -247,7 +264,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
     let default_discovery = a.config.is_none() && a.discovery_listen.is_none();
     check_listeners(&mut cfg, default_discovery)?;
     let target = Arc::new(build_target(&cfg)?);
-    for (s, sc) in target.subsystems.iter().zip(&cfg.subsystems) {
+    for (s, sc) in target.subsystems().iter().zip(&cfg.subsystems) {
         let hosts = if s.allow_any_host {
             "any".to_string()
         } else {
@@ -298,6 +315,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
         },
         backlog: None,
     };
+    let mgmt = crate::ctl::start_management(&cfg, target.clone())?;
     let handle = Server::start(target.clone(), server_cfg)?;
     tracing::info!(
         listeners = %join(&handle.bound),
@@ -316,8 +334,11 @@ pub fn run(a: ServeArgs) -> Result<()> {
         anyhow::Ok(())
     })?;
     tracing::info!("shutting down: flushing namespaces");
+    if let Some(m) = mgmt {
+        m.stop();
+    }
     handle.stop();
-    for s in target.subsystems.iter() {
+    for s in target.subsystems().iter() {
         for n in &s.namespaces {
             if let Err(e) = n.backend.flush() {
                 tracing::error!(subsystem = %s.nqn, nsid = n.nsid, error = %e, "flush at shutdown failed");
@@ -375,7 +396,7 @@ mod tests {
         );
         let cfg = Config::from_toml_str(&toml).unwrap();
         let target = build_target(&cfg).unwrap();
-        assert_eq!(target.subsystems[0].namespaces[0].backend.size(), 1 << 20);
+        assert_eq!(target.subsystems()[0].namespaces[0].backend.size(), 1 << 20);
         assert_eq!(std::fs::metadata(&path).unwrap().len(), 1 << 20);
     }
 
