@@ -124,7 +124,7 @@ pub use model::{
 };
 pub use overrides::Overrides;
 pub use parse::{
-    MAX_CORE_ID, MODEL_MAX_LEN, NQN_MAX_LEN, SERIAL_MAX_LEN, check_nqn, format_size,
+    MAX_CORE_ID, MODEL_MAX_LEN, NQN_MAX_LEN, SERIAL_MAX_LEN, check_id_text, check_nqn, format_size,
     parse_core_list, parse_listener, parse_size,
 };
 pub use validate::SERIAL_PREFIX_MAX_LEN;

@@ -19,6 +19,10 @@ pub mod routes {
     pub const STATS: &str = "/v1/stats";
     /// `GET`: Prometheus text exposition (also on `--metrics-listen`).
     pub const METRICS: &str = "/metrics";
+    /// `POST` [`super::SubsystemRequest`]: add a subsystem (no namespaces yet).
+    pub const SUBSYSTEMS: &str = "/v1/subsystems";
+    /// `DELETE`: remove a subsystem (its controllers are disconnected).
+    pub const SUBSYSTEM: &str = "/v1/subsystems/{nqn}";
     /// `POST` [`super::HostRequest`]: allow a host; `DELETE …/hosts/{hostnqn}`: deny it.
     pub const HOSTS: &str = "/v1/subsystems/{nqn}/hosts";
     /// `DELETE`: deny a host.
@@ -218,6 +222,28 @@ pub struct NamespaceStats {
     pub bytes_read: u64,
     pub bytes_written: u64,
     pub media_errors: u64,
+}
+
+/// `POST /v1/subsystems`: a new subsystem, with no namespaces. Absent fields take the
+/// configuration file's defaults (derived serial, model `ebof`, allow any host).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubsystemRequest {
+    pub nqn: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serial: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow_any_host: Option<bool>,
+}
+
+/// Answer of `DELETE /v1/subsystems/{nqn}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SubsystemRemoved {
+    pub nqn: String,
+    /// Controllers that were connected to it and are now disconnected.
+    pub disconnected: Vec<u16>,
 }
 
 /// `POST /v1/subsystems/{nqn}/hosts`.

@@ -2,7 +2,8 @@
 //! call over the Unix socket, each bounded by [`REQUEST_TIMEOUT`].
 
 use crate::api::{
-    AllowAnyHostRequest, ApiError, Disconnected, HostRequest, State, Stats, SubsystemView, routes,
+    AllowAnyHostRequest, ApiError, Disconnected, HostRequest, State, Stats, SubsystemRemoved,
+    SubsystemRequest, SubsystemView, routes,
 };
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
@@ -60,6 +61,18 @@ impl Client {
     pub fn metrics(&self) -> Result<String, ClientError> {
         let (_, body) = self.request(Method::GET, routes::METRICS, None)?;
         String::from_utf8(body).map_err(|_| self.transport("metrics are not UTF-8"))
+    }
+
+    pub fn add_subsystem(&self, req: &SubsystemRequest) -> Result<SubsystemView, ClientError> {
+        self.json(Method::POST, routes::SUBSYSTEMS, Some(to_json(req)))
+    }
+
+    pub fn remove_subsystem(&self, nqn: &str) -> Result<SubsystemRemoved, ClientError> {
+        self.json(
+            Method::DELETE,
+            &routes::fill(routes::SUBSYSTEM, &[nqn]),
+            None,
+        )
     }
 
     pub fn allow_host(&self, nqn: &str, hostnqn: &str) -> Result<SubsystemView, ClientError> {

@@ -3,10 +3,11 @@
 
 use crate::api::{
     self, ApiError, ControllerView, Disconnected, ListenerView, NamespaceStats, NamespaceView,
-    State, Stats, SubsystemView, codes,
+    State, Stats, SubsystemRemoved, SubsystemRequest, SubsystemView, codes,
 };
 use ebof_config::codes as cfg;
 use nvmf_target::{ControllerKind, Subsystem, Target, UpdateError};
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 /// NQN of the discovery subsystem (what a discovery controller reports).
@@ -184,6 +185,87 @@ pub fn set_allow_any_host(t: &Target, nqn: &str, on: bool) -> Result<SubsystemVi
     })
 }
 
+/// `POST /v1/subsystems`: add a subsystem without namespaces, validated as the configuration
+/// file's `[[subsystems]]` are (`serial_prefix` is the running configuration's).
+pub fn add_subsystem(
+    t: &Target,
+    req: &SubsystemRequest,
+    serial_prefix: &str,
+) -> Result<SubsystemView, ApiError> {
+    use ebof_config::{MODEL_MAX_LEN, SERIAL_MAX_LEN, check_id_text, check_nqn};
+    check_nqn(&req.nqn).map_err(|e| ApiError::from_config(&e, "nqn"))?;
+    if req.nqn == DISCOVERY_NQN {
+        return Err(ApiError::new(
+            cfg::RESERVED_NQN,
+            "nqn",
+            format!("{DISCOVERY_NQN} is the discovery subsystem's NQN"),
+        ));
+    }
+    let serial = req
+        .serial
+        .clone()
+        .unwrap_or_else(|| ebof_config::derived_serial(serial_prefix, &req.nqn));
+    check_id_text("serial", &serial, SERIAL_MAX_LEN, cfg::INVALID_SERIAL)
+        .map_err(|e| ApiError::from_config(&e, "serial"))?;
+    let model = req
+        .model
+        .clone()
+        .unwrap_or_else(|| ebof_config::DEFAULT_MODEL.to_string());
+    check_id_text("model", &model, MODEL_MAX_LEN, cfg::INVALID_MODEL)
+        .map_err(|e| ApiError::from_config(&e, "model"))?;
+    let new = Arc::new(Subsystem {
+        nqn: req.nqn.clone(),
+        serial,
+        model,
+        allow_any_host: req.allow_any_host.unwrap_or(true),
+        hosts: Vec::new(),
+        namespaces: Vec::new(),
+    });
+    let view = subsystem_view(&new);
+    t.update_table(|table| {
+        if table.iter().any(|s| s.nqn == new.nqn) {
+            return Err(ApiError::new(
+                cfg::DUPLICATE_NQN,
+                "nqn",
+                format!("subsystem {} already exists", new.nqn),
+            ));
+        }
+        if let Some(s) = table.iter().find(|s| s.serial == new.serial) {
+            return Err(ApiError::new(
+                cfg::DUPLICATE_SERIAL,
+                "serial",
+                format!("serial {} is already used by {}", new.serial, s.nqn),
+            ));
+        }
+        let mut next = table.to_vec();
+        next.push(new.clone());
+        Ok(next)
+    })?;
+    tracing::info!(nqn = %view.nqn, "subsystem added by the management API");
+    Ok(view)
+}
+
+/// `DELETE /v1/subsystems/{nqn}`: remove a subsystem; its controllers are disconnected.
+pub fn remove_subsystem(t: &Target, nqn: &str) -> Result<SubsystemRemoved, ApiError> {
+    let victims: Vec<u16> = t
+        .controllers()
+        .iter()
+        .filter(|c| c.subsystem().is_some_and(|s| s.nqn == nqn))
+        .map(|c| c.cntlid.0)
+        .collect();
+    t.update_table(|table| {
+        if !table.iter().any(|s| s.nqn == nqn) {
+            return Err(unknown_subsystem(nqn));
+        }
+        Ok(table.iter().filter(|s| s.nqn != nqn).cloned().collect())
+    })?;
+    tracing::info!(nqn, controllers = ?victims, "subsystem removed by the management API");
+    Ok(SubsystemRemoved {
+        nqn: nqn.to_string(),
+        disconnected: victims,
+    })
+}
+
 /// `DELETE /v1/controllers/{cntlid}`: tear the controller down; its queues close within a
 /// reactor tick.
 pub fn disconnect(t: &Target, cntlid: &str) -> Result<Disconnected, ApiError> {
@@ -312,6 +394,57 @@ mod tests {
         assert_eq!(
             disconnect(&t, "1").unwrap_err().code,
             codes::UNKNOWN_CONTROLLER
+        );
+    }
+
+    #[test]
+    fn subsystem_add_remove() {
+        let t = target(true);
+        let req = |nqn: &str| SubsystemRequest {
+            nqn: nqn.into(),
+            serial: None,
+            model: None,
+            allow_any_host: None,
+        };
+        let g0 = t.discovery_genctr();
+        let v = add_subsystem(&t, &req("nqn.2026-11.io.ebof:new"), "EBOF").unwrap();
+        assert!(v.serial.starts_with("EBOF") && v.allow_any_host && v.namespaces.is_empty());
+        assert_eq!(t.subsystems().len(), 2);
+        assert_eq!(t.discovery_genctr(), g0 + 1);
+        for (r, code, path) in [
+            (req(NQN), cfg::DUPLICATE_NQN, "nqn"),
+            (req("nope"), cfg::INVALID_NQN, "nqn"),
+            (req(DISCOVERY_NQN), cfg::RESERVED_NQN, "nqn"),
+            (
+                SubsystemRequest {
+                    serial: Some("S1".into()),
+                    ..req("nqn.2026-11.io.ebof:x")
+                },
+                cfg::DUPLICATE_SERIAL,
+                "serial",
+            ),
+            (
+                SubsystemRequest {
+                    model: Some(String::new()),
+                    ..req("nqn.2026-11.io.ebof:x")
+                },
+                cfg::INVALID_MODEL,
+                "model",
+            ),
+        ] {
+            let e = add_subsystem(&t, &r, "EBOF").unwrap_err();
+            assert_eq!((e.code.as_str(), e.path.as_str()), (code, path), "{e}");
+        }
+        assert_eq!(t.subsystems().len(), 2);
+        assert_eq!(t.discovery_genctr(), g0 + 1);
+        let r = remove_subsystem(&t, "nqn.2026-11.io.ebof:new").unwrap();
+        assert!(r.disconnected.is_empty());
+        assert_eq!(t.subsystems().len(), 1);
+        assert_eq!(
+            remove_subsystem(&t, "nqn.2026-11.io.ebof:new")
+                .unwrap_err()
+                .code,
+            codes::UNKNOWN_SUBSYSTEM
         );
     }
 

@@ -3,7 +3,9 @@
 //! through `Arc<Target>`: snapshot loads for reads, [`Target::update_subsystem`] for changes,
 //! atomics for counters and disconnects. The reactors never wait for it.
 
-use crate::api::{self, AllowAnyHostRequest, ApiError, HostRequest, codes, routes};
+use crate::api::{
+    self, AllowAnyHostRequest, ApiError, HostRequest, SubsystemRequest, codes, routes,
+};
 use crate::{metrics, ops};
 use axum::Router;
 use axum::extract::rejection::{JsonRejection, PathRejection};
@@ -142,11 +144,21 @@ pub struct MgmtServer {
     pub metrics_addr: Option<SocketAddr>,
 }
 
-type Ctx = Arc<Target>;
+/// What the handlers share.
+#[derive(Debug)]
+pub struct Shared {
+    pub target: Arc<Target>,
+    /// `[target] serial_prefix` of the running configuration (serials of added subsystems).
+    pub serial_prefix: String,
+}
+
+type Ctx = Arc<Shared>;
 
 /// The API's routes (the Unix socket serves all of them).
-pub fn router(target: Arc<Target>) -> Router {
+pub fn router(ctx: Ctx) -> Router {
     Router::new()
+        .route(routes::SUBSYSTEMS, post(post_subsystem))
+        .route(routes::SUBSYSTEM, delete(delete_subsystem))
         .route(routes::STATE, get(get_state))
         .route(routes::STATS, get(get_stats))
         .route(routes::METRICS, get(get_metrics))
@@ -156,12 +168,13 @@ pub fn router(target: Arc<Target>) -> Router {
         .route(routes::CONTROLLER, delete(delete_controller))
         .fallback(unknown_endpoint)
         .method_not_allowed_fallback(method_not_allowed)
-        .with_state(target)
+        .with_state(ctx)
 }
 
 /// Start serving `socket` (the API) and `metrics` (only `/metrics`) on a thread of its own.
 pub fn start(
     target: Arc<Target>,
+    serial_prefix: &str,
     socket: Option<BoundSocket>,
     metrics: Option<std::net::TcpListener>,
 ) -> Result<MgmtServer, ServerError> {
@@ -175,11 +188,15 @@ pub fn start(
         .map_err(ServerError::Runtime)?;
     let (tx, rx) = tokio::sync::watch::channel(false);
     let socket_id = socket.as_ref().map(|s| (s.path.clone(), s.id));
-    let api = router(target.clone());
+    let ctx = Arc::new(Shared {
+        target,
+        serial_prefix: serial_prefix.to_string(),
+    });
+    let api = router(ctx.clone());
     let metrics_only = Router::new()
         .route(routes::METRICS, get(get_metrics))
         .fallback(unknown_endpoint)
-        .with_state(target);
+        .with_state(ctx);
     let thread = std::thread::Builder::new()
         .name("ebof-mgmt".into())
         .spawn(move || {
@@ -287,16 +304,16 @@ fn bad_path(r: PathRejection) -> ApiError {
     ApiError::new(codes::BAD_REQUEST, "", r.body_text())
 }
 
-async fn get_state(State(t): State<Ctx>) -> Response {
-    json(Ok(ops::state(&t)))
+async fn get_state(State(c): State<Ctx>) -> Response {
+    json(Ok(ops::state(&c.target)))
 }
 
-async fn get_stats(State(t): State<Ctx>) -> Response {
-    json(Ok(ops::stats(&t)))
+async fn get_stats(State(c): State<Ctx>) -> Response {
+    json(Ok(ops::stats(&c.target)))
 }
 
-async fn get_metrics(State(t): State<Ctx>) -> Response {
-    match metrics::render(&t) {
+async fn get_metrics(State(c): State<Ctx>) -> Response {
+    match metrics::render(&c.target) {
         Ok(text) => ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], text).into_response(),
         Err(_) => ApiResponse(ApiError::new(
             codes::INTERNAL,
@@ -307,47 +324,67 @@ async fn get_metrics(State(t): State<Ctx>) -> Response {
     }
 }
 
+async fn post_subsystem(
+    State(c): State<Ctx>,
+    body: Result<axum::Json<SubsystemRequest>, JsonRejection>,
+) -> Response {
+    json((|| {
+        let axum::Json(req) = body.map_err(bad_body)?;
+        ops::add_subsystem(&c.target, &req, &c.serial_prefix)
+    })())
+}
+
+async fn delete_subsystem(
+    State(c): State<Ctx>,
+    path: Result<Path<String>, PathRejection>,
+) -> Response {
+    json((|| {
+        let Path(nqn) = path.map_err(bad_path)?;
+        ops::remove_subsystem(&c.target, &nqn)
+    })())
+}
+
 async fn post_host(
-    State(t): State<Ctx>,
+    State(c): State<Ctx>,
     path: Result<Path<String>, PathRejection>,
     body: Result<axum::Json<HostRequest>, JsonRejection>,
 ) -> Response {
     json((|| {
         let Path(nqn) = path.map_err(bad_path)?;
         let axum::Json(req) = body.map_err(bad_body)?;
-        ops::allow_host(&t, &nqn, &req.hostnqn)
+        ops::allow_host(&c.target, &nqn, &req.hostnqn)
     })())
 }
 
 async fn delete_host(
-    State(t): State<Ctx>,
+    State(c): State<Ctx>,
     path: Result<Path<(String, String)>, PathRejection>,
 ) -> Response {
     json((|| {
         let Path((nqn, host)) = path.map_err(bad_path)?;
-        ops::deny_host(&t, &nqn, &host)
+        ops::deny_host(&c.target, &nqn, &host)
     })())
 }
 
 async fn put_allow_any_host(
-    State(t): State<Ctx>,
+    State(c): State<Ctx>,
     path: Result<Path<String>, PathRejection>,
     body: Result<axum::Json<AllowAnyHostRequest>, JsonRejection>,
 ) -> Response {
     json((|| {
         let Path(nqn) = path.map_err(bad_path)?;
         let axum::Json(req) = body.map_err(bad_body)?;
-        ops::set_allow_any_host(&t, &nqn, req.allow_any_host)
+        ops::set_allow_any_host(&c.target, &nqn, req.allow_any_host)
     })())
 }
 
 async fn delete_controller(
-    State(t): State<Ctx>,
+    State(c): State<Ctx>,
     path: Result<Path<String>, PathRejection>,
 ) -> Response {
     json((|| {
         let Path(id) = path.map_err(bad_path)?;
-        ops::disconnect(&t, &id)
+        ops::disconnect(&c.target, &id)
     })())
 }
 

@@ -38,6 +38,11 @@ pub enum CtlCmd {
     },
     /// The Prometheus exposition, as `GET /metrics` serves it.
     Metrics,
+    /// Add or remove subsystems.
+    Subsystem {
+        #[command(subcommand)]
+        cmd: SubsystemCmd,
+    },
     /// Which hosts may connect to a subsystem.
     Host {
         #[command(subcommand)]
@@ -48,6 +53,23 @@ pub enum CtlCmd {
         /// Controller id, as `ebof ctl show` lists it.
         cntlid: String,
     },
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum SubsystemCmd {
+    /// Add subsystem NQN, with no namespaces (serial derived from the NQN unless given).
+    Add {
+        nqn: String,
+        #[arg(long)]
+        serial: Option<String>,
+        #[arg(long)]
+        model: Option<String>,
+        /// Accept only hosts allowed with `ebof ctl host allow` (default: any host).
+        #[arg(long)]
+        no_allow_any_host: bool,
+    },
+    /// Remove subsystem NQN; its controllers are disconnected.
+    Remove { nqn: String },
 }
 
 #[derive(clap::Subcommand, Debug)]
@@ -96,6 +118,42 @@ pub fn run(a: CtlArgs) -> Result<()> {
             }
         }
         CtlCmd::Metrics => print!("{}", c.metrics().map_err(err)?),
+        CtlCmd::Subsystem {
+            cmd:
+                SubsystemCmd::Add {
+                    nqn,
+                    serial,
+                    model,
+                    no_allow_any_host,
+                },
+        } => {
+            let req = ebof_mgmt::api::SubsystemRequest {
+                nqn,
+                serial,
+                model,
+                allow_any_host: Some(!no_allow_any_host),
+            };
+            let s = c.add_subsystem(&req).map_err(err)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&s)?);
+            } else {
+                println!("subsystem {} added (serial {})", s.nqn, s.serial);
+            }
+        }
+        CtlCmd::Subsystem {
+            cmd: SubsystemCmd::Remove { nqn },
+        } => {
+            let r = c.remove_subsystem(&nqn).map_err(err)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                println!(
+                    "subsystem {} removed ({} controller(s) disconnected)",
+                    r.nqn,
+                    r.disconnected.len()
+                );
+            }
+        }
         CtlCmd::Host { cmd } => {
             let (s, what) = match cmd {
                 HostCmd::Allow { nqn, hostnqn } => (
@@ -295,7 +353,7 @@ pub fn start_management(cfg: &Config, target: Arc<Target>) -> Result<Option<Mgmt
         return Ok(None);
     }
     let path = socket.as_ref().map(|s| s.path().display().to_string());
-    let server = ebof_mgmt::start(target, socket, metrics)?;
+    let server = ebof_mgmt::start(target, &cfg.target.serial_prefix, socket, metrics)?;
     tracing::info!(
         socket = path.as_deref().unwrap_or("none"),
         metrics = %server

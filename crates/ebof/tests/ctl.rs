@@ -29,6 +29,7 @@ fn serve() -> Served {
     let sock = dir.path().join("ebof.sock");
     let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let metrics: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let log = dir.path().join("serve.log");
     let t = Target::spawn(
         &[
             "serve",
@@ -44,8 +45,17 @@ fn serve() -> Served {
             &metrics.to_string(),
         ],
         addr,
-        Stdio::null(),
+        Stdio::from(std::fs::File::create(&log).unwrap()),
     );
+    // The API is up before the NVMe listener; make sure it is this serve's (a port picked by
+    // free_port could, rarely, be someone else's), with its log if not.
+    let st = Client::new(&sock).state().unwrap_or_else(|e| {
+        panic!(
+            "{e}\nserve log:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        )
+    });
+    assert_eq!(st.listeners[0].address, addr.to_string());
     Served {
         t,
         _dir: dir,
@@ -62,7 +72,12 @@ fn ctl(s: &Served, args: &[&str]) -> Output {
 
 fn state(s: &Served) -> Value {
     let o = ctl(s, &["show", "--json"]);
-    assert!(o.ok, "{}", o.stderr);
+    assert!(
+        o.ok,
+        "{}\nserve log:\n{}",
+        o.stderr,
+        std::fs::read_to_string(s._dir.path().join("serve.log")).unwrap_or_default()
+    );
     serde_json::from_str(&o.stdout).unwrap()
 }
 
@@ -265,6 +280,60 @@ fn host_access_changes_live_and_invalid_requests_change_nothing() {
     assert_eq!(v["hosts"], serde_json::json!([]));
     let o = perf(&s, HOST_A, &["--runtime", "100ms"]);
     assert!(!o.ok, "{HOST_A} was denied");
+}
+
+#[test]
+fn subsystems_added_and_removed_live() {
+    let s = serve();
+    let new = "nqn.2026-11.io.ebof:added";
+    let o = ctl(&s, &["subsystem", "add", new, "--model", "lab"]);
+    assert!(o.ok, "{}", o.stderr);
+    assert!(
+        o.stdout
+            .contains("subsystem nqn.2026-11.io.ebof:added added"),
+        "{}",
+        o.stdout
+    );
+    let st = state(&s);
+    assert_eq!(st["subsystems"][1]["nqn"], new);
+    assert_eq!(st["subsystems"][1]["model"], "lab");
+    // A host sees it in the discovery log at once.
+    let port = s.t.port();
+    let disc = ebof(&["discover", "-a", "127.0.0.1", "-s", &port]);
+    assert!(
+        disc.ok && disc.stdout.contains(new),
+        "{}{}",
+        disc.stdout,
+        disc.stderr
+    );
+
+    rejected(&s, &["subsystem", "add", new], "duplicate-nqn");
+    rejected(&s, &["subsystem", "add", "nqn-bad"], "invalid-nqn");
+    rejected(
+        &s,
+        &["subsystem", "add", "nqn.2014-08.org.nvmexpress.discovery"],
+        "reserved-nqn",
+    );
+    rejected(
+        &s,
+        &["subsystem", "add", "nqn.2026-11.io.ebof:x", "--serial", ""],
+        "invalid-serial",
+    );
+    rejected(
+        &s,
+        &["subsystem", "remove", "nqn.2026-11.io.ebof:none"],
+        "unknown-subsystem",
+    );
+
+    let o = ctl(&s, &["--json", "subsystem", "remove", new]);
+    assert!(o.ok, "{}", o.stderr);
+    let st = state(&s);
+    assert_eq!(st["subsystems"].as_array().unwrap().len(), 1);
+    let disc = ebof(&["discover", "-a", "127.0.0.1", "-s", &port]);
+    assert!(disc.ok && !disc.stdout.contains(new), "{}", disc.stdout);
+    // The first subsystem served on throughout.
+    let o = perf(&s, HOST_A, &["--runtime", "100ms"]);
+    assert!(o.ok, "{}", o.stderr);
 }
 
 #[test]

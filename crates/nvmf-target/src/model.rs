@@ -248,6 +248,36 @@ impl Target {
         Ok(new)
     }
 
+    /// Replace the whole subsystem table by `f(current)` (adding or removing subsystems), with
+    /// the same guarantees as [`Target::update_subsystem`]. Controllers of a subsystem that is
+    /// no longer in the table are torn down (their queues close within a tick).
+    pub fn update_table<E>(
+        &self,
+        f: impl FnOnce(&[Arc<Subsystem>]) -> Result<Vec<Arc<Subsystem>>, E>,
+    ) -> Result<(), E> {
+        let _w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        let table = self.subsystems.load_full();
+        let mut next = f(&table)?;
+        for s in &mut next {
+            if s.namespaces.windows(2).any(|w| w[0].nsid > w[1].nsid) {
+                Arc::make_mut(s).namespaces.sort_by_key(|n| n.nsid);
+            }
+        }
+        let gone: Vec<String> = table
+            .iter()
+            .filter(|s| !next.iter().any(|n| n.nqn == s.nqn))
+            .map(|s| s.nqn.clone())
+            .collect();
+        self.subsystems.store(Arc::new(next));
+        self.genctr.fetch_add(1, Ordering::Relaxed);
+        for c in self.controllers() {
+            if c.subsystem().is_some_and(|s| gone.contains(&s.nqn)) {
+                c.kill();
+            }
+        }
+        Ok(())
+    }
+
     /// Live controllers, by controller id.
     pub fn controllers(&self) -> Vec<Arc<Controller>> {
         let r = self.registry.lock().unwrap_or_else(|e| e.into_inner());
