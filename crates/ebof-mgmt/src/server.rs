@@ -15,7 +15,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post, put};
 use nvmf_target::Target;
 use std::net::SocketAddr;
-use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path as FsPath, PathBuf};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -69,6 +70,8 @@ pub struct BoundSocket {
     path: PathBuf,
     /// (device, inode) of the socket file we created: removed at stop only if still ours.
     id: (u64, u64),
+    /// `PATH.lock`, flock'ed for as long as we serve (the kernel drops it when we die).
+    lock: std::fs::File,
 }
 
 impl BoundSocket {
@@ -93,6 +96,23 @@ pub fn bind_socket(path: &FsPath) -> Result<BoundSocket, ServerError> {
             .create(dir)
             .map_err(err)?;
     }
+    // Whoever holds PATH.lock owns PATH: two servers starting at once cannot both decide
+    // that a stale socket is theirs to replace.
+    let mut lock_path = path.as_os_str().to_owned();
+    lock_path.push(".lock");
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .open(PathBuf::from(lock_path))
+        .map_err(err)?;
+    // SAFETY: flock on a file descriptor we own; no memory is involved.
+    if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        return Err(ServerError::SocketInUse {
+            path: path.to_path_buf(),
+        });
+    }
     match std::fs::symlink_metadata(path) {
         Ok(m) if !m.file_type().is_socket() => {
             return Err(ServerError::NotASocket {
@@ -107,21 +127,45 @@ pub fn bind_socket(path: &FsPath) -> Result<BoundSocket, ServerError> {
             }
             Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
                 tracing::info!(path = %path.display(), "replacing a stale management socket");
-                std::fs::remove_file(path).map_err(err)?;
+                match std::fs::remove_file(path) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(err(e)),
+                }
             }
             Err(e) => return Err(err(e)),
         },
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(err(e)),
     }
-    let listener = std::os::unix::net::UnixListener::bind(path).map_err(err)?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(err)?;
+    // Bind (and listen, and chmod 0600) under a private name, then hard-link it to `path`:
+    // the link appears atomically, only if nothing is there, already listening and owner-only,
+    // so two servers starting at once cannot both take the path or mistake a half-made socket
+    // for a stale one.
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(format!(".{}.tmp", std::process::id()));
+    let tmp = PathBuf::from(tmp);
+    let _ = std::fs::remove_file(&tmp);
+    let listener = std::os::unix::net::UnixListener::bind(&tmp).map_err(err)?;
+    let linked = std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600))
+        .and_then(|()| std::fs::hard_link(&tmp, path));
+    let _ = std::fs::remove_file(&tmp);
+    match linked {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            return Err(ServerError::SocketInUse {
+                path: path.to_path_buf(),
+            });
+        }
+        Err(e) => return Err(err(e)),
+    }
     let m = std::fs::metadata(path).map_err(err)?;
     listener.set_nonblocking(true).map_err(err)?;
     Ok(BoundSocket {
         listener,
         path: path.to_path_buf(),
         id: (m.dev(), m.ino()),
+        lock,
     })
 }
 
@@ -140,6 +184,8 @@ pub struct MgmtServer {
     stop: Option<tokio::sync::watch::Sender<bool>>,
     thread: Option<JoinHandle<()>>,
     socket: Option<(PathBuf, (u64, u64))>,
+    /// Held while serving; closed (unlocked) after the socket file is removed.
+    lock: Option<std::fs::File>,
     /// Where metrics are served, if anywhere (the bound address: port 0 resolved).
     pub metrics_addr: Option<SocketAddr>,
 }
@@ -188,6 +234,13 @@ pub fn start(
         .map_err(ServerError::Runtime)?;
     let (tx, rx) = tokio::sync::watch::channel(false);
     let socket_id = socket.as_ref().map(|s| (s.path.clone(), s.id));
+    let (socket, lock) = match socket {
+        Some(s) => {
+            let lock = s.lock.try_clone().map_err(ServerError::Runtime)?;
+            (Some(s), Some(lock))
+        }
+        None => (None, None),
+    };
     let ctx = Arc::new(Shared {
         target,
         serial_prefix: serial_prefix.to_string(),
@@ -226,6 +279,7 @@ pub fn start(
         stop: Some(tx),
         thread: Some(thread),
         socket: socket_id,
+        lock,
         metrics_addr,
     })
 }
@@ -269,6 +323,7 @@ impl MgmtServer {
         {
             let _ = std::fs::remove_file(&path);
         }
+        self.lock = None;
     }
 }
 

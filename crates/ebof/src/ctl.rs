@@ -4,7 +4,7 @@
 use anyhow::{Context, Result};
 use ebof_config::{Config, format_size};
 use ebof_mgmt::api::{State, Stats, SubsystemView};
-use ebof_mgmt::{Client, ClientError, MgmtServer, ServerError};
+use ebof_mgmt::{Client, ClientError, MgmtServer};
 use nvmf_target::Target;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -334,10 +334,11 @@ pub fn start_management(cfg: &Config, target: Arc<Target>) -> Result<Option<Mgmt
         };
         match ebof_mgmt::bind_socket(&path) {
             Ok(s) => Some(s),
-            Err(e @ ServerError::SocketInUse { .. }) if !explicit => {
+            // Taken by another serve, or not usable by us: run without it, and say so.
+            Err(e) if !explicit => {
                 tracing::warn!(
                     error = %e,
-                    "no management API (`ebof ctl`): the default socket is taken; \
+                    "no management API (`ebof ctl`) on the default socket; \
                      set --mgmt-socket to serve one"
                 );
                 None
