@@ -6,15 +6,20 @@
 //! * [`RamBackend`] — a sparse RAM disk: one anonymous `MAP_NORESERVE` mapping whose pages
 //!   materialise on first write and are given back on deallocate;
 //! * [`FileBackend`] — a regular file (`pread`/`pwrite`, `fdatasync`, hole punching) or a block
-//!   device (`BLKGETSIZE64`, `BLKZEROOUT`, write-zeroes-with-unmap), both with buffered I/O.
+//!   device (`BLKGETSIZE64`, `BLKZEROOUT`, write-zeroes-with-unmap), through the page cache or,
+//!   with [`BackendOptions::direct`], with `O_DIRECT` (aligned bounce buffers, [`AlignedBuf`]).
 //!
-//! [`open`] turns a [`BackendSpec`] (built by the config layer) into an `Arc<dyn Backend>`.
+//! [`open`] turns a [`BackendSpec`] (built by the config layer) into an `Arc<dyn Backend>`;
+//! [`open_with`] does the same with [`BackendOptions`].
 //!
 //! **What it is not.** No NVMe vocabulary: the controller layer (`nvmf-target`) turns LBAs into
 //! byte ranges, range-checks them against [`Backend::size`] and maps [`BackendError`] to an NVMe
 //! status. No threads and no async: every call is synchronous and [`Backend::may_block`] tells the
-//! runtime whether it must run on a worker thread instead of the reactor. No io_uring or
-//! `O_DIRECT` engine yet; it would be another implementation of the same trait.
+//! runtime whether it must run on a worker thread instead of the reactor. The runtime's I/O
+//! engine (io_uring, `ebof-runtime`) does not go through [`Backend::read`]/[`Backend::write`]
+//! for file and block backends: [`Backend::raw_io`] gives it the descriptor and the alignment
+//! `O_DIRECT` needs, and it submits the reads, writes and syncs itself. The synchronous calls
+//! stay the reference (tests, the worker-pool fallback, zeroing and deallocation).
 //!
 //! **Where it sits.** At the bottom of the command flow: reactor → `nvmf-tcp` → `nvmf-target`
 //! (prepare, execute) → **backend** → completion funnel.
@@ -64,6 +69,7 @@
 //! * `lib.rs` — the trait, [`BackendKind`], [`BackendSpec`], [`BackendError`], [`open`];
 //! * `ram.rs` — [`RamBackend`];
 //! * `file.rs` — [`FileBackend`] for regular files and block devices;
+//! * `aligned.rs` — [`AlignedBuf`], page-aligned memory for `O_DIRECT`;
 //! * `sys.rs` — the thin `unsafe` wrappers around `fallocate` and the block-device ioctls.
 //!
 //! ## Testing
@@ -76,15 +82,18 @@
 #[cfg(not(target_os = "linux"))]
 compile_error!("ebof-backend uses Linux-only interfaces (fallocate modes, block-device ioctls)");
 
+mod aligned;
 mod file;
 mod ram;
 mod sys;
 
 use std::fmt;
 use std::io;
+use std::os::fd::RawFd;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+pub use aligned::{AlignedBuf, DIRECT_IO_ALIGN};
 pub use file::FileBackend;
 pub use ram::RamBackend;
 
@@ -100,9 +109,9 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     /// Capacity in bytes.
     fn size(&self) -> u64;
 
-    /// `true` if calls may block on a device or filesystem (file, block): the runtime then runs
-    /// them on a worker thread instead of the reactor. RAM returns `false` (calls are
-    /// memcpy-fast).
+    /// `true` if calls may block on a device or filesystem (file, block): the runtime then hands
+    /// them to its I/O engine (io_uring through [`raw_io`](Backend::raw_io), or a worker thread)
+    /// instead of running them on the reactor. RAM returns `false` (calls are memcpy-fast).
     fn may_block(&self) -> bool;
 
     /// Reads `buf.len()` bytes at `offset`.
@@ -137,6 +146,41 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     /// Bytes currently allocated (RAM: resident pages; file: `st_blocks * 512`; block device: its
     /// size), for statistics; best effort.
     fn allocated_bytes(&self) -> u64;
+
+    /// For backends that are one file descriptor (file, block): what an I/O engine needs to
+    /// submit reads, writes and syncs itself (io_uring) instead of calling
+    /// [`read`](Backend::read)/[`write`](Backend::write)/[`flush`](Backend::flush), with the
+    /// same effect. `None` (the default): use the calls.
+    fn raw_io(&self) -> Option<RawIo> {
+        None
+    }
+}
+
+/// The descriptor behind a file or block backend ([`Backend::raw_io`]).
+///
+/// Byte `offset` of the backend is byte `offset` of the descriptor; the valid range is
+/// `0..`[`Backend::size`]. The descriptor stays open for as long as the backend lives, so an
+/// engine keeps the backend (its `Arc`) alive until every submitted operation has completed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RawIo {
+    /// Open read-write.
+    pub fd: RawFd,
+    /// `Some(align)`: opened with `O_DIRECT`; offsets and lengths must be multiples of
+    /// `align` (the logical block size, or the file system's direct-I/O granularity) and
+    /// memory must be aligned to [`DIRECT_IO_ALIGN`] ([`AlignedBuf`] is). `None`: buffered
+    /// I/O through the page cache, any alignment.
+    pub direct: Option<u32>,
+}
+
+/// How to open a file or block backend ([`open_with`]); RAM ignores it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BackendOptions {
+    /// Bypass the page cache (`O_DIRECT`). Reads and writes must then be aligned to the
+    /// device's logical block size (or the file system's direct-I/O granularity, see
+    /// [`RawIo::direct`]); the backend copies through an aligned bounce buffer, so callers'
+    /// buffers need no alignment. Opening fails if the file system refuses `O_DIRECT`
+    /// (tmpfs on older kernels, for example).
+    pub direct: bool,
 }
 
 /// Which implementation a [`Backend`] is.
@@ -271,11 +315,26 @@ pub enum BackendError {
 /// are. Nothing is created or modified unless opening succeeds, except that a newly created
 /// file that cannot be grown is removed again.
 pub fn open(spec: &BackendSpec) -> Result<Arc<dyn Backend>, BackendError> {
+    open_with(spec, BackendOptions::default())
+}
+
+/// [`open`] with [`BackendOptions`] (`O_DIRECT` for file and block backends).
+pub fn open_with(
+    spec: &BackendSpec,
+    options: BackendOptions,
+) -> Result<Arc<dyn Backend>, BackendError> {
+    let direct = |b: FileBackend| -> Result<FileBackend, BackendError> {
+        if options.direct {
+            b.into_direct()
+        } else {
+            Ok(b)
+        }
+    };
     let backend: Arc<dyn Backend> = match spec {
         BackendSpec::Ram { size } => Arc::new(RamBackend::new(*size)?),
         BackendSpec::RamHugePages { size } => Arc::new(RamBackend::with_huge_pages(*size, true)?),
-        BackendSpec::File { path, size } => Arc::new(FileBackend::open_file(path, *size)?),
-        BackendSpec::Block { path } => Arc::new(FileBackend::open_block(path)?),
+        BackendSpec::File { path, size } => Arc::new(direct(FileBackend::open_file(path, *size)?)?),
+        BackendSpec::Block { path } => Arc::new(direct(FileBackend::open_block(path)?)?),
     };
     // Values a person reads (kind, size, path), not the backend's Debug dump; `ebof serve`
     // logs each namespace at info level with the same facts.

@@ -124,3 +124,39 @@ pub(crate) fn is_unsupported(err: &io::Error) -> bool {
         Some(libc::EOPNOTSUPP | libc::ENOSYS | libc::ENOTTY | libc::EINVAL)
     )
 }
+
+/// Turns on `O_DIRECT` for the open file description behind `file` (`fcntl(F_SETFL)`), keeping
+/// its other status flags. Fails with `EINVAL` where the file system does not support it.
+pub(crate) fn set_direct(file: &File) -> io::Result<()> {
+    let fd = file.as_raw_fd();
+    // SAFETY: plain fcntl calls on a descriptor kept open by the `&File` borrow.
+    let flags = retry(|| unsafe { libc::fcntl(fd, libc::F_GETFL) })?;
+    // SAFETY: as above.
+    retry(|| unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_DIRECT) }).map(drop)
+}
+
+/// The offset/length granularity of `O_DIRECT` I/O on the regular file behind `file`
+/// (`statx(STATX_DIOALIGN)`, Linux 6.1), or `None` when the kernel or file system does not say
+/// (the caller then assumes a conservative value).
+pub(crate) fn direct_io_granularity(file: &File) -> Option<u32> {
+    // SAFETY: a zeroed statx is a valid value for the kernel to fill in.
+    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+    let empty = c"";
+    // SAFETY: `fd` is open (borrowed), the path is an empty C string with AT_EMPTY_PATH (stat
+    // the descriptor itself) and `stx` is a live, writable statx.
+    let rc = retry(|| unsafe {
+        libc::statx(
+            file.as_raw_fd(),
+            empty.as_ptr(),
+            libc::AT_EMPTY_PATH,
+            libc::STATX_DIOALIGN,
+            &mut stx,
+        )
+    });
+    match rc {
+        Ok(_) if stx.stx_mask & libc::STATX_DIOALIGN != 0 && stx.stx_dio_offset_align != 0 => {
+            Some(stx.stx_dio_offset_align)
+        }
+        _ => None,
+    }
+}

@@ -55,6 +55,8 @@ impl Config {
         );
         let _ = writeln!(out, "serial_prefix = {}", string(&t.serial_prefix));
         let _ = writeln!(out, "ram_huge_pages = {}", t.ram_huge_pages);
+        let _ = writeln!(out, "io_engine = {}", string(t.io_engine.name()));
+        let _ = writeln!(out, "io_threads = {}", t.io_threads);
         for l in &self.listeners {
             out.push('\n');
             listener(&mut out, "[[listeners]]", l);
@@ -103,6 +105,9 @@ impl Config {
                     }
                 }
                 let _ = writeln!(out, "block_size = {}", ns.block_size);
+                if !matches!(ns.backend, BackendChoice::Ram { .. }) {
+                    let _ = writeln!(out, "direct = {}", ns.direct);
+                }
                 let _ = writeln!(
                     out,
                     "uuid = {}",

@@ -110,6 +110,44 @@ pub struct TargetTuning {
     /// misses, about 1.2-1.4x the 4K random read IOPS measured, at the cost of memory being
     /// taken in 2 MiB steps. `false` keeps 4 KiB pages (sparse namespaces). Default `true`.
     pub ram_huge_pages: bool,
+    /// How file and block namespaces do their I/O (`io_engine`): [`IoEngine::IoUring`] (the
+    /// default; falls back to the worker pool, with a log line, where the kernel refuses
+    /// io_uring) or [`IoEngine::Threads`].
+    pub io_engine: IoEngine,
+    /// Worker threads per reactor core for file and block I/O (`io_threads`): the pool of the
+    /// `threads` engine (and, under io_uring, of Write Zeroes, deallocation and Flush of all
+    /// namespaces), and the cap on io_uring's kernel workers per core. 1..=256. Default 4.
+    /// The number of threads no longer grows with the load.
+    pub io_threads: u16,
+}
+
+/// The engine that runs file and block I/O (`[target] io_engine`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IoEngine {
+    /// `"io_uring"`: one ring per reactor core.
+    #[default]
+    IoUring,
+    /// `"threads"`: a fixed-size worker pool per reactor core.
+    Threads,
+}
+
+impl IoEngine {
+    /// The values accepted in the file and on the command line.
+    pub const NAMES: [&'static str; 2] = ["io_uring", "threads"];
+
+    /// The name used in the file.
+    pub fn name(self) -> &'static str {
+        match self {
+            IoEngine::IoUring => "io_uring",
+            IoEngine::Threads => "threads",
+        }
+    }
+}
+
+impl fmt::Display for IoEngine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 impl Default for TargetTuning {
@@ -126,6 +164,8 @@ impl Default for TargetTuning {
             max_connections_per_address: 4096,
             serial_prefix: DEFAULT_SERIAL_PREFIX.to_owned(),
             ram_huge_pages: true,
+            io_engine: IoEngine::IoUring,
+            io_threads: 4,
         }
     }
 }
@@ -187,6 +227,10 @@ pub struct Namespace {
     /// never nil. Derived from (subsystem NQN, NSID) when not configured,
     /// see [`derived_uuid`], so it is stable across restarts.
     pub uuid: [u8; 16],
+    /// File and block namespaces: bypass the page cache (`O_DIRECT`). Every I/O then reaches
+    /// the device; `block_size` must be at least its logical block size (checked when the
+    /// backend is opened). Default false. Not accepted for RAM.
+    pub direct: bool,
 }
 
 /// The storage behind a namespace. Opening it is the backend crate's job.
@@ -290,6 +334,7 @@ impl Namespace {
             backend,
             block_size: DEFAULT_BLOCK_SIZE,
             uuid: derived_uuid(subsystem_nqn, nsid),
+            direct: false,
         }
     }
 }

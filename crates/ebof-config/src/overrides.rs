@@ -8,7 +8,7 @@ use crate::model::{
     BackendChoice, Config, DEFAULT_DISCOVERY_PORT, DEFAULT_NQN, DEFAULT_PORT, DEFAULT_RAM_SIZE,
     DISCOVERY_NQN, Namespace, Subsystem, derived_serial, derived_uuid,
 };
-use crate::parse::{check_nqn, parse_core_list, parse_listener, parse_size};
+use crate::parse::{check_nqn, parse_core_list, parse_io_engine, parse_listener, parse_size};
 
 /// The options of
 /// `ebof serve [--config FILE] [--listen ADDR:PORT]... [--discovery-listen ADDR:PORT] [--ram SIZE | --file PATH] [--nqn NQN] [--cores LIST]`
@@ -38,6 +38,8 @@ pub struct Overrides {
     pub nqn: Option<String>,
     /// `--cores LIST`: `0,1`, `0-3` or `0-1,4`; replaces `[target] cores`.
     pub cores: Option<String>,
+    /// `--io-engine io_uring|threads`: replaces `[target] io_engine`.
+    pub io_engine: Option<String>,
 }
 
 impl Overrides {
@@ -81,6 +83,9 @@ impl Config {
         }
         if let Some(s) = &o.cores {
             self.target.cores = Some(parse_core_list(s).map_err(|e| e.at("--cores"))?);
+        }
+        if let Some(s) = &o.io_engine {
+            self.target.io_engine = parse_io_engine(s).map_err(|e| e.at("--io-engine"))?;
         }
         if let Some(nqn) = &o.nqn {
             self.rename_first_subsystem(nqn)?;

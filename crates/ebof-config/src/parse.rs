@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv6Addr};
 
 use crate::error::{ConfigError, codes, quote};
-use crate::model::Listener;
+use crate::model::{IoEngine, Listener};
 
 /// Highest CPU core id accepted in a core list (Linux's largest `NR_CPUS` is
 /// 8192). Bounds the work a range like `0-99999999` can cause.
@@ -26,6 +26,22 @@ pub const SERIAL_MAX_LEN: usize = 20;
 pub const MODEL_MAX_LEN: usize = 40;
 
 const SIZE_UNITS: [(&str, u32); 5] = [("P", 50), ("T", 40), ("G", 30), ("M", 20), ("K", 10)];
+
+/// Parses an I/O engine name: `io_uring` or `threads` (exactly; names are not guessed).
+pub fn parse_io_engine(s: &str) -> Result<IoEngine, ConfigError> {
+    match s {
+        "io_uring" => Ok(IoEngine::IoUring),
+        "threads" => Ok(IoEngine::Threads),
+        other => Err(ConfigError::new(
+            codes::INVALID_TUNING,
+            "",
+            format!(
+                "unknown io_engine {} (expected \"io_uring\" or \"threads\")",
+                quote(other)
+            ),
+        )),
+    }
+}
 
 /// Parses a size: integer bytes (`4096`, `4096B`) or a binary multiple with a
 /// suffix `K`/`M`/`G`/`T`/`P` or `KiB`/`MiB`/`GiB`/`TiB`/`PiB` (1024-based,

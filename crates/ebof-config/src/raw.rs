@@ -18,7 +18,9 @@ use crate::model::{
     DEFAULT_MODEL, DEFAULT_PORT, Listener, Management, Namespace, Subsystem, TargetTuning,
     derived_serial, derived_uuid,
 };
-use crate::parse::{MAX_CORE_ID, parse_core_list, parse_ip, parse_listener, parse_size};
+use crate::parse::{
+    MAX_CORE_ID, parse_core_list, parse_io_engine, parse_ip, parse_listener, parse_size,
+};
 use crate::validate::{TuningRule, rules};
 
 /// The whole file.
@@ -84,6 +86,10 @@ struct RawTarget {
     serial_prefix: Option<String>,
     /// Back RAM namespaces with transparent huge pages.
     ram_huge_pages: Option<bool>,
+    /// "io_uring" | "threads".
+    io_engine: Option<String>,
+    /// Worker threads per core for file and block I/O.
+    io_threads: Option<i64>,
 }
 
 /// `[[listeners]]` and `[discovery]`.
@@ -132,6 +138,8 @@ struct RawNamespace {
     block_size: Option<i64>,
     /// Namespace UUID; default derived from (nqn, nsid).
     uuid: Option<String>,
+    /// O_DIRECT for file and block backends; default false.
+    direct: Option<bool>,
 }
 
 /// A size as written: an integer or a string with a unit.
@@ -362,6 +370,11 @@ fn convert_target(raw: RawTarget) -> Result<TargetTuning, ConfigError> {
         )?,
         serial_prefix: raw.serial_prefix.unwrap_or(d.serial_prefix),
         ram_huge_pages: raw.ram_huge_pages.unwrap_or(d.ram_huge_pages),
+        io_engine: match raw.io_engine {
+            None => d.io_engine,
+            Some(s) => parse_io_engine(&s).map_err(|e| e.at("target.io_engine"))?,
+        },
+        io_threads: field(raw.io_threads, &rules::IO_THREADS, d.io_threads)?,
     })
 }
 
@@ -485,6 +498,12 @@ fn convert_namespace(
             if raw.path.is_some() {
                 return Err(forbidden("path", "RAM namespaces have no backing file"));
             }
+            if raw.direct.is_some() {
+                return Err(forbidden(
+                    "direct",
+                    "RAM namespaces have no page cache to bypass",
+                ));
+            }
             let size = required(size, &size_path, "size (for backend \"ram\")")?;
             BackendChoice::Ram { size }
         }
@@ -536,6 +555,7 @@ fn convert_namespace(
         backend,
         block_size,
         uuid,
+        direct: raw.direct.unwrap_or(false),
     })
 }
 

@@ -107,6 +107,13 @@ pub(crate) mod rules {
         max: 1 << 20,
         multiple_of: 1,
     };
+    /// At least one thread; at most what a core can usefully keep busy with blocking I/O.
+    pub(crate) const IO_THREADS: TuningRule = TuningRule {
+        field: "io_threads",
+        min: 1,
+        max: 256,
+        multiple_of: 1,
+    };
 }
 
 impl Config {
@@ -155,6 +162,7 @@ fn validate_target(t: &TargetTuning) -> Result<(), ConfigError> {
     rules::HANDSHAKE_TIMEOUT_MS.check(t.handshake_timeout_ms.into())?;
     rules::MAX_CONNECTIONS.check(t.max_connections.into())?;
     rules::MAX_CONNECTIONS_PER_ADDRESS.check(t.max_connections_per_address.into())?;
+    rules::IO_THREADS.check(t.io_threads.into())?;
     let prefix = &t.serial_prefix;
     if prefix.len() > SERIAL_PREFIX_MAX_LEN || !prefix.chars().all(|c| c.is_ascii_graphic()) {
         return Err(ConfigError::new(
@@ -344,6 +352,13 @@ fn validate_subsystems(subsystems: &[Subsystem]) -> Result<(), ConfigError> {
                         format!("{} is already used by {other}", path.display()),
                     ));
                 }
+            }
+            if ns.direct && matches!(ns.backend, BackendChoice::Ram { .. }) {
+                return Err(ConfigError::new(
+                    codes::FORBIDDEN_FIELD,
+                    at("direct"),
+                    "backend \"ram\" does not take `direct`: RAM namespaces have no page cache to bypass",
+                ));
             }
             if ns.uuid == [0; 16] {
                 return Err(ConfigError::new(

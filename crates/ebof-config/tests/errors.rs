@@ -391,6 +391,36 @@ fn each_rule_reports_code_and_path() {
             "subsystems[0].namespaces[0].path",
         ),
         (
+            "ram with direct",
+            ns("backend = \"ram\"\nsize = 512\ndirect = true"),
+            codes::FORBIDDEN_FIELD,
+            "subsystems[0].namespaces[0].direct",
+        ),
+        (
+            "direct not a boolean",
+            ns("backend = \"file\"\npath = \"/x\"\ndirect = \"yes\""),
+            codes::INVALID_TYPE,
+            "subsystems[0].namespaces[0].direct",
+        ),
+        (
+            "unknown io_engine",
+            target("io_engine = \"uring\""),
+            codes::INVALID_TUNING,
+            "target.io_engine",
+        ),
+        (
+            "io_threads zero",
+            target("io_threads = 0"),
+            codes::INVALID_TUNING,
+            "target.io_threads",
+        ),
+        (
+            "io_threads too many",
+            target("io_threads = 257"),
+            codes::INVALID_TUNING,
+            "target.io_threads",
+        ),
+        (
             "file without path",
             ns("backend = \"file\""),
             codes::MISSING_FIELD,

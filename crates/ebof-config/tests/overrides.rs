@@ -200,6 +200,18 @@ fn cores_override() {
 }
 
 #[test]
+fn io_engine_override() {
+    let mut c = Config::embedded_default();
+    assert_eq!(c.target.io_engine, ebof_config::IoEngine::IoUring);
+    c.apply_overrides(&Overrides {
+        io_engine: Some("threads".into()),
+        ..Overrides::default()
+    })
+    .unwrap();
+    assert_eq!(c.target.io_engine, ebof_config::IoEngine::Threads);
+}
+
+#[test]
 fn errors_name_the_option_and_leave_config_unchanged() {
     let cases: Vec<(Overrides, &str, &str)> = vec![
         (
@@ -314,6 +326,14 @@ fn errors_name_the_option_and_leave_config_unchanged() {
             },
             codes::INVALID_CORES,
             "--cores",
+        ),
+        (
+            Overrides {
+                io_engine: Some("uring".into()),
+                ..Default::default()
+            },
+            codes::INVALID_TUNING,
+            "--io-engine",
         ),
     ];
     for (o, code, path) in cases {

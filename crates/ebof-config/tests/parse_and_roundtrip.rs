@@ -5,8 +5,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 
 use ebof_config::{
-    BackendChoice, Config, DEFAULT_NQN, Listener, Namespace, Subsystem, TargetTuning, codes,
-    derived_serial, derived_uuid,
+    BackendChoice, Config, DEFAULT_NQN, IoEngine, Listener, Namespace, Subsystem, TargetTuning,
+    codes, derived_serial, derived_uuid,
 };
 
 fn example_path() -> PathBuf {
@@ -46,6 +46,7 @@ fn embedded_default_validates_and_matches_its_doc() {
             backend: BackendChoice::Ram { size: 1 << 30 },
             block_size: 512,
             uuid: derived_uuid(DEFAULT_NQN, 1),
+            direct: false,
         }]
     );
 }
@@ -108,6 +109,8 @@ max_connections = 100
 max_connections_per_address = 10
 serial_prefix = "TEST"
 ram_huge_pages = false
+io_engine = "threads"
+io_threads = 2
 
 [[listeners]]
 address = "0.0.0.0"
@@ -135,6 +138,7 @@ nsid = 7
 backend = "file"
 path = "/tmp/a.img"
 block_size = 4096
+direct = true
 uuid = "{0B6B6F2E-5D1C-4B8E-9A51-3F0C2D7E8A14}"
 
 [[subsystems.namespaces]]
@@ -163,6 +167,8 @@ fn full_document_parses_to_expected_values() {
             max_connections_per_address: 10,
             serial_prefix: "TEST".into(),
             ram_huge_pages: false,
+            io_engine: IoEngine::Threads,
+            io_threads: 2,
         }
     );
     assert_eq!(
@@ -203,6 +209,7 @@ fn full_document_parses_to_expected_values() {
                     backend: BackendChoice::Ram { size: 1 << 20 },
                     block_size: 512,
                     uuid: derived_uuid("nqn.2026-11.io.ebof:a", 1),
+                    direct: false,
                 },
                 Namespace {
                     nsid: 7,
@@ -215,6 +222,7 @@ fn full_document_parses_to_expected_values() {
                         0x0b, 0x6b, 0x6f, 0x2e, 0x5d, 0x1c, 0x4b, 0x8e, 0x9a, 0x51, 0x3f, 0x0c,
                         0x2d, 0x7e, 0x8a, 0x14
                     ],
+                    direct: true,
                 },
                 Namespace {
                     nsid: 3,
@@ -224,6 +232,7 @@ fn full_document_parses_to_expected_values() {
                     },
                     block_size: 512,
                     uuid: derived_uuid("nqn.2026-11.io.ebof:a", 3),
+                    direct: false,
                 },
             ],
         }
@@ -261,12 +270,14 @@ fn round_trip_of_awkward_values() {
         },
         block_size: 512,
         uuid: [0xff; 16],
+        direct: true,
     });
     c.subsystems[0].namespaces.push(Namespace {
         nsid: 2,
         backend: BackendChoice::Ram { size: 1536 },
         block_size: 512,
         uuid: [1; 16],
+        direct: false,
     });
     c.listeners.push(Listener {
         address: "fe80::1".parse().unwrap(),

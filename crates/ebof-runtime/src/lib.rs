@@ -5,15 +5,20 @@
 //! path that places each new connection (= one NVMe queue) on a core for life, and the
 //! sans-IO connection core ([`conn`]) that turns socket bytes → `nvmf-tcp` → `nvmf-target` →
 //! backend → one batched, zero-copy-where-possible send per drain.
+//! File and block I/O goes to each reactor's own [`engine`]: an io_uring ring the reactor
+//! submits and reaps itself, or a fixed-size worker pool (`io_engine = "threads"`, or where the
+//! kernel refuses io_uring); the thread count is set by the configuration, not by the load.
 //!
 //! **What it is not**: it holds no protocol logic; every NVMe decision is made by the sans-IO
 //! crates it drives.
 
 pub mod affinity;
 pub mod conn;
+pub mod engine;
 pub mod limits;
 pub mod reactor;
 pub mod server;
 
+pub use engine::{EngineConfig, IoEngineKind};
 pub use reactor::ConnEnd;
 pub use server::{Server, ServerConfig, ServerHandle};

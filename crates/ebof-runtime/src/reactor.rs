@@ -12,20 +12,22 @@
 //! output and sends it with one `sendmsg` (iovecs: the send buffer and, for RAM reads, the
 //! namespace's memory itself). A connection whose output does not fit the socket waits for
 //! `EPOLLOUT` and reads nothing more until it is sent (backpressure). Backends that may block
-//! run on a shared worker pool; their completions come back through a channel and a waker.
+//! (file, block) go to the reactor's own I/O engine ([`crate::engine`]: io_uring, or a
+//! fixed-size worker pool); their completions are reaped every round, and the ring's eventfd
+//! (or the pool's waker) wakes a sleeping reactor.
 
 use crate::conn::{ConnCore, Step};
+use crate::engine::{Done, Engine, EngineConfig, Job};
 use crate::limits::{Admission, Admitted};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
-use nvme_spec::Status;
-use nvmf_target::{Target, execute_io};
+use nvmf_target::Target;
 use nvmf_tcp::{ProtocolError, TargetConnConfig};
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// How often timers (keep-alive, controller teardown) are checked.
@@ -40,6 +42,8 @@ const OFFLOAD_DRAIN: Duration = Duration::from_secs(30);
 const IOV_BATCH: usize = 512;
 
 const WAKER: Token = Token(usize::MAX);
+/// The I/O engine's completion notification (io_uring eventfd).
+const ENGINE: Token = Token(usize::MAX - 1);
 const LISTENER_BASE: usize = usize::MAX / 2;
 
 /// Why a connection ended (for the log).
@@ -70,17 +74,8 @@ pub(crate) struct NewConn {
     pub discovery_only: bool,
 }
 
-/// Completion of an I/O executed on a worker thread.
-struct Offloaded {
-    conn: usize,
-    generation: u64,
-    slot: u16,
-    status: Status,
-    buf: Vec<u8>,
-}
-
-/// Where other threads reach a reactor: new connections and offload completions, plus the
-/// waker that interrupts its `epoll_wait`.
+/// Where other threads reach a reactor: new connections, plus the waker that interrupts its
+/// `epoll_wait` (also for the I/O engine's worker threads).
 pub(crate) struct Mailbox {
     new_conns: Mutex<Vec<NewConn>>,
     waker: Waker,
@@ -103,14 +98,15 @@ pub(crate) struct Reactor {
     core: usize,
     poll: Poll,
     mailbox: Arc<Mailbox>,
-    offload_tx: mpsc::Sender<Offloaded>,
-    offload_rx: mpsc::Receiver<Offloaded>,
     target: Arc<Target>,
     tcp: TargetConnConfig,
     spin: Duration,
     handshake_timeout: Duration,
     stop: Arc<AtomicBool>,
-    blocking: tokio::runtime::Handle,
+    engine_cfg: EngineConfig,
+    /// Built on the reactor's own thread ([`Reactor::start_engine`]): a ring is used by one
+    /// thread.
+    engine: Option<Engine>,
     /// Connection caps, checked when this reactor accepts.
     admission: Arc<Admission>,
     /// Listeners accepted on this reactor, with their discovery-only flag.
@@ -157,12 +153,11 @@ impl Reactor {
         spin: Duration,
         handshake_timeout: Duration,
         stop: Arc<AtomicBool>,
-        blocking: tokio::runtime::Handle,
+        engine_cfg: EngineConfig,
         admission: Arc<Admission>,
     ) -> io::Result<(Reactor, Arc<Mailbox>)> {
         let poll = Poll::new()?;
         let waker = Waker::new(poll.registry(), WAKER)?;
-        let (tx, rx) = mpsc::channel();
         let mailbox = Arc::new(Mailbox {
             new_conns: Mutex::new(Vec::new()),
             waker,
@@ -172,14 +167,13 @@ impl Reactor {
                 core,
                 poll,
                 mailbox: mailbox.clone(),
-                offload_tx: tx,
-                offload_rx: rx,
                 target,
                 tcp,
                 spin,
                 handshake_timeout,
                 stop,
-                blocking,
+                engine_cfg,
+                engine: None,
                 admission,
                 listeners: Vec::new(),
                 peers: Vec::new(),
@@ -209,8 +203,28 @@ impl Reactor {
         self.peers = peers;
     }
 
+    /// Build the I/O engine; call on the reactor's thread before [`Reactor::run`]. Returns its
+    /// name for the log (`io_uring` or `threads`).
+    pub fn start_engine(&mut self) -> &'static str {
+        let mut engine = Engine::new(self.engine_cfg, self.core, self.mailbox.clone());
+        if let Err(e) = engine.register(self.poll.registry(), ENGINE) {
+            // Completions are still reaped every round; only a sleeping reactor would not
+            // notice them before its next timer.
+            tracing::warn!(core = self.core, error = %e, "cannot watch the I/O engine's eventfd");
+        }
+        let name = engine.name();
+        self.engine = Some(engine);
+        name
+    }
+
     /// Run until the stop flag is set.
     pub fn run(mut self) {
+        if self.engine.is_none() {
+            self.start_engine();
+        }
+        let Some(mut engine) = self.engine.take() else {
+            return;
+        };
         let mut events = Events::with_capacity(1024);
         let mut conns: Vec<Option<Conn>> = Vec::new();
         let mut free: Vec<usize> = Vec::new();
@@ -256,7 +270,7 @@ impl Reactor {
             let mut work = false;
             for ev in events.iter() {
                 match ev.token() {
-                    WAKER => {}
+                    WAKER | ENGINE => {}
                     Token(t) if t >= LISTENER_BASE => self.accept(t - LISTENER_BASE),
                     Token(i) => {
                         let Some(Some(c)) = conns.get_mut(i) else {
@@ -291,32 +305,14 @@ impl Reactor {
                 }
             }
             // Offloaded completions.
-            while let Ok(done) = self.offload_rx.try_recv() {
-                let Some(Some(c)) = conns.get_mut(done.conn) else {
-                    continue;
-                };
-                let c = &mut c.s;
-                if c.generation != done.generation {
-                    continue;
-                }
-                c.offloaded = c.offloaded.saturating_sub(1);
-                c.core.queue.complete_io(done.slot, done.status, done.buf);
-                if c.ending.is_none() {
-                    c.core.flush_completions();
-                    if !c.in_ready {
-                        c.in_ready = true;
-                        ready.push(done.conn);
-                    }
-                }
-                work = true;
-            }
+            engine.reap(|done| work |= deliver(done, &mut conns, &mut ready));
             // Service ready connections; keep those that still have input pending.
             let mut k = 0;
             while k < ready.len() {
                 let i = ready[k];
                 let keep = match conns.get_mut(i) {
                     Some(Some(c)) => {
-                        let (did, keep) = self.service(c, i, &mut iov);
+                        let (did, keep) = self.service(c, i, &mut iov, &mut engine);
                         work |= did;
                         if c.s.ending.is_some() && !c.s.end_counted {
                             c.s.end_counted = true;
@@ -335,6 +331,10 @@ impl Reactor {
                     ready.swap_remove(k);
                 }
             }
+            // Offloaded I/O started this round goes to the kernel now; what completed at once
+            // (page-cache hits) is delivered now too.
+            engine.submit();
+            engine.reap(|done| work |= deliver(done, &mut conns, &mut ready));
             let now = Instant::now();
             if work {
                 last_work = now;
@@ -383,6 +383,8 @@ impl Reactor {
             }
             log_end(&c);
         }
+        // The engine waits for what the kernel still holds (see `engine::uring`).
+        drop(engine);
     }
 
     /// Close ended connections whose linger (term grace, offloaded I/O) is over. Returns
@@ -523,13 +525,18 @@ impl Reactor {
 
     /// Move one connection forward: send pending output, read, process, send. Returns (did
     /// any work, keep it in the ready list).
-    fn service(&self, conn: &mut Conn, idx: usize, iov: &mut Vec<libc::iovec>) -> (bool, bool) {
+    fn service(
+        &self,
+        conn: &mut Conn,
+        idx: usize,
+        iov: &mut Vec<libc::iovec>,
+        engine: &mut Engine,
+    ) -> (bool, bool) {
         let Conn { span, s: c } = conn;
         if c.ending.is_some() {
             return (false, false);
         }
         let _g = span.enter();
-        let tx = &self.offload_tx;
         let mut work = false;
         if c.core.has_output() {
             match send(c, iov) {
@@ -570,20 +577,14 @@ impl Reactor {
                 let Some(req) = q.io_request(slot).cloned() else {
                     return;
                 };
-                let mut buf = q.take_io_buffer(slot);
-                let tx = tx.clone();
-                let waker = self.mailbox.clone();
+                let buf = q.take_io_buffer(slot);
                 offloaded += 1;
-                self.blocking.spawn_blocking(move || {
-                    let status = execute_io(&req, &mut buf);
-                    let _ = tx.send(Offloaded {
-                        conn: idx,
-                        generation,
-                        slot,
-                        status,
-                        buf,
-                    });
-                    waker.wake();
+                engine.start(Job {
+                    conn: idx,
+                    generation,
+                    slot,
+                    req,
+                    buf,
                 });
             });
             c.offloaded += offloaded;
@@ -642,6 +643,28 @@ fn release_freed_memory() {
     }
 }
 
+/// Give a finished offloaded I/O to its connection, if that connection is still the one that
+/// started it (same index and generation); else its buffer is dropped here. True if delivered.
+fn deliver(done: Done, conns: &mut [Option<Conn>], ready: &mut Vec<usize>) -> bool {
+    let Some(Some(c)) = conns.get_mut(done.conn) else {
+        return false;
+    };
+    let c = &mut c.s;
+    if c.generation != done.generation {
+        return false;
+    }
+    c.offloaded = c.offloaded.saturating_sub(1);
+    c.core.queue.complete_io(done.slot, done.status, done.buf);
+    if c.ending.is_none() {
+        c.core.flush_completions();
+        if !c.in_ready {
+            c.in_ready = true;
+            ready.push(done.conn);
+        }
+    }
+    true
+}
+
 fn end(c: &mut ConnState, why: ConnEnd) {
     if c.ending.is_none() {
         c.ending = Some((why, Instant::now()));
@@ -666,8 +689,9 @@ fn log_end(c: &Conn) {
         Some((ConnEnd::HostTerminated { fes, fei }, _)) => {
             nvmf_target::warn_every!(fes, fei, "host sent H2CTermReq")
         }
+        // The controller-level line (removed, keep-alive expired) says it for every queue.
         Some((ConnEnd::ControllerGone, _)) => {
-            tracing::info!("connection closed: controller torn down")
+            tracing::debug!("connection closed: controller torn down")
         }
         Some((ConnEnd::Io(e), _)) => tracing::debug!(error = %e, "connection I/O error"),
         Some((ConnEnd::Stopped, _)) => tracing::debug!("connection closed: server stopping"),

@@ -3,9 +3,11 @@
 //! One thread per configured core, pinned, each running a [`Reactor`] (an epoll loop with
 //! adaptive polling). Listeners are accepted on the first reactor; each accepted connection is
 //! handed, round-robin, to a reactor and stays there for life (an NVMe queue never migrates
-//! between cores). Backends that may block run on a shared worker pool.
+//! between cores). Backends that may block run on each reactor's own I/O engine (io_uring, or a
+//! fixed-size worker pool; [`crate::engine`]).
 
 use crate::affinity;
+use crate::engine::EngineConfig;
 use crate::limits::{Admission, ConnCaps};
 use crate::reactor::{Mailbox, Reactor};
 use nvmf_target::Target;
@@ -36,6 +38,8 @@ pub struct ServerConfig {
     pub caps: ConnCaps,
     /// Listen backlog; `None`: the kernel's maximum (`net.core.somaxconn`).
     pub backlog: Option<u32>,
+    /// The I/O engine for file and block namespaces (per reactor).
+    pub engine: EngineConfig,
 }
 
 impl ServerConfig {
@@ -53,6 +57,7 @@ impl ServerConfig {
                 per_address: 4_096,
             },
             backlog: None,
+            engine: EngineConfig::default(),
         }
     }
 }
@@ -79,7 +84,6 @@ pub struct ServerHandle {
     stop: Arc<AtomicBool>,
     mailboxes: Vec<Arc<Mailbox>>,
     threads: Vec<std::thread::JoinHandle<()>>,
-    blocking: Option<tokio::runtime::Runtime>,
     /// Addresses actually bound (port 0 resolved), I/O listeners first, then discovery.
     pub bound: Vec<SocketAddr>,
 }
@@ -93,9 +97,6 @@ impl ServerHandle {
         }
         for t in self.threads.drain(..) {
             let _ = t.join();
-        }
-        if let Some(rt) = self.blocking.take() {
-            rt.shutdown_timeout(std::time::Duration::from_secs(5));
         }
     }
 }
@@ -126,13 +127,6 @@ impl Server {
             .iter()
             .filter_map(|(l, _)| l.local_addr().ok())
             .collect();
-        // Worker pool for backends that may block (file, block device).
-        let blocking = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .max_blocking_threads(64)
-            .thread_name("ebof-blk")
-            .build()
-            .map_err(ServerError::Thread)?;
         let stop = Arc::new(AtomicBool::new(false));
         let mut reactors = Vec::new();
         let mut mailboxes = Vec::new();
@@ -144,7 +138,7 @@ impl Server {
                 cfg.poll,
                 cfg.handshake_timeout,
                 stop.clone(),
-                blocking.handle().clone(),
+                cfg.engine,
                 admission.clone(),
             )
             .map_err(ServerError::Thread)?;
@@ -171,16 +165,22 @@ impl Server {
             let t = std::thread::Builder::new()
                 .name(format!("ebof-core{core}"))
                 .spawn(move || {
-                    match affinity::pin_current_thread(core) {
+                    let mut r = r;
+                    let pinned = affinity::pin_current_thread(core);
+                    let io_engine = r.start_engine();
+                    match pinned {
                         Ok(()) if poll.is_zero() => {
-                            tracing::info!(core, "reactor started (epoll, event-driven)")
+                            tracing::info!(core, %io_engine, "reactor started (epoll, event-driven)")
                         }
                         Ok(()) => tracing::info!(
                             core,
                             spin_us = poll.as_micros() as u64,
+                            %io_engine,
                             "reactor started (epoll, adaptive polling)"
                         ),
-                        Err(e) => tracing::warn!(core, error = %e, "reactor started unpinned"),
+                        Err(e) => {
+                            tracing::warn!(core, %io_engine, error = %e, "reactor started unpinned")
+                        }
                     }
                     let _ = up.send(());
                     drop(up);
@@ -199,7 +199,6 @@ impl Server {
             stop,
             mailboxes,
             threads,
-            blocking: Some(blocking),
             bound,
         })
     }

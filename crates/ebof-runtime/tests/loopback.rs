@@ -5,12 +5,14 @@
 mod common;
 
 use common::client::*;
-use ebof_backend::BackendSpec;
+use ebof_backend::{Backend, BackendSpec};
+use ebof_runtime::{EngineConfig, IoEngineKind};
 use nvme_spec::opcode::{admin, io};
 use nvme_spec::{CommandId, NamespaceId, Sqe};
 use nvmf_tcp::HostEvent;
 use nvmf_tcp::pdu::pdu_type;
 use std::io::{Read, Write};
+use std::sync::Arc;
 use std::time::Duration;
 
 #[test]
@@ -20,27 +22,169 @@ fn io_roundtrip_over_loopback() {
     }
 }
 
-/// A file backend: its I/O runs on the worker pool and comes back through the reactor's
-/// channel and waker (RAM runs inline and zero-copy instead).
+/// A scratch file path under the target directory (a real file system: tmpfs may refuse
+/// O_DIRECT), removed on drop.
+struct Scratch(std::path::PathBuf);
+
+impl Scratch {
+    fn new(tag: &str) -> Scratch {
+        Scratch(
+            std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
+                "ebof-loopback-{tag}-{}-{}.img",
+                std::process::id(),
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos())
+            )),
+        )
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn file_backend(path: &std::path::Path, direct: bool) -> Result<Arc<dyn Backend>, String> {
+    let spec = BackendSpec::File {
+        path: path.to_owned(),
+        size: Some(32 << 20),
+    };
+    ebof_backend::open_with(&spec, ebof_backend::BackendOptions { direct })
+        .map_err(|e| e.to_string())
+}
+
+/// Both engines, each with an event-driven and a polling reactor.
+fn engines() -> Vec<(EngineConfig, Duration)> {
+    let mut v = Vec::new();
+    for kind in [IoEngineKind::IoUring, IoEngineKind::Threads] {
+        for poll in [Duration::ZERO, Duration::from_micros(50)] {
+            v.push((
+                EngineConfig {
+                    kind,
+                    io_threads: 2,
+                },
+                poll,
+            ));
+        }
+    }
+    v
+}
+
+/// A file backend: its I/O runs on the reactor's engine (io_uring ring, or the worker pool)
+/// and comes back to the reactor (RAM runs inline and zero-copy instead).
 #[test]
 fn io_roundtrip_on_a_file_backend() {
-    let path = std::env::temp_dir().join(format!(
-        "ebof-loopback-{}-{}.img",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos())
-    ));
-    let backend = ebof_backend::open(&BackendSpec::File {
-        path: path.clone(),
-        size: Some(32 << 20),
-    })
-    .unwrap();
+    let path = Scratch::new("file");
+    let backend = file_backend(&path.0, false).unwrap();
     assert!(backend.may_block());
-    for poll in [Duration::ZERO, Duration::from_micros(50)] {
-        io_roundtrip(&start_on(poll, backend.clone()));
+    for (engine, poll) in engines() {
+        let srv = start_with(poll, backend.clone(), |c| c.engine = engine);
+        io_roundtrip(&srv);
+        fua_flush_zeroes_roundtrip(&srv);
     }
-    let _ = std::fs::remove_file(&path);
+}
+
+/// O_DIRECT: the engines go through aligned bounce buffers. Skipped (with the reason) where
+/// the file system refuses O_DIRECT.
+#[test]
+fn io_roundtrip_on_a_direct_file_backend() {
+    let path = Scratch::new("direct");
+    let backend = match file_backend(&path.0, true) {
+        Ok(b) => b,
+        Err(e) => {
+            println!("skipped: this file system refuses O_DIRECT ({e})");
+            return;
+        }
+    };
+    let granularity = backend.raw_io().and_then(|r| r.direct).unwrap();
+    // The helpers use 512-byte LBAs at offsets and lengths that are multiples of 4096.
+    assert!(granularity <= 4096, "direct-I/O granularity {granularity}");
+    for (engine, poll) in engines() {
+        let srv = start_with(poll, backend.clone(), |c| c.engine = engine);
+        io_roundtrip(&srv);
+        fua_flush_zeroes_roundtrip(&srv);
+    }
+}
+
+/// FUA writes (write-through), Flush, Write Zeroes and Dataset Management deallocate (the
+/// last two on the worker pool under io_uring) read back as written.
+fn fua_flush_zeroes_roundtrip(srv: &Running) {
+    const FUA: u32 = 1 << 30;
+    let (_a, mut q) = session(srv.addr, false);
+    let data: Vec<u8> = (0..64 * 1024).map(|i| (i % 241) as u8 + 1).collect();
+    let mut w = rw(io::WRITE, 4096, 128);
+    w.set_cdw(12, w.cdw12() | FUA);
+    assert!(q.cmd(w, &data, false).0.status.is_success());
+    let (c, back) = q.cmd(rw(io::READ, 4096, 128), &[], false);
+    assert!(c.status.is_success());
+    assert_eq!(back, data);
+    let mut f = Sqe::new(io::FLUSH, CommandId(0));
+    f.set_nsid(NamespaceId(1));
+    assert!(q.cmd(f, &[], false).0.status.is_success());
+    // Write Zeroes of blocks 4104..4112.
+    let mut wz = Sqe::new(io::WRITE_ZEROES, CommandId(0));
+    wz.set_nsid(NamespaceId(1));
+    wz.set_slba(4104);
+    wz.set_nlb(8);
+    assert!(q.cmd(wz, &[], false).0.status.is_success());
+    // Deallocate blocks 4120..4128: one range (context attributes, NLB, SLBA).
+    let mut range = [0u8; 16];
+    range[4..8].copy_from_slice(&8u32.to_le_bytes());
+    range[8..16].copy_from_slice(&4120u64.to_le_bytes());
+    let mut dsm = Sqe::new(io::DATASET_MGMT, CommandId(0));
+    dsm.set_nsid(NamespaceId(1));
+    dsm.set_cdw(11, nvme_spec::opcode::DSM_ATTR_DEALLOCATE);
+    assert!(q.cmd(dsm, &range, true).0.status.is_success());
+    let mut expect = data.clone();
+    expect[8 * 512..16 * 512].fill(0);
+    expect[24 * 512..32 * 512].fill(0);
+    let (c, back) = q.cmd(rw(io::READ, 4096, 128), &[], false);
+    assert!(c.status.is_success());
+    assert!(back == expect, "zeroed ranges read back wrong");
+}
+
+/// Truncate or extend the file at `path` (under the target's feet).
+fn set_file_len(path: &std::path::Path, len: u64) {
+    let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    f.set_len(len).unwrap();
+}
+
+/// A file truncated under the running target: a read past the new end, or across it, is an
+/// error status with no data (not zeroes, not success), on both engines; the part still
+/// inside the file reads fine.
+#[test]
+fn read_past_the_end_of_a_truncated_file_is_an_error() {
+    let path = Scratch::new("truncated");
+    let backend = file_backend(&path.0, false).unwrap();
+    for (engine, poll) in engines() {
+        let srv = start_with(poll, backend.clone(), |c| c.engine = engine);
+        let (_a, mut q) = session(srv.addr, false);
+        let data: Vec<u8> = (0..64 * 1024).map(|i| (i % 239) as u8 + 1).collect();
+        // Blocks 32640..32768 straddle 16 MiB (block 32768).
+        assert!(
+            q.cmd(rw(io::WRITE, 32640, 128), &data, false)
+                .0
+                .status
+                .is_success()
+        );
+        set_file_len(&path.0, 16 << 20);
+        for (slba, what) in [(40000, "past the end"), (32704, "across the end")] {
+            let (c, back) = q.cmd(rw(io::READ, slba, 128), &[], false);
+            assert_eq!(
+                c.status,
+                nvme_spec::Status::UNRECOVERED_READ.with_dnr(true),
+                "{engine:?}: read {what}"
+            );
+            assert!(back.is_empty(), "{engine:?}: read {what} returned data");
+        }
+        let (c, back) = q.cmd(rw(io::READ, 32640, 64), &[], false);
+        assert!(c.status.is_success(), "{engine:?}: {:?}", c.status);
+        assert_eq!(back, &data[..32 * 1024]);
+        // Grow it back for the next engine.
+        set_file_len(&path.0, 32 << 20);
+    }
 }
 
 fn io_roundtrip(srv: &Running) {

@@ -2,9 +2,9 @@
 //! reactors, log what is served, and say "ready" last.
 
 use anyhow::{Context, Result, bail};
-use ebof_backend::BackendSpec;
-use ebof_config::{BackendChoice, Config, Overrides, format_size};
-use ebof_runtime::{Server, ServerConfig, affinity};
+use ebof_backend::{BackendOptions, BackendSpec};
+use ebof_config::{BackendChoice, Config, IoEngine, Overrides, format_size};
+use ebof_runtime::{EngineConfig, IoEngineKind, Server, ServerConfig, affinity};
 use nvmf_target::{ListenerInfo, Namespace, Subsystem, Target, TargetLimits};
 use nvmf_tcp::TargetConnConfig;
 use std::ffi::OsStr;
@@ -53,6 +53,11 @@ pub struct ServeArgs {
     /// Serve Prometheus metrics at http://ADDR:PORT/metrics (`[metrics] listen`).
     #[arg(long, value_name = "ADDR:PORT")]
     pub metrics_listen: Option<String>,
+    /// How file and block namespaces do their I/O: io_uring (one ring per core; falls back to
+    /// threads, with a log line, where the kernel refuses it) or threads (a fixed pool of
+    /// `[target] io_threads` per core). Replaces `[target] io_engine`.
+    #[arg(long, value_name = "ENGINE", value_parser = ebof_config::IoEngine::NAMES)]
+    pub io_engine: Option<String>,
     /// Print the effective configuration as TOML and exit.
     #[arg(long)]
     pub print_config: bool,
@@ -81,6 +86,7 @@ pub fn effective_config(a: &ServeArgs) -> Result<Config> {
         file: a.file.clone(),
         nqn: a.nqn.clone(),
         cores: a.cores.clone(),
+        io_engine: a.io_engine.clone(),
     };
     cfg.apply_overrides(&o)
         .map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -142,13 +148,25 @@ pub fn build_target(cfg: &Config) -> Result<Target> {
             if let BackendChoice::File { path, .. } = &n.backend {
                 ensure_parent_dir(&format!("subsystems[{si}].namespaces[{ni}].path"), path)?;
             }
-            let backend = ebof_backend::open(&backend_spec(&n.backend, cfg.target.ram_huge_pages))
-                .map_err(|e| {
-                    anyhow::anyhow!(
-                        "subsystems[{si}].namespaces[{ni}] (nsid {}): cannot open backend: {e}",
-                        n.nsid
-                    )
-                })?;
+            let options = BackendOptions { direct: n.direct };
+            let backend = ebof_backend::open_with(
+                &backend_spec(&n.backend, cfg.target.ram_huge_pages),
+                options,
+            )
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "subsystems[{si}].namespaces[{ni}] (nsid {}): cannot open backend: {e}",
+                    n.nsid
+                )
+            })?;
+            if let Some(granularity) = backend.raw_io().and_then(|r| r.direct) {
+                check_direct_block_size(
+                    &format!("subsystems[{si}].namespaces[{ni}].block_size"),
+                    n.block_size,
+                    granularity,
+                    n.backend.path().unwrap_or(Path::new("")),
+                )?;
+            }
             if backend.size() % u64::from(n.block_size) != 0 || backend.size() == 0 {
                 bail!(
                     "subsystems[{si}].namespaces[{ni}]: backend size {} is not a positive multiple of block_size {}",
@@ -189,6 +207,26 @@ pub fn build_target(cfg: &Config) -> Result<Target> {
         max_transfer: MAX_TRANSFER,
     };
     Ok(Target::new(subsystems, listeners, limits, Instant::now()))
+}
+
+/// O_DIRECT transfers whole device blocks: a namespace block smaller than the device's logical
+/// block (or the file system's direct-I/O granularity) would make every I/O fail, so refuse it
+/// at startup, naming the field and the fix.
+fn check_direct_block_size(
+    field: &str,
+    block_size: u32,
+    granularity: u32,
+    path: &Path,
+) -> Result<()> {
+    if block_size < granularity {
+        bail!(
+            "{field}: block_size {block_size} is smaller than the logical block size \
+             {granularity} of {} (needed with direct = true); use block_size = {granularity} \
+             or direct = false",
+            path.display()
+        );
+    }
+    Ok(())
 }
 
 /// Check, before any backend is opened or file created, that every listener can be bound, so a
@@ -289,6 +327,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
                     path = %path.display(),
                     size = %size,
                     block_size = n.block_size,
+                    direct = nc.direct,
                     "namespace"
                 ),
             }
@@ -314,6 +353,13 @@ pub fn run(a: ServeArgs) -> Result<()> {
             per_address: t.max_connections_per_address as usize,
         },
         backlog: None,
+        engine: EngineConfig {
+            kind: match t.io_engine {
+                IoEngine::IoUring => IoEngineKind::IoUring,
+                IoEngine::Threads => IoEngineKind::Threads,
+            },
+            io_threads: usize::from(t.io_threads),
+        },
     };
     let mgmt = crate::ctl::start_management(&cfg, target.clone())?;
     let handle = Server::start(target.clone(), server_cfg)?;
@@ -422,6 +468,21 @@ mod tests {
             "{text}"
         );
         assert!(!dir.exists());
+    }
+
+    #[test]
+    fn direct_namespaces_need_blocks_of_at_least_the_device_granularity() {
+        let field = "subsystems[0].namespaces[1].block_size";
+        let dev = Path::new("/dev/sdz");
+        check_direct_block_size(field, 4096, 4096, dev).unwrap();
+        check_direct_block_size(field, 4096, 512, dev).unwrap();
+        let err = check_direct_block_size(field, 512, 4096, dev).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "subsystems[0].namespaces[1].block_size: block_size 512 is smaller than the logical \
+             block size 4096 of /dev/sdz (needed with direct = true); use block_size = 4096 or \
+             direct = false"
+        );
     }
 
     #[test]

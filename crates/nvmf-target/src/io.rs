@@ -202,6 +202,16 @@ pub fn execute_io(req: &IoRequest, buf: &mut Vec<u8>) -> Status {
     }
 }
 
+/// The NVMe status of `req` whose backend operation a driver ran itself (the runtime's
+/// io_uring engine) instead of through [`execute_io`]: success, or the failure logged and
+/// mapped exactly as [`execute_io`] maps it.
+pub fn io_status(req: &IoRequest, result: Result<(), BackendError>) -> Status {
+    match result {
+        Ok(()) => Status::SUCCESS,
+        Err(e) => failed(req, &e),
+    }
+}
+
 /// Log a backend failure of `req` and map it to its NVMe status (also for a streamed read,
 /// see [`crate::C2hData::Read`], whose failure shows only when the transport reads).
 ///

@@ -10,7 +10,8 @@
 //! **What it is not**: it never touches sockets or clocks (time is a parameter) and does not
 //! know TCP exists. It does not execute backend I/O on its own schedule: it hands the driver an
 //! [`IoRequest`] per slot, and the driver runs [`execute_io`] inline (RAM) or on a worker thread
-//! (file/block) and reports back with [`Queue::complete_io`].
+//! (file/block), or submits the operation itself (io_uring) and maps its outcome with
+//! [`io_status`], and reports back with [`Queue::complete_io`].
 //!
 //! **Where it sits**: below the runtime driver, above `nvme-spec` and the backends.
 //!
@@ -104,7 +105,7 @@ mod model;
 mod queue;
 
 pub use controller::{Controller, ControllerKind};
-pub use io::{FailureClass, IoOp, IoRequest, NsRef, backend_status, execute_io};
+pub use io::{FailureClass, IoOp, IoRequest, NsRef, backend_status, execute_io, io_status};
 pub use model::{
     EventCounters, ListenerInfo, Namespace, Subsystem, Target, TargetLimits, UpdateError,
 };

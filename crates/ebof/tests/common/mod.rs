@@ -78,6 +78,11 @@ impl Target {
     pub fn port(&self) -> String {
         self.addr.port().to_string()
     }
+
+    /// The server's process id (for /proc/PID).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
 }
 
 impl Drop for Target {
