@@ -336,10 +336,9 @@ fn subsystems_added_and_removed_live() {
     assert!(o.ok, "{}", o.stderr);
 }
 
-#[test]
-fn disconnect_ends_a_running_host() {
-    let s = serve();
-    let args = perf_args(&s, HOST_A, &["--runtime", "20s", "--qd", "2"]);
+/// A 20 s `ebof perf` as HOST_A, and the id of its controller once it has its I/O queue.
+fn running_perf(s: &Served) -> (std::process::Child, String) {
+    let args = perf_args(s, HOST_A, &["--runtime", "20s", "--qd", "2"]);
     let mut child = Command::new(EBOF)
         .args(&args)
         .stdin(Stdio::null())
@@ -350,7 +349,7 @@ fn disconnect_ends_a_running_host() {
     // Wait (bounded) for its controller to show up with its I/O queue.
     let deadline = Instant::now() + Duration::from_secs(10);
     let ctrl = loop {
-        let st = state(&s);
+        let st = state(s);
         if let Some(c) = st["controllers"]
             .as_array()
             .unwrap()
@@ -368,11 +367,11 @@ fn disconnect_ends_a_running_host() {
     };
     assert_eq!(ctrl["kind"], "io");
     assert_eq!(ctrl["subsystem"], NQN);
-    let id = ctrl["cntlid"].as_u64().unwrap().to_string();
-    let o = ctl(&s, &["disconnect", &id]);
-    assert!(o.ok, "{}", o.stderr);
-    assert!(o.stdout.contains("disconnected"), "{}", o.stdout);
-    // perf loses its queue and stops long before its 20 s.
+    (child, ctrl["cntlid"].as_u64().unwrap().to_string())
+}
+
+/// perf loses its queue and stops (with an error) long before its 20 s.
+fn ends_early(mut child: std::process::Child) {
     let deadline = Instant::now() + Duration::from_secs(10);
     let status = loop {
         if let Some(st) = child.try_wait().unwrap() {
@@ -386,9 +385,37 @@ fn disconnect_ends_a_running_host() {
         std::thread::sleep(Duration::from_millis(50));
     };
     assert!(!status.success());
+}
+
+#[test]
+fn disconnect_ends_a_running_host() {
+    let s = serve();
+    let (child, id) = running_perf(&s);
+    let o = ctl(&s, &["disconnect", &id]);
+    assert!(o.ok, "{}", o.stderr);
+    assert!(o.stdout.contains("disconnected"), "{}", o.stdout);
+    ends_early(child);
     let o = ctl(&s, &["stats", "--json"]);
     let v: Value = serde_json::from_str(o.stdout.trim()).unwrap();
     assert_eq!(v["admin_disconnects"], 1);
+}
+
+#[test]
+fn removing_a_subsystem_disconnects_its_hosts() {
+    let s = serve();
+    let (child, id) = running_perf(&s);
+    let o = ctl(&s, &["--json", "subsystem", "remove", NQN]);
+    assert!(o.ok, "{}", o.stderr);
+    let v: Value = serde_json::from_str(&o.stdout).unwrap();
+    assert_eq!(
+        v["disconnected"],
+        serde_json::json!([id.parse::<u64>().unwrap()])
+    );
+    ends_early(child);
+    assert_eq!(state(&s)["subsystems"], serde_json::json!([]));
+    // A new Connect to it is refused.
+    let o = perf(&s, HOST_A, &["--runtime", "100ms"]);
+    assert!(!o.ok, "connected to a removed subsystem");
 }
 
 #[test]
