@@ -65,6 +65,19 @@ impl Config {
             out.push('\n');
             listener(&mut out, "[discovery]", d);
         }
+        if self.management != crate::model::Management::default() {
+            out.push_str("\n[management]\n");
+            if let Some(p) = &self.management.socket {
+                let _ = writeln!(out, "socket = {}", string(&p.to_string_lossy()));
+            }
+            if self.management.disabled {
+                out.push_str("enabled = false\n");
+            }
+        }
+        if let Some(m) = &self.metrics {
+            out.push_str("\n[metrics]\n");
+            let _ = writeln!(out, "listen = {}", string(&m.to_string()));
+        }
         for s in &self.subsystems {
             out.push_str("\n[[subsystems]]\n");
             let _ = writeln!(out, "nqn = {}", string(&s.nqn));
@@ -133,5 +146,37 @@ mod tests {
             text.contains("[discovery]\naddress = \"127.0.0.1\"\nport = 8009"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn management_and_metrics_round_trip() {
+        let base = "[[listeners]]\naddress = \"127.0.0.1\"\n\
+                    [[subsystems]]\nnqn = \"nqn.2026-11.io.ebof:a\"\n\
+                    [[subsystems.namespaces]]\nbackend = \"ram\"\nsize = \"1M\"\n";
+        let text = format!(
+            "{base}[management]\nsocket = \"/tmp/x/ebof.sock\"\n[metrics]\nlisten = \"127.0.0.1\"\n"
+        );
+        let c = Config::from_toml_str(&text).unwrap();
+        assert_eq!(
+            c.management.socket.as_deref(),
+            Some(std::path::Path::new("/tmp/x/ebof.sock"))
+        );
+        assert_eq!(c.metrics.unwrap().port, crate::DEFAULT_METRICS_PORT);
+        assert_eq!(Config::from_toml_str(&c.to_toml_string()).unwrap(), c);
+        let plain = Config::from_toml_str(base).unwrap();
+        assert!(!plain.to_toml_string().contains("[management]"));
+        let e =
+            Config::from_toml_str(&format!("{base}[metrics]\nlisten = \"nope\"\n")).unwrap_err();
+        assert_eq!(
+            (e.code, e.path.as_str()),
+            (crate::codes::INVALID_ADDRESS, "metrics.listen")
+        );
+        let e = Config::from_toml_str(&format!("{base}[management]\nsocket = \"\"\n")).unwrap_err();
+        assert_eq!(
+            (e.code, e.path.as_str()),
+            (crate::codes::INVALID_PATH, "management.socket")
+        );
+        let e = Config::from_toml_str(&format!("{base}[management]\nsockt = \"a\"\n")).unwrap_err();
+        assert_eq!(e.code, crate::codes::UNKNOWN_FIELD);
     }
 }

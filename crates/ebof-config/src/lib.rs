@@ -118,13 +118,13 @@ use std::path::Path;
 pub use error::{ConfigError, codes};
 pub use model::{
     BackendChoice, Config, DEFAULT_BLOCK_SIZE, DEFAULT_DISCOVERY_PORT, DEFAULT_FILE_SIZE,
-    DEFAULT_MODEL, DEFAULT_NQN, DEFAULT_PORT, DEFAULT_RAM_SIZE, DEFAULT_SERIAL_PREFIX,
-    DISCOVERY_NQN, IoEngine, Listener, NSID_MAX, Namespace, Subsystem, TargetTuning,
-    derived_serial, derived_uuid,
+    DEFAULT_METRICS_PORT, DEFAULT_MODEL, DEFAULT_NQN, DEFAULT_PORT, DEFAULT_RAM_SIZE,
+    DEFAULT_SERIAL_PREFIX, DISCOVERY_NQN, IoEngine, Listener, Management, NSID_MAX, Namespace,
+    Subsystem, TargetTuning, derived_serial, derived_uuid,
 };
 pub use overrides::Overrides;
 pub use parse::{
-    MAX_CORE_ID, MODEL_MAX_LEN, NQN_MAX_LEN, SERIAL_MAX_LEN, check_nqn, format_size,
+    MAX_CORE_ID, MODEL_MAX_LEN, NQN_MAX_LEN, SERIAL_MAX_LEN, check_id_text, check_nqn, format_size,
     parse_core_list, parse_io_engine, parse_listener, parse_size,
 };
 pub use validate::SERIAL_PREFIX_MAX_LEN;

@@ -52,6 +52,23 @@ pub struct Config {
     pub discovery: Option<Listener>,
     /// The exported NVM subsystems (`[[subsystems]]`). At least one.
     pub subsystems: Vec<Subsystem>,
+    /// The management API (`[management]`).
+    pub management: Management,
+    /// Prometheus endpoint (`[metrics] listen = "ADDR:PORT"`); none by default.
+    pub metrics: Option<Listener>,
+}
+
+/// Default port of `[metrics] listen` when only an address is given.
+pub const DEFAULT_METRICS_PORT: u16 = 9650;
+
+/// The management API of `ebof serve` (`[management]`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Management {
+    /// Unix socket path (`socket`); `None`: the default (`/run/ebof/ebof.sock` for root, else
+    /// `$XDG_RUNTIME_DIR/ebof.sock`, chosen by `ebof serve`).
+    pub socket: Option<PathBuf>,
+    /// `enabled = false` serves no management API at all.
+    pub disabled: bool,
 }
 
 /// Global tuning of the target (`[target]`). Every field has a default.
@@ -348,6 +365,8 @@ impl Config {
                 port: DEFAULT_DISCOVERY_PORT,
             }),
             subsystems: vec![subsystem],
+            management: Management::default(),
+            metrics: None,
         }
     }
 }

@@ -288,7 +288,7 @@ pub fn check_nqn(s: &str) -> Result<(), ConfigError> {
 /// Checks a text field of Identify Controller (SN, MN): non-empty, at most
 /// `max` bytes of printable ASCII, no leading or trailing space (the field is
 /// space-padded on the wire, so trailing spaces would be lost).
-pub(crate) fn check_id_text(
+pub fn check_id_text(
     what: &str,
     s: &str,
     max: usize,

@@ -14,10 +14,13 @@ use serde::de::{self, Deserializer, SeqAccess, Visitor};
 
 use crate::error::{ConfigError, codes, quote};
 use crate::model::{
-    BackendChoice, Config, DEFAULT_BLOCK_SIZE, DEFAULT_DISCOVERY_PORT, DEFAULT_MODEL, DEFAULT_PORT,
-    Listener, Namespace, Subsystem, TargetTuning, derived_serial, derived_uuid,
+    BackendChoice, Config, DEFAULT_BLOCK_SIZE, DEFAULT_DISCOVERY_PORT, DEFAULT_METRICS_PORT,
+    DEFAULT_MODEL, DEFAULT_PORT, Listener, Management, Namespace, Subsystem, TargetTuning,
+    derived_serial, derived_uuid,
 };
-use crate::parse::{MAX_CORE_ID, parse_core_list, parse_io_engine, parse_ip, parse_size};
+use crate::parse::{
+    MAX_CORE_ID, parse_core_list, parse_io_engine, parse_ip, parse_listener, parse_size,
+};
 use crate::validate::{TuningRule, rules};
 
 /// The whole file.
@@ -34,6 +37,28 @@ pub(crate) struct RawConfig {
     /// `[[subsystems]]`: exported subsystems.
     #[serde(default)]
     subsystems: Vec<RawSubsystem>,
+    /// `[management]`: the management API socket.
+    management: Option<RawManagement>,
+    /// `[metrics]`: the Prometheus endpoint.
+    metrics: Option<RawMetrics>,
+}
+
+/// `[management]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawManagement {
+    /// Unix socket path.
+    socket: Option<String>,
+    /// `false`: no management API.
+    enabled: Option<bool>,
+}
+
+/// `[metrics]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMetrics {
+    /// `ADDR:PORT` of the Prometheus endpoint.
+    listen: Option<String>,
 }
 
 /// `[target]`.
@@ -265,11 +290,20 @@ impl RawConfig {
             .enumerate()
             .map(|(i, s)| convert_subsystem(s, &format!("subsystems[{i}]"), &target))
             .collect::<Result<_, _>>()?;
+        let management = convert_management(self.management.unwrap_or_default())?;
+        let metrics = match self.metrics.and_then(|m| m.listen) {
+            None => None,
+            Some(l) => {
+                Some(parse_listener(&l, DEFAULT_METRICS_PORT).map_err(|e| e.at("metrics.listen"))?)
+            }
+        };
         Ok(Config {
             target,
             listeners,
             discovery,
             subsystems,
+            management,
+            metrics,
         })
     }
 }
@@ -341,6 +375,24 @@ fn convert_target(raw: RawTarget) -> Result<TargetTuning, ConfigError> {
             Some(s) => parse_io_engine(&s).map_err(|e| e.at("target.io_engine"))?,
         },
         io_threads: field(raw.io_threads, &rules::IO_THREADS, d.io_threads)?,
+    })
+}
+
+fn convert_management(raw: RawManagement) -> Result<Management, ConfigError> {
+    let socket = match raw.socket {
+        None => None,
+        Some(s) if s.is_empty() || s.contains('\0') => {
+            return Err(ConfigError::new(
+                codes::INVALID_PATH,
+                "management.socket",
+                "the socket path must be a non-empty path without NUL bytes",
+            ));
+        }
+        Some(s) => Some(PathBuf::from(s)),
+    };
+    Ok(Management {
+        socket,
+        disabled: raw.enabled == Some(false),
     })
 }
 

@@ -1,7 +1,9 @@
 //! `ebof` — one binary, wiring only: `serve` runs the NVMe/TCP target; `discover`, `identify`
-//! and `perf` are the host toolkit on the `nvmf-host` library; `completions` and `man` print
+//! and `perf` are the host toolkit on the `nvmf-host` library; `ctl` manages a running
+//! `serve` through its management API (`ebof-mgmt`); `completions` and `man` print
 //! shell completions and man pages generated from the same clap definitions.
 
+mod ctl;
 mod docs;
 mod host_cmds;
 mod serve;
@@ -29,6 +31,8 @@ enum Cmd {
     Identify(host_cmds::IdentifyArgs),
     /// Generate I/O load against a namespace and report IOPS, bandwidth and latency.
     Perf(host_cmds::PerfArgs),
+    /// Manage a running `ebof serve`: show state, hosts, disconnect, stats and metrics.
+    Ctl(ctl::CtlArgs),
     /// Print a shell completion script, e.g. `ebof completions bash > /etc/bash_completion.d/ebof`.
     Completions(docs::CompletionsArgs),
     /// Print a man page in roff: ebof(1), or ebof-SUBCOMMAND(1) with a subcommand name.
@@ -42,6 +46,7 @@ fn main() -> std::process::ExitCode {
         Cmd::Discover(a) => host_cmds::discover(a),
         Cmd::Identify(a) => host_cmds::identify(a),
         Cmd::Perf(a) => host_cmds::perf(a),
+        Cmd::Ctl(a) => ctl::run(a),
         Cmd::Completions(a) => docs::completions::<Cli>(a),
         Cmd::Man(a) => docs::man::<Cli>(a),
     };

@@ -46,6 +46,13 @@ pub struct ServeArgs {
     /// loaded one spins). 0 = purely event-driven (sleep whenever nothing is ready).
     #[arg(long, value_name = "USEC", default_value_t = 100, value_parser = clap::value_parser!(u64).range(0..=10_000))]
     pub poll_us: u64,
+    /// Management API socket for `ebof ctl` (default: /run/ebof/ebof.sock for root, else
+    /// $XDG_RUNTIME_DIR/ebof.sock; `[management] socket` in the file).
+    #[arg(long, value_name = "PATH")]
+    pub mgmt_socket: Option<PathBuf>,
+    /// Serve Prometheus metrics at http://ADDR:PORT/metrics (`[metrics] listen`).
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub metrics_listen: Option<String>,
     /// How file and block namespaces do their I/O: io_uring (one ring per core; falls back to
     /// threads, with a log line, where the kernel refuses it) or threads (a fixed pool of
     /// `[target] io_threads` per core). Replaces `[target] io_engine`.
@@ -83,6 +90,16 @@ pub fn effective_config(a: &ServeArgs) -> Result<Config> {
     };
     cfg.apply_overrides(&o)
         .map_err(|e| anyhow::anyhow!("{e}"))?;
+    if let Some(p) = &a.mgmt_socket {
+        cfg.management.socket = Some(p.clone());
+        cfg.management.disabled = false;
+    }
+    if let Some(l) = &a.metrics_listen {
+        cfg.metrics = Some(
+            ebof_config::parse_listener(l, ebof_config::DEFAULT_METRICS_PORT)
+                .map_err(|e| anyhow::anyhow!("{}", e.at("--metrics-listen")))?,
+        );
+    }
     Ok(cfg)
 }
 
@@ -285,7 +302,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
     let default_discovery = a.config.is_none() && a.discovery_listen.is_none();
     check_listeners(&mut cfg, default_discovery)?;
     let target = Arc::new(build_target(&cfg)?);
-    for (s, sc) in target.subsystems.iter().zip(&cfg.subsystems) {
+    for (s, sc) in target.subsystems().iter().zip(&cfg.subsystems) {
         let hosts = if s.allow_any_host {
             "any".to_string()
         } else {
@@ -344,6 +361,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
             io_threads: usize::from(t.io_threads),
         },
     };
+    let mgmt = crate::ctl::start_management(&cfg, target.clone())?;
     let handle = Server::start(target.clone(), server_cfg)?;
     tracing::info!(
         listeners = %join(&handle.bound),
@@ -362,8 +380,11 @@ pub fn run(a: ServeArgs) -> Result<()> {
         anyhow::Ok(())
     })?;
     tracing::info!("shutting down: flushing namespaces");
+    if let Some(m) = mgmt {
+        m.stop();
+    }
     handle.stop();
-    for s in target.subsystems.iter() {
+    for s in target.subsystems().iter() {
         for n in &s.namespaces {
             if let Err(e) = n.backend.flush() {
                 tracing::error!(subsystem = %s.nqn, nsid = n.nsid, error = %e, "flush at shutdown failed");
@@ -421,7 +442,7 @@ mod tests {
         );
         let cfg = Config::from_toml_str(&toml).unwrap();
         let target = build_target(&cfg).unwrap();
-        assert_eq!(target.subsystems[0].namespaces[0].backend.size(), 1 << 20);
+        assert_eq!(target.subsystems()[0].namespaces[0].backend.size(), 1 << 20);
         assert_eq!(std::fs::metadata(&path).unwrap().len(), 1 << 20);
     }
 

@@ -177,6 +177,12 @@ impl Controller {
         }
     }
 
+    /// Number of I/O queues connected now.
+    pub fn io_queue_count(&self) -> usize {
+        let q = self.qids.lock().unwrap_or_else(|e| e.into_inner());
+        q.iter().filter(|b| **b).count()
+    }
+
     pub fn release_qid(&self, qid: u16) {
         let mut q = self.qids.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(slot) = q.get_mut(usize::from(qid)) {

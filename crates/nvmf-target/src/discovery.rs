@@ -39,7 +39,7 @@ impl Queue {
         let t = &self.target;
         let mut entries = Vec::new();
         for s in t
-            .subsystems
+            .subsystems()
             .iter()
             .filter(|s| s.host_allowed(&ctrl.hostnqn))
         {

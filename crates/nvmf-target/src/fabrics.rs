@@ -141,6 +141,15 @@ impl Queue {
                 ))
             })
             .ok_or(CmdError::at(Status::CONNECT_CTRL_BUSY, 0xFFFF))?;
+        // The subsystem may have been removed (Target::update_table) between our lookup and
+        // the registration; a removal kills the controllers registered before its swap, so one
+        // more lookup after registering closes the gap.
+        if let Some(s) = ctrl.subsystem()
+            && self.target.subsystem(&s.nqn).is_none()
+        {
+            ctrl.kill();
+            return Err(CmdError::connect_param(connect_data_off::SUBNQN, true));
+        }
         ctrl.touch(now);
         // I/O controllers are logged at info when created and removed; discovery controllers
         // (one short-lived connection per `nvme discover`) and I/O queues at debug only.

@@ -106,5 +106,7 @@ mod queue;
 
 pub use controller::{Controller, ControllerKind};
 pub use io::{FailureClass, IoOp, IoRequest, NsRef, backend_status, execute_io, io_status};
-pub use model::{ListenerInfo, Namespace, Subsystem, Target, TargetLimits};
+pub use model::{
+    EventCounters, ListenerInfo, Namespace, Subsystem, Target, TargetLimits, UpdateError,
+};
 pub use queue::{C2hData, Disposition, Queue, QueueRole};

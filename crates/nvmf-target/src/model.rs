@@ -1,6 +1,7 @@
 //! The object model: target → subsystems → namespaces, plus the controller registry.
 
 use crate::controller::Controller;
+use arc_swap::ArcSwap;
 use ebof_backend::Backend;
 use nvme_spec::ControllerId;
 use std::collections::HashMap;
@@ -96,7 +97,11 @@ pub struct NsStats {
 }
 
 /// An NVM subsystem: NQN, identity, host access list and namespaces.
-#[derive(Debug)]
+///
+/// Immutable once published in a [`Target`]: the control plane changes a subsystem by building
+/// a new value (namespaces are shared `Arc`s, so their counters carry over) and swapping it in
+/// with [`Target::update_subsystem`]. A controller keeps the snapshot it connected with.
+#[derive(Clone, Debug)]
 pub struct Subsystem {
     pub nqn: String,
     pub serial: String,
@@ -131,10 +136,38 @@ pub struct ListenerInfo {
     pub portid: u16,
 }
 
-/// The whole target: read-only model plus the controller registry. Shared by all cores.
+/// Counters of rare events, for metrics (each touched only when the event happens).
+#[derive(Debug, Default)]
+pub struct EventCounters {
+    /// Controllers torn down because their keep-alive timer expired.
+    pub keep_alive_expiries: AtomicU64,
+    /// Controllers torn down by the management API (`ebof ctl disconnect`).
+    pub admin_disconnects: AtomicU64,
+}
+
+/// Why [`Target::update_subsystem`] changed nothing.
+#[derive(Debug, PartialEq, Eq)]
+pub enum UpdateError<E> {
+    /// No subsystem has this NQN.
+    UnknownSubsystem,
+    /// The update function refused the change.
+    Rejected(E),
+}
+
+/// The whole target: the model (published as an immutable snapshot, replaced whole by the
+/// control plane) plus the controller registry. Shared by all cores.
+///
+/// The data path never takes a lock the control plane holds: Connect and the discovery log
+/// load the current subsystem table ([`Target::subsystems`], an `ArcSwap` load), and a
+/// controller then holds its `Arc<Subsystem>` for life. Writers ([`Target::update_subsystem`])
+/// are serialised among themselves by a mutex no reader touches.
 #[derive(Debug)]
 pub struct Target {
-    pub subsystems: Vec<Arc<Subsystem>>,
+    subsystems: ArcSwap<Vec<Arc<Subsystem>>>,
+    /// Serialises control-plane writers (read-modify-swap of `subsystems`).
+    writer: Mutex<()>,
+    /// Rare-event counters for metrics.
+    pub events: EventCounters,
     pub listeners: Vec<ListenerInfo>,
     pub limits: TargetLimits,
     /// Discovery log generation counter.
@@ -161,7 +194,9 @@ impl Target {
             s.namespaces.sort_by_key(|n| n.nsid);
         }
         Target {
-            subsystems: subsystems.into_iter().map(Arc::new).collect(),
+            subsystems: ArcSwap::from_pointee(subsystems.into_iter().map(Arc::new).collect()),
+            writer: Mutex::new(()),
+            events: EventCounters::default(),
             listeners,
             limits,
             genctr: AtomicU64::new(1),
@@ -173,8 +208,88 @@ impl Target {
         }
     }
 
-    pub fn subsystem(&self, nqn: &str) -> Option<&Arc<Subsystem>> {
-        self.subsystems.iter().find(|s| s.nqn == nqn)
+    /// The current subsystem table (a snapshot: later changes do not show in it).
+    pub fn subsystems(&self) -> Arc<Vec<Arc<Subsystem>>> {
+        self.subsystems.load_full()
+    }
+
+    /// The current snapshot of the subsystem named `nqn`.
+    pub fn subsystem(&self, nqn: &str) -> Option<Arc<Subsystem>> {
+        self.subsystems
+            .load()
+            .iter()
+            .find(|s| s.nqn == nqn)
+            .cloned()
+    }
+
+    /// Replace the subsystem `nqn` by `f(current)`, atomically for readers: a Connect sees
+    /// either the old or the new subsystem, never a mix, and waits for nothing. When `f` fails
+    /// nothing changes. A change moves the discovery log generation counter. Controllers that
+    /// are connected keep the snapshot they connected with.
+    pub fn update_subsystem<E>(
+        &self,
+        nqn: &str,
+        f: impl FnOnce(&Subsystem) -> Result<Subsystem, E>,
+    ) -> Result<Arc<Subsystem>, UpdateError<E>> {
+        let _w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        let table = self.subsystems.load_full();
+        let i = table
+            .iter()
+            .position(|s| s.nqn == nqn)
+            .ok_or(UpdateError::UnknownSubsystem)?;
+        let mut new = f(&table[i]).map_err(UpdateError::Rejected)?;
+        new.nqn = table[i].nqn.clone();
+        new.namespaces.sort_by_key(|n| n.nsid);
+        let new = Arc::new(new);
+        let mut next: Vec<Arc<Subsystem>> = table.as_ref().clone();
+        next[i] = new.clone();
+        self.subsystems.store(Arc::new(next));
+        self.genctr.fetch_add(1, Ordering::Relaxed);
+        Ok(new)
+    }
+
+    /// Replace the whole subsystem table by `f(current)` (adding or removing subsystems), with
+    /// the same guarantees as [`Target::update_subsystem`]. Controllers of a subsystem that is
+    /// no longer in the table are torn down (their queues close within a tick).
+    pub fn update_table<E>(
+        &self,
+        f: impl FnOnce(&[Arc<Subsystem>]) -> Result<Vec<Arc<Subsystem>>, E>,
+    ) -> Result<(), E> {
+        let _w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        let table = self.subsystems.load_full();
+        let mut next = f(&table)?;
+        for s in &mut next {
+            if s.namespaces.windows(2).any(|w| w[0].nsid > w[1].nsid) {
+                Arc::make_mut(s).namespaces.sort_by_key(|n| n.nsid);
+            }
+        }
+        let gone: Vec<String> = table
+            .iter()
+            .filter(|s| !next.iter().any(|n| n.nqn == s.nqn))
+            .map(|s| s.nqn.clone())
+            .collect();
+        self.subsystems.store(Arc::new(next));
+        self.genctr.fetch_add(1, Ordering::Relaxed);
+        for c in self.controllers() {
+            if c.subsystem().is_some_and(|s| gone.contains(&s.nqn)) {
+                c.kill();
+            }
+        }
+        Ok(())
+    }
+
+    /// Live controllers, by controller id.
+    pub fn controllers(&self) -> Vec<Arc<Controller>> {
+        let r = self.registry.lock().unwrap_or_else(|e| e.into_inner());
+        let mut v: Vec<Arc<Controller>> = r
+            .controllers
+            .values()
+            .filter_map(Weak::upgrade)
+            .filter(|c| !c.is_dead())
+            .collect();
+        drop(r);
+        v.sort_by_key(|c| c.cntlid.0);
+        v
     }
 
     /// Allocate a free controller id and register the controller built by `make`.

@@ -298,6 +298,10 @@ impl Queue {
         {
             tracing::warn!(cntlid = c.cntlid.0, hostnqn = %c.hostnqn, "keep-alive timeout expired; tearing down controller");
             c.kill();
+            self.target
+                .events
+                .keep_alive_expiries
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
         self.should_close()
     }

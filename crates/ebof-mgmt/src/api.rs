@@ -1,0 +1,325 @@
+//! The management API's vocabulary, shared by the server and the client: routes, request and
+//! response bodies, and [`ApiError`] with its stable [`codes`].
+//!
+//! Version 1 (`/v1/…`). Requests and responses are JSON objects; an error is always an
+//! [`ApiError`] body with an HTTP status that matches its code. Adding a field to a response
+//! is compatible; renaming or removing one needs `/v2`.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// Path prefix of this API version.
+pub const PREFIX: &str = "/v1";
+
+/// Routes, as the server mounts them and the client builds them.
+pub mod routes {
+    /// `GET`: the running state ([`super::State`]).
+    pub const STATE: &str = "/v1/state";
+    /// `GET`: counters ([`super::Stats`]).
+    pub const STATS: &str = "/v1/stats";
+    /// `GET`: Prometheus text exposition (also on `--metrics-listen`).
+    pub const METRICS: &str = "/metrics";
+    /// `POST` [`super::SubsystemRequest`]: add a subsystem (no namespaces yet).
+    pub const SUBSYSTEMS: &str = "/v1/subsystems";
+    /// `DELETE`: remove a subsystem (its controllers are disconnected).
+    pub const SUBSYSTEM: &str = "/v1/subsystems/{nqn}";
+    /// `POST` [`super::HostRequest`]: allow a host; `DELETE …/hosts/{hostnqn}`: deny it.
+    pub const HOSTS: &str = "/v1/subsystems/{nqn}/hosts";
+    /// `DELETE`: deny a host.
+    pub const HOST: &str = "/v1/subsystems/{nqn}/hosts/{hostnqn}";
+    /// `PUT` [`super::AllowAnyHostRequest`].
+    pub const ALLOW_ANY_HOST: &str = "/v1/subsystems/{nqn}/allow_any_host";
+    /// `DELETE`: disconnect a controller (all its queues close).
+    pub const CONTROLLER: &str = "/v1/controllers/{cntlid}";
+
+    /// `route` with each `{name}` replaced by the percent-encoded value, in order.
+    pub fn fill(route: &str, values: &[&str]) -> String {
+        let mut out = String::with_capacity(route.len() + 64);
+        let mut rest = route;
+        let mut values = values.iter();
+        while let Some(open) = rest.find('{') {
+            out.push_str(&rest[..open]);
+            let Some(close) = rest[open..].find('}') else {
+                break;
+            };
+            out.push_str(&super::percent_encode(values.next().copied().unwrap_or("")));
+            rest = &rest[open + close + 1..];
+        }
+        out.push_str(rest);
+        out
+    }
+}
+
+/// Percent-encode a path segment (RFC 3986: everything but unreserved characters and `:`,
+/// `@`, which NQNs use and paths allow).
+pub fn percent_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' | b':' | b'@' => {
+                out.push(char::from(b))
+            }
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}
+
+/// Stable error codes of [`ApiError::code`]. Validation failures of request fields use the
+/// configuration's codes (`ebof_config::codes`, e.g. `invalid-nqn`, `duplicate-host`,
+/// `conflicting-hosts`) so that the file and the API speak one language; these are the rest.
+/// Never rename one, only add.
+pub mod codes {
+    /// The body is not JSON, or not the request's shape (the message says which field).
+    pub const BAD_REQUEST: &str = "bad-request";
+    /// No such route (or the API version is unknown).
+    pub const UNKNOWN_ENDPOINT: &str = "unknown-endpoint";
+    /// The route exists but not with this HTTP method.
+    pub const METHOD_NOT_ALLOWED: &str = "method-not-allowed";
+    /// No subsystem with this NQN.
+    pub const UNKNOWN_SUBSYSTEM: &str = "unknown-subsystem";
+    /// The host is not in the subsystem's list.
+    pub const UNKNOWN_HOST: &str = "unknown-host";
+    /// No live controller with this id.
+    pub const UNKNOWN_CONTROLLER: &str = "unknown-controller";
+    /// A controller id that is not a number in 1..=65519.
+    pub const INVALID_CNTLID: &str = "invalid-cntlid";
+    /// The server failed on its side (a bug: please report).
+    pub const INTERNAL: &str = "internal";
+}
+
+/// An API error: a stable code, the field path of the request that is wrong (empty when the
+/// request as a whole is), and a message for a person.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApiError {
+    pub code: String,
+    #[serde(default)]
+    pub path: String,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(code: &str, path: impl Into<String>, message: impl Into<String>) -> ApiError {
+        ApiError {
+            code: code.to_string(),
+            path: path.into(),
+            message: message.into(),
+        }
+    }
+
+    /// A configuration validation error, re-rooted at `path` of the request.
+    pub fn from_config(e: &ebof_config::ConfigError, path: &str) -> ApiError {
+        let p = if e.path.is_empty() {
+            path.to_string()
+        } else {
+            e.path.clone()
+        };
+        ApiError::new(e.code, p, e.message.clone())
+    }
+
+    /// The HTTP status that carries this error.
+    pub fn http_status(&self) -> u16 {
+        match self.code.as_str() {
+            codes::UNKNOWN_ENDPOINT
+            | codes::UNKNOWN_SUBSYSTEM
+            | codes::UNKNOWN_HOST
+            | codes::UNKNOWN_CONTROLLER => 404,
+            codes::METHOD_NOT_ALLOWED => 405,
+            codes::INTERNAL => 500,
+            ebof_config::codes::DUPLICATE_HOST | ebof_config::codes::CONFLICTING_HOSTS => 409,
+            _ => 400,
+        }
+    }
+}
+
+impl fmt::Display for ApiError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if !self.path.is_empty() {
+            write!(f, "{}: ", self.path)?;
+        }
+        write!(f, "{} ({})", self.message, self.code)
+    }
+}
+
+impl std::error::Error for ApiError {}
+
+/// `GET /v1/state`: what the target serves now, and who is connected.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct State {
+    /// `ebof` version of the server.
+    pub version: String,
+    pub subsystems: Vec<SubsystemView>,
+    pub listeners: Vec<ListenerView>,
+    pub controllers: Vec<ControllerView>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SubsystemView {
+    pub nqn: String,
+    pub serial: String,
+    pub model: String,
+    pub allow_any_host: bool,
+    pub hosts: Vec<String>,
+    pub namespaces: Vec<NamespaceView>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NamespaceView {
+    pub nsid: u32,
+    /// `ram`, `file` or `block`.
+    pub backend: String,
+    /// Bytes.
+    pub size: u64,
+    /// Logical block size, bytes (512 or 4096).
+    pub block_size: u32,
+    /// RFC 4122 text form.
+    pub uuid: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListenerView {
+    /// `ADDR:PORT`.
+    pub address: String,
+    /// Port ID in the discovery log.
+    pub portid: u16,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ControllerView {
+    pub cntlid: u16,
+    /// `io` or `discovery`.
+    pub kind: String,
+    /// Subsystem NQN (the discovery NQN for a discovery controller).
+    pub subsystem: String,
+    pub hostnqn: String,
+    /// Keep-alive timeout in milliseconds; `None` when disabled.
+    pub kato_ms: Option<u64>,
+    /// I/O queues connected now.
+    pub io_queues: usize,
+}
+
+/// `GET /v1/stats`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stats {
+    pub namespaces: Vec<NamespaceStats>,
+    /// Live controllers (I/O and discovery).
+    pub controllers: usize,
+    /// Connected I/O queues over all controllers.
+    pub io_queues: usize,
+    pub keep_alive_expiries: u64,
+    pub admin_disconnects: u64,
+}
+
+/// Counters of one namespace (summed over all controllers, published by queues in batches:
+/// at most about a second behind).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NamespaceStats {
+    pub subsystem: String,
+    pub nsid: u32,
+    pub read_commands: u64,
+    pub write_commands: u64,
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+    pub media_errors: u64,
+}
+
+/// `POST /v1/subsystems`: a new subsystem, with no namespaces. Absent fields take the
+/// configuration file's defaults (derived serial, model `ebof`, allow any host).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubsystemRequest {
+    pub nqn: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serial: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow_any_host: Option<bool>,
+}
+
+/// Answer of `DELETE /v1/subsystems/{nqn}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SubsystemRemoved {
+    pub nqn: String,
+    /// Controllers that were connected to it and are now disconnected.
+    pub disconnected: Vec<u16>,
+}
+
+/// `POST /v1/subsystems/{nqn}/hosts`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostRequest {
+    pub hostnqn: String,
+}
+
+/// `PUT /v1/subsystems/{nqn}/allow_any_host`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AllowAnyHostRequest {
+    pub allow_any_host: bool,
+}
+
+/// Answer of `DELETE /v1/controllers/{cntlid}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Disconnected {
+    pub cntlid: u16,
+    pub hostnqn: String,
+}
+
+/// Text form of a UUID.
+pub fn uuid_string(u: &[u8; 16]) -> String {
+    uuid::Uuid::from_bytes(*u).hyphenated().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_fill_encodes_segments() {
+        assert_eq!(
+            routes::fill(routes::HOST, &["nqn.2026-11.io.ebof:a", "nqn.x y/z"]),
+            "/v1/subsystems/nqn.2026-11.io.ebof:a/hosts/nqn.x%20y%2Fz"
+        );
+        assert_eq!(
+            routes::fill(routes::CONTROLLER, &["7"]),
+            "/v1/controllers/7"
+        );
+        assert_eq!(routes::fill(routes::STATE, &[]), routes::STATE);
+    }
+
+    #[test]
+    fn error_round_trips_and_maps_status() {
+        let e = ApiError::new(codes::UNKNOWN_SUBSYSTEM, "nqn", "no subsystem nqn.x");
+        let j = serde_json::to_string(&e).unwrap();
+        assert_eq!(serde_json::from_str::<ApiError>(&j).unwrap(), e);
+        assert_eq!(e.http_status(), 404);
+        assert_eq!(e.to_string(), "nqn: no subsystem nqn.x (unknown-subsystem)");
+        let c = ebof_config::check_nqn("bogus").unwrap_err();
+        let a = ApiError::from_config(&c, "hostnqn");
+        assert_eq!(a.code, ebof_config::codes::INVALID_NQN);
+        assert_eq!(a.path, "hostnqn");
+        assert_eq!(a.http_status(), 400);
+    }
+
+    #[test]
+    fn requests_reject_unknown_fields() {
+        let e = serde_json::from_str::<HostRequest>(r#"{"hostnqn":"a","x":1}"#).unwrap_err();
+        assert!(e.to_string().contains("unknown field `x`"), "{e}");
+        assert!(
+            serde_json::from_str::<AllowAnyHostRequest>(r#"{"allow_any_host":"yes"}"#).is_err()
+        );
+        let ok: HostRequest = serde_json::from_str(r#"{"hostnqn":"nqn.a:b"}"#).unwrap();
+        assert_eq!(ok.hostnqn, "nqn.a:b");
+    }
+
+    #[test]
+    fn uuid_text() {
+        let u = [
+            0x12, 0x34, 0x56, 0x78, 0x9a, 0xbc, 0xde, 0xf0, 0x01, 0x23, 0x45, 0x67, 0x89, 0xab,
+            0xcd, 0xef,
+        ];
+        assert_eq!(uuid_string(&u), "12345678-9abc-def0-0123-456789abcdef");
+    }
+}

@@ -1,0 +1,218 @@
+//! A blocking client of the management API (what `ebof ctl` uses): one HTTP/1.1 request per
+//! call over the Unix socket, each bounded by [`REQUEST_TIMEOUT`].
+
+use crate::api::{
+    AllowAnyHostRequest, ApiError, Disconnected, HostRequest, State, Stats, SubsystemRemoved,
+    SubsystemRequest, SubsystemView, routes,
+};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper::{Method, Request};
+use hyper_util::rt::TokioIo;
+use serde::de::DeserializeOwned;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Bound on one request, connection included.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why a request failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// Nothing answers at the socket.
+    #[error("no ebof serve at {}: {source} (is it running? `ebof serve` prints its management socket; pass it with --socket)", path.display())]
+    NotRunning {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The server refused the request.
+    #[error("{0}")]
+    Api(ApiError),
+    /// The exchange itself failed (timeout, broken connection, an answer that is not ours).
+    #[error("management socket {}: {message}", path.display())]
+    Transport { path: PathBuf, message: String },
+}
+
+/// A client bound to one socket path.
+#[derive(Debug, Clone)]
+pub struct Client {
+    path: PathBuf,
+}
+
+impl Client {
+    pub fn new(path: impl Into<PathBuf>) -> Client {
+        Client { path: path.into() }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn state(&self) -> Result<State, ClientError> {
+        self.json(Method::GET, routes::STATE, None)
+    }
+
+    pub fn stats(&self) -> Result<Stats, ClientError> {
+        self.json(Method::GET, routes::STATS, None)
+    }
+
+    /// The Prometheus text exposition.
+    pub fn metrics(&self) -> Result<String, ClientError> {
+        let (_, body) = self.request(Method::GET, routes::METRICS, None)?;
+        String::from_utf8(body).map_err(|_| self.transport("metrics are not UTF-8"))
+    }
+
+    pub fn add_subsystem(&self, req: &SubsystemRequest) -> Result<SubsystemView, ClientError> {
+        self.json(Method::POST, routes::SUBSYSTEMS, Some(to_json(req)))
+    }
+
+    pub fn remove_subsystem(&self, nqn: &str) -> Result<SubsystemRemoved, ClientError> {
+        self.json(
+            Method::DELETE,
+            &routes::fill(routes::SUBSYSTEM, &[nqn]),
+            None,
+        )
+    }
+
+    pub fn allow_host(&self, nqn: &str, hostnqn: &str) -> Result<SubsystemView, ClientError> {
+        let body = to_json(&HostRequest {
+            hostnqn: hostnqn.into(),
+        });
+        self.json(
+            Method::POST,
+            &routes::fill(routes::HOSTS, &[nqn]),
+            Some(body),
+        )
+    }
+
+    pub fn deny_host(&self, nqn: &str, hostnqn: &str) -> Result<SubsystemView, ClientError> {
+        self.json(
+            Method::DELETE,
+            &routes::fill(routes::HOST, &[nqn, hostnqn]),
+            None,
+        )
+    }
+
+    pub fn set_allow_any_host(&self, nqn: &str, on: bool) -> Result<SubsystemView, ClientError> {
+        let body = to_json(&AllowAnyHostRequest { allow_any_host: on });
+        self.json(
+            Method::PUT,
+            &routes::fill(routes::ALLOW_ANY_HOST, &[nqn]),
+            Some(body),
+        )
+    }
+
+    pub fn disconnect(&self, cntlid: &str) -> Result<Disconnected, ClientError> {
+        self.json(
+            Method::DELETE,
+            &routes::fill(routes::CONTROLLER, &[cntlid]),
+            None,
+        )
+    }
+
+    /// Send a raw request (for tests and tools): the status and body as they came.
+    pub fn raw(
+        &self,
+        method: &str,
+        uri: &str,
+        body: Option<String>,
+    ) -> Result<(u16, Vec<u8>), ClientError> {
+        let m = Method::from_bytes(method.as_bytes())
+            .map_err(|_| self.transport(format!("bad method {method:?}")))?;
+        self.request(m, uri, body)
+    }
+
+    fn transport(&self, message: impl Into<String>) -> ClientError {
+        ClientError::Transport {
+            path: self.path.clone(),
+            message: message.into(),
+        }
+    }
+
+    fn json<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        uri: &str,
+        body: Option<String>,
+    ) -> Result<T, ClientError> {
+        let (status, bytes) = self.request(method, uri, body)?;
+        if (200..300).contains(&status) {
+            serde_json::from_slice(&bytes)
+                .map_err(|e| self.transport(format!("unexpected answer to {uri}: {e}")))
+        } else {
+            match serde_json::from_slice::<ApiError>(&bytes) {
+                Ok(e) => Err(ClientError::Api(e)),
+                Err(_) => Err(self.transport(format!(
+                    "HTTP {status} from {uri}: {}",
+                    String::from_utf8_lossy(&bytes)
+                ))),
+            }
+        }
+    }
+
+    fn request(
+        &self,
+        method: Method,
+        uri: &str,
+        body: Option<String>,
+    ) -> Result<(u16, Vec<u8>), ClientError> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| self.transport(format!("runtime: {e}")))?;
+        rt.block_on(async {
+            tokio::time::timeout(REQUEST_TIMEOUT, self.exchange(method, uri, body))
+                .await
+                .unwrap_or_else(|_| {
+                    Err(self.transport(format!("no answer within {REQUEST_TIMEOUT:?}")))
+                })
+        })
+    }
+
+    async fn exchange(
+        &self,
+        method: Method,
+        uri: &str,
+        body: Option<String>,
+    ) -> Result<(u16, Vec<u8>), ClientError> {
+        let stream = tokio::net::UnixStream::connect(&self.path)
+            .await
+            .map_err(|source| ClientError::NotRunning {
+                path: self.path.clone(),
+                source,
+            })?;
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| self.transport(e.to_string()))?;
+        let conn = tokio::spawn(conn);
+        let mut req = Request::builder()
+            .method(method)
+            .uri(uri)
+            .header(hyper::header::HOST, "ebof");
+        if body.is_some() {
+            req = req.header(hyper::header::CONTENT_TYPE, "application/json");
+        }
+        let req = req
+            .body(Full::new(Bytes::from(body.unwrap_or_default())))
+            .map_err(|e| self.transport(e.to_string()))?;
+        let resp = sender
+            .send_request(req)
+            .await
+            .map_err(|e| self.transport(e.to_string()))?;
+        let status = resp.status().as_u16();
+        let bytes = resp
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| self.transport(e.to_string()))?
+            .to_bytes();
+        conn.abort();
+        Ok((status, bytes.to_vec()))
+    }
+}
+
+fn to_json<T: serde::Serialize>(v: &T) -> String {
+    // Our request types serialise infallibly (strings and booleans only).
+    serde_json::to_string(v).unwrap_or_default()
+}

@@ -1,0 +1,26 @@
+//! # ebof-mgmt — the control plane of `ebof serve`
+//!
+//! **What it is**: the management API (versioned JSON over HTTP/1.1, served by axum on a Unix
+//! socket, owner-only), its typed vocabulary ([`api`]: requests, responses, [`api::ApiError`]
+//! with stable codes and field paths), what each request does to the target ([`ops`]), the
+//! Prometheus exposition ([`metrics`]), the server ([`server`]) and the blocking client that
+//! `ebof ctl` uses ([`client`]).
+//!
+//! **What it is not**: no protocol logic and nothing on the data path. It runs on one thread
+//! with its own tokio runtime and reaches the target through `Arc<nvmf_target::Target>` only:
+//! reads load the current model snapshot, changes build a new subsystem and swap it in
+//! ([`nvmf_target::Target::update_subsystem`]), disconnects flip a controller's dead flag that
+//! its queues already check. No reactor waits for it.
+//!
+//! **Where it sits**: beside the runtime, wired by `ebof serve` (server) and `ebof ctl`
+//! (client). See `docs/adr/` ("management API") for the choices.
+
+pub mod api;
+pub mod client;
+pub mod metrics;
+pub mod ops;
+pub mod server;
+
+pub use api::{ApiError, State, Stats};
+pub use client::{Client, ClientError};
+pub use server::{MgmtServer, ServerError, bind_metrics, bind_socket, default_socket_path, start};

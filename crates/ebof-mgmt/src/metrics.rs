@@ -1,0 +1,146 @@
+//! Prometheus text exposition of the target's counters, built at scrape time.
+//!
+//! Nothing here runs on the data path: queues already add their per-namespace counters to the
+//! namespace's atomics in batches (`nvmf-target`'s `StatsBatch`), rare events bump their own
+//! atomics, and a scrape reads them all into a fresh `prometheus-client` registry and encodes
+//! it (OpenMetrics text, which Prometheus reads).
+
+use crate::ops;
+use nvmf_target::{ControllerKind, Target};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+/// Content type of [`render`]'s output.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct NsLabels {
+    subsystem: String,
+    nsid: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CtrlLabels {
+    cntlid: String,
+    subsystem: String,
+    hostnqn: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabels {
+    kind: String,
+}
+
+fn counter_family(reg: &mut Registry, name: &str, help: &str) -> Family<NsLabels, Counter<u64>> {
+    let f = Family::<NsLabels, Counter<u64>>::default();
+    reg.register(name, help, f.clone());
+    f
+}
+
+fn counter(reg: &mut Registry, name: &str, help: &str, v: u64) {
+    let c = Counter::<u64>::default();
+    c.inc_by(v);
+    reg.register(name, help, c);
+}
+
+/// The whole exposition, as text.
+pub fn render(t: &Target) -> Result<String, std::fmt::Error> {
+    let mut reg = Registry::with_prefix("ebof");
+    let reads = counter_family(
+        &mut reg,
+        "namespace_read_commands",
+        "Read commands completed",
+    );
+    let writes = counter_family(
+        &mut reg,
+        "namespace_write_commands",
+        "Write commands completed",
+    );
+    let rbytes = counter_family(&mut reg, "namespace_read_bytes", "Bytes read by hosts");
+    let wbytes = counter_family(
+        &mut reg,
+        "namespace_written_bytes",
+        "Bytes written by hosts",
+    );
+    let merr = counter_family(
+        &mut reg,
+        "namespace_media_errors",
+        "Commands failed by the backend (media and data integrity errors)",
+    );
+    let size = Family::<NsLabels, Gauge>::default();
+    reg.register(
+        "namespace_size_bytes",
+        "Namespace capacity in bytes",
+        size.clone(),
+    );
+    let st = ops::stats(t);
+    for n in &st.namespaces {
+        let l = NsLabels {
+            subsystem: n.subsystem.clone(),
+            nsid: n.nsid.to_string(),
+        };
+        reads.get_or_create(&l).inc_by(n.read_commands);
+        writes.get_or_create(&l).inc_by(n.write_commands);
+        rbytes.get_or_create(&l).inc_by(n.bytes_read);
+        wbytes.get_or_create(&l).inc_by(n.bytes_written);
+        merr.get_or_create(&l).inc_by(n.media_errors);
+    }
+    for s in t.subsystems().iter() {
+        for n in &s.namespaces {
+            let l = NsLabels {
+                subsystem: s.nqn.clone(),
+                nsid: n.nsid.to_string(),
+            };
+            size.get_or_create(&l)
+                .set(i64::try_from(n.backend.size()).unwrap_or(i64::MAX));
+        }
+    }
+    let ctrls = Family::<KindLabels, Gauge>::default();
+    reg.register("controllers", "Live controllers", ctrls.clone());
+    let queues = Family::<CtrlLabels, Gauge>::default();
+    reg.register(
+        "controller_io_queues",
+        "I/O queues connected, per controller",
+        queues.clone(),
+    );
+    // Both kinds are always present, so a dashboard sees 0 rather than nothing.
+    for k in ["io", "discovery"] {
+        ctrls.get_or_create(&KindLabels { kind: k.into() }).set(0);
+    }
+    for c in t.controllers() {
+        let (kind, subsystem) = match &c.kind {
+            ControllerKind::Io(s) => ("io", s.nqn.clone()),
+            ControllerKind::Discovery => ("discovery", ebof_config::DISCOVERY_NQN.to_string()),
+        };
+        ctrls.get_or_create(&KindLabels { kind: kind.into() }).inc();
+        queues
+            .get_or_create(&CtrlLabels {
+                cntlid: c.cntlid.0.to_string(),
+                subsystem,
+                hostnqn: c.hostnqn.clone(),
+            })
+            .set(i64::try_from(c.io_queue_count()).unwrap_or(i64::MAX));
+    }
+    let subsystems = Gauge::<i64>::default();
+    subsystems.set(i64::try_from(t.subsystems().len()).unwrap_or(i64::MAX));
+    reg.register("subsystems", "Subsystems served", subsystems);
+    counter(
+        &mut reg,
+        "keep_alive_expiries",
+        "Controllers torn down because their keep-alive timer expired",
+        st.keep_alive_expiries,
+    );
+    counter(
+        &mut reg,
+        "admin_disconnects",
+        "Controllers disconnected through the management API",
+        st.admin_disconnects,
+    );
+    let mut out = String::new();
+    encode(&mut out, &reg)?;
+    Ok(out)
+}

@@ -1,0 +1,462 @@
+//! What each request does to a [`Target`], free of HTTP: read views of the running state and
+//! the changes, each validated first and applied whole (one snapshot swap) or not at all.
+
+use crate::api::{
+    self, ApiError, ControllerView, Disconnected, ListenerView, NamespaceStats, NamespaceView,
+    State, Stats, SubsystemRemoved, SubsystemRequest, SubsystemView, codes,
+};
+use ebof_config::codes as cfg;
+use nvmf_target::{ControllerKind, Subsystem, Target, UpdateError};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+/// NQN of the discovery subsystem (what a discovery controller reports).
+const DISCOVERY_NQN: &str = ebof_config::DISCOVERY_NQN;
+
+fn subsystem_view(s: &Subsystem) -> SubsystemView {
+    SubsystemView {
+        nqn: s.nqn.clone(),
+        serial: s.serial.clone(),
+        model: s.model.clone(),
+        allow_any_host: s.allow_any_host,
+        hosts: s.hosts.clone(),
+        namespaces: s
+            .namespaces
+            .iter()
+            .map(|n| NamespaceView {
+                nsid: n.nsid,
+                backend: n.backend.kind().to_string(),
+                size: n.backend.size(),
+                block_size: n.block_size,
+                uuid: api::uuid_string(&n.uuid),
+            })
+            .collect(),
+    }
+}
+
+/// `GET /v1/state`.
+pub fn state(t: &Target) -> State {
+    State {
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        subsystems: t.subsystems().iter().map(|s| subsystem_view(s)).collect(),
+        listeners: t
+            .listeners
+            .iter()
+            .map(|l| ListenerView {
+                address: l.addr.to_string(),
+                portid: l.portid,
+            })
+            .collect(),
+        controllers: t
+            .controllers()
+            .iter()
+            .map(|c| {
+                let (kind, subsystem) = match &c.kind {
+                    ControllerKind::Io(s) => ("io", s.nqn.clone()),
+                    ControllerKind::Discovery => ("discovery", DISCOVERY_NQN.to_string()),
+                };
+                let kato_ms = c
+                    .state()
+                    .kato
+                    .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+                ControllerView {
+                    cntlid: c.cntlid.0,
+                    kind: kind.to_string(),
+                    subsystem,
+                    hostnqn: c.hostnqn.clone(),
+                    kato_ms,
+                    io_queues: c.io_queue_count(),
+                }
+            })
+            .collect(),
+    }
+}
+
+/// `GET /v1/stats`.
+pub fn stats(t: &Target) -> Stats {
+    let mut namespaces = Vec::new();
+    for s in t.subsystems().iter() {
+        for n in &s.namespaces {
+            let st = &n.stats;
+            namespaces.push(NamespaceStats {
+                subsystem: s.nqn.clone(),
+                nsid: n.nsid,
+                read_commands: st.read_cmds.load(Ordering::Relaxed),
+                write_commands: st.write_cmds.load(Ordering::Relaxed),
+                bytes_read: st.bytes_read.load(Ordering::Relaxed),
+                bytes_written: st.bytes_written.load(Ordering::Relaxed),
+                media_errors: st.media_errors.load(Ordering::Relaxed),
+            });
+        }
+    }
+    let controllers = t.controllers();
+    Stats {
+        namespaces,
+        controllers: controllers.len(),
+        io_queues: controllers.iter().map(|c| c.io_queue_count()).sum(),
+        keep_alive_expiries: t.events.keep_alive_expiries.load(Ordering::Relaxed),
+        admin_disconnects: t.events.admin_disconnects.load(Ordering::Relaxed),
+    }
+}
+
+/// Apply `f` to subsystem `nqn` as one snapshot swap.
+fn update(
+    t: &Target,
+    nqn: &str,
+    f: impl FnOnce(&Subsystem) -> Result<Subsystem, ApiError>,
+) -> Result<SubsystemView, ApiError> {
+    match t.update_subsystem(nqn, f) {
+        Ok(s) => Ok(subsystem_view(&s)),
+        Err(UpdateError::UnknownSubsystem) => Err(unknown_subsystem(nqn)),
+        Err(UpdateError::Rejected(e)) => Err(e),
+    }
+}
+
+fn unknown_subsystem(nqn: &str) -> ApiError {
+    ApiError::new(
+        codes::UNKNOWN_SUBSYSTEM,
+        "nqn",
+        format!("no subsystem {nqn:?} (see `ebof ctl show`)"),
+    )
+}
+
+/// `POST /v1/subsystems/{nqn}/hosts`: allow `hostnqn` to connect. Connected controllers are
+/// not affected.
+pub fn allow_host(t: &Target, nqn: &str, hostnqn: &str) -> Result<SubsystemView, ApiError> {
+    ebof_config::check_nqn(hostnqn).map_err(|e| ApiError::from_config(&e, "hostnqn"))?;
+    update(t, nqn, |s| {
+        if s.allow_any_host {
+            return Err(ApiError::new(
+                cfg::CONFLICTING_HOSTS,
+                "hostnqn",
+                format!(
+                    "{nqn} allows any host, so a host list would be ignored; \
+                     turn that off first (`ebof ctl host allow-any {nqn} off`)"
+                ),
+            ));
+        }
+        if s.hosts.iter().any(|h| h == hostnqn) {
+            return Err(ApiError::new(
+                cfg::DUPLICATE_HOST,
+                "hostnqn",
+                format!("{hostnqn} is already allowed on {nqn}"),
+            ));
+        }
+        let mut n = s.clone();
+        n.hosts.push(hostnqn.to_string());
+        Ok(n)
+    })
+}
+
+/// `DELETE /v1/subsystems/{nqn}/hosts/{hostnqn}`: new Connects of that host are refused;
+/// controllers it already has stay (as with Linux nvmet; `disconnect` ends them).
+pub fn deny_host(t: &Target, nqn: &str, hostnqn: &str) -> Result<SubsystemView, ApiError> {
+    update(t, nqn, |s| {
+        let Some(i) = s.hosts.iter().position(|h| h == hostnqn) else {
+            return Err(ApiError::new(
+                codes::UNKNOWN_HOST,
+                "hostnqn",
+                format!("{hostnqn:?} is not in the host list of {nqn}"),
+            ));
+        };
+        let mut n = s.clone();
+        n.hosts.remove(i);
+        Ok(n)
+    })
+}
+
+/// `PUT /v1/subsystems/{nqn}/allow_any_host`.
+pub fn set_allow_any_host(t: &Target, nqn: &str, on: bool) -> Result<SubsystemView, ApiError> {
+    update(t, nqn, |s| {
+        if on && !s.hosts.is_empty() {
+            return Err(ApiError::new(
+                cfg::CONFLICTING_HOSTS,
+                "allow_any_host",
+                format!(
+                    "{nqn} has a host list ({}); allowing any host would ignore it: \
+                     deny those hosts first",
+                    s.hosts.join(", ")
+                ),
+            ));
+        }
+        let mut n = s.clone();
+        n.allow_any_host = on;
+        Ok(n)
+    })
+}
+
+/// `POST /v1/subsystems`: add a subsystem without namespaces, validated as the configuration
+/// file's `[[subsystems]]` are (`serial_prefix` is the running configuration's).
+pub fn add_subsystem(
+    t: &Target,
+    req: &SubsystemRequest,
+    serial_prefix: &str,
+) -> Result<SubsystemView, ApiError> {
+    use ebof_config::{MODEL_MAX_LEN, SERIAL_MAX_LEN, check_id_text, check_nqn};
+    check_nqn(&req.nqn).map_err(|e| ApiError::from_config(&e, "nqn"))?;
+    if req.nqn == DISCOVERY_NQN {
+        return Err(ApiError::new(
+            cfg::RESERVED_NQN,
+            "nqn",
+            format!("{DISCOVERY_NQN} is the discovery subsystem's NQN"),
+        ));
+    }
+    let serial = req
+        .serial
+        .clone()
+        .unwrap_or_else(|| ebof_config::derived_serial(serial_prefix, &req.nqn));
+    check_id_text("serial", &serial, SERIAL_MAX_LEN, cfg::INVALID_SERIAL)
+        .map_err(|e| ApiError::from_config(&e, "serial"))?;
+    let model = req
+        .model
+        .clone()
+        .unwrap_or_else(|| ebof_config::DEFAULT_MODEL.to_string());
+    check_id_text("model", &model, MODEL_MAX_LEN, cfg::INVALID_MODEL)
+        .map_err(|e| ApiError::from_config(&e, "model"))?;
+    let new = Arc::new(Subsystem {
+        nqn: req.nqn.clone(),
+        serial,
+        model,
+        allow_any_host: req.allow_any_host.unwrap_or(true),
+        hosts: Vec::new(),
+        namespaces: Vec::new(),
+    });
+    let view = subsystem_view(&new);
+    t.update_table(|table| {
+        if table.iter().any(|s| s.nqn == new.nqn) {
+            return Err(ApiError::new(
+                cfg::DUPLICATE_NQN,
+                "nqn",
+                format!("subsystem {} already exists", new.nqn),
+            ));
+        }
+        if let Some(s) = table.iter().find(|s| s.serial == new.serial) {
+            return Err(ApiError::new(
+                cfg::DUPLICATE_SERIAL,
+                "serial",
+                format!("serial {} is already used by {}", new.serial, s.nqn),
+            ));
+        }
+        let mut next = table.to_vec();
+        next.push(new.clone());
+        Ok(next)
+    })?;
+    tracing::info!(nqn = %view.nqn, "subsystem added by the management API");
+    Ok(view)
+}
+
+/// `DELETE /v1/subsystems/{nqn}`: remove a subsystem; its controllers are disconnected.
+pub fn remove_subsystem(t: &Target, nqn: &str) -> Result<SubsystemRemoved, ApiError> {
+    let victims: Vec<u16> = t
+        .controllers()
+        .iter()
+        .filter(|c| c.subsystem().is_some_and(|s| s.nqn == nqn))
+        .map(|c| c.cntlid.0)
+        .collect();
+    t.update_table(|table| {
+        if !table.iter().any(|s| s.nqn == nqn) {
+            return Err(unknown_subsystem(nqn));
+        }
+        Ok(table.iter().filter(|s| s.nqn != nqn).cloned().collect())
+    })?;
+    tracing::info!(nqn, controllers = ?victims, "subsystem removed by the management API");
+    Ok(SubsystemRemoved {
+        nqn: nqn.to_string(),
+        disconnected: victims,
+    })
+}
+
+/// `DELETE /v1/controllers/{cntlid}`: tear the controller down; its queues close within a
+/// reactor tick.
+pub fn disconnect(t: &Target, cntlid: &str) -> Result<Disconnected, ApiError> {
+    let id: u16 = cntlid
+        .parse()
+        .ok()
+        .filter(|id| (1..=0xFFEF).contains(id))
+        .ok_or_else(|| {
+            ApiError::new(
+                codes::INVALID_CNTLID,
+                "cntlid",
+                format!("{cntlid:?} is not a controller id (1 to 65519)"),
+            )
+        })?;
+    let c = t.controller(id).ok_or_else(|| {
+        ApiError::new(
+            codes::UNKNOWN_CONTROLLER,
+            "cntlid",
+            format!("no live controller {id} (see `ebof ctl show`)"),
+        )
+    })?;
+    c.kill();
+    t.events.admin_disconnects.fetch_add(1, Ordering::Relaxed);
+    tracing::info!(cntlid = id, hostnqn = %c.hostnqn, "controller disconnected by the management API");
+    Ok(Disconnected {
+        cntlid: id,
+        hostnqn: c.hostnqn.clone(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nvmf_target::{Namespace, TargetLimits};
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    const NQN: &str = "nqn.2026-11.io.ebof:t";
+    const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-000000000001";
+
+    fn target(allow_any: bool) -> Target {
+        let ram = ebof_backend::open(&ebof_backend::BackendSpec::Ram { size: 1 << 20 }).unwrap();
+        let s = Subsystem {
+            nqn: NQN.into(),
+            serial: "S1".into(),
+            model: "ebof".into(),
+            allow_any_host: allow_any,
+            hosts: vec![],
+            namespaces: vec![Arc::new(Namespace::new(1, ram, 512, [7; 16]))],
+        };
+        Target::new(vec![s], vec![], TargetLimits::default(), Instant::now())
+    }
+
+    #[test]
+    fn host_allow_deny_swap_the_snapshot_and_move_genctr() {
+        let t = target(false);
+        let before = t.subsystem(NQN).unwrap();
+        let g0 = t.discovery_genctr();
+        let v = allow_host(&t, NQN, HOST).unwrap();
+        assert_eq!(v.hosts, vec![HOST.to_string()]);
+        assert!(t.subsystem(NQN).unwrap().host_allowed(HOST));
+        // The old snapshot is untouched (a controller holding it sees no change) and the
+        // namespace is the same object, so its counters carry over.
+        assert!(before.hosts.is_empty());
+        assert!(Arc::ptr_eq(
+            &before.namespaces[0],
+            &t.subsystem(NQN).unwrap().namespaces[0]
+        ));
+        assert_eq!(t.discovery_genctr(), g0 + 1);
+        deny_host(&t, NQN, HOST).unwrap();
+        assert!(!t.subsystem(NQN).unwrap().host_allowed(HOST));
+        assert_eq!(t.discovery_genctr(), g0 + 2);
+    }
+
+    #[test]
+    fn invalid_requests_change_nothing() {
+        let t = target(false);
+        let g0 = t.discovery_genctr();
+        let e = allow_host(&t, NQN, "bogus").unwrap_err();
+        assert_eq!(
+            (e.code.as_str(), e.path.as_str()),
+            (cfg::INVALID_NQN, "hostnqn")
+        );
+        let e = allow_host(&t, "nqn.2026-11.io.ebof:none", HOST).unwrap_err();
+        assert_eq!(e.code, codes::UNKNOWN_SUBSYSTEM);
+        allow_host(&t, NQN, HOST).unwrap();
+        let g1 = t.discovery_genctr();
+        assert_eq!(g1, g0 + 1);
+        let e = allow_host(&t, NQN, HOST).unwrap_err();
+        assert_eq!(e.code, cfg::DUPLICATE_HOST);
+        let e = set_allow_any_host(&t, NQN, true).unwrap_err();
+        assert_eq!(e.code, cfg::CONFLICTING_HOSTS);
+        let e = deny_host(&t, NQN, "nqn.2014-08.org.nvmexpress:other").unwrap_err();
+        assert_eq!(e.code, codes::UNKNOWN_HOST);
+        assert_eq!(t.discovery_genctr(), g1);
+        assert_eq!(t.subsystem(NQN).unwrap().hosts, vec![HOST.to_string()]);
+        assert!(!t.subsystem(NQN).unwrap().allow_any_host);
+    }
+
+    #[test]
+    fn allow_any_conflicts_with_host_list() {
+        let t = target(true);
+        assert_eq!(
+            allow_host(&t, NQN, HOST).unwrap_err().code,
+            cfg::CONFLICTING_HOSTS
+        );
+        set_allow_any_host(&t, NQN, false).unwrap();
+        allow_host(&t, NQN, HOST).unwrap();
+        assert!(
+            !t.subsystem(NQN)
+                .unwrap()
+                .host_allowed("nqn.2014-08.org.nvmexpress:x")
+        );
+    }
+
+    #[test]
+    fn disconnect_validates_the_id() {
+        let t = target(true);
+        for bad in ["0", "65520", "x", "-1", ""] {
+            assert_eq!(
+                disconnect(&t, bad).unwrap_err().code,
+                codes::INVALID_CNTLID,
+                "{bad}"
+            );
+        }
+        assert_eq!(
+            disconnect(&t, "1").unwrap_err().code,
+            codes::UNKNOWN_CONTROLLER
+        );
+    }
+
+    #[test]
+    fn subsystem_add_remove() {
+        let t = target(true);
+        let req = |nqn: &str| SubsystemRequest {
+            nqn: nqn.into(),
+            serial: None,
+            model: None,
+            allow_any_host: None,
+        };
+        let g0 = t.discovery_genctr();
+        let v = add_subsystem(&t, &req("nqn.2026-11.io.ebof:new"), "EBOF").unwrap();
+        assert!(v.serial.starts_with("EBOF") && v.allow_any_host && v.namespaces.is_empty());
+        assert_eq!(t.subsystems().len(), 2);
+        assert_eq!(t.discovery_genctr(), g0 + 1);
+        for (r, code, path) in [
+            (req(NQN), cfg::DUPLICATE_NQN, "nqn"),
+            (req("nope"), cfg::INVALID_NQN, "nqn"),
+            (req(DISCOVERY_NQN), cfg::RESERVED_NQN, "nqn"),
+            (
+                SubsystemRequest {
+                    serial: Some("S1".into()),
+                    ..req("nqn.2026-11.io.ebof:x")
+                },
+                cfg::DUPLICATE_SERIAL,
+                "serial",
+            ),
+            (
+                SubsystemRequest {
+                    model: Some(String::new()),
+                    ..req("nqn.2026-11.io.ebof:x")
+                },
+                cfg::INVALID_MODEL,
+                "model",
+            ),
+        ] {
+            let e = add_subsystem(&t, &r, "EBOF").unwrap_err();
+            assert_eq!((e.code.as_str(), e.path.as_str()), (code, path), "{e}");
+        }
+        assert_eq!(t.subsystems().len(), 2);
+        assert_eq!(t.discovery_genctr(), g0 + 1);
+        let r = remove_subsystem(&t, "nqn.2026-11.io.ebof:new").unwrap();
+        assert!(r.disconnected.is_empty());
+        assert_eq!(t.subsystems().len(), 1);
+        assert_eq!(
+            remove_subsystem(&t, "nqn.2026-11.io.ebof:new")
+                .unwrap_err()
+                .code,
+            codes::UNKNOWN_SUBSYSTEM
+        );
+    }
+
+    #[test]
+    fn state_and_stats_views() {
+        let t = target(true);
+        let s = state(&t);
+        assert_eq!(s.subsystems[0].namespaces[0].size, 1 << 20);
+        assert_eq!(s.subsystems[0].namespaces[0].backend, "ram");
+        assert!(s.controllers.is_empty());
+        let st = stats(&t);
+        assert_eq!(st.namespaces[0].nsid, 1);
+        assert_eq!(st.controllers, 0);
+    }
+}

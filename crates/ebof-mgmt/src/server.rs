@@ -1,0 +1,466 @@
+//! The management server: axum (HTTP/1.1) on a Unix socket, and optionally `/metrics` on a TCP
+//! address, on one thread with its own current-thread tokio runtime. It reaches the target only
+//! through `Arc<Target>`: snapshot loads for reads, [`Target::update_subsystem`] for changes,
+//! atomics for counters and disconnects. The reactors never wait for it.
+
+use crate::api::{
+    self, AllowAnyHostRequest, ApiError, HostRequest, SubsystemRequest, codes, routes,
+};
+use crate::{metrics, ops};
+use axum::Router;
+use axum::extract::rejection::{JsonRejection, PathRejection};
+use axum::extract::{Path, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get, post, put};
+use nvmf_target::Target;
+use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path as FsPath, PathBuf};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+/// Why the management server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error(
+        "management socket {path}: another ebof serve is running there (stop it, or choose another socket with --mgmt-socket)"
+    )]
+    SocketInUse { path: PathBuf },
+    #[error(
+        "management socket {path}: a file that is not a socket is in the way; remove it or choose another path"
+    )]
+    NotASocket { path: PathBuf },
+    #[error("management socket {path}: {source}")]
+    Socket {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot listen for metrics on {addr}: {source}")]
+    Metrics {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("management runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+}
+
+/// Where `ebof serve` puts its socket when none is configured, and where `ebof ctl` looks:
+/// `/run/ebof/ebof.sock` for root, else `$XDG_RUNTIME_DIR/ebof.sock`, else
+/// `/tmp/ebof-UID/ebof.sock`.
+pub fn default_socket_path() -> PathBuf {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    if uid == 0 {
+        return PathBuf::from("/run/ebof/ebof.sock");
+    }
+    match std::env::var_os("XDG_RUNTIME_DIR") {
+        Some(d) if !d.is_empty() => PathBuf::from(d).join("ebof.sock"),
+        _ => PathBuf::from(format!("/tmp/ebof-{uid}/ebof.sock")),
+    }
+}
+
+/// A bound management socket, owner-only (0600), not yet served.
+#[derive(Debug)]
+pub struct BoundSocket {
+    listener: std::os::unix::net::UnixListener,
+    path: PathBuf,
+    /// (device, inode) of the socket file we created: removed at stop only if still ours.
+    id: (u64, u64),
+    /// `PATH.lock`, flock'ed for as long as we serve (the kernel drops it when we die).
+    lock: std::fs::File,
+}
+
+impl BoundSocket {
+    pub fn path(&self) -> &FsPath {
+        &self.path
+    }
+}
+
+/// Bind the management socket at `path`: the directory is created (0700) if missing; a socket
+/// file left by a server that is gone is replaced; a live one is [`ServerError::SocketInUse`].
+pub fn bind_socket(path: &FsPath) -> Result<BoundSocket, ServerError> {
+    let err = |source| ServerError::Socket {
+        path: path.to_path_buf(),
+        source,
+    };
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
+        && !dir.is_dir()
+    {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(err)?;
+    }
+    // Whoever holds PATH.lock owns PATH: two servers starting at once cannot both decide
+    // that a stale socket is theirs to replace.
+    let mut lock_path = path.as_os_str().to_owned();
+    lock_path.push(".lock");
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .open(PathBuf::from(lock_path))
+        .map_err(err)?;
+    // SAFETY: flock on a file descriptor we own; no memory is involved.
+    if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        return Err(ServerError::SocketInUse {
+            path: path.to_path_buf(),
+        });
+    }
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if !m.file_type().is_socket() => {
+            return Err(ServerError::NotASocket {
+                path: path.to_path_buf(),
+            });
+        }
+        Ok(_) => match std::os::unix::net::UnixStream::connect(path) {
+            Ok(_) => {
+                return Err(ServerError::SocketInUse {
+                    path: path.to_path_buf(),
+                });
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                tracing::info!(path = %path.display(), "replacing a stale management socket");
+                match std::fs::remove_file(path) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(err(e)),
+                }
+            }
+            Err(e) => return Err(err(e)),
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(err(e)),
+    }
+    // Bind (and listen, and chmod 0600) under a private name, then hard-link it to `path`:
+    // the link appears atomically, only if nothing is there, already listening and owner-only,
+    // so two servers starting at once cannot both take the path or mistake a half-made socket
+    // for a stale one.
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(format!(".{}.tmp", std::process::id()));
+    let tmp = PathBuf::from(tmp);
+    let _ = std::fs::remove_file(&tmp);
+    let listener = std::os::unix::net::UnixListener::bind(&tmp).map_err(err)?;
+    let linked = std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600))
+        .and_then(|()| std::fs::hard_link(&tmp, path));
+    let _ = std::fs::remove_file(&tmp);
+    match linked {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            return Err(ServerError::SocketInUse {
+                path: path.to_path_buf(),
+            });
+        }
+        Err(e) => return Err(err(e)),
+    }
+    let m = std::fs::metadata(path).map_err(err)?;
+    listener.set_nonblocking(true).map_err(err)?;
+    Ok(BoundSocket {
+        listener,
+        path: path.to_path_buf(),
+        id: (m.dev(), m.ino()),
+        lock,
+    })
+}
+
+/// Bind the metrics listener (plain HTTP, `GET /metrics` only).
+pub fn bind_metrics(addr: SocketAddr) -> Result<std::net::TcpListener, ServerError> {
+    let l = std::net::TcpListener::bind(addr)
+        .map_err(|source| ServerError::Metrics { addr, source })?;
+    l.set_nonblocking(true)
+        .map_err(|source| ServerError::Metrics { addr, source })?;
+    Ok(l)
+}
+
+/// The running management server. [`MgmtServer::stop`] (or drop) ends it and removes the socket.
+#[derive(Debug)]
+pub struct MgmtServer {
+    stop: Option<tokio::sync::watch::Sender<bool>>,
+    thread: Option<JoinHandle<()>>,
+    socket: Option<(PathBuf, (u64, u64))>,
+    /// Held while serving; closed (unlocked) after the socket file is removed.
+    lock: Option<std::fs::File>,
+    /// Where metrics are served, if anywhere (the bound address: port 0 resolved).
+    pub metrics_addr: Option<SocketAddr>,
+}
+
+/// What the handlers share.
+#[derive(Debug)]
+pub struct Shared {
+    pub target: Arc<Target>,
+    /// `[target] serial_prefix` of the running configuration (serials of added subsystems).
+    pub serial_prefix: String,
+}
+
+type Ctx = Arc<Shared>;
+
+/// The API's routes (the Unix socket serves all of them).
+pub fn router(ctx: Ctx) -> Router {
+    Router::new()
+        .route(routes::SUBSYSTEMS, post(post_subsystem))
+        .route(routes::SUBSYSTEM, delete(delete_subsystem))
+        .route(routes::STATE, get(get_state))
+        .route(routes::STATS, get(get_stats))
+        .route(routes::METRICS, get(get_metrics))
+        .route(routes::HOSTS, post(post_host))
+        .route(routes::HOST, delete(delete_host))
+        .route(routes::ALLOW_ANY_HOST, put(put_allow_any_host))
+        .route(routes::CONTROLLER, delete(delete_controller))
+        .fallback(unknown_endpoint)
+        .method_not_allowed_fallback(method_not_allowed)
+        .with_state(ctx)
+}
+
+/// Start serving `socket` (the API) and `metrics` (only `/metrics`) on a thread of its own.
+pub fn start(
+    target: Arc<Target>,
+    serial_prefix: &str,
+    socket: Option<BoundSocket>,
+    metrics: Option<std::net::TcpListener>,
+) -> Result<MgmtServer, ServerError> {
+    let metrics_addr = match &metrics {
+        Some(l) => Some(l.local_addr().map_err(ServerError::Runtime)?),
+        None => None,
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(ServerError::Runtime)?;
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    let socket_id = socket.as_ref().map(|s| (s.path.clone(), s.id));
+    let (socket, lock) = match socket {
+        Some(s) => {
+            let lock = s.lock.try_clone().map_err(ServerError::Runtime)?;
+            (Some(s), Some(lock))
+        }
+        None => (None, None),
+    };
+    let ctx = Arc::new(Shared {
+        target,
+        serial_prefix: serial_prefix.to_string(),
+    });
+    let api = router(ctx.clone());
+    let metrics_only = Router::new()
+        .route(routes::METRICS, get(get_metrics))
+        .fallback(unknown_endpoint)
+        .with_state(ctx);
+    let thread = std::thread::Builder::new()
+        .name("ebof-mgmt".into())
+        .spawn(move || {
+            rt.block_on(async move {
+                let mut tasks = Vec::new();
+                if let Some(s) = socket {
+                    match tokio::net::UnixListener::from_std(s.listener) {
+                        Ok(l) => tasks.push(tokio::spawn(serve_until(l, api, rx.clone(), "API"))),
+                        Err(e) => tracing::error!(error = %e, "management socket unusable"),
+                    }
+                }
+                if let Some(m) = metrics {
+                    match tokio::net::TcpListener::from_std(m) {
+                        Ok(l) => {
+                            tasks.push(tokio::spawn(serve_until(l, metrics_only, rx, "metrics")))
+                        }
+                        Err(e) => tracing::error!(error = %e, "metrics listener unusable"),
+                    }
+                }
+                for t in tasks {
+                    let _ = t.await;
+                }
+            });
+        })
+        .map_err(ServerError::Runtime)?;
+    Ok(MgmtServer {
+        stop: Some(tx),
+        thread: Some(thread),
+        socket: socket_id,
+        lock,
+        metrics_addr,
+    })
+}
+
+/// Serve `app` on `l` until `stop` turns true (requests in progress finish).
+async fn serve_until<L>(
+    l: L,
+    app: Router,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+    what: &'static str,
+) where
+    L: axum::serve::Listener,
+    L::Addr: std::fmt::Debug,
+{
+    let r = axum::serve(l, app)
+        .with_graceful_shutdown(async move {
+            let _ = stop.wait_for(|v| *v).await;
+        })
+        .await;
+    if let Err(e) = r {
+        tracing::error!(error = %e, "management {what} endpoint stopped");
+    }
+}
+
+impl MgmtServer {
+    /// Stop serving (requests in progress finish), join the thread, remove the socket file if
+    /// it is still the one we created.
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(true);
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        if let Some((path, id)) = self.socket.take()
+            && std::fs::metadata(&path).is_ok_and(|m| (m.dev(), m.ino()) == id)
+        {
+            let _ = std::fs::remove_file(&path);
+        }
+        self.lock = None;
+    }
+}
+
+impl Drop for MgmtServer {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// An [`ApiError`] as an HTTP response.
+struct ApiResponse(ApiError);
+
+impl IntoResponse for ApiResponse {
+    fn into_response(self) -> Response {
+        let status =
+            StatusCode::from_u16(self.0.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        (status, axum::Json(self.0)).into_response()
+    }
+}
+
+fn json<T: serde::Serialize>(r: Result<T, ApiError>) -> Response {
+    match r {
+        Ok(v) => axum::Json(v).into_response(),
+        Err(e) => ApiResponse(e).into_response(),
+    }
+}
+
+fn bad_body(r: JsonRejection) -> ApiError {
+    ApiError::new(codes::BAD_REQUEST, "", r.body_text())
+}
+
+fn bad_path(r: PathRejection) -> ApiError {
+    ApiError::new(codes::BAD_REQUEST, "", r.body_text())
+}
+
+async fn get_state(State(c): State<Ctx>) -> Response {
+    json(Ok(ops::state(&c.target)))
+}
+
+async fn get_stats(State(c): State<Ctx>) -> Response {
+    json(Ok(ops::stats(&c.target)))
+}
+
+async fn get_metrics(State(c): State<Ctx>) -> Response {
+    match metrics::render(&c.target) {
+        Ok(text) => ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], text).into_response(),
+        Err(_) => ApiResponse(ApiError::new(
+            codes::INTERNAL,
+            "",
+            "metrics could not be encoded",
+        ))
+        .into_response(),
+    }
+}
+
+async fn post_subsystem(
+    State(c): State<Ctx>,
+    body: Result<axum::Json<SubsystemRequest>, JsonRejection>,
+) -> Response {
+    json((|| {
+        let axum::Json(req) = body.map_err(bad_body)?;
+        ops::add_subsystem(&c.target, &req, &c.serial_prefix)
+    })())
+}
+
+async fn delete_subsystem(
+    State(c): State<Ctx>,
+    path: Result<Path<String>, PathRejection>,
+) -> Response {
+    json((|| {
+        let Path(nqn) = path.map_err(bad_path)?;
+        ops::remove_subsystem(&c.target, &nqn)
+    })())
+}
+
+async fn post_host(
+    State(c): State<Ctx>,
+    path: Result<Path<String>, PathRejection>,
+    body: Result<axum::Json<HostRequest>, JsonRejection>,
+) -> Response {
+    json((|| {
+        let Path(nqn) = path.map_err(bad_path)?;
+        let axum::Json(req) = body.map_err(bad_body)?;
+        ops::allow_host(&c.target, &nqn, &req.hostnqn)
+    })())
+}
+
+async fn delete_host(
+    State(c): State<Ctx>,
+    path: Result<Path<(String, String)>, PathRejection>,
+) -> Response {
+    json((|| {
+        let Path((nqn, host)) = path.map_err(bad_path)?;
+        ops::deny_host(&c.target, &nqn, &host)
+    })())
+}
+
+async fn put_allow_any_host(
+    State(c): State<Ctx>,
+    path: Result<Path<String>, PathRejection>,
+    body: Result<axum::Json<AllowAnyHostRequest>, JsonRejection>,
+) -> Response {
+    json((|| {
+        let Path(nqn) = path.map_err(bad_path)?;
+        let axum::Json(req) = body.map_err(bad_body)?;
+        ops::set_allow_any_host(&c.target, &nqn, req.allow_any_host)
+    })())
+}
+
+async fn delete_controller(
+    State(c): State<Ctx>,
+    path: Result<Path<String>, PathRejection>,
+) -> Response {
+    json((|| {
+        let Path(id) = path.map_err(bad_path)?;
+        ops::disconnect(&c.target, &id)
+    })())
+}
+
+async fn unknown_endpoint(uri: axum::http::Uri) -> Response {
+    ApiResponse(ApiError::new(
+        codes::UNKNOWN_ENDPOINT,
+        "",
+        format!(
+            "no endpoint {} (this server speaks {})",
+            uri.path(),
+            api::PREFIX
+        ),
+    ))
+    .into_response()
+}
+
+async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) -> Response {
+    ApiResponse(ApiError::new(
+        codes::METHOD_NOT_ALLOWED,
+        "",
+        format!("{method} is not allowed on {}", uri.path()),
+    ))
+    .into_response()
+}

@@ -1,0 +1,497 @@
+//! The control plane end to end: `ebof serve --mgmt-socket … --metrics-listen …` and
+//! `ebof ctl` (and the raw API through `ebof_mgmt::Client`). Every invalid request gets one
+//! clear error and changes nothing; counters match what `ebof perf` did.
+
+mod common;
+
+use common::{EBOF, Output, Target, ebof, free_port};
+use ebof_mgmt::Client;
+use serde_json::Value;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const NQN: &str = "nqn.2026-11.io.ebof:default";
+const HOST_A: &str = "nqn.2014-08.org.nvmexpress:uuid:0000000a-0000-0000-0000-00000000000a";
+const HOST_B: &str = "nqn.2014-08.org.nvmexpress:uuid:0000000b-0000-0000-0000-00000000000b";
+
+struct Served {
+    t: Target,
+    _dir: tempfile::TempDir,
+    sock: PathBuf,
+    metrics: SocketAddr,
+}
+
+fn serve() -> Served {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("ebof.sock");
+    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let metrics: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let log = dir.path().join("serve.log");
+    let t = Target::spawn(
+        &[
+            "serve",
+            "--listen",
+            &addr.to_string(),
+            "--ram",
+            "64M",
+            "--cores",
+            "0",
+            "--mgmt-socket",
+            sock.to_str().unwrap(),
+            "--metrics-listen",
+            &metrics.to_string(),
+        ],
+        addr,
+        Stdio::from(std::fs::File::create(&log).unwrap()),
+    );
+    // The API is up before the NVMe listener; make sure it is this serve's (a port picked by
+    // free_port could, rarely, be someone else's), with its log if not.
+    let st = Client::new(&sock).state().unwrap_or_else(|e| {
+        panic!(
+            "{e}\nserve log:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        )
+    });
+    assert_eq!(st.listeners[0].address, addr.to_string());
+    Served {
+        t,
+        _dir: dir,
+        sock,
+        metrics,
+    }
+}
+
+fn ctl(s: &Served, args: &[&str]) -> Output {
+    let mut a = vec!["ctl", "--socket", s.sock.to_str().unwrap()];
+    a.extend_from_slice(args);
+    ebof(&a)
+}
+
+fn state(s: &Served) -> Value {
+    let o = ctl(s, &["show", "--json"]);
+    assert!(
+        o.ok,
+        "{}\nserve log:\n{}",
+        o.stderr,
+        std::fs::read_to_string(s._dir.path().join("serve.log")).unwrap_or_default()
+    );
+    serde_json::from_str(&o.stdout).unwrap()
+}
+
+/// `ebof ctl ARGS` must fail with exactly one error line carrying `code`, and change nothing.
+fn rejected(s: &Served, args: &[&str], code: &str) {
+    let before = state(s);
+    let o = ctl(s, args);
+    assert!(!o.ok, "{args:?} succeeded: {}", o.stdout);
+    assert_eq!(o.stderr.lines().count(), 1, "{args:?}: {}", o.stderr);
+    assert!(
+        o.stderr.contains(&format!("({code})")),
+        "{args:?}: {}",
+        o.stderr
+    );
+    let mut after = state(s);
+    // Controllers come and go with the tests' own perf runs, not with the request.
+    after["controllers"] = before["controllers"].clone();
+    assert_eq!(before, after, "{args:?} changed the state");
+}
+
+/// `ebof perf` arguments against `s` as `hostnqn`, JSON output.
+fn perf_args(s: &Served, hostnqn: &str, extra: &[&str]) -> Vec<String> {
+    let target = ["-a", "127.0.0.1", "-s", &s.t.port(), "-n", NQN].map(str::to_string);
+    let mut a = vec!["perf".to_string()];
+    a.extend(target);
+    a.extend(["--hostnqn", hostnqn, "--json"].map(str::to_string));
+    a.extend(extra.iter().map(|x| x.to_string()));
+    a
+}
+
+fn perf(s: &Served, hostnqn: &str, extra: &[&str]) -> Output {
+    let a = perf_args(s, hostnqn, extra);
+    ebof(&a.iter().map(String::as_str).collect::<Vec<_>>())
+}
+
+/// GET /metrics over plain HTTP/1.0.
+fn scrape(addr: SocketAddr) -> String {
+    let mut c = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    c.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut r = String::new();
+    c.read_to_string(&mut r).unwrap();
+    let (head, body) = r.split_once("\r\n\r\n").expect("HTTP answer");
+    assert!(
+        head.starts_with("HTTP/1.0 200") || head.starts_with("HTTP/1.1 200"),
+        "{head}"
+    );
+    body.to_string()
+}
+
+fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string())))
+        .expect("exposition parses");
+    let s = scrape
+        .samples
+        .iter()
+        .find(|s| s.metric == name && labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
+        .unwrap_or_else(|| panic!("no {name} {labels:?} in\n{text}"));
+    match s.value {
+        prometheus_parse::Value::Counter(v)
+        | prometheus_parse::Value::Gauge(v)
+        | prometheus_parse::Value::Untyped(v) => v,
+        _ => panic!("{name}: unexpected type"),
+    }
+}
+
+#[test]
+fn show_stats_and_metrics_match_a_perf_run() {
+    let s = serve();
+    let st = state(&s);
+    assert_eq!(st["subsystems"][0]["nqn"], NQN);
+    assert_eq!(st["subsystems"][0]["allow_any_host"], true);
+    assert_eq!(st["subsystems"][0]["namespaces"][0]["size"], 64u64 << 20);
+    assert_eq!(st["subsystems"][0]["namespaces"][0]["block_size"], 512);
+    assert_eq!(st["listeners"][0]["address"], s.t.addr.to_string());
+    assert_eq!(st["controllers"], serde_json::json!([]));
+    let text = ctl(&s, &["show"]);
+    assert!(
+        text.ok && text.stdout.contains(NQN) && text.stdout.contains("64M"),
+        "{}",
+        text.stdout
+    );
+    // Owner-only socket.
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&s.sock).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+
+    let o = perf(
+        &s,
+        HOST_A,
+        &[
+            "--rw",
+            "randwrite",
+            "--bs",
+            "4k",
+            "--qd",
+            "4",
+            "--runtime",
+            "300ms",
+        ],
+    );
+    assert!(o.ok, "{}", o.stderr);
+    let j: Value = serde_json::from_str(&o.stdout).unwrap();
+    let writes = j["write"]["ios"].as_u64().unwrap();
+    assert!(writes > 0);
+    // perf counts what completed in its measured window; the commands still in flight at its
+    // end (at most --qd) complete too and the target counts them. Queues publish their
+    // counters when they close, just after perf exits: poll (bounded) until they settle.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let stats = loop {
+        let o = ctl(&s, &["stats", "--json"]);
+        assert!(o.ok, "{}", o.stderr);
+        let v: Value = serde_json::from_str(o.stdout.trim()).unwrap();
+        if v["namespaces"][0]["write_commands"].as_u64() >= Some(writes) && v["controllers"] == 0
+            || Instant::now() > deadline
+        {
+            break v;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let ns = &stats["namespaces"][0];
+    let counted = ns["write_commands"].as_u64().unwrap();
+    assert!(
+        (writes..=writes + 4).contains(&counted),
+        "perf {writes}: {stats}"
+    );
+    assert_eq!(
+        ns["bytes_written"].as_u64(),
+        Some(counted * 4096),
+        "{stats}"
+    );
+    assert_eq!(ns["read_commands"].as_u64(), Some(0), "{stats}");
+
+    let text = scrape(s.metrics);
+    let l = [("subsystem", NQN), ("nsid", "1")];
+    assert_eq!(
+        sample(&text, "ebof_namespace_write_commands_total", &l),
+        counted as f64
+    );
+    assert_eq!(
+        sample(&text, "ebof_namespace_written_bytes_total", &l),
+        (counted * 4096) as f64
+    );
+    assert_eq!(sample(&text, "ebof_namespace_read_commands_total", &l), 0.0);
+    assert_eq!(
+        sample(&text, "ebof_namespace_size_bytes", &l),
+        (64u64 << 20) as f64
+    );
+    assert_eq!(sample(&text, "ebof_subsystems", &[]), 1.0);
+    assert_eq!(sample(&text, "ebof_controllers", &[("kind", "io")]), 0.0);
+    // The same exposition on the management socket.
+    let o = ctl(&s, &["metrics"]);
+    assert!(
+        o.ok && o.stdout.contains("ebof_namespace_write_commands_total"),
+        "{}",
+        o.stderr
+    );
+    let o = ctl(&s, &["stats", "--watch", "--count", "2"]);
+    assert!(o.ok, "{}", o.stderr);
+    assert_eq!(o.stdout.matches("SUBSYSTEM").count(), 2, "{}", o.stdout);
+}
+
+#[test]
+fn host_access_changes_live_and_invalid_requests_change_nothing() {
+    let s = serve();
+    rejected(&s, &["host", "allow", NQN, HOST_A], "conflicting-hosts");
+    rejected(
+        &s,
+        &["host", "allow", "nqn.2026-11.io.ebof:none", HOST_A],
+        "unknown-subsystem",
+    );
+    let o = ctl(&s, &["host", "allow-any", NQN, "off"]);
+    assert!(o.ok, "{}", o.stderr);
+    // Only the (empty) host list now: a new Connect is refused.
+    let o = perf(&s, HOST_A, &["--runtime", "100ms"]);
+    assert!(!o.ok, "connect should have been refused");
+    let o = ctl(&s, &["host", "allow", NQN, HOST_A]);
+    assert!(o.ok, "{}", o.stderr);
+    assert_eq!(
+        state(&s)["subsystems"][0]["hosts"],
+        serde_json::json!([HOST_A])
+    );
+    let o = perf(&s, HOST_A, &["--runtime", "100ms"]);
+    assert!(o.ok, "{}", o.stderr);
+    let o = perf(&s, HOST_B, &["--runtime", "100ms"]);
+    assert!(!o.ok, "{HOST_B} is not allowed");
+
+    rejected(&s, &["host", "allow", NQN, HOST_A], "duplicate-host");
+    rejected(&s, &["host", "allow", NQN, "not-an-nqn"], "invalid-nqn");
+    rejected(&s, &["host", "allow-any", NQN, "on"], "conflicting-hosts");
+    rejected(&s, &["host", "deny", NQN, HOST_B], "unknown-host");
+    rejected(&s, &["disconnect", "0"], "invalid-cntlid");
+    rejected(&s, &["disconnect", "abc"], "invalid-cntlid");
+    rejected(&s, &["disconnect", "4242"], "unknown-controller");
+
+    let o = ctl(&s, &["--json", "host", "deny", NQN, HOST_A]);
+    assert!(o.ok, "{}", o.stderr);
+    let v: Value = serde_json::from_str(&o.stdout).unwrap();
+    assert_eq!(v["hosts"], serde_json::json!([]));
+    let o = perf(&s, HOST_A, &["--runtime", "100ms"]);
+    assert!(!o.ok, "{HOST_A} was denied");
+}
+
+#[test]
+fn subsystems_added_and_removed_live() {
+    let s = serve();
+    let new = "nqn.2026-11.io.ebof:added";
+    let o = ctl(&s, &["subsystem", "add", new, "--model", "lab"]);
+    assert!(o.ok, "{}", o.stderr);
+    assert!(
+        o.stdout
+            .contains("subsystem nqn.2026-11.io.ebof:added added"),
+        "{}",
+        o.stdout
+    );
+    let st = state(&s);
+    assert_eq!(st["subsystems"][1]["nqn"], new);
+    assert_eq!(st["subsystems"][1]["model"], "lab");
+    // A host sees it in the discovery log at once.
+    let port = s.t.port();
+    let disc = ebof(&["discover", "-a", "127.0.0.1", "-s", &port]);
+    assert!(
+        disc.ok && disc.stdout.contains(new),
+        "{}{}",
+        disc.stdout,
+        disc.stderr
+    );
+
+    rejected(&s, &["subsystem", "add", new], "duplicate-nqn");
+    rejected(&s, &["subsystem", "add", "nqn-bad"], "invalid-nqn");
+    rejected(
+        &s,
+        &["subsystem", "add", "nqn.2014-08.org.nvmexpress.discovery"],
+        "reserved-nqn",
+    );
+    rejected(
+        &s,
+        &["subsystem", "add", "nqn.2026-11.io.ebof:x", "--serial", ""],
+        "invalid-serial",
+    );
+    rejected(
+        &s,
+        &["subsystem", "remove", "nqn.2026-11.io.ebof:none"],
+        "unknown-subsystem",
+    );
+
+    let o = ctl(&s, &["--json", "subsystem", "remove", new]);
+    assert!(o.ok, "{}", o.stderr);
+    let st = state(&s);
+    assert_eq!(st["subsystems"].as_array().unwrap().len(), 1);
+    let disc = ebof(&["discover", "-a", "127.0.0.1", "-s", &port]);
+    assert!(disc.ok && !disc.stdout.contains(new), "{}", disc.stdout);
+    // The first subsystem served on throughout.
+    let o = perf(&s, HOST_A, &["--runtime", "100ms"]);
+    assert!(o.ok, "{}", o.stderr);
+}
+
+/// A 20 s `ebof perf` as HOST_A, and the id of its controller once it has its I/O queue.
+fn running_perf(s: &Served) -> (std::process::Child, String) {
+    let args = perf_args(s, HOST_A, &["--runtime", "20s", "--qd", "2"]);
+    let mut child = Command::new(EBOF)
+        .args(&args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait (bounded) for its controller to show up with its I/O queue.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let ctrl = loop {
+        let st = state(s);
+        if let Some(c) = st["controllers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["hostnqn"] == HOST_A && c["io_queues"] == 1)
+        {
+            break c.clone();
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("no controller of {HOST_A} in {st}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(ctrl["kind"], "io");
+    assert_eq!(ctrl["subsystem"], NQN);
+    (child, ctrl["cntlid"].as_u64().unwrap().to_string())
+}
+
+/// perf loses its queue and stops (with an error) long before its 20 s.
+fn ends_early(mut child: std::process::Child) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("perf still running after its controller was disconnected");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(!status.success());
+}
+
+#[test]
+fn disconnect_ends_a_running_host() {
+    let s = serve();
+    let (child, id) = running_perf(&s);
+    let o = ctl(&s, &["disconnect", &id]);
+    assert!(o.ok, "{}", o.stderr);
+    assert!(o.stdout.contains("disconnected"), "{}", o.stdout);
+    ends_early(child);
+    let o = ctl(&s, &["stats", "--json"]);
+    let v: Value = serde_json::from_str(o.stdout.trim()).unwrap();
+    assert_eq!(v["admin_disconnects"], 1);
+}
+
+#[test]
+fn removing_a_subsystem_disconnects_its_hosts() {
+    let s = serve();
+    let (child, id) = running_perf(&s);
+    let o = ctl(&s, &["--json", "subsystem", "remove", NQN]);
+    assert!(o.ok, "{}", o.stderr);
+    let v: Value = serde_json::from_str(&o.stdout).unwrap();
+    assert_eq!(
+        v["disconnected"],
+        serde_json::json!([id.parse::<u64>().unwrap()])
+    );
+    ends_early(child);
+    assert_eq!(state(&s)["subsystems"], serde_json::json!([]));
+    // A new Connect to it is refused.
+    let o = perf(&s, HOST_A, &["--runtime", "100ms"]);
+    assert!(!o.ok, "connected to a removed subsystem");
+}
+
+#[test]
+fn raw_api_errors_are_typed() {
+    let s = serve();
+    let c = Client::new(&s.sock);
+    let check = |method: &str, uri: &str, body: Option<&str>, status: u16, code: &str| {
+        let (st, b) = c.raw(method, uri, body.map(str::to_string)).unwrap();
+        let e: ebof_mgmt::ApiError = serde_json::from_slice(&b)
+            .unwrap_or_else(|_| panic!("{method} {uri}: {}", String::from_utf8_lossy(&b)));
+        assert_eq!((st, e.code.as_str()), (status, code), "{method} {uri}: {e}");
+    };
+    check("GET", "/v2/state", None, 404, "unknown-endpoint");
+    check("DELETE", "/v1/state", None, 405, "method-not-allowed");
+    let hosts = format!("/v1/subsystems/{NQN}/hosts");
+    check("POST", &hosts, Some("{"), 400, "bad-request");
+    check("POST", &hosts, Some(r#"{"hostnqn":1}"#), 400, "bad-request");
+    check("POST", &hosts, Some(r#"{"host":"x"}"#), 400, "bad-request");
+    assert_eq!(c.state().unwrap().subsystems[0].hosts, Vec::<String>::new());
+    let e = c.allow_host(NQN, "bad").unwrap_err();
+    assert!(e.to_string().contains("hostnqn: "), "{e}");
+}
+
+#[test]
+fn no_server_and_socket_conflicts() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("none.sock");
+    let o = ebof(&["ctl", "--socket", sock.to_str().unwrap(), "show"]);
+    assert!(!o.ok);
+    assert!(
+        o.stderr
+            .contains(&format!("no ebof serve at {}", sock.display())),
+        "{}",
+        o.stderr
+    );
+    assert_eq!(o.stderr.lines().count(), 1, "{}", o.stderr);
+
+    // A live socket is an error for a second server.
+    let s = serve();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let serve_args = |sock: &Path| -> Vec<String> {
+        ["serve", "--listen", &listen, "--ram", "1M", "--mgmt-socket"]
+            .iter()
+            .map(|a| a.to_string())
+            .chain([sock.display().to_string()])
+            .collect()
+    };
+    let run = |sock: &Path| {
+        let a = serve_args(sock);
+        ebof(&a.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    let o = run(&s.sock);
+    assert!(!o.ok);
+    assert!(
+        o.stderr.contains("another ebof serve is running"),
+        "{}",
+        o.stderr
+    );
+    // A file that is not a socket is left alone.
+    let plain = dir.path().join("plain");
+    std::fs::write(&plain, "keep").unwrap();
+    let o = run(&plain);
+    assert!(!o.ok);
+    assert!(o.stderr.contains("not a socket"), "{}", o.stderr);
+    assert_eq!(std::fs::read_to_string(&plain).unwrap(), "keep");
+    // A stale socket (its server gone) is replaced.
+    let stale = dir.path().join("stale.sock");
+    drop(std::os::unix::net::UnixListener::bind(&stale).unwrap());
+    assert!(std::fs::symlink_metadata(&stale).is_ok());
+    let a = serve_args(&stale);
+    let t = Target::spawn(
+        &a.iter().map(String::as_str).collect::<Vec<_>>(),
+        listen.parse().unwrap(),
+        Stdio::null(),
+    );
+    let st = Client::new(&stale).state().unwrap();
+    assert_eq!(st.subsystems.len(), 1);
+    drop(t);
+}
