@@ -51,6 +51,15 @@ fn serve_file(path: &Path, log: &Path, a: SocketAddr) -> Target {
     )
 }
 
+/// `ebof serve --ram 16M` with its log going to `log`.
+fn serve_ram(log: &Path) -> (Target, SocketAddr) {
+    let a = addr();
+    let f = std::fs::File::create(log).unwrap();
+    let listen = a.to_string();
+    let args = ["serve", "--listen", &listen, "--ram", "16M", "--cores", "0"];
+    (Target::spawn(&args, a, Stdio::from(f)), a)
+}
+
 /// `ebof perf` for `runtime` with `extra` flags; returns (success, stdout + stderr).
 fn perf(a: SocketAddr, rw: &str, runtime: &str, extra: &[&str]) -> (bool, String) {
     let port = a.port().to_string();
@@ -195,21 +204,7 @@ fn full_file_system_is_capacity_exceeded() {
 fn churn_logs_per_controller_not_per_queue() {
     let dir = Scratch::new("churn");
     let log = dir.0.join("serve.log");
-    let a = addr();
-    let f = std::fs::File::create(&log).unwrap();
-    let t = Target::spawn(
-        &[
-            "serve",
-            "--listen",
-            &a.to_string(),
-            "--ram",
-            "16M",
-            "--cores",
-            "0",
-        ],
-        a,
-        Stdio::from(f),
-    );
+    let (t, a) = serve_ram(&log);
     let before = std::fs::read_to_string(&log)
         .unwrap_or_default()
         .lines()
@@ -241,5 +236,94 @@ fn churn_logs_per_controller_not_per_queue() {
         lines.len() <= 2 * controllers + 4,
         "{} lines for {controllers} controllers: {lines:#?}",
         lines.len()
+    );
+}
+
+/// A host that overruns its queue (200 commands on a 32-entry admin queue, in one write): the
+/// excess fails with Command Sequence Error, and the log gets one warning for all of them.
+#[test]
+fn queue_overrun_is_rejected_and_logged_once() {
+    use nvme_spec::fabrics::{ConnectCmd, ConnectData};
+    use nvme_spec::opcode::{admin, fctype};
+    use nvme_spec::{CommandId, ControllerId, QueueId, Sqe, Status};
+    use nvmf_tcp::{HostConn, HostConnConfig, HostEvent};
+    use std::io::{Read, Write};
+
+    let dir = Scratch::new("overrun");
+    let log = dir.0.join("serve.log");
+    let (_t, a) = serve_ram(&log);
+    let mut s = std::net::TcpStream::connect(a).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    let mut host = HostConn::new(HostConnConfig::default());
+    let mut out = Vec::new();
+    host.encode_icreq(&mut out);
+    let mut sqe = Sqe::new(admin::FABRICS, CommandId(0));
+    sqe.set_fctype(fctype::CONNECT);
+    ConnectCmd {
+        recfmt: 0,
+        qid: QueueId(0),
+        sqsize: 31,
+        cattr: 0,
+        kato: 10_000,
+    }
+    .encode_into(&mut sqe);
+    let data = ConnectData {
+        hostid: [7; 16],
+        cntlid: ControllerId(0xFFFF),
+        subnqn: NQN.into(),
+        hostnqn: "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-0000000000ee".into(),
+    }
+    .encode();
+    sqe.set_sgl_icd(data.len() as u32);
+    // The ICReq must be answered before capsules can be encoded with the negotiated framing.
+    s.write_all(&out).unwrap();
+    let mut buf = vec![0u8; 1 << 16];
+    let mut len = 0;
+    let mut next = |s: &mut std::net::TcpStream, host: &mut HostConn| loop {
+        if let Some((ev, n)) = host.decode_one(&buf[..len]).unwrap() {
+            let r = match ev {
+                HostEvent::Established { .. } => None,
+                HostEvent::Response(c) => Some(c),
+                other => panic!("{other:?}"),
+            };
+            buf.copy_within(n..len, 0);
+            len -= n;
+            return r;
+        }
+        let n = s.read(&mut buf[len..]).unwrap();
+        assert!(n > 0, "target closed the connection");
+        len += n;
+    };
+    assert!(next(&mut s, &mut host).is_none());
+    let mut out = Vec::new();
+    host.encode_capsule(&mut out, &sqe, &data);
+    s.write_all(&out).unwrap();
+    let c = next(&mut s, &mut host).expect("Connect response");
+    assert!(c.status.is_success(), "{c:?}");
+    // 200 Keep Alives in one write.
+    let mut out = Vec::new();
+    for cid in 1..=200u16 {
+        host.encode_capsule(&mut out, &Sqe::new(admin::KEEP_ALIVE, CommandId(cid)), &[]);
+    }
+    s.write_all(&out).unwrap();
+    let mut rejected = 0;
+    for _ in 0..200 {
+        let c = next(&mut s, &mut host).expect("a response per command");
+        if c.status == Status::CMD_SEQ_ERROR {
+            rejected += 1;
+        } else {
+            assert!(c.status.is_success(), "{c:?}");
+        }
+    }
+    assert!(
+        rejected >= 100,
+        "only {rejected} of 200 beyond a 32-entry queue were rejected"
+    );
+    drop(s);
+    let lines = count(&log, "host exceeded the queue depth");
+    assert!(
+        (1..=2).contains(&lines),
+        "{rejected} overruns wrote {lines} lines"
     );
 }
