@@ -2,6 +2,7 @@
 //! against the namespace backend. Backend errors map to NVMe status in one place
 //! ([`backend_status`]).
 
+use crate::log_limit::RateLimit;
 use crate::model::{Namespace, Subsystem};
 use crate::queue::{CmdError, Exec, Queue};
 use ebof_backend::BackendError;
@@ -96,6 +97,9 @@ pub enum FailureClass {
 }
 
 impl FailureClass {
+    /// Number of classes (`Media` is the last variant; keep it so).
+    pub const COUNT: usize = FailureClass::Media as usize + 1;
+
     /// Classify a backend error by its errno (or kind, for errors made in userspace).
     pub fn of(e: &BackendError) -> FailureClass {
         let io = match e {
@@ -221,22 +225,12 @@ pub fn io_status(req: &IoRequest, result: Result<(), BackendError>) -> Status {
 pub(crate) fn failed(req: &IoRequest, e: &BackendError) -> Status {
     let class = FailureClass::of(e);
     let status = backend_status(e, !matches!(req.op, IoOp::Read));
-    macro_rules! warn {
-        () => {
-            crate::warn_every!(nsid = req.ns.nsid, op = ?req.op, offset = req.offset, len = req.len,
-                error = %e, ?class, %status, "backend I/O failed")
-        };
-    }
-    // One call site (so one limiter) per class.
-    match class {
-        FailureClass::OutOfRange => warn!(),
-        FailureClass::NoSpace => warn!(),
-        FailureClass::Truncated => warn!(),
-        FailureClass::ReadOnly => warn!(),
-        FailureClass::Unsupported => warn!(),
-        FailureClass::Transient => warn!(),
-        FailureClass::Gone => warn!(),
-        FailureClass::Media => warn!(),
+    // One limiter per class: a flood of one cause does not hide the first of another.
+    static LIMITS: [RateLimit; FailureClass::COUNT] =
+        [const { RateLimit::new(crate::log_limit::WINDOW) }; FailureClass::COUNT];
+    if let Some(suppressed) = LIMITS[class as usize].allow() {
+        tracing::warn!(nsid = req.ns.nsid, op = ?req.op, offset = req.offset, len = req.len,
+            error = %e, ?class, %status, suppressed, "backend I/O failed");
     }
     status
 }
