@@ -185,16 +185,14 @@ impl Sim {
         hostnqn: &str,
         cattr: u8,
     ) -> Cqe {
-        let mut sqe = Sqe::new(admin::FABRICS, CommandId(0));
-        sqe.set_fctype(fctype::CONNECT);
-        ConnectCmd {
+        let sqe = ConnectCmd {
             recfmt: 0,
             qid: QueueId(qid),
             sqsize,
             cattr,
             kato: 5000,
         }
-        .encode_into(&mut sqe);
+        .to_sqe(CommandId(0));
         let data = ConnectData {
             hostid: [9; 16],
             cntlid: ControllerId(cntlid),

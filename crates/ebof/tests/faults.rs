@@ -244,7 +244,7 @@ fn churn_logs_per_controller_not_per_queue() {
 #[test]
 fn queue_overrun_is_rejected_and_logged_once() {
     use nvme_spec::fabrics::{ConnectCmd, ConnectData};
-    use nvme_spec::opcode::{admin, fctype};
+    use nvme_spec::opcode::admin;
     use nvme_spec::{CommandId, ControllerId, QueueId, Sqe, Status};
     use nvmf_tcp::{HostConn, HostConnConfig, HostEvent};
     use std::io::{Read, Write};
@@ -258,16 +258,14 @@ fn queue_overrun_is_rejected_and_logged_once() {
     let mut host = HostConn::new(HostConnConfig::default());
     let mut out = Vec::new();
     host.encode_icreq(&mut out);
-    let mut sqe = Sqe::new(admin::FABRICS, CommandId(0));
-    sqe.set_fctype(fctype::CONNECT);
-    ConnectCmd {
+    let mut sqe = ConnectCmd {
         recfmt: 0,
         qid: QueueId(0),
         sqsize: 31,
         cattr: 0,
         kato: 10_000,
     }
-    .encode_into(&mut sqe);
+    .to_sqe(CommandId(0));
     let data = ConnectData {
         hostid: [7; 16],
         cntlid: ControllerId(0xFFFF),

@@ -61,6 +61,14 @@ impl ConnectCmd {
     pub fn queue_entries(&self) -> u32 {
         u32::from(self.sqsize) + 1
     }
+    /// A Fabrics Connect SQE with command identifier `cid` carrying these fields (the caller
+    /// sets the SGL for the 1024 bytes of [`ConnectData`]).
+    pub fn to_sqe(&self, cid: crate::ids::CommandId) -> Sqe {
+        let mut s = Sqe::new(crate::opcode::admin::FABRICS, cid);
+        s.set_fctype(crate::opcode::fctype::CONNECT);
+        self.encode_into(&mut s);
+        s
+    }
     pub fn encode_into(&self, s: &mut Sqe) {
         put16(&mut s.0, 40, self.recfmt);
         put16(&mut s.0, 42, self.qid.0);

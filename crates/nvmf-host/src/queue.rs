@@ -21,7 +21,6 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use nvme_spec::fabrics::{ConnectCmd, ConnectData};
-use nvme_spec::opcode::{admin, fctype};
 use nvme_spec::{CommandId, ControllerId, Cqe, QueueId, Sqe, Status};
 use nvmf_tcp::{Digests, HostConn, HostConnConfig, HostEvent};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
@@ -662,16 +661,14 @@ impl Queue {
             st: Slots::new(cp.qid, cp.entries, cp.icd_max, prealloc),
             broken: false,
         };
-        let mut sqe = Sqe::new(admin::FABRICS, CommandId(0));
-        sqe.set_fctype(fctype::CONNECT);
-        ConnectCmd {
+        let sqe = ConnectCmd {
             recfmt: 0,
             qid: cp.qid,
             sqsize: cp.entries - 1,
             cattr: if cp.dissqfc { 1 << 2 } else { 0 },
             kato: cp.kato_ms,
         }
-        .encode_into(&mut sqe);
+        .to_sqe(CommandId(0));
         let data = ConnectData {
             hostid: cp.hostid,
             cntlid: cp.cntlid,

@@ -433,16 +433,14 @@ pub fn connect(
     cntlid: u16,
     subnqn: &str,
 ) -> Vec<u8> {
-    let mut sqe = Sqe::new(admin::FABRICS, CommandId(cid));
-    sqe.set_fctype(fctype::CONNECT);
-    ConnectCmd {
+    let mut sqe = ConnectCmd {
         recfmt: 0,
         qid: QueueId(qid),
         sqsize,
         cattr,
         kato: 30_000,
     }
-    .encode_into(&mut sqe);
+    .to_sqe(CommandId(cid));
     let data = ConnectData {
         hostid: [0xf2; 16],
         cntlid: ControllerId(cntlid),

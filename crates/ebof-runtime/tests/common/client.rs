@@ -191,16 +191,14 @@ impl Client {
     }
 
     pub fn fabrics_connect(&mut self, qid: u16, cntlid: u16) -> Cqe {
-        let mut sqe = Sqe::new(admin::FABRICS, CommandId(0));
-        sqe.set_fctype(fctype::CONNECT);
-        ConnectCmd {
+        let sqe = ConnectCmd {
             recfmt: 0,
             qid: QueueId(qid),
             sqsize: 31,
             cattr: 0,
             kato: 10_000,
         }
-        .encode_into(&mut sqe);
+        .to_sqe(CommandId(0));
         let d = ConnectData {
             hostid: [1; 16],
             cntlid: ControllerId(cntlid),
