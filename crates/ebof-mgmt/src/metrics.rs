@@ -113,7 +113,7 @@ pub fn render(t: &Target) -> Result<String, std::fmt::Error> {
     }
     for c in t.controllers() {
         let (kind, subsystem) = match &c.kind {
-            ControllerKind::Io(s) => ("io", s.nqn.clone()),
+            ControllerKind::Io(s) => ("io", s.load().nqn.clone()),
             ControllerKind::Discovery => ("discovery", ebof_config::DISCOVERY_NQN.to_string()),
         };
         ctrls.get_or_create(&KindLabels { kind: kind.into() }).inc();

@@ -52,7 +52,7 @@ pub fn state(t: &Target) -> State {
             .iter()
             .map(|c| {
                 let (kind, subsystem) = match &c.kind {
-                    ControllerKind::Io(s) => ("io", s.nqn.clone()),
+                    ControllerKind::Io(s) => ("io", s.load().nqn.clone()),
                     ControllerKind::Discovery => ("discovery", DISCOVERY_NQN.to_string()),
                 };
                 let kato_ms = c

@@ -345,13 +345,23 @@ impl Reactor {
             }
             if now >= next_tick {
                 next_tick = now + TICK;
-                for c in conns.iter_mut().flatten() {
+                for (i, c) in conns.iter_mut().enumerate() {
+                    let Some(c) = c else { continue };
                     let _g = c.span.enter();
                     let c = &mut c.s;
                     if c.ending.is_some() {
                         continue;
                     }
-                    let why = if c.core.queue.poll_timers(now) {
+                    let close = c.core.queue.poll_timers(now);
+                    // Asynchronous events completed an AER: send it.
+                    if c.core.queue.has_completions() {
+                        c.core.flush_completions();
+                    }
+                    if c.core.has_output() && !c.in_ready {
+                        c.in_ready = true;
+                        ready.push(i);
+                    }
+                    let why = if close {
                         Some(ConnEnd::ControllerGone)
                     } else {
                         handshake_expired(c, now, self.handshake_timeout)

@@ -767,3 +767,244 @@ fn term_req_is_the_last_pdu_of_a_batch() {
     }
     assert_eq!(seen, ["resp 40", "term"]);
 }
+
+impl Sim {
+    fn set_aec(&mut self, v: u32) {
+        let mut sqe = Sqe::new(admin::SET_FEATURES, CommandId(0));
+        sqe.set_cdw(10, u32::from(feature::ASYNC_EVENT));
+        sqe.set_cdw(11, v);
+        assert!(self.cmd(sqe, &[], false).cqe.unwrap().status.is_success());
+    }
+
+    /// Send an Asynchronous Event Request; returns its completion if it completed at once.
+    fn aer(&mut self) -> Option<Cqe> {
+        self.cmd(
+            Sqe::new(admin::ASYNC_EVENT_REQUEST, CommandId(0)),
+            &[],
+            false,
+        )
+        .cqe
+    }
+
+    /// What the admin queue sends when its timer runs: AER completions for pending events.
+    fn tick(&mut self) -> Vec<Cqe> {
+        assert!(!self.core.queue.poll_timers(self.now));
+        self.core.flush_completions();
+        let back = self.core.take_output();
+        let mut v = Vec::new();
+        let mut pos = 0;
+        while let Some((ev, n)) = self.host.decode_one(&back[pos..]).unwrap() {
+            pos += n;
+            match ev {
+                HostEvent::Response(c) => v.push(c),
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        v
+    }
+
+    fn get_log(&mut self, log_id: u8, len: u32, rae: bool) -> Vec<u8> {
+        let mut sqe = Sqe::new(admin::GET_LOG_PAGE, CommandId(0));
+        sqe.set_nsid(NamespaceId(u32::MAX));
+        let rae = if rae { nvme_spec::log::aen::RAE } else { 0 };
+        sqe.set_cdw(10, u32::from(log_id) | rae | ((len / 4 - 1) << 16));
+        sqe.set_sgl_transport(len);
+        let a = self.cmd(sqe, &[], false);
+        assert!(a.cqe.unwrap().status.is_success());
+        a.data
+    }
+
+    fn rw_ns(&mut self, opc: u8, nsid: u32, data: &[u8]) -> Cqe {
+        let mut sqe = Sqe::new(opc, CommandId(0));
+        sqe.set_nsid(NamespaceId(nsid));
+        sqe.set_nlb(8);
+        sqe.set_sgl_transport(4096);
+        self.cmd(sqe, data, false).cqe.unwrap()
+    }
+}
+
+fn with_namespace(s: &nvmf_target::Subsystem, nsid: u32) -> nvmf_target::Subsystem {
+    let mut n = s.clone();
+    n.namespaces.push(Arc::new(nvmf_target::Namespace::new(
+        nsid,
+        common::ram(1 << 20),
+        512,
+        [nsid as u8; 16],
+    )));
+    n
+}
+
+#[test]
+fn namespaces_come_and_go_on_live_controllers_with_events() {
+    use nvme_spec::log::{ChangedNsList, aen};
+    let t = target();
+    let mut admin_q = Sim::new(t.clone(), false);
+    let cntlid = bring_up(&mut admin_q);
+    let id = IdentifyController::decode(&admin_q.identify(cns::CTRL, 0).data).unwrap();
+    assert_eq!(id.oaes & aen::CFG_NS_ATTR, aen::CFG_NS_ATTR);
+    assert!(id.nn >= 1024, "room to hot-add: NN {}", id.nn);
+    admin_q.set_aec(aen::CFG_NS_ATTR);
+    assert!(admin_q.aer().is_none(), "AER parks");
+    let mut io_q = Sim::new(t.clone(), false);
+    assert!(
+        io_q.connect(1, 31, cntlid, NQN, HOSTNQN)
+            .status
+            .is_success()
+    );
+    let data = vec![0x5A; 4096];
+    assert!(io_q.rw_ns(io::WRITE, 1, &data).status.is_success());
+    assert_eq!(io_q.rw_ns(io::READ, 2, &[]).status, Status::INVALID_NS);
+
+    // Hot-add namespace 2: the I/O queue reaches it at once, the host gets the event.
+    t.update_subsystem(NQN, |s| Ok::<_, ()>(with_namespace(s, 2)))
+        .unwrap();
+    let ev = admin_q.tick();
+    assert_eq!(ev.len(), 1);
+    assert_eq!(
+        ev[0].dw0,
+        aen::result(aen::TYPE_NOTICE, aen::NOTICE_NS_CHANGED, lid::CHANGED_NS)
+    );
+    assert!(io_q.rw_ns(io::WRITE, 2, &data).status.is_success());
+    let list = identify_ns_list(&mut admin_q);
+    assert_eq!(list, vec![1, 2]);
+
+    // A second change before the log is read is recorded but not reported again.
+    t.update_subsystem(NQN, |s| Ok::<_, ()>(with_namespace(s, 3)))
+        .unwrap();
+    assert!(admin_q.aer().is_none());
+    assert!(admin_q.tick().is_empty(), "masked until the log is read");
+    let log = admin_q.get_log(lid::CHANGED_NS, 4096, true);
+    assert_eq!(ChangedNsList::decode(&log).unwrap().nsids, vec![2, 3]);
+    // RAE kept it; reading without RAE clears the list and unmasks.
+    let log = admin_q.get_log(lid::CHANGED_NS, 4096, false);
+    assert_eq!(ChangedNsList::decode(&log).unwrap().nsids, vec![2, 3]);
+    let log = admin_q.get_log(lid::CHANGED_NS, 4096, false);
+    assert!(ChangedNsList::decode(&log).unwrap().nsids.is_empty());
+
+    // Remove namespace 1 while a write to it waits for its data: the write fails with
+    // Invalid Namespace, later commands find no namespace 1, namespace 2 is untouched.
+    let mut sqe = Sqe::new(io::WRITE, CommandId(700));
+    sqe.set_nsid(NamespaceId(1));
+    sqe.set_nlb(8);
+    sqe.set_sgl_transport(4096);
+    let mut out = Vec::new();
+    io_q.host.encode_capsule(&mut out, &sqe, &[]);
+    io_q.feed_target(&out);
+    let back = io_q.core.take_output();
+    let Some((HostEvent::R2t(r), _)) = io_q.host.decode_one(&back).unwrap() else {
+        panic!("expected R2T");
+    };
+    let (ttag, r2to) = (r.ttag, r.r2to);
+    t.update_subsystem(NQN, |s| {
+        let mut n = s.clone();
+        n.namespaces.retain(|ns| ns.nsid != 1);
+        Ok::<_, ()>(n)
+    })
+    .unwrap();
+    let mut reply = Vec::new();
+    io_q.host
+        .encode_h2c_data(&mut reply, 700, ttag, r2to, &data);
+    io_q.feed_target(&reply);
+    let back = io_q.core.take_output();
+    let Some((HostEvent::Response(c), _)) = io_q.host.decode_one(&back).unwrap() else {
+        panic!("expected a response");
+    };
+    assert_eq!(c.status, Status::INVALID_NS.with_dnr(true));
+    assert_eq!(io_q.rw_ns(io::READ, 1, &[]).status, Status::INVALID_NS);
+    assert!(io_q.rw_ns(io::READ, 2, &[]).status.is_success());
+    let ev = admin_q.tick();
+    assert_eq!(
+        ev.len(),
+        1,
+        "the AER sent after the log read reports the removal"
+    );
+    assert_eq!(identify_ns_list(&mut admin_q), vec![2, 3]);
+    let log = admin_q.get_log(lid::CHANGED_NS, 4096, false);
+    assert_eq!(ChangedNsList::decode(&log).unwrap().nsids, vec![1]);
+}
+
+fn identify_ns_list(s: &mut Sim) -> Vec<u32> {
+    s.identify(cns::ACTIVE_NS_LIST, 0)
+        .data
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+        .take_while(|&n| n != 0)
+        .collect()
+}
+
+#[test]
+fn events_wait_for_an_aer_and_respect_the_configuration() {
+    use nvme_spec::log::aen;
+    let t = target();
+    // Notices disabled: the change is logged but not reported.
+    let mut a = Sim::new(t.clone(), false);
+    bring_up(&mut a);
+    assert!(a.aer().is_none());
+    t.update_subsystem(NQN, |s| Ok::<_, ()>(with_namespace(s, 2)))
+        .unwrap();
+    assert!(a.tick().is_empty());
+    // Enabled, and no AER outstanding: the event is retained until one arrives.
+    let mut b = Sim::new(t.clone(), false);
+    bring_up(&mut b);
+    b.set_aec(aen::CFG_NS_ATTR);
+    t.update_subsystem(NQN, |s| Ok::<_, ()>(with_namespace(s, 3)))
+        .unwrap();
+    assert!(b.tick().is_empty());
+    let c = b
+        .aer()
+        .expect("the retained event completes the AER at once");
+    assert_eq!(c.dw0 & 0xFF_FF07, aen::result(2, 0, lid::CHANGED_NS));
+}
+
+#[test]
+fn discovery_controllers_hear_of_discovery_log_changes() {
+    use nvme_spec::discovery::decode_discovery_log;
+    use nvme_spec::log::aen;
+    let t = target();
+    let mut d = Sim::new(t.clone(), false);
+    let c = d.connect(0, 31, 0xFFFF, nvme_spec::DISCOVERY_NQN, HOSTNQN);
+    assert!(c.status.is_success());
+    d.enable();
+    let id = IdentifyController::decode(&d.identify(cns::CTRL, 0).data).unwrap();
+    assert_eq!(id.oaes & aen::CFG_DISC_CHANGE, aen::CFG_DISC_CHANGE);
+    d.set_aec(aen::CFG_DISC_CHANGE);
+    assert!(d.aer().is_none());
+    let genctr = |d: &mut Sim| {
+        decode_discovery_log(&d.get_log(lid::DISCOVERY, 1024, true))
+            .unwrap()
+            .0
+            .genctr
+    };
+    let g0 = genctr(&mut d);
+    let add = |t: &Target, nqn: &str| {
+        let s = common::subsystem(nqn, common::ram(1 << 20), None);
+        t.update_table(|table| {
+            let mut v = table.to_vec();
+            v.push(Arc::new(s));
+            Ok::<_, ()>(v)
+        })
+        .unwrap();
+    };
+    add(&t, "nqn.2026-11.io.ebof:added");
+    let ev = d.tick();
+    assert_eq!(ev.len(), 1);
+    assert_eq!(
+        ev[0].dw0,
+        aen::result(aen::TYPE_NOTICE, aen::NOTICE_DISC_CHANGE, lid::DISCOVERY)
+    );
+    let g1 = genctr(&mut d);
+    assert!(g1 > g0, "generation moves: {g0} -> {g1}");
+    // Masked until the log is read without RAE.
+    assert!(d.aer().is_none());
+    add(&t, "nqn.2026-11.io.ebof:added2");
+    assert!(d.tick().is_empty());
+    assert!(genctr(&mut d) > g1);
+    d.get_log(lid::DISCOVERY, 1024, false);
+    add(&t, "nqn.2026-11.io.ebof:added3");
+    assert_eq!(d.tick().len(), 1);
+    // Namespace changes do not touch the discovery log.
+    let g = genctr(&mut d);
+    t.update_subsystem(NQN, |s| Ok::<_, ()>(with_namespace(s, 2)))
+        .unwrap();
+    assert_eq!(genctr(&mut d), g);
+}

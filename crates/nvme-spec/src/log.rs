@@ -512,6 +512,32 @@ impl CmdEffectsLog {
     }
 }
 
+/// Asynchronous Event Request completions (NVMe Base 2.0 5.2): the CQE's Dword 0 says the event
+/// type, its information and the log page that tells more.
+pub mod aen {
+    /// Asynchronous Event Type: Notice.
+    pub const TYPE_NOTICE: u8 = 0x02;
+    /// Notice: Namespace Attribute Changed (log page [`super::lid::CHANGED_NS`]).
+    pub const NOTICE_NS_CHANGED: u8 = 0x00;
+    /// Notice: Asymmetric Namespace Access Change (log page [`super::lid::ANA`]).
+    pub const NOTICE_ANA_CHANGE: u8 = 0x03;
+    /// Notice: Discovery Log Page Change (log page [`super::lid::DISCOVERY`]).
+    pub const NOTICE_DISC_CHANGE: u8 = 0xF0;
+    /// Async Event Configuration (feature 0Bh) bit enabling Namespace Attribute Notices.
+    pub const CFG_NS_ATTR: u32 = 1 << 8;
+    /// Async Event Configuration bit enabling ANA Change Notices.
+    pub const CFG_ANA_CHANGE: u32 = 1 << 11;
+    /// Async Event Configuration bit enabling Discovery Log Page Change Notices.
+    pub const CFG_DISC_CHANGE: u32 = 1 << 31;
+    /// Get Log Page CDW10 bit 15: Retain Asynchronous Event.
+    pub const RAE: u32 = 1 << 15;
+
+    /// Dword 0 of an AER completion: type in bits 2:0, information in 15:8, log page in 23:16.
+    pub const fn result(event_type: u8, info: u8, log_page: u8) -> u32 {
+        (event_type as u32 & 0x7) | ((info as u32) << 8) | ((log_page as u32) << 16)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

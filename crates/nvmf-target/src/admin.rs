@@ -64,6 +64,9 @@ impl Queue {
             admin::ASYNC_EVENT_REQUEST => {
                 if self.aers > u32::from(AERL) {
                     Err(Status::ASYNC_LIMIT.into())
+                } else if let Some(dw0) = ctrl.take_event() {
+                    // An event was retained until the host had an AER outstanding.
+                    Ok((dw0, 0))
                 } else {
                     self.aers += 1;
                     return Exec::Park;
@@ -91,7 +94,7 @@ impl Queue {
         let csi_v = (sqe.cdw11() >> 24) as u8;
         let nsid = sqe.nsid().0;
         let mut out = [0u8; IDENTIFY_DATA_LEN];
-        let sub = ctrl.subsystem().cloned();
+        let sub = ctrl.subsystem();
         match (cns_v, &sub) {
             (cns::CTRL, _) => self
                 .identify_controller(ctrl, sub.as_deref())
@@ -207,11 +210,12 @@ impl Queue {
                 id.lpa |= identify::lpa::SMART_PER_NS | identify::lpa::CMD_EFFECTS;
                 id.wctemp = 0x0157;
                 id.cctemp = 0x0175;
-                id.nn = s.max_nsid().max(1);
+                // The largest NSID a namespace may be hot-added at (as Linux nvmet: 1024).
+                id.nn = s.max_nsid().max(crate::model::MAX_NAMESPACES);
                 id.oncs = identify::oncs::DSM | identify::oncs::WRITE_ZEROES;
                 id.vwc = identify::vwc::PRESENT | identify::vwc::FLUSH_BROADCAST_SUPPORTED;
                 id.ioccsz = (64 + limits.io_inline_data) / 16;
-                id.oaes = 0;
+                id.oaes = identify::oaes::NS_ATTR;
             }
             None => {
                 id.sn = "ebof-discovery".into();
@@ -221,6 +225,7 @@ impl Queue {
                 id.maxcmd = ADMIN_QUEUE_MAX as u16;
                 id.ioccsz = 0;
                 id.iorcsz = 0;
+                id.oaes = identify::oaes::DISC_CHANGE;
             }
         }
         id
@@ -249,7 +254,9 @@ impl Queue {
             return Err(CmdError::at(Status::INVALID_FIELD, 40));
         }
         Self::check_c2h(sqe, len as u32)?;
-        let full: Vec<u8> = match (log_id, ctrl.subsystem()) {
+        let rae = cdw10 & nvme_spec::log::aen::RAE != 0;
+        let sub = ctrl.subsystem();
+        let full: Vec<u8> = match (log_id, sub.as_ref()) {
             (lid::ERROR, _) => {
                 let st = ctrl.state();
                 let entries: Vec<ErrorLogEntry> = st.errors.iter().copied().collect();
@@ -284,7 +291,7 @@ impl Queue {
             }
             (lid::CHANGED_NS, Some(_)) => {
                 let mut b = [0u8; ChangedNsList::LEN];
-                ChangedNsList { nsids: Vec::new() }.encode(&mut b);
+                ctrl.log_page_read(lid::CHANGED_NS, rae).encode(&mut b);
                 b.to_vec()
             }
             (lid::CMD_EFFECTS, Some(_)) => {
@@ -312,7 +319,10 @@ impl Queue {
                 log.encode(&mut b);
                 b.to_vec()
             }
-            (lid::DISCOVERY, None) => self.discovery_log(ctrl),
+            (lid::DISCOVERY, None) => {
+                ctrl.log_page_read(lid::DISCOVERY, rae);
+                self.discovery_log(ctrl)
+            }
             _ => return Err(CmdError::at(Status::INVALID_LOG_PAGE, 40)),
         };
         buf.clear();

@@ -3,8 +3,9 @@
 //! Hot-path state is atomic; the rest sits behind a mutex touched only by admin commands.
 
 use crate::model::Subsystem;
+use arc_swap::ArcSwap;
 use nvme_spec::fabrics::{cc, csts};
-use nvme_spec::log::ErrorLogEntry;
+use nvme_spec::log::{ChangedNsList, ErrorLogEntry, aen, lid};
 use nvme_spec::{ControllerId, Status};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -15,10 +16,26 @@ use std::time::{Duration, Instant};
 pub const ERROR_LOG_ENTRIES: usize = 64;
 
 /// I/O controller for a subsystem, or a discovery controller.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub enum ControllerKind {
-    Io(Arc<Subsystem>),
+    /// The subsystem as it is now: the control plane stores each new snapshot here
+    /// ([`Controller::set_subsystem`]), so admin commands see namespaces added and removed.
+    Io(ArcSwap<Subsystem>),
     Discovery,
+}
+
+/// Asynchronous events of a controller: raised by the control plane, delivered on the admin
+/// queue's outstanding Asynchronous Event Requests (retained until there is one), masked per
+/// type once reported until the host reads the type's log page (NVMe Base 2.0 5.2).
+#[derive(Debug, Default)]
+pub struct AsyncEvents {
+    /// AER completion Dword 0 values not yet delivered, oldest first.
+    pending: VecDeque<u32>,
+    /// Event types reported and not yet cleared by reading their log page ([`aen`] CFG bits).
+    masked: u32,
+    /// The Changed Namespace List (ascending; more than 1024 entries report overflow).
+    changed_ns: Vec<u32>,
+    changed_ns_overflow: bool,
 }
 
 /// Mutable controller state guarded by a mutex (admin path only).
@@ -43,6 +60,8 @@ pub struct CtrlState {
     pub temp_threshold: u32,
     /// Error recovery feature value.
     pub error_recovery: u32,
+    /// Asynchronous events waiting, masked, and the Changed Namespace List.
+    pub events: AsyncEvents,
 }
 
 /// A controller, shared by its queues.
@@ -66,6 +85,10 @@ pub struct Controller {
     base: Instant,
     /// Bitmap of connected I/O queue ids.
     qids: Mutex<Vec<bool>>,
+    /// Bumped when the subsystem's namespaces change: I/O queues then refresh their handles.
+    ns_gen: AtomicU32,
+    /// An asynchronous event is pending (a cheap check for the admin queue's tick).
+    event_pending: AtomicBool,
 }
 
 impl Controller {
@@ -95,6 +118,7 @@ impl Controller {
                 power_state: 0,
                 temp_threshold: 0x0157, // 343 K = 70 °C over-temperature threshold
                 error_recovery: 0,
+                events: AsyncEvents::default(),
             }),
             dead: AtomicBool::new(false),
             wce: AtomicBool::new(true),
@@ -102,6 +126,8 @@ impl Controller {
             last_activity_ms: AtomicU64::new(0),
             base: now,
             qids: Mutex::new(vec![false; usize::from(max_qid) + 1]),
+            ns_gen: AtomicU32::new(0),
+            event_pending: AtomicBool::new(false),
         }
     }
 
@@ -109,11 +135,132 @@ impl Controller {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub fn subsystem(&self) -> Option<&Arc<Subsystem>> {
+    /// The subsystem as it is now (`None` for a discovery controller).
+    pub fn subsystem(&self) -> Option<Arc<Subsystem>> {
         match &self.kind {
-            ControllerKind::Io(s) => Some(s),
+            ControllerKind::Io(s) => Some(s.load_full()),
             ControllerKind::Discovery => None,
         }
+    }
+
+    /// NQN of the subsystem (the discovery NQN for a discovery controller).
+    pub fn subnqn(&self) -> String {
+        match &self.kind {
+            ControllerKind::Io(s) => s.load().nqn.clone(),
+            ControllerKind::Discovery => nvme_spec::DISCOVERY_NQN.to_string(),
+        }
+    }
+
+    /// Install the subsystem's new snapshot; `changed` are the NSIDs added, removed or
+    /// resized. I/O queues pick the new namespace set up before their next command, and the
+    /// host is told with a Namespace Attribute Changed event.
+    pub fn set_subsystem(&self, new: Arc<Subsystem>, changed: &[u32]) {
+        let ControllerKind::Io(s) = &self.kind else {
+            return;
+        };
+        s.store(new);
+        if changed.is_empty() {
+            return;
+        }
+        self.ns_gen.fetch_add(1, Ordering::AcqRel);
+        let mut st = self.state();
+        let ev = &mut st.events;
+        for &n in changed {
+            if let Err(i) = ev.changed_ns.binary_search(&n) {
+                ev.changed_ns.insert(i, n);
+            }
+        }
+        if ev.changed_ns.len() > ChangedNsList::MAX {
+            ev.changed_ns.clear();
+            ev.changed_ns_overflow = true;
+        }
+        let aec = st.aec;
+        self.raise(
+            &mut st,
+            aec,
+            aen::CFG_NS_ATTR,
+            aen::result(aen::TYPE_NOTICE, aen::NOTICE_NS_CHANGED, lid::CHANGED_NS),
+        );
+    }
+
+    /// Namespace generation: changes whenever [`Controller::set_subsystem`] changed namespaces.
+    pub fn ns_gen(&self) -> u32 {
+        self.ns_gen.load(Ordering::Acquire)
+    }
+
+    /// The discovery log changed: a discovery controller with Discovery Log Page Change
+    /// Notices enabled gets the event.
+    pub fn discovery_changed(&self) {
+        if !self.is_discovery() {
+            return;
+        }
+        let mut st = self.state();
+        let aec = st.aec;
+        self.raise(
+            &mut st,
+            aec,
+            aen::CFG_DISC_CHANGE,
+            aen::result(aen::TYPE_NOTICE, aen::NOTICE_DISC_CHANGE, lid::DISCOVERY),
+        );
+    }
+
+    /// Queue event `dw0` of type `bit` unless the host disabled the type (AEC) or an event of
+    /// the type is already reported and not yet cleared.
+    fn raise(&self, st: &mut CtrlState, aec: u32, bit: u32, dw0: u32) {
+        if aec & bit == 0 || st.events.masked & bit != 0 {
+            return;
+        }
+        st.events.masked |= bit;
+        st.events.pending.push_back(dw0);
+        self.event_pending.store(true, Ordering::Release);
+    }
+
+    /// Take the oldest undelivered asynchronous event, if any.
+    pub fn take_event(&self) -> Option<u32> {
+        if !self.event_pending.load(Ordering::Acquire) {
+            return None;
+        }
+        let mut st = self.state();
+        let e = st.events.pending.pop_front();
+        if st.events.pending.is_empty() {
+            self.event_pending.store(false, Ordering::Release);
+        }
+        e
+    }
+
+    /// An asynchronous event waits for an AER.
+    pub fn has_event(&self) -> bool {
+        self.event_pending.load(Ordering::Acquire)
+    }
+
+    /// Get Log Page read log `log_id`: unless `rae` (Retain Asynchronous Event) is set, the
+    /// event type it belongs to is unmasked, and the Changed Namespace List is cleared. Returns
+    /// the Changed Namespace List as it was.
+    pub fn log_page_read(&self, log_id: u8, rae: bool) -> ChangedNsList {
+        let mut st = self.state();
+        let ev = &mut st.events;
+        let list = if ev.changed_ns_overflow {
+            ChangedNsList {
+                nsids: vec![ChangedNsList::OVERFLOW],
+            }
+        } else {
+            ChangedNsList {
+                nsids: ev.changed_ns.clone(),
+            }
+        };
+        if !rae {
+            match log_id {
+                lid::CHANGED_NS => {
+                    ev.masked &= !aen::CFG_NS_ATTR;
+                    ev.changed_ns.clear();
+                    ev.changed_ns_overflow = false;
+                }
+                lid::DISCOVERY => ev.masked &= !aen::CFG_DISC_CHANGE,
+                lid::ANA => ev.masked &= !aen::CFG_ANA_CHANGE,
+                _ => {}
+            }
+        }
+        list
     }
 
     pub fn is_discovery(&self) -> bool {

@@ -127,7 +127,7 @@ impl Queue {
             }
             let kato = (kato_ms != 0).then(|| ms(kato_ms));
             (
-                ControllerKind::Io(sub.clone()),
+                ControllerKind::Io(arc_swap::ArcSwap::new(sub)),
                 kato,
                 self.target.limits.max_io_queues,
             )
@@ -141,9 +141,16 @@ impl Queue {
                 ))
             })
             .ok_or(CmdError::at(Status::CONNECT_CTRL_BUSY, 0xFFFF))?;
-        // The subsystem may have been removed (Target::update_table) between our lookup and
-        // the registration; a removal kills the controllers registered before its swap, so one
-        // more lookup after registering closes the gap.
+        // The subsystem may have been removed or changed (Target::update_table,
+        // update_subsystem) between our lookup and the registration; a change reaches the
+        // controllers registered before its swap, so one more lookup after registering closes
+        // the gap.
+        if let Some(s) = ctrl.subsystem() {
+            match self.target.subsystem(&s.nqn) {
+                Some(now) if !Arc::ptr_eq(&now, &s) => ctrl.set_subsystem(now, &[]),
+                _ => {}
+            }
+        }
         if let Some(s) = ctrl.subsystem()
             && self.target.subsystem(&s.nqn).is_none()
         {
@@ -216,16 +223,13 @@ impl Queue {
         );
         let epoch = ctrl.io_epoch();
         let cntlid = ctrl.cntlid.0;
-        self.ns_refs = sub
-            .namespaces
-            .iter()
-            .map(|n| Arc::new(crate::io::NsRef(n.clone())))
-            .collect();
+        drop(sub);
         self.role = QueueRole::Io {
             qid: cmd.qid.0,
             epoch,
         };
         self.ctrl = Some(ctrl);
+        self.refresh_namespaces();
         self.flow_control = !cmd.dissqfc();
         self.set_entries(cmd.queue_entries());
         Ok((u32::from(cntlid), 0))

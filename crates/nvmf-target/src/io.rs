@@ -289,6 +289,13 @@ impl StatsBatch {
         self.pending += 1;
     }
 
+    /// Drop the (published) per-namespace entries, so no removed namespace is kept alive.
+    pub fn forget_all(&mut self) {
+        if self.pending == 0 {
+            self.per_ns.clear();
+        }
+    }
+
     /// True when the batch should be published now.
     pub fn full(&self) -> bool {
         self.pending >= Self::LIMIT
@@ -319,9 +326,34 @@ impl StatsBatch {
 }
 
 impl Queue {
+    /// Make this queue's namespace handles anew from the controller's current subsystem (at
+    /// Connect, and when the control plane changed the namespaces). Handles of namespaces that
+    /// are still there are kept; commands in flight keep theirs.
+    pub(crate) fn refresh_namespaces(&mut self) {
+        let Some(ctrl) = &self.ctrl else { return };
+        // Generation first: a change after this load bumps it again, so it is not missed.
+        let generation = ctrl.ns_gen();
+        let Some(sub) = ctrl.subsystem() else { return };
+        let old = std::mem::take(&mut self.ns_refs);
+        self.ns_refs = sub
+            .namespaces
+            .iter()
+            .map(|n| {
+                old.iter()
+                    .find(|r| Arc::ptr_eq(&r.0, n))
+                    .cloned()
+                    .unwrap_or_else(|| Arc::new(NsRef(n.clone())))
+            })
+            .collect();
+        self.ns_gen = generation;
+        // Counters of namespaces that are gone are published and let go.
+        self.stats.publish();
+        self.stats.forget_all();
+    }
+
     /// The namespace an I/O command names, from the queue's own handles.
     fn io_namespace(&self, sqe: &Sqe) -> Result<&Arc<NsRef>, CmdError> {
-        if self.ctrl.as_ref().and_then(|c| c.subsystem()).is_none() {
+        if self.ctrl.as_ref().is_none_or(|c| c.is_discovery()) {
             return Err(CmdError::from(Status::CMD_SEQ_ERROR));
         }
         let nsid = sqe.nsid().0;
@@ -407,7 +439,6 @@ impl Queue {
                 .ctrl
                 .as_ref()
                 .and_then(|c| c.subsystem())
-                .cloned()
                 .ok_or(CmdError::from(Status::CMD_SEQ_ERROR))?;
             let Some(first) = self.ns_refs.first().cloned() else {
                 return Ok(None);

@@ -6,7 +6,7 @@ use ebof_backend::Backend;
 use nvme_spec::ControllerId;
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Instant;
 
@@ -34,6 +34,10 @@ impl Default for TargetLimits {
     }
 }
 
+/// Identify Controller NN when the namespaces' NSIDs are all below it: the NSIDs a namespace
+/// can be hot-added at without the host re-reading Identify Controller.
+pub const MAX_NAMESPACES: u32 = 1024;
+
 /// Entries of the admin queue we accept at most (Linux uses 32: NVMF_AQ_DEPTH).
 pub const ADMIN_QUEUE_MAX: u32 = 32;
 /// In-capsule data accepted on admin/fabrics commands (NVMe/TCP: 8 KiB).
@@ -47,6 +51,9 @@ pub struct Namespace {
     /// LBA data size in bytes (512 or 4096).
     pub block_size: u32,
     pub uuid: [u8; 16],
+    /// Set when the control plane removed the namespace: commands still in flight on it fail
+    /// with Invalid Namespace (later ones find no namespace at all).
+    removed: AtomicBool,
     /// Counters for the SMART / Health log (summed over all controllers).
     pub stats: NsStats,
 }
@@ -58,8 +65,13 @@ impl Namespace {
             backend,
             block_size,
             uuid,
+            removed: AtomicBool::new(false),
             stats: NsStats::default(),
         }
+    }
+    /// True once the namespace was removed from its subsystem.
+    pub fn is_removed(&self) -> bool {
+        self.removed.load(Ordering::Relaxed)
     }
     /// Size in logical blocks (NSZE).
     pub fn blocks(&self) -> u64 {
@@ -126,6 +138,24 @@ impl Subsystem {
     pub fn max_nsid(&self) -> u32 {
         self.namespaces.last().map_or(0, |n| n.nsid)
     }
+}
+
+/// NSIDs that differ between two snapshots of a subsystem: added, removed or replaced.
+fn changed_namespaces(old: &Subsystem, new: &Subsystem) -> Vec<u32> {
+    let mut v: Vec<u32> = old
+        .namespaces
+        .iter()
+        .filter(|n| !new.namespaces.iter().any(|m| Arc::ptr_eq(m, n)))
+        .chain(
+            new.namespaces
+                .iter()
+                .filter(|n| !old.namespaces.iter().any(|m| Arc::ptr_eq(m, n))),
+        )
+        .map(|n| n.nsid)
+        .collect();
+    v.sort_unstable();
+    v.dedup();
+    v
 }
 
 /// A listener as the discovery log reports it.
@@ -224,8 +254,13 @@ impl Target {
 
     /// Replace the subsystem `nqn` by `f(current)`, atomically for readers: a Connect sees
     /// either the old or the new subsystem, never a mix, and waits for nothing. When `f` fails
-    /// nothing changes. A change moves the discovery log generation counter. Controllers that
-    /// are connected keep the snapshot they connected with.
+    /// nothing changes.
+    ///
+    /// Connected controllers of the subsystem get the new snapshot: namespaces added or
+    /// removed reach their I/O queues before the next command, and a Namespace Attribute
+    /// Changed event tells the host; namespaces no longer present fail their in-flight
+    /// commands. A change of who may connect moves the discovery log generation counter and
+    /// notifies discovery controllers.
     pub fn update_subsystem<E>(
         &self,
         nqn: &str,
@@ -244,8 +279,44 @@ impl Target {
         let mut next: Vec<Arc<Subsystem>> = table.as_ref().clone();
         next[i] = new.clone();
         self.subsystems.store(Arc::new(next));
-        self.genctr.fetch_add(1, Ordering::Relaxed);
+        let old = &table[i];
+        let changed = changed_namespaces(old, &new);
+        for n in &old.namespaces {
+            if !new.namespaces.iter().any(|m| Arc::ptr_eq(m, n)) {
+                n.removed.store(true, Ordering::Relaxed);
+            }
+        }
+        for c in self.controllers() {
+            if !c.is_discovery() && c.subnqn() == new.nqn {
+                c.set_subsystem(new.clone(), &changed);
+            }
+        }
+        if old.hosts != new.hosts || old.allow_any_host != new.allow_any_host {
+            self.discovery_log_changed();
+        }
         Ok(new)
+    }
+
+    /// A namespace of `nqn` changed in place (its size): connected controllers of the
+    /// subsystem are told with a Namespace Attribute Changed event.
+    pub fn namespace_changed(&self, nqn: &str, nsid: u32) {
+        let Some(sub) = self.subsystem(nqn) else {
+            return;
+        };
+        for c in self.controllers() {
+            if !c.is_discovery() && c.subnqn() == nqn {
+                c.set_subsystem(sub.clone(), &[nsid]);
+            }
+        }
+    }
+
+    /// The discovery log changed (subsystems, hosts or listeners): move its generation counter
+    /// and raise Discovery Log Page Change on the discovery controllers that asked for it.
+    pub fn discovery_log_changed(&self) {
+        self.genctr.fetch_add(1, Ordering::Relaxed);
+        for c in self.controllers() {
+            c.discovery_changed();
+        }
     }
 
     /// Replace the whole subsystem table by `f(current)` (adding or removing subsystems), with
@@ -269,12 +340,12 @@ impl Target {
             .map(|s| s.nqn.clone())
             .collect();
         self.subsystems.store(Arc::new(next));
-        self.genctr.fetch_add(1, Ordering::Relaxed);
         for c in self.controllers() {
-            if c.subsystem().is_some_and(|s| gone.contains(&s.nqn)) {
+            if !c.is_discovery() && gone.contains(&c.subnqn()) {
                 c.kill();
             }
         }
+        self.discovery_log_changed();
         Ok(())
     }
 

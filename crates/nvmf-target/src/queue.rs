@@ -210,9 +210,11 @@ pub struct Queue {
     /// Time of the command being handled (sans-IO: given by the driver).
     pub(crate) now: Instant,
     /// SMART counters not yet added to the namespaces'.
-    stats: crate::io::StatsBatch,
+    pub(crate) stats: crate::io::StatsBatch,
     /// This queue's handles on its subsystem's namespaces (I/O queues; made at Connect).
     pub(crate) ns_refs: Vec<Arc<crate::io::NsRef>>,
+    /// The controller's namespace generation `ns_refs` were made at.
+    pub(crate) ns_gen: u32,
     /// When this queue last wrote the controller's keep-alive timestamp.
     touched: Option<Instant>,
 }
@@ -240,6 +242,7 @@ impl Queue {
             now,
             stats: crate::io::StatsBatch::default(),
             ns_refs: Vec::new(),
+            ns_gen: 0,
             touched: None,
         }
     }
@@ -293,6 +296,7 @@ impl Queue {
     /// down (its admin queue decides). Returns true if this connection must close.
     pub fn poll_timers(&mut self, now: Instant) -> bool {
         self.stats.publish();
+        self.deliver_events();
         if let (Some(c), QueueRole::Admin) = (&self.ctrl, self.role)
             && c.keep_alive_expired(now)
         {
@@ -372,6 +376,13 @@ impl Queue {
             crate::warn_every!(sqid, "host exceeded the queue depth; command rejected");
             return self.immediate(sqe, Status::CMD_SEQ_ERROR.into());
         };
+        // The control plane changed the namespaces (one atomic load of a line the command path
+        // reads anyway): take the new set before this command looks its namespace up.
+        if let (QueueRole::Io { .. }, Some(c)) = (self.role, &self.ctrl)
+            && c.ns_gen() != self.ns_gen
+        {
+            self.refresh_namespaces();
+        }
         let slot = &mut self.slots[usize::from(idx)];
         slot.sqe = *sqe;
         slot.state = SlotState::Free;
@@ -603,6 +614,7 @@ impl Queue {
         if let Some(req) = &s.io
             && matches!(req.op, IoOp::Read)
             && !req.may_block()
+            && !req.ns.is_removed()
         {
             s.stream = true;
             s.c2h_len = u32::try_from(req.len).unwrap_or(u32::MAX);
@@ -637,6 +649,14 @@ impl Queue {
         }
         s.buf = buf;
         let req = s.io.take();
+        // A namespace removed while the command was in flight fails it (Linux nvmet answers
+        // commands to a disabled namespace the same way).
+        let status = match &req {
+            Some(r) if status.is_success() && r.ns.is_removed() => {
+                Status::INVALID_NS.with_dnr(true)
+            }
+            _ => status,
+        };
         if let Some(req) = &req {
             self.stats.add(req, status);
             if status.is_success() && matches!(req.op, crate::io::IoOp::Read) {
@@ -720,6 +740,27 @@ impl Queue {
         };
         self.completions.push_back(Completion::Immediate(cqe));
         Disposition::Done
+    }
+
+    /// Admin queue: complete outstanding Asynchronous Event Requests with the controller's
+    /// pending events (they wait in the controller until an AER is there). Returns whether a
+    /// completion was queued: the driver then sends it.
+    pub fn deliver_events(&mut self) -> bool {
+        let Some(c) = self.ctrl.clone() else {
+            return false;
+        };
+        if self.role != QueueRole::Admin || self.aers == 0 || !c.has_event() {
+            return false;
+        }
+        let mut any = false;
+        while self.aers > 0 {
+            let Some(dw0) = c.take_event() else { break };
+            if !self.complete_aer(dw0) {
+                break;
+            }
+            any = true;
+        }
+        any
     }
 
     /// Complete a parked AER with `dw0` (async event information). Returns false if none parked.
