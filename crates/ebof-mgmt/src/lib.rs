@@ -16,6 +16,7 @@
 //! (client). See `docs/adr/` ("management API") for the choices.
 
 pub mod api;
+pub mod build;
 pub mod client;
 pub mod metrics;
 pub mod ops;

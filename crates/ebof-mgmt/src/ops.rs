@@ -40,7 +40,7 @@ pub fn state(t: &Target) -> State {
         version: env!("CARGO_PKG_VERSION").to_string(),
         subsystems: t.subsystems().iter().map(|s| subsystem_view(s)).collect(),
         listeners: t
-            .listeners
+            .listeners()
             .iter()
             .map(|l| ListenerView {
                 address: l.addr.to_string(),

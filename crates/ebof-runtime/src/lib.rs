@@ -21,4 +21,4 @@ pub mod server;
 
 pub use engine::{EngineConfig, IoEngineKind};
 pub use reactor::ConnEnd;
-pub use server::{Server, ServerConfig, ServerHandle};
+pub use server::{ListenerControl, Server, ServerConfig, ServerHandle};

@@ -77,14 +77,40 @@ pub(crate) struct NewConn {
 /// Where other threads reach a reactor: new connections, plus the waker that interrupts its
 /// `epoll_wait` (also for the I/O engine's worker threads).
 pub(crate) struct Mailbox {
-    new_conns: Mutex<Vec<NewConn>>,
+    inbox: Mutex<Inbox>,
     waker: Waker,
+}
+
+/// What other threads hand a reactor: taken whole once per loop round (one lock).
+#[derive(Default)]
+struct Inbox {
+    new_conns: Vec<NewConn>,
+    commands: Vec<Command>,
+}
+
+/// Control-plane requests to a reactor.
+pub(crate) enum Command {
+    /// Accept on this listener (bound by the caller), discovery-only or not.
+    AddListener(
+        std::net::TcpListener,
+        bool,
+        std::sync::mpsc::Sender<io::Result<()>>,
+    ),
+    /// Stop accepting on the listener bound to this address and close it; answers whether
+    /// there was one.
+    RemoveListener(SocketAddr, std::sync::mpsc::Sender<bool>),
 }
 
 impl Mailbox {
     pub fn deliver(&self, c: NewConn) {
-        if let Ok(mut v) = self.new_conns.lock() {
-            v.push(c);
+        if let Ok(mut v) = self.inbox.lock() {
+            v.new_conns.push(c);
+        }
+        let _ = self.waker.wake();
+    }
+    pub fn command(&self, c: Command) {
+        if let Ok(mut v) = self.inbox.lock() {
+            v.commands.push(c);
         }
         let _ = self.waker.wake();
     }
@@ -109,8 +135,9 @@ pub(crate) struct Reactor {
     engine: Option<Engine>,
     /// Connection caps, checked when this reactor accepts.
     admission: Arc<Admission>,
-    /// Listeners accepted on this reactor, with their discovery-only flag.
-    listeners: Vec<(TcpListener, SocketAddr, bool)>,
+    /// Listeners accepted on this reactor, with their discovery-only flag (`None`: removed; the
+    /// index is the token).
+    listeners: Vec<Option<(TcpListener, SocketAddr, bool)>>,
     /// Where accepted connections go (round-robin), this reactor included.
     peers: Vec<Arc<Mailbox>>,
     next_peer: usize,
@@ -159,7 +186,7 @@ impl Reactor {
         let poll = Poll::new()?;
         let waker = Waker::new(poll.registry(), WAKER)?;
         let mailbox = Arc::new(Mailbox {
-            new_conns: Mutex::new(Vec::new()),
+            inbox: Mutex::new(Inbox::default()),
             waker,
         });
         Ok((
@@ -191,12 +218,48 @@ impl Reactor {
     ) -> io::Result<()> {
         let local = l.local_addr()?;
         let mut l = TcpListener::from_std(l);
-        let token = Token(LISTENER_BASE + self.listeners.len());
+        let i = self
+            .listeners
+            .iter()
+            .position(Option::is_none)
+            .unwrap_or(self.listeners.len());
         self.poll
             .registry()
-            .register(&mut l, token, Interest::READABLE)?;
-        self.listeners.push((l, local, discovery_only));
+            .register(&mut l, Token(LISTENER_BASE + i), Interest::READABLE)?;
+        if i == self.listeners.len() {
+            self.listeners.push(None);
+        }
+        self.listeners[i] = Some((l, local, discovery_only));
         Ok(())
+    }
+
+    /// Stop accepting on `addr` and close its socket; connections made through it stay.
+    fn remove_listener(&mut self, addr: SocketAddr) -> bool {
+        let Some(slot) = self
+            .listeners
+            .iter_mut()
+            .find(|l| l.as_ref().is_some_and(|(_, a, _)| *a == addr))
+        else {
+            return false;
+        };
+        if let Some((mut l, local, disc)) = slot.take() {
+            let _ = self.poll.registry().deregister(&mut l);
+            tracing::info!(%local, discovery_only = disc, "listener closed");
+        }
+        true
+    }
+
+    fn run_command(&mut self, c: Command) {
+        match c {
+            Command::AddListener(l, disc, done) => {
+                let r = self.add_listener(l, disc);
+                let _ = done.send(r);
+            }
+            Command::RemoveListener(addr, done) => {
+                let r = self.remove_listener(addr);
+                let _ = done.send(r);
+            }
+        }
     }
 
     pub fn set_peers(&mut self, peers: Vec<Arc<Mailbox>>) {
@@ -294,10 +357,18 @@ impl Reactor {
                 }
             }
             // New connections: try to read at once (the ICReq is usually there).
-            let new: Vec<NewConn> = match self.mailbox.new_conns.lock() {
-                Ok(mut v) if !v.is_empty() => std::mem::take(&mut *v),
-                _ => Vec::new(),
+            let Inbox {
+                new_conns: new,
+                commands,
+            } = match self.mailbox.inbox.lock() {
+                Ok(mut v) if !v.new_conns.is_empty() || !v.commands.is_empty() => {
+                    std::mem::take(&mut *v)
+                }
+                _ => Inbox::default(),
             };
+            for c in commands {
+                self.run_command(c);
+            }
             for nc in new {
                 generation += 1;
                 if let Some(i) = self.register(nc, &mut conns, &mut free, generation) {
@@ -431,7 +502,7 @@ impl Reactor {
     }
 
     fn accept(&mut self, idx: usize) {
-        let Some((l, local, disc)) = self.listeners.get(idx) else {
+        let Some(Some((l, local, disc))) = self.listeners.get(idx) else {
             return;
         };
         let (local, disc) = (*local, *disc);

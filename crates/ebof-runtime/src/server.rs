@@ -9,7 +9,7 @@
 use crate::affinity;
 use crate::engine::EngineConfig;
 use crate::limits::{Admission, ConnCaps};
-use crate::reactor::{Mailbox, Reactor};
+use crate::reactor::{Command, Mailbox, Reactor};
 use nvmf_target::Target;
 use nvmf_tcp::TargetConnConfig;
 use std::net::{SocketAddr, TcpListener as StdListener};
@@ -74,6 +74,8 @@ pub enum ServerError {
     Thread(std::io::Error),
     #[error("no cores to run on")]
     NoCores,
+    #[error("the accepting reactor did not answer in time")]
+    Unresponsive,
 }
 
 /// A running server.
@@ -84,11 +86,68 @@ pub struct ServerHandle {
     stop: Arc<AtomicBool>,
     mailboxes: Vec<Arc<Mailbox>>,
     threads: Vec<std::thread::JoinHandle<()>>,
+    backlog: u32,
     /// Addresses actually bound (port 0 resolved), I/O listeners first, then discovery.
     pub bound: Vec<SocketAddr>,
 }
 
+/// Adds and removes listeners of a running server (the management API's `listener add/remove`).
+/// Listeners live on the first reactor, which accepts for all of them.
+#[derive(Clone)]
+pub struct ListenerControl {
+    acceptor: Arc<Mailbox>,
+    backlog: u32,
+}
+
+impl std::fmt::Debug for ListenerControl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ListenerControl")
+            .field("backlog", &self.backlog)
+            .finish()
+    }
+}
+
+/// How long a control request waits for the accepting reactor.
+const CONTROL_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+impl ListenerControl {
+    /// Bind `addr` (errors are the caller's: address in use, not local…) and start accepting
+    /// on it. Returns the bound address (port 0 resolved).
+    pub fn add(&self, addr: SocketAddr, discovery_only: bool) -> Result<SocketAddr, ServerError> {
+        let l = listen(addr, self.backlog).map_err(|source| ServerError::Bind { addr, source })?;
+        let local = l.local_addr().unwrap_or(addr);
+        let (tx, rx) = std::sync::mpsc::channel();
+        self.acceptor
+            .command(Command::AddListener(l, discovery_only, tx));
+        match rx.recv_timeout(CONTROL_WAIT) {
+            Ok(Ok(())) => {
+                tracing::info!(%local, discovery_only, "listening (NVMe/TCP), added at run time");
+                Ok(local)
+            }
+            Ok(Err(source)) => Err(ServerError::Bind { addr, source }),
+            Err(_) => Err(ServerError::Unresponsive),
+        }
+    }
+
+    /// Stop accepting on `addr` and close its socket. Connections made through it are kept.
+    /// Returns false if no listener had that address.
+    pub fn remove(&self, addr: SocketAddr) -> Result<bool, ServerError> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        self.acceptor.command(Command::RemoveListener(addr, tx));
+        rx.recv_timeout(CONTROL_WAIT)
+            .map_err(|_| ServerError::Unresponsive)
+    }
+}
+
 impl ServerHandle {
+    /// Where to add and remove listeners while the server runs.
+    pub fn listener_control(&self) -> ListenerControl {
+        ListenerControl {
+            acceptor: self.mailboxes[0].clone(),
+            backlog: self.backlog,
+        }
+    }
+
     /// Stop accepting and end every reactor (open connections are dropped).
     pub fn stop(mut self) {
         self.stop.store(true, Ordering::Release);
@@ -199,6 +258,7 @@ impl Server {
             stop,
             mailboxes,
             threads,
+            backlog,
             bound,
         })
     }

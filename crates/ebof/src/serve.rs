@@ -2,19 +2,13 @@
 //! reactors, log what is served, and say "ready" last.
 
 use anyhow::{Context, Result, bail};
-use ebof_backend::{BackendOptions, BackendSpec};
 use ebof_config::{BackendChoice, Config, IoEngine, Overrides, format_size};
 use ebof_runtime::{EngineConfig, IoEngineKind, Server, ServerConfig, affinity};
-use nvmf_target::{ListenerInfo, Namespace, Subsystem, Target, TargetLimits};
 use nvmf_tcp::TargetConnConfig;
 use std::ffi::OsStr;
 use std::net::{SocketAddr, TcpListener};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Instant;
-
-/// Largest transfer (MDTS) we advertise.
-const MAX_TRANSFER: u32 = 128 * 1024;
 
 #[derive(clap::Args, Debug)]
 pub struct ServeArgs {
@@ -103,132 +97,6 @@ pub fn effective_config(a: &ServeArgs) -> Result<Config> {
     Ok(cfg)
 }
 
-fn backend_spec(b: &BackendChoice, ram_huge_pages: bool) -> BackendSpec {
-    match b {
-        BackendChoice::Ram { size } if ram_huge_pages => BackendSpec::RamHugePages { size: *size },
-        BackendChoice::Ram { size } => BackendSpec::Ram { size: *size },
-        // A file named without a size is used at its current size, or created with the
-        // default size when missing.
-        BackendChoice::File { path, size } => BackendSpec::File {
-            path: path.clone(),
-            size: size.or_else(|| (!path.exists()).then_some(ebof_config::DEFAULT_FILE_SIZE)),
-        },
-        BackendChoice::Block { path } => BackendSpec::Block { path: path.clone() },
-    }
-}
-
-/// A file namespace whose file does not exist yet is created, and so is its directory: the
-/// README's `/var/lib/ebof/disk1.img` should work on a fresh machine. When the directory cannot
-/// be created, say which one and how to fix it.
-fn ensure_parent_dir(field: &str, path: &Path) -> Result<()> {
-    let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) else {
-        return Ok(());
-    };
-    if path.exists() || dir.is_dir() {
-        return Ok(());
-    }
-    std::fs::create_dir_all(dir).with_context(|| {
-        format!(
-            "{field}: directory {} does not exist and cannot be created; create it \
-             (mkdir -p {}) or choose another path",
-            dir.display(),
-            dir.display()
-        )
-    })?;
-    tracing::info!(directory = %dir.display(), "created directory for a file namespace");
-    Ok(())
-}
-
-/// Open every backend and build the target model. Nothing is started on failure.
-pub fn build_target(cfg: &Config) -> Result<Target> {
-    let mut subsystems = Vec::new();
-    for (si, s) in cfg.subsystems.iter().enumerate() {
-        let mut namespaces = Vec::new();
-        for (ni, n) in s.namespaces.iter().enumerate() {
-            if let BackendChoice::File { path, .. } = &n.backend {
-                ensure_parent_dir(&format!("subsystems[{si}].namespaces[{ni}].path"), path)?;
-            }
-            let options = BackendOptions { direct: n.direct };
-            let backend = ebof_backend::open_with(
-                &backend_spec(&n.backend, cfg.target.ram_huge_pages),
-                options,
-            )
-            .map_err(|e| {
-                anyhow::anyhow!(
-                    "subsystems[{si}].namespaces[{ni}] (nsid {}): cannot open backend: {e}",
-                    n.nsid
-                )
-            })?;
-            if let Some(granularity) = backend.raw_io().and_then(|r| r.direct) {
-                check_direct_block_size(
-                    &format!("subsystems[{si}].namespaces[{ni}].block_size"),
-                    n.block_size,
-                    granularity,
-                    n.backend.path().unwrap_or(Path::new("")),
-                )?;
-            }
-            if backend.size() % u64::from(n.block_size) != 0 || backend.size() == 0 {
-                bail!(
-                    "subsystems[{si}].namespaces[{ni}]: backend size {} is not a positive multiple of block_size {}",
-                    backend.size(),
-                    n.block_size
-                );
-            }
-            namespaces.push(Arc::new(Namespace::new(
-                n.nsid,
-                backend,
-                n.block_size,
-                n.uuid,
-            )));
-        }
-        subsystems.push(Subsystem {
-            nqn: s.nqn.clone(),
-            serial: s.serial.clone(),
-            model: s.model.clone(),
-            allow_any_host: s.allow_any_host,
-            hosts: s.hosts.clone(),
-            namespaces,
-        });
-    }
-    let listeners = cfg
-        .listeners
-        .iter()
-        .enumerate()
-        .map(|(i, l)| ListenerInfo {
-            addr: l.socket_addr(),
-            portid: (i + 1) as u16,
-        })
-        .collect();
-    let t = &cfg.target;
-    let limits = TargetLimits {
-        io_inline_data: t.io_inline_data,
-        max_io_queues: t.max_io_queues,
-        max_queue_size: t.max_queue_size,
-        max_transfer: MAX_TRANSFER,
-    };
-    Ok(Target::new(subsystems, listeners, limits, Instant::now()))
-}
-
-/// O_DIRECT transfers whole device blocks: a namespace block smaller than the device's logical
-/// block (or the file system's direct-I/O granularity) would make every I/O fail, so refuse it
-/// at startup, naming the field and the fix.
-fn check_direct_block_size(
-    field: &str,
-    block_size: u32,
-    granularity: u32,
-    path: &Path,
-) -> Result<()> {
-    if block_size < granularity {
-        bail!(
-            "{field}: block_size {block_size} is smaller than the logical block size \
-             {granularity} of {} (needed with direct = true); use block_size = {granularity} \
-             or direct = false",
-            path.display()
-        );
-    }
-    Ok(())
-}
-
 /// Check, before any backend is opened or file created, that every listener can be bound, so a
 /// port in use fails at once with nothing left behind. The probe sockets are closed again at
 /// once (std sets SO_REUSEADDR, so the real bind in `Server::start` follows without delay).
@@ -301,7 +169,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
     };
     let default_discovery = a.config.is_none() && a.discovery_listen.is_none();
     check_listeners(&mut cfg, default_discovery)?;
-    let target = Arc::new(build_target(&cfg)?);
+    let target = Arc::new(ebof_mgmt::build::build_target(&cfg).map_err(anyhow::Error::msg)?);
     for (s, sc) in target.subsystems().iter().zip(&cfg.subsystems) {
         let hosts = if s.allow_any_host {
             "any".to_string()
@@ -429,60 +297,6 @@ mod tests {
         assert!(!colour_wanted(true, Some(OsStr::new("1"))));
         assert!(!colour_wanted(false, None));
         assert!(!colour_wanted(false, Some(OsStr::new(""))));
-    }
-
-    #[test]
-    fn missing_parent_directories_of_a_file_namespace_are_created() {
-        let tmp = tempfile::tempdir().unwrap();
-        let path = tmp.path().join("var/lib/ebof/disk1.img");
-        let toml = format!(
-            "[[listeners]]\naddress = \"127.0.0.1\"\n[[subsystems]]\nnqn = \"nqn.2026-11.io.ebof:t\"\n\
-             [[subsystems.namespaces]]\nbackend = \"file\"\npath = {:?}\nsize = \"1M\"\n",
-            path.display().to_string()
-        );
-        let cfg = Config::from_toml_str(&toml).unwrap();
-        let target = build_target(&cfg).unwrap();
-        assert_eq!(target.subsystems()[0].namespaces[0].backend.size(), 1 << 20);
-        assert_eq!(std::fs::metadata(&path).unwrap().len(), 1 << 20);
-    }
-
-    #[test]
-    fn an_uncreatable_directory_is_named_with_the_fix() {
-        let tmp = tempfile::tempdir().unwrap();
-        // A regular file where a directory would have to be.
-        let blocker = tmp.path().join("not-a-dir");
-        std::fs::write(&blocker, b"x").unwrap();
-        let path = blocker.join("sub/disk.img");
-        let err = ensure_parent_dir("subsystems[0].namespaces[0].path", &path).unwrap_err();
-        let text = format!("{err:#}");
-        let dir = blocker.join("sub");
-        assert!(
-            text.starts_with(&format!(
-                "subsystems[0].namespaces[0].path: directory {} does not exist",
-                dir.display()
-            )),
-            "{text}"
-        );
-        assert!(
-            text.contains(&format!("mkdir -p {}", dir.display())),
-            "{text}"
-        );
-        assert!(!dir.exists());
-    }
-
-    #[test]
-    fn direct_namespaces_need_blocks_of_at_least_the_device_granularity() {
-        let field = "subsystems[0].namespaces[1].block_size";
-        let dev = Path::new("/dev/sdz");
-        check_direct_block_size(field, 4096, 4096, dev).unwrap();
-        check_direct_block_size(field, 4096, 512, dev).unwrap();
-        let err = check_direct_block_size(field, 512, 4096, dev).unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "subsystems[0].namespaces[1].block_size: block_size 512 is smaller than the logical \
-             block size 4096 of /dev/sdz (needed with direct = true); use block_size = 4096 or \
-             direct = false"
-        );
     }
 
     #[test]

@@ -37,19 +37,19 @@ impl Queue {
     /// The full discovery log page for the host of `ctrl`.
     pub(crate) fn discovery_log(&self, ctrl: &Controller) -> Vec<u8> {
         let t = &self.target;
+        let listeners = t.listeners();
         let mut entries = Vec::new();
         for s in t
             .subsystems()
             .iter()
             .filter(|s| s.host_allowed(&ctrl.hostnqn))
         {
-            for l in &t.listeners {
+            for l in listeners.iter() {
                 entries.push(entry(l.addr, l.portid, subtype::NVME, &s.nqn, 0));
             }
         }
         // The current discovery subsystem, reachable where this host is connected.
-        let portid = t
-            .listeners
+        let portid = listeners
             .iter()
             .find(|l| l.addr == self.local)
             .map_or(0, |l| l.portid);

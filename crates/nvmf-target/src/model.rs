@@ -198,7 +198,8 @@ pub struct Target {
     writer: Mutex<()>,
     /// Rare-event counters for metrics.
     pub events: EventCounters,
-    pub listeners: Vec<ListenerInfo>,
+    /// NVMe listeners, as the discovery log lists them (replaced whole by the control plane).
+    listeners: ArcSwap<Vec<ListenerInfo>>,
     pub limits: TargetLimits,
     /// Discovery log generation counter.
     pub genctr: AtomicU64,
@@ -227,7 +228,7 @@ impl Target {
             subsystems: ArcSwap::from_pointee(subsystems.into_iter().map(Arc::new).collect()),
             writer: Mutex::new(()),
             events: EventCounters::default(),
-            listeners,
+            listeners: ArcSwap::from_pointee(listeners),
             limits,
             genctr: AtomicU64::new(1),
             started: now,
@@ -241,6 +242,19 @@ impl Target {
     /// The current subsystem table (a snapshot: later changes do not show in it).
     pub fn subsystems(&self) -> Arc<Vec<Arc<Subsystem>>> {
         self.subsystems.load_full()
+    }
+
+    /// The NVMe listeners now (a snapshot).
+    pub fn listeners(&self) -> Arc<Vec<ListenerInfo>> {
+        self.listeners.load_full()
+    }
+
+    /// Replace the listener list (the discovery log changes with it).
+    pub fn set_listeners(&self, listeners: Vec<ListenerInfo>) {
+        let _w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        self.listeners.store(Arc::new(listeners));
+        drop(_w);
+        self.discovery_log_changed();
     }
 
     /// The current snapshot of the subsystem named `nqn`.
