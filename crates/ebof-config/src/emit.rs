@@ -73,6 +73,9 @@ impl Config {
             if self.management.disabled {
                 out.push_str("enabled = false\n");
             }
+            if self.management.autosave {
+                out.push_str("autosave = true\n");
+            }
         }
         if let Some(m) = &self.metrics {
             out.push_str("\n[metrics]\n");

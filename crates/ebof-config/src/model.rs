@@ -69,6 +69,9 @@ pub struct Management {
     pub socket: Option<PathBuf>,
     /// `enabled = false` serves no management API at all.
     pub disabled: bool,
+    /// `autosave = true`: each change made through the management API is written back to the
+    /// configuration file `ebof serve` was started with (atomically), as `ebof ctl save` does.
+    pub autosave: bool,
 }
 
 /// Global tuning of the target (`[target]`). Every field has a default.

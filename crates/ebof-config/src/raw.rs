@@ -51,6 +51,8 @@ struct RawManagement {
     socket: Option<String>,
     /// `false`: no management API.
     enabled: Option<bool>,
+    /// `true`: every change made through the API is saved to the configuration file.
+    autosave: Option<bool>,
 }
 
 /// `[metrics]`.
@@ -393,6 +395,7 @@ fn convert_management(raw: RawManagement) -> Result<Management, ConfigError> {
     Ok(Management {
         socket,
         disabled: raw.enabled == Some(false),
+        autosave: raw.autosave == Some(true),
     })
 }
 

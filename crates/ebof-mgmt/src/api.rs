@@ -31,6 +31,18 @@ pub mod routes {
     pub const ALLOW_ANY_HOST: &str = "/v1/subsystems/{nqn}/allow_any_host";
     /// `DELETE`: disconnect a controller (all its queues close).
     pub const CONTROLLER: &str = "/v1/controllers/{cntlid}";
+    /// `POST` [`super::NamespaceRequest`]: add a namespace to a running subsystem.
+    pub const NAMESPACES: &str = "/v1/subsystems/{nqn}/namespaces";
+    /// `DELETE`: remove a namespace; `PUT` [`super::ResizeRequest`] …`/size`: resize it.
+    pub const NAMESPACE: &str = "/v1/subsystems/{nqn}/namespaces/{nsid}";
+    /// `PUT` [`super::ResizeRequest`]: change a namespace's size.
+    pub const NAMESPACE_SIZE: &str = "/v1/subsystems/{nqn}/namespaces/{nsid}/size";
+    /// `POST` [`super::ListenerRequest`]: start listening.
+    pub const LISTENERS: &str = "/v1/listeners";
+    /// `DELETE`: stop listening on `ADDR:PORT` (connections made through it stay).
+    pub const LISTENER: &str = "/v1/listeners/{address}";
+    /// `POST` [`super::SaveRequest`]: write the running configuration as TOML.
+    pub const SAVE: &str = "/v1/save";
 
     /// `route` with each `{name}` replaced by the percent-encoded value, in order.
     pub fn fill(route: &str, values: &[&str]) -> String {
@@ -84,6 +96,22 @@ pub mod codes {
     pub const UNKNOWN_CONTROLLER: &str = "unknown-controller";
     /// A controller id that is not a number in 1..=65519.
     pub const INVALID_CNTLID: &str = "invalid-cntlid";
+    /// No namespace with this NSID in the subsystem.
+    pub const UNKNOWN_NAMESPACE: &str = "unknown-namespace";
+    /// No listener on this address.
+    pub const UNKNOWN_LISTENER: &str = "unknown-listener";
+    /// The namespace's storage could not be opened, created or resized (the message says why).
+    pub const BACKEND_FAILED: &str = "backend-failed";
+    /// Shrinking a namespace discards the data past its new end: the request must say so.
+    pub const SHRINK_NOT_CONFIRMED: &str = "shrink-not-confirmed";
+    /// The address cannot be listened on (in use, not local…).
+    pub const LISTEN_FAILED: &str = "listen-failed";
+    /// This server cannot add or remove listeners (it was started without reactors to ask).
+    pub const UNSUPPORTED: &str = "unsupported";
+    /// The configuration could not be written (the message names the file and the error).
+    pub const SAVE_FAILED: &str = "save-failed";
+    /// `save` without a path on a server started without a configuration file.
+    pub const NO_CONFIG_FILE: &str = "no-config-file";
     /// The server failed on its side (a bug: please report).
     pub const INTERNAL: &str = "internal";
 }
@@ -124,10 +152,20 @@ impl ApiError {
             codes::UNKNOWN_ENDPOINT
             | codes::UNKNOWN_SUBSYSTEM
             | codes::UNKNOWN_HOST
-            | codes::UNKNOWN_CONTROLLER => 404,
+            | codes::UNKNOWN_CONTROLLER
+            | codes::UNKNOWN_NAMESPACE
+            | codes::UNKNOWN_LISTENER => 404,
             codes::METHOD_NOT_ALLOWED => 405,
-            codes::INTERNAL => 500,
-            ebof_config::codes::DUPLICATE_HOST | ebof_config::codes::CONFLICTING_HOSTS => 409,
+            codes::INTERNAL | codes::SAVE_FAILED => 500,
+            codes::UNSUPPORTED => 501,
+            ebof_config::codes::DUPLICATE_HOST
+            | ebof_config::codes::CONFLICTING_HOSTS
+            | ebof_config::codes::DUPLICATE_NSID
+            | ebof_config::codes::DUPLICATE_PATH
+            | ebof_config::codes::DUPLICATE_UUID
+            | ebof_config::codes::DUPLICATE_LISTENER
+            | codes::LISTEN_FAILED
+            | codes::SHRINK_NOT_CONFIRMED => 409,
             _ => 400,
         }
     }
@@ -175,14 +213,20 @@ pub struct NamespaceView {
     pub block_size: u32,
     /// RFC 4122 text form.
     pub uuid: String,
+    /// File or device path (file and block namespaces).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ListenerView {
     /// `ADDR:PORT`.
     pub address: String,
-    /// Port ID in the discovery log.
+    /// Port ID in the discovery log (0 for the dedicated discovery listener).
     pub portid: u16,
+    /// The dedicated discovery listener.
+    #[serde(default)]
+    pub discovery: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -265,6 +309,81 @@ pub struct AllowAnyHostRequest {
 pub struct Disconnected {
     pub cntlid: u16,
     pub hostnqn: String,
+}
+
+/// `POST /v1/subsystems/{nqn}/namespaces`: a namespace as the configuration file's
+/// `[[subsystems.namespaces]]` describes one (`backend` = `ram` with `size`, `file` with `path`
+/// and optional `size`, `block` with `path`). Absent fields take the file's defaults: the
+/// lowest free NSID, 512-byte blocks, the UUID derived from NQN and NSID, buffered I/O.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NamespaceRequest {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nsid: Option<u32>,
+    pub backend: String,
+    /// Bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub block_size: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uuid: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub direct: Option<bool>,
+}
+
+/// Answer of `POST …/namespaces` and `PUT …/size`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NamespaceChanged {
+    pub subsystem: String,
+    pub namespace: NamespaceView,
+}
+
+/// `PUT /v1/subsystems/{nqn}/namespaces/{nsid}/size`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResizeRequest {
+    /// New size in bytes (a positive multiple of the block size).
+    pub size: u64,
+    /// Must be true to make the namespace smaller (the data past the new end is discarded).
+    #[serde(default)]
+    pub shrink: bool,
+}
+
+/// Answer of `DELETE /v1/subsystems/{nqn}/namespaces/{nsid}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NamespaceRemoved {
+    pub subsystem: String,
+    pub nsid: u32,
+}
+
+/// `POST /v1/listeners`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListenerRequest {
+    /// `ADDR:PORT` (or `ADDR`, port 4420; 8009 for discovery).
+    pub address: String,
+    /// A dedicated discovery listener (only the discovery subsystem is reachable on it).
+    #[serde(default)]
+    pub discovery: bool,
+}
+
+/// `POST /v1/save`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SaveRequest {
+    /// Where to write; default: the file `ebof serve` was started with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+}
+
+/// Answer of `POST /v1/save`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Saved {
+    pub path: String,
+    pub bytes: u64,
 }
 
 /// Text form of a UUID.

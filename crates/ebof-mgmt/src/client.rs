@@ -2,8 +2,9 @@
 //! call over the Unix socket, each bounded by [`REQUEST_TIMEOUT`].
 
 use crate::api::{
-    AllowAnyHostRequest, ApiError, Disconnected, HostRequest, State, Stats, SubsystemRemoved,
-    SubsystemRequest, SubsystemView, routes,
+    AllowAnyHostRequest, ApiError, Disconnected, HostRequest, ListenerRequest, ListenerView,
+    NamespaceChanged, NamespaceRemoved, NamespaceRequest, ResizeRequest, SaveRequest, Saved,
+    State, Stats, SubsystemRemoved, SubsystemRequest, SubsystemView, routes,
 };
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
@@ -109,6 +110,61 @@ impl Client {
             &routes::fill(routes::CONTROLLER, &[cntlid]),
             None,
         )
+    }
+
+    /// Add a namespace to subsystem `nqn`.
+    pub fn add_namespace(
+        &self,
+        nqn: &str,
+        req: &NamespaceRequest,
+    ) -> Result<NamespaceChanged, ClientError> {
+        self.json(
+            Method::POST,
+            &routes::fill(routes::NAMESPACES, &[nqn]),
+            Some(to_json(req)),
+        )
+    }
+
+    /// Remove namespace `nsid` of `nqn`.
+    pub fn remove_namespace(&self, nqn: &str, nsid: &str) -> Result<NamespaceRemoved, ClientError> {
+        self.json(
+            Method::DELETE,
+            &routes::fill(routes::NAMESPACE, &[nqn, nsid]),
+            None,
+        )
+    }
+
+    /// Resize namespace `nsid` of `nqn`.
+    pub fn resize_namespace(
+        &self,
+        nqn: &str,
+        nsid: &str,
+        req: &ResizeRequest,
+    ) -> Result<NamespaceChanged, ClientError> {
+        self.json(
+            Method::PUT,
+            &routes::fill(routes::NAMESPACE_SIZE, &[nqn, nsid]),
+            Some(to_json(req)),
+        )
+    }
+
+    /// Start listening on a new address.
+    pub fn add_listener(&self, req: &ListenerRequest) -> Result<ListenerView, ClientError> {
+        self.json(Method::POST, routes::LISTENERS, Some(to_json(req)))
+    }
+
+    /// Stop listening on `address` (`ADDR:PORT`).
+    pub fn remove_listener(&self, address: &str) -> Result<ListenerView, ClientError> {
+        self.json(
+            Method::DELETE,
+            &routes::fill(routes::LISTENER, &[address]),
+            None,
+        )
+    }
+
+    /// Write the running configuration.
+    pub fn save(&self, req: &SaveRequest) -> Result<Saved, ClientError> {
+        self.json(Method::POST, routes::SAVE, Some(to_json(req)))
     }
 
     /// Send a raw request (for tests and tools): the status and body as they came.

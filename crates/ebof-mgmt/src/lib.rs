@@ -18,10 +18,12 @@
 pub mod api;
 pub mod build;
 pub mod client;
+pub mod control;
 pub mod metrics;
 pub mod ops;
 pub mod server;
 
 pub use api::{ApiError, State, Stats};
 pub use client::{Client, ClientError};
+pub use control::Control;
 pub use server::{MgmtServer, ServerError, bind_metrics, bind_socket, default_socket_path, start};

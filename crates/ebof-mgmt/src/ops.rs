@@ -13,7 +13,7 @@ use std::sync::atomic::Ordering;
 /// NQN of the discovery subsystem (what a discovery controller reports).
 const DISCOVERY_NQN: &str = ebof_config::DISCOVERY_NQN;
 
-fn subsystem_view(s: &Subsystem) -> SubsystemView {
+pub(crate) fn subsystem_view(s: &Subsystem) -> SubsystemView {
     SubsystemView {
         nqn: s.nqn.clone(),
         serial: s.serial.clone(),
@@ -29,6 +29,7 @@ fn subsystem_view(s: &Subsystem) -> SubsystemView {
                 size: n.backend.size(),
                 block_size: n.block_size,
                 uuid: api::uuid_string(&n.uuid),
+                path: None,
             })
             .collect(),
     }
@@ -45,6 +46,7 @@ pub fn state(t: &Target) -> State {
             .map(|l| ListenerView {
                 address: l.addr.to_string(),
                 portid: l.portid,
+                discovery: false,
             })
             .collect(),
         controllers: t
@@ -112,7 +114,7 @@ fn update(
     }
 }
 
-fn unknown_subsystem(nqn: &str) -> ApiError {
+pub(crate) fn unknown_subsystem(nqn: &str) -> ApiError {
     ApiError::new(
         codes::UNKNOWN_SUBSYSTEM,
         "nqn",

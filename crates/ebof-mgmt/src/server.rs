@@ -4,16 +4,17 @@
 //! atomics for counters and disconnects. The reactors never wait for it.
 
 use crate::api::{
-    self, AllowAnyHostRequest, ApiError, HostRequest, SubsystemRequest, codes, routes,
+    self, AllowAnyHostRequest, ApiError, HostRequest, ListenerRequest, NamespaceRequest,
+    ResizeRequest, SaveRequest, SubsystemRequest, codes, routes,
 };
-use crate::{metrics, ops};
+use crate::control::Control;
+use crate::metrics;
 use axum::Router;
 use axum::extract::rejection::{JsonRejection, PathRejection};
 use axum::extract::{Path, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post, put};
-use nvmf_target::Target;
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
@@ -190,15 +191,7 @@ pub struct MgmtServer {
     pub metrics_addr: Option<SocketAddr>,
 }
 
-/// What the handlers share.
-#[derive(Debug)]
-pub struct Shared {
-    pub target: Arc<Target>,
-    /// `[target] serial_prefix` of the running configuration (serials of added subsystems).
-    pub serial_prefix: String,
-}
-
-type Ctx = Arc<Shared>;
+type Ctx = Arc<Control>;
 
 /// The API's routes (the Unix socket serves all of them).
 pub fn router(ctx: Ctx) -> Router {
@@ -212,6 +205,12 @@ pub fn router(ctx: Ctx) -> Router {
         .route(routes::HOST, delete(delete_host))
         .route(routes::ALLOW_ANY_HOST, put(put_allow_any_host))
         .route(routes::CONTROLLER, delete(delete_controller))
+        .route(routes::NAMESPACES, post(post_namespace))
+        .route(routes::NAMESPACE, delete(delete_namespace))
+        .route(routes::NAMESPACE_SIZE, put(put_namespace_size))
+        .route(routes::LISTENERS, post(post_listener))
+        .route(routes::LISTENER, delete(delete_listener))
+        .route(routes::SAVE, post(post_save))
         .fallback(unknown_endpoint)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(ctx)
@@ -219,8 +218,7 @@ pub fn router(ctx: Ctx) -> Router {
 
 /// Start serving `socket` (the API) and `metrics` (only `/metrics`) on a thread of its own.
 pub fn start(
-    target: Arc<Target>,
-    serial_prefix: &str,
+    ctx: Arc<Control>,
     socket: Option<BoundSocket>,
     metrics: Option<std::net::TcpListener>,
 ) -> Result<MgmtServer, ServerError> {
@@ -241,10 +239,6 @@ pub fn start(
         }
         None => (None, None),
     };
-    let ctx = Arc::new(Shared {
-        target,
-        serial_prefix: serial_prefix.to_string(),
-    });
     let api = router(ctx.clone());
     let metrics_only = Router::new()
         .route(routes::METRICS, get(get_metrics))
@@ -360,11 +354,11 @@ fn bad_path(r: PathRejection) -> ApiError {
 }
 
 async fn get_state(State(c): State<Ctx>) -> Response {
-    json(Ok(ops::state(&c.target)))
+    json(Ok(c.state()))
 }
 
 async fn get_stats(State(c): State<Ctx>) -> Response {
-    json(Ok(ops::stats(&c.target)))
+    json(Ok(c.stats()))
 }
 
 async fn get_metrics(State(c): State<Ctx>) -> Response {
@@ -379,68 +373,137 @@ async fn get_metrics(State(c): State<Ctx>) -> Response {
     }
 }
 
-async fn post_subsystem(
-    State(c): State<Ctx>,
-    body: Result<axum::Json<SubsystemRequest>, JsonRejection>,
+type PathArg<T> = Result<Path<T>, PathRejection>;
+type Body<T> = Result<axum::Json<T>, JsonRejection>;
+
+/// Run a change on the blocking pool: it may open, create or flush storage.
+async fn blocking<T: serde::Serialize + Send + 'static>(
+    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
 ) -> Response {
-    json((|| {
-        let axum::Json(req) = body.map_err(bad_body)?;
-        ops::add_subsystem(&c.target, &req, &c.serial_prefix)
-    })())
+    match tokio::task::spawn_blocking(f).await {
+        Ok(r) => json(r),
+        Err(_) => json::<()>(Err(ApiError::new(
+            codes::INTERNAL,
+            "",
+            "the request failed on the server's side",
+        ))),
+    }
 }
 
-async fn delete_subsystem(
-    State(c): State<Ctx>,
-    path: Result<Path<String>, PathRejection>,
-) -> Response {
-    json((|| {
-        let Path(nqn) = path.map_err(bad_path)?;
-        ops::remove_subsystem(&c.target, &nqn)
-    })())
+async fn post_subsystem(State(c): State<Ctx>, body: Body<SubsystemRequest>) -> Response {
+    let req = match body {
+        Ok(axum::Json(r)) => r,
+        Err(e) => return json::<()>(Err(bad_body(e))),
+    };
+    blocking(move || c.add_subsystem(&req)).await
+}
+
+async fn delete_subsystem(State(c): State<Ctx>, path: PathArg<String>) -> Response {
+    let Path(nqn) = match path {
+        Ok(p) => p,
+        Err(e) => return json::<()>(Err(bad_path(e))),
+    };
+    blocking(move || c.remove_subsystem(&nqn)).await
 }
 
 async fn post_host(
     State(c): State<Ctx>,
-    path: Result<Path<String>, PathRejection>,
-    body: Result<axum::Json<HostRequest>, JsonRejection>,
+    path: PathArg<String>,
+    body: Body<HostRequest>,
 ) -> Response {
-    json((|| {
-        let Path(nqn) = path.map_err(bad_path)?;
-        let axum::Json(req) = body.map_err(bad_body)?;
-        ops::allow_host(&c.target, &nqn, &req.hostnqn)
-    })())
+    let (Path(nqn), axum::Json(req)) = match (path, body) {
+        (Ok(p), Ok(b)) => (p, b),
+        (Err(e), _) => return json::<()>(Err(bad_path(e))),
+        (_, Err(e)) => return json::<()>(Err(bad_body(e))),
+    };
+    blocking(move || c.allow_host(&nqn, &req.hostnqn)).await
 }
 
-async fn delete_host(
-    State(c): State<Ctx>,
-    path: Result<Path<(String, String)>, PathRejection>,
-) -> Response {
-    json((|| {
-        let Path((nqn, host)) = path.map_err(bad_path)?;
-        ops::deny_host(&c.target, &nqn, &host)
-    })())
+async fn delete_host(State(c): State<Ctx>, path: PathArg<(String, String)>) -> Response {
+    let Path((nqn, host)) = match path {
+        Ok(p) => p,
+        Err(e) => return json::<()>(Err(bad_path(e))),
+    };
+    blocking(move || c.deny_host(&nqn, &host)).await
 }
 
 async fn put_allow_any_host(
     State(c): State<Ctx>,
-    path: Result<Path<String>, PathRejection>,
-    body: Result<axum::Json<AllowAnyHostRequest>, JsonRejection>,
+    path: PathArg<String>,
+    body: Body<AllowAnyHostRequest>,
 ) -> Response {
-    json((|| {
-        let Path(nqn) = path.map_err(bad_path)?;
-        let axum::Json(req) = body.map_err(bad_body)?;
-        ops::set_allow_any_host(&c.target, &nqn, req.allow_any_host)
-    })())
+    let (Path(nqn), axum::Json(req)) = match (path, body) {
+        (Ok(p), Ok(b)) => (p, b),
+        (Err(e), _) => return json::<()>(Err(bad_path(e))),
+        (_, Err(e)) => return json::<()>(Err(bad_body(e))),
+    };
+    blocking(move || c.set_allow_any_host(&nqn, req.allow_any_host)).await
 }
 
-async fn delete_controller(
+async fn delete_controller(State(c): State<Ctx>, path: PathArg<String>) -> Response {
+    let Path(id) = match path {
+        Ok(p) => p,
+        Err(e) => return json::<()>(Err(bad_path(e))),
+    };
+    json(c.disconnect(&id))
+}
+
+async fn post_namespace(
     State(c): State<Ctx>,
-    path: Result<Path<String>, PathRejection>,
+    path: PathArg<String>,
+    body: Body<NamespaceRequest>,
 ) -> Response {
-    json((|| {
-        let Path(id) = path.map_err(bad_path)?;
-        ops::disconnect(&c.target, &id)
-    })())
+    let (Path(nqn), axum::Json(req)) = match (path, body) {
+        (Ok(p), Ok(b)) => (p, b),
+        (Err(e), _) => return json::<()>(Err(bad_path(e))),
+        (_, Err(e)) => return json::<()>(Err(bad_body(e))),
+    };
+    blocking(move || c.add_namespace(&nqn, &req)).await
+}
+
+async fn delete_namespace(State(c): State<Ctx>, path: PathArg<(String, String)>) -> Response {
+    let Path((nqn, nsid)) = match path {
+        Ok(p) => p,
+        Err(e) => return json::<()>(Err(bad_path(e))),
+    };
+    blocking(move || c.remove_namespace(&nqn, &nsid)).await
+}
+
+async fn put_namespace_size(
+    State(c): State<Ctx>,
+    path: PathArg<(String, String)>,
+    body: Body<ResizeRequest>,
+) -> Response {
+    let (Path((nqn, nsid)), axum::Json(req)) = match (path, body) {
+        (Ok(p), Ok(b)) => (p, b),
+        (Err(e), _) => return json::<()>(Err(bad_path(e))),
+        (_, Err(e)) => return json::<()>(Err(bad_body(e))),
+    };
+    blocking(move || c.resize_namespace(&nqn, &nsid, &req)).await
+}
+
+async fn post_listener(State(c): State<Ctx>, body: Body<ListenerRequest>) -> Response {
+    let req = match body {
+        Ok(axum::Json(r)) => r,
+        Err(e) => return json::<()>(Err(bad_body(e))),
+    };
+    blocking(move || c.add_listener(&req)).await
+}
+
+async fn delete_listener(State(c): State<Ctx>, path: PathArg<String>) -> Response {
+    let Path(addr) = match path {
+        Ok(p) => p,
+        Err(e) => return json::<()>(Err(bad_path(e))),
+    };
+    blocking(move || c.remove_listener(&addr)).await
+}
+
+async fn post_save(State(c): State<Ctx>, body: Body<SaveRequest>) -> Response {
+    let req = match body {
+        Ok(axum::Json(r)) => r,
+        Err(e) => return json::<()>(Err(bad_body(e))),
+    };
+    blocking(move || c.save(&req)).await
 }
 
 async fn unknown_endpoint(uri: axum::http::Uri) -> Response {

@@ -53,6 +53,79 @@ pub enum CtlCmd {
         /// Controller id, as `ebof ctl show` lists it.
         cntlid: String,
     },
+    /// Add, remove or resize namespaces of a running subsystem (connected hosts see the change
+    /// without reconnecting).
+    Ns {
+        #[command(subcommand)]
+        cmd: NsCmd,
+    },
+    /// Add or remove listeners (existing connections stay when their listener goes).
+    Listener {
+        #[command(subcommand)]
+        cmd: ListenerCmd,
+    },
+    /// Write the running configuration as TOML (default: the file `ebof serve` was started
+    /// with), atomically; a restart with it serves the same.
+    Save {
+        /// Where to write.
+        file: Option<PathBuf>,
+    },
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum NsCmd {
+    /// Add a namespace to subsystem NQN: RAM, a file (created if missing) or a block device.
+    Add {
+        nqn: String,
+        /// Volatile RAM namespace of SIZE (e.g. 4G).
+        #[arg(long, value_name = "SIZE", group = "backend")]
+        ram: Option<String>,
+        /// File namespace (created with --size, or 1G, if missing).
+        #[arg(long, value_name = "PATH", group = "backend")]
+        file: Option<PathBuf>,
+        /// Block device namespace.
+        #[arg(long, value_name = "DEV", group = "backend")]
+        block: Option<PathBuf>,
+        /// Size of a --file namespace (created or extended to it, never truncated).
+        #[arg(long, value_name = "SIZE", requires = "file")]
+        size: Option<String>,
+        /// Namespace ID (default: the lowest free one).
+        #[arg(long)]
+        nsid: Option<u32>,
+        /// Logical block size.
+        #[arg(long, value_parser = ["512", "4096"])]
+        block_size: Option<String>,
+        /// Namespace UUID (default: derived from NQN and NSID).
+        #[arg(long)]
+        uuid: Option<String>,
+        /// Bypass the page cache (O_DIRECT) for a file or block namespace.
+        #[arg(long)]
+        direct: bool,
+    },
+    /// Remove namespace NSID of NQN (commands in flight on it fail with Invalid Namespace).
+    Remove { nqn: String, nsid: String },
+    /// Change the size of namespace NSID of NQN while it serves.
+    Resize {
+        nqn: String,
+        nsid: String,
+        /// New size (e.g. 8G).
+        size: String,
+        /// Allow making it smaller (the data past the new end is discarded).
+        #[arg(long)]
+        shrink: bool,
+    },
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum ListenerCmd {
+    /// Listen on ADDR:PORT (NVMe/TCP; with --discovery the dedicated discovery listener).
+    Add {
+        address: String,
+        #[arg(long)]
+        discovery: bool,
+    },
+    /// Stop listening on ADDR:PORT.
+    Remove { address: String },
 }
 
 #[derive(clap::Subcommand, Debug)]
@@ -181,6 +254,36 @@ pub fn run(a: CtlArgs) -> Result<()> {
                 println!("{what}");
             }
         }
+        CtlCmd::Ns { cmd } => ns(&c, json, cmd)?,
+        CtlCmd::Listener { cmd } => {
+            let (l, verb) = match cmd {
+                ListenerCmd::Add { address, discovery } => (
+                    c.add_listener(&ebof_mgmt::api::ListenerRequest { address, discovery }),
+                    "listening on",
+                ),
+                ListenerCmd::Remove { address } => {
+                    (c.remove_listener(&address), "stopped listening on")
+                }
+            };
+            let l = l.map_err(err)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&l)?);
+            } else {
+                let kind = if l.discovery { "discovery" } else { "NVMe/TCP" };
+                println!("{verb} {} ({kind})", l.address);
+            }
+        }
+        CtlCmd::Save { file } => {
+            let req = ebof_mgmt::api::SaveRequest {
+                path: file.map(|f| absolute(&f).display().to_string()),
+            };
+            let r = c.save(&req).map_err(err)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                println!("running configuration saved to {} ({} bytes)", r.path, r.bytes);
+            }
+        }
         CtlCmd::Disconnect { cntlid } => {
             let d = c.disconnect(&cntlid).map_err(err)?;
             if json {
@@ -191,6 +294,99 @@ pub fn run(a: CtlArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// `ebof ctl ns …`.
+fn ns(c: &Client, json: bool, cmd: NsCmd) -> Result<()> {
+    let size = |s: &str, what: &str| -> Result<u64> {
+        ebof_config::parse_size(s).map_err(|e| anyhow::anyhow!("{what}: {}", e.message))
+    };
+    match cmd {
+        NsCmd::Add {
+            nqn,
+            ram,
+            file,
+            block,
+            size: file_size,
+            nsid,
+            block_size,
+            uuid,
+            direct,
+        } => {
+            let mut req = ebof_mgmt::api::NamespaceRequest {
+                nsid,
+                block_size: block_size.and_then(|b| b.parse().ok()),
+                uuid,
+                direct: direct.then_some(true),
+                ..Default::default()
+            };
+            match (ram, file, block) {
+                (Some(r), None, None) => {
+                    req.backend = "ram".into();
+                    req.size = Some(size(&r, "--ram")?);
+                }
+                (None, Some(f), None) => {
+                    req.backend = "file".into();
+                    req.path = Some(absolute(&f).display().to_string());
+                    req.size = file_size.map(|s| size(&s, "--size")).transpose()?;
+                }
+                (None, None, Some(b)) => {
+                    req.backend = "block".into();
+                    req.path = Some(absolute(&b).display().to_string());
+                }
+                _ => anyhow::bail!("say what backs the namespace: --ram SIZE, --file PATH or --block DEV"),
+            }
+            let r = c.add_namespace(&nqn, &req).map_err(err)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                println!(
+                    "namespace {} added to {} ({} {}, {} B blocks)",
+                    r.namespace.nsid,
+                    r.subsystem,
+                    r.namespace.backend,
+                    format_size(r.namespace.size),
+                    r.namespace.block_size
+                );
+            }
+        }
+        NsCmd::Remove { nqn, nsid } => {
+            let r = c.remove_namespace(&nqn, &nsid).map_err(err)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                println!("namespace {} removed from {}", r.nsid, r.subsystem);
+            }
+        }
+        NsCmd::Resize {
+            nqn,
+            nsid,
+            size: new,
+            shrink,
+        } => {
+            let req = ebof_mgmt::api::ResizeRequest {
+                size: size(&new, "SIZE")?,
+                shrink,
+            };
+            let r = c.resize_namespace(&nqn, &nsid, &req).map_err(err)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                println!(
+                    "namespace {} of {} is now {}",
+                    r.namespace.nsid,
+                    r.subsystem,
+                    format_size(r.namespace.size)
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Paths are resolved by the server, whose working directory may differ: send them absolute.
+fn absolute(p: &std::path::Path) -> PathBuf {
+    std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
 }
 
 /// A client error as the CLI reports it (the API's message already says what and where).
@@ -242,7 +438,7 @@ pub fn show_text(s: &State) -> String {
             "subsystem {}  serial {}  model {}\n  hosts: {hosts}\n",
             sub.nqn, sub.serial, sub.model
         ));
-        let mut rows = vec![row(&["NSID", "BACKEND", "SIZE", "BLOCK", "UUID"])];
+        let mut rows = vec![row(&["NSID", "BACKEND", "SIZE", "BLOCK", "UUID", "PATH"])];
         for n in &sub.namespaces {
             rows.push(vec![
                 n.nsid.to_string(),
@@ -250,14 +446,20 @@ pub fn show_text(s: &State) -> String {
                 format_size(n.size),
                 n.block_size.to_string(),
                 n.uuid.clone(),
+                n.path.clone().unwrap_or_default(),
             ]);
         }
         table(&mut out, "  ", &rows);
     }
     out.push_str("listeners\n");
-    let mut rows = vec![row(&["ADDRESS", "PORTID"])];
+    let mut rows = vec![row(&["ADDRESS", "PORTID", "KIND"])];
     for l in &s.listeners {
-        rows.push(vec![l.address.clone(), l.portid.to_string()]);
+        let (portid, kind) = if l.discovery {
+            ("-".to_string(), "discovery")
+        } else {
+            (l.portid.to_string(), "nvme")
+        };
+        rows.push(vec![l.address.clone(), portid, kind.to_string()]);
     }
     table(&mut out, "  ", &rows);
     if s.controllers.is_empty() {
@@ -324,7 +526,12 @@ pub fn stats_text(s: &Stats) -> String {
 /// The default socket is a convenience, like the default discovery listener: when another
 /// `ebof serve` holds it, serve without a management API and say so. A configured socket that
 /// is in use is an error.
-pub fn start_management(cfg: &Config, target: Arc<Target>) -> Result<Option<MgmtServer>> {
+pub fn start_management(
+    cfg: &Config,
+    target: Arc<Target>,
+    listeners: Option<ebof_runtime::ListenerControl>,
+    config_file: Option<PathBuf>,
+) -> Result<Option<MgmtServer>> {
     let socket = if cfg.management.disabled {
         None
     } else {
@@ -354,7 +561,13 @@ pub fn start_management(cfg: &Config, target: Arc<Target>) -> Result<Option<Mgmt
         return Ok(None);
     }
     let path = socket.as_ref().map(|s| s.path().display().to_string());
-    let server = ebof_mgmt::start(target, &cfg.target.serial_prefix, socket, metrics)?;
+    let control = Arc::new(ebof_mgmt::Control::new(
+        target,
+        cfg.clone(),
+        listeners,
+        config_file.map(|p| absolute(&p)),
+    ));
+    let server = ebof_mgmt::start(control, socket, metrics)?;
     tracing::info!(
         socket = path.as_deref().unwrap_or("none"),
         metrics = %server

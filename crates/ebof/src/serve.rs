@@ -229,8 +229,36 @@ pub fn run(a: ServeArgs) -> Result<()> {
             io_threads: usize::from(t.io_threads),
         },
     };
-    let mgmt = crate::ctl::start_management(&cfg, target.clone())?;
     let handle = Server::start(target.clone(), server_cfg)?;
+    // Port 0 means any free port: the discovery log and the running configuration say which.
+    if cfg
+        .listeners
+        .iter()
+        .chain(cfg.discovery.iter())
+        .any(|l| l.port == 0)
+    {
+        for (l, b) in cfg
+            .listeners
+            .iter_mut()
+            .chain(cfg.discovery.iter_mut())
+            .zip(&handle.bound)
+        {
+            l.port = b.port();
+        }
+        target.set_listeners(ebof_mgmt::build::listener_infos(&cfg));
+    }
+    let mgmt = match crate::ctl::start_management(
+        &cfg,
+        target.clone(),
+        Some(handle.listener_control()),
+        a.config.clone(),
+    ) {
+        Ok(m) => m,
+        Err(e) => {
+            handle.stop();
+            return Err(e);
+        }
+    };
     tracing::info!(
         listeners = %join(&handle.bound),
         cores = %join(&cores),

@@ -1,0 +1,632 @@
+//! The running configuration and every change that keeps it and the target in step.
+//!
+//! [`Control`] holds the configuration `ebof serve` runs (the file plus command-line overrides,
+//! as validated at start) and changes it together with the live [`Target`]: each request edits
+//! a copy of the configuration, validates the copy exactly as a configuration file is validated
+//! (so errors carry the file's field paths and codes), then applies the change to the target as
+//! its last fallible step, and only then makes the copy the running configuration. A request
+//! either applies whole or changes nothing. `save` writes the running configuration as TOML;
+//! with `[management] autosave = true` every change does.
+//!
+//! One mutex serialises the writers (requests are rare and short); the data path never takes
+//! it: the target's own snapshots are what reactors read.
+
+use crate::api::{
+    ApiError, Disconnected, ListenerRequest, ListenerView, NamespaceChanged, NamespaceRemoved,
+    NamespaceRequest, NamespaceView, ResizeRequest, SaveRequest, Saved, State, Stats,
+    SubsystemRemoved, SubsystemRequest, SubsystemView, codes, uuid_string,
+};
+use crate::{build, ops};
+use ebof_config::{BackendChoice, Config, codes as cfg_codes};
+use ebof_runtime::ListenerControl;
+use nvmf_target::{ListenerInfo, Namespace, Target, UpdateError};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// The control plane of one running `ebof serve`.
+#[derive(Debug)]
+pub struct Control {
+    pub target: Arc<Target>,
+    running: Mutex<Config>,
+    listeners: Option<ListenerControl>,
+    config_file: Option<PathBuf>,
+}
+
+impl Control {
+    /// `running` is the configuration the target was built from (after start-up checks);
+    /// `listeners` reaches the reactors (none: listener changes are refused); `config_file` is
+    /// where `save` writes by default and autosave writes.
+    pub fn new(
+        target: Arc<Target>,
+        running: Config,
+        listeners: Option<ListenerControl>,
+        config_file: Option<PathBuf>,
+    ) -> Control {
+        Control {
+            target,
+            running: Mutex::new(running),
+            listeners,
+            config_file,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Config> {
+        self.running.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The running configuration (what `save` would write).
+    pub fn running(&self) -> Config {
+        self.lock().clone()
+    }
+
+    /// Edit a copy of the running configuration with `f` (which validates it and applies the
+    /// change to the target last); on success the copy becomes the running configuration.
+    fn change<T>(&self, f: impl FnOnce(&mut Config) -> Result<T, ApiError>) -> Result<T, ApiError> {
+        let mut cfg = self.lock();
+        let mut next = cfg.clone();
+        let out = f(&mut next)?;
+        *cfg = next;
+        if cfg.management.autosave
+            && let Some(path) = &self.config_file
+        {
+            match write_config(&cfg, path) {
+                Ok(_) => tracing::debug!(path = %path.display(), "configuration autosaved"),
+                Err(e) => tracing::error!(error = %e, "autosave failed: the change is live but not saved"),
+            }
+        }
+        Ok(out)
+    }
+
+    /// `GET /v1/state`: the target's state, with the namespaces' paths and the discovery
+    /// listener from the running configuration.
+    pub fn state(&self) -> State {
+        let cfg = self.lock();
+        let mut s = ops::state(&self.target);
+        for sv in &mut s.subsystems {
+            let Some(sc) = cfg.subsystems.iter().find(|c| c.nqn == sv.nqn) else {
+                continue;
+            };
+            for nv in &mut sv.namespaces {
+                nv.path = sc
+                    .namespaces
+                    .iter()
+                    .find(|n| n.nsid == nv.nsid)
+                    .and_then(|n| n.backend.path())
+                    .map(|p| p.display().to_string());
+            }
+        }
+        if let Some(d) = &cfg.discovery {
+            s.listeners.push(ListenerView {
+                address: d.socket_addr().to_string(),
+                portid: 0,
+                discovery: true,
+            });
+        }
+        s
+    }
+
+    pub fn stats(&self) -> Stats {
+        ops::stats(&self.target)
+    }
+
+    pub fn disconnect(&self, cntlid: &str) -> Result<Disconnected, ApiError> {
+        ops::disconnect(&self.target, cntlid)
+    }
+
+    pub fn add_subsystem(&self, req: &SubsystemRequest) -> Result<SubsystemView, ApiError> {
+        self.change(|cfg| {
+            let v = ops::add_subsystem(&self.target, req, &cfg.target.serial_prefix)?;
+            cfg.subsystems.push(ebof_config::Subsystem {
+                nqn: v.nqn.clone(),
+                serial: v.serial.clone(),
+                model: v.model.clone(),
+                allow_any_host: v.allow_any_host,
+                hosts: Vec::new(),
+                namespaces: Vec::new(),
+            });
+            Ok(v)
+        })
+    }
+
+    pub fn remove_subsystem(&self, nqn: &str) -> Result<SubsystemRemoved, ApiError> {
+        self.change(|cfg| {
+            let si = subsystem_index(cfg, nqn)?;
+            cfg.subsystems.remove(si);
+            check(cfg)?;
+            ops::remove_subsystem(&self.target, nqn)
+        })
+    }
+
+    pub fn allow_host(&self, nqn: &str, hostnqn: &str) -> Result<SubsystemView, ApiError> {
+        self.change(|cfg| {
+            let v = ops::allow_host(&self.target, nqn, hostnqn)?;
+            self.sync_hosts(cfg, &v);
+            Ok(v)
+        })
+    }
+
+    pub fn deny_host(&self, nqn: &str, hostnqn: &str) -> Result<SubsystemView, ApiError> {
+        self.change(|cfg| {
+            let v = ops::deny_host(&self.target, nqn, hostnqn)?;
+            self.sync_hosts(cfg, &v);
+            Ok(v)
+        })
+    }
+
+    pub fn set_allow_any_host(&self, nqn: &str, on: bool) -> Result<SubsystemView, ApiError> {
+        self.change(|cfg| {
+            let v = ops::set_allow_any_host(&self.target, nqn, on)?;
+            self.sync_hosts(cfg, &v);
+            Ok(v)
+        })
+    }
+
+    /// Host changes are checked by `ops` (the target is the authority on who may connect);
+    /// the configuration follows what was applied.
+    fn sync_hosts(&self, cfg: &mut Config, v: &SubsystemView) {
+        if let Some(s) = cfg.subsystems.iter_mut().find(|s| s.nqn == v.nqn) {
+            s.hosts = v.hosts.clone();
+            s.allow_any_host = v.allow_any_host;
+        }
+    }
+
+    /// `POST /v1/subsystems/{nqn}/namespaces`: open (or create) the storage and attach it;
+    /// connected hosts are told with a Namespace Attribute Changed event.
+    pub fn add_namespace(
+        &self,
+        nqn: &str,
+        req: &NamespaceRequest,
+    ) -> Result<NamespaceChanged, ApiError> {
+        self.change(|cfg| {
+            let si = subsystem_index(cfg, nqn)?;
+            let nsid = match req.nsid {
+                Some(n) => n,
+                None => (1..=ebof_config::NSID_MAX)
+                    .find(|n| !cfg.subsystems[si].namespaces.iter().any(|x| x.nsid == *n))
+                    .unwrap_or(1),
+            };
+            let mut ns = ebof_config::Namespace::with_defaults(nqn, nsid, backend_choice(req)?);
+            if let Some(b) = req.block_size {
+                ns.block_size = b;
+            }
+            if let Some(u) = &req.uuid {
+                ns.uuid = *uuid::Uuid::parse_str(u.trim())
+                    .map_err(|e| {
+                        ApiError::new(
+                            cfg_codes::INVALID_UUID,
+                            "uuid",
+                            format!("{u:?} is not a UUID: {e}"),
+                        )
+                    })?
+                    .as_bytes();
+            }
+            ns.direct = req.direct.unwrap_or(false);
+            let ni = cfg.subsystems[si].namespaces.len();
+            cfg.subsystems[si].namespaces.push(ns.clone());
+            check(cfg)?;
+            let field = format!("subsystems[{si}].namespaces[{ni}]");
+            let opened = build::open_namespace(&ns, cfg.target.ram_huge_pages, &field)
+                .map_err(|m| ApiError::new(codes::BACKEND_FAILED, field, m))?;
+            let opened = Arc::new(opened);
+            self.target
+                .update_subsystem(nqn, |s| {
+                    let mut n = s.clone();
+                    n.namespaces.push(opened.clone());
+                    Ok::<_, ApiError>(n)
+                })
+                .map_err(|e| update_error(nqn, e))?;
+            tracing::info!(subsystem = nqn, nsid, backend = ns.backend.kind(), size = opened.backend.size(), "namespace added by the management API");
+            Ok(NamespaceChanged {
+                subsystem: nqn.to_string(),
+                namespace: namespace_view(&opened, &ns),
+            })
+        })
+    }
+
+    /// `DELETE /v1/subsystems/{nqn}/namespaces/{nsid}`: detach the namespace. Commands in
+    /// flight on it fail with Invalid Namespace; its storage is flushed and closed when the
+    /// last of them is done (a file or device is left as it is).
+    pub fn remove_namespace(&self, nqn: &str, nsid: &str) -> Result<NamespaceRemoved, ApiError> {
+        let nsid = parse_nsid(nsid)?;
+        self.change(|cfg| {
+            let si = subsystem_index(cfg, nqn)?;
+            let ni = namespace_index(cfg, si, nsid)?;
+            cfg.subsystems[si].namespaces.remove(ni);
+            check(cfg)?;
+            let mut removed: Option<Arc<Namespace>> = None;
+            self.target
+                .update_subsystem(nqn, |s| {
+                    let mut n = s.clone();
+                    if let Some(i) = n.namespaces.iter().position(|x| x.nsid == nsid) {
+                        removed = Some(n.namespaces.remove(i));
+                    }
+                    Ok::<_, ApiError>(n)
+                })
+                .map_err(|e| update_error(nqn, e))?;
+            if let Some(ns) = removed
+                && let Err(e) = ns.backend.flush()
+            {
+                tracing::warn!(subsystem = nqn, nsid, error = %e, "flush of a removed namespace failed");
+            }
+            tracing::info!(subsystem = nqn, nsid, "namespace removed by the management API");
+            Ok(NamespaceRemoved {
+                subsystem: nqn.to_string(),
+                nsid,
+            })
+        })
+    }
+
+    /// `PUT /v1/subsystems/{nqn}/namespaces/{nsid}/size`: grow (or, when confirmed, shrink)
+    /// the namespace in place; I/O goes on, and connected hosts re-read its size on the
+    /// Namespace Attribute Changed event.
+    pub fn resize_namespace(
+        &self,
+        nqn: &str,
+        nsid: &str,
+        req: &ResizeRequest,
+    ) -> Result<NamespaceChanged, ApiError> {
+        let nsid = parse_nsid(nsid)?;
+        self.change(|cfg| {
+            let si = subsystem_index(cfg, nqn)?;
+            let ni = namespace_index(cfg, si, nsid)?;
+            let live = self
+                .target
+                .subsystem(nqn)
+                .and_then(|s| s.namespace(nsid).cloned())
+                .ok_or_else(|| unknown_namespace(nqn, nsid))?;
+            let current = live.backend.size();
+            if req.size < current && !req.shrink {
+                return Err(ApiError::new(
+                    codes::SHRINK_NOT_CONFIRMED,
+                    "size",
+                    format!(
+                        "{} is smaller than the namespace ({}): the data past the new end would \
+                         be discarded; confirm with shrink (`ebof ctl ns resize … --shrink`)",
+                        req.size, current
+                    ),
+                ));
+            }
+            let field = format!("subsystems[{si}].namespaces[{ni}].size");
+            if req.size == 0 || req.size % u64::from(live.block_size) != 0 {
+                return Err(ApiError::new(
+                    cfg_codes::INVALID_SIZE,
+                    field,
+                    format!(
+                        "size {} is not a positive multiple of the block size {}",
+                        req.size, live.block_size
+                    ),
+                ));
+            }
+            let ns = &mut cfg.subsystems[si].namespaces[ni];
+            match &mut ns.backend {
+                BackendChoice::Ram { size } => *size = req.size,
+                BackendChoice::File { size, .. } => *size = Some(req.size),
+                BackendChoice::Block { .. } => {}
+            }
+            let ns = ns.clone();
+            check(cfg)?;
+            live.backend
+                .resize(req.size)
+                .map_err(|e| ApiError::new(codes::BACKEND_FAILED, field, e.to_string()))?;
+            self.target.namespace_changed(nqn, nsid);
+            tracing::info!(subsystem = nqn, nsid, from = current, to = req.size, "namespace resized by the management API");
+            Ok(NamespaceChanged {
+                subsystem: nqn.to_string(),
+                namespace: namespace_view(&live, &ns),
+            })
+        })
+    }
+
+    /// `POST /v1/listeners`: bind and start accepting; the discovery log lists a new NVMe
+    /// listener at once (and discovery controllers hear of it).
+    pub fn add_listener(&self, req: &ListenerRequest) -> Result<ListenerView, ApiError> {
+        let default_port = if req.discovery {
+            ebof_config::DEFAULT_DISCOVERY_PORT
+        } else {
+            ebof_config::DEFAULT_PORT
+        };
+        let l = ebof_config::parse_listener(&req.address, default_port)
+            .map_err(|e| ApiError::from_config(&e, "address"))?;
+        let control = self.listener_control()?;
+        self.change(|cfg| {
+            if req.discovery {
+                if let Some(d) = &cfg.discovery {
+                    return Err(ApiError::new(
+                        cfg_codes::DUPLICATE_LISTENER,
+                        "discovery",
+                        format!(
+                            "the discovery listener is {}; remove it first (one dedicated \
+                             discovery listener at a time)",
+                            d.socket_addr()
+                        ),
+                    ));
+                }
+                cfg.discovery = Some(l.clone());
+            } else {
+                cfg.listeners.push(l.clone());
+            }
+            check(cfg)?;
+            let bound = control
+                .add(l.socket_addr(), req.discovery)
+                .map_err(|e| listen_error(&l.socket_addr(), &e))?;
+            // Port 0 asks for any free port: record the one we got.
+            let entry = if req.discovery {
+                cfg.discovery.as_mut()
+            } else {
+                cfg.listeners.last_mut()
+            };
+            if let Some(e) = entry {
+                e.port = bound.port();
+            }
+            let mut portid = 0;
+            if !req.discovery {
+                let mut v = self.target.listeners().as_ref().clone();
+                portid = v.iter().map(|x| x.portid).max().unwrap_or(0) + 1;
+                v.push(ListenerInfo {
+                    addr: bound,
+                    portid,
+                });
+                self.target.set_listeners(v);
+            }
+            Ok(ListenerView {
+                address: bound.to_string(),
+                portid,
+                discovery: req.discovery,
+            })
+        })
+    }
+
+    /// `DELETE /v1/listeners/{address}`: close the listening socket. Connections that came in
+    /// through it are kept (`disconnect` ends them).
+    pub fn remove_listener(&self, address: &str) -> Result<ListenerView, ApiError> {
+        let l = ebof_config::parse_listener(address, ebof_config::DEFAULT_PORT)
+            .map_err(|e| ApiError::from_config(&e, "address"))?;
+        let addr = l.socket_addr();
+        let control = self.listener_control()?;
+        self.change(|cfg| {
+            let discovery = if cfg.discovery.as_ref().map(|d| d.socket_addr()) == Some(addr) {
+                cfg.discovery = None;
+                true
+            } else if let Some(i) = cfg.listeners.iter().position(|x| x.socket_addr() == addr) {
+                cfg.listeners.remove(i);
+                false
+            } else {
+                return Err(ApiError::new(
+                    codes::UNKNOWN_LISTENER,
+                    "address",
+                    format!("no listener on {addr} (see `ebof ctl show`)"),
+                ));
+            };
+            check(cfg)?;
+            let portid = self
+                .target
+                .listeners()
+                .iter()
+                .find(|x| x.addr == addr)
+                .map_or(0, |x| x.portid);
+            match control.remove(addr) {
+                Ok(true) => {}
+                Ok(false) => {
+                    return Err(ApiError::new(
+                        codes::INTERNAL,
+                        "address",
+                        format!("{addr} is configured but no reactor accepts on it"),
+                    ));
+                }
+                Err(e) => return Err(listen_error(&addr, &e)),
+            }
+            if !discovery {
+                let v: Vec<ListenerInfo> = self
+                    .target
+                    .listeners()
+                    .iter()
+                    .filter(|x| x.addr != addr)
+                    .copied()
+                    .collect();
+                self.target.set_listeners(v);
+            }
+            tracing::info!(%addr, discovery, "listener removed by the management API");
+            Ok(ListenerView {
+                address: addr.to_string(),
+                portid,
+                discovery,
+            })
+        })
+    }
+
+    fn listener_control(&self) -> Result<&ListenerControl, ApiError> {
+        self.listeners.as_ref().ok_or_else(|| {
+            ApiError::new(
+                codes::UNSUPPORTED,
+                "",
+                "this server cannot change its listeners at run time",
+            )
+        })
+    }
+
+    /// `POST /v1/save`: write the running configuration to `req.path` or the file serve was
+    /// started with, atomically (a reader sees the old file or the new one, never a part).
+    pub fn save(&self, req: &SaveRequest) -> Result<Saved, ApiError> {
+        let path = match (&req.path, &self.config_file) {
+            (Some(p), _) if p.is_empty() || p.contains('\0') => {
+                return Err(ApiError::new(
+                    cfg_codes::INVALID_PATH,
+                    "path",
+                    "the path must be a non-empty path without NUL bytes",
+                ));
+            }
+            (Some(p), _) => PathBuf::from(p),
+            (None, Some(p)) => p.clone(),
+            (None, None) => {
+                return Err(ApiError::new(
+                    codes::NO_CONFIG_FILE,
+                    "path",
+                    "ebof serve was started without a configuration file: say where to save \
+                     (`ebof ctl save FILE`)",
+                ));
+            }
+        };
+        let cfg = self.lock();
+        let bytes = write_config(&cfg, &path)
+            .map_err(|e| ApiError::new(codes::SAVE_FAILED, "path", e))?;
+        tracing::info!(path = %path.display(), bytes, "running configuration saved");
+        Ok(Saved {
+            path: path.display().to_string(),
+            bytes,
+        })
+    }
+}
+
+/// Validate a changed configuration as a configuration file is validated.
+fn check(cfg: &Config) -> Result<(), ApiError> {
+    cfg.validate().map_err(|e| ApiError::from_config(&e, ""))
+}
+
+fn subsystem_index(cfg: &Config, nqn: &str) -> Result<usize, ApiError> {
+    cfg.subsystems
+        .iter()
+        .position(|s| s.nqn == nqn)
+        .ok_or_else(|| ops::unknown_subsystem(nqn))
+}
+
+fn namespace_index(cfg: &Config, si: usize, nsid: u32) -> Result<usize, ApiError> {
+    cfg.subsystems[si]
+        .namespaces
+        .iter()
+        .position(|n| n.nsid == nsid)
+        .ok_or_else(|| unknown_namespace(&cfg.subsystems[si].nqn, nsid))
+}
+
+fn unknown_namespace(nqn: &str, nsid: u32) -> ApiError {
+    ApiError::new(
+        codes::UNKNOWN_NAMESPACE,
+        "nsid",
+        format!("{nqn} has no namespace {nsid} (see `ebof ctl show`)"),
+    )
+}
+
+fn parse_nsid(s: &str) -> Result<u32, ApiError> {
+    s.parse::<u32>()
+        .ok()
+        .filter(|n| (1..=ebof_config::NSID_MAX).contains(n))
+        .ok_or_else(|| {
+            ApiError::new(
+                cfg_codes::INVALID_NSID,
+                "nsid",
+                format!("{s:?} is not a namespace id (1 to {})", ebof_config::NSID_MAX),
+            )
+        })
+}
+
+fn update_error(nqn: &str, e: UpdateError<ApiError>) -> ApiError {
+    match e {
+        UpdateError::UnknownSubsystem => ops::unknown_subsystem(nqn),
+        UpdateError::Rejected(e) => e,
+    }
+}
+
+fn listen_error(addr: &std::net::SocketAddr, e: &ebof_runtime::server::ServerError) -> ApiError {
+    let mut msg = e.to_string();
+    if let Some(src) = std::error::Error::source(e) {
+        msg = format!("{msg}: {src}");
+    }
+    ApiError::new(codes::LISTEN_FAILED, "address", format!("{addr}: {msg}"))
+}
+
+/// The backend a request names, with the fields each kind takes.
+fn backend_choice(req: &NamespaceRequest) -> Result<BackendChoice, ApiError> {
+    let missing = |f: &str, kind: &str| {
+        ApiError::new(
+            cfg_codes::MISSING_FIELD,
+            f,
+            format!("a {kind} namespace needs {f}"),
+        )
+    };
+    let forbidden = |f: &str, kind: &str| {
+        ApiError::new(
+            cfg_codes::FORBIDDEN_FIELD,
+            f,
+            format!("a {kind} namespace takes no {f}"),
+        )
+    };
+    let path = || req.path.as_ref().map(PathBuf::from);
+    match req.backend.as_str() {
+        "ram" => {
+            if req.path.is_some() {
+                return Err(forbidden("path", "ram"));
+            }
+            let size = req.size.ok_or_else(|| missing("size", "ram"))?;
+            Ok(BackendChoice::Ram { size })
+        }
+        "file" => Ok(BackendChoice::File {
+            path: path().ok_or_else(|| missing("path", "file"))?,
+            size: req.size,
+        }),
+        "block" => {
+            if req.size.is_some() {
+                return Err(forbidden("size", "block"));
+            }
+            Ok(BackendChoice::Block {
+                path: path().ok_or_else(|| missing("path", "block"))?,
+            })
+        }
+        other => Err(ApiError::new(
+            cfg_codes::INVALID_BACKEND,
+            "backend",
+            format!("unknown backend {other:?}: ram, file or block"),
+        )),
+    }
+}
+
+fn namespace_view(n: &Namespace, c: &ebof_config::Namespace) -> NamespaceView {
+    NamespaceView {
+        nsid: n.nsid,
+        backend: n.backend.kind().to_string(),
+        size: n.backend.size(),
+        block_size: n.block_size,
+        uuid: uuid_string(&n.uuid),
+        path: c.backend.path().map(|p| p.display().to_string()),
+    }
+}
+
+/// Write `cfg` as TOML to `path` atomically: a temporary file beside it, written and synced,
+/// renamed over it, and the directory synced. Returns the bytes written.
+pub fn write_config(cfg: &Config, path: &Path) -> Result<u64, String> {
+    let text = format!(
+        "# ebof serve configuration, saved from the running target by the management API.\n{}",
+        cfg.to_toml_string()
+    );
+    let name = path
+        .file_name()
+        .ok_or_else(|| format!("{} is not a file path", path.display()))?;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let tmp = dir.join(format!(
+        ".{}.tmp-{}",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    let fail = |what: &str, e: std::io::Error| format!("{what} {}: {e}", tmp.display());
+    let result = (|| {
+        let mut f = std::fs::File::create(&tmp).map_err(|e| fail("cannot create", e))?;
+        if let Ok(meta) = std::fs::metadata(path) {
+            let _ = f.set_permissions(meta.permissions());
+        }
+        f.write_all(text.as_bytes())
+            .map_err(|e| fail("cannot write", e))?;
+        f.sync_all().map_err(|e| fail("cannot sync", e))?;
+        std::fs::rename(&tmp, path)
+            .map_err(|e| format!("cannot replace {}: {e}", path.display()))?;
+        if let Ok(d) = std::fs::File::open(&dir) {
+            let _ = d.sync_all();
+        }
+        Ok(text.len() as u64)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
