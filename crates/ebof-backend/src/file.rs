@@ -6,10 +6,10 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock, PoisonError};
 
-use crate::{AlignedBuf, Backend, BackendError, BackendKind, RawIo, check_range, sys};
+use crate::{AlignedBuf, Backend, BackendError, BackendKind, RawIo, check_range, check_size, sys};
 
 /// Largest single `pwrite` of zeroes when the kernel cannot zero a range itself.
 const ZERO_CHUNK: usize = 1 << 20;
@@ -34,10 +34,24 @@ const ZERO_CHUNK: usize = 1 << 20;
 ///
 /// Block devices do not use `BLKDISCARD`: Linux does not promise that discarded blocks read
 /// back as zero, and we advertise that they do.
+///
+/// **Resizing** ([`Backend::resize`]) follows the kind the operator configured:
+///
+/// * [`BackendKind::File`]: the file is truncated or extended (`ftruncate`, sparse) to the new
+///   size. Data past a shrunk end is discarded, so a later grow reads zeroes there.
+/// * [`BackendKind::Block`] (a block device, or a regular file used as-is): the backend exposes
+///   a prefix of the device and nothing on the device changes. The new size must be a
+///   multiple of the logical block size (512 for a regular file) and at most the device size,
+///   read again at the time of the resize, so a device grown underneath (an LVM extend) can be
+///   exposed. Data past a shrunk end stays on the device and is exposed again, as it is, by a
+///   later grow.
 pub struct FileBackend {
     file: File,
     path: PathBuf,
-    size: u64,
+    /// Capacity in bytes (see [`Backend::size`]); for a block device, the exposed prefix.
+    size: AtomicU64,
+    /// Serialises resizes; the data path never takes it.
+    resize: Mutex<()>,
     kind: BackendKind,
     target: Target,
     /// `fallocate(PUNCH_HOLE)` has not been refused yet.
@@ -166,7 +180,8 @@ impl FileBackend {
         FileBackend {
             file,
             path: path.to_owned(),
-            size,
+            size: AtomicU64::new(size),
+            resize: Mutex::new(()),
             kind,
             target,
             punch_hole: AtomicBool::new(true),
@@ -201,6 +216,71 @@ impl FileBackend {
     /// Whether the path turned out to be a block device (rather than a regular file).
     pub fn is_block_device(&self) -> bool {
         matches!(self.target, Target::BlockDevice { .. })
+    }
+
+    /// The current size. `Acquire` pairs with the `Release` store in `resize`: a command that
+    /// sees a grown size also sees the file extended.
+    #[inline]
+    fn current_size(&self) -> u64 {
+        self.size.load(Ordering::Acquire)
+    }
+
+    /// [`Backend::resize`] of a regular file (`BackendKind::File`): truncate or extend it.
+    fn resize_file(&self, old: u64, new: u64) -> Result<(), BackendError> {
+        check_size(self.kind, new, 512)?;
+        let set_len = |len| {
+            self.file
+                .set_len(len)
+                .map_err(|source| open_error("resize", &self.path, source))
+        };
+        if new >= old {
+            // A write validated before an earlier shrink may have extended the file again past
+            // `old` after the truncation: cut that off first, so the grown range reads zero.
+            // Then extend (sparse) and only then let commands reach the new range.
+            set_len(old)?;
+            set_len(new)?;
+            self.size.store(new, Ordering::Release);
+        } else {
+            // Refuse new commands past `new` first, then truncate. A command already validated
+            // against `old` fails on the short read (`UnexpectedEof`) or extends the file past
+            // `new` (cut off again by the next resize).
+            self.size.store(new, Ordering::Release);
+            if let Err(err) = set_len(new) {
+                self.size.store(old, Ordering::Release);
+                return Err(err);
+            }
+        }
+        Ok(())
+    }
+
+    /// [`Backend::resize`] of a block backend (`BackendKind::Block`): expose a prefix of the
+    /// device (or of the regular file used as-is), never change it.
+    fn resize_prefix(&self, new: u64) -> Result<(), BackendError> {
+        let (capacity, block, what) = match self.target {
+            Target::BlockDevice { logical_block } => (
+                sys::block_size_bytes(&self.file)
+                    .map_err(|source| open_error("query the size of", &self.path, source))?,
+                logical_block,
+                "the size of the device",
+            ),
+            Target::RegularFile => (
+                metadata(&self.file, &self.path)?.len(),
+                512,
+                "the size of the file",
+            ),
+        };
+        check_size(self.kind, new, block)?;
+        if new > capacity {
+            return Err(BackendError::ResizeBeyondLimit {
+                kind: self.kind,
+                path: Some(self.path.clone()),
+                requested: new,
+                limit: capacity,
+                what,
+            });
+        }
+        self.size.store(new, Ordering::Release);
+        Ok(())
     }
 
     /// Runs the kernel zeroing call `op` unless it was refused before. `Ok(true)`: done;
@@ -299,8 +379,28 @@ impl Backend for FileBackend {
         self.kind
     }
 
+    #[inline]
     fn size(&self) -> u64 {
-        self.size
+        self.current_size()
+    }
+
+    fn resize(&self, new_size: u64) -> Result<(), BackendError> {
+        let _serialised = self.resize.lock().unwrap_or_else(PoisonError::into_inner);
+        let old = self.current_size();
+        match self.kind {
+            BackendKind::File => self.resize_file(old, new_size)?,
+            // `open_block` only builds `Block`; `Ram` cannot occur. Exposing a prefix is the
+            // safe reading of either: nothing on disk changes.
+            BackendKind::Block | BackendKind::Ram => self.resize_prefix(new_size)?,
+        }
+        tracing::debug!(
+            kind = %self.kind,
+            path = %self.path.display(),
+            old,
+            new = new_size,
+            "backend resized"
+        );
+        Ok(())
     }
 
     fn may_block(&self) -> bool {
@@ -308,7 +408,7 @@ impl Backend for FileBackend {
     }
 
     fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), BackendError> {
-        check_range(offset, buf.len() as u64, self.size)?;
+        check_range(offset, buf.len() as u64, self.current_size())?;
         if self.direct.is_some() {
             let mut bounce = AlignedBuf::zeroed(buf.len());
             self.file.read_exact_at(bounce.as_mut_slice(), offset)?;
@@ -319,7 +419,7 @@ impl Backend for FileBackend {
     }
 
     fn write(&self, offset: u64, buf: &[u8]) -> Result<(), BackendError> {
-        check_range(offset, buf.len() as u64, self.size)?;
+        check_range(offset, buf.len() as u64, self.current_size())?;
         if self.direct.is_some() {
             let mut bounce = AlignedBuf::zeroed(buf.len());
             bounce.as_mut_slice().copy_from_slice(buf);
@@ -333,7 +433,7 @@ impl Backend for FileBackend {
     }
 
     fn write_zeroes(&self, offset: u64, len: u64) -> Result<(), BackendError> {
-        check_range(offset, len, self.size)?;
+        check_range(offset, len, self.current_size())?;
         if len == 0 {
             return Ok(());
         }
@@ -341,7 +441,7 @@ impl Backend for FileBackend {
     }
 
     fn deallocate(&self, offset: u64, len: u64) -> Result<(), BackendError> {
-        check_range(offset, len, self.size)?;
+        check_range(offset, len, self.current_size())?;
         if len == 0 {
             return Ok(());
         }
@@ -382,7 +482,7 @@ impl Backend for FileBackend {
                 .map(|meta| meta.blocks().saturating_mul(512))
                 .unwrap_or(0),
             // The device's own thin provisioning, if any, is not visible from here.
-            Target::BlockDevice { .. } => self.size,
+            Target::BlockDevice { .. } => self.current_size(),
         }
     }
 
@@ -399,7 +499,7 @@ impl fmt::Debug for FileBackend {
         f.debug_struct("FileBackend")
             .field("path", &self.path)
             .field("fd", &self.file.as_raw_fd())
-            .field("size", &self.size)
+            .field("size", &self.current_size())
             .field("kind", &self.kind)
             .field("target", &self.target)
             .field("punch_hole", &self.punch_hole.load(Ordering::Relaxed))
@@ -536,6 +636,148 @@ mod tests {
                 }
             }
         }
+    }
+
+    fn read_vec(b: &FileBackend, offset: u64, len: u64) -> Vec<u8> {
+        let mut buf = vec![0xEE; len as usize];
+        b.read(offset, &mut buf).unwrap();
+        buf
+    }
+
+    #[test]
+    fn file_resize_follows_on_disk_and_regrown_ranges_read_zero() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.img");
+        let b = FileBackend::open_file(&path, Some(SIZE)).unwrap();
+        let data = pattern(SIZE as usize);
+        b.write(0, &data).unwrap();
+        b.flush().unwrap();
+        let full = b.allocated_bytes();
+        assert!(full >= SIZE, "{full}");
+
+        // Grow: sparse, the data stays, the new range reads zero.
+        let big = 4 * SIZE;
+        b.resize(big).unwrap();
+        assert_eq!((b.size(), fs::metadata(&path).unwrap().len()), (big, big));
+        assert!(
+            b.allocated_bytes() < full + 64 * 1024,
+            "{}",
+            b.allocated_bytes()
+        );
+        assert_eq!(read_vec(&b, 0, SIZE), data);
+        assert!(read_vec(&b, SIZE, big - SIZE).iter().all(|&x| x == 0));
+
+        // Shrink: the file is truncated and its blocks given back; then grow again.
+        let small = 8192 + 512;
+        b.resize(small).unwrap();
+        assert_eq!(
+            (b.size(), fs::metadata(&path).unwrap().len()),
+            (small, small)
+        );
+        assert!(b.allocated_bytes() <= 64 * 1024, "{}", b.allocated_bytes());
+        assert!(matches!(
+            b.read(small, &mut [0]),
+            Err(BackendError::OutOfRange { .. })
+        ));
+        b.resize(SIZE).unwrap();
+        assert_eq!(fs::metadata(&path).unwrap().len(), SIZE);
+        assert_eq!(read_vec(&b, 0, small), data[..small as usize]);
+        assert!(read_vec(&b, small, SIZE - small).iter().all(|&x| x == 0));
+    }
+
+    /// A write validated before a shrink and landing after it extends the file again; the next
+    /// grow cuts that off, so the grown range still reads zero.
+    #[test]
+    fn writes_in_flight_across_a_shrink_are_cut_off_before_regrowing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("late.img");
+        let b = FileBackend::open_file(&path, Some(SIZE)).unwrap();
+        b.resize(8192).unwrap();
+        // What the io_uring engine would do with a write validated against the old size.
+        b.file.write_all_at(&[0xAB; 4096], 16384).unwrap();
+        assert_eq!(fs::metadata(&path).unwrap().len(), 16384 + 4096);
+        assert_eq!(b.size(), 8192);
+        b.resize(SIZE).unwrap();
+        assert!(read_vec(&b, 8192, SIZE - 8192).iter().all(|&x| x == 0));
+    }
+
+    #[test]
+    fn file_resize_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bad.img");
+        let b = FileBackend::open_file(&path, Some(SIZE)).unwrap();
+        for bad in [0, 1, 1000, SIZE + 1] {
+            assert!(
+                matches!(b.resize(bad), Err(BackendError::InvalidSize { size, kind: BackendKind::File, .. }) if size == bad),
+                "{bad}"
+            );
+        }
+        // Larger than any file can be (`off_t`): the error names the path and the step.
+        let err = b.resize(u64::MAX - 511).unwrap_err();
+        assert!(
+            matches!(err, BackendError::Open { op: "resize", .. }),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("bad.img"), "{err}");
+        assert_eq!((b.size(), fs::metadata(&path).unwrap().len()), (SIZE, SIZE));
+    }
+
+    #[test]
+    fn block_resize_exposes_a_prefix_of_the_device() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("dev.img");
+        let data = pattern(SIZE as usize);
+        fs::write(&path, &data).unwrap();
+        let b = FileBackend::open_block(&path).unwrap();
+        assert_eq!(b.size(), SIZE);
+
+        // Shrinking hides the rest; nothing on the device changes; growing shows it again.
+        b.resize(4096).unwrap();
+        assert_eq!(b.size(), 4096);
+        assert!(matches!(
+            b.write(4096, &[0]),
+            Err(BackendError::OutOfRange { .. })
+        ));
+        assert_eq!(fs::metadata(&path).unwrap().len(), SIZE);
+        b.resize(SIZE).unwrap();
+        assert_eq!(read_vec(&b, 0, SIZE), data);
+
+        // Not past the device, which is read again at resize time.
+        let err = b.resize(SIZE + 512).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                BackendError::ResizeBeyondLimit {
+                    kind: BackendKind::Block,
+                    limit: SIZE,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        let text = err.to_string();
+        assert!(
+            text.contains("dev.img") && text.contains(&SIZE.to_string()),
+            "{text}"
+        );
+        for bad in [0, 1000] {
+            assert!(
+                matches!(b.resize(bad), Err(BackendError::InvalidSize { size, .. }) if size == bad),
+                "{bad}"
+            );
+        }
+        assert_eq!(b.size(), SIZE);
+
+        // The device grew underneath (an LVM extend): the new part can be exposed.
+        fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(2 * SIZE)
+            .unwrap();
+        b.resize(2 * SIZE).unwrap();
+        assert_eq!(read_vec(&b, 0, SIZE), data);
+        assert!(read_vec(&b, SIZE, SIZE).iter().all(|&x| x == 0));
     }
 
     #[test]

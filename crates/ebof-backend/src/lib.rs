@@ -4,7 +4,8 @@
 //! [`Backend`] trait:
 //!
 //! * [`RamBackend`] — a sparse RAM disk: one anonymous `MAP_NORESERVE` mapping whose pages
-//!   materialise on first write and are given back on deallocate;
+//!   materialise on first write and are given back on deallocate, inside an address-space
+//!   reservation it can grow into;
 //! * [`FileBackend`] — a regular file (`pread`/`pwrite`, `fdatasync`, hole punching) or a block
 //!   device (`BLKGETSIZE64`, `BLKZEROOUT`, write-zeroes-with-unmap), through the page cache or,
 //!   with [`BackendOptions::direct`], with `O_DIRECT` (aligned bounce buffers, [`AlignedBuf`]).
@@ -47,6 +48,11 @@
 //!
 //! let err = disk.read((1 << 20) - 8, &mut buf).unwrap_err();
 //! assert!(matches!(err, BackendError::OutOfRange { .. }));
+//!
+//! // Grown while in use: the data stays, the new range reads zero.
+//! disk.resize(2 << 20)?;
+//! disk.read((1 << 20) - 8, &mut buf)?;
+//! assert_eq!(buf, [0; 16]);
 //! # Ok::<(), BackendError>(())
 //! ```
 //!
@@ -63,6 +69,43 @@
 //! * Calls may come from many threads at once. Disjoint ranges never interfere. Overlapping
 //!   concurrent commands leave unspecified content in the overlap, as on a real drive (NVMe leaves
 //!   the order of concurrently executing commands undefined).
+//!
+//! ## Resizing a live backend
+//!
+//! [`Backend::resize`] changes [`Backend::size`] while hosts do I/O (`ebof ctl ns resize`).
+//! The size is one atomic; the data path loads it per call and takes no lock. Resizes are
+//! serialised with each other. On failure nothing changed. Data below the smaller of the old
+//! and new size is never moved or altered.
+//!
+//! | | RAM | file | block |
+//! |---|---|---|---|
+//! | valid sizes | non-zero multiple of 512, at most [`RamBackend::max_size`] | non-zero multiple of 512 | non-zero multiple of the logical block size (512 for a regular file), at most the device size read at resize time |
+//! | grow | opens more of the reservation (`mprotect`); the new range reads zero | `ftruncate` (sparse); the new range reads zero | exposes more of the device, as it is |
+//! | shrink | the pages past the end are released (`MADV_DONTNEED`) | `ftruncate`: the data past the end is discarded | hides the rest of the device; nothing on it changes |
+//! | too large | [`BackendError::ResizeBeyondLimit`] naming the reservation | the file system's error ([`BackendError::Open`], op "resize") | [`BackendError::ResizeBeyondLimit`] naming the device size |
+//!
+//! The RAM maximum is fixed when the backend is created: address space is reserved for it
+//! then (it costs no memory until written). [`RamBackend::new`] reserves
+//! [`RamBackend::default_max_size`], `max(4 × size, size + 16 GiB)` capped at 1 TiB (or the
+//! size, if larger), falling back to the size alone if even the reservation fails;
+//! [`RamBackend::with_max_size`] sets it explicitly. The mapping never moves, so pointers from
+//! [`Backend::memory`] stay valid across resizes.
+//!
+//! **Commands in flight across a shrink.** The controller checks every command's range
+//! against [`Backend::size`] before it executes it, so a shrink refuses every later command
+//! past the new end. Only a command validated just before the shrink can still touch the
+//! range past it, and then, never a crash:
+//!
+//! * RAM: the part of the reservation that was ever exposed stays mapped read-write for the
+//!   backend's life; nothing outside the reservation is ever touched. Such a read (including a
+//!   zero-copy send from a [`Backend::memory`] pointer) returns the old bytes or zeroes; such a
+//!   write lands in the released range and is cleared before a later grow exposes it again.
+//! * File: a read past the new end of file comes up short and fails with `UnexpectedEof`
+//!   ([`BackendError::Io`], an NVMe error status for that command; the io_uring engine does
+//!   the same). A write past it extends the file again (sparse, beyond [`Backend::size`], so
+//!   never read); the next resize cuts it off before exposing that range. Until then it counts
+//!   in [`Backend::allocated_bytes`].
+//! * Block: the device does not change, so the command completes as it would have.
 //!
 //! ## Layout
 //!
@@ -106,8 +149,27 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     /// Which implementation this is.
     fn kind(&self) -> BackendKind;
 
-    /// Capacity in bytes.
+    /// Capacity in bytes. Cheap (one atomic load): the controller reads it for every command.
+    /// It changes only through [`resize`](Backend::resize).
     fn size(&self) -> u64;
+
+    /// Changes the capacity to `new_size` bytes while I/O goes on (`ebof ctl ns resize`).
+    ///
+    /// On success [`size`](Backend::size) returns `new_size`; on failure nothing changed.
+    /// Data below the smaller of the old and new size is never moved or altered. What a grown
+    /// range reads, the limits, and what happens to commands in flight past a shrunk end
+    /// differ per backend: see [the crate docs](crate#resizing-a-live-backend). Resizes are
+    /// serialised with each other; reads and writes take no lock.
+    ///
+    /// The default refuses with [`BackendError::Unsupported`], for backends (test doubles,
+    /// wrappers) that cannot change size; wrappers should forward it.
+    fn resize(&self, new_size: u64) -> Result<(), BackendError> {
+        let _ = new_size;
+        Err(BackendError::Unsupported {
+            kind: self.kind(),
+            op: "resize",
+        })
+    }
 
     /// `true` if calls may block on a device or filesystem (file, block): the runtime then hands
     /// them to its I/O engine (io_uring through [`raw_io`](Backend::raw_io), or a worker thread)
@@ -120,7 +182,8 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     /// Where `offset..offset + len` lives in this process's memory, for backends that are
     /// memory (RAM): the runtime hands that address to the kernel (`writev`) instead of copying
     /// the bytes into a send buffer first. The address stays valid for as long as the backend
-    /// lives. The bytes may change under concurrent writes (as a read racing a write may see
+    /// lives, also across [`resize`](Backend::resize) (after a shrink, the bytes past the new
+    /// end read as zero or as they were). The bytes may change under concurrent writes (as a read racing a write may see
     /// either), so callers must never form a Rust reference to them; they pass the address to
     /// the kernel or copy with `ptr::copy`. `None` (the default): not memory, or out of range.
     fn memory(&self, offset: u64, len: usize) -> Option<std::ptr::NonNull<u8>> {
@@ -159,7 +222,8 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
 /// The descriptor behind a file or block backend ([`Backend::raw_io`]).
 ///
 /// Byte `offset` of the backend is byte `offset` of the descriptor; the valid range is
-/// `0..`[`Backend::size`]. The descriptor stays open for as long as the backend lives, so an
+/// `0..`[`Backend::size`], which [`Backend::resize`] may change while operations are in flight
+/// (see [the crate docs](crate#resizing-a-live-backend)). The descriptor stays open for as long as the backend lives, so an
 /// engine keeps the backend (its `Arc`) alive until every submitted operation has completed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RawIo {
@@ -255,8 +319,8 @@ pub enum BackendError {
     /// A read, write, flush or zeroing call failed in the kernel.
     #[error("I/O error: {0}")]
     Io(#[from] io::Error),
-    /// Opening or preparing a file or device failed: `op` says which step ("open", "create",
-    /// "extend", …).
+    /// Opening, preparing or resizing a file or device failed: `op` says which step ("open",
+    /// "create", "extend", "resize", …).
     #[error("cannot {op} {}: {source}", path.display())]
     Open {
         /// The step that failed, as a verb.
@@ -289,15 +353,42 @@ pub enum BackendError {
         /// Configured size.
         requested: u64,
     },
-    /// The configured size cannot be used.
+    /// The configured size, or the size asked for by a resize, cannot be used.
     #[error("invalid {kind} backend size {size}: {reason}")]
     InvalidSize {
-        /// The backend kind being opened.
+        /// The backend kind being opened or resized.
         kind: BackendKind,
-        /// The configured size.
+        /// The configured or requested size.
         size: u64,
         /// Why it is invalid.
         reason: &'static str,
+    },
+    /// A resize asked for more than the backend can ever hold: the address space a RAM
+    /// backend reserved when it was created, or the size of the block device (read again at
+    /// the time of the resize).
+    #[error(
+        "cannot resize {kind} backend{} to {requested} bytes: larger than {limit} bytes, {what}",
+        path_suffix(path.as_deref())
+    )]
+    ResizeBeyondLimit {
+        /// The backend kind being resized.
+        kind: BackendKind,
+        /// The configured path, for file and block backends.
+        path: Option<PathBuf>,
+        /// The size asked for.
+        requested: u64,
+        /// The largest size this backend accepts.
+        limit: u64,
+        /// What the limit is.
+        what: &'static str,
+    },
+    /// The backend does not implement the operation (see [`Backend::resize`]'s default).
+    #[error("{kind} backend does not support {op}")]
+    Unsupported {
+        /// The backend kind.
+        kind: BackendKind,
+        /// The operation, as a verb.
+        op: &'static str,
     },
     /// The anonymous mapping of a RAM backend failed.
     #[error("cannot map {size} bytes for a RAM backend: {source}")]
@@ -350,6 +441,33 @@ pub fn open_with(
         ),
     }
     Ok(backend)
+}
+
+/// Checks a size a backend is created or resized with: non-zero and a multiple of `granularity`
+/// (512, the smallest logical block, or a block device's logical block size).
+pub(crate) fn check_size(
+    kind: BackendKind,
+    size: u64,
+    granularity: u64,
+) -> Result<(), BackendError> {
+    let reason = if size == 0 {
+        "must not be zero"
+    } else if !size.is_multiple_of(granularity) {
+        if granularity == 512 {
+            "must be a multiple of 512 bytes"
+        } else {
+            "must be a multiple of the device's logical block size"
+        }
+    } else {
+        return Ok(());
+    };
+    Err(BackendError::InvalidSize { kind, size, reason })
+}
+
+/// `" <path>"` for error messages that name an optional path.
+fn path_suffix(path: Option<&std::path::Path>) -> String {
+    path.map(|p| format!(" {}", p.display()))
+        .unwrap_or_default()
 }
 
 /// Checks that `offset..offset + len` lies within `0..size`, overflow included.

@@ -59,6 +59,9 @@ impl Backend for BlockingRam {
     fn size(&self) -> u64 {
         self.0.size()
     }
+    fn resize(&self, new_size: u64) -> Result<(), BackendError> {
+        self.0.resize(new_size)
+    }
     fn may_block(&self) -> bool {
         true
     }

@@ -36,6 +36,9 @@ impl Backend for FailingBackend {
     fn size(&self) -> u64 {
         self.inner.size()
     }
+    fn resize(&self, new_size: u64) -> Result<(), BackendError> {
+        self.inner.resize(new_size)
+    }
     fn may_block(&self) -> bool {
         false
     }
