@@ -3,8 +3,8 @@
 
 use crate::api::{
     AllowAnyHostRequest, ApiError, Disconnected, HostRequest, ListenerRequest, ListenerView,
-    NamespaceChanged, NamespaceRemoved, NamespaceRequest, ResizeRequest, SaveRequest, Saved,
-    State, Stats, SubsystemRemoved, SubsystemRequest, SubsystemView, routes,
+    NamespaceChanged, NamespaceRemoved, NamespaceRequest, ResizeRequest, SaveRequest, Saved, State,
+    Stats, SubsystemRemoved, SubsystemRequest, SubsystemView, routes,
 };
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;

@@ -29,25 +29,44 @@ use std::sync::{Arc, Mutex, MutexGuard};
 pub struct Control {
     pub target: Arc<Target>,
     running: Mutex<Config>,
-    listeners: Option<ListenerControl>,
+    listeners: std::sync::OnceLock<ListenerControl>,
     config_file: Option<PathBuf>,
 }
 
 impl Control {
     /// `running` is the configuration the target was built from (after start-up checks);
-    /// `listeners` reaches the reactors (none: listener changes are refused); `config_file` is
-    /// where `save` writes by default and autosave writes.
-    pub fn new(
-        target: Arc<Target>,
-        running: Config,
-        listeners: Option<ListenerControl>,
-        config_file: Option<PathBuf>,
-    ) -> Control {
+    /// `config_file` is where `save` writes by default and autosave writes. Listener changes
+    /// are refused until [`Control::attach_server`].
+    pub fn new(target: Arc<Target>, running: Config, config_file: Option<PathBuf>) -> Control {
         Control {
             target,
             running: Mutex::new(running),
-            listeners,
+            listeners: std::sync::OnceLock::new(),
             config_file,
+        }
+    }
+
+    /// The NVMe/TCP server is up: `listeners` reaches its reactors, `bound` are the addresses
+    /// it bound (I/O listeners, then discovery, as configured). Listeners configured with port
+    /// 0 get the port they were given, in the running configuration and the discovery log.
+    pub fn attach_server(&self, listeners: ListenerControl, bound: &[std::net::SocketAddr]) {
+        let _ = self.listeners.set(listeners);
+        let mut cfg = self.lock();
+        let mut changed = false;
+        let cfg = &mut *cfg;
+        for (l, b) in cfg
+            .listeners
+            .iter_mut()
+            .chain(cfg.discovery.iter_mut())
+            .zip(bound)
+        {
+            if l.port == 0 {
+                l.port = b.port();
+                changed = true;
+            }
+        }
+        if changed {
+            self.target.set_listeners(build::listener_infos(cfg));
         }
     }
 
@@ -72,7 +91,9 @@ impl Control {
         {
             match write_config(&cfg, path) {
                 Ok(_) => tracing::debug!(path = %path.display(), "configuration autosaved"),
-                Err(e) => tracing::error!(error = %e, "autosave failed: the change is live but not saved"),
+                Err(e) => {
+                    tracing::error!(error = %e, "autosave failed: the change is live but not saved")
+                }
             }
         }
         Ok(out)
@@ -216,7 +237,13 @@ impl Control {
                     Ok::<_, ApiError>(n)
                 })
                 .map_err(|e| update_error(nqn, e))?;
-            tracing::info!(subsystem = nqn, nsid, backend = ns.backend.kind(), size = opened.backend.size(), "namespace added by the management API");
+            tracing::info!(
+                subsystem = nqn,
+                nsid,
+                backend = ns.backend.kind(),
+                size = opened.backend.size(),
+                "namespace added by the management API"
+            );
             Ok(NamespaceChanged {
                 subsystem: nqn.to_string(),
                 namespace: namespace_view(&opened, &ns),
@@ -276,6 +303,17 @@ impl Control {
                 .and_then(|s| s.namespace(nsid).cloned())
                 .ok_or_else(|| unknown_namespace(nqn, nsid))?;
             let current = live.backend.size();
+            let field = format!("subsystems[{si}].namespaces[{ni}].size");
+            if req.size == 0 || !req.size.is_multiple_of(u64::from(live.block_size)) {
+                return Err(ApiError::new(
+                    cfg_codes::INVALID_SIZE,
+                    field,
+                    format!(
+                        "size {} is not a positive multiple of the block size {}",
+                        req.size, live.block_size
+                    ),
+                ));
+            }
             if req.size < current && !req.shrink {
                 return Err(ApiError::new(
                     codes::SHRINK_NOT_CONFIRMED,
@@ -284,17 +322,6 @@ impl Control {
                         "{} is smaller than the namespace ({}): the data past the new end would \
                          be discarded; confirm with shrink (`ebof ctl ns resize … --shrink`)",
                         req.size, current
-                    ),
-                ));
-            }
-            let field = format!("subsystems[{si}].namespaces[{ni}].size");
-            if req.size == 0 || req.size % u64::from(live.block_size) != 0 {
-                return Err(ApiError::new(
-                    cfg_codes::INVALID_SIZE,
-                    field,
-                    format!(
-                        "size {} is not a positive multiple of the block size {}",
-                        req.size, live.block_size
                     ),
                 ));
             }
@@ -310,7 +337,13 @@ impl Control {
                 .resize(req.size)
                 .map_err(|e| ApiError::new(codes::BACKEND_FAILED, field, e.to_string()))?;
             self.target.namespace_changed(nqn, nsid);
-            tracing::info!(subsystem = nqn, nsid, from = current, to = req.size, "namespace resized by the management API");
+            tracing::info!(
+                subsystem = nqn,
+                nsid,
+                from = current,
+                to = req.size,
+                "namespace resized by the management API"
+            );
             Ok(NamespaceChanged {
                 subsystem: nqn.to_string(),
                 namespace: namespace_view(&live, &ns),
@@ -342,9 +375,9 @@ impl Control {
                         ),
                     ));
                 }
-                cfg.discovery = Some(l.clone());
+                cfg.discovery = Some(l);
             } else {
-                cfg.listeners.push(l.clone());
+                cfg.listeners.push(l);
             }
             check(cfg)?;
             let bound = control
@@ -436,7 +469,7 @@ impl Control {
     }
 
     fn listener_control(&self) -> Result<&ListenerControl, ApiError> {
-        self.listeners.as_ref().ok_or_else(|| {
+        self.listeners.get().ok_or_else(|| {
             ApiError::new(
                 codes::UNSUPPORTED,
                 "",
@@ -468,8 +501,10 @@ impl Control {
             }
         };
         let cfg = self.lock();
-        let bytes = write_config(&cfg, &path)
-            .map_err(|e| ApiError::new(codes::SAVE_FAILED, "path", e))?;
+        cfg.validate()
+            .map_err(|e| ApiError::new(codes::SAVE_FAILED, "", format!("not saved: {e}")))?;
+        let bytes =
+            write_config(&cfg, &path).map_err(|e| ApiError::new(codes::SAVE_FAILED, "path", e))?;
         tracing::info!(path = %path.display(), bytes, "running configuration saved");
         Ok(Saved {
             path: path.display().to_string(),
@@ -478,9 +513,14 @@ impl Control {
     }
 }
 
-/// Validate a changed configuration as a configuration file is validated.
+/// Validate a changed configuration as a configuration file is validated. One difference: a
+/// running target may serve no subsystem for a while (the last one removed, the next one not
+/// yet added); only `save` insists on one, as a file must have it.
 fn check(cfg: &Config) -> Result<(), ApiError> {
-    cfg.validate().map_err(|e| ApiError::from_config(&e, ""))
+    match cfg.validate() {
+        Err(e) if e.code == cfg_codes::NO_SUBSYSTEMS && cfg.subsystems.is_empty() => Ok(()),
+        r => r.map_err(|e| ApiError::from_config(&e, "")),
+    }
 }
 
 fn subsystem_index(cfg: &Config, nqn: &str) -> Result<usize, ApiError> {
@@ -514,7 +554,10 @@ fn parse_nsid(s: &str) -> Result<u32, ApiError> {
             ApiError::new(
                 cfg_codes::INVALID_NSID,
                 "nsid",
-                format!("{s:?} is not a namespace id (1 to {})", ebof_config::NSID_MAX),
+                format!(
+                    "{s:?} is not a namespace id (1 to {})",
+                    ebof_config::NSID_MAX
+                ),
             )
         })
 }

@@ -281,7 +281,10 @@ pub fn run(a: CtlArgs) -> Result<()> {
             if json {
                 println!("{}", serde_json::to_string_pretty(&r)?);
             } else {
-                println!("running configuration saved to {} ({} bytes)", r.path, r.bytes);
+                println!(
+                    "running configuration saved to {} ({} bytes)",
+                    r.path, r.bytes
+                );
             }
         }
         CtlCmd::Disconnect { cntlid } => {
@@ -334,7 +337,9 @@ fn ns(c: &Client, json: bool, cmd: NsCmd) -> Result<()> {
                     req.backend = "block".into();
                     req.path = Some(absolute(&b).display().to_string());
                 }
-                _ => anyhow::bail!("say what backs the namespace: --ram SIZE, --file PATH or --block DEV"),
+                _ => anyhow::bail!(
+                    "say what backs the namespace: --ram SIZE, --file PATH or --block DEV"
+                ),
             }
             let r = c.add_namespace(&nqn, &req).map_err(err)?;
             if json {
@@ -529,9 +534,8 @@ pub fn stats_text(s: &Stats) -> String {
 pub fn start_management(
     cfg: &Config,
     target: Arc<Target>,
-    listeners: Option<ebof_runtime::ListenerControl>,
     config_file: Option<PathBuf>,
-) -> Result<Option<MgmtServer>> {
+) -> Result<Option<(MgmtServer, Arc<ebof_mgmt::Control>)>> {
     let socket = if cfg.management.disabled {
         None
     } else {
@@ -564,10 +568,9 @@ pub fn start_management(
     let control = Arc::new(ebof_mgmt::Control::new(
         target,
         cfg.clone(),
-        listeners,
         config_file.map(|p| absolute(&p)),
     ));
-    let server = ebof_mgmt::start(control, socket, metrics)?;
+    let server = ebof_mgmt::start(control.clone(), socket, metrics)?;
     tracing::info!(
         socket = path.as_deref().unwrap_or("none"),
         metrics = %server
@@ -575,5 +578,5 @@ pub fn start_management(
             .map_or_else(|| "none".to_string(), |a| format!("http://{a}/metrics")),
         "management API"
     );
-    Ok(Some(server))
+    Ok(Some((server, control)))
 }

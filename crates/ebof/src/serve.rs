@@ -229,36 +229,29 @@ pub fn run(a: ServeArgs) -> Result<()> {
             io_threads: usize::from(t.io_threads),
         },
     };
-    let handle = Server::start(target.clone(), server_cfg)?;
-    // Port 0 means any free port: the discovery log and the running configuration say which.
-    if cfg
-        .listeners
-        .iter()
-        .chain(cfg.discovery.iter())
-        .any(|l| l.port == 0)
-    {
-        for (l, b) in cfg
-            .listeners
-            .iter_mut()
-            .chain(cfg.discovery.iter_mut())
-            .zip(&handle.bound)
-        {
-            l.port = b.port();
-        }
-        target.set_listeners(ebof_mgmt::build::listener_infos(&cfg));
-    }
-    let mgmt = match crate::ctl::start_management(
-        &cfg,
-        target.clone(),
-        Some(handle.listener_control()),
-        a.config.clone(),
-    ) {
-        Ok(m) => m,
+    // The management API first: a socket conflict fails before any host can connect.
+    let mgmt = crate::ctl::start_management(&cfg, target.clone(), a.config.clone())?;
+    let handle = match Server::start(target.clone(), server_cfg) {
+        Ok(h) => h,
         Err(e) => {
-            handle.stop();
-            return Err(e);
+            if let Some((m, _)) = mgmt {
+                m.stop();
+            }
+            return Err(e.into());
         }
     };
+    match &mgmt {
+        Some((_, control)) => control.attach_server(handle.listener_control(), &handle.bound),
+        None => {
+            // Port 0 means any free port: the discovery log says which.
+            if cfg.listeners.iter().any(|l| l.port == 0) {
+                for (l, b) in cfg.listeners.iter_mut().zip(&handle.bound) {
+                    l.port = b.port();
+                }
+                target.set_listeners(ebof_mgmt::build::listener_infos(&cfg));
+            }
+        }
+    }
     tracing::info!(
         listeners = %join(&handle.bound),
         cores = %join(&cores),
@@ -276,7 +269,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
         anyhow::Ok(())
     })?;
     tracing::info!("shutting down: flushing namespaces");
-    if let Some(m) = mgmt {
+    if let Some((m, _)) = mgmt {
         m.stop();
     }
     handle.stop();

@@ -495,3 +495,415 @@ fn no_server_and_socket_conflicts() {
     assert_eq!(st.subsystems.len(), 1);
     drop(t);
 }
+
+/// `ebof perf` on namespace `nsid` of `port` as HOST_A, with extra arguments; JSON output.
+fn perf_on(port: &str, nsid: u32, extra: &[&str]) -> Output {
+    let nsid = nsid.to_string();
+    let mut a = vec![
+        "perf",
+        "-a",
+        "127.0.0.1",
+        "-s",
+        port,
+        "-n",
+        NQN,
+        "--nsid",
+        &nsid,
+        "--hostnqn",
+        HOST_A,
+        "--json",
+    ];
+    a.extend_from_slice(extra);
+    ebof(&a)
+}
+
+fn namespace(st: &Value, nsid: u64) -> Option<&Value> {
+    st["subsystems"][0]["namespaces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["nsid"] == nsid)
+}
+
+#[test]
+fn namespaces_added_resized_and_removed_live() {
+    let s = serve();
+    let port = s.t.port();
+    let o = ctl(&s, &["ns", "add", NQN, "--ram", "16M"]);
+    assert!(o.ok, "{}", o.stderr);
+    assert!(o.stdout.contains("namespace 2 added"), "{}", o.stdout);
+    let st = state(&s);
+    assert_eq!(namespace(&st, 2).unwrap()["size"], 16u64 << 20);
+    let o = perf_on(
+        &port,
+        2,
+        &["--rw", "randrw", "--verify", "--runtime", "300ms"],
+    );
+    assert!(o.ok, "{}", o.stderr);
+
+    // A file namespace, created with its directory.
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("new/disk.img");
+    let o = ctl(
+        &s,
+        &[
+            "ns",
+            "add",
+            NQN,
+            "--file",
+            img.to_str().unwrap(),
+            "--size",
+            "8M",
+            "--nsid",
+            "7",
+        ],
+    );
+    assert!(o.ok, "{}", o.stderr);
+    assert_eq!(std::fs::metadata(&img).unwrap().len(), 8 << 20);
+    assert_eq!(
+        namespace(&state(&s), 7).unwrap()["path"],
+        img.display().to_string()
+    );
+
+    // Grow both while they serve; shrinking needs --shrink.
+    for (nsid, size) in [("2", "32M"), ("7", "16M")] {
+        let o = ctl(&s, &["ns", "resize", NQN, nsid, size]);
+        assert!(o.ok, "{}", o.stderr);
+    }
+    let st = state(&s);
+    assert_eq!(namespace(&st, 2).unwrap()["size"], 32u64 << 20);
+    assert_eq!(namespace(&st, 7).unwrap()["size"], 16u64 << 20);
+    assert_eq!(std::fs::metadata(&img).unwrap().len(), 16 << 20);
+    let o = perf_on(
+        &port,
+        7,
+        &["--rw", "randwrite", "--verify", "--runtime", "300ms"],
+    );
+    assert!(o.ok, "{}", o.stderr);
+    rejected(
+        &s,
+        &["ns", "resize", NQN, "2", "8M"],
+        "shrink-not-confirmed",
+    );
+    let o = ctl(&s, &["ns", "resize", NQN, "2", "8M", "--shrink"]);
+    assert!(o.ok, "{}", o.stderr);
+
+    // Invalid requests: one error each, nothing changes.
+    rejected(
+        &s,
+        &["ns", "add", NQN, "--ram", "16M", "--nsid", "2"],
+        "duplicate-nsid",
+    );
+    rejected(&s, &["ns", "add", NQN, "--ram", "1000"], "invalid-size");
+    rejected(
+        &s,
+        &["ns", "add", NQN, "--ram", "1M", "--nsid", "0"],
+        "invalid-nsid",
+    );
+    rejected(
+        &s,
+        &["ns", "add", "nqn.2026-11.io.ebof:none", "--ram", "1M"],
+        "unknown-subsystem",
+    );
+    rejected(
+        &s,
+        &["ns", "add", NQN, "--file", img.to_str().unwrap()],
+        "duplicate-path",
+    );
+    rejected(
+        &s,
+        &[
+            "ns",
+            "add",
+            NQN,
+            "--file",
+            "/proc/ebof-none/disk.img",
+            "--size",
+            "1M",
+        ],
+        "backend-failed",
+    );
+    rejected(
+        &s,
+        &["ns", "add", NQN, "--block", "/dev/ebof-none"],
+        "backend-failed",
+    );
+    rejected(&s, &["ns", "resize", NQN, "2", "1000"], "invalid-size");
+    rejected(&s, &["ns", "resize", NQN, "9", "1M"], "unknown-namespace");
+    rejected(&s, &["ns", "remove", NQN, "9"], "unknown-namespace");
+    rejected(&s, &["ns", "remove", NQN, "x"], "invalid-nsid");
+
+    // Remove: the namespace is gone for hosts, the file stays as it was.
+    let o = ctl(&s, &["ns", "remove", NQN, "7"]);
+    assert!(o.ok, "{}", o.stderr);
+    assert!(namespace(&state(&s), 7).is_none());
+    assert_eq!(std::fs::metadata(&img).unwrap().len(), 16 << 20);
+    let o = perf_on(&port, 7, &["--runtime", "100ms"]);
+    assert!(!o.ok, "perf ran on a removed namespace");
+    let o = perf_on(&port, 1, &["--runtime", "100ms"]);
+    assert!(o.ok, "{}", o.stderr);
+}
+
+#[test]
+fn listeners_added_and_removed_live() {
+    let s = serve();
+    let extra = format!("127.0.0.1:{}", free_port());
+    let o = ctl(&s, &["listener", "add", &extra]);
+    assert!(o.ok, "{}", o.stderr);
+    let listed = |s: &Served, addr: &str| {
+        state(s)["listeners"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|l| l["address"] == addr)
+    };
+    assert!(listed(&s, &extra));
+    let port2 = extra.rsplit(':').next().unwrap().to_string();
+    let o = perf_on(&port2, 1, &["--runtime", "100ms"]);
+    assert!(o.ok, "{}", o.stderr);
+    // Both listeners are in the discovery log.
+    let disc = ebof(&["discover", "-a", "127.0.0.1", "-s", &port2]);
+    assert!(disc.ok, "{}", disc.stderr);
+    assert!(
+        disc.stdout.contains(&s.t.port()) && disc.stdout.contains(&port2),
+        "{}",
+        disc.stdout
+    );
+
+    // A dedicated discovery listener.
+    let dport = free_port().to_string();
+    let daddr = format!("127.0.0.1:{dport}");
+    let o = ctl(&s, &["listener", "add", &daddr, "--discovery"]);
+    assert!(o.ok, "{}", o.stderr);
+    let disc = ebof(&["discover", "-a", "127.0.0.1", "-s", &dport]);
+    assert!(
+        disc.ok && disc.stdout.contains(NQN),
+        "{}{}",
+        disc.stdout,
+        disc.stderr
+    );
+
+    rejected(&s, &["listener", "add", &extra], "duplicate-listener");
+    rejected(
+        &s,
+        &["listener", "add", "127.0.0.1:1", "--discovery"],
+        "duplicate-listener",
+    );
+    rejected(
+        &s,
+        &["listener", "add", "10.255.255.1:4420"],
+        "listen-failed",
+    );
+    rejected(
+        &s,
+        &["listener", "add", "not-an-address"],
+        "invalid-address",
+    );
+    rejected(
+        &s,
+        &["listener", "remove", "127.0.0.1:1"],
+        "unknown-listener",
+    );
+
+    // Removing a listener closes its socket; a host connected through it stays.
+    let args = [
+        "perf",
+        "-a",
+        "127.0.0.1",
+        "-s",
+        &port2,
+        "-n",
+        NQN,
+        "--hostnqn",
+        HOST_A,
+        "--runtime",
+        "3s",
+        "--qd",
+        "2",
+        "--json",
+    ];
+    let child = Command::new(EBOF)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !state(&s)["controllers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|c| c["io_queues"] == 1)
+    {
+        assert!(Instant::now() < deadline, "perf did not connect");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let o = ctl(&s, &["listener", "remove", &extra]);
+    assert!(o.ok, "{}", o.stderr);
+    assert!(!listed(&s, &extra));
+    assert!(
+        TcpStream::connect_timeout(&extra.parse().unwrap(), Duration::from_secs(2)).is_err(),
+        "the removed listener still accepts"
+    );
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "the connected host was cut off: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let o = ctl(&s, &["listener", "remove", &daddr]);
+    assert!(o.ok, "{}", o.stderr);
+    // The last NVMe listener cannot go: the configuration needs one.
+    rejected(
+        &s,
+        &["listener", "remove", &format!("127.0.0.1:{}", s.t.port())],
+        "no-listeners",
+    );
+}
+
+/// Serve `config` (a file) with a management socket in `dir`; returns the socket.
+fn serve_file(config: &Path, dir: &Path, addr: SocketAddr) -> (Target, PathBuf) {
+    let sock = dir.join("ebof.sock");
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("serve.log"))
+        .unwrap();
+    let t = Target::spawn(
+        &[
+            "serve",
+            "-c",
+            config.to_str().unwrap(),
+            "--cores",
+            "0",
+            "--mgmt-socket",
+            sock.to_str().unwrap(),
+        ],
+        addr,
+        Stdio::from(log),
+    );
+    (t, sock)
+}
+
+#[test]
+fn save_restart_and_compare() {
+    let dir = tempfile::tempdir().unwrap();
+    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let config = dir.path().join("ebof.toml");
+    let img = dir.path().join("disk.img");
+    std::fs::write(
+        &config,
+        format!(
+            "[[listeners]]\naddress = \"127.0.0.1\"\nport = {}\n\n[[subsystems]]\nnqn = \"{NQN}\"\n\
+             [[subsystems.namespaces]]\nbackend = \"ram\"\nsize = \"16M\"\n",
+            addr.port()
+        ),
+    )
+    .unwrap();
+    let (t, sock) = serve_file(&config, dir.path(), addr);
+    let c = |args: &[&str]| {
+        let mut a = vec!["ctl", "--socket", sock.to_str().unwrap()];
+        a.extend_from_slice(args);
+        let o = ebof(&a);
+        assert!(o.ok, "{args:?}: {}", o.stderr);
+        o
+    };
+    let other = "nqn.2026-11.io.ebof:second";
+    c(&[
+        "ns",
+        "add",
+        NQN,
+        "--file",
+        img.to_str().unwrap(),
+        "--size",
+        "4M",
+        "--block-size",
+        "4096",
+    ]);
+    c(&["ns", "resize", NQN, "1", "32M"]);
+    c(&["subsystem", "add", other, "--no-allow-any-host"]);
+    c(&["host", "allow", other, HOST_B]);
+    c(&["ns", "add", other, "--ram", "8M", "--nsid", "5"]);
+    let extra = format!("127.0.0.1:{}", free_port());
+    c(&["listener", "add", &extra]);
+    let before: Value = serde_json::from_str(&c(&["show", "--json"]).stdout).unwrap();
+    let o = c(&["save"]);
+    assert!(
+        o.stdout.contains(&config.display().to_string()),
+        "{}",
+        o.stdout
+    );
+    // Saving elsewhere, and the file loads as a configuration.
+    let copy = dir.path().join("copy.toml");
+    c(&["save", copy.to_str().unwrap()]);
+    let check = ebof(&["serve", "-c", copy.to_str().unwrap(), "--print-config"]);
+    assert!(check.ok, "{}", check.stderr);
+    assert!(
+        std::fs::read_dir(dir.path()).unwrap().all(|e| !e
+            .unwrap()
+            .file_name()
+            .to_string_lossy()
+            .contains(".tmp-"))
+    );
+    drop(t);
+
+    let (_t, sock2) = serve_file(&config, dir.path(), addr);
+    let o = ebof(&["ctl", "--socket", sock2.to_str().unwrap(), "show", "--json"]);
+    assert!(o.ok, "{}", o.stderr);
+    let mut after: Value = serde_json::from_str(&o.stdout).unwrap();
+    after["controllers"] = before["controllers"].clone();
+    let mut before = before;
+    // Port IDs are renumbered from the file's order; the rest must be equal.
+    for v in [&mut before, &mut after] {
+        for l in v["listeners"].as_array_mut().unwrap() {
+            l["portid"] = Value::Null;
+        }
+    }
+    assert_eq!(before, after);
+}
+
+#[test]
+fn autosave_writes_every_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let config = dir.path().join("ebof.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[listeners]]\naddress = \"127.0.0.1\"\nport = {}\n\n[management]\nautosave = true\n\n\
+             [[subsystems]]\nnqn = \"{NQN}\"\n[[subsystems.namespaces]]\nbackend = \"ram\"\nsize = \"16M\"\n",
+            addr.port()
+        ),
+    )
+    .unwrap();
+    let (_t, sock) = serve_file(&config, dir.path(), addr);
+    let o = ebof(&[
+        "ctl",
+        "--socket",
+        sock.to_str().unwrap(),
+        "ns",
+        "add",
+        NQN,
+        "--ram",
+        "4M",
+    ]);
+    assert!(o.ok, "{}", o.stderr);
+    let saved = ebof_config::Config::load(&config).unwrap();
+    assert_eq!(saved.subsystems[0].namespaces.len(), 2);
+    assert!(saved.management.autosave);
+    // A rejected request writes nothing.
+    let text = std::fs::read_to_string(&config).unwrap();
+    let o = ebof(&[
+        "ctl",
+        "--socket",
+        sock.to_str().unwrap(),
+        "ns",
+        "add",
+        NQN,
+        "--ram",
+        "1000",
+    ]);
+    assert!(!o.ok);
+    assert_eq!(std::fs::read_to_string(&config).unwrap(), text);
+}
