@@ -244,7 +244,7 @@ pub struct ControllerView {
 }
 
 /// `GET /v1/stats`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Stats {
     pub namespaces: Vec<NamespaceStats>,
     /// Live controllers (I/O and discovery).
@@ -253,11 +253,40 @@ pub struct Stats {
     pub io_queues: usize,
     pub keep_alive_expiries: u64,
     pub admin_disconnects: u64,
+    /// TCP connections open now (accepted and not yet closed).
+    #[serde(default)]
+    pub connections_open: u64,
+    #[serde(default)]
+    pub connections_accepted: u64,
+    /// Refused at accept by the connection caps.
+    #[serde(default)]
+    pub connections_refused: u64,
+    /// Connections terminated for a protocol error.
+    #[serde(default)]
+    pub protocol_errors: u64,
+    /// Connections the host ended with H2CTermReq.
+    #[serde(default)]
+    pub host_terminations: u64,
+    /// Connections closed for missing the ICReq / Connect deadline.
+    #[serde(default)]
+    pub handshake_timeouts: u64,
+}
+
+/// Latency percentiles of a namespace's successful reads or writes since the start, in
+/// microseconds (upper bounds of the histogram buckets they fall in: at most 25 % high).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LatencyPercentiles {
+    pub count: u64,
+    pub mean_us: f64,
+    pub p50_us: f64,
+    pub p99_us: f64,
+    pub p999_us: f64,
+    pub p9999_us: f64,
 }
 
 /// Counters of one namespace (summed over all controllers, published by queues in batches:
 /// at most about a second behind).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct NamespaceStats {
     pub subsystem: String,
     pub nsid: u32,
@@ -266,6 +295,14 @@ pub struct NamespaceStats {
     pub bytes_read: u64,
     pub bytes_written: u64,
     pub media_errors: u64,
+    /// Read latency (absent before the first read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_latency: Option<LatencyPercentiles>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub write_latency: Option<LatencyPercentiles>,
+    /// Backend failures by class (`no_space`, `media`, …); only classes that happened.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub backend_errors: std::collections::BTreeMap<String, u64>,
 }
 
 /// `POST /v1/subsystems`: a new subsystem, with no namespaces. Absent fields take the

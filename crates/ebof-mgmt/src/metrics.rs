@@ -6,9 +6,11 @@
 //! it (OpenMetrics text, which Prometheus reads).
 
 use crate::ops;
+use nvmf_target::latency::{LatencySnapshot, upper_bound_secs};
 use nvmf_target::{ControllerKind, Target};
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::collector::Collector;
 use prometheus_client::encoding::text::encode;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, NoLabelSet};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -33,6 +35,45 @@ struct CtrlLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct KindLabels {
     kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct NsClassLabels {
+    subsystem: String,
+    nsid: String,
+    class: String,
+}
+
+/// Latency histograms of one kind (reads or writes) of every namespace, as they are at scrape
+/// time: the buckets were counted by the queues, so they are encoded as they are.
+#[derive(Debug)]
+struct LatencyFamily {
+    name: &'static str,
+    help: &'static str,
+    series: Vec<(NsLabels, LatencySnapshot)>,
+}
+
+impl Collector for LatencyFamily {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let mut family = encoder.encode_descriptor(
+            self.name,
+            self.help,
+            None,
+            prometheus_client::metrics::MetricType::Histogram,
+        )?;
+        for (labels, h) in &self.series {
+            let buckets: Vec<(f64, u64)> = h
+                .buckets
+                .iter()
+                .enumerate()
+                .map(|(i, c)| (upper_bound_secs(i), *c))
+                .collect();
+            family
+                .encode_family(labels)?
+                .encode_histogram::<NoLabelSet>(h.sum_secs, h.count(), &buckets, None)?;
+        }
+        Ok(())
+    }
 }
 
 fn counter_family(reg: &mut Registry, name: &str, help: &str) -> Family<NsLabels, Counter<u64>> {
@@ -89,6 +130,14 @@ pub fn render(t: &Target) -> Result<String, std::fmt::Error> {
         wbytes.get_or_create(&l).inc_by(n.bytes_written);
         merr.get_or_create(&l).inc_by(n.media_errors);
     }
+    let berr = Family::<NsClassLabels, Counter<u64>>::default();
+    reg.register(
+        "namespace_backend_errors",
+        "Backend failures by class (no_space, read_only, media, ...)",
+        berr.clone(),
+    );
+    let mut read_lat = Vec::new();
+    let mut write_lat = Vec::new();
     for s in t.subsystems().iter() {
         for n in &s.namespaces {
             let l = NsLabels {
@@ -97,8 +146,32 @@ pub fn render(t: &Target) -> Result<String, std::fmt::Error> {
             };
             size.get_or_create(&l)
                 .set(i64::try_from(n.backend.size()).unwrap_or(i64::MAX));
+            for c in nvmf_target::FailureClass::ALL {
+                let v =
+                    n.stats.backend_errors[c as usize].load(std::sync::atomic::Ordering::Relaxed);
+                if v > 0 {
+                    berr.get_or_create(&NsClassLabels {
+                        subsystem: s.nqn.clone(),
+                        nsid: n.nsid.to_string(),
+                        class: c.name().to_string(),
+                    })
+                    .inc_by(v);
+                }
+            }
+            read_lat.push((l.clone(), n.stats.read_latency.snapshot()));
+            write_lat.push((l, n.stats.write_latency.snapshot()));
         }
     }
+    reg.register_collector(Box::new(LatencyFamily {
+        name: "namespace_read_latency_seconds",
+        help: "Latency of successful reads in the target (receive to completion), seconds",
+        series: read_lat,
+    }));
+    reg.register_collector(Box::new(LatencyFamily {
+        name: "namespace_write_latency_seconds",
+        help: "Latency of successful writes in the target (receive to completion), seconds",
+        series: write_lat,
+    }));
     let ctrls = Family::<KindLabels, Gauge>::default();
     reg.register("controllers", "Live controllers", ctrls.clone());
     let queues = Family::<CtrlLabels, Gauge>::default();
@@ -140,6 +213,38 @@ pub fn render(t: &Target) -> Result<String, std::fmt::Error> {
         "Controllers disconnected through the management API",
         st.admin_disconnects,
     );
+    for (name, help, v) in [
+        (
+            "connections_accepted",
+            "TCP connections accepted",
+            st.connections_accepted,
+        ),
+        (
+            "connections_refused",
+            "TCP connections refused by the connection caps",
+            st.connections_refused,
+        ),
+        (
+            "protocol_errors",
+            "Connections terminated for an NVMe/TCP protocol error",
+            st.protocol_errors,
+        ),
+        (
+            "host_terminations",
+            "Connections the host ended with H2CTermReq",
+            st.host_terminations,
+        ),
+        (
+            "handshake_timeouts",
+            "Connections closed for missing the ICReq / Connect deadline",
+            st.handshake_timeouts,
+        ),
+    ] {
+        counter(&mut reg, name, help, v);
+    }
+    let open = Gauge::<i64>::default();
+    open.set(i64::try_from(st.connections_open).unwrap_or(i64::MAX));
+    reg.register("connections_open", "TCP connections open", open);
     let mut out = String::new();
     encode(&mut out, &reg)?;
     Ok(out)

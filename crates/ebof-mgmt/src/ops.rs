@@ -2,8 +2,8 @@
 //! the changes, each validated first and applied whole (one snapshot swap) or not at all.
 
 use crate::api::{
-    self, ApiError, ControllerView, Disconnected, ListenerView, NamespaceStats, NamespaceView,
-    State, Stats, SubsystemRemoved, SubsystemRequest, SubsystemView, codes,
+    self, ApiError, ControllerView, Disconnected, LatencyPercentiles, ListenerView, NamespaceStats,
+    NamespaceView, State, Stats, SubsystemRemoved, SubsystemRequest, SubsystemView, codes,
 };
 use ebof_config::codes as cfg;
 use nvmf_target::{ControllerKind, Subsystem, Target, UpdateError};
@@ -74,12 +74,36 @@ pub fn state(t: &Target) -> State {
     }
 }
 
+/// Percentiles of a latency histogram, `None` when it is empty.
+pub fn percentiles(h: &nvmf_target::latency::LatencySnapshot) -> Option<LatencyPercentiles> {
+    let count = h.count();
+    let us = |q: f64| h.quantile(q).map_or(0.0, |s| s * 1e6);
+    (count > 0).then(|| LatencyPercentiles {
+        count,
+        mean_us: h.sum_secs * 1e6 / count as f64,
+        p50_us: us(0.5),
+        p99_us: us(0.99),
+        p999_us: us(0.999),
+        p9999_us: us(0.9999),
+    })
+}
+
 /// `GET /v1/stats`.
 pub fn stats(t: &Target) -> Stats {
     let mut namespaces = Vec::new();
     for s in t.subsystems().iter() {
         for n in &s.namespaces {
             let st = &n.stats;
+            let backend_errors = nvmf_target::FailureClass::ALL
+                .iter()
+                .map(|c| {
+                    (
+                        c.name().to_string(),
+                        st.backend_errors[*c as usize].load(Ordering::Relaxed),
+                    )
+                })
+                .filter(|(_, v)| *v > 0)
+                .collect();
             namespaces.push(NamespaceStats {
                 subsystem: s.nqn.clone(),
                 nsid: n.nsid,
@@ -88,16 +112,27 @@ pub fn stats(t: &Target) -> Stats {
                 bytes_read: st.bytes_read.load(Ordering::Relaxed),
                 bytes_written: st.bytes_written.load(Ordering::Relaxed),
                 media_errors: st.media_errors.load(Ordering::Relaxed),
+                read_latency: percentiles(&st.read_latency.snapshot()),
+                write_latency: percentiles(&st.write_latency.snapshot()),
+                backend_errors,
             });
         }
     }
     let controllers = t.controllers();
+    let e = &t.events;
+    let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
     Stats {
         namespaces,
         controllers: controllers.len(),
         io_queues: controllers.iter().map(|c| c.io_queue_count()).sum(),
-        keep_alive_expiries: t.events.keep_alive_expiries.load(Ordering::Relaxed),
-        admin_disconnects: t.events.admin_disconnects.load(Ordering::Relaxed),
+        keep_alive_expiries: load(&e.keep_alive_expiries),
+        admin_disconnects: load(&e.admin_disconnects),
+        connections_open: load(&e.connections_accepted).saturating_sub(load(&e.connections_closed)),
+        connections_accepted: load(&e.connections_accepted),
+        connections_refused: load(&e.connections_refused),
+        protocol_errors: load(&e.protocol_errors),
+        host_terminations: load(&e.host_terminations),
+        handshake_timeouts: load(&e.handshake_timeouts),
     }
 }
 

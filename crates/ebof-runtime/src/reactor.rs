@@ -462,7 +462,7 @@ impl Reactor {
             if c.s.ending.is_none() {
                 c.s.ending = Some((ConnEnd::Stopped, Instant::now()));
             }
-            log_end(&c);
+            log_end(&c, &self.target.events);
         }
         // The engine waits for what the kernel still holds (see `engine::uring`).
         drop(engine);
@@ -491,7 +491,7 @@ impl Reactor {
             };
             if done && let Some(mut c) = slot.take() {
                 let _ = self.poll.registry().deregister(&mut c.s.stream);
-                log_end(&c);
+                log_end(&c, &self.target.events);
                 ready.retain(|&r| r != i);
                 free.push(i);
                 *ending = ending.saturating_sub(1);
@@ -522,10 +522,18 @@ impl Reactor {
                     let admitted = match self.admission.admit(peer.ip()) {
                         Ok(a) => a,
                         Err(why) => {
+                            self.target
+                                .events
+                                .connections_refused
+                                .fetch_add(1, Ordering::Relaxed);
                             nvmf_target::warn_every!(%peer, %local, "connection refused: {why}");
                             continue; // `std` is dropped: closed
                         }
                     };
+                    self.target
+                        .events
+                        .connections_accepted
+                        .fetch_add(1, Ordering::Relaxed);
                     let i = self.next_peer % self.peers.len();
                     self.next_peer = self.next_peer.wrapping_add(1);
                     self.peers[i].deliver(NewConn {
@@ -760,8 +768,18 @@ fn last_words(c: &mut ConnState) {
     let _ = c.stream.shutdown(std::net::Shutdown::Write);
 }
 
-fn log_end(c: &Conn) {
+fn log_end(c: &Conn, events: &nvmf_target::EventCounters) {
     let _g = c.span.enter();
+    let count = |a: &std::sync::atomic::AtomicU64| {
+        a.fetch_add(1, Ordering::Relaxed);
+    };
+    count(&events.connections_closed);
+    match &c.s.ending {
+        Some((ConnEnd::Protocol(_), _)) => count(&events.protocol_errors),
+        Some((ConnEnd::HostTerminated { .. }, _)) => count(&events.host_terminations),
+        Some((ConnEnd::HandshakeTimeout(_), _)) => count(&events.handshake_timeouts),
+        _ => {}
+    }
     match &c.s.ending {
         Some((ConnEnd::PeerClosed, _)) => tracing::debug!("connection closed by peer"),
         Some((ConnEnd::Protocol(e), _)) => {

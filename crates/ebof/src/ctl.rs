@@ -505,7 +505,15 @@ pub fn stats_text(s: &Stats) -> String {
         "READ",
         "WRITTEN",
         "ERRORS",
+        "READ p50/p99/p99.99 us",
+        "WRITE p50/p99/p99.99 us",
     ])];
+    let lat = |l: &Option<ebof_mgmt::api::LatencyPercentiles>| {
+        l.as_ref().map_or_else(
+            || "-".to_string(),
+            |l| format!("{:.0}/{:.0}/{:.0}", l.p50_us, l.p99_us, l.p9999_us),
+        )
+    };
     for n in &s.namespaces {
         rows.push(vec![
             n.subsystem.clone(),
@@ -515,13 +523,35 @@ pub fn stats_text(s: &Stats) -> String {
             format_size(n.bytes_read),
             format_size(n.bytes_written),
             n.media_errors.to_string(),
+            lat(&n.read_latency),
+            lat(&n.write_latency),
         ]);
     }
     table(&mut out, "", &rows);
     out.push_str(&format!(
-        "controllers {}  io queues {}  keep-alive expiries {}  disconnects {}\n",
-        s.controllers, s.io_queues, s.keep_alive_expiries, s.admin_disconnects
+        "controllers {}  io queues {}  connections {} open ({} refused)  protocol errors {}  \
+         keep-alive expiries {}  disconnects {}\n",
+        s.controllers,
+        s.io_queues,
+        s.connections_open,
+        s.connections_refused,
+        s.protocol_errors,
+        s.keep_alive_expiries,
+        s.admin_disconnects
     ));
+    for n in s.namespaces.iter().filter(|n| !n.backend_errors.is_empty()) {
+        let e: Vec<String> = n
+            .backend_errors
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect();
+        out.push_str(&format!(
+            "backend errors {} nsid {}: {}\n",
+            n.subsystem,
+            n.nsid,
+            e.join(", ")
+        ));
+    }
     out
 }
 

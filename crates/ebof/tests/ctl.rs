@@ -228,6 +228,33 @@ fn show_stats_and_metrics_match_a_perf_run() {
         (64u64 << 20) as f64
     );
     assert_eq!(sample(&text, "ebof_subsystems", &[]), 1.0);
+    // Latency: every counted write is in the histogram, in the API and in the exposition.
+    let wl = &ns["write_latency"];
+    assert_eq!(wl["count"].as_u64(), Some(counted), "{stats}");
+    let (p50, p9999) = (
+        wl["p50_us"].as_f64().unwrap(),
+        wl["p9999_us"].as_f64().unwrap(),
+    );
+    assert!(p50 > 0.0 && p50 <= p9999, "{stats}");
+    assert!(ns.get("read_latency").is_none(), "{stats}");
+    let scrape_all = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string())))
+        .expect("exposition parses");
+    let hist = scrape_all
+        .samples
+        .iter()
+        .find(|x| {
+            x.metric == "ebof_namespace_write_latency_seconds"
+                && x.labels.get("subsystem") == Some(NQN)
+        })
+        .unwrap_or_else(|| panic!("no write latency histogram in\n{text}"));
+    let prometheus_parse::Value::Histogram(buckets) = &hist.value else {
+        panic!("write latency is not a histogram: {:?}", hist.value);
+    };
+    let total = buckets.iter().map(|b| b.count).fold(0.0, f64::max);
+    assert_eq!(total, counted as f64, "cumulative +Inf bucket");
+    assert!(buckets.windows(2).all(|w| w[0].count <= w[1].count));
+    assert_eq!(sample(&text, "ebof_protocol_errors_total", &[]), 0.0);
+    assert!(sample(&text, "ebof_connections_accepted_total", &[]) >= 2.0);
     assert_eq!(sample(&text, "ebof_controllers", &[("kind", "io")]), 0.0);
     // The same exposition on the management socket.
     let o = ctl(&s, &["metrics"]);

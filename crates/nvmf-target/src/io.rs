@@ -100,6 +100,32 @@ impl FailureClass {
     /// Number of classes (`Media` is the last variant; keep it so).
     pub const COUNT: usize = FailureClass::Media as usize + 1;
 
+    /// Every class, in index order.
+    pub const ALL: [FailureClass; FailureClass::COUNT] = [
+        FailureClass::OutOfRange,
+        FailureClass::NoSpace,
+        FailureClass::Truncated,
+        FailureClass::ReadOnly,
+        FailureClass::Unsupported,
+        FailureClass::Transient,
+        FailureClass::Gone,
+        FailureClass::Media,
+    ];
+
+    /// Name for metrics and logs.
+    pub fn name(self) -> &'static str {
+        match self {
+            FailureClass::OutOfRange => "out_of_range",
+            FailureClass::NoSpace => "no_space",
+            FailureClass::Truncated => "truncated",
+            FailureClass::ReadOnly => "read_only",
+            FailureClass::Unsupported => "unsupported",
+            FailureClass::Transient => "transient",
+            FailureClass::Gone => "gone",
+            FailureClass::Media => "media",
+        }
+    }
+
     /// Classify a backend error by its errno (or kind, for errors made in userspace).
     pub fn of(e: &BackendError) -> FailureClass {
         let io = match e {
@@ -224,6 +250,7 @@ pub fn io_status(req: &IoRequest, result: Result<(), BackendError>) -> Status {
 /// failures in between.
 pub(crate) fn failed(req: &IoRequest, e: &BackendError) -> Status {
     let class = FailureClass::of(e);
+    req.ns.stats.backend_errors[class as usize].fetch_add(1, Ordering::Relaxed);
     let status = backend_status(e, !matches!(req.op, IoOp::Read));
     // One limiter per class: a flood of one cause does not hide the first of another.
     static LIMITS: [RateLimit; FailureClass::COUNT] =
@@ -252,14 +279,16 @@ struct Counts {
     write_cmds: u64,
     bytes_written: u64,
     media_errors: u64,
+    read_latency: crate::latency::LatencyBatch,
+    write_latency: crate::latency::LatencyBatch,
 }
 
 impl StatsBatch {
     /// Commands after which the batch is published even under sustained load.
     pub const LIMIT: u32 = 1024;
 
-    /// Count a finished command.
-    pub fn add(&mut self, req: &IoRequest, status: Status) {
+    /// Count a finished command that took `latency_ns` in the target.
+    pub fn add(&mut self, req: &IoRequest, status: Status, latency_ns: u64) {
         if !matches!(req.op, IoOp::Read | IoOp::Write { .. }) {
             return;
         }
@@ -280,10 +309,12 @@ impl StatsBatch {
             (IoOp::Read, true) => {
                 c.read_cmds += 1;
                 c.bytes_read += req.len;
+                c.read_latency.record(latency_ns);
             }
             (_, true) => {
                 c.write_cmds += 1;
                 c.bytes_written += req.len;
+                c.write_latency.record(latency_ns);
             }
         }
         self.pending += 1;
@@ -308,14 +339,16 @@ impl StatsBatch {
         }
         for (ns, c) in &mut self.per_ns {
             let s = &ns.stats;
-            let c = std::mem::take(c);
+            c.read_latency.publish(&s.read_latency);
+            c.write_latency.publish(&s.write_latency);
             for (counter, v) in [
-                (&s.read_cmds, c.read_cmds),
-                (&s.bytes_read, c.bytes_read),
-                (&s.write_cmds, c.write_cmds),
-                (&s.bytes_written, c.bytes_written),
-                (&s.media_errors, c.media_errors),
+                (&s.read_cmds, &mut c.read_cmds),
+                (&s.bytes_read, &mut c.bytes_read),
+                (&s.write_cmds, &mut c.write_cmds),
+                (&s.bytes_written, &mut c.bytes_written),
+                (&s.media_errors, &mut c.media_errors),
             ] {
+                let v = std::mem::take(v);
                 if v > 0 {
                     counter.fetch_add(v, Ordering::Relaxed);
                 }

@@ -100,6 +100,7 @@ mod controller;
 mod discovery;
 mod fabrics;
 mod io;
+pub mod latency;
 pub mod log_limit;
 mod model;
 mod queue;

@@ -98,7 +98,7 @@ impl Namespace {
     }
 }
 
-/// SMART counters of a namespace; updated in batches by queues.
+/// SMART counters and latency histograms of a namespace; updated in batches by queues.
 #[derive(Debug, Default)]
 pub struct NsStats {
     pub bytes_read: AtomicU64,
@@ -106,6 +106,11 @@ pub struct NsStats {
     pub read_cmds: AtomicU64,
     pub write_cmds: AtomicU64,
     pub media_errors: AtomicU64,
+    /// Latency of successful reads and writes (see [`crate::latency`]).
+    pub read_latency: crate::latency::LatencyHistogram,
+    pub write_latency: crate::latency::LatencyHistogram,
+    /// Backend failures by [`crate::FailureClass`] (indexed by the class).
+    pub backend_errors: [AtomicU64; crate::FailureClass::COUNT],
 }
 
 /// An NVM subsystem: NQN, identity, host access list and namespaces.
@@ -173,6 +178,18 @@ pub struct EventCounters {
     pub keep_alive_expiries: AtomicU64,
     /// Controllers torn down by the management API (`ebof ctl disconnect`).
     pub admin_disconnects: AtomicU64,
+    /// TCP connections accepted (under the connection caps).
+    pub connections_accepted: AtomicU64,
+    /// TCP connections refused at accept by the connection caps.
+    pub connections_refused: AtomicU64,
+    /// Accepted connections that have closed since (open = accepted − closed).
+    pub connections_closed: AtomicU64,
+    /// Connections terminated for a protocol error (C2HTermReq sent).
+    pub protocol_errors: AtomicU64,
+    /// Connections the host ended with H2CTermReq.
+    pub host_terminations: AtomicU64,
+    /// Connections closed for missing the ICReq / Connect deadline.
+    pub handshake_timeouts: AtomicU64,
 }
 
 /// Why [`Target::update_subsystem`] changed nothing.

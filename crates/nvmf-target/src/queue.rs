@@ -157,6 +157,8 @@ struct Slot {
     direct: Option<(Arc<crate::io::NsRef>, u64)>,
     direct_status: Status,
     cqe: Cqe,
+    /// When the command arrived (its receive batch), for the latency histograms.
+    start: Instant,
 }
 
 impl Slot {
@@ -173,6 +175,7 @@ impl Slot {
             direct: None,
             direct_status: Status::SUCCESS,
             cqe: Cqe::default(),
+            start: Instant::now(),
         }
     }
 }
@@ -385,6 +388,7 @@ impl Queue {
         }
         let slot = &mut self.slots[usize::from(idx)];
         slot.sqe = *sqe;
+        slot.start = now;
         slot.state = SlotState::Free;
         slot.h2c_len = 0;
         slot.received = 0;
@@ -648,22 +652,27 @@ impl Queue {
             return;
         }
         s.buf = buf;
-        let req = s.io.take();
+        // The request stays in the slot: `drain_completions` counts it, with its latency.
+        let (removed, read_len, err_lba) = match &s.io {
+            Some(r) => (
+                r.ns.is_removed(),
+                matches!(r.op, IoOp::Read).then_some(r.len),
+                r.slba(),
+            ),
+            None => (false, None, 0),
+        };
         // A namespace removed while the command was in flight fails it (Linux nvmet answers
         // commands to a disabled namespace the same way).
-        let status = match &req {
-            Some(r) if status.is_success() && r.ns.is_removed() => {
-                Status::INVALID_NS.with_dnr(true)
-            }
-            _ => status,
+        let status = if status.is_success() && removed {
+            Status::INVALID_NS.with_dnr(true)
+        } else {
+            status
         };
-        if let Some(req) = &req {
-            self.stats.add(req, status);
-            if status.is_success() && matches!(req.op, crate::io::IoOp::Read) {
-                s.c2h_len = req.len as u32;
-            }
+        if status.is_success()
+            && let Some(len) = read_len
+        {
+            s.c2h_len = len as u32;
         }
-        let err_lba = req.as_ref().map_or(0, |r| r.slba());
         if status.is_success() {
             self.complete_result(slot, Ok((0, 0)));
         } else {
@@ -788,6 +797,8 @@ impl Queue {
         mut emit: impl FnMut(&Cqe, C2hData<'_>, bool) -> Result<(), BackendError>,
     ) {
         let qid = self.qid();
+        // One clock read per drain, when the first I/O command is counted.
+        let mut now: Option<Instant> = None;
         while let Some(c) = self.completions.pop_front() {
             let idx = match c {
                 Completion::Immediate(cqe) => {
@@ -807,11 +818,12 @@ impl Queue {
                         offset: req.offset,
                         len,
                     };
+                    let latency = elapsed_ns(s.start, &mut now);
                     match emit(&s.cqe, data, shortcut) {
-                        Ok(()) => self.stats.add(req, Status::SUCCESS),
+                        Ok(()) => self.stats.add(req, Status::SUCCESS, latency),
                         Err(e) => {
                             let status = crate::io::failed(req, &e);
-                            self.stats.add(req, status);
+                            self.stats.add(req, status, latency);
                             s.cqe.status = status;
                             s.c2h_len = 0;
                             if let Some(c) = &self.ctrl {
@@ -829,6 +841,12 @@ impl Queue {
                     }
                 }
             } else {
+                if let Some(req) = &s.io
+                    && !req.ns.is_removed()
+                {
+                    let latency = elapsed_ns(s.start, &mut now);
+                    self.stats.add(req, s.cqe.status, latency);
+                }
                 let len = (s.c2h_len as usize).min(s.buf.len());
                 let shortcut = !self.flow_control && len > 0 && s.cqe.status.is_success();
                 let _ = emit(&s.cqe, C2hData::Bytes(&s.buf[..len]), shortcut);
@@ -879,6 +897,12 @@ impl Drop for Queue {
             }
         }
     }
+}
+
+/// Nanoseconds from `start` to now (read once per drain and kept in `now`).
+fn elapsed_ns(start: Instant, now: &mut Option<Instant>) -> u64 {
+    let now = *now.get_or_insert_with(Instant::now);
+    u64::try_from(now.saturating_duration_since(start).as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// Outcome of phase 2.
