@@ -25,6 +25,16 @@ fn completions_and_man_pages_are_generated() {
     assert!(o.ok, "{}", o.stderr);
     assert!(o.stdout.contains(".TH ebof-serve 1"), "{}", o.stdout);
     assert!(o.stdout.contains("discovery\\-listen"), "{}", o.stdout);
+    // The control plane's verbs are documented too.
+    let o = ebof(&["man", "ctl"]);
+    assert!(o.ok, "{}", o.stderr);
+    for verb in ["show", "stats", "subsystem", "host", "ns", "listener", "save", "disconnect"] {
+        assert!(o.stdout.contains(verb), "ebof-ctl(1) lacks {verb}");
+    }
+    let o = ebof(&["completions", "bash"]);
+    for word in ["ctl", "resize", "listener", "--shrink"] {
+        assert!(o.stdout.contains(word), "bash completion lacks {word}");
+    }
     let o = ebof(&["man", "fly"]);
     assert!(!o.ok);
     assert!(o.stderr.contains("no subcommand \"fly\""), "{}", o.stderr);
