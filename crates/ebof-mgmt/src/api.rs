@@ -241,6 +241,9 @@ pub struct ControllerView {
     pub kato_ms: Option<u64>,
     /// I/O queues connected now.
     pub io_queues: usize,
+    /// The listener address the host connected to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listener: Option<String>,
 }
 
 /// `GET /v1/stats`.
@@ -405,6 +408,23 @@ pub struct ListenerRequest {
     /// A dedicated discovery listener (only the discovery subsystem is reachable on it).
     #[serde(default)]
     pub discovery: bool,
+}
+
+/// Query of `DELETE /v1/listeners/{address}`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListenerRemoveQuery {
+    /// Also disconnect the controllers whose hosts came in through this listener.
+    #[serde(default)]
+    pub disconnect: bool,
+}
+
+/// Answer of `DELETE /v1/listeners/{address}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListenerRemoved {
+    pub listener: ListenerView,
+    /// Controllers disconnected with it (only when asked).
+    pub disconnected: Vec<u16>,
 }
 
 /// `POST /v1/save`.

@@ -2,9 +2,9 @@
 //! call over the Unix socket, each bounded by [`REQUEST_TIMEOUT`].
 
 use crate::api::{
-    AllowAnyHostRequest, ApiError, Disconnected, HostRequest, ListenerRequest, ListenerView,
-    NamespaceChanged, NamespaceRemoved, NamespaceRequest, ResizeRequest, SaveRequest, Saved, State,
-    Stats, SubsystemRemoved, SubsystemRequest, SubsystemView, routes,
+    AllowAnyHostRequest, ApiError, Disconnected, HostRequest, ListenerRemoved, ListenerRequest,
+    ListenerView, NamespaceChanged, NamespaceRemoved, NamespaceRequest, ResizeRequest, SaveRequest,
+    Saved, State, Stats, SubsystemRemoved, SubsystemRequest, SubsystemView, routes,
 };
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
@@ -153,13 +153,18 @@ impl Client {
         self.json(Method::POST, routes::LISTENERS, Some(to_json(req)))
     }
 
-    /// Stop listening on `address` (`ADDR:PORT`).
-    pub fn remove_listener(&self, address: &str) -> Result<ListenerView, ClientError> {
-        self.json(
-            Method::DELETE,
-            &routes::fill(routes::LISTENER, &[address]),
-            None,
-        )
+    /// Stop listening on `address` (`ADDR:PORT`); with `disconnect`, also end the controllers
+    /// that came in through it.
+    pub fn remove_listener(
+        &self,
+        address: &str,
+        disconnect: bool,
+    ) -> Result<ListenerRemoved, ClientError> {
+        let mut uri = routes::fill(routes::LISTENER, &[address]);
+        if disconnect {
+            uri.push_str("?disconnect=true");
+        }
+        self.json(Method::DELETE, &uri, None)
     }
 
     /// Write the running configuration.

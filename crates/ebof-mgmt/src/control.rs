@@ -12,9 +12,9 @@
 //! it: the target's own snapshots are what reactors read.
 
 use crate::api::{
-    ApiError, Disconnected, ListenerRequest, ListenerView, NamespaceChanged, NamespaceRemoved,
-    NamespaceRequest, NamespaceView, ResizeRequest, SaveRequest, Saved, State, Stats,
-    SubsystemRemoved, SubsystemRequest, SubsystemView, codes, uuid_string,
+    ApiError, Disconnected, ListenerRemoved, ListenerRequest, ListenerView, NamespaceChanged,
+    NamespaceRemoved, NamespaceRequest, NamespaceView, ResizeRequest, SaveRequest, Saved, State,
+    Stats, SubsystemRemoved, SubsystemRequest, SubsystemView, codes, uuid_string,
 };
 use crate::{build, ops};
 use ebof_config::{BackendChoice, Config, codes as cfg_codes};
@@ -411,8 +411,12 @@ impl Control {
     }
 
     /// `DELETE /v1/listeners/{address}`: close the listening socket. Connections that came in
-    /// through it are kept (`disconnect` ends them).
-    pub fn remove_listener(&self, address: &str) -> Result<ListenerView, ApiError> {
+    /// through it are kept unless `disconnect` asks to end their controllers too.
+    pub fn remove_listener(
+        &self,
+        address: &str,
+        disconnect: bool,
+    ) -> Result<ListenerRemoved, ApiError> {
         let l = ebof_config::parse_listener(address, ebof_config::DEFAULT_PORT)
             .map_err(|e| ApiError::from_config(&e, "address"))?;
         let addr = l.socket_addr();
@@ -459,11 +463,27 @@ impl Control {
                     .collect();
                 self.target.set_listeners(v);
             }
-            tracing::info!(%addr, discovery, "listener removed by the management API");
-            Ok(ListenerView {
-                address: addr.to_string(),
-                portid,
-                discovery,
+            let mut disconnected = Vec::new();
+            if disconnect {
+                for c in self.target.controllers() {
+                    if c.local_addr() == Some(addr) {
+                        c.kill();
+                        disconnected.push(c.cntlid.0);
+                    }
+                }
+                self.target
+                    .events
+                    .admin_disconnects
+                    .fetch_add(disconnected.len() as u64, std::sync::atomic::Ordering::Relaxed);
+            }
+            tracing::info!(%addr, discovery, controllers = ?disconnected, "listener removed by the management API");
+            Ok(ListenerRemoved {
+                listener: ListenerView {
+                    address: addr.to_string(),
+                    portid,
+                    discovery,
+                },
+                disconnected,
             })
         })
     }

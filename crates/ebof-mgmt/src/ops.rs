@@ -68,6 +68,7 @@ pub fn state(t: &Target) -> State {
                     hostnqn: c.hostnqn.clone(),
                     kato_ms,
                     io_queues: c.io_queue_count(),
+                    listener: c.local_addr().map(|a| a.to_string()),
                 }
             })
             .collect(),

@@ -4,14 +4,14 @@
 //! atomics for counters and disconnects. The reactors never wait for it.
 
 use crate::api::{
-    self, AllowAnyHostRequest, ApiError, HostRequest, ListenerRequest, NamespaceRequest,
-    ResizeRequest, SaveRequest, SubsystemRequest, codes, routes,
+    self, AllowAnyHostRequest, ApiError, HostRequest, ListenerRemoveQuery, ListenerRequest,
+    NamespaceRequest, ResizeRequest, SaveRequest, SubsystemRequest, codes, routes,
 };
 use crate::control::Control;
 use crate::metrics;
 use axum::Router;
-use axum::extract::rejection::{JsonRejection, PathRejection};
-use axum::extract::{Path, State};
+use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post, put};
@@ -490,12 +490,19 @@ async fn post_listener(State(c): State<Ctx>, body: Body<ListenerRequest>) -> Res
     blocking(move || c.add_listener(&req)).await
 }
 
-async fn delete_listener(State(c): State<Ctx>, path: PathArg<String>) -> Response {
-    let Path(addr) = match path {
-        Ok(p) => p,
-        Err(e) => return json::<()>(Err(bad_path(e))),
+async fn delete_listener(
+    State(c): State<Ctx>,
+    path: PathArg<String>,
+    query: Result<Query<ListenerRemoveQuery>, QueryRejection>,
+) -> Response {
+    let (Path(addr), Query(q)) = match (path, query) {
+        (Ok(p), Ok(q)) => (p, q),
+        (Err(e), _) => return json::<()>(Err(bad_path(e))),
+        (_, Err(e)) => {
+            return json::<()>(Err(ApiError::new(codes::BAD_REQUEST, "", e.body_text())));
+        }
     };
-    blocking(move || c.remove_listener(&addr)).await
+    blocking(move || c.remove_listener(&addr, q.disconnect)).await
 }
 
 async fn post_save(State(c): State<Ctx>, body: Body<SaveRequest>) -> Response {

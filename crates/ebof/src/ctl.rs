@@ -124,8 +124,13 @@ pub enum ListenerCmd {
         #[arg(long)]
         discovery: bool,
     },
-    /// Stop listening on ADDR:PORT.
-    Remove { address: String },
+    /// Stop listening on ADDR:PORT (hosts connected through it stay unless --disconnect).
+    Remove {
+        address: String,
+        /// Also disconnect the controllers whose hosts came in through this listener.
+        #[arg(long)]
+        disconnect: bool,
+    },
 }
 
 #[derive(clap::Subcommand, Debug)]
@@ -256,21 +261,36 @@ pub fn run(a: CtlArgs) -> Result<()> {
         }
         CtlCmd::Ns { cmd } => ns(&c, json, cmd)?,
         CtlCmd::Listener { cmd } => {
-            let (l, verb) = match cmd {
-                ListenerCmd::Add { address, discovery } => (
-                    c.add_listener(&ebof_mgmt::api::ListenerRequest { address, discovery }),
-                    "listening on",
-                ),
-                ListenerCmd::Remove { address } => {
-                    (c.remove_listener(&address), "stopped listening on")
-                }
+            let kind = |l: &ebof_mgmt::api::ListenerView| {
+                if l.discovery { "discovery" } else { "NVMe/TCP" }
             };
-            let l = l.map_err(err)?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&l)?);
-            } else {
-                let kind = if l.discovery { "discovery" } else { "NVMe/TCP" };
-                println!("{verb} {} ({kind})", l.address);
+            match cmd {
+                ListenerCmd::Add { address, discovery } => {
+                    let l = c
+                        .add_listener(&ebof_mgmt::api::ListenerRequest { address, discovery })
+                        .map_err(err)?;
+                    if json {
+                        println!("{}", serde_json::to_string_pretty(&l)?);
+                    } else {
+                        println!("listening on {} ({})", l.address, kind(&l));
+                    }
+                }
+                ListenerCmd::Remove {
+                    address,
+                    disconnect,
+                } => {
+                    let r = c.remove_listener(&address, disconnect).map_err(err)?;
+                    if json {
+                        println!("{}", serde_json::to_string_pretty(&r)?);
+                    } else {
+                        println!(
+                            "stopped listening on {} ({}); {} controller(s) disconnected",
+                            r.listener.address,
+                            kind(&r.listener),
+                            r.disconnected.len()
+                        );
+                    }
+                }
             }
         }
         CtlCmd::Save { file } => {

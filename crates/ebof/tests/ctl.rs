@@ -365,7 +365,13 @@ fn subsystems_added_and_removed_live() {
 
 /// A 20 s `ebof perf` as HOST_A, and the id of its controller once it has its I/O queue.
 fn running_perf(s: &Served) -> (std::process::Child, String) {
-    let args = perf_args(s, HOST_A, &["--runtime", "20s", "--qd", "2"]);
+    running_perf_on(s, &s.t.port())
+}
+
+/// [`running_perf`] through the listener on `port`.
+fn running_perf_on(s: &Served, port: &str) -> (std::process::Child, String) {
+    let mut args = perf_args(s, HOST_A, &["--runtime", "20s", "--qd", "2"]);
+    args[4] = port.to_string();
     let mut child = Command::new(EBOF)
         .args(&args)
         .stdin(Stdio::null())
@@ -766,6 +772,10 @@ fn listeners_added_and_removed_live() {
         assert!(Instant::now() < deadline, "perf did not connect");
         std::thread::sleep(Duration::from_millis(50));
     }
+    let extra3 = format!("127.0.0.1:{}", free_port());
+    let port3 = extra3.rsplit(':').next().unwrap().to_string();
+    let o = ctl(&s, &["listener", "add", &extra3]);
+    assert!(o.ok, "{}", o.stderr);
     let o = ctl(&s, &["listener", "remove", &extra]);
     assert!(o.ok, "{}", o.stderr);
     assert!(!listed(&s, &extra));
@@ -779,6 +789,19 @@ fn listeners_added_and_removed_live() {
         "the connected host was cut off: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // Asked to, removing a listener also ends the controllers that came in through it.
+    let (child, id) = running_perf_on(&s, &port3);
+    let o = ctl(
+        &s,
+        &["--json", "listener", "remove", &extra3, "--disconnect"],
+    );
+    assert!(o.ok, "{}", o.stderr);
+    let v: Value = serde_json::from_str(&o.stdout).unwrap();
+    assert_eq!(
+        v["disconnected"],
+        serde_json::json!([id.parse::<u64>().unwrap()])
+    );
+    ends_early(child);
     let o = ctl(&s, &["listener", "remove", &daddr]);
     assert!(o.ok, "{}", o.stderr);
     // The last NVMe listener cannot go: the configuration needs one.
@@ -1005,7 +1028,8 @@ fn io_on_namespace_1_is_untouched_by_churn() {
                         discovery: false,
                     })
                     .expect("listener add");
-                c.remove_listener(&l.address).expect("listener remove");
+                c.remove_listener(&l.address, false)
+                    .expect("listener remove");
                 c.deny_host(other, HOST_B).expect("host deny");
                 c.remove_subsystem(other).expect("subsystem remove");
                 c.remove_namespace(NQN, "2").expect("ns remove");

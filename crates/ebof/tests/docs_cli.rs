@@ -28,7 +28,16 @@ fn completions_and_man_pages_are_generated() {
     // The control plane's verbs are documented too.
     let o = ebof(&["man", "ctl"]);
     assert!(o.ok, "{}", o.stderr);
-    for verb in ["show", "stats", "subsystem", "host", "ns", "listener", "save", "disconnect"] {
+    for verb in [
+        "show",
+        "stats",
+        "subsystem",
+        "host",
+        "ns",
+        "listener",
+        "save",
+        "disconnect",
+    ] {
         assert!(o.stdout.contains(verb), "ebof-ctl(1) lacks {verb}");
     }
     let o = ebof(&["completions", "bash"]);

@@ -71,6 +71,8 @@ pub struct Controller {
     pub kind: ControllerKind,
     pub hostnqn: String,
     pub hostid: [u8; 16],
+    /// Local address of the listener the admin queue came in through (set once at Connect).
+    local: std::sync::OnceLock<std::net::SocketAddr>,
     /// Largest I/O queue id allowed.
     pub max_qid: u16,
     state: Mutex<CtrlState>,
@@ -106,6 +108,7 @@ impl Controller {
             kind,
             hostnqn,
             hostid,
+            local: std::sync::OnceLock::new(),
             max_qid,
             state: Mutex::new(CtrlState {
                 cc: 0,
@@ -129,6 +132,15 @@ impl Controller {
             ns_gen: AtomicU32::new(0),
             event_pending: AtomicBool::new(false),
         }
+    }
+
+    /// The listener address the host connected to (`None` before Connect completes).
+    pub fn local_addr(&self) -> Option<std::net::SocketAddr> {
+        self.local.get().copied()
+    }
+
+    pub(crate) fn set_local_addr(&self, a: std::net::SocketAddr) {
+        let _ = self.local.set(a);
     }
 
     pub fn state(&self) -> MutexGuard<'_, CtrlState> {
