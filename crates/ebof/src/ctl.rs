@@ -497,6 +497,7 @@ pub fn show_text(s: &State) -> String {
             "SUBSYSTEM",
             "KATO",
             "IOQ",
+            "LISTENER",
             "HOSTNQN",
         ])];
         for c in &s.controllers {
@@ -507,6 +508,7 @@ pub fn show_text(s: &State) -> String {
                 c.kato_ms
                     .map_or_else(|| "off".to_string(), |ms| format!("{ms}ms")),
                 c.io_queues.to_string(),
+                c.listener.clone().unwrap_or_else(|| "-".into()),
                 c.hostnqn.clone(),
             ]);
         }
