@@ -76,6 +76,12 @@ impl Config {
             if self.management.autosave {
                 out.push_str("autosave = true\n");
             }
+            if let Some(l) = &self.management.listen {
+                let _ = writeln!(out, "listen = {}", string(&l.to_string()));
+            }
+            if let Some(p) = &self.management.token_file {
+                let _ = writeln!(out, "token_file = {}", string(&p.to_string_lossy()));
+            }
         }
         if let Some(m) = &self.metrics {
             out.push_str("\n[metrics]\n");
@@ -151,11 +157,14 @@ mod tests {
         );
     }
 
+    /// A valid document to add tables to.
+    const SMALL: &str = "[[listeners]]\naddress = \"127.0.0.1\"\n\
+                         [[subsystems]]\nnqn = \"nqn.2026-11.io.ebof:a\"\n\
+                         [[subsystems.namespaces]]\nbackend = \"ram\"\nsize = \"1M\"\n";
+
     #[test]
     fn management_and_metrics_round_trip() {
-        let base = "[[listeners]]\naddress = \"127.0.0.1\"\n\
-                    [[subsystems]]\nnqn = \"nqn.2026-11.io.ebof:a\"\n\
-                    [[subsystems.namespaces]]\nbackend = \"ram\"\nsize = \"1M\"\n";
+        let base = SMALL;
         let text = format!(
             "{base}[management]\nsocket = \"/tmp/x/ebof.sock\"\n[metrics]\nlisten = \"127.0.0.1\"\n"
         );
@@ -181,5 +190,33 @@ mod tests {
         );
         let e = Config::from_toml_str(&format!("{base}[management]\nsockt = \"a\"\n")).unwrap_err();
         assert_eq!(e.code, crate::codes::UNKNOWN_FIELD);
+    }
+
+    #[test]
+    fn management_listener_and_token_file_round_trip() {
+        let base = SMALL;
+        let text = format!(
+            "{base}[management]\nlisten = \"[::1]:7000\"\ntoken_file = \"/etc/ebof/token\"\nautosave = true\n"
+        );
+        let c = Config::from_toml_str(&text).unwrap();
+        assert_eq!(c.management.listen.unwrap().to_string(), "[::1]:7000");
+        assert_eq!(
+            c.management.token_file.as_deref(),
+            Some(std::path::Path::new("/etc/ebof/token"))
+        );
+        let out = c.to_toml_string();
+        assert!(out.contains("listen = \"[::1]:7000\"\n"), "{out}");
+        assert!(out.contains("token_file = \"/etc/ebof/token\"\n"), "{out}");
+        assert_eq!(Config::from_toml_str(&out).unwrap(), c);
+        // A bare address takes the default port.
+        let c = Config::from_toml_str(&format!(
+            "{base}[management]\nlisten = \"127.0.0.1\"\ntoken_file = \"t\"\n"
+        ))
+        .unwrap();
+        assert_eq!(
+            c.management.listen.unwrap().port,
+            crate::DEFAULT_MANAGEMENT_PORT
+        );
+        assert_eq!(Config::from_toml_str(&c.to_toml_string()).unwrap(), c);
     }
 }

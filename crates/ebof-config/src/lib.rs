@@ -118,9 +118,9 @@ use std::path::Path;
 pub use error::{ConfigError, codes};
 pub use model::{
     BackendChoice, Config, DEFAULT_BLOCK_SIZE, DEFAULT_DISCOVERY_PORT, DEFAULT_FILE_SIZE,
-    DEFAULT_METRICS_PORT, DEFAULT_MODEL, DEFAULT_NQN, DEFAULT_PORT, DEFAULT_RAM_SIZE,
-    DEFAULT_SERIAL_PREFIX, DISCOVERY_NQN, IoEngine, Listener, Management, NSID_MAX, Namespace,
-    Subsystem, TargetTuning, derived_serial, derived_uuid,
+    DEFAULT_MANAGEMENT_PORT, DEFAULT_METRICS_PORT, DEFAULT_MODEL, DEFAULT_NQN, DEFAULT_PORT,
+    DEFAULT_RAM_SIZE, DEFAULT_SERIAL_PREFIX, DISCOVERY_NQN, IoEngine, Listener, Management,
+    NSID_MAX, Namespace, Subsystem, TargetTuning, derived_serial, derived_uuid,
 };
 pub use overrides::Overrides;
 pub use parse::{

@@ -60,6 +60,8 @@ pub struct Config {
 
 /// Default port of `[metrics] listen` when only an address is given.
 pub const DEFAULT_METRICS_PORT: u16 = 9650;
+/// Default port of `[management] listen` when only an address is given.
+pub const DEFAULT_MANAGEMENT_PORT: u16 = 9651;
 
 /// The management API of `ebof serve` (`[management]`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -72,6 +74,13 @@ pub struct Management {
     /// `autosave = true`: each change made through the management API is written back to the
     /// configuration file `ebof serve` was started with (atomically), as `ebof ctl save` does.
     pub autosave: bool,
+    /// `listen = "ADDR:PORT"`: also serve the whole API (and `/metrics`) over TCP, each request
+    /// authenticated with `Authorization: Bearer TOKEN`. Requires `token_file`.
+    pub listen: Option<Listener>,
+    /// `token_file = "PATH"`: the file holding the bearer token of `listen` (never the token
+    /// itself in the configuration). `ebof serve` refuses to start unless the file exists, is
+    /// not empty and is not accessible by group or others (`chmod 600`).
+    pub token_file: Option<PathBuf>,
 }
 
 /// Global tuning of the target (`[target]`). Every field has a default.

@@ -14,9 +14,9 @@ use serde::de::{self, Deserializer, SeqAccess, Visitor};
 
 use crate::error::{ConfigError, codes, quote};
 use crate::model::{
-    BackendChoice, Config, DEFAULT_BLOCK_SIZE, DEFAULT_DISCOVERY_PORT, DEFAULT_METRICS_PORT,
-    DEFAULT_MODEL, DEFAULT_PORT, Listener, Management, Namespace, Subsystem, TargetTuning,
-    derived_serial, derived_uuid,
+    BackendChoice, Config, DEFAULT_BLOCK_SIZE, DEFAULT_DISCOVERY_PORT, DEFAULT_MANAGEMENT_PORT,
+    DEFAULT_METRICS_PORT, DEFAULT_MODEL, DEFAULT_PORT, Listener, Management, Namespace, Subsystem,
+    TargetTuning, derived_serial, derived_uuid,
 };
 use crate::parse::{
     MAX_CORE_ID, parse_core_list, parse_io_engine, parse_ip, parse_listener, parse_size,
@@ -53,6 +53,10 @@ struct RawManagement {
     enabled: Option<bool>,
     /// `true`: every change made through the API is saved to the configuration file.
     autosave: Option<bool>,
+    /// `ADDR:PORT` of the API over TCP (bearer token required).
+    listen: Option<String>,
+    /// The file holding the bearer token of `listen`.
+    token_file: Option<String>,
 }
 
 /// `[metrics]`.
@@ -381,21 +385,27 @@ fn convert_target(raw: RawTarget) -> Result<TargetTuning, ConfigError> {
 }
 
 fn convert_management(raw: RawManagement) -> Result<Management, ConfigError> {
-    let socket = match raw.socket {
+    let path = |v: Option<String>, field: &str, what: &str| match v {
+        None => Ok(None),
+        Some(s) if s.is_empty() || s.contains('\0') => Err(ConfigError::new(
+            codes::INVALID_PATH,
+            format!("management.{field}"),
+            format!("the {what} path must be a non-empty path without NUL bytes"),
+        )),
+        Some(s) => Ok(Some(PathBuf::from(s))),
+    };
+    let listen = match raw.listen {
         None => None,
-        Some(s) if s.is_empty() || s.contains('\0') => {
-            return Err(ConfigError::new(
-                codes::INVALID_PATH,
-                "management.socket",
-                "the socket path must be a non-empty path without NUL bytes",
-            ));
-        }
-        Some(s) => Some(PathBuf::from(s)),
+        Some(l) => Some(
+            parse_listener(&l, DEFAULT_MANAGEMENT_PORT).map_err(|e| e.at("management.listen"))?,
+        ),
     };
     Ok(Management {
-        socket,
+        socket: path(raw.socket, "socket", "socket")?,
         disabled: raw.enabled == Some(false),
         autosave: raw.autosave == Some(true),
+        listen,
+        token_file: path(raw.token_file, "token_file", "token file")?,
     })
 }
 

@@ -10,7 +10,7 @@ use std::path::Path;
 
 use crate::error::{ConfigError, codes, quote};
 use crate::model::{
-    BackendChoice, Config, DISCOVERY_NQN, Listener, NSID_MAX, Subsystem, TargetTuning,
+    BackendChoice, Config, DISCOVERY_NQN, Listener, Management, NSID_MAX, Subsystem, TargetTuning,
 };
 use crate::parse::{MAX_CORE_ID, MODEL_MAX_LEN, SERIAL_MAX_LEN, check_id_text, check_nqn};
 
@@ -123,8 +123,27 @@ impl Config {
     pub fn validate(&self) -> Result<(), ConfigError> {
         validate_target(&self.target)?;
         validate_listeners(&self.listeners, self.discovery.as_ref())?;
-        validate_subsystems(&self.subsystems)
+        validate_subsystems(&self.subsystems)?;
+        validate_management(&self.management)
     }
+}
+
+/// A management API on TCP is only ever served with a bearer token: `listen` needs
+/// `token_file`. (The file itself is checked by `ebof serve` when it starts: it must exist,
+/// hold a token and be owner-only.)
+fn validate_management(m: &Management) -> Result<(), ConfigError> {
+    if let Some(l) = &m.listen
+        && m.token_file.is_none()
+    {
+        return Err(ConfigError::new(
+            codes::MISSING_FIELD,
+            "management.token_file",
+            format!(
+                "the management API on TCP ({l}) requires a bearer token: set token_file (or --mgmt-token-file) to a file that holds it, mode 0600"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn validate_target(t: &TargetTuning) -> Result<(), ConfigError> {

@@ -523,6 +523,43 @@ fn each_rule_reports_code_and_path() {
             codes::DUPLICATE_UUID,
             "subsystems[0].namespaces[1].uuid",
         ),
+        // --- management
+        (
+            "management listen without token file",
+            format!("{BASE}[management]\nlisten = \"127.0.0.1:9651\"\n"),
+            codes::MISSING_FIELD,
+            "management.token_file",
+        ),
+        (
+            "management listen garbage",
+            format!("{BASE}[management]\nlisten = \"localhost:x\"\ntoken_file = \"t\"\n"),
+            codes::INVALID_ADDRESS,
+            "management.listen",
+        ),
+        (
+            "management listen port out of range",
+            format!("{BASE}[management]\nlisten = \"127.0.0.1:70000\"\ntoken_file = \"t\"\n"),
+            codes::INVALID_PORT,
+            "management.listen",
+        ),
+        (
+            "management token file empty path",
+            format!("{BASE}[management]\nlisten = \"127.0.0.1:9651\"\ntoken_file = \"\"\n"),
+            codes::INVALID_PATH,
+            "management.token_file",
+        ),
+        (
+            "management token given inline",
+            format!("{BASE}[management]\nlisten = \"127.0.0.1:9651\"\ntoken = \"secret\"\n"),
+            codes::UNKNOWN_FIELD,
+            "management.token",
+        ),
+        (
+            "management token file not a string",
+            format!("{BASE}[management]\ntoken_file = 1\n"),
+            codes::INVALID_TYPE,
+            "management.token_file",
+        ),
     ];
     assert!(cases.len() >= 25);
     let mut failures = Vec::new();

@@ -114,6 +114,8 @@ pub mod codes {
     pub const NO_CONFIG_FILE: &str = "no-config-file";
     /// The server failed on its side (a bug: please report).
     pub const INTERNAL: &str = "internal";
+    /// The management API on TCP: no `Authorization: Bearer TOKEN`, or not the right token.
+    pub const UNAUTHORIZED: &str = "unauthorized";
 }
 
 /// An API error: a stable code, the field path of the request that is wrong (empty when the
@@ -155,6 +157,7 @@ impl ApiError {
             | codes::UNKNOWN_CONTROLLER
             | codes::UNKNOWN_NAMESPACE
             | codes::UNKNOWN_LISTENER => 404,
+            codes::UNAUTHORIZED => 401,
             codes::METHOD_NOT_ALLOWED => 405,
             codes::INTERNAL | codes::SAVE_FAILED => 500,
             codes::UNSUPPORTED => 501,
@@ -477,6 +480,10 @@ mod tests {
         assert_eq!(a.code, ebof_config::codes::INVALID_NQN);
         assert_eq!(a.path, "hostnqn");
         assert_eq!(a.http_status(), 400);
+        assert_eq!(
+            ApiError::new(codes::UNAUTHORIZED, "", "no token").http_status(),
+            401
+        );
     }
 
     #[test]

@@ -1,18 +1,21 @@
 //! A blocking client of the management API (what `ebof ctl` uses): one HTTP/1.1 request per
-//! call over the Unix socket, each bounded by [`REQUEST_TIMEOUT`].
+//! call over the Unix socket, or over TCP with a bearer token ([`Client::tcp`]), each bounded by
+//! [`REQUEST_TIMEOUT`].
 
 use crate::api::{
     AllowAnyHostRequest, ApiError, Disconnected, HostRequest, ListenerRemoved, ListenerRequest,
     ListenerView, NamespaceChanged, NamespaceRemoved, NamespaceRequest, ResizeRequest, SaveRequest,
     Saved, State, Stats, SubsystemRemoved, SubsystemRequest, SubsystemView, routes,
 };
+use crate::auth::Token;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper::{Method, Request};
 use hyper_util::rt::TokioIo;
 use serde::de::DeserializeOwned;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite};
 
 /// Bound on one request, connection included.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
@@ -27,27 +30,63 @@ pub enum ClientError {
         #[source]
         source: std::io::Error,
     },
+    /// Nothing answers at the TCP address.
+    #[error(
+        "no ebof management API at {addr}: {source} (is ebof serve running with --mgmt-listen {addr}, and is the address reachable from here? On its machine, --socket needs no token)"
+    )]
+    Unreachable {
+        addr: String,
+        #[source]
+        source: std::io::Error,
+    },
     /// The server refused the request.
     #[error("{0}")]
     Api(ApiError),
     /// The exchange itself failed (timeout, broken connection, an answer that is not ours).
-    #[error("management socket {}: {message}", path.display())]
-    Transport { path: PathBuf, message: String },
+    #[error("{endpoint}: {message}")]
+    Transport { endpoint: String, message: String },
 }
 
-/// A client bound to one socket path.
+/// Where the server is.
+#[derive(Debug, Clone)]
+enum Endpoint {
+    /// The Unix socket (no token: its file mode guards it).
+    Unix(PathBuf),
+    /// `HOST:PORT` of `[management] listen`, with the bearer token to present.
+    Tcp { addr: String, token: Option<Token> },
+}
+
+/// A client bound to one server (its socket path, or its TCP address and token).
 #[derive(Debug, Clone)]
 pub struct Client {
-    path: PathBuf,
+    endpoint: Endpoint,
 }
 
 impl Client {
+    /// A client of the server on the Unix socket `path`.
     pub fn new(path: impl Into<PathBuf>) -> Client {
-        Client { path: path.into() }
+        Client {
+            endpoint: Endpoint::Unix(path.into()),
+        }
     }
 
-    pub fn path(&self) -> &Path {
-        &self.path
+    /// A client of the server listening on TCP at `addr` (`ADDR:PORT` or `HOST:PORT`),
+    /// presenting `token` (`None`: no `Authorization` header, which that server refuses).
+    pub fn tcp(addr: impl Into<String>, token: Option<Token>) -> Client {
+        Client {
+            endpoint: Endpoint::Tcp {
+                addr: addr.into(),
+                token,
+            },
+        }
+    }
+
+    /// Where this client sends its requests, for messages.
+    pub fn endpoint(&self) -> String {
+        match &self.endpoint {
+            Endpoint::Unix(p) => format!("management socket {}", p.display()),
+            Endpoint::Tcp { addr, .. } => format!("management API at {addr}"),
+        }
     }
 
     pub fn state(&self) -> Result<State, ClientError> {
@@ -186,7 +225,7 @@ impl Client {
 
     fn transport(&self, message: impl Into<String>) -> ClientError {
         ClientError::Transport {
-            path: self.path.clone(),
+            endpoint: self.endpoint(),
             message: message.into(),
         }
     }
@@ -237,12 +276,43 @@ impl Client {
         uri: &str,
         body: Option<String>,
     ) -> Result<(u16, Vec<u8>), ClientError> {
-        let stream = tokio::net::UnixStream::connect(&self.path)
-            .await
-            .map_err(|source| ClientError::NotRunning {
-                path: self.path.clone(),
-                source,
-            })?;
+        match &self.endpoint {
+            Endpoint::Unix(path) => {
+                let stream = tokio::net::UnixStream::connect(path)
+                    .await
+                    .map_err(|source| ClientError::NotRunning {
+                        path: path.clone(),
+                        source,
+                    })?;
+                self.send(stream, "ebof", None, method, uri, body).await
+            }
+            Endpoint::Tcp { addr, token } => {
+                let stream = tokio::net::TcpStream::connect(addr.as_str())
+                    .await
+                    .map_err(|source| ClientError::Unreachable {
+                        addr: addr.clone(),
+                        source,
+                    })?;
+                let _ = stream.set_nodelay(true);
+                self.send(stream, addr, token.as_ref(), method, uri, body)
+                    .await
+            }
+        }
+    }
+
+    /// One request on a connected `stream` (Unix or TCP alike).
+    async fn send<S>(
+        &self,
+        stream: S,
+        host: &str,
+        token: Option<&Token>,
+        method: Method,
+        uri: &str,
+        body: Option<String>,
+    ) -> Result<(u16, Vec<u8>), ClientError>
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
         let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
             .await
             .map_err(|e| self.transport(e.to_string()))?;
@@ -250,7 +320,13 @@ impl Client {
         let mut req = Request::builder()
             .method(method)
             .uri(uri)
-            .header(hyper::header::HOST, "ebof");
+            .header(hyper::header::HOST, host);
+        if let Some(t) = token {
+            let mut v = hyper::header::HeaderValue::try_from(format!("Bearer {}", t.expose()))
+                .map_err(|_| self.transport("the token cannot be sent in a header"))?;
+            v.set_sensitive(true);
+            req = req.header(hyper::header::AUTHORIZATION, v);
+        }
         if body.is_some() {
             req = req.header(hyper::header::CONTENT_TYPE, "application/json");
         }

@@ -1,7 +1,7 @@
 //! # ebof-mgmt — the control plane of `ebof serve`
 //!
 //! **What it is**: the management API (versioned JSON over HTTP/1.1, served by axum on a Unix
-//! socket, owner-only), its typed vocabulary ([`api`]: requests, responses, [`api::ApiError`]
+//! socket, owner-only, and optionally on TCP with a bearer token: [`auth`]), its typed vocabulary ([`api`]: requests, responses, [`api::ApiError`]
 //! with stable codes and field paths), what each request does to the target ([`ops`]), the
 //! Prometheus exposition ([`metrics`]), the server ([`server`]) and the blocking client that
 //! `ebof ctl` uses ([`client`]).
@@ -16,6 +16,7 @@
 //! (client). See `docs/adr/` ("management API") for the choices.
 
 pub mod api;
+pub mod auth;
 pub mod build;
 pub mod client;
 pub mod control;
@@ -24,6 +25,10 @@ pub mod ops;
 pub mod server;
 
 pub use api::{ApiError, State, Stats};
+pub use auth::{Token, TokenFileError, load_token_file, read_token_file};
 pub use client::{Client, ClientError};
 pub use control::Control;
-pub use server::{MgmtServer, ServerError, bind_metrics, bind_socket, default_socket_path, start};
+pub use server::{
+    ApiListener, MgmtServer, ServerError, bind_api_tcp, bind_metrics, bind_socket,
+    default_socket_path, start,
+};

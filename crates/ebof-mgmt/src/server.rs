@@ -1,4 +1,5 @@
-//! The management server: axum (HTTP/1.1) on a Unix socket, and optionally `/metrics` on a TCP
+//! The management server: axum (HTTP/1.1) on a Unix socket, optionally the same API on a TCP
+//! address with a bearer token ([`crate::auth`]), and optionally `/metrics` alone on another TCP
 //! address, on one thread with its own current-thread tokio runtime. It reaches the target only
 //! through `Arc<Target>`: snapshot loads for reads, [`Target::update_subsystem`] for changes,
 //! atomics for counters and disconnects. The reactors never wait for it.
@@ -7,12 +8,14 @@ use crate::api::{
     self, AllowAnyHostRequest, ApiError, HostRequest, ListenerRemoveQuery, ListenerRequest,
     NamespaceRequest, ResizeRequest, SaveRequest, SubsystemRequest, codes, routes,
 };
+use crate::auth::{self, RateLimit, Refusal, Token};
 use crate::control::Control;
 use crate::metrics;
 use axum::Router;
 use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
-use axum::extract::{Path, Query, State};
+use axum::extract::{ConnectInfo, Path, Query, Request, State};
 use axum::http::{StatusCode, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post, put};
 use std::net::SocketAddr;
@@ -41,6 +44,12 @@ pub enum ServerError {
     },
     #[error("cannot listen for metrics on {addr}: {source}")]
     Metrics {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot listen for the management API on {addr}: {source}")]
+    ApiTcp {
         addr: SocketAddr,
         #[source]
         source: std::io::Error,
@@ -172,11 +181,26 @@ pub fn bind_socket(path: &FsPath) -> Result<BoundSocket, ServerError> {
 
 /// Bind the metrics listener (plain HTTP, `GET /metrics` only).
 pub fn bind_metrics(addr: SocketAddr) -> Result<std::net::TcpListener, ServerError> {
-    let l = std::net::TcpListener::bind(addr)
-        .map_err(|source| ServerError::Metrics { addr, source })?;
-    l.set_nonblocking(true)
-        .map_err(|source| ServerError::Metrics { addr, source })?;
+    bind_tcp(addr).map_err(|source| ServerError::Metrics { addr, source })
+}
+
+fn bind_tcp(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    let l = std::net::TcpListener::bind(addr)?;
+    l.set_nonblocking(true)?;
     Ok(l)
+}
+
+/// A bound TCP listener for the whole API, with the bearer token every request must carry.
+#[derive(Debug)]
+pub struct ApiListener {
+    listener: std::net::TcpListener,
+    token: Token,
+}
+
+/// Bind the API's TCP listener (`[management] listen`); requests must bring `token`.
+pub fn bind_api_tcp(addr: SocketAddr, token: Token) -> Result<ApiListener, ServerError> {
+    let listener = bind_tcp(addr).map_err(|source| ServerError::ApiTcp { addr, source })?;
+    Ok(ApiListener { listener, token })
 }
 
 /// The running management server. [`MgmtServer::stop`] (or drop) ends it and removes the socket.
@@ -189,6 +213,8 @@ pub struct MgmtServer {
     lock: Option<std::fs::File>,
     /// Where metrics are served, if anywhere (the bound address: port 0 resolved).
     pub metrics_addr: Option<SocketAddr>,
+    /// Where the API is served on TCP, if anywhere (the bound address: port 0 resolved).
+    pub api_addr: Option<SocketAddr>,
 }
 
 type Ctx = Arc<Control>;
@@ -216,14 +242,80 @@ pub fn router(ctx: Ctx) -> Router {
         .with_state(ctx)
 }
 
-/// Start serving `socket` (the API) and `metrics` (only `/metrics`) on a thread of its own.
+/// How often, at most, a refused request on the API's TCP listener is logged.
+const REFUSAL_LOG_PERIOD: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// What the bearer-token check needs.
+#[derive(Debug)]
+struct Auth {
+    token: Token,
+    log: RateLimit,
+}
+
+/// The API's routes behind the bearer-token check (what the TCP listener serves).
+fn authenticated_router(ctx: Ctx, token: Token) -> Router {
+    let auth = Arc::new(Auth {
+        token,
+        log: RateLimit::new(REFUSAL_LOG_PERIOD),
+    });
+    router(ctx).layer(axum::middleware::from_fn_with_state(auth, require_token))
+}
+
+/// Pass the request on only with the right `Authorization: Bearer TOKEN`; else 401 with an
+/// [`ApiError`] (`unauthorized`), logged at warn (rate-limited, never the token).
+async fn require_token(State(auth): State<Arc<Auth>>, req: Request, next: Next) -> Response {
+    let presented = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .map(|v| v.as_bytes());
+    let refusal = match auth::check(presented, &auth.token) {
+        Ok(()) => return next.run(req).await,
+        Err(r) => r,
+    };
+    if let Some(suppressed) = auth.log.event(std::time::Instant::now()) {
+        let peer = req
+            .extensions()
+            .get::<ConnectInfo<SocketAddr>>()
+            .map_or_else(|| "unknown".to_string(), |c| c.0.to_string());
+        tracing::warn!(
+            %peer,
+            method = %req.method(),
+            path = %req.uri().path(),
+            reason = refusal.reason(),
+            suppressed,
+            "management API: request refused (the count of refusals not logged since the last line is `suppressed`)"
+        );
+    }
+    unauthorized(refusal)
+}
+
+fn unauthorized(r: Refusal) -> Response {
+    let challenge = match r {
+        Refusal::Wrong => r#"Bearer realm="ebof", error="invalid_token""#,
+        Refusal::Missing | Refusal::NotBearer => r#"Bearer realm="ebof""#,
+    };
+    let mut resp = ApiResponse(ApiError::new(codes::UNAUTHORIZED, "", r.message())).into_response();
+    resp.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        header::HeaderValue::from_static(challenge),
+    );
+    resp
+}
+
+/// Start serving `socket` (the API), `api_tcp` (the API, bearer token required) and `metrics`
+/// (only `/metrics`) on a thread of its own.
 pub fn start(
     ctx: Arc<Control>,
     socket: Option<BoundSocket>,
     metrics: Option<std::net::TcpListener>,
+    api_tcp: Option<ApiListener>,
 ) -> Result<MgmtServer, ServerError> {
     let metrics_addr = match &metrics {
         Some(l) => Some(l.local_addr().map_err(ServerError::Runtime)?),
+        None => None,
+    };
+    let api_addr = match &api_tcp {
+        Some(a) => Some(a.listener.local_addr().map_err(ServerError::Runtime)?),
         None => None,
     };
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -240,6 +332,7 @@ pub fn start(
         None => (None, None),
     };
     let api = router(ctx.clone());
+    let api_tcp = api_tcp.map(|a| (a.listener, authenticated_router(ctx.clone(), a.token)));
     let metrics_only = Router::new()
         .route(routes::METRICS, get(get_metrics))
         .fallback(unknown_endpoint)
@@ -253,6 +346,12 @@ pub fn start(
                     match tokio::net::UnixListener::from_std(s.listener) {
                         Ok(l) => tasks.push(tokio::spawn(serve_until(l, api, rx.clone(), "API"))),
                         Err(e) => tracing::error!(error = %e, "management socket unusable"),
+                    }
+                }
+                if let Some((l, app)) = api_tcp {
+                    match tokio::net::TcpListener::from_std(l) {
+                        Ok(l) => tasks.push(tokio::spawn(serve_tcp_api(l, app, rx.clone()))),
+                        Err(e) => tracing::error!(error = %e, "management TCP listener unusable"),
                     }
                 }
                 if let Some(m) = metrics {
@@ -275,6 +374,7 @@ pub fn start(
         socket: socket_id,
         lock,
         metrics_addr,
+        api_addr,
     })
 }
 
@@ -295,6 +395,23 @@ async fn serve_until<L>(
         .await;
     if let Err(e) = r {
         tracing::error!(error = %e, "management {what} endpoint stopped");
+    }
+}
+
+/// [`serve_until`] for the API on TCP: each request knows its peer's address (for the log of
+/// refused requests).
+async fn serve_tcp_api(
+    l: tokio::net::TcpListener,
+    app: Router,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let r = axum::serve(l, app.into_make_service_with_connect_info::<SocketAddr>())
+        .with_graceful_shutdown(async move {
+            let _ = stop.wait_for(|v| *v).await;
+        })
+        .await;
+    if let Err(e) = r {
+        tracing::error!(error = %e, "management API (TCP) endpoint stopped");
     }
 }
 
@@ -533,4 +650,115 @@ async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) ->
         format!("{method} is not allowed on {}", uri.path()),
     ))
     .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::{Client, ClientError};
+
+    fn control() -> Arc<Control> {
+        let cfg = ebof_config::Config::from_toml_str(
+            "[[listeners]]\naddress = \"127.0.0.1\"\nport = 0\n\
+             [[subsystems]]\nnqn = \"nqn.2026-11.io.ebof:t\"\n\
+             [[subsystems.namespaces]]\nbackend = \"ram\"\nsize = \"1M\"\n",
+        )
+        .unwrap();
+        let target = Arc::new(crate::build::build_target(&cfg).unwrap());
+        Arc::new(Control::new(target, cfg, None))
+    }
+
+    #[test]
+    fn the_tcp_api_serves_everything_only_with_the_token() {
+        let token = Token::new("t0k3n-0123456789").unwrap();
+        let l = bind_api_tcp("127.0.0.1:0".parse().unwrap(), token.clone()).unwrap();
+        let srv = start(control(), None, None, Some(l)).unwrap();
+        let addr = srv.api_addr.unwrap().to_string();
+
+        let ok = Client::tcp(addr.clone(), Some(token));
+        assert_eq!(
+            ok.state().unwrap().subsystems[0].nqn,
+            "nqn.2026-11.io.ebof:t"
+        );
+        assert!(ok.metrics().unwrap().contains("# TYPE"));
+        // Errors of the API itself come through as they do on the socket.
+        let (st, _) = ok.raw("GET", "/v2/state", None).unwrap();
+        assert_eq!(st, 404);
+
+        let refused = [
+            (
+                Client::tcp(addr.clone(), None),
+                "requires `Authorization: Bearer",
+            ),
+            (
+                Client::tcp(addr.clone(), Some(Token::new("t0k3n-0123456780").unwrap())),
+                "not the one",
+            ),
+            (
+                Client::tcp(addr.clone(), Some(Token::new("t0k3n").unwrap())),
+                "not the one",
+            ),
+        ];
+        for (c, says) in &refused {
+            // Every route, known or not, and /metrics, is behind the token.
+            for (method, uri) in [
+                ("GET", routes::STATE),
+                ("GET", routes::METRICS),
+                ("GET", "/v2/nothing"),
+                ("DELETE", routes::STATE),
+                ("POST", routes::SAVE),
+            ] {
+                let (st, body) = c.raw(method, uri, Some("{}".into())).unwrap();
+                let e: ApiError = serde_json::from_slice(&body).unwrap();
+                assert_eq!((st, e.code.as_str()), (401, codes::UNAUTHORIZED), "{uri}");
+                assert!(e.message.contains(says), "{e}");
+            }
+            match c.add_subsystem(&api::SubsystemRequest {
+                nqn: "nqn.2026-11.io.ebof:new".into(),
+                serial: None,
+                model: None,
+                allow_any_host: None,
+            }) {
+                Err(ClientError::Api(e)) => assert_eq!(e.code, codes::UNAUTHORIZED),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(ok.state().unwrap().subsystems.len(), 1, "nothing changed");
+
+        // A raw request: the challenge header is there, the token in another scheme is not
+        // accepted.
+        let raw = |auth: &str| {
+            use std::io::{Read, Write};
+            let mut s = std::net::TcpStream::connect(&addr).unwrap();
+            s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+                .unwrap();
+            write!(
+                s,
+                "GET /v1/state HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{auth}\r\n"
+            )
+            .unwrap();
+            let mut r = String::new();
+            s.read_to_string(&mut r).unwrap();
+            r
+        };
+        let r = raw("Authorization: Basic t0k3n-0123456789\r\n");
+        assert!(r.starts_with("HTTP/1.1 401"), "{r}");
+        assert!(
+            r.to_ascii_lowercase()
+                .contains("www-authenticate: bearer realm=\"ebof\""),
+            "{r}"
+        );
+        let r = raw("authorization: bearer t0k3n-0123456789\r\n");
+        assert!(r.starts_with("HTTP/1.1 200"), "{r}");
+        srv.stop();
+
+        // Nothing listening: a clear error naming the address.
+        let e = Client::tcp(addr.clone(), None).state().unwrap_err();
+        assert!(matches!(e, ClientError::Unreachable { .. }), "{e:?}");
+        assert!(
+            e.to_string()
+                .starts_with(&format!("no ebof management API at {addr}: ")),
+            "{e}"
+        );
+    }
 }

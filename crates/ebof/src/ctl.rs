@@ -4,7 +4,7 @@
 use anyhow::{Context, Result};
 use ebof_config::{Config, format_size};
 use ebof_mgmt::api::{State, Stats, SubsystemView};
-use ebof_mgmt::{Client, ClientError, MgmtServer};
+use ebof_mgmt::{Client, ClientError, MgmtServer, Token};
 use nvmf_target::Target;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -16,6 +16,18 @@ pub struct CtlArgs {
     /// /run/ebof/ebof.sock for root, else $XDG_RUNTIME_DIR/ebof.sock).
     #[arg(long, short = 's', value_name = "PATH", global = true)]
     pub socket: Option<PathBuf>,
+    /// Talk to the management API on TCP instead (`ebof serve --mgmt-listen ADDR:PORT`), with
+    /// the bearer token of --token-file or $EBOF_TOKEN.
+    #[arg(
+        long,
+        value_name = "ADDR:PORT",
+        global = true,
+        conflicts_with = "socket"
+    )]
+    pub api: Option<String>,
+    /// File holding the bearer token for --api (else $EBOF_TOKEN).
+    #[arg(long, value_name = "PATH", global = true, requires = "api")]
+    pub token_file: Option<PathBuf>,
     /// Print JSON (the API's answer as is) instead of tables.
     #[arg(long, global = true)]
     pub json: bool,
@@ -164,9 +176,33 @@ pub enum HostCmd {
     },
 }
 
+/// The environment variable `ebof ctl --api` takes the token from without --token-file.
+pub const TOKEN_ENV: &str = "EBOF_TOKEN";
+
+/// The client `ebof ctl` talks through: TCP with a token (`--api`), else the Unix socket.
+fn client(a: &CtlArgs) -> Result<Client> {
+    let Some(addr) = &a.api else {
+        let path = a
+            .socket
+            .clone()
+            .unwrap_or_else(ebof_mgmt::default_socket_path);
+        return Ok(Client::new(path));
+    };
+    let token = match &a.token_file {
+        Some(p) => Some(ebof_mgmt::read_token_file(p)?),
+        None => match std::env::var(TOKEN_ENV) {
+            Ok(t) => Some(Token::new(&t).map_err(|e| anyhow::anyhow!("{TOKEN_ENV}: {e}"))?),
+            Err(std::env::VarError::NotPresent) => None,
+            Err(std::env::VarError::NotUnicode(_)) => {
+                anyhow::bail!("{TOKEN_ENV}: the token must be printable ASCII")
+            }
+        },
+    };
+    Ok(Client::tcp(addr.clone(), token))
+}
+
 pub fn run(a: CtlArgs) -> Result<()> {
-    let path = a.socket.unwrap_or_else(ebof_mgmt::default_socket_path);
-    let c = Client::new(path);
+    let c = client(&a)?;
     let json = a.json;
     match a.cmd {
         CtlCmd::Show => {
@@ -577,6 +613,23 @@ pub fn stats_text(s: &Stats) -> String {
     out
 }
 
+/// `ebof serve`: the bearer token of the management API on TCP, read and checked (owner-only,
+/// not empty) before anything is opened or started, so a bad token file fails at once. `None`
+/// when the API is not served on TCP.
+pub fn management_token(cfg: &Config) -> Result<Option<Token>> {
+    let m = &cfg.management;
+    if m.disabled || m.listen.is_none() {
+        return Ok(None);
+    }
+    let Some(path) = &m.token_file else {
+        // Config::validate refuses `listen` without `token_file`; never serve without one.
+        anyhow::bail!(
+            "management.token_file: the management API on TCP requires a token file (--mgmt-token-file)"
+        );
+    };
+    Ok(Some(ebof_mgmt::load_token_file(path)?))
+}
+
 /// `ebof serve`: bind the management socket and the metrics listener (before anything else is
 /// started, so a conflict fails at once) and serve them on their own thread.
 ///
@@ -587,6 +640,7 @@ pub fn start_management(
     cfg: &Config,
     target: Arc<Target>,
     config_file: Option<PathBuf>,
+    token: Option<Token>,
 ) -> Result<Option<(MgmtServer, Arc<ebof_mgmt::Control>)>> {
     let socket = if cfg.management.disabled {
         None
@@ -613,7 +667,13 @@ pub fn start_management(
         Some(l) => Some(ebof_mgmt::bind_metrics(l.socket_addr())?),
         None => None,
     };
-    if socket.is_none() && metrics.is_none() {
+    let api_tcp = match (&cfg.management.listen, token) {
+        (Some(l), Some(token)) if !cfg.management.disabled => {
+            Some(ebof_mgmt::bind_api_tcp(l.socket_addr(), token)?)
+        }
+        _ => None,
+    };
+    if socket.is_none() && metrics.is_none() && api_tcp.is_none() {
         return Ok(None);
     }
     let path = socket.as_ref().map(|s| s.path().display().to_string());
@@ -622,9 +682,12 @@ pub fn start_management(
         cfg.clone(),
         config_file.map(|p| absolute(&p)),
     ));
-    let server = ebof_mgmt::start(control.clone(), socket, metrics)?;
+    let server = ebof_mgmt::start(control.clone(), socket, metrics, api_tcp)?;
     tracing::info!(
         socket = path.as_deref().unwrap_or("none"),
+        tcp = %server
+            .api_addr
+            .map_or_else(|| "none".to_string(), |a| format!("{a} (bearer token)")),
         metrics = %server
             .metrics_addr
             .map_or_else(|| "none".to_string(), |a| format!("http://{a}/metrics")),

@@ -44,6 +44,14 @@ pub struct ServeArgs {
     /// $XDG_RUNTIME_DIR/ebof.sock; `[management] socket` in the file).
     #[arg(long, value_name = "PATH")]
     pub mgmt_socket: Option<PathBuf>,
+    /// Also serve the management API on TCP at ADDR:PORT (`[management] listen`); every request
+    /// must bring the bearer token of --mgmt-token-file (`ebof ctl --api ADDR:PORT --token-file`).
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub mgmt_listen: Option<String>,
+    /// File holding the bearer token of the management API on TCP, owner-only (chmod 600)
+    /// (`[management] token_file`).
+    #[arg(long, value_name = "PATH")]
+    pub mgmt_token_file: Option<PathBuf>,
     /// Serve Prometheus metrics at http://ADDR:PORT/metrics (`[metrics] listen`).
     #[arg(long, value_name = "ADDR:PORT")]
     pub metrics_listen: Option<String>,
@@ -94,6 +102,28 @@ pub fn effective_config(a: &ServeArgs) -> Result<Config> {
                 .map_err(|e| anyhow::anyhow!("{}", e.at("--metrics-listen")))?,
         );
     }
+    if let Some(l) = &a.mgmt_listen {
+        cfg.management.listen = Some(
+            ebof_config::parse_listener(l, ebof_config::DEFAULT_MANAGEMENT_PORT)
+                .map_err(|e| anyhow::anyhow!("{}", e.at("--mgmt-listen")))?,
+        );
+        cfg.management.disabled = false;
+    }
+    if let Some(p) = &a.mgmt_token_file {
+        if p.as_os_str().is_empty() {
+            anyhow::bail!(
+                "{}",
+                ebof_config::ConfigError::new(
+                    ebof_config::codes::INVALID_PATH,
+                    "--mgmt-token-file",
+                    "the token file path is empty",
+                )
+            );
+        }
+        // Absolute: `ebof ctl save` writes it into a file that may be read from elsewhere.
+        cfg.management.token_file = Some(std::path::absolute(p).unwrap_or_else(|_| p.clone()));
+    }
+    cfg.validate().map_err(|e| anyhow::anyhow!("{e}"))?;
     Ok(cfg)
 }
 
@@ -169,6 +199,8 @@ pub fn run(a: ServeArgs) -> Result<()> {
     };
     let default_discovery = a.config.is_none() && a.discovery_listen.is_none();
     check_listeners(&mut cfg, default_discovery)?;
+    // A bad token file fails before any backend is opened.
+    let mgmt_token = crate::ctl::management_token(&cfg)?;
     let target = Arc::new(ebof_mgmt::build::build_target(&cfg).map_err(anyhow::Error::msg)?);
     for (s, sc) in target.subsystems().iter().zip(&cfg.subsystems) {
         let hosts = if s.allow_any_host {
@@ -230,7 +262,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
         },
     };
     // The management API first: a socket conflict fails before any host can connect.
-    let mgmt = crate::ctl::start_management(&cfg, target.clone(), a.config.clone())?;
+    let mgmt = crate::ctl::start_management(&cfg, target.clone(), a.config.clone(), mgmt_token)?;
     let handle = match Server::start(target.clone(), server_cfg) {
         Ok(h) => h,
         Err(e) => {

@@ -1066,3 +1066,206 @@ fn io_on_namespace_1_is_untouched_by_churn() {
         "{st}"
     );
 }
+
+/// `ebof ctl ARGS` with `EBOF_TOKEN` set to `token` (or unset), bounded by the client's own
+/// request timeout.
+fn ctl_env(args: &[&str], token: Option<&str>) -> Output {
+    let mut cmd = Command::new(EBOF);
+    cmd.arg("ctl").args(args).stdin(Stdio::null());
+    match token {
+        Some(t) => cmd.env("EBOF_TOKEN", t),
+        None => cmd.env_remove("EBOF_TOKEN"),
+    };
+    let o = cmd.output().expect("run ebof ctl");
+    Output {
+        ok: o.status.success(),
+        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+    }
+}
+
+/// The last line of `ebof serve`'s stderr (its error; log lines come before it).
+fn last_line(s: &str) -> &str {
+    s.lines().last().unwrap_or("")
+}
+
+#[test]
+fn management_api_on_tcp_with_a_bearer_token() {
+    use std::os::unix::fs::PermissionsExt;
+    const TOKEN: &str = "tcp-test-token-4f9a0c1e";
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, format!("{TOKEN}\n")).unwrap();
+    let wrong = dir.path().join("wrong");
+    std::fs::write(&wrong, "not-the-token\n").unwrap();
+    std::fs::set_permissions(&wrong, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let api = format!("127.0.0.1:{}", free_port());
+    let sock = dir.path().join("ebof.sock");
+    let serve_args = |extra: &[&str]| -> Vec<String> {
+        let mut a: Vec<String> = [
+            "serve",
+            "--listen",
+            &addr.to_string(),
+            "--ram",
+            "16M",
+            "--cores",
+            "0",
+            "--mgmt-socket",
+            sock.to_str().unwrap(),
+            "--mgmt-listen",
+            &api,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        a.extend(extra.iter().map(|s| s.to_string()));
+        a
+    };
+    let run = |a: &[String]| ebof(&a.iter().map(String::as_str).collect::<Vec<_>>());
+
+    // No token file: a configuration error naming the field and the option.
+    let o = run(&serve_args(&[]));
+    assert!(!o.ok);
+    let err = last_line(&o.stderr);
+    assert!(
+        err.contains("config error at management.token_file: ")
+            && err.contains("--mgmt-token-file")
+            && err.ends_with("(missing-field)"),
+        "{}",
+        o.stderr
+    );
+    // A token file others can read: refused at start, naming the file and the fix.
+    let with_token = serve_args(&["--mgmt-token-file", token.to_str().unwrap()]);
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let o = run(&with_token);
+    assert!(!o.ok);
+    assert_eq!(
+        last_line(&o.stderr),
+        format!(
+            "ebof: error: management token file {0} can be read or written by group or others (mode 0644); make it owner-only: chmod 600 {0}",
+            token.display()
+        ),
+        "{}",
+        o.stderr
+    );
+    assert!(!sock.exists(), "nothing was started");
+
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let log = dir.path().join("serve.log");
+    let _t = Target::spawn(
+        &with_token.iter().map(String::as_str).collect::<Vec<_>>(),
+        addr,
+        Stdio::from(std::fs::File::create(&log).unwrap()),
+    );
+    let tf = token.to_str().unwrap();
+
+    // The right token: the whole API, through --token-file or EBOF_TOKEN.
+    let o = ctl_env(&["--api", &api, "--token-file", tf, "show"], None);
+    assert!(o.ok, "{}", o.stderr);
+    assert!(
+        o.stdout.contains(NQN) && o.stdout.contains("16M"),
+        "{}",
+        o.stdout
+    );
+    let added = "nqn.2026-11.io.ebof:over-tcp";
+    let o = ctl_env(&["--api", &api, "subsystem", "add", added], Some(TOKEN));
+    assert!(o.ok, "{}", o.stderr);
+    let o = ctl_env(
+        &["--socket", sock.to_str().unwrap(), "show", "--json"],
+        None,
+    );
+    assert!(o.ok, "{}", o.stderr);
+    let st: Value = serde_json::from_str(&o.stdout).unwrap();
+    assert_eq!(st["subsystems"][1]["nqn"], added, "the change is live");
+    let o = ctl_env(&["--api", &api, "--token-file", tf, "metrics"], None);
+    assert!(o.ok && o.stdout.contains("# TYPE"), "{}", o.stderr);
+    // save writes listen and token_file back (never the token).
+    let saved = dir.path().join("saved.toml");
+    let o = ctl_env(
+        &[
+            "--api",
+            &api,
+            "--token-file",
+            tf,
+            "save",
+            saved.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert!(o.ok, "{}", o.stderr);
+    let text = std::fs::read_to_string(&saved).unwrap();
+    assert!(text.contains(&format!("listen = \"{api}\"")), "{text}");
+    assert!(
+        text.contains(&format!("token_file = \"{}\"", token.display())),
+        "{text}"
+    );
+    assert!(!text.contains(TOKEN), "{text}");
+
+    // A wrong token, no token, an empty EBOF_TOKEN: one clear error line each, nothing changed.
+    let before = ctl_env(&["--api", &api, "--token-file", tf, "show", "--json"], None).stdout;
+    for (args, env, says) in [
+        (
+            vec![
+                "--api",
+                &api,
+                "--token-file",
+                wrong.to_str().unwrap(),
+                "show",
+            ],
+            None,
+            "(unauthorized)",
+        ),
+        (
+            vec!["--api", &api, "show"],
+            Some("not-it"),
+            "(unauthorized)",
+        ),
+        (
+            vec!["--api", &api, "subsystem", "remove", NQN],
+            None,
+            "(unauthorized)",
+        ),
+        (
+            vec!["--api", &api, "show"],
+            Some(""),
+            "EBOF_TOKEN: the token is empty",
+        ),
+    ] {
+        let o = ctl_env(&args, env);
+        assert!(!o.ok, "{args:?}");
+        assert_eq!(o.stderr.lines().count(), 1, "{args:?}: {}", o.stderr);
+        assert!(o.stderr.contains(says), "{args:?}: {}", o.stderr);
+    }
+    let o = ctl_env(&["--api", &api, "show"], None);
+    assert!(
+        o.stderr
+            .contains("requires `Authorization: Bearer TOKEN` (ebof ctl: --token-file PATH or EBOF_TOKEN) (unauthorized)"),
+        "{}",
+        o.stderr
+    );
+    let after = ctl_env(&["--api", &api, "--token-file", tf, "show", "--json"], None).stdout;
+    assert_eq!(before, after);
+    // Refusals are logged (rate-limited: at least the first), never with a token.
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(logged.contains("request refused"), "{logged}");
+    assert!(
+        !logged.contains(TOKEN) && !logged.contains("not-the-token") && !logged.contains("not-it")
+    );
+
+    // Nothing at the address: as clear as the socket's error.
+    let nowhere = format!("127.0.0.1:{}", free_port());
+    let o = ctl_env(&["--api", &nowhere, "--token-file", tf, "show"], None);
+    assert!(!o.ok);
+    assert_eq!(o.stderr.lines().count(), 1, "{}", o.stderr);
+    assert!(
+        o.stderr.starts_with(&format!(
+            "ebof: error: no ebof management API at {nowhere}: "
+        )),
+        "{}",
+        o.stderr
+    );
+    // --token-file belongs to --api; --api and --socket exclude each other.
+    assert!(!ctl_env(&["--token-file", tf, "show"], None).ok);
+    assert!(!ctl_env(&["--api", &api, "--socket", "/x", "show"], None).ok);
+}

@@ -1,0 +1,329 @@
+//! Bearer-token authentication of the management API on TCP (`[management] listen`).
+//!
+//! The Unix socket needs none (its file mode, 0600, is the guard). On TCP every request must
+//! carry `Authorization: Bearer TOKEN`, compared in constant time with the token that
+//! `ebof serve` read at start from `[management] token_file`. The token is never logged, nor
+//! printed by `Debug`.
+
+use std::fmt;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+use subtle::ConstantTimeEq;
+
+/// Longest token accepted (a header line of reasonable size; 32 random bytes in base64 are 44).
+pub const TOKEN_MAX_LEN: usize = 4096;
+
+/// A bearer token: printable ASCII without spaces, not empty. `Debug` does not show it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Token(String);
+
+impl fmt::Debug for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Token(<redacted>)")
+    }
+}
+
+/// Why a token (or its file) is not usable.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum TokenError {
+    #[error("the token is empty")]
+    Empty,
+    #[error("the token is longer than {TOKEN_MAX_LEN} bytes")]
+    TooLong,
+    #[error("the token must be printable ASCII without spaces (as a base64 or hex string is)")]
+    NotPrintable,
+}
+
+impl Token {
+    /// The token in `text`, surrounding whitespace (a trailing newline) removed.
+    pub fn new(text: &str) -> Result<Token, TokenError> {
+        let t = text.trim();
+        if t.is_empty() {
+            return Err(TokenError::Empty);
+        }
+        if t.len() > TOKEN_MAX_LEN {
+            return Err(TokenError::TooLong);
+        }
+        if !t.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(TokenError::NotPrintable);
+        }
+        Ok(Token(t.to_string()))
+    }
+
+    /// The token itself (to send it; never to log it).
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// Whether `presented` is this token, in time independent of where they differ.
+    pub fn matches(&self, presented: &[u8]) -> bool {
+        bool::from(self.0.as_bytes().ct_eq(presented))
+    }
+}
+
+/// Why `ebof serve` will not use a token file.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenFileError {
+    #[error(
+        "management token file {p}: {source} (create it with the token in it, owner-only: `umask 077; head -c 32 /dev/urandom | base64 > {p}`)",
+        p = path.display()
+    )]
+    Missing {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("management token file {}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("management token file {}: not a regular file", path.display())]
+    NotAFile { path: PathBuf },
+    #[error(
+        "management token file {p} can be read or written by group or others (mode {mode:04o}); make it owner-only: chmod 600 {p}",
+        p = path.display()
+    )]
+    Permissions { path: PathBuf, mode: u32 },
+    #[error("management token file {}: {source}", path.display())]
+    Invalid {
+        path: PathBuf,
+        #[source]
+        source: TokenError,
+    },
+}
+
+/// Read the token of `[management] token_file` as `ebof serve` requires it: a regular file,
+/// owner-only (mode & 0o077 == 0), holding one non-empty token.
+pub fn load_token_file(path: &Path) -> Result<Token, TokenFileError> {
+    let meta = std::fs::metadata(path).map_err(|source| {
+        if source.kind() == std::io::ErrorKind::NotFound {
+            TokenFileError::Missing {
+                path: path.to_path_buf(),
+                source,
+            }
+        } else {
+            TokenFileError::Io {
+                path: path.to_path_buf(),
+                source,
+            }
+        }
+    })?;
+    if !meta.is_file() {
+        return Err(TokenFileError::NotAFile {
+            path: path.to_path_buf(),
+        });
+    }
+    let mode = meta.mode() & 0o7777;
+    if mode & 0o077 != 0 {
+        return Err(TokenFileError::Permissions {
+            path: path.to_path_buf(),
+            mode,
+        });
+    }
+    read_token_file(path)
+}
+
+/// Read a token from `path` (what `ebof ctl --token-file` does; no mode check).
+pub fn read_token_file(path: &Path) -> Result<Token, TokenFileError> {
+    let text = std::fs::read(path).map_err(|source| TokenFileError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let text = String::from_utf8(text).map_err(|_| TokenFileError::Invalid {
+        path: path.to_path_buf(),
+        source: TokenError::NotPrintable,
+    })?;
+    Token::new(&text).map_err(|source| TokenFileError::Invalid {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Why a request was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// No `Authorization` header.
+    Missing,
+    /// An `Authorization` header that is not `Bearer TOKEN`.
+    NotBearer,
+    /// A bearer token that is not ours.
+    Wrong,
+}
+
+impl Refusal {
+    /// For the log line (never the token).
+    pub fn reason(self) -> &'static str {
+        match self {
+            Refusal::Missing => "no Authorization header",
+            Refusal::NotBearer => "Authorization is not a bearer token",
+            Refusal::Wrong => "wrong bearer token",
+        }
+    }
+
+    /// For the client's error message.
+    pub fn message(self) -> &'static str {
+        match self {
+            Refusal::Missing | Refusal::NotBearer => {
+                "this management endpoint requires `Authorization: Bearer TOKEN` (ebof ctl: --token-file PATH or EBOF_TOKEN)"
+            }
+            Refusal::Wrong => {
+                "the bearer token is not the one this ebof serve was started with (its [management] token_file)"
+            }
+        }
+    }
+}
+
+/// Check the `Authorization` header value (`None`: absent) against `token`. The scheme is
+/// case-insensitive (RFC 9110, 11.1); the token is compared in constant time.
+pub fn check(authorization: Option<&[u8]>, token: &Token) -> Result<(), Refusal> {
+    let value = authorization.ok_or(Refusal::Missing)?;
+    let (scheme, rest) = match value.iter().position(|b| *b == b' ') {
+        Some(i) => (&value[..i], &value[i + 1..]),
+        None => return Err(Refusal::NotBearer),
+    };
+    if !scheme.eq_ignore_ascii_case(b"bearer") {
+        return Err(Refusal::NotBearer);
+    }
+    let presented = rest.trim_ascii();
+    if token.matches(presented) {
+        Ok(())
+    } else {
+        Err(Refusal::Wrong)
+    }
+}
+
+/// Refused requests are logged at warn at most once per [`RateLimit::period`], with the
+/// number of those not logged since.
+#[derive(Debug)]
+pub struct RateLimit {
+    period: Duration,
+    state: Mutex<(Option<Instant>, u64)>,
+}
+
+impl RateLimit {
+    pub fn new(period: Duration) -> RateLimit {
+        RateLimit {
+            period,
+            state: Mutex::new((None, 0)),
+        }
+    }
+
+    /// One more event at `now`: `Some(n)` to log it (`n` were suppressed since the last one
+    /// logged), `None` to stay quiet.
+    pub fn event(&self, now: Instant) -> Option<u64> {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        match s.0 {
+            Some(last) if now.saturating_duration_since(last) < self.period => {
+                s.1 += 1;
+                None
+            }
+            _ => {
+                let suppressed = s.1;
+                *s = (Some(now), 0);
+                Some(suppressed)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn tok(s: &str) -> Token {
+        Token::new(s).unwrap()
+    }
+
+    #[test]
+    fn tokens_are_trimmed_checked_and_not_shown() {
+        assert_eq!(tok("  abc\n").expose(), "abc");
+        assert_eq!(Token::new(" \n"), Err(TokenError::Empty));
+        assert_eq!(Token::new("a b"), Err(TokenError::NotPrintable));
+        assert_eq!(Token::new("é"), Err(TokenError::NotPrintable));
+        assert_eq!(
+            Token::new(&"x".repeat(TOKEN_MAX_LEN + 1)),
+            Err(TokenError::TooLong)
+        );
+        assert_eq!(format!("{:?}", tok("secret")), "Token(<redacted>)");
+    }
+
+    #[test]
+    fn check_wants_the_bearer_token() {
+        let t = tok("s3cr3t");
+        assert_eq!(check(Some(b"Bearer s3cr3t"), &t), Ok(()));
+        assert_eq!(check(Some(b"bearer s3cr3t"), &t), Ok(()));
+        assert_eq!(check(Some(b"BEARER   s3cr3t "), &t), Ok(()));
+        assert_eq!(check(None, &t), Err(Refusal::Missing));
+        assert_eq!(check(Some(b"s3cr3t"), &t), Err(Refusal::NotBearer));
+        assert_eq!(check(Some(b"Basic s3cr3t"), &t), Err(Refusal::NotBearer));
+        assert_eq!(check(Some(b"Bearer s3cr3"), &t), Err(Refusal::Wrong));
+        assert_eq!(check(Some(b"Bearer s3cr3tt"), &t), Err(Refusal::Wrong));
+        assert_eq!(check(Some(b"Bearer S3CR3T"), &t), Err(Refusal::Wrong));
+        assert_eq!(check(Some(b"Bearer "), &t), Err(Refusal::Wrong));
+        assert_eq!(check(Some(b"Bearer \xff\x00"), &t), Err(Refusal::Wrong));
+        assert_eq!(check(Some(b""), &t), Err(Refusal::NotBearer));
+    }
+
+    #[test]
+    fn token_files_must_be_owner_only_and_hold_a_token() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("token");
+        let e = load_token_file(&p).unwrap_err();
+        assert!(matches!(e, TokenFileError::Missing { .. }), "{e}");
+        assert!(e.to_string().contains("umask 077"), "{e}");
+
+        std::fs::write(&p, "tok123\n").unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let e = load_token_file(&p).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "management token file {0} can be read or written by group or others (mode 0644); make it owner-only: chmod 600 {0}",
+                p.display()
+            )
+        );
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o640)).unwrap();
+        assert!(matches!(
+            load_token_file(&p),
+            Err(TokenFileError::Permissions { mode: 0o640, .. })
+        ));
+        // The client reads it regardless of its mode.
+        assert_eq!(read_token_file(&p).unwrap().expose(), "tok123");
+
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(load_token_file(&p).unwrap().expose(), "tok123");
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o400)).unwrap();
+        assert_eq!(load_token_file(&p).unwrap().expose(), "tok123");
+
+        let empty = dir.path().join("empty");
+        std::fs::write(&empty, "\n").unwrap();
+        std::fs::set_permissions(&empty, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let e = load_token_file(&empty).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "management token file {}: the token is empty",
+                empty.display()
+            )
+        );
+        let e = load_token_file(dir.path()).unwrap_err();
+        assert!(matches!(e, TokenFileError::NotAFile { .. }), "{e}");
+    }
+
+    #[test]
+    fn refusals_are_logged_at_most_once_a_period() {
+        let r = RateLimit::new(Duration::from_secs(10));
+        let t0 = Instant::now();
+        assert_eq!(r.event(t0), Some(0));
+        assert_eq!(r.event(t0 + Duration::from_secs(1)), None);
+        assert_eq!(r.event(t0 + Duration::from_secs(9)), None);
+        assert_eq!(r.event(t0 + Duration::from_secs(10)), Some(2));
+        assert_eq!(r.event(t0 + Duration::from_secs(11)), None);
+        assert_eq!(r.event(t0 + Duration::from_secs(30)), Some(1));
+    }
+}
