@@ -3,7 +3,8 @@
 # its own network namespace, run dir and cleanup). Prints a timing summary; exits non-zero if any
 # scenario failed. A scenario exiting 77 (e.g. `ebof serve` not built yet) counts as skipped.
 #
-# Usage (as root): tests/interop/run-all.sh [SCENARIO...]    (default: linux-target linux-initiator)
+# Usage (as root): tests/interop/run-all.sh [SCENARIO...]
+#   (default: linux-target linux-initiator linux-control)
 # Environment: EBOF_SKIP_INTEROP=1 skips everything; EBOF_BIN, EBOF_INTEROP_STRICT,
 # EBOF_INTEROP_ARTIFACTS, ... are passed on to the scenarios (see lib.sh and each scenario).
 set -uo pipefail
@@ -15,7 +16,7 @@ fi
 source "$(dirname "$0")/lib.sh"
 
 scenarios=("$@")
-((${#scenarios[@]})) || scenarios=(linux-target linux-initiator)
+((${#scenarios[@]})) || scenarios=(linux-target linux-initiator linux-control)
 
 t0=$SECONDS
 vm_setup

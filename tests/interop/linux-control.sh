@@ -1,0 +1,137 @@
+#!/bin/bash
+# Scenario: the control plane as a connected Linux host sees it (issue 8). Namespaces added, resized
+# and removed with `ebof ctl` while the host stays connected; the host rescans on the Namespace
+# Attribute Changed event. A persistent discovery controller gets the Discovery Log Page Change
+# event when a subsystem is added or removed.
+#
+# Host side (this script, inside a fresh network namespace): `ebof serve` with one subsystem
+#   nqn.2026-11.io.ebof:ctl   64 MiB RAM namespace 1, 512-byte blocks
+# listening on 10.77.0.1:4420 (+ discovery on 10.77.0.1:8009), any host allowed, and its management
+# API on a Unix socket in the run dir. The guest cannot reach that socket (the 9p root is not a
+# socket transport), so it asks the host to run `ebof ctl`: guest_request ctl "ARGS", answered by
+# host_on_ctl with ctl's stdout in /xchg/ctl.out, its stderr in /xchg/ctl.err and its status.
+# Guest side: linux-control.guest.sh.
+#
+# Usage (as root; build first: cargo build --release -p ebof):
+#   tests/interop/linux-control.sh
+# Environment:
+#   EBOF_BIN               target binary (default <repo>/target/release/ebof)
+#   EBOF_INTEROP_TIMEOUT   bound on the guest run in seconds (default 600)
+#   EBOF_INTEROP_SEE_SECS  bound on each wait for the host to see a change (default 10)
+#   RUST_LOG               passed to `ebof serve` (default info)
+# Exit status: 0 passed, 77 skipped (no `ebof serve`/`ebof ctl` yet and not EBOF_INTEROP_STRICT),
+# else failed.
+# shellcheck disable=SC2317 # start_target and host_on_ctl are called indirectly
+set -uo pipefail
+# shellcheck source=lib.sh
+source "$(dirname "$0")/lib.sh"
+
+EBOF_BIN=${EBOF_BIN:-$REPO_ROOT/target/release/ebof}
+[[ $EBOF_BIN == /* ]] || EBOF_BIN=$PWD/$EBOF_BIN
+CTL_NQN=nqn.2026-11.io.ebof:ctl
+TARGET_PORT=4420
+DISC_PORT=8009
+export RUST_LOG=${RUST_LOG:-info}
+
+for sub in serve ctl; do
+	if [[ ! -x $EBOF_BIN ]] || ! "$EBOF_BIN" "$sub" --help >/dev/null 2>&1; then
+		msg="'$EBOF_BIN $sub' is not available (build: cargo build --release -p ebof)"
+		[[ -n ${EBOF_INTEROP_STRICT:-} ]] && die "$msg"
+		log "SKIP linux-control: $msg"
+		exit 77
+	fi
+done
+
+write_config() {
+	cat >"$RUN_DIR/ebof.toml" <<EOF
+# written by tests/interop/linux-control.sh
+[[listeners]]
+address = "$HOST_IP"
+port = $TARGET_PORT
+
+[discovery]
+address = "$HOST_IP"
+port = $DISC_PORT
+
+[[subsystems]]
+nqn = "$CTL_NQN"
+allow_any_host = true
+
+[[subsystems.namespaces]]
+nsid = 1
+backend = "ram"
+size = "64M"
+block_size = 512
+EOF
+	echo "---- $RUN_DIR/ebof.toml ----"
+	cat "$RUN_DIR/ebof.toml"
+}
+
+MGMT_SOCK=''
+start_target() {
+	MGMT_SOCK=$RUN_DIR/mgmt.sock
+	bg_start target ip netns exec "$NS" "$EBOF_BIN" serve --config "$RUN_DIR/ebof.toml" \
+		--mgmt-socket "$MGMT_SOCK"
+	log "ebof serve started (pid $(bg_pid target)), management socket $MGMT_SOCK"
+	if ! wait_listen "$TARGET_PORT" 30 "$(bg_pid target)" || ! wait_listen "$DISC_PORT" 30 "$(bg_pid target)"; then
+		bg_log_tail target
+		return 1
+	fi
+	local i
+	for ((i = 0; i < 100; i++)); do
+		[[ -S $MGMT_SOCK ]] && return 0
+		sleep 0.1
+	done
+	warn "no management socket $MGMT_SOCK after 10 s"
+	return 1
+}
+
+# guest_request ctl "ARGS": `ebof ctl --socket $MGMT_SOCK ARGS` (ARGS split on spaces: NQNs, sizes and
+# flags have none). stdout -> /xchg/ctl.out, stderr -> /xchg/ctl.err, both also in ctl.log.
+host_on_ctl() {
+	local args rc
+	read -r -a args <<<"$1"
+	echo "+ ebof ctl ${args[*]}" >>"$RUN_DIR/ctl.log"
+	timeout -k 5 30 "$EBOF_BIN" ctl --socket "$MGMT_SOCK" "${args[@]}" >"$X/.ctl.out" 2>"$X/.ctl.err"
+	rc=$?
+	cat "$X/.ctl.out" "$X/.ctl.err" >>"$RUN_DIR/ctl.log"
+	echo "status $rc" >>"$RUN_DIR/ctl.log"
+	mv "$X/.ctl.out" "$X/ctl.out" && mv "$X/.ctl.err" "$X/ctl.err"
+	return "$rc"
+}
+
+# ---------------------------------------------------------------------------------------------
+
+interop_init linux-control
+vm_setup
+vm_env "CTL_NQN=$CTL_NQN" "TARGET_PORT=$TARGET_PORT" "DISC_PORT=$DISC_PORT" "TARGET_IP=$HOST_IP" \
+	"SEE_SECS=${EBOF_INTEROP_SEE_SECS:-10}"
+
+write_config
+host_step "start ebof serve --mgmt-socket" start_target || die "the target did not start"
+host_step "raw ICReq/ICResp on $HOST_IP:$TARGET_PORT" raw_icreq_check "$HOST_IP" "$TARGET_PORT" ||
+	{ bg_log_tail target; die "the target does not answer an ICReq on $TARGET_PORT"; }
+host_step "ebof ctl show" "$EBOF_BIN" ctl --socket "$MGMT_SOCK" show ||
+	{ bg_log_tail target; die "ebof ctl cannot reach the management API"; }
+
+vm_run "$INTEROP_DIR/linux-control.guest.sh" "${EBOF_INTEROP_TIMEOUT:-600}"
+rc=$?
+
+if ! bg_alive target; then
+	warn "ebof serve is not running any more"
+	((rc == 0)) && rc=1
+fi
+if ((rc != 0)); then
+	bg_log_tail target 60
+	[[ -s $RUN_DIR/ctl.log ]] && { echo "---- ctl.log (last 60 lines) ----"; tail -n 60 "$RUN_DIR/ctl.log"; }
+fi
+echo
+timing_summary
+if [[ -s $X/seen.tsv ]]; then
+	echo "---- how long the host took to see each change (seconds) ----"
+	printf '  %-52s %8s %8s  %s\n' "change" "ctl done" "asked" "from the nvme_async_event trace"
+	awk -F'\t' '{ printf "  %-52s %8s %8s  %s\n", $1, $2, $3, $4 }' "$X/seen.tsv"
+fi
+host_summary
+log "linux-control: $( ((rc == 0)) && echo PASSED || echo "FAILED (status $rc)")"
+exit "$rc"
