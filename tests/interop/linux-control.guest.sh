@@ -68,10 +68,11 @@ hex() { # hex TEXT: an identifier in any notation (dashes, spaces) as bare lower
 }
 
 api_state() { ebof_ctl --json show >/dev/null; }
-# api_ns NSID: "UUID SIZE BLOCK_SIZE" of namespace NSID of $CTL_NQN in the last `ebof ctl --json show`
+# api_ns NSID: "UUID SIZE BLOCK_SIZE NGUID EUI64" of namespace NSID of $CTL_NQN in the last
+# `ebof ctl --json show`
 api_ns() {
 	jq -er --arg n "$CTL_NQN" --argjson id "$1" '.subsystems[] | select(.nqn == $n) | .namespaces[] |
-		select(.nsid == $id) | "\(.uuid) \(.size) \(.block_size)"' <<<"$CTL_OUT"
+		select(.nsid == $id) | "\(.uuid) \(.size) \(.block_size) \(.nguid) \(.eui64)"' <<<"$CTL_OUT"
 }
 api_nsids() { jq -r --arg n "$CTL_NQN" '.subsystems[] | select(.nqn == $n) | .namespaces[].nsid' <<<"$CTL_OUT" | sort -n | xargs; }
 
@@ -103,7 +104,7 @@ ns_descs() {
 # ns_agree: nvme list-ns, the block devices, nvme ns-descs, nvme id-ns and sysfs agree with
 # `ebof ctl show --json` (NSIDs, size, block size, UUID), and identifiers are unique
 ns_agree() {
-	local api host blk id dev b uuid nguid eui seen_ids='' descs x a_uuid a_size a_bs lbs size
+	local api host blk id dev b uuid nguid eui seen_ids='' descs x a_uuid a_size a_bs a_nguid a_eui lbs size
 	api_state
 	api=$(api_nsids) host=$(host_nsids) blk=$(blockdev_nsids)
 	echo "namespaces: ebof ctl show [$api], nvme list-ns [$host], block devices [$blk]"
@@ -111,7 +112,7 @@ ns_agree() {
 	[[ $api == "$blk" ]] || fail "the block devices [$blk] differ from ebof ctl show [$api]"
 	for id in $api; do
 		dev=/dev/$(nvme_ns_for "$CTL_NQN" "$id") b=/sys/block/$(nvme_ns_for "$CTL_NQN" "$id")
-		read -r a_uuid a_size a_bs <<<"$(api_ns "$id")"
+		read -r a_uuid a_size a_bs a_nguid a_eui <<<"$(api_ns "$id")"
 		descs=$(run nvme ns-descs "$dev" -o json)
 		read -r eui nguid uuid <<<"$(ns_descs <<<"$descs")"
 		uuid=$(hex "$uuid") nguid=$(hex "$nguid") eui=$(hex "$eui")
@@ -122,6 +123,8 @@ ns_agree() {
 			fail "nsid $id: ns-descs UUID '$uuid' differs from ebof ctl show's $a_uuid"
 		[[ ${#nguid} == 32 && $nguid != 00000000000000000000000000000000 ]] || fail "nsid $id: no NGUID in ns-descs"
 		[[ ${#eui} == 16 && $eui != 0000000000000000 ]] || fail "nsid $id: no EUI-64 in ns-descs"
+		[[ $nguid == "$(hex "$a_nguid")" ]] || fail "nsid $id: ns-descs NGUID $nguid differs from ebof ctl show's $a_nguid"
+		[[ $eui == "$(hex "$a_eui")" ]] || fail "nsid $id: ns-descs EUI-64 $eui differs from ebof ctl show's $a_eui"
 		# the kernel's view (sysfs, from Identify Namespace and the descriptor list) and id-ns agree
 		[[ $(hex "$(<"$b/uuid")") == "$uuid" ]] || fail "nsid $id: sysfs uuid $(<"$b/uuid") != ns-descs"
 		[[ $(hex "$(<"$b/nguid")") == "$nguid" ]] || fail "nsid $id: sysfs nguid $(<"$b/nguid") != ns-descs"

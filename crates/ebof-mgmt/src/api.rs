@@ -216,6 +216,12 @@ pub struct NamespaceView {
     pub block_size: u32,
     /// RFC 4122 text form.
     pub uuid: String,
+    /// NGUID as Identify reports it, 32 hex digits.
+    #[serde(default)]
+    pub nguid: String,
+    /// IEEE EUI-64 as Identify reports it, 16 hex digits.
+    #[serde(default)]
+    pub eui64: String,
     /// File or device path (file and block namespaces).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
@@ -444,6 +450,11 @@ pub struct SaveRequest {
 pub struct Saved {
     pub path: String,
     pub bytes: u64,
+}
+
+/// Lower-case hex digits of `b`, as `nvme id-ns` prints NGUID and EUI-64.
+pub fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 /// Text form of a UUID.

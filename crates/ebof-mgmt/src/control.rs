@@ -649,6 +649,8 @@ fn namespace_view(n: &Namespace, c: &ebof_config::Namespace) -> NamespaceView {
         size: n.backend.size(),
         block_size: n.block_size,
         uuid: uuid_string(&n.uuid),
+        nguid: crate::api::hex(&n.nguid()),
+        eui64: crate::api::hex(&n.eui64()),
         path: c.backend.path().map(|p| p.display().to_string()),
     }
 }

@@ -29,6 +29,8 @@ pub(crate) fn subsystem_view(s: &Subsystem) -> SubsystemView {
                 size: n.backend.size(),
                 block_size: n.block_size,
                 uuid: api::uuid_string(&n.uuid),
+                nguid: api::hex(&n.nguid()),
+                eui64: api::hex(&n.eui64()),
                 path: None,
             })
             .collect(),
