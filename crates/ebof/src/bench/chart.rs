@@ -66,33 +66,37 @@ fn reference_bars(r: &Report) -> DrawResult<Option<String>> {
                 ("sans-serif", 20),
             )
             .margin(15)
-            .x_label_area_size(60)
+            .x_label_area_size(40)
             .y_label_area_size(60)
-            .build_cartesian_2d(0f64..n as f64, 0f64..top)
+            .build_cartesian_2d((0..n - 1).into_segmented(), 0f64..top)
             .map_err(err)?;
         let labels: Vec<String> = rows.iter().map(|r| r.0.to_string()).collect();
         chart
             .configure_mesh()
             .disable_x_mesh()
-            .x_labels(n)
-            .x_label_formatter(&|x| {
-                let i = x.floor() as usize;
-                labels.get(i).cloned().unwrap_or_default()
+            .x_labels(n + 1)
+            .x_label_style(("sans-serif", 11))
+            .x_label_formatter(&|x| match x {
+                SegmentValue::CenterOf(i) => labels.get(*i).cloned().unwrap_or_default(),
+                SegmentValue::Exact(_) | SegmentValue::Last => String::new(),
             })
+            .y_label_formatter(&|y| format!("{y:.0}"))
             .y_desc("% of paper")
             .draw()
             .map_err(err)?;
         chart
-            .draw_series(rows.iter().enumerate().map(|(i, (_, v))| {
-                let x = i as f64;
-                Rectangle::new([(x + 0.2, 0.0), (x + 0.8, *v)], COLORS[0].filled())
-            }))
+            .draw_series(
+                Histogram::vertical(&chart)
+                    .style(COLORS[0].filled())
+                    .margin(20)
+                    .data(rows.iter().enumerate().map(|(i, (_, v))| (i, *v))),
+            )
             .map_err(err)?
             .label("ours")
             .legend(|(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], COLORS[0].filled()));
         chart
             .draw_series(LineSeries::new(
-                [(0.0, 100.0), (n as f64, 100.0)],
+                [(SegmentValue::Exact(0), 100.0), (SegmentValue::Last, 100.0)],
                 COLORS[3].stroke_width(2),
             ))
             .map_err(err)?
@@ -279,6 +283,7 @@ fn line_chart(l: Line<'_>) -> DrawResult<Option<String>> {
                     .configure_mesh()
                     .x_desc(l.x_desc)
                     .y_desc(l.y_desc)
+                    .y_label_formatter(&|y| format!("{y:.0}"))
                     .draw()
                     .map_err(err)?;
                 for (i, (name, p)) in l.series.iter().enumerate() {

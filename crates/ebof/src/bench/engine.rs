@@ -17,7 +17,7 @@ use crate::host_cmds::common::{SubsystemArgs, host_config, resolve, runtime};
 use crate::host_cmds::perf::{self, PerfArgs, RwMode};
 
 pub enum Engine {
-    Builtin(Builtin),
+    Builtin(Box<Builtin>),
     Fio(FioDev),
 }
 
@@ -52,7 +52,7 @@ impl Engine {
                     bail!("the built-in engine needs the target: -a ADDR [-s PORT] -n SUBNQN");
                 };
                 Builtin::open(traddr, a.trsvcid, nqn, a.nsid, a.hostnqn.clone())
-                    .map(Engine::Builtin)
+                    .map(|b| Engine::Builtin(Box::new(b)))
             }
             super::EngineName::Fio => {
                 let dev = a

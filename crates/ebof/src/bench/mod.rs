@@ -151,6 +151,10 @@ fn compare(c: &CompareArgs) -> Result<()> {
 const MAX_SCALE: f64 = 1000.0;
 /// No step runs shorter than this, whatever the scale.
 const MIN_STEP: Duration = Duration::from_millis(50);
+/// Preconditioning ends after its passes; its time cap is never scaled below this, so that a
+/// small `--duration-scale` still leaves the range written (a fresh namespace's first writes
+/// can be much slower than later ones, and would otherwise land in the measured steps).
+const MIN_PASSES_CAP: Duration = Duration::from_secs(10);
 /// Default top of the ADQ sweep.
 const DEFAULT_CORES_MAX: u16 = 8;
 
@@ -173,6 +177,9 @@ fn bench(a: RunArgs) -> Result<()> {
     let mut steps = plan::steps(plan, a.duration_scale, cores_max);
     for s in &mut steps {
         s.runtime = s.runtime.max(MIN_STEP);
+        if s.passes.is_some() {
+            s.runtime = s.runtime.max(MIN_PASSES_CAP);
+        }
     }
     let range = eng.range(a.size.or(plan::default_size(plan).map(|n| (0, n))))?;
     let writes = steps.iter().any(|s| s.rw.writes());
@@ -307,8 +314,10 @@ fn plan_notes(
     capacity: u64,
 ) -> Vec<String> {
     let mut n = vec![format!(
-        "Durations are the plan's × {scale} (--duration-scale); no step runs shorter than {} ms.",
-        MIN_STEP.as_millis()
+        "Durations are the plan's × {scale} (--duration-scale); no step runs shorter than {} ms, \
+         no preconditioning cap is shorter than {} s.",
+        MIN_STEP.as_millis(),
+        MIN_PASSES_CAP.as_secs()
     )];
     n.push(format!(
         "Range: {} of {capacity} bytes ({} MiB).",

@@ -277,7 +277,7 @@ fn fmt_value(v: Option<f64>, m: Metric) -> String {
 fn fmt_bytes(b: u64) -> String {
     const U: [(&str, u32); 4] = [("T", 40), ("G", 30), ("M", 20), ("K", 10)];
     for (s, sh) in U {
-        if b >= 1 << sh && b % (1 << sh) == 0 {
+        if b >= 1 << sh && b.is_multiple_of(1 << sh) {
             return format!("{}{s}", b >> sh);
         }
     }
@@ -536,7 +536,7 @@ pub fn compare(a: &Report, b: &Report) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::bench::plan::{self, PlanName};
 
