@@ -153,43 +153,19 @@ fn latency_cdf(r: &Report) -> DrawResult<Option<String>> {
     if steps.is_empty() {
         return Ok(None);
     }
-    let (lo, hi) = lat_range(&steps);
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
-        root.fill(&WHITE).map_err(err)?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption("Latency CDF", ("sans-serif", 20))
-            .margin(15)
-            .x_label_area_size(45)
-            .y_label_area_size(60)
-            .build_cartesian_2d((lo..hi).log_scale(), 0f64..1.0)
-            .map_err(err)?;
-        chart
-            .configure_mesh()
-            .x_desc("latency (µs)")
-            .y_desc("fraction of I/Os ≤ latency")
-            .draw()
-            .map_err(err)?;
-        for (i, s) in steps.iter().enumerate() {
-            let Some(o) = &s.outcome else { continue };
-            let c = COLORS[i % COLORS.len()];
-            chart
-                .draw_series(LineSeries::new(cdf(&o.histogram), c.stroke_width(2)))
-                .map_err(err)?
-                .label(s.step.id.clone())
-                .legend(move |(x, y)| PathElement::new([(x, y), (x + 15, y)], c));
-        }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
-            .border_style(BLACK)
-            .background_style(WHITE.mix(0.8))
-            .draw()
-            .map_err(err)?;
-        root.present().map_err(err)?;
-    }
-    Ok(Some(svg))
+    let series = steps
+        .iter()
+        .filter_map(|s| Some((s.step.id.clone(), cdf(&s.outcome.as_ref()?.histogram))))
+        .collect();
+    line_chart(Line {
+        title: "Latency CDF",
+        x_desc: "latency (µs)",
+        y_desc: "fraction of I/Os ≤ latency",
+        series,
+        x: Axis::Log(lat_range(&steps)),
+        y: Axis::Linear(Some((0.0, 1.0))),
+        legend: SeriesLabelPosition::LowerRight,
+    })
 }
 
 /// Latency histogram (log2 buckets) per step, as the share of I/Os in each bucket.
@@ -198,52 +174,34 @@ fn latency_histogram(r: &Report) -> DrawResult<Option<String>> {
     if steps.is_empty() {
         return Ok(None);
     }
-    let (lo, hi) = lat_range(&steps);
-    let mut svg = String::new();
-    {
-        let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
-        root.fill(&WHITE).map_err(err)?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption("Latency histogram", ("sans-serif", 20))
-            .margin(15)
-            .x_label_area_size(45)
-            .y_label_area_size(60)
-            .build_cartesian_2d((lo..hi).log_scale(), (1e-7f64..1.0).log_scale())
-            .map_err(err)?;
-        chart
-            .configure_mesh()
-            .x_desc("latency (µs, bucket upper bound)")
-            .y_desc("share of I/Os")
-            .draw()
-            .map_err(err)?;
-        for (i, s) in steps.iter().enumerate() {
-            let Some(o) = &s.outcome else { continue };
-            let total: u64 = o.histogram.iter().map(|b| b.count).sum();
-            let c = COLORS[i % COLORS.len()];
-            let pts: Vec<(f64, f64)> = o
-                .histogram
+    let series = steps
+        .iter()
+        .filter_map(|s| {
+            let h = &s.outcome.as_ref()?.histogram;
+            let total = h.iter().map(|b| b.count).sum::<u64>().max(1) as f64;
+            let pts = h
                 .iter()
                 .filter(|b| b.count > 0)
-                .map(|b| (b.le_us, b.count as f64 / total.max(1) as f64))
+                .map(|b| (b.le_us, b.count as f64 / total))
                 .collect();
-            chart
-                .draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))
-                .map_err(err)?
-                .label(s.step.id.clone())
-                .legend(move |(x, y)| PathElement::new([(x, y), (x + 15, y)], c));
-            chart
-                .draw_series(pts.into_iter().map(|p| Circle::new(p, 3, c.filled())))
-                .map_err(err)?;
-        }
-        chart
-            .configure_series_labels()
-            .border_style(BLACK)
-            .background_style(WHITE.mix(0.8))
-            .draw()
-            .map_err(err)?;
-        root.present().map_err(err)?;
-    }
-    Ok(Some(svg))
+            Some((s.step.id.clone(), pts))
+        })
+        .collect();
+    line_chart(Line {
+        title: "Latency histogram",
+        x_desc: "latency (µs, bucket upper bound)",
+        y_desc: "share of I/Os",
+        series,
+        x: Axis::Log(lat_range(&steps)),
+        y: Axis::Log((1e-7, 1.0)),
+        legend: SeriesLabelPosition::UpperRight,
+    })
+}
+
+/// An axis: linear from 0 to the data's maximum (or the given range), or logarithmic.
+enum Axis {
+    Linear(Option<(f64, f64)>),
+    Log((f64, f64)),
 }
 
 /// Points (x, y) of a line chart with a title and axis names.
@@ -252,7 +210,9 @@ struct Line<'a> {
     x_desc: &'a str,
     y_desc: &'a str,
     series: Vec<(String, Vec<(f64, f64)>)>,
-    log_y: bool,
+    x: Axis,
+    y: Axis,
+    legend: SeriesLabelPosition,
 }
 
 fn line_chart(l: Line<'_>) -> DrawResult<Option<String>> {
@@ -262,10 +222,6 @@ fn line_chart(l: Line<'_>) -> DrawResult<Option<String>> {
     }
     let x_max = pts().map(|p| p.0).fold(0f64, f64::max) * 1.1 + 1e-9;
     let y_max = pts().map(|p| p.1).fold(0f64, f64::max) * 1.2 + 1e-9;
-    let y_min = pts()
-        .map(|p| p.1)
-        .filter(|v| *v > 0.0)
-        .fold(f64::MAX, f64::min);
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
@@ -278,12 +234,11 @@ fn line_chart(l: Line<'_>) -> DrawResult<Option<String>> {
             .y_label_area_size(70);
         macro_rules! draw {
             ($chart:expr) => {{
-                let mut chart = $chart;
+                let mut chart = $chart.map_err(err)?;
                 chart
                     .configure_mesh()
                     .x_desc(l.x_desc)
                     .y_desc(l.y_desc)
-                    .y_label_formatter(&|y| format!("{y:.0}"))
                     .draw()
                     .map_err(err)?;
                 for (i, (name, p)) in l.series.iter().enumerate() {
@@ -299,30 +254,45 @@ fn line_chart(l: Line<'_>) -> DrawResult<Option<String>> {
                 }
                 chart
                     .configure_series_labels()
-                    .position(SeriesLabelPosition::UpperLeft)
+                    .position(l.legend)
                     .border_style(BLACK)
                     .background_style(WHITE.mix(0.8))
                     .draw()
                     .map_err(err)?;
             }};
         }
-        if l.log_y {
-            let lo = if y_min == f64::MAX { 0.1 } else { y_min / 2.0 };
-            draw!(
-                builder
-                    .build_cartesian_2d(0f64..x_max, (lo..y_max * 2.0).log_scale())
-                    .map_err(err)?
-            );
-        } else {
-            draw!(
-                builder
-                    .build_cartesian_2d(0f64..x_max, 0f64..y_max)
-                    .map_err(err)?
-            );
+        let lin = |a: &Axis, max: f64| match a {
+            Axis::Linear(Some((lo, hi))) => *lo..*hi,
+            Axis::Linear(None) | Axis::Log(_) => 0.0..max,
+        };
+        let (xl, yl) = (lin(&l.x, x_max), lin(&l.y, y_max));
+        match (&l.x, &l.y) {
+            (Axis::Linear(_), Axis::Linear(_)) => draw!(builder.build_cartesian_2d(xl, yl)),
+            (Axis::Linear(_), Axis::Log((lo, hi))) => {
+                draw!(builder.build_cartesian_2d(xl, (*lo..*hi).log_scale()))
+            }
+            (Axis::Log((lo, hi)), Axis::Linear(_)) => {
+                draw!(builder.build_cartesian_2d((*lo..*hi).log_scale(), yl))
+            }
+            (Axis::Log((xlo, xhi)), Axis::Log((ylo, yhi))) => draw!(
+                builder.build_cartesian_2d((*xlo..*xhi).log_scale(), (*ylo..*yhi).log_scale())
+            ),
         }
         root.present().map_err(err)?;
     }
     Ok(Some(svg))
+}
+
+/// A log axis over the positive values of `v`, with room around them.
+fn log_range(v: impl Iterator<Item = f64>) -> (f64, f64) {
+    let (lo, hi) = v
+        .filter(|x| *x > 0.0)
+        .fold((f64::MAX, 0f64), |(lo, hi), x| (lo.min(x), hi.max(x)));
+    if hi == 0.0 {
+        (0.1, 1.0)
+    } else {
+        (lo / 2.0, hi * 2.0)
+    }
 }
 
 /// ADQ sweep: IOPS and p99.99 latency against (assumed) target cores.
@@ -345,7 +315,9 @@ fn cores(r: &Report) -> DrawResult<Option<String>> {
         x_desc: "target cores (3 connections each)",
         y_desc: "kIOPS / p99.99 µs",
         series: vec![("kIOPS".into(), iops), ("p99.99 latency (µs)".into(), tail)],
-        log_y: false,
+        x: Axis::Linear(None),
+        y: Axis::Linear(None),
+        legend: SeriesLabelPosition::UpperLeft,
     })
 }
 
@@ -372,8 +344,12 @@ fn latency_vs_load(r: &Report) -> DrawResult<Option<String>> {
         title: "Latency versus load (open loop, 4K randread)",
         x_desc: "achieved kIOPS",
         y_desc: "latency (µs)",
+        y: Axis::Log(log_range(
+            series.iter().flat_map(|s| s.1.iter().map(|p| p.1)),
+        )),
         series,
-        log_y: true,
+        x: Axis::Linear(None),
+        legend: SeriesLabelPosition::UpperLeft,
     })
 }
 
@@ -395,7 +371,9 @@ fn scaling(r: &Report) -> DrawResult<Option<String>> {
         x_desc: "parallel connections",
         y_desc: "MiB/s",
         series: vec![("MiB/s".into(), pts)],
-        log_y: false,
+        x: Axis::Linear(None),
+        y: Axis::Linear(None),
+        legend: SeriesLabelPosition::UpperLeft,
     })
 }
 

@@ -269,13 +269,7 @@ async fn identify(ctrl: &Controller, nsid: Option<u32>) -> Result<(Identity, u32
             .first()
             .context("the subsystem has no active namespace")?,
     };
-    let ns = ctrl
-        .identify_namespace(nsid)
-        .await
-        .with_context(|| format!("Identify Namespace {}", nsid.0))?;
-    if ns.nsze == 0 {
-        bail!("namespace {} is not active", nsid.0);
-    }
+    let ns = perf::active_namespace(ctrl, nsid).await?;
     let lba = u64::from(ns.lba_size());
     let capacity = ns.nsze.saturating_mul(lba);
     let id = Identity {

@@ -8,6 +8,7 @@ use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
 use super::plan::{Metric, PlanName, Role, Step};
+use crate::host_cmds::perf::report::lat;
 
 /// `report.json`'s `schema` field.
 pub const SCHEMA: &str = "ebof-bench-report";
@@ -30,19 +31,16 @@ pub struct Latency {
 impl Latency {
     /// From an HDR histogram of nanoseconds (`None` if empty).
     pub fn from_hist(h: &Histogram<u64>) -> Option<Latency> {
-        if h.is_empty() {
-            return None;
-        }
-        let us = |ns: u64| round3(ns as f64 / 1000.0);
-        Some(Latency {
-            min: us(h.min()),
-            avg: round3(h.mean() / 1000.0),
-            p50: us(h.value_at_quantile(0.50)),
-            p90: us(h.value_at_quantile(0.90)),
-            p99: us(h.value_at_quantile(0.99)),
-            p99_9: us(h.value_at_quantile(0.999)),
-            p99_99: us(h.value_at_quantile(0.9999)),
-            max: us(h.max()),
+        // The same percentiles `ebof perf` prints.
+        lat(h).map(|l| Latency {
+            min: round3(l.min),
+            avg: round3(l.avg),
+            p50: round3(l.p50),
+            p90: round3(l.p90),
+            p99: round3(l.p99),
+            p99_9: round3(l.p999),
+            p99_99: round3(l.p9999),
+            max: round3(l.max),
         })
     }
 }

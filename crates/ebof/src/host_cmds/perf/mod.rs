@@ -272,7 +272,7 @@ struct Geometry {
 }
 
 /// Identify Namespace `nsid`, which must be active.
-async fn active_namespace(
+pub(crate) async fn active_namespace(
     ctrl: &Controller,
     nsid: NamespaceId,
 ) -> Result<nvme_spec::identify::IdentifyNamespace> {
