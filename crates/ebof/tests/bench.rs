@@ -24,14 +24,15 @@ fn serve() -> Target {
     )
 }
 
-fn run_quick(t: &Target, out: &Path) -> common::Output {
-    let o = ebof(&[
+fn run_quick(t: &Target, out: &Path, extra: &[&str]) -> common::Output {
+    let port = t.port();
+    let mut args = vec![
         "bench",
         "quick",
         "-a",
         "127.0.0.1",
         "-s",
-        &t.port(),
+        &port,
         "-n",
         NQN,
         "--duration-scale",
@@ -41,7 +42,9 @@ fn run_quick(t: &Target, out: &Path) -> common::Output {
         "--out",
         out.to_str().unwrap(),
         "--yes-destroy-data",
-    ]);
+    ];
+    args.extend(extra);
+    let o = ebof(&args);
     assert!(o.ok, "bench quick failed: {}\n{}", o.stdout, o.stderr);
     o
 }
@@ -82,7 +85,13 @@ fn check_report(dir: &Path, engine: &str) -> Value {
             assert!(s["reference"]["source"].as_str().unwrap().contains("seed"));
         }
         if s["role"]["kind"] == "load" {
-            assert!(o["rate_iops"].as_f64().unwrap() > 0.0, "{id}");
+            // Open loop: never (much) faster than asked.
+            let asked = o["rate_iops"].as_f64().unwrap();
+            assert!(asked > 0.0, "{id}");
+            assert!(
+                o["iops"].as_f64().unwrap() <= asked * 1.1 + 50.0,
+                "{id}: {o}"
+            );
         }
     }
     let md = std::fs::read_to_string(dir.join("report.md")).expect("report.md");
@@ -112,13 +121,29 @@ fn quick_writes_a_report_and_compare_reads_two() {
     let t = serve();
     let tmp = tempfile::tempdir().unwrap();
     let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
-    let o = run_quick(&t, &a);
+    // With --local: every QD1 step again on a local file, and the fabric's share noted.
+    let local = tmp.path().join("local.img");
+    std::fs::File::create(&local)
+        .unwrap()
+        .set_len(8 << 20)
+        .unwrap();
+    let o = run_quick(&t, &a, &["--local", local.to_str().unwrap()]);
     assert!(o.stdout.contains("| step | ours | paper |"), "{}", o.stdout);
     let j = check_report(&a, "builtin");
+    let ids: Vec<&str> = j["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap())
+        .collect();
+    assert!(ids.contains(&"local-lat-randread-4k-qd1"), "{ids:?}");
+    assert!(ids.contains(&"local-lat-randwrite-4k-qd1"), "{ids:?}");
+    let notes = j["notes"].to_string();
+    assert!(notes.contains("the fabric adds"), "{notes}");
     assert_eq!(j["target"]["identify"]["mn"], "ebof");
     assert_eq!(j["target"]["subnqn"], NQN);
     assert!(j["target"]["capacity_bytes"].as_u64().unwrap() == 64 << 20);
-    run_quick(&t, &b);
+    run_quick(&t, &b, &[]);
     check_report(&b, "builtin");
 
     let o = ebof(&[

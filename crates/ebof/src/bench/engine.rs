@@ -369,3 +369,64 @@ pub fn machine() -> Machine {
         memory_bytes,
     }
 }
+
+/// `latency --local PATH`: the same QD1 step against a local file or block device with plain
+/// `pread`/`pwrite` (O_DIRECT on a block device), for the latency the fabric adds. Uses the
+/// first `range_len` bytes of `path` (at most its size).
+pub fn run_local(path: &std::path::Path, st: &Step, range_len: u64) -> Result<Outcome, String> {
+    use std::io::{Seek, SeekFrom};
+    use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
+    let io = |e: std::io::Error| format!("{}: {e}", path.display());
+    let meta = std::fs::metadata(path).map_err(io)?;
+    let direct = meta.file_type().is_block_device();
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(st.rw.writes())
+        .custom_flags(if direct { libc::O_DIRECT } else { 0 })
+        .open(path)
+        .map_err(io)?;
+    let size = f.seek(SeekFrom::End(0)).map_err(io)?;
+    let bs = st.bs.max(1);
+    let units = size.min(range_len) / bs;
+    if units == 0 {
+        return Err(format!("{} holds no {bs}-byte block", path.display()));
+    }
+    // O_DIRECT wants an aligned buffer: take an aligned window of a larger one.
+    let mut backing = vec![0x5au8; bs as usize + 4096];
+    let off = backing.as_ptr().align_offset(4096).min(4096);
+    let buf = &mut backing[off..off + bs as usize];
+    let mut hist = crate::host_cmds::perf::report::DirStats::new();
+    let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ u64::from(std::process::id());
+    let t0 = std::time::Instant::now();
+    let (ramp_end, end) = (t0 + st.ramp, t0 + st.ramp + st.runtime);
+    loop {
+        let now = std::time::Instant::now();
+        if now >= end {
+            break;
+        }
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let pos = (x % units) * bs;
+        let r = if st.rw.writes() {
+            f.write_all_at(buf, pos)
+        } else {
+            f.read_exact_at(buf, pos)
+        };
+        r.map_err(io)?;
+        if now >= ramp_end {
+            hist.record(bs, now.elapsed().as_nanos() as u64);
+        }
+    }
+    Ok(Outcome {
+        elapsed_s: st.runtime.as_secs_f64(),
+        ios: hist.ios,
+        bytes: hist.bytes,
+        read_ios: if st.rw.writes() { 0 } else { hist.ios },
+        write_ios: if st.rw.writes() { hist.ios } else { 0 },
+        latency_us: Latency::from_hist(&hist.hist),
+        histogram: buckets_from_hist(&hist.hist),
+        ..Default::default()
+    }
+    .with_rates())
+}

@@ -110,6 +110,10 @@ pub struct RunArgs {
     /// Host NQN (default: /etc/nvme/hostnqn, else a generated UUID NQN).
     #[arg(long, value_name = "NQN")]
     pub hostnqn: Option<String>,
+    /// Also run every QD1 step against this local file or block device (pread/pwrite,
+    /// O_DIRECT on a device), for the latency the fabric adds (plans latency and quick).
+    #[arg(long, value_name = "PATH")]
+    pub local: Option<PathBuf>,
 }
 
 pub fn run(a: BenchArgs) -> Result<()> {
@@ -242,12 +246,22 @@ fn bench(a: RunArgs) -> Result<()> {
             pb.suspend(|| eprintln!("{line}"));
         }
         results.push(StepReport::new(st.clone(), range, r));
+        if let Some(p) = a.local.as_deref().filter(|_| st.qd == 1) {
+            let mut local = st.clone();
+            local.id = format!("local-{}", st.id);
+            local.title = format!("{} (local {})", st.title, p.display());
+            local.reference = None;
+            local.paper = "the same QD1 workload on a local device (fabric vs local)".into();
+            let r = engine::run_local(p, &local, range.1 - range.0);
+            results.push(StepReport::new(local, range, r));
+        }
         done_ms += planned_ms(st);
     }
     ticker.stop();
     pb.finish_and_clear();
     let mut notes = plan_notes(plan, a.duration_scale, &steps, range, eng.capacity());
     notes.extend(precondition_notes(&results));
+    notes.extend(fabric_notes(&results));
     notes.push(format!(
         "Whole run: {:.1} s of wall time.",
         started.elapsed().as_secs_f64()
@@ -362,6 +376,23 @@ fn precondition_notes(results: &[StepReport]) -> Vec<String> {
                 r.step.id,
                 o.bytes as f64 / len as f64,
                 o.elapsed_s
+            ))
+        })
+        .collect()
+}
+
+/// "Added by the fabric": each QD1 step's median against its `--local` twin's.
+fn fabric_notes(results: &[StepReport]) -> Vec<String> {
+    let p50 = |r: &StepReport| r.outcome.as_ref()?.latency_us.as_ref().map(|l| l.p50);
+    results
+        .iter()
+        .filter_map(|local| {
+            let id = local.step.id.strip_prefix("local-")?;
+            let fabric = results.iter().find(|r| r.step.id == id)?;
+            let (f, l) = (p50(fabric)?, p50(local)?);
+            Some(format!(
+                "`{id}`: median {f:.1} µs over the fabric, {l:.1} µs local: the fabric adds {:.1} µs.",
+                f - l
             ))
         })
         .collect()
