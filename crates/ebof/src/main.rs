@@ -33,8 +33,8 @@ enum Cmd {
     Identify(host_cmds::IdentifyArgs),
     /// Generate I/O load against a namespace and report IOPS, bandwidth and latency.
     Perf(host_cmds::PerfArgs),
-    /// Run a published test plan (quick, latency, odcc, es2000, adq) and write a report with
-    /// charts; `ebof bench compare A/report.json B/report.json` compares two runs.
+    /// Run a seed paper's test plan (odcc, es2000, adq, latency, quick) and write a report
+    /// with charts; `bench compare` sets two reports side by side.
     Bench(bench::BenchArgs),
     /// Manage a running `ebof serve`: show state, hosts, disconnect, stats and metrics.
     Ctl(ctl::CtlArgs),

@@ -338,11 +338,11 @@ mod tests {
         assert!(!a.contains("--time_based"));
         let a = args(&v[3], dev, (0, 1 << 30), None, true).join(" ");
         assert!(
-            a.contains("--numjobs=8")
-                && a.contains("--iodepth=256")
-                && a.contains("--ramp_time=60000ms"),
+            a.contains("--numjobs=8") && a.contains("--iodepth=256") && a.contains("--loops=2"),
             "{a}"
         );
+        let a = args(&v[1], dev, (0, 1 << 30), None, true).join(" ");
+        assert!(a.contains("--ramp_time=5000ms"), "{a}");
         let a = args(&v[5], dev, (0, 1 << 30), Some(8000.0), false).join(" ");
         assert!(
             a.contains("--time_based")

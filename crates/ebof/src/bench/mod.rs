@@ -103,8 +103,8 @@ pub struct RunArgs {
     /// the controller grants allow, at most 8.
     #[arg(long, value_name = "N")]
     pub cores_max: Option<u16>,
-    /// Allow plans that write (all but latency-read-only runs) to overwrite the namespace or
-    /// device.
+    /// Allow the plan's write steps (every plan has some) to overwrite the range of the
+    /// namespace or device.
     #[arg(long)]
     pub yes_destroy_data: bool,
     /// Host NQN (default: /etc/nvme/hostnqn, else a generated UUID NQN).

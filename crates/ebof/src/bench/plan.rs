@@ -282,7 +282,6 @@ fn odcc(t: f64) -> Vec<Step> {
             Metric::Iops,
         )
         .with_passes(2.0)
-        .with_ramp(60.0 * t)
         .with_paper(
             "fio rw=randwrite bs=4k numjobs=8 iodepth=256 ramp_time=60 runtime=14400 time_based",
         ),
