@@ -24,25 +24,32 @@ fn serve() -> Target {
     )
 }
 
-fn run_quick(t: &Target, out: &Path, extra: &[&str]) -> common::Output {
-    let port = t.port();
-    let mut args = vec![
+/// `ebof bench quick` against `t`, writing into `out` (without the destroy-data consent).
+fn quick_args<'a>(port: &'a str, out: &'a Path) -> Vec<&'a str> {
+    vec![
         "bench",
         "quick",
         "-a",
         "127.0.0.1",
         "-s",
-        &port,
+        port,
         "-n",
         NQN,
+        "--out",
+        out.to_str().unwrap(),
+    ]
+}
+
+fn run_quick(t: &Target, out: &Path, extra: &[&str]) -> common::Output {
+    let port = t.port();
+    let mut args = quick_args(&port, out);
+    args.extend([
         "--duration-scale",
         SCALE,
         "--size",
         "16M",
-        "--out",
-        out.to_str().unwrap(),
         "--yes-destroy-data",
-    ];
+    ]);
     args.extend(extra);
     let o = ebof(&args);
     assert!(o.ok, "bench quick failed: {}\n{}", o.stdout, o.stderr);
@@ -182,21 +189,9 @@ fn refusals_are_clear_errors() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("r");
     let port = t.port();
-    let base = [
-        "bench",
-        "quick",
-        "-a",
-        "127.0.0.1",
-        "-s",
-        &port,
-        "-n",
-        NQN,
-        "--out",
-    ];
+    let base = quick_args(&port, &out);
     // Writing plans need --yes-destroy-data; nothing is written, no report made.
-    let mut args = base.to_vec();
-    args.push(out.to_str().unwrap());
-    let o = ebof(&args);
+    let o = ebof(&base);
     assert!(!o.ok);
     assert!(o.stderr.contains("--yes-destroy-data"), "{}", o.stderr);
     assert!(!out.join("report.json").exists());
@@ -209,8 +204,7 @@ fn refusals_are_clear_errors() {
         ),
         (vec!["--engine", "fio"], "--device"),
     ] {
-        let mut args = base.to_vec();
-        args.push(out.to_str().unwrap());
+        let mut args = base.clone();
         args.extend(extra.iter().copied());
         let o = ebof(&args);
         assert!(!o.ok, "{extra:?}");

@@ -6,7 +6,6 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
-use nvme_spec::NamespaceId;
 use nvmf_host::Controller;
 
 use super::RunArgs;
@@ -260,16 +259,7 @@ impl Builtin {
 /// Identify Controller and Namespace (the first active one unless `nsid`).
 async fn identify(ctrl: &Controller, nsid: Option<u32>) -> Result<(Identity, u32, u64, u64)> {
     let c = ctrl.identify();
-    let nsid = match nsid {
-        Some(n) => NamespaceId(n),
-        None => *ctrl
-            .active_namespaces()
-            .await
-            .context("Identify Active Namespace List")?
-            .first()
-            .context("the subsystem has no active namespace")?,
-    };
-    let ns = perf::active_namespace(ctrl, nsid).await?;
+    let (nsid, ns) = perf::namespace(ctrl, nsid).await?;
     let lba = u64::from(ns.lba_size());
     let capacity = ns.nsze.saturating_mul(lba);
     let id = Identity {

@@ -272,7 +272,7 @@ struct Geometry {
 }
 
 /// Identify Namespace `nsid`, which must be active.
-pub(crate) async fn active_namespace(
+async fn active_namespace(
     ctrl: &Controller,
     nsid: NamespaceId,
 ) -> Result<nvme_spec::identify::IdentifyNamespace> {
@@ -286,8 +286,12 @@ pub(crate) async fn active_namespace(
     Ok(ns)
 }
 
-async fn geometry(a: &PerfArgs, ctrl: &Controller) -> Result<Geometry> {
-    let nsid = match a.nsid {
+/// Namespace `nsid` (default: the first active one) and its Identify data.
+pub(crate) async fn namespace(
+    ctrl: &Controller,
+    nsid: Option<u32>,
+) -> Result<(NamespaceId, nvme_spec::identify::IdentifyNamespace)> {
+    let nsid = match nsid {
         Some(n) => NamespaceId(n),
         None => *ctrl
             .active_namespaces()
@@ -296,7 +300,11 @@ async fn geometry(a: &PerfArgs, ctrl: &Controller) -> Result<Geometry> {
             .first()
             .context("the subsystem has no active namespace")?,
     };
-    let ns = active_namespace(ctrl, nsid).await?;
+    Ok((nsid, active_namespace(ctrl, nsid).await?))
+}
+
+async fn geometry(a: &PerfArgs, ctrl: &Controller) -> Result<Geometry> {
+    let (nsid, ns) = namespace(ctrl, a.nsid).await?;
     let lba_size = ns.lba_size() as usize;
     let bs = a.bs as usize;
     if !bs.is_multiple_of(lba_size) || bs / lba_size > 65536 {
