@@ -15,6 +15,10 @@ use super::report::{Identity, Latency, Machine, Outcome, TargetInfo, buckets_fro
 use crate::host_cmds::common::{SubsystemArgs, host_config, resolve, runtime};
 use crate::host_cmds::perf::{self, PerfArgs, RwMode};
 
+/// I/O queues asked for at the first connection (Number of Queues), to learn how many the
+/// target grants.
+const PROBE_IO_QUEUES: u16 = 64;
+
 pub enum Engine {
     Builtin(Box<Builtin>),
     Fio(FioDev),
@@ -163,6 +167,8 @@ impl Builtin {
         let addr = resolve(traddr, trsvcid)?;
         let mut cfg = host_config(hostnqn.as_deref())?;
         cfg.async_events = false;
+        // Ask for many I/O queues: what the target grants sizes the ADQ sweep.
+        cfg.io_queues = PROBE_IO_QUEUES;
         let rt = runtime()?;
         let (identity, nsid, capacity, lba_size) = rt.block_on(async {
             let ctrl = Controller::connect(addr, nqn, &cfg)
@@ -355,7 +361,9 @@ pub fn machine() -> Machine {
         hostname: read("/proc/sys/kernel/hostname").trim().to_string(),
         kernel: read("/proc/sys/kernel/osrelease").trim().to_string(),
         cpu_model,
-        cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        // Online CPUs of the machine (not the ones this process may use).
+        // SAFETY: sysconf reads a system value; no memory is passed.
+        cpus: usize::try_from(unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }).unwrap_or(1),
         memory_bytes,
     }
 }
