@@ -563,11 +563,7 @@ impl Job {
                     // waiting for a free slot is part of its latency (no coordinated omission).
                     let (start, measured) = match interval {
                         Some(_) if due > now => break,
-                        Some(i) => {
-                            let d = due;
-                            due += i;
-                            (d, d >= t.ramp_end)
-                        }
+                        Some(_) => (due, due >= t.ramp_end),
                         None => (now, measured),
                     };
                     match self.flush_if_due(now) {
@@ -583,7 +579,12 @@ impl Job {
                     };
                     let unit = self.pick_unit();
                     match self.submit(unit, write, start, measured) {
-                        Ok(true) => issued += 1,
+                        Ok(true) => {
+                            issued += 1;
+                            if let Some(i) = interval {
+                                due += i;
+                            }
+                        }
                         Ok(false) => break,
                         Err(e) => return self.fail(e),
                     }
