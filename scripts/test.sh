@@ -10,6 +10,14 @@ step() { printf '\n=== %s (%ss)\n' "$*" "$(( $(date +%s) - start ))"; }
 if command -v rustup >/dev/null 2>&1; then
     rustup component add rustfmt clippy >/dev/null 2>&1 || true
 fi
+# fio for the `ebof bench --engine fio` test (crates/ebof/tests/bench.rs runs it on a plain
+# file; without fio that test says so and skips). Installed only where we may.
+if ! command -v fio >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    step "apt-get install fio"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends fio >/dev/null ||
+        { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends fio >/dev/null; } ||
+        echo "warning: could not install fio; the fio engine test will be skipped"
+fi
 step "cargo fmt --check"
 cargo fmt --all -- --check
 step "cargo clippy -D warnings"

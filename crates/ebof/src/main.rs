@@ -1,8 +1,10 @@
 //! `ebof` — one binary, wiring only: `serve` runs the NVMe/TCP target; `discover`, `identify`
-//! and `perf` are the host toolkit on the `nvmf-host` library; `ctl` manages a running
+//! and `perf` are the host toolkit on the `nvmf-host` library; `bench` runs the seed papers'
+//! test plans on perf's engine (or fio) and writes reports; `ctl` manages a running
 //! `serve` through its management API (`ebof-mgmt`); `completions` and `man` print
 //! shell completions and man pages generated from the same clap definitions.
 
+mod bench;
 mod ctl;
 mod docs;
 mod host_cmds;
@@ -31,6 +33,9 @@ enum Cmd {
     Identify(host_cmds::IdentifyArgs),
     /// Generate I/O load against a namespace and report IOPS, bandwidth and latency.
     Perf(host_cmds::PerfArgs),
+    /// Run a seed paper's test plan (odcc, es2000, adq, latency, quick) and write a report
+    /// with charts; `bench compare` sets two reports side by side.
+    Bench(bench::BenchArgs),
     /// Manage a running `ebof serve`: show state, hosts, disconnect, stats and metrics.
     Ctl(ctl::CtlArgs),
     /// Print a shell completion script, e.g. `ebof completions bash > /etc/bash_completion.d/ebof`.
@@ -46,6 +51,7 @@ fn main() -> std::process::ExitCode {
         Cmd::Discover(a) => host_cmds::discover(a),
         Cmd::Identify(a) => host_cmds::identify(a),
         Cmd::Perf(a) => host_cmds::perf(a),
+        Cmd::Bench(a) => bench::run(a),
         Cmd::Ctl(a) => ctl::run(a),
         Cmd::Completions(a) => docs::completions::<Cli>(a),
         Cmd::Man(a) => docs::man::<Cli>(a),

@@ -1,10 +1,10 @@
 //! The host toolkit subcommands, shaped like nvme-cli: `ebof discover`, `ebof identify` and
 //! `ebof perf`. Wiring only: the NVMe/TCP initiator is the `nvmf-host` library.
 
-mod common;
+pub(crate) mod common;
 mod discover;
 mod identify;
-mod perf;
+pub(crate) mod perf;
 
 pub use discover::{DiscoverArgs, discover};
 pub use identify::{IdentifyArgs, identify};

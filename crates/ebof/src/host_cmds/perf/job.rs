@@ -13,7 +13,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use nvme_spec::NamespaceId;
 use nvmf_host::{Completion, HostError, IoConnector, IoQueue, IoQueueOptions};
@@ -26,6 +26,10 @@ use super::vlog::{self, Kind, Record};
 /// User tag of a Flush (a write's tag is `generation << 32 | unit`, a read's `unit`; verify
 /// ranges hold far fewer than 2^32 units, so no write or read has this tag).
 const FLUSH_TAG: u64 = u64::MAX;
+
+/// Open loop: an idle job sleeps only when the next command is due later than this (tokio's
+/// timer wakes up to a millisecond late); otherwise it polls.
+const OPEN_LOOP_SLEEP_MIN: Duration = Duration::from_millis(2);
 
 /// Access pattern of a job.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,6 +74,11 @@ pub struct JobSpec {
     pub fua: bool,
     /// Where to record what was written and flushed (`--verify-log`; needs `verify`).
     pub log: Option<vlog::Sink>,
+    /// Open loop: commands per second this job submits, evenly spaced (`None`: closed loop,
+    /// always `qd` in flight).
+    pub rate: Option<f64>,
+    /// Stop submitting after this many commands (`None`: run until the end).
+    pub budget: Option<u64>,
 }
 
 /// Start and stop times of the measured run.
@@ -355,6 +364,17 @@ impl Job {
 
     /// Poll once and account every completion. `end`: completions after it are not measured.
     async fn poll(&mut self, end: Instant, progress: &Progress) -> Result<(), HostError> {
+        self.poll_inner(end, progress, true).await
+    }
+
+    /// [`Job::poll`]; `wait: false` handles only what has already arrived (open loop: the next
+    /// submission may be due before the next completion).
+    async fn poll_inner(
+        &mut self,
+        end: Instant,
+        progress: &Progress,
+        wait: bool,
+    ) -> Result<(), HostError> {
         let mut clock: Option<Instant> = None;
         let Job {
             q,
@@ -363,12 +383,15 @@ impl Job {
             spec,
             ..
         } = self;
-        let r = q
-            .poll_completions(|c: Completion<'_>| {
-                let now = *clock.get_or_insert_with(Instant::now);
-                books.complete(&c, &meta[usize::from(c.cid.0)], now, end, spec);
-            })
-            .await;
+        let mut account = |c: Completion<'_>| {
+            let now = *clock.get_or_insert_with(Instant::now);
+            books.complete(&c, &meta[usize::from(c.cid.0)], now, end, spec);
+        };
+        let r = if wait {
+            q.poll_completions(&mut account).await
+        } else {
+            q.try_poll_completions(&mut account)
+        };
         self.send_log();
         if self.books.pending_ios >= 64 {
             self.publish(progress);
@@ -514,14 +537,35 @@ impl Job {
     /// The timed run.
     async fn run(&mut self, t: Timing, progress: &Progress) {
         let mut end = t.end;
+        // Open loop: the time the next command is due, and the spacing.
+        let interval = self
+            .spec
+            .rate
+            .filter(|r| r.is_finite() && *r > 0.0)
+            .map(|r| Duration::from_secs_f64(1.0 / r));
+        let mut due = Instant::now();
+        let mut issued = 0u64;
         loop {
             let now = Instant::now();
             if now < end && progress.stop.load(Ordering::Relaxed) {
                 end = now;
             }
-            if now < end {
+            let spent = self.spec.budget.is_some_and(|b| issued >= b);
+            if spent && self.q.in_flight() == 0 {
+                return;
+            }
+            if now < end && !spent {
                 let measured = now >= t.ramp_end;
-                while self.q.in_flight() < self.spec.qd {
+                while self.q.in_flight() < self.spec.qd
+                    && self.spec.budget.is_none_or(|b| issued < b)
+                {
+                    // Open loop: a command counts from when it was due, so time spent
+                    // waiting for a free slot is part of its latency (no coordinated omission).
+                    let (start, measured) = match interval {
+                        Some(_) if due > now => break,
+                        Some(_) => (due, due >= t.ramp_end),
+                        None => (now, measured),
+                    };
                     match self.flush_if_due(now) {
                         None => {}
                         Some(Ok(true)) => continue,
@@ -534,8 +578,13 @@ impl Job {
                         p => self.rng.below(100) >= u64::from(p),
                     };
                     let unit = self.pick_unit();
-                    match self.submit(unit, write, now, measured) {
-                        Ok(true) => {}
+                    match self.submit(unit, write, start, measured) {
+                        Ok(true) => {
+                            issued += 1;
+                            if let Some(i) = interval {
+                                due += i;
+                            }
+                        }
                         Ok(false) => break,
                         Err(e) => return self.fail(e),
                     }
@@ -543,7 +592,23 @@ impl Job {
             } else if self.q.in_flight() == 0 {
                 return;
             }
-            if let Err(e) = self.poll(end, progress).await {
+            let r = match interval {
+                None => self.poll(end, progress).await,
+                Some(_) => {
+                    let r = self.poll_inner(end, progress, false).await;
+                    let idle = self.q.in_flight() == 0;
+                    let wait = due.saturating_duration_since(Instant::now());
+                    if idle && wait > OPEN_LOOP_SLEEP_MIN && now < end {
+                        // Nothing in flight and the next command not due soon: sleep (less
+                        // than the whole gap: timers are coarse).
+                        tokio::time::sleep(wait - OPEN_LOOP_SLEEP_MIN).await;
+                    } else {
+                        tokio::task::yield_now().await;
+                    }
+                    r
+                }
+            };
+            if let Err(e) = r {
                 return self.fail(e);
             }
         }

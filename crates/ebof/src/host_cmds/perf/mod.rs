@@ -22,7 +22,7 @@
 //! that log, e.g. after the target was killed and restarted.
 
 mod job;
-mod report;
+pub(crate) mod report;
 mod verify;
 mod verify_only;
 mod vlog;
@@ -165,6 +165,15 @@ pub struct PerfArgs {
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Open loop: submit at this many commands per second over all queues (evenly spaced, each
+    /// queue its share), never more than --qd in flight; latency counts from when a command was
+    /// due, so queueing behind a full queue shows. Set by `ebof bench`, not a flag.
+    #[arg(skip)]
+    pub rate_iops: Option<f64>,
+    /// Stop once the queues together have issued this many passes over --range (fio's
+    /// `loops=`), or at --runtime, whichever comes first. Set by `ebof bench`, not a flag.
+    #[arg(skip)]
+    pub passes: Option<f64>,
 }
 
 /// Most `--bs` units `--verify` tracks (5 bytes each: generation + in-flight flag), 80 MiB.
@@ -277,8 +286,12 @@ async fn active_namespace(
     Ok(ns)
 }
 
-async fn geometry(a: &PerfArgs, ctrl: &Controller) -> Result<Geometry> {
-    let nsid = match a.nsid {
+/// Namespace `nsid` (default: the first active one) and its Identify data.
+pub(crate) async fn namespace(
+    ctrl: &Controller,
+    nsid: Option<u32>,
+) -> Result<(NamespaceId, nvme_spec::identify::IdentifyNamespace)> {
+    let nsid = match nsid {
         Some(n) => NamespaceId(n),
         None => *ctrl
             .active_namespaces()
@@ -287,7 +300,11 @@ async fn geometry(a: &PerfArgs, ctrl: &Controller) -> Result<Geometry> {
             .first()
             .context("the subsystem has no active namespace")?,
     };
-    let ns = active_namespace(ctrl, nsid).await?;
+    Ok((nsid, active_namespace(ctrl, nsid).await?))
+}
+
+async fn geometry(a: &PerfArgs, ctrl: &Controller) -> Result<Geometry> {
+    let (nsid, ns) = namespace(ctrl, a.nsid).await?;
     let lba_size = ns.lba_size() as usize;
     let bs = a.bs as usize;
     if !bs.is_multiple_of(lba_size) || bs / lba_size > 65536 {
@@ -320,7 +337,8 @@ async fn geometry(a: &PerfArgs, ctrl: &Controller) -> Result<Geometry> {
     })
 }
 
-async fn run(
+/// Run the workload `a` describes on `ctrl` (connected with at least `queues` I/O queues).
+pub(crate) async fn run(
     a: &PerfArgs,
     ctrl: &Controller,
     addr: SocketAddr,
@@ -435,6 +453,10 @@ async fn run(
                 log: log
                     .as_ref()
                     .map(|l| l.sink(((region_lba - first_lba) / nlb) as u32)),
+                rate: a.rate_iops.map(|r| r / queues as f64),
+                budget: a
+                    .passes
+                    .map(|p| ((g.units as f64 * p) / queues as f64).ceil().max(1.0) as u64),
             }
         })
         .collect();
@@ -542,6 +564,16 @@ async fn run(
             _ = tokio::time::sleep_until(timing.end.into()) => break,
             Some(j) = done_rx.recv() => {
                 let now = Instant::now();
+                // A job that issued its --passes budget is done, not lost: the run ends when
+                // the last one is.
+                if a.passes.is_some() && j.transport_error.is_none() {
+                    results.push(j);
+                    if results.len() == queues {
+                        stopped_at = Some(now);
+                        break;
+                    }
+                    continue;
+                }
                 // A job that ends with the run (the timer fires up to a tick late) is normal;
                 // one that ends before it lost its connection.
                 if now < timing.end {

@@ -166,18 +166,19 @@ pub struct Report {
     pub flush: DirStats,
 }
 
-struct Lat {
-    min: f64,
-    avg: f64,
-    p50: f64,
-    p90: f64,
-    p99: f64,
-    p999: f64,
-    p9999: f64,
-    max: f64,
+/// Latency summary of a histogram, in µs.
+pub(crate) struct Lat {
+    pub min: f64,
+    pub avg: f64,
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub p999: f64,
+    pub p9999: f64,
+    pub max: f64,
 }
 
-fn lat(h: &Histogram<u64>) -> Option<Lat> {
+pub(crate) fn lat(h: &Histogram<u64>) -> Option<Lat> {
     if h.is_empty() {
         return None;
     }

@@ -1,0 +1,652 @@
+//! The bench report: one versioned, serde-typed structure (`report.json`), its Markdown
+//! rendering (`report.md`), and `compare` of two reports. No I/O here but what the caller passes.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+
+use super::plan::{Metric, PlanName, Role, Step};
+use crate::host_cmds::perf::report::lat;
+
+/// `report.json`'s `schema` field.
+pub const SCHEMA: &str = "ebof-bench-report";
+/// Bumped on any change that removes or changes the meaning of a field (adding fields does not).
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Latency summary in microseconds.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Latency {
+    pub min: f64,
+    pub avg: f64,
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub p99_9: f64,
+    pub p99_99: f64,
+    pub max: f64,
+}
+
+impl Latency {
+    /// From an HDR histogram of nanoseconds (`None` if empty).
+    pub fn from_hist(h: &Histogram<u64>) -> Option<Latency> {
+        // The same percentiles `ebof perf` prints.
+        lat(h).map(|l| Latency {
+            min: round3(l.min),
+            avg: round3(l.avg),
+            p50: round3(l.p50),
+            p90: round3(l.p90),
+            p99: round3(l.p99),
+            p99_9: round3(l.p999),
+            p99_99: round3(l.p9999),
+            max: round3(l.max),
+        })
+    }
+}
+
+/// One histogram bucket: latencies up to `le_us` (and above the previous bucket's bound).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Bucket {
+    pub le_us: f64,
+    pub count: u64,
+}
+
+/// Log2 buckets (1 µs, 2 µs, 4 µs, …) of an HDR histogram of nanoseconds; empty buckets at
+/// either end are left out.
+pub fn buckets_from_hist(h: &Histogram<u64>) -> Vec<Bucket> {
+    if h.is_empty() {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for v in h.iter_log(1000, 2.0) {
+        out.push(Bucket {
+            le_us: round3(v.value_iterated_to() as f64 / 1000.0),
+            count: v.count_since_last_iteration(),
+        });
+    }
+    trim_buckets(out)
+}
+
+/// Drop empty buckets at either end.
+pub fn trim_buckets(mut v: Vec<Bucket>) -> Vec<Bucket> {
+    while v.last().is_some_and(|b| b.count == 0) {
+        v.pop();
+    }
+    let first = v.iter().position(|b| b.count > 0).unwrap_or(v.len());
+    v.drain(..first);
+    v
+}
+
+/// Cumulative distribution of `buckets`: (le_us, fraction ≤ it).
+pub fn cdf(buckets: &[Bucket]) -> Vec<(f64, f64)> {
+    let total: u64 = buckets.iter().map(|b| b.count).sum();
+    if total == 0 {
+        return Vec::new();
+    }
+    let mut acc = 0u64;
+    buckets
+        .iter()
+        .map(|b| {
+            acc += b.count;
+            (b.le_us, acc as f64 / total as f64)
+        })
+        .collect()
+}
+
+/// What a step measured.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Outcome {
+    /// The measured window.
+    pub elapsed_s: f64,
+    pub ios: u64,
+    pub bytes: u64,
+    pub read_ios: u64,
+    pub write_ios: u64,
+    pub iops: f64,
+    /// 10^6 bytes per second.
+    pub mb_s: f64,
+    /// 2^20 bytes per second.
+    pub mib_s: f64,
+    pub latency_us: Option<Latency>,
+    pub histogram: Vec<Bucket>,
+    /// Failed commands (error status, lost with a connection).
+    pub errors: u64,
+    /// Open-loop steps: the rate asked for (commands per second).
+    pub rate_iops: Option<f64>,
+}
+
+impl Outcome {
+    /// Derive the rates from the totals.
+    pub fn with_rates(mut self) -> Outcome {
+        let s = self.elapsed_s.max(1e-9);
+        self.iops = round3(self.ios as f64 / s);
+        self.mb_s = round3(self.bytes as f64 / s / 1e6);
+        self.mib_s = round3(self.bytes as f64 / s / f64::from(1u32 << 20));
+        self
+    }
+
+    /// The figure `m` of this outcome.
+    pub fn value(&self, m: Metric) -> Option<f64> {
+        match m {
+            Metric::Iops => Some(self.iops),
+            Metric::MbPerS => Some(self.mb_s),
+            Metric::MibPerS => Some(self.mib_s),
+            Metric::P9999Us => self.latency_us.as_ref().map(|l| l.p99_99),
+            Metric::P50Us => self.latency_us.as_ref().map(|l| l.p50),
+        }
+    }
+}
+
+/// Our figure over the paper's (`None` without a reference or a result).
+pub fn ratio(ours: Option<f64>, reference: Option<f64>) -> Option<f64> {
+    match (ours, reference) {
+        (Some(o), Some(r)) if r > 0.0 && o.is_finite() => Some(o / r),
+        _ => None,
+    }
+}
+
+/// A step as run: its definition, the byte range, and its outcome or its error.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StepReport {
+    #[serde(flatten)]
+    pub step: Step,
+    /// Byte range [start, end) of the namespace or device.
+    pub range: (u64, u64),
+    pub outcome: Option<Outcome>,
+    pub error: Option<String>,
+    /// `outcome`'s value of `step.metric`.
+    pub value: Option<f64>,
+    /// `value` / the reference figure.
+    pub ratio: Option<f64>,
+}
+
+impl StepReport {
+    pub fn new(step: Step, range: (u64, u64), r: Result<Outcome, String>) -> StepReport {
+        let (outcome, error) = match r {
+            Ok(o) => (Some(o), None),
+            Err(e) => (None, Some(e)),
+        };
+        let value = outcome.as_ref().and_then(|o| o.value(step.metric));
+        let ratio = ratio(value, step.reference.as_ref().map(|r| r.value));
+        StepReport {
+            step,
+            range,
+            outcome,
+            error,
+            value,
+            ratio,
+        }
+    }
+}
+
+/// Identify Controller / Namespace facts of the target.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Identity {
+    pub vid: u16,
+    pub sn: String,
+    pub mn: String,
+    pub fr: String,
+    pub ver: String,
+    pub cntlid: u16,
+    /// Maximum transfer in bytes (`None`: no limit).
+    pub mdts_bytes: Option<u64>,
+    /// In-capsule I/O data in bytes (IOCCSZ).
+    pub io_capsule_bytes: u64,
+    pub nn: u32,
+    pub io_queues_granted: Option<u16>,
+    pub subnqn: String,
+    pub namespace_blocks: u64,
+    pub lba_size: u32,
+}
+
+/// What was measured.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TargetInfo {
+    /// `ADDR:PORT` (built-in engine) or the target the device is connected to, if known.
+    pub address: Option<String>,
+    pub subnqn: Option<String>,
+    pub nsid: Option<u32>,
+    /// The block device (fio engine).
+    pub device: Option<String>,
+    pub identify: Option<Identity>,
+    pub capacity_bytes: u64,
+}
+
+/// The machine the bench ran on.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Machine {
+    pub hostname: String,
+    pub kernel: String,
+    pub cpu_model: String,
+    pub cpus: usize,
+    pub memory_bytes: u64,
+}
+
+/// `report.json`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    pub schema: String,
+    pub schema_version: u32,
+    pub ebof_version: String,
+    pub plan: PlanName,
+    /// `builtin` (the userspace initiator) or `fio`.
+    pub engine: String,
+    /// Unix seconds when the run started.
+    pub started_unix: u64,
+    pub duration_scale: f64,
+    pub target: TargetInfo,
+    pub machine: Machine,
+    /// How the plan was scaled and anything else a reader must know.
+    pub notes: Vec<String>,
+    pub steps: Vec<StepReport>,
+    /// SVG files written next to the report.
+    pub charts: Vec<String>,
+}
+
+pub fn round3(v: f64) -> f64 {
+    (v * 1000.0).round() / 1000.0
+}
+
+/// `123.4k` style.
+pub fn si(v: f64) -> String {
+    if v.abs() >= 1e6 {
+        format!("{:.2}M", v / 1e6)
+    } else if v.abs() >= 1e3 {
+        format!("{:.1}k", v / 1e3)
+    } else if v.abs() >= 10.0 || v == 0.0 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+fn fmt_value(v: Option<f64>, m: Metric) -> String {
+    match v {
+        None => "–".into(),
+        Some(v) => match m {
+            Metric::Iops => si(v),
+            Metric::MbPerS | Metric::MibPerS => format!("{v:.0}"),
+            Metric::P9999Us | Metric::P50Us => format!("{v:.1}"),
+        },
+    }
+}
+
+fn fmt_bytes(b: u64) -> String {
+    const U: [(&str, u32); 4] = [("T", 40), ("G", 30), ("M", 20), ("K", 10)];
+    for (s, sh) in U {
+        if b >= 1 << sh && b.is_multiple_of(1 << sh) {
+            return format!("{}{s}", b >> sh);
+        }
+    }
+    b.to_string()
+}
+
+fn lat_cell(o: &Outcome) -> String {
+    o.latency_us.as_ref().map_or("–".into(), |l| {
+        format!("{:.1} / {:.1} / {:.1}", l.p50, l.p99, l.p99_99)
+    })
+}
+
+impl Report {
+    /// The results table (also what `ebof bench` prints).
+    pub fn results_table(&self) -> String {
+        let mut s = String::from(
+            "| step | ours | paper | ours/paper | p50 / p99 / p99.99 µs | errors |\n|---|---|---|---|---|---|\n",
+        );
+        for r in &self.steps {
+            let m = r.step.metric;
+            let ours = match (&r.error, r.value) {
+                (Some(e), _) => format!("failed: {e}"),
+                (None, v) => format!("{} {}", fmt_value(v, m), m.unit()),
+            };
+            let paper = r.step.reference.as_ref().map_or("–".into(), |x| {
+                format!("{} {}", fmt_value(Some(x.value), x.metric), x.metric.unit())
+            });
+            let ratio = r.ratio.map_or("–".into(), |x| format!("{x:.2}x"));
+            let (lat, errors) = r.outcome.as_ref().map_or(("–".into(), "–".into()), |o| {
+                (lat_cell(o), o.errors.to_string())
+            });
+            let _ = writeln!(
+                s,
+                "| {} | {ours} | {paper} | {ratio} | {lat} | {errors} |",
+                r.step.title
+            );
+        }
+        s
+    }
+
+    fn load_table(&self) -> Option<String> {
+        let rows: Vec<_> = self
+            .steps
+            .iter()
+            .filter(|r| matches!(r.step.role, Role::Load { .. } | Role::Saturation))
+            .collect();
+        if rows.is_empty() {
+            return None;
+        }
+        let mut s = String::from(
+            "| load | asked IOPS | achieved IOPS | p50 µs | p99 µs | p99.9 µs | p99.99 µs |\n|---|---|---|---|---|---|---|\n",
+        );
+        for r in rows {
+            let load = match r.step.role {
+                Role::Load { fraction } => format!("{:.0} %", fraction * 100.0),
+                _ => "closed loop".into(),
+            };
+            let Some(o) = &r.outcome else {
+                let _ = writeln!(s, "| {load} | – | failed | | | | |");
+                continue;
+            };
+            let asked = o.rate_iops.map_or("–".into(), si);
+            let l = o.latency_us.clone().unwrap_or_default();
+            let _ = writeln!(
+                s,
+                "| {load} | {asked} | {} | {:.1} | {:.1} | {:.1} | {:.1} |",
+                si(o.iops),
+                l.p50,
+                l.p99,
+                l.p99_9,
+                l.p99_99
+            );
+        }
+        Some(s)
+    }
+
+    fn params_table(&self) -> String {
+        let mut s = String::from(
+            "| id | rw | bs | QD | queues | runtime s | ramp s | passes | range | the paper ran |\n|---|---|---|---|---|---|---|---|---|---|\n",
+        );
+        for r in &self.steps {
+            let st = &r.step;
+            let _ = writeln!(
+                s,
+                "| `{}` | {} | {} | {} | {} | {:.2} | {:.2} | {} | {}-{} | {} |",
+                st.id,
+                st.rw.name(),
+                fmt_bytes(st.bs),
+                st.qd,
+                st.queues,
+                st.runtime.as_secs_f64(),
+                st.ramp.as_secs_f64(),
+                st.passes.map_or("–".into(), |p| p.to_string()),
+                fmt_bytes(r.range.0),
+                fmt_bytes(r.range.1),
+                st.paper,
+            );
+        }
+        s
+    }
+
+    fn sources(&self) -> String {
+        let mut seen = BTreeMap::new();
+        for r in &self.steps {
+            if let Some(x) = &r.step.reference {
+                seen.entry(x.source.clone())
+                    .or_insert_with(|| x.system.clone());
+            }
+        }
+        seen.iter()
+            .map(|(src, sys)| format!("- {src} — measured on: {sys}\n"))
+            .collect()
+    }
+
+    /// `report.md`.
+    pub fn to_markdown(&self) -> String {
+        let mut s = format!(
+            "# ebof bench {} ({} engine)\n\n",
+            self.plan.name(),
+            self.engine
+        );
+        let t = &self.target;
+        s += "## Target\n\n| | |\n|---|---|\n";
+        for (k, v) in [
+            ("address", t.address.clone()),
+            ("subsystem", t.subnqn.clone()),
+            ("namespace", t.nsid.map(|n| n.to_string())),
+            ("device", t.device.clone()),
+            ("capacity", Some(format!("{} bytes", t.capacity_bytes))),
+        ] {
+            if let Some(v) = v {
+                let _ = writeln!(s, "| {k} | {v} |");
+            }
+        }
+        if let Some(i) = &t.identify {
+            let _ = writeln!(s, "| model (mn) | {} |", i.mn);
+            let _ = writeln!(s, "| serial (sn) | {} |", i.sn);
+            let _ = writeln!(s, "| firmware (fr) | {} |", i.fr);
+            let _ = writeln!(s, "| vendor id | 0x{:04x} |", i.vid);
+            let _ = writeln!(s, "| NVMe version | {} |", i.ver);
+            let _ = writeln!(
+                s,
+                "| max transfer (MDTS) | {} |",
+                i.mdts_bytes.map_or("no limit".into(), fmt_bytes)
+            );
+            let _ = writeln!(
+                s,
+                "| in-capsule data (IOCCSZ) | {} bytes |",
+                i.io_capsule_bytes
+            );
+            let _ = writeln!(s, "| namespaces (NN) | {} |", i.nn);
+            if let Some(q) = i.io_queues_granted {
+                let _ = writeln!(s, "| I/O queues granted | {q} |");
+            }
+            let _ = writeln!(
+                s,
+                "| namespace | {} blocks of {} bytes |",
+                i.namespace_blocks, i.lba_size
+            );
+        }
+        let m = &self.machine;
+        let _ = write!(
+            s,
+            "\n## Machine\n\n| | |\n|---|---|\n| host | {} |\n| kernel | {} |\n| CPU | {} × {} |\n| memory | {} MiB |\n| ebof | {} |\n| duration scale | {} |\n",
+            m.hostname,
+            m.kernel,
+            m.cpus,
+            m.cpu_model,
+            m.memory_bytes >> 20,
+            self.ebof_version,
+            self.duration_scale
+        );
+        s += "\n## Results\n\n";
+        s += &self.results_table();
+        s += "\nThe paper's figures were measured on other hardware (below); they are context for \
+              the plan, not a target for this machine.\n\n";
+        s += &self.sources();
+        if let Some(t) = self.load_table() {
+            s += "\n## Latency versus load (open loop)\n\n";
+            s += &t;
+        }
+        s += "\n## Workload parameters\n\n";
+        s += &self.params_table();
+        if !self.notes.is_empty() {
+            s += "\n## Notes\n\n";
+            for n in &self.notes {
+                let _ = writeln!(s, "- {n}");
+            }
+        }
+        if !self.charts.is_empty() {
+            s += "\n## Charts\n\n";
+            for c in &self.charts {
+                let _ = writeln!(s, "![{c}]({c})\n");
+            }
+        }
+        s
+    }
+}
+
+/// `ebof bench compare`: steps matched by id, side by side, B relative to A.
+pub fn compare(a: &Report, b: &Report) -> String {
+    let mut s = format!(
+        "A: {} {} ({} engine, {})\nB: {} {} ({} engine, {})\n\n",
+        a.plan.name(),
+        a.target
+            .address
+            .as_deref()
+            .or(a.target.device.as_deref())
+            .unwrap_or("?"),
+        a.engine,
+        a.target.identify.as_ref().map_or("", |i| i.mn.as_str()),
+        b.plan.name(),
+        b.target
+            .address
+            .as_deref()
+            .or(b.target.device.as_deref())
+            .unwrap_or("?"),
+        b.engine,
+        b.target.identify.as_ref().map_or("", |i| i.mn.as_str()),
+    );
+    s += "| step | metric | A | B | B/A | p99.99 µs A | p99.99 µs B |\n|---|---|---|---|---|---|---|\n";
+    let p9999 = |r: &StepReport| {
+        r.outcome
+            .as_ref()
+            .and_then(|o| o.latency_us.as_ref())
+            .map_or("–".into(), |l| format!("{:.1}", l.p99_99))
+    };
+    for ra in &a.steps {
+        let m = ra.step.metric;
+        let rb = b.steps.iter().find(|r| r.step.id == ra.step.id);
+        let (vb, pb) = rb.map_or((None, "–".into()), |r| (r.value, p9999(r)));
+        let rel = ratio(vb, ra.value).map_or("–".into(), |x| {
+            let better = if m.higher_is_better() {
+                x >= 1.0
+            } else {
+                x <= 1.0
+            };
+            format!("{x:.2}x{}", if better { "" } else { " ▼" })
+        });
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {rel} | {} | {pb} |",
+            ra.step.id,
+            m.unit(),
+            fmt_value(ra.value, m),
+            fmt_value(vb, m),
+            p9999(ra),
+        );
+    }
+    for rb in &b.steps {
+        if !a.steps.iter().any(|r| r.step.id == rb.step.id) {
+            let _ = writeln!(s, "| {} | (only in B) | | | | | |", rb.step.id);
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::bench::plan::{self, PlanName};
+
+    fn hist(values_ns: &[u64]) -> Histogram<u64> {
+        let mut h = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).unwrap();
+        for &v in values_ns {
+            h.record(v).unwrap();
+        }
+        h
+    }
+
+    #[test]
+    fn percentiles_from_histogram() {
+        // 1..=10000 µs: p50 = 5000 µs, p99 = 9900 µs, p99.99 = 9999 µs (within HDR's 0.1 %).
+        let v: Vec<u64> = (1..=10_000u64).map(|i| i * 1000).collect();
+        let l = Latency::from_hist(&hist(&v)).unwrap();
+        let near = |a: f64, b: f64| (a - b).abs() <= b * 0.002;
+        assert!(near(l.p50, 5000.0), "{l:?}");
+        assert!(near(l.p99, 9900.0), "{l:?}");
+        assert!(near(l.p99_9, 9990.0), "{l:?}");
+        assert!(near(l.p99_99, 9999.0), "{l:?}");
+        assert!(near(l.avg, 5000.5), "{l:?}");
+        assert!(Latency::from_hist(&hist(&[])).is_none());
+    }
+
+    #[test]
+    fn buckets_and_cdf() {
+        let h = hist(&[1500, 1500, 3000, 100_000]);
+        let b = buckets_from_hist(&h);
+        assert_eq!(b.iter().map(|b| b.count).sum::<u64>(), 4);
+        assert!(b.first().unwrap().count > 0 && b.last().unwrap().count > 0);
+        assert!(b.windows(2).all(|w| w[0].le_us < w[1].le_us));
+        let c = cdf(&b);
+        assert_eq!(c.last().unwrap().1, 1.0);
+        assert!(c.windows(2).all(|w| w[0].1 <= w[1].1));
+        assert!((c[0].1 - 0.5).abs() < 1e-9, "{c:?}");
+        assert!(cdf(&[]).is_empty());
+    }
+
+    #[test]
+    fn ratios() {
+        assert_eq!(ratio(Some(50.0), Some(100.0)), Some(0.5));
+        assert_eq!(ratio(Some(50.0), None), None);
+        assert_eq!(ratio(None, Some(1.0)), None);
+        assert_eq!(ratio(Some(1.0), Some(0.0)), None);
+        let o = Outcome {
+            elapsed_s: 2.0,
+            ios: 1000,
+            bytes: 1000 * 4096,
+            ..Default::default()
+        }
+        .with_rates();
+        assert_eq!(o.iops, 500.0);
+        assert_eq!(o.value(Metric::MbPerS), Some(2.048));
+        assert_eq!(o.value(Metric::P50Us), None);
+    }
+
+    pub(crate) fn sample(scale: f64) -> Report {
+        let steps = plan::steps(PlanName::Odcc, 0.01, 1)
+            .into_iter()
+            .map(|st| {
+                let o = Outcome {
+                    elapsed_s: 1.0,
+                    ios: (1000.0 * scale) as u64,
+                    bytes: (1000.0 * scale) as u64 * st.bs,
+                    latency_us: Latency::from_hist(&hist(&[10_000, 20_000])),
+                    ..Default::default()
+                }
+                .with_rates();
+                StepReport::new(st, (0, 1 << 20), Ok(o))
+            })
+            .collect();
+        Report {
+            schema: SCHEMA.into(),
+            schema_version: SCHEMA_VERSION,
+            ebof_version: "0.1.0".into(),
+            plan: PlanName::Odcc,
+            engine: "builtin".into(),
+            started_unix: 0,
+            duration_scale: 0.01,
+            target: TargetInfo {
+                address: Some("127.0.0.1:4420".into()),
+                ..Default::default()
+            },
+            machine: Machine::default(),
+            notes: vec!["scaled".into()],
+            steps,
+            charts: vec!["x.svg".into()],
+        }
+    }
+
+    #[test]
+    fn markdown_json_round_trip_and_compare() {
+        let a = sample(1.0);
+        let md = a.to_markdown();
+        assert!(md.contains("| 128K sequential write, 1 job QD64 |"), "{md}");
+        assert!(md.contains("2333 MB/s"), "{md}");
+        assert!(md.contains("Table 1"));
+        assert!(md.contains("![x.svg](x.svg)"));
+        let j = serde_json::to_string(&a).unwrap();
+        let back: Report = serde_json::from_str(&j).unwrap();
+        assert_eq!(back, a);
+        let v: serde_json::Value = serde_json::from_str(&j).unwrap();
+        assert_eq!(v["schema_version"], SCHEMA_VERSION);
+        assert_eq!(v["steps"][1]["id"], "seq-write-128k-qd64");
+        assert_eq!(v["steps"][1]["reference"]["value"], 2333.0);
+        let c = compare(&a, &sample(2.0));
+        assert!(
+            c.contains("| rand-read-4k-qd64 | IOPS | 1.0k | 2.0k | 2.00x |"),
+            "{c}"
+        );
+        let c = compare(&sample(2.0), &a);
+        assert!(c.contains("0.50x ▼"), "{c}");
+    }
+}
