@@ -176,8 +176,10 @@ fn show_stats_and_metrics_match_a_perf_run() {
             "4k",
             "--qd",
             "4",
+            // Long enough that the first writes to fresh RAM pages (huge-page faults, slow on
+            // a loaded machine) do not leave a run with nothing counted.
             "--runtime",
-            "300ms",
+            "1s",
         ],
     );
     assert!(o.ok, "{}", o.stderr);
