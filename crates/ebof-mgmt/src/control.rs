@@ -321,7 +321,8 @@ impl Control {
                     format!(
                         "{} is smaller than the namespace ({}): the data past the new end would \
                          be discarded; confirm with shrink (`ebof ctl ns resize … --shrink`)",
-                        req.size, current
+                        ebof_config::format_size(req.size),
+                        ebof_config::format_size(current)
                     ),
                 ));
             }
