@@ -8,6 +8,10 @@
 # in the guest) and the nvme:nvme_async_event trace event (tracefs), which logs every AER completion
 # the host receives, so the Namespace Attribute Changed notices (0x040002) are seen as well.
 # Every wait is bounded by $SEE_SECS (default 10); the time the host took is in /xchg/seen.tsv.
+# Then `ebof bench quick --engine fio --device /dev/nvmeXnY` (issue 10) on namespace 1 through the
+# kernel initiator, and the built-in engine against the same subsystem: both reports must have the
+# same shape (keys, step ids, charts), every step a figure > 0, every chart an SVG document.
+# ebof runs from the host's tree ($EBOF_BIN, over the 9p root); reports in /xchg/bench-{fio,builtin}.
 # shellcheck source=guest-lib.sh
 source "$GUEST_LIB"
 
@@ -15,6 +19,7 @@ CTL_NQN=${CTL_NQN:-nqn.2026-11.io.ebof:ctl}
 HOT_NQN=${CTL_NQN%:*}:hot
 DISC_NQN=nqn.2014-08.org.nvmexpress.discovery
 SEE=${SEE_SECS:-10}
+BENCH_SCALE=${BENCH_SCALE:-0.1} BENCH_SIZE=${BENCH_SIZE:-16M} BENCH_SECS=${BENCH_SECS:-180}
 AEN_NS_CHANGED=0x040002 # notice, Namespace Attribute Changed, log page 0x04
 AEN_DISC_CHANGED=0x70f002 # notice, Discovery Log Page Change, log page 0x70
 TRACE=/sys/kernel/tracing
@@ -321,6 +326,85 @@ stop_watchers() {
 }
 
 # ---------------------------------------------------------------------------------------------
+# ebof bench in the guest (issue 10): `ebof bench quick --engine fio --device /dev/nvmeXnY` through
+# the kernel initiator, and the built-in engine against the same subsystem; same report shape
+
+# bench ENGINE DIR [ARGS]: ebof bench quick, short (--duration-scale $BENCH_SCALE, --size $BENCH_SIZE)
+bench() {
+	local engine=$1 dir=$2
+	shift 2
+	rm -rf "$dir"
+	run -t "$BENCH_SECS" "$EBOF_BIN" bench quick --engine "$engine" "$@" -a "$TARGET_IP" -s "$TARGET_PORT" \
+		-n "$CTL_NQN" --size "$BENCH_SIZE" --duration-scale "$BENCH_SCALE" --yes-destroy-data --out "$dir" ||
+		fail "ebof bench quick --engine $engine failed"
+}
+
+# bench_report_ok DIR ENGINE: report.md, report.json (schema, version, plan, engine), every step
+# measured something (no error, I/Os, figures > 0), every chart a non-empty SVG document
+bench_report_ok() {
+	local dir=$1 engine=$2 j=$1/report.json c bad
+	[[ -s $dir/report.md ]] || fail "no $dir/report.md"
+	(($(grep -c '^| [^-|]' "$dir/report.md") > $(jq '.steps | length' "$j"))) ||
+		fail "$dir/report.md has no results table with a row per step"
+	jq -e . "$j" >/dev/null || fail "$j does not parse"
+	jq -e --arg e "$engine" '.schema == "ebof-bench-report" and .schema_version == 1 and .plan == "quick"
+		and .engine == $e' "$j" >/dev/null ||
+		fail "$j: $(jq -c '{schema, schema_version, plan, engine}' "$j"), want ebof-bench-report 1 quick $engine"
+	bad=$(jq -r '.steps[] | select(.error != null or (.value // 0) <= 0 or (.outcome.ios // 0) <= 0
+		or (.outcome.iops // 0) <= 0 or (.outcome.latency_us.p50 // 0) <= 0)
+		| "\(.id): error \(.error), value \(.value), ios \(.outcome.ios)"' "$j")
+	[[ -z $bad ]] || fail "steps without a figure in $j: ${bad//$'\n'/; }"
+	echo "$engine: $(jq '.steps | length' "$j") steps, all with figures > 0; charts: $(jq -r '.charts | join(" ")' "$j")"
+	jq -e '.charts | length >= 1' "$j" >/dev/null || fail "$j lists no charts"
+	for c in $(jq -r '.charts[]' "$j"); do
+		[[ -s $dir/$c ]] || fail "chart $dir/$c is missing or empty"
+		if command -v python3 >/dev/null; then # no xmllint here; python3's parser checks well-formedness
+			python3 -c 'import sys, xml.etree.ElementTree as E
+sys.exit(E.parse(sys.argv[1]).getroot().tag != "{http://www.w3.org/2000/svg}svg")' "$dir/$c" ||
+				fail "chart $dir/$c is not an SVG document"
+		else
+			{ grep -q '<svg' "$dir/$c" && grep -q '</svg>' "$dir/$c"; } || fail "chart $dir/$c is not SVG"
+		fi
+	done
+}
+
+bench_fio() {
+	local j=$X/bench-fio/report.json
+	bench fio "$X/bench-fio" --device "$NSDEV"
+	bench_report_ok "$X/bench-fio" fio
+	# the device is the one connected here: what sysfs says about it is in the report
+	jq -e --arg d "$NSDEV" --arg n "$CTL_NQN" '.target.device == $d and .target.subnqn == $n' "$j" >/dev/null ||
+		fail "$j: target $(jq -c .target "$j"), want device $NSDEV of $CTL_NQN"
+}
+
+bench_builtin() {
+	bench builtin "$X/bench-builtin"
+	bench_report_ok "$X/bench-builtin" builtin
+}
+
+# the report's shape: its keys, each step's and outcome's keys, the step ids and the charts
+_bench_shape() {
+	jq -S '{top: keys, step: ([.steps[] | keys] | unique), outcome: ([.steps[].outcome | keys] | unique),
+		ids: [.steps[].id], charts: .charts}' "$1"
+}
+
+bench_same_shape() {
+	local a=$X/bench-builtin/report.json b=$X/bench-fio/report.json
+	_bench_shape "$a" >/tmp/shape-builtin.json # files: the guest has no /dev/fd for <(...)
+	_bench_shape "$b" >/tmp/shape-fio.json
+	diff /tmp/shape-builtin.json /tmp/shape-fio.json || fail "the fio report's shape differs from the built-in one's (diff above)"
+	echo "same shape; step ids: $(jq -r '[.steps[].id] | join(" ")' "$b")"
+	run -t 30 "$EBOF_BIN" bench compare "$a" "$b" >"$X/bench-compare.txt"
+	cat "$X/bench-compare.txt"
+	# every step of A (built-in) is matched by B (fio) with a ratio: "| id | unit | A | B | 1.23x"
+	for id in $(jq -r '.steps[].id' "$b"); do
+		grep -qE "^\| $id \| [^|]+ \| [^|]+ \| [^|]+ \| [0-9.]+x" "$X/bench-compare.txt" ||
+			fail "ebof bench compare has no B/A ratio for step $id"
+	done
+	! grep -q 'only in B' "$X/bench-compare.txt" || fail "ebof bench compare found steps only in the fio report"
+}
+
+# ---------------------------------------------------------------------------------------------
 echo "target: ebof at $TARGET_IP:$TARGET_PORT (discovery $DISC_PORT), subsystem $CTL_NQN; waits bounded by $SEE s"
 step "watchers: kernel uevents (busybox uevent) + nvme_async_event trace" start_watchers
 step "connect $CTL_NQN" connect_ctl
@@ -337,6 +421,9 @@ step "remove namespace 7" ns_remove 7
 step "list-ns, ns-descs, id-ns agree with ebof ctl show (namespace 1)" ns_agree
 step "no reconnect: same controller, namespace 1 still serves" same_controller
 step "Namespace Attribute Changed events reached the host" ns_events
+step "ebof bench quick --engine fio --device $NSDEV (x$BENCH_SCALE, $BENCH_SIZE)" bench_fio
+step "ebof bench quick, built-in engine, same subsystem" bench_builtin
+step "the fio report has the built-in report's shape; ebof bench compare" bench_same_shape
 step "disconnect $CTL_NQN" nvme_disconnect "$CTL_NQN"
 
 step "persistent discovery controller (nvme discover --persistent)" persistent_discovery

@@ -2,7 +2,8 @@
 # Scenario: the control plane as a connected Linux host sees it (issue 8). Namespaces added, resized
 # and removed with `ebof ctl` while the host stays connected; the host rescans on the Namespace
 # Attribute Changed event. A persistent discovery controller gets the Discovery Log Page Change
-# event when a subsystem is added or removed.
+# event when a subsystem is added or removed. And `ebof bench quick --engine fio` on the connected
+# host's block device (issue 10): the same report shape as the built-in engine's.
 #
 # Host side (this script, inside a fresh network namespace): `ebof serve` with one subsystem
 #   nqn.2026-11.io.ebof:ctl   64 MiB RAM namespace 1, 512-byte blocks
@@ -18,8 +19,9 @@
 #   EBOF_BIN               target binary (default <repo>/target/release/ebof)
 #   EBOF_INTEROP_TIMEOUT   bound on the guest run in seconds (default 600)
 #   EBOF_INTEROP_SEE_SECS  bound on each wait for the host to see a change (default 10)
+#   EBOF_INTEROP_BENCH_SCALE  --duration-scale of the two `ebof bench quick` runs (default 0.1)
 #   RUST_LOG               passed to `ebof serve` (default info)
-# Exit status: 0 passed, 77 skipped (no `ebof serve`/`ebof ctl` yet and not EBOF_INTEROP_STRICT),
+# Exit status: 0 passed, 77 skipped (no `ebof serve`/`ctl`/`bench` yet and not EBOF_INTEROP_STRICT),
 # else failed.
 # shellcheck disable=SC2317 # start_target and host_on_ctl are called indirectly
 set -uo pipefail
@@ -33,7 +35,7 @@ TARGET_PORT=4420
 DISC_PORT=8009
 export RUST_LOG=${RUST_LOG:-info}
 
-for sub in serve ctl; do
+for sub in serve ctl bench; do
 	if [[ ! -x $EBOF_BIN ]] || ! "$EBOF_BIN" "$sub" --help >/dev/null 2>&1; then
 		msg="'$EBOF_BIN $sub' is not available (build: cargo build --release -p ebof)"
 		[[ -n ${EBOF_INTEROP_STRICT:-} ]] && die "$msg"
@@ -105,7 +107,7 @@ host_on_ctl() {
 interop_init linux-control
 vm_setup
 vm_env "CTL_NQN=$CTL_NQN" "TARGET_PORT=$TARGET_PORT" "DISC_PORT=$DISC_PORT" "TARGET_IP=$HOST_IP" \
-	"SEE_SECS=${EBOF_INTEROP_SEE_SECS:-10}"
+	"SEE_SECS=${EBOF_INTEROP_SEE_SECS:-10}" "EBOF_BIN=$EBOF_BIN" "BENCH_SCALE=${EBOF_INTEROP_BENCH_SCALE:-0.1}"
 
 write_config
 host_step "start ebof serve --mgmt-socket" start_target || die "the target did not start"
