@@ -626,6 +626,210 @@ pub(crate) mod tests {
         }
     }
 
+    /// `docs/bench-report.schema.json`, the JSON Schema of what [`Report`] serializes to.
+    const SCHEMA_JSON: &str = include_str!("../../../../docs/bench-report.schema.json");
+
+    fn validator() -> jsonschema::Validator {
+        let schema: serde_json::Value = serde_json::from_str(SCHEMA_JSON).unwrap();
+        jsonschema::draft202012::new(&schema).unwrap()
+    }
+
+    /// Every error the schema finds in `v`, one a line (empty: valid).
+    fn schema_errors(v: &serde_json::Value) -> String {
+        validator()
+            .iter_errors(v)
+            .map(|e| format!("{}: {e}\n", e.instance_path()))
+            .collect()
+    }
+
+    #[test]
+    fn the_schema_is_a_valid_draft_2020_12_schema() {
+        let schema: serde_json::Value = serde_json::from_str(SCHEMA_JSON).unwrap();
+        jsonschema::draft202012::meta::validate(&schema).unwrap();
+        assert_eq!(schema["properties"]["schema"]["const"], SCHEMA);
+        assert_eq!(
+            schema["properties"]["schema_version"]["const"],
+            SCHEMA_VERSION
+        );
+        // The committed sample report (the README's) is a report too.
+        let sample: serde_json::Value = serde_json::from_str(include_str!(
+            "../../../../docs/bench-sample/odcc/report.json"
+        ))
+        .unwrap();
+        assert_eq!(schema_errors(&sample), "");
+    }
+
+    /// The schema accepts every shape the code writes: each plan, access pattern, metric and
+    /// role; failed steps; and every `Option` field null or left out (serde reads both).
+    #[test]
+    fn the_schema_accepts_what_the_code_writes() {
+        use clap::ValueEnum as _;
+        use plan::{Role, Rw};
+        let v = serde_json::to_value(sample(1.0)).unwrap();
+        assert_eq!(schema_errors(&v), "");
+
+        let rws = [Rw::Read, Rw::Write, Rw::RandRead, Rw::RandWrite];
+        let metrics = [
+            Metric::Iops,
+            Metric::MbPerS,
+            Metric::MibPerS,
+            Metric::P9999Us,
+            Metric::P50Us,
+        ];
+        let roles = [
+            Role::Precondition,
+            Role::Measure,
+            Role::Scaling { connections: 8 },
+            Role::Cores { cores: 5 },
+            Role::Saturation,
+            Role::Load { fraction: 0.9 },
+        ];
+        // A new variant fails to compile here until it is listed above (and in the schema).
+        for m in metrics {
+            match m {
+                Metric::Iops
+                | Metric::MbPerS
+                | Metric::MibPerS
+                | Metric::P9999Us
+                | Metric::P50Us => {}
+            }
+        }
+        for r in roles {
+            match r {
+                Role::Precondition
+                | Role::Measure
+                | Role::Scaling { .. }
+                | Role::Cores { .. }
+                | Role::Saturation
+                | Role::Load { .. } => {}
+            }
+        }
+        let mut r = sample(1.0);
+        let template = r.steps[0].clone();
+        r.steps.clear();
+        for (i, ((&rw, &metric), &role)) in rws
+            .iter()
+            .cycle()
+            .zip(metrics.iter().cycle())
+            .zip(roles.iter())
+            .enumerate()
+        {
+            let mut s = template.clone();
+            s.step.id = format!("step-{i}");
+            (s.step.rw, s.step.metric, s.step.role) = (rw, metric, role);
+            r.steps.push(s);
+        }
+        // A failed step: an error, no outcome, value or ratio.
+        let mut failed = template.clone();
+        (failed.outcome, failed.error, failed.value, failed.ratio) =
+            (None, Some("connection refused".into()), None, None);
+        r.steps.push(failed);
+        for &plan in PlanName::value_variants() {
+            for engine in ["builtin", "fio"] {
+                (r.plan, r.engine) = (plan, engine.into());
+                let v = serde_json::to_value(&r).unwrap();
+                assert_eq!(schema_errors(&v), "", "{plan:?} {engine}");
+            }
+        }
+
+        // Every Option field null (as the code writes None) or absent (as serde reads it).
+        let mut r = sample(1.0);
+        r.target.identify = Some(Identity::default());
+        r.steps[0].outcome.as_mut().unwrap().rate_iops = Some(100.0);
+        let full = serde_json::to_value(&r).unwrap();
+        assert_eq!(schema_errors(&full), "");
+        let optional: [(&str, &[&str]); 5] = [
+            (
+                "/target",
+                &["address", "subnqn", "nsid", "device", "identify"],
+            ),
+            ("/target/identify", &["mdts_bytes", "io_queues_granted"]),
+            (
+                "/steps/0",
+                &["passes", "reference", "outcome", "error", "value", "ratio"],
+            ),
+            ("/steps/1/outcome", &["latency_us", "rate_iops"]),
+            ("/steps/2/outcome", &["latency_us"]),
+        ];
+        for (at, keys) in optional {
+            for k in keys {
+                let mut v = full.clone();
+                v.pointer_mut(at).unwrap()[*k] = serde_json::Value::Null;
+                assert_eq!(schema_errors(&v), "", "{at}/{k} null");
+                v.pointer_mut(at)
+                    .unwrap()
+                    .as_object_mut()
+                    .unwrap()
+                    .remove(*k);
+                assert_eq!(schema_errors(&v), "", "{at}/{k} absent");
+                serde_json::from_value::<Report>(v).unwrap();
+            }
+        }
+    }
+
+    /// A required field missing, misspelt, of the wrong type, or an unknown enum value fails.
+    #[test]
+    fn the_schema_rejects_broken_reports() {
+        let good = serde_json::to_value(sample(1.0)).unwrap();
+        assert_eq!(schema_errors(&good), "");
+        let broken = |at: &str, f: &dyn Fn(&mut serde_json::Value)| {
+            let mut v = good.clone();
+            f(v.pointer_mut(at).unwrap());
+            let e = schema_errors(&v);
+            assert!(!e.is_empty(), "{at}: the schema accepted {v}");
+            e
+        };
+        let remove = |k: &'static str| {
+            move |v: &mut serde_json::Value| {
+                v.as_object_mut().unwrap().remove(k).unwrap();
+            }
+        };
+        // Required fields removed, at each level.
+        let e = broken("", &remove("steps"));
+        assert!(e.contains("\"steps\" is a required property"), "{e}");
+        broken("", &remove("schema_version"));
+        broken("/machine", &remove("cpus"));
+        broken("/target", &remove("capacity_bytes"));
+        broken("/steps/0", &remove("id"));
+        broken("/steps/0", &remove("range"));
+        broken("/steps/0/outcome", &remove("iops"));
+        broken("/steps/0/outcome", &remove("histogram"));
+        broken("/steps/0/outcome/latency_us", &remove("p99_99"));
+        broken("/steps/1/reference", &remove("value"));
+        // Misspelt: the old name missing and the new one unknown.
+        broken("/steps/0/outcome", &|v| {
+            let x = v.as_object_mut().unwrap().remove("iops").unwrap();
+            v["iosp"] = x;
+        });
+        broken("", &|v| v["extra"] = 1.into());
+        // Wrong types and values.
+        let e = broken("", &|v| v["started_unix"] = "yesterday".into());
+        assert!(e.contains("/started_unix"), "{e}");
+        broken("", &|v| v["schema_version"] = 2.into());
+        broken("", &|v| v["schema"] = "other".into());
+        broken("", &|v| v["plan"] = "nosuchplan".into());
+        broken("", &|v| v["engine"] = "spdk".into());
+        broken("/steps/0", &|v| v["qd"] = 65536.into());
+        broken("/steps/0", &|v| v["qd"] = (-1).into());
+        broken("/steps/0", &|v| v["bs"] = 4096.5.into());
+        broken("/steps/0", &|v| v["rw"] = "randrw".into());
+        broken("/steps/0", &|v| v["metric"] = "gb_s".into());
+        broken("/steps/0", &|v| v["range"] = serde_json::json!([0]));
+        broken("/steps/0", &|v| v["range"] = serde_json::json!([0, 1, 2]));
+        broken("/steps/0", &|v| {
+            v["role"] = serde_json::json!({"kind": "load"})
+        });
+        broken("/steps/0", &|v| {
+            v["role"] = serde_json::json!({"kind": "warmup"})
+        });
+        broken("/steps/0/outcome", &|v| v["iops"] = "fast".into());
+        broken("/steps/0/outcome", &|v| v["latency_us"] = 5.into());
+        broken("/steps/0/outcome", &|v| {
+            v["histogram"] = serde_json::json!([{"le_us": 1.0}])
+        });
+        broken("/notes", &|v| v[0] = 1.into());
+    }
+
     #[test]
     fn markdown_json_round_trip_and_compare() {
         let a = sample(1.0);
