@@ -194,16 +194,46 @@ fn quick_writes_a_report_and_compare_reads_two() {
 
 #[test]
 fn refusals_are_clear_errors() {
-    let t = serve();
     let tmp = tempfile::tempdir().unwrap();
+    // Writing plans need --yes-destroy-data on storage that keeps data (a file namespace
+    // here); nothing is written, no report made.
+    let img = tmp.path().join("disk.img");
+    let addr = format!("127.0.0.1:{}", common::free_port());
+    let file_target = Target::spawn(
+        &[
+            "serve",
+            "--listen",
+            &addr,
+            "--file",
+            img.to_str().unwrap(),
+            "--nqn",
+            NQN,
+        ],
+        addr.parse().unwrap(),
+        std::process::Stdio::null(),
+    );
     let out = tmp.path().join("r");
-    let port = t.port();
-    let base = quick_args(&port, &out);
-    // Writing plans need --yes-destroy-data; nothing is written, no report made.
-    let o = ebof(&base);
+    let file_port = file_target.port();
+    let o = ebof(&quick_args(&file_port, &out));
     assert!(!o.ok);
     assert!(o.stderr.contains("--yes-destroy-data"), "{}", o.stderr);
     assert!(!out.join("report.json").exists());
+    drop(file_target);
+    // An ebof RAM namespace says so in Identify: nothing to lose, no consent needed.
+    let t = serve();
+    let port = t.port();
+    let base = quick_args(&port, &out);
+    let mut ram = base.clone();
+    ram.extend(["--duration-scale", SCALE, "--size", "0-8M"]);
+    let o = ebof(&ram);
+    assert!(o.ok, "{}", o.stderr);
+    assert!(
+        o.stderr.contains("is an ebof RAM namespace"),
+        "{}",
+        o.stderr
+    );
+    assert!(out.join("report.json").exists());
+    std::fs::remove_dir_all(&out).unwrap();
     for (extra, want) in [
         (vec!["--duration-scale", "0"], "--duration-scale"),
         (vec!["--duration-scale", "nan"], "--duration-scale"),

@@ -712,6 +712,60 @@ pub struct IdentifyNamespace {
     pub eui64: [u8; 8],
     /// LBA Format 0..63 Support, 4 bytes each from byte 128.
     pub lbaf: [LbaFormat; 64],
+    /// ebof's mark in the vendor-specific area (bytes 3840..): what stores the namespace
+    /// ([`ebof_vs`]). `None` for other targets.
+    pub ebof_backend: Option<ebof_vs::Backend>,
+}
+
+/// ebof's use of the Identify Namespace vendor-specific area (bytes 3840..4095): a signature and
+/// the kind of storage behind the namespace, so that ebof's own tools can tell a volatile RAM
+/// namespace (whose data nobody can lose) from a file or a device. Other hosts ignore it.
+pub mod ebof_vs {
+    /// Where the mark starts (the vendor-specific area).
+    pub const OFFSET: usize = 3840;
+    /// The signature before the kind byte.
+    pub const SIGNATURE: &[u8; 8] = b"EBOF-NS1";
+
+    /// The storage behind an ebof namespace.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Backend {
+        Ram,
+        File,
+        Block,
+    }
+
+    impl Backend {
+        fn code(self) -> u8 {
+            match self {
+                Backend::Ram => 1,
+                Backend::File => 2,
+                Backend::Block => 3,
+            }
+        }
+        fn from_code(c: u8) -> Option<Backend> {
+            match c {
+                1 => Some(Backend::Ram),
+                2 => Some(Backend::File),
+                3 => Some(Backend::Block),
+                _ => None,
+            }
+        }
+    }
+
+    pub(super) fn encode(b: Option<Backend>, out: &mut [u8]) {
+        if let Some(b) = b {
+            out[OFFSET..OFFSET + 8].copy_from_slice(SIGNATURE);
+            out[OFFSET + 8] = b.code();
+        }
+    }
+
+    pub(super) fn decode(b: &[u8]) -> Option<Backend> {
+        let area = b.get(OFFSET..OFFSET + 9)?;
+        if &area[..8] != SIGNATURE {
+            return None;
+        }
+        Backend::from_code(area[8])
+    }
 }
 
 impl Default for IdentifyNamespace {
@@ -750,6 +804,7 @@ impl Default for IdentifyNamespace {
             nguid: [0; 16],
             eui64: [0; 8],
             lbaf: [LbaFormat::default(); 64],
+            ebof_backend: None,
         }
     }
 }
@@ -814,6 +869,7 @@ impl IdentifyNamespace {
             out[o + 2] = f.lbads;
             out[o + 3] = f.rp & 0x03;
         }
+        ebof_vs::encode(self.ebof_backend, out);
     }
 
     /// Decode from at least 4096 bytes.
@@ -862,6 +918,7 @@ impl IdentifyNamespace {
             nguid: arr(b, 104),
             eui64: arr(b, 120),
             lbaf,
+            ebof_backend: ebof_vs::decode(b),
         })
     }
 }

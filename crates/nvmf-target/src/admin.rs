@@ -510,6 +510,11 @@ pub fn identify_namespace(ns: &Namespace) -> IdentifyNamespace {
         nguid: ns.nguid(),
         eui64: ns.eui64(),
         lbaf,
+        ebof_backend: Some(match ns.backend.kind() {
+            ebof_backend::BackendKind::Ram => identify::ebof_vs::Backend::Ram,
+            ebof_backend::BackendKind::File => identify::ebof_vs::Backend::File,
+            ebof_backend::BackendKind::Block => identify::ebof_vs::Backend::Block,
+        }),
         ..Default::default()
     }
 }

@@ -35,6 +35,8 @@ pub struct Builtin {
     identity: Identity,
     capacity: u64,
     lba_size: u64,
+    /// Identify says the namespace is an ebof RAM namespace: nothing durable to destroy.
+    ebof_ram: bool,
 }
 
 pub struct FioDev {
@@ -72,6 +74,12 @@ impl Engine {
             Engine::Builtin(_) => "builtin",
             Engine::Fio(_) => "fio",
         }
+    }
+
+    /// The target is an ebof RAM namespace (Identify Namespace's vendor-specific mark): writing
+    /// to it destroys nothing anyone could lose, so the plans need no `--yes-destroy-data`.
+    pub fn is_ebof_ram(&self) -> bool {
+        matches!(self, Engine::Builtin(b) if b.ebof_ram)
     }
 
     /// What a write would destroy, for the guard's message.
@@ -170,7 +178,7 @@ impl Builtin {
         // Ask for many I/O queues: what the target grants sizes the ADQ sweep.
         cfg.io_queues = PROBE_IO_QUEUES;
         let rt = runtime()?;
-        let (identity, nsid, capacity, lba_size) = rt.block_on(async {
+        let (identity, nsid, capacity, lba_size, ebof_ram) = rt.block_on(async {
             let ctrl = Controller::connect(addr, nqn, &cfg)
                 .await
                 .with_context(|| format!("cannot connect to {nqn} at {addr}"))?;
@@ -189,6 +197,7 @@ impl Builtin {
             identity,
             capacity,
             lba_size,
+            ebof_ram,
         })
     }
 
@@ -263,7 +272,7 @@ impl Builtin {
 }
 
 /// Identify Controller and Namespace (the first active one unless `nsid`).
-async fn identify(ctrl: &Controller, nsid: Option<u32>) -> Result<(Identity, u32, u64, u64)> {
+async fn identify(ctrl: &Controller, nsid: Option<u32>) -> Result<(Identity, u32, u64, u64, bool)> {
     let c = ctrl.identify();
     let (nsid, ns) = perf::namespace(ctrl, nsid).await?;
     let lba = u64::from(ns.lba_size());
@@ -283,7 +292,8 @@ async fn identify(ctrl: &Controller, nsid: Option<u32>) -> Result<(Identity, u32
         namespace_blocks: ns.nsze,
         lba_size: ns.lba_size(),
     };
-    Ok((id, nsid.0, capacity, lba))
+    let ebof_ram = ns.ebof_backend == Some(nvme_spec::identify::ebof_vs::Backend::Ram);
+    Ok((id, nsid.0, capacity, lba, ebof_ram))
 }
 
 impl FioDev {

@@ -187,7 +187,12 @@ fn bench(a: RunArgs) -> Result<()> {
     }
     let range = eng.range(a.size.or(plan::default_size(plan).map(|n| (0, n))))?;
     let writes = steps.iter().any(|s| s.rw.writes());
-    if writes && !a.yes_destroy_data {
+    if writes && !a.yes_destroy_data && eng.is_ebof_ram() {
+        eprintln!(
+            "{} is an ebof RAM namespace (Identify says so): writing without --yes-destroy-data",
+            eng.what()
+        );
+    } else if writes && !a.yes_destroy_data {
         bail!(
             "plan {} writes to {}: every byte of {} may be overwritten; pass --yes-destroy-data",
             plan.name(),
