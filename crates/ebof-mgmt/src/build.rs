@@ -137,6 +137,26 @@ pub fn build_target(cfg: &Config) -> Result<Target, String> {
     ))
 }
 
+/// Listeners configured with port 0 (any free port) get the port the server bound (`bound`: I/O
+/// listeners, then discovery, as configured), in `cfg` and in the target's discovery log.
+pub fn settle_bound_ports(cfg: &mut Config, bound: &[std::net::SocketAddr], target: &Target) {
+    let mut changed = false;
+    for (l, b) in cfg
+        .listeners
+        .iter_mut()
+        .chain(cfg.discovery.iter_mut())
+        .zip(bound)
+    {
+        if l.port == 0 {
+            l.port = b.port();
+            changed = true;
+        }
+    }
+    if changed {
+        target.set_listeners(listener_infos(cfg));
+    }
+}
+
 /// The configured NVMe listeners as the discovery log numbers them (port IDs from 1).
 pub fn listener_infos(cfg: &Config) -> Vec<ListenerInfo> {
     cfg.listeners

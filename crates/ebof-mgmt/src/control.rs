@@ -14,7 +14,7 @@
 use crate::api::{
     ApiError, Disconnected, ListenerRemoved, ListenerRequest, ListenerView, NamespaceChanged,
     NamespaceRemoved, NamespaceRequest, NamespaceView, ResizeRequest, SaveRequest, Saved, State,
-    Stats, SubsystemRemoved, SubsystemRequest, SubsystemView, codes, uuid_string,
+    Stats, SubsystemRemoved, SubsystemRequest, SubsystemView, codes,
 };
 use crate::{build, ops};
 use ebof_config::{BackendChoice, Config, codes as cfg_codes};
@@ -51,23 +51,7 @@ impl Control {
     /// 0 get the port they were given, in the running configuration and the discovery log.
     pub fn attach_server(&self, listeners: ListenerControl, bound: &[std::net::SocketAddr]) {
         let _ = self.listeners.set(listeners);
-        let mut cfg = self.lock();
-        let mut changed = false;
-        let cfg = &mut *cfg;
-        for (l, b) in cfg
-            .listeners
-            .iter_mut()
-            .chain(cfg.discovery.iter_mut())
-            .zip(bound)
-        {
-            if l.port == 0 {
-                l.port = b.port();
-                changed = true;
-            }
-        }
-        if changed {
-            self.target.set_listeners(build::listener_infos(cfg));
-        }
+        build::settle_bound_ports(&mut self.lock(), bound, &self.target);
     }
 
     fn lock(&self) -> MutexGuard<'_, Config> {
@@ -644,16 +628,7 @@ fn backend_choice(req: &NamespaceRequest) -> Result<BackendChoice, ApiError> {
 }
 
 fn namespace_view(n: &Namespace, c: &ebof_config::Namespace) -> NamespaceView {
-    NamespaceView {
-        nsid: n.nsid,
-        backend: n.backend.kind().to_string(),
-        size: n.backend.size(),
-        block_size: n.block_size,
-        uuid: uuid_string(&n.uuid),
-        nguid: crate::api::hex(&n.nguid()),
-        eui64: crate::api::hex(&n.eui64()),
-        path: c.backend.path().map(|p| p.display().to_string()),
-    }
+    ops::namespace_view(n, c.backend.path().map(|p| p.display().to_string()))
 }
 
 /// Write `cfg` as TOML to `path` atomically: a temporary file beside it, written and synced,

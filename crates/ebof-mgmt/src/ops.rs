@@ -6,7 +6,7 @@ use crate::api::{
     NamespaceView, State, Stats, SubsystemRemoved, SubsystemRequest, SubsystemView, codes,
 };
 use ebof_config::codes as cfg;
-use nvmf_target::{ControllerKind, Subsystem, Target, UpdateError};
+use nvmf_target::{ControllerKind, Namespace, Subsystem, Target, UpdateError};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -23,17 +23,22 @@ pub(crate) fn subsystem_view(s: &Subsystem) -> SubsystemView {
         namespaces: s
             .namespaces
             .iter()
-            .map(|n| NamespaceView {
-                nsid: n.nsid,
-                backend: n.backend.kind().to_string(),
-                size: n.backend.size(),
-                block_size: n.block_size,
-                uuid: api::uuid_string(&n.uuid),
-                nguid: api::hex(&n.nguid()),
-                eui64: api::hex(&n.eui64()),
-                path: None,
-            })
+            .map(|n| namespace_view(n, None))
             .collect(),
+    }
+}
+
+/// A namespace as the API shows it; `path` comes from the configuration (file, block).
+pub(crate) fn namespace_view(n: &Namespace, path: Option<String>) -> NamespaceView {
+    NamespaceView {
+        nsid: n.nsid,
+        backend: n.backend.kind().to_string(),
+        size: n.backend.size(),
+        block_size: n.block_size,
+        uuid: api::uuid_string(&n.uuid),
+        nguid: api::hex(&n.nguid()),
+        eui64: api::hex(&n.eui64()),
+        path,
     }
 }
 

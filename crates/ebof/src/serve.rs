@@ -274,15 +274,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
     };
     match &mgmt {
         Some((_, control)) => control.attach_server(handle.listener_control(), &handle.bound),
-        None => {
-            // Port 0 means any free port: the discovery log says which.
-            if cfg.listeners.iter().any(|l| l.port == 0) {
-                for (l, b) in cfg.listeners.iter_mut().zip(&handle.bound) {
-                    l.port = b.port();
-                }
-                target.set_listeners(ebof_mgmt::build::listener_infos(&cfg));
-            }
-        }
+        None => ebof_mgmt::build::settle_bound_ports(&mut cfg, &handle.bound, &target),
     }
     tracing::info!(
         listeners = %join(&handle.bound),

@@ -65,7 +65,12 @@ fn serve() -> Served {
 }
 
 fn ctl(s: &Served, args: &[&str]) -> Output {
-    let mut a = vec!["ctl", "--socket", s.sock.to_str().unwrap()];
+    ctl_at(&s.sock, args)
+}
+
+/// `ebof ctl --socket SOCK ARGS`.
+fn ctl_at(sock: &Path, args: &[&str]) -> Output {
+    let mut a = vec!["ctl", "--socket", sock.to_str().unwrap()];
     a.extend_from_slice(args);
     ebof(&a)
 }
@@ -100,7 +105,12 @@ fn rejected(s: &Served, args: &[&str], code: &str) {
 
 /// `ebof perf` arguments against `s` as `hostnqn`, JSON output.
 fn perf_args(s: &Served, hostnqn: &str, extra: &[&str]) -> Vec<String> {
-    let target = ["-a", "127.0.0.1", "-s", &s.t.port(), "-n", NQN].map(str::to_string);
+    perf_args_at(&s.t.port(), hostnqn, extra)
+}
+
+/// [`perf_args`] through the listener on `port`.
+fn perf_args_at(port: &str, hostnqn: &str, extra: &[&str]) -> Vec<String> {
+    let target = ["-a", "127.0.0.1", "-s", port, "-n", NQN].map(str::to_string);
     let mut a = vec!["perf".to_string()];
     a.extend(target);
     a.extend(["--hostnqn", hostnqn, "--json"].map(str::to_string));
@@ -372,8 +382,7 @@ fn running_perf(s: &Served) -> (std::process::Child, String) {
 
 /// [`running_perf`] through the listener on `port`.
 fn running_perf_on(s: &Served, port: &str) -> (std::process::Child, String) {
-    let mut args = perf_args(s, HOST_A, &["--runtime", "20s", "--qd", "2"]);
-    args[4] = port.to_string();
+    let args = perf_args_at(port, HOST_A, &["--runtime", "20s", "--qd", "2"]);
     let mut child = Command::new(EBOF)
         .args(&args)
         .stdin(Stdio::null())
@@ -534,22 +543,10 @@ fn no_server_and_socket_conflicts() {
 /// `ebof perf` on namespace `nsid` of `port` as HOST_A, with extra arguments; JSON output.
 fn perf_on(port: &str, nsid: u32, extra: &[&str]) -> Output {
     let nsid = nsid.to_string();
-    let mut a = vec![
-        "perf",
-        "-a",
-        "127.0.0.1",
-        "-s",
-        port,
-        "-n",
-        NQN,
-        "--nsid",
-        &nsid,
-        "--hostnqn",
-        HOST_A,
-        "--json",
-    ];
-    a.extend_from_slice(extra);
-    ebof(&a)
+    let mut e = vec!["--nsid", nsid.as_str()];
+    e.extend_from_slice(extra);
+    let a = perf_args_at(port, HOST_A, &e);
+    ebof(&a.iter().map(String::as_str).collect::<Vec<_>>())
 }
 
 fn namespace(st: &Value, nsid: u64) -> Option<&Value> {
@@ -855,9 +852,7 @@ fn save_restart_and_compare() {
     .unwrap();
     let (t, sock) = serve_file(&config, dir.path(), addr);
     let c = |args: &[&str]| {
-        let mut a = vec!["ctl", "--socket", sock.to_str().unwrap()];
-        a.extend_from_slice(args);
-        let o = ebof(&a);
+        let o = ctl_at(&sock, args);
         assert!(o.ok, "{args:?}: {}", o.stderr);
         o
     };
@@ -901,7 +896,7 @@ fn save_restart_and_compare() {
     drop(t);
 
     let (_t, sock2) = serve_file(&config, dir.path(), addr);
-    let o = ebof(&["ctl", "--socket", sock2.to_str().unwrap(), "show", "--json"]);
+    let o = ctl_at(&sock2, &["show", "--json"]);
     assert!(o.ok, "{}", o.stderr);
     let mut after: Value = serde_json::from_str(&o.stdout).unwrap();
     after["controllers"] = before["controllers"].clone();
@@ -930,32 +925,14 @@ fn autosave_writes_every_change() {
     )
     .unwrap();
     let (_t, sock) = serve_file(&config, dir.path(), addr);
-    let o = ebof(&[
-        "ctl",
-        "--socket",
-        sock.to_str().unwrap(),
-        "ns",
-        "add",
-        NQN,
-        "--ram",
-        "4M",
-    ]);
+    let o = ctl_at(&sock, &["ns", "add", NQN, "--ram", "4M"]);
     assert!(o.ok, "{}", o.stderr);
     let saved = ebof_config::Config::load(&config).unwrap();
     assert_eq!(saved.subsystems[0].namespaces.len(), 2);
     assert!(saved.management.autosave);
     // A rejected request writes nothing.
     let text = std::fs::read_to_string(&config).unwrap();
-    let o = ebof(&[
-        "ctl",
-        "--socket",
-        sock.to_str().unwrap(),
-        "ns",
-        "add",
-        NQN,
-        "--ram",
-        "1000",
-    ]);
+    let o = ctl_at(&sock, &["ns", "add", NQN, "--ram", "1000"]);
     assert!(!o.ok);
     assert_eq!(std::fs::read_to_string(&config).unwrap(), text);
 }

@@ -170,11 +170,15 @@ impl Controller {
         let ControllerKind::Io(s) = &self.kind else {
             return;
         };
+        // A namespace changed in place (resized) keeps the snapshot: queues' handles stay valid.
+        let replaced = !Arc::ptr_eq(&s.load(), &new);
         s.store(new);
         if changed.is_empty() {
             return;
         }
-        self.ns_gen.fetch_add(1, Ordering::AcqRel);
+        if replaced {
+            self.ns_gen.fetch_add(1, Ordering::AcqRel);
+        }
         let mut st = self.state();
         let ev = &mut st.events;
         for &n in changed {
