@@ -54,6 +54,8 @@ pub mod codes {
     pub const INVALID_NSID: &str = "invalid-nsid";
     /// Two namespaces of one subsystem with the same NSID.
     pub const DUPLICATE_NSID: &str = "duplicate-nsid";
+    /// More namespaces in a subsystem than `[target] max_namespaces`.
+    pub const TOO_MANY_NAMESPACES: &str = "too-many-namespaces";
     /// Unknown backend name.
     pub const INVALID_BACKEND: &str = "invalid-backend";
     /// Block size other than 512 or 4096.

@@ -101,6 +101,10 @@ pub struct TargetTuning {
     pub c2h_data_max: u32,
     /// I/O queues per controller: 1..=1024. Default 32.
     pub max_io_queues: u16,
+    /// Namespaces per subsystem: 1..=1024. Default 1024 (as the Linux target). Identify
+    /// Controller NN reports it (or the highest NSID in use, if larger), so a namespace can be
+    /// hot-added at any NSID up to it without the host re-reading Identify Controller.
+    pub max_namespaces: u32,
     /// Entries per queue, MQES+1 (CAP.MQES is 0's based): 16..=4096.
     /// Default 1024, as the Linux target (the ODCC test plan runs QD 256 per job). A queue
     /// only grows to what its host asks for at Connect.
@@ -170,6 +174,7 @@ impl Default for TargetTuning {
             max_h2c_data: 131_072,
             c2h_data_max: 131_072,
             max_io_queues: 32,
+            max_namespaces: 1024,
             max_queue_size: 1024,
             handshake_timeout_ms: 5000,
             max_connections: 16_384,

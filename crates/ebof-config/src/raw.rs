@@ -81,6 +81,8 @@ struct RawTarget {
     c2h_data_max: Option<i64>,
     /// I/O queues per controller.
     max_io_queues: Option<i64>,
+    /// Namespaces per subsystem.
+    max_namespaces: Option<i64>,
     /// Entries per queue (MQES+1).
     max_queue_size: Option<i64>,
     /// ICReq + Connect deadline, milliseconds.
@@ -358,6 +360,7 @@ fn convert_target(raw: RawTarget) -> Result<TargetTuning, ConfigError> {
         max_h2c_data: field(raw.max_h2c_data, &rules::MAX_H2C_DATA, d.max_h2c_data)?,
         c2h_data_max: field(raw.c2h_data_max, &rules::C2H_DATA_MAX, d.c2h_data_max)?,
         max_io_queues: field(raw.max_io_queues, &rules::MAX_IO_QUEUES, d.max_io_queues)?,
+        max_namespaces: field(raw.max_namespaces, &rules::MAX_NAMESPACES, d.max_namespaces)?,
         max_queue_size: field(raw.max_queue_size, &rules::MAX_QUEUE_SIZE, d.max_queue_size)?,
         handshake_timeout_ms: field(
             raw.handshake_timeout_ms,

@@ -83,6 +83,12 @@ pub(crate) mod rules {
         max: 1024,
         multiple_of: 1,
     };
+    pub(crate) const MAX_NAMESPACES: TuningRule = TuningRule {
+        field: "max_namespaces",
+        min: 1,
+        max: 1024,
+        multiple_of: 1,
+    };
     pub(crate) const MAX_QUEUE_SIZE: TuningRule = TuningRule {
         field: "max_queue_size",
         min: 16,
@@ -123,7 +129,7 @@ impl Config {
     pub fn validate(&self) -> Result<(), ConfigError> {
         validate_target(&self.target)?;
         validate_listeners(&self.listeners, self.discovery.as_ref())?;
-        validate_subsystems(&self.subsystems)?;
+        validate_subsystems(&self.subsystems, self.target.max_namespaces)?;
         validate_management(&self.management)
     }
 }
@@ -177,6 +183,7 @@ fn validate_target(t: &TargetTuning) -> Result<(), ConfigError> {
     rules::MAX_H2C_DATA.check(t.max_h2c_data.into())?;
     rules::C2H_DATA_MAX.check(t.c2h_data_max.into())?;
     rules::MAX_IO_QUEUES.check(t.max_io_queues.into())?;
+    rules::MAX_NAMESPACES.check(t.max_namespaces.into())?;
     rules::MAX_QUEUE_SIZE.check(t.max_queue_size.into())?;
     rules::HANDSHAKE_TIMEOUT_MS.check(t.handshake_timeout_ms.into())?;
     rules::MAX_CONNECTIONS.check(t.max_connections.into())?;
@@ -241,7 +248,7 @@ fn validate_listeners(
     Ok(())
 }
 
-fn validate_subsystems(subsystems: &[Subsystem]) -> Result<(), ConfigError> {
+fn validate_subsystems(subsystems: &[Subsystem], max_namespaces: u32) -> Result<(), ConfigError> {
     if subsystems.is_empty() {
         return Err(ConfigError::new(
             codes::NO_SUBSYSTEMS,
@@ -300,6 +307,16 @@ fn validate_subsystems(subsystems: &[Subsystem]) -> Result<(), ConfigError> {
                 codes::CONFLICTING_HOSTS,
                 at("allow_any_host"),
                 "allow_any_host = true would ignore the `hosts` list; set it to false or remove `hosts`",
+            ));
+        }
+        if s.namespaces.len() > max_namespaces as usize {
+            return Err(ConfigError::new(
+                codes::TOO_MANY_NAMESPACES,
+                format!("subsystems[{i}].namespaces"),
+                format!(
+                    "{} namespaces, more than [target] max_namespaces = {max_namespaces}",
+                    s.namespaces.len()
+                ),
             ));
         }
         let mut nsids: HashMap<u32, usize> = HashMap::new();

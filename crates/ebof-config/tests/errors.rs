@@ -152,6 +152,18 @@ fn each_rule_reports_code_and_path() {
             "target.max_io_queues",
         ),
         (
+            "zero namespaces allowed",
+            target("max_namespaces = 0"),
+            codes::INVALID_TUNING,
+            "target.max_namespaces",
+        ),
+        (
+            "more namespaces than 1024",
+            target("max_namespaces = 1025"),
+            codes::INVALID_TUNING,
+            "target.max_namespaces",
+        ),
+        (
             "queue size beyond u16",
             target("max_queue_size = 70000"),
             codes::INVALID_TUNING,
@@ -351,6 +363,15 @@ fn each_rule_reports_code_and_path() {
             ),
             codes::DUPLICATE_NSID,
             "subsystems[0].namespaces[1].nsid",
+        ),
+        (
+            "more namespaces than max_namespaces",
+            format!(
+                "[target]\nmax_namespaces = 1\n{}\n[[subsystems.namespaces]]\nnsid = 2\nbackend = \"ram\"\nsize = 512\n",
+                BASE
+            ),
+            codes::TOO_MANY_NAMESPACES,
+            "subsystems[0].namespaces",
         ),
         (
             "defaulted nsid collides",

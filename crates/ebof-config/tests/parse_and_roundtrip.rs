@@ -103,6 +103,7 @@ io_inline_data = 16384
 max_h2c_data = 65536
 c2h_data_max = 32768
 max_io_queues = 8
+max_namespaces = 64
 max_queue_size = 256
 handshake_timeout_ms = 2500
 max_connections = 100
@@ -161,6 +162,7 @@ fn full_document_parses_to_expected_values() {
             max_h2c_data: 65536,
             c2h_data_max: 32768,
             max_io_queues: 8,
+            max_namespaces: 64,
             max_queue_size: 256,
             handshake_timeout_ms: 2500,
             max_connections: 100,

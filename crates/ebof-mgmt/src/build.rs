@@ -126,6 +126,7 @@ pub fn build_target(cfg: &Config) -> Result<Target, String> {
     let limits = TargetLimits {
         io_inline_data: t.io_inline_data,
         max_io_queues: t.max_io_queues,
+        max_namespaces: t.max_namespaces,
         max_queue_size: t.max_queue_size,
         max_transfer: MAX_TRANSFER,
     };

@@ -210,8 +210,8 @@ impl Queue {
                 id.lpa |= identify::lpa::SMART_PER_NS | identify::lpa::CMD_EFFECTS;
                 id.wctemp = 0x0157;
                 id.cctemp = 0x0175;
-                // The largest NSID a namespace may be hot-added at (as Linux nvmet: 1024).
-                id.nn = s.max_nsid().max(crate::model::MAX_NAMESPACES);
+                // The largest NSID a namespace may be hot-added at (Linux nvmet: 1024).
+                id.nn = s.max_nsid().max(limits.max_namespaces);
                 id.oncs = identify::oncs::DSM | identify::oncs::WRITE_ZEROES;
                 id.vwc = identify::vwc::PRESENT | identify::vwc::FLUSH_BROADCAST_SUPPORTED;
                 id.ioccsz = (64 + limits.io_inline_data) / 16;

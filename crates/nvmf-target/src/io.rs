@@ -359,29 +359,38 @@ impl StatsBatch {
 }
 
 impl Queue {
-    /// Make this queue's namespace handles anew from the controller's current subsystem (at
-    /// Connect, and when the control plane changed the namespaces). Handles of namespaces that
-    /// are still there are kept; commands in flight keep theirs.
+    /// Drop this queue's handles on namespaces the control plane removed or replaced (at
+    /// Connect, and when the namespace generation moved). Handles of namespaces that are still
+    /// there are kept; commands in flight keep theirs. Handles are made on first use
+    /// ([`Queue::cache_namespace`]), so a queue holds one per namespace it addressed, not one
+    /// per namespace of the subsystem (1024 I/O queues × 1024 namespaces would otherwise be a
+    /// million handles).
     pub(crate) fn refresh_namespaces(&mut self) {
         let Some(ctrl) = &self.ctrl else { return };
         // Generation first: a change after this load bumps it again, so it is not missed.
         let generation = ctrl.ns_gen();
         let Some(sub) = ctrl.subsystem() else { return };
-        let old = std::mem::take(&mut self.ns_refs);
-        self.ns_refs = sub
-            .namespaces
-            .iter()
-            .map(|n| {
-                old.iter()
-                    .find(|r| Arc::ptr_eq(&r.0, n))
-                    .cloned()
-                    .unwrap_or_else(|| Arc::new(NsRef(n.clone())))
-            })
-            .collect();
+        self.ns_refs
+            .retain(|r| sub.namespace(r.nsid).is_some_and(|n| Arc::ptr_eq(n, &r.0)));
         self.ns_gen = generation;
         // Counters of namespaces that are gone are published and let go.
         self.stats.publish();
         self.stats.forget_all();
+    }
+
+    /// Make sure the queue has its own handle on namespace `nsid` if the subsystem has one
+    /// (before an I/O command looks it up). A handle already there costs a binary search of
+    /// the namespaces this queue used; a new one is made from the controller's subsystem.
+    pub(crate) fn cache_namespace(&mut self, nsid: u32) {
+        let Err(pos) = self.ns_refs.binary_search_by_key(&nsid, |r| r.nsid) else {
+            return;
+        };
+        let Some(sub) = self.ctrl.as_ref().and_then(|c| c.subsystem()) else {
+            return;
+        };
+        if let Some(n) = sub.namespace(nsid) {
+            self.ns_refs.insert(pos, Arc::new(NsRef(n.clone())));
+        }
     }
 
     /// The namespace an I/O command names, from the queue's own handles.
@@ -390,10 +399,11 @@ impl Queue {
             return Err(CmdError::from(Status::CMD_SEQ_ERROR));
         }
         let nsid = sqe.nsid().0;
+        // `ns_refs` is sorted by NSID and holds the namespaces this queue used.
         self.ns_refs
-            .iter()
-            .find(|n| n.nsid == nsid)
-            .ok_or(CmdError::at(Status::INVALID_NS, 4))
+            .binary_search_by_key(&nsid, |n| n.nsid)
+            .map(|i| &self.ns_refs[i])
+            .map_err(|_| CmdError::at(Status::INVALID_NS, 4))
     }
 
     /// Where the H2CData of a Write may go straight into the namespace (a backend that does not
@@ -473,7 +483,16 @@ impl Queue {
                 .as_ref()
                 .and_then(|c| c.subsystem())
                 .ok_or(CmdError::from(Status::CMD_SEQ_ERROR))?;
-            let Some(first) = self.ns_refs.first().cloned() else {
+            let Some(nsid) = sub.namespaces.first().map(|n| n.nsid) else {
+                return Ok(None);
+            };
+            self.cache_namespace(nsid);
+            let Some(first) = self
+                .ns_refs
+                .binary_search_by_key(&nsid, |r| r.nsid)
+                .ok()
+                .map(|i| self.ns_refs[i].clone())
+            else {
                 return Ok(None);
             };
             return Ok(Some(IoRequest {

@@ -17,6 +17,9 @@ pub struct TargetLimits {
     pub io_inline_data: u32,
     /// Maximum number of I/O queues per controller.
     pub max_io_queues: u16,
+    /// Namespaces a subsystem may hold (Identify Controller NN, unless a higher NSID is in
+    /// use); the control plane enforces the count.
+    pub max_namespaces: u32,
     /// Maximum entries per I/O queue (CAP.MQES + 1).
     pub max_queue_size: u16,
     /// Maximum data transfer size in bytes (MDTS, a power of two × 4 KiB).
@@ -28,14 +31,14 @@ impl Default for TargetLimits {
         TargetLimits {
             io_inline_data: 8192,
             max_io_queues: 32,
+            max_namespaces: MAX_NAMESPACES,
             max_queue_size: 1024,
             max_transfer: 128 * 1024,
         }
     }
 }
 
-/// Identify Controller NN when the namespaces' NSIDs are all below it: the NSIDs a namespace
-/// can be hot-added at without the host re-reading Identify Controller.
+/// Default of [`TargetLimits::max_namespaces`] (as Linux nvmet's NVMET_MAX_NAMESPACES).
 pub const MAX_NAMESPACES: u32 = 1024;
 
 /// Entries of the admin queue we accept at most (Linux uses 32: NVMF_AQ_DEPTH).

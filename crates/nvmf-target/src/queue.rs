@@ -214,7 +214,8 @@ pub struct Queue {
     pub(crate) now: Instant,
     /// SMART counters not yet added to the namespaces'.
     pub(crate) stats: crate::io::StatsBatch,
-    /// This queue's handles on its subsystem's namespaces (I/O queues; made at Connect).
+    /// This queue's handles on the namespaces its commands addressed (I/O queues; made on first
+    /// use, sorted by NSID).
     pub(crate) ns_refs: Vec<Arc<crate::io::NsRef>>,
     /// The controller's namespace generation `ns_refs` were made at.
     pub(crate) ns_gen: u32,
@@ -228,15 +229,15 @@ const TOUCH_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
 impl Queue {
     /// A new, unconnected queue for a connection accepted on `local`.
     pub fn new(target: Arc<Target>, local: SocketAddr, now: Instant) -> Queue {
-        let n = ADMIN_QUEUE_MAX as usize + SPARE_SLOTS;
         Queue {
             target,
             role: QueueRole::Unconnected,
             ctrl: None,
             local,
-            slots: (0..n).map(|_| Slot::new()).collect(),
-            free: (0..n as u16).rev().collect(),
-            completions: VecDeque::with_capacity(n),
+            // The slot table grows with the commands in flight (see `take_slot`).
+            slots: Vec::new(),
+            free: Vec::new(),
+            completions: VecDeque::new(),
             entries: ADMIN_QUEUE_MAX,
             sqhd: 0,
             flow_control: true,
@@ -335,37 +336,48 @@ impl Queue {
         self.slots.len() - self.free.len()
     }
 
-    /// Called when the connection has been idle for a while: with no command in flight, free
-    /// the data buffers the slots kept from earlier commands (each grows to the largest
-    /// transfer it carried), so an idle queue holds only its slot table.
+    /// Called when the connection has been idle for a while: with no command in flight (and no
+    /// completion waiting), give back the slot table, its data buffers (each grew to the
+    /// largest transfer it carried) and the completion list, so an idle queue holds nothing
+    /// but the `Queue` itself. They grow again with the next commands.
     pub fn release_idle_buffers(&mut self) {
-        if self.outstanding() != 0 {
+        if self.outstanding() != 0 || !self.completions.is_empty() {
             return;
         }
-        for s in &mut self.slots {
-            if s.buf.capacity() > 0 {
-                s.buf = Vec::new();
-            }
-        }
+        self.slots = Vec::new();
+        self.free = Vec::new();
+        self.completions = VecDeque::new();
     }
 
-    /// Bytes an idle queue holds: its slot table and free list (the buffers are released by
-    /// [`Queue::release_idle_buffers`]).
+    /// Bytes an idle queue holds beyond the `Queue` value: its slot table, free list and
+    /// completion list (all given back by [`Queue::release_idle_buffers`]).
     pub fn idle_footprint(&self) -> usize {
         self.slots.capacity() * std::mem::size_of::<Slot>()
+            + self.slots.iter().map(|s| s.buf.capacity()).sum::<usize>()
             + self.free.capacity() * std::mem::size_of::<u16>()
             + self.completions.capacity() * std::mem::size_of::<Completion>()
     }
 
-    /// Resize the slot table after Connect told us the queue size.
+    /// Set the queue size after Connect told it (the slot table grows up to it on demand).
     pub(crate) fn set_entries(&mut self, entries: u32) {
         self.entries = entries;
-        let want = entries as usize + SPARE_SLOTS;
-        while self.slots.len() < want {
-            let idx = self.slots.len() as u16;
-            self.slots.push(Slot::new());
-            self.free.insert(0, idx);
+    }
+
+    /// A free slot for a new command: a freed one, else a new one while the table is below
+    /// the queue size (plus the spares); `None` when the host exceeded the queue depth.
+    /// Slots are made on demand, so a queue of 1024 entries that never has more than a few
+    /// commands in flight holds a few slots, not 1024.
+    fn take_slot(&mut self) -> Option<u16> {
+        if let Some(idx) = self.free.pop() {
+            return Some(idx);
         }
+        let limit = self.entries as usize + SPARE_SLOTS;
+        if self.slots.len() >= limit {
+            return None;
+        }
+        let idx = u16::try_from(self.slots.len()).ok()?;
+        self.slots.push(Slot::new());
+        Some(idx)
     }
 
     /// Handle a command capsule. `icd` is its in-capsule data (already framed by the transport).
@@ -375,16 +387,17 @@ impl Queue {
         if sqe.psdt() != PSDT_SGL_MPTR_CONTIG || sqe.fuse() != 0 {
             return self.immediate(sqe, CmdError::at(Status::INVALID_FIELD, 1));
         }
-        let Some(idx) = self.free.pop() else {
+        let Some(idx) = self.take_slot() else {
             crate::warn_every!(sqid, "host exceeded the queue depth; command rejected");
             return self.immediate(sqe, Status::CMD_SEQ_ERROR.into());
         };
         // The control plane changed the namespaces (one atomic load of a line the command path
         // reads anyway): take the new set before this command looks its namespace up.
-        if let (QueueRole::Io { .. }, Some(c)) = (self.role, &self.ctrl)
-            && c.ns_gen() != self.ns_gen
-        {
-            self.refresh_namespaces();
+        if let (QueueRole::Io { .. }, Some(c)) = (self.role, &self.ctrl) {
+            if c.ns_gen() != self.ns_gen {
+                self.refresh_namespaces();
+            }
+            self.cache_namespace(sqe.nsid().0);
         }
         let slot = &mut self.slots[usize::from(idx)];
         slot.sqe = *sqe;

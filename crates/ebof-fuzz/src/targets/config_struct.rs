@@ -120,6 +120,7 @@ fn target(u: &mut Unstructured<'_>) -> Result<Table> {
         "max_h2c_data",
         "c2h_data_max",
         "max_io_queues",
+        "max_namespaces",
         "max_queue_size",
         "handshake_timeout_ms",
         "max_connections",

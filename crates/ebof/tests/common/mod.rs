@@ -98,6 +98,13 @@ pub struct Output {
     pub stderr: String,
 }
 
+/// Run the host command `ebof VERB -a 127.0.0.1 -s PORT -n NQN EXTRA...` with a timeout.
+pub fn ebof_host(verb: &str, port: &str, nqn: &str, extra: &[&str]) -> Output {
+    let mut args = vec![verb, "-a", "127.0.0.1", "-s", port, "-n", nqn];
+    args.extend_from_slice(extra);
+    ebof(&args)
+}
+
 /// Run `ebof ARGS` with a timeout, collecting its output.
 pub fn ebof(args: &[&str]) -> Output {
     let mut child = Command::new(EBOF)
