@@ -17,6 +17,7 @@ source "$GUEST_LIB"
 
 CTL_NQN=${CTL_NQN:-nqn.2026-11.io.ebof:ctl}
 HOT_NQN=${CTL_NQN%:*}:hot
+SCALE_NQN=${CTL_NQN%:*}:scale SCALE_NS=${SCALE_NS:-1024} SCALE_CTRL=''
 DISC_NQN=nqn.2014-08.org.nvmexpress.discovery
 SEE=${SEE_SECS:-10}
 BENCH_SCALE=${BENCH_SCALE:-0.1} BENCH_SIZE=${BENCH_SIZE:-16M} BENCH_SECS=${BENCH_SECS:-180}
@@ -405,6 +406,55 @@ bench_same_shape() {
 }
 
 # ---------------------------------------------------------------------------------------------
+# scale (issue 9): a subsystem of $SCALE_NS namespaces, as many I/O queues as the Linux host opens
+
+_scale_has_last() { _nvme_has_ns "$SCALE_NQN" "$SCALE_NS"; }
+
+scale_connect() {
+	# nvme-tcp opens at most one I/O queue per CPU (asking for 8 gets 2 here). Separate write
+	# queues (--nr-write-queues) cannot be used on this 2-CPU guest: 6.1 then makes a queue no
+	# CPU maps to, and its Connect fails in the host (-EXDEV) before anything is sent.
+	run -t 120 nvme connect -t tcp -a "$TARGET_IP" -s "$TARGET_PORT" -n "$SCALE_NQN" --nr-io-queues=8
+	wait_for 20 nvme_ctrl_for "$SCALE_NQN" >/dev/null || fail "no controller for $SCALE_NQN"
+	SCALE_CTRL=$(nvme_ctrl_for "$SCALE_NQN")
+	local t0=$(_us)
+	wait_for 300 _scale_has_last || fail "namespace $SCALE_NS has no block device after 300 s"
+	echo "controller /dev/$SCALE_CTRL: namespace $SCALE_NS appeared after $(_secs $(($(_us) - t0))) s;" \
+		"queue_count (admin + I/O): $(cat "/sys/class/nvme/$SCALE_CTRL/queue_count" 2>/dev/null || echo '?')"
+}
+
+scale_list() {
+	local n last blocks=0 b
+	run -t 60 nvme list-ns "/dev/$SCALE_CTRL" >/tmp/scale-ns.txt
+	n=$(grep -c ':0x' /tmp/scale-ns.txt)
+	last=$(tail -n 1 /tmp/scale-ns.txt)
+	echo "nvme list-ns: $n active namespaces, last: $last"
+	((n == SCALE_NS)) || fail "nvme list-ns shows $n namespaces, want $SCALE_NS"
+	[[ $last == *":$(printf '0x%x' "$SCALE_NS")" ]] || fail "the last listed NSID is not $SCALE_NS: $last"
+	for b in /sys/block/nvme*n*; do
+		[[ ${b##*/} == nvme*c*n* ]] && continue
+		[[ -r $b/device/subsysnqn && $(<"$b/device/subsysnqn") == "$SCALE_NQN" ]] && blocks=$((blocks + 1))
+	done
+	echo "block devices of $SCALE_NQN: $blocks"
+	((blocks == SCALE_NS)) || fail "$blocks block devices for $SCALE_NQN, want $SCALE_NS"
+}
+
+# nvme-cli reads the sysfs topology (every namespace of every controller) to find the controller;
+# with 1024 namespaces that is more files at once than the default limit of 1024 descriptors
+# ("failed to disconnect, error 24": EMFILE)
+scale_disconnect() {
+	ulimit -n 65536
+	nvme_disconnect "$SCALE_NQN"
+}
+
+scale_io_last() {
+	local dev
+	dev=/dev/$(nvme_ns_for "$SCALE_NQN" "$SCALE_NS")
+	echo "namespace $SCALE_NS is $dev"
+	fio_verify scale-last "$dev" 1M randwrite 4k 16
+}
+
+# ---------------------------------------------------------------------------------------------
 echo "target: ebof at $TARGET_IP:$TARGET_PORT (discovery $DISC_PORT), subsystem $CTL_NQN; waits bounded by $SEE s"
 step "watchers: kernel uevents (busybox uevent) + nvme_async_event trace" start_watchers
 step "connect $CTL_NQN" connect_ctl
@@ -425,6 +475,11 @@ step "ebof bench quick --engine fio --device $NSDEV (x$BENCH_SCALE, $BENCH_SIZE)
 step "ebof bench quick, built-in engine, same subsystem" bench_builtin
 step "the fio report has the built-in report's shape; ebof bench compare" bench_same_shape
 step "disconnect $CTL_NQN" nvme_disconnect "$CTL_NQN"
+
+step "connect $SCALE_NQN ($SCALE_NS namespaces)" scale_connect
+step "nvme list-ns and the block devices show all $SCALE_NS namespaces" scale_list
+step "namespace $SCALE_NS: fio randwrite 4k + crc32c verify" scale_io_last
+step "disconnect $SCALE_NQN" scale_disconnect
 
 step "persistent discovery controller (nvme discover --persistent)" persistent_discovery
 step "subsystem add -> uevent NVME_AEN=$AEN_DISC_CHANGED on the discovery controller" disc_event add

@@ -5,8 +5,12 @@
 # event when a subsystem is added or removed. And `ebof bench quick --engine fio` on the connected
 # host's block device (issue 10): the same report shape as the built-in engine's.
 #
-# Host side (this script, inside a fresh network namespace): `ebof serve` with one subsystem
-#   nqn.2026-11.io.ebof:ctl   64 MiB RAM namespace 1, 512-byte blocks
+# And scale (issue 9): a subsystem of 1024 namespaces; the host lists them all and runs verified I/O
+# on the last one.
+#
+# Host side (this script, inside a fresh network namespace): `ebof serve` with two subsystems
+#   nqn.2026-11.io.ebof:ctl     64 MiB RAM namespace 1, 512-byte blocks
+#   nqn.2026-11.io.ebof:scale   1024 RAM namespaces of 1 MiB (EBOF_INTEROP_SCALE_NS)
 # listening on 10.77.0.1:4420 (+ discovery on 10.77.0.1:8009), any host allowed, and its management
 # API on a Unix socket in the run dir. The guest cannot reach that socket (the 9p root is not a
 # socket transport), so it asks the host to run `ebof ctl`: guest_request ctl "ARGS", answered by
@@ -31,6 +35,8 @@ source "$(dirname "$0")/lib.sh"
 EBOF_BIN=${EBOF_BIN:-$REPO_ROOT/target/release/ebof}
 [[ $EBOF_BIN == /* ]] || EBOF_BIN=$PWD/$EBOF_BIN
 CTL_NQN=nqn.2026-11.io.ebof:ctl
+SCALE_NQN=nqn.2026-11.io.ebof:scale
+SCALE_NS=${EBOF_INTEROP_SCALE_NS:-1024}
 TARGET_PORT=4420
 DISC_PORT=8009
 export RUST_LOG=${RUST_LOG:-info}
@@ -64,9 +70,18 @@ nsid = 1
 backend = "ram"
 size = "64M"
 block_size = 512
+
+# issue 9 scale: a subsystem of $SCALE_NS namespaces of 1 MiB
+[[subsystems]]
+nqn = "$SCALE_NQN"
+allow_any_host = true
 EOF
-	echo "---- $RUN_DIR/ebof.toml ----"
-	cat "$RUN_DIR/ebof.toml"
+	local nsid
+	for ((nsid = 1; nsid <= SCALE_NS; nsid++)); do
+		printf '[[subsystems.namespaces]]\nnsid = %d\nbackend = "ram"\nsize = "1M"\n' "$nsid"
+	done >>"$RUN_DIR/ebof.toml"
+	echo "---- $RUN_DIR/ebof.toml (first 40 lines) ----"
+	head -n 40 "$RUN_DIR/ebof.toml"
 }
 
 MGMT_SOCK=''
@@ -107,7 +122,7 @@ host_on_ctl() {
 interop_init linux-control
 vm_setup
 vm_env "CTL_NQN=$CTL_NQN" "TARGET_PORT=$TARGET_PORT" "DISC_PORT=$DISC_PORT" "TARGET_IP=$HOST_IP" \
-	"SEE_SECS=${EBOF_INTEROP_SEE_SECS:-10}" "EBOF_BIN=$EBOF_BIN" "BENCH_SCALE=${EBOF_INTEROP_BENCH_SCALE:-0.1}"
+	"SEE_SECS=${EBOF_INTEROP_SEE_SECS:-10}" "SCALE_NS=$SCALE_NS" "EBOF_BIN=$EBOF_BIN" "BENCH_SCALE=${EBOF_INTEROP_BENCH_SCALE:-0.1}"
 
 write_config
 host_step "start ebof serve --mgmt-socket" start_target || die "the target did not start"
