@@ -417,7 +417,8 @@ scale_connect() {
 	run -t 120 nvme connect -t tcp -a "$TARGET_IP" -s "$TARGET_PORT" -n "$SCALE_NQN" --nr-io-queues=8
 	wait_for 20 nvme_ctrl_for "$SCALE_NQN" >/dev/null || fail "no controller for $SCALE_NQN"
 	SCALE_CTRL=$(nvme_ctrl_for "$SCALE_NQN")
-	local t0=$(_us)
+	local t0
+	t0=$(_us)
 	wait_for 300 _scale_has_last || fail "namespace $SCALE_NS has no block device after 300 s"
 	echo "controller /dev/$SCALE_CTRL: namespace $SCALE_NS appeared after $(_secs $(($(_us) - t0))) s;" \
 		"queue_count (admin + I/O): $(cat "/sys/class/nvme/$SCALE_CTRL/queue_count" 2>/dev/null || echo '?')"
