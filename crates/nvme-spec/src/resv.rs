@@ -187,7 +187,11 @@ impl ResvStatusExt {
         let mut head = [0u8; Self::HEADER_LEN];
         put32(&mut head, 0, self.generation);
         head[4] = self.rtype;
-        put16(&mut head, 5, u16::try_from(self.regs.len()).unwrap_or(u16::MAX));
+        put16(
+            &mut head,
+            5,
+            u16::try_from(self.regs.len()).unwrap_or(u16::MAX),
+        );
         head[9] = u8::from(self.ptpls);
         let n = out.len().min(Self::HEADER_LEN);
         out[..n].copy_from_slice(&head[..n]);

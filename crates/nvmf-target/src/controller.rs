@@ -301,7 +301,11 @@ impl Controller {
     pub fn reservation_notice(&self, nsid: u32, log_type: u8) {
         let mut st = self.state();
         let ev = &mut st.events;
-        let mask = ev.resv_masks.get(&nsid).copied().unwrap_or(ev.resv_mask_all);
+        let mask = ev
+            .resv_masks
+            .get(&nsid)
+            .copied()
+            .unwrap_or(ev.resv_mask_all);
         if mask & (1u32 << log_type) != 0 {
             return;
         }

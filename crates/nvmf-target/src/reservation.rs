@@ -13,8 +13,7 @@
 use nvme_spec::Status;
 use nvme_spec::opcode::io;
 use nvme_spec::resv::{
-    RegisteredCtrl, ResvCdw10, ResvKeys, ResvStatusExt, cptpl, log_type, racqa, rrega, rrela,
-    rtype,
+    RegisteredCtrl, ResvCdw10, ResvKeys, ResvStatusExt, cptpl, log_type, racqa, rrega, rrela, rtype,
 };
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -84,14 +83,17 @@ pub fn valid_type(t: u8) -> bool {
 pub fn access_allowed(t: u8, role: Role, class: CmdClass) -> bool {
     let exclusive_access = matches!(
         t,
-        rtype::EXCLUSIVE_ACCESS | rtype::EXCLUSIVE_ACCESS_REG_ONLY | rtype::EXCLUSIVE_ACCESS_ALL_REGS
+        rtype::EXCLUSIVE_ACCESS
+            | rtype::EXCLUSIVE_ACCESS_REG_ONLY
+            | rtype::EXCLUSIVE_ACCESS_ALL_REGS
     );
     let registrants_may = !matches!(t, rtype::WRITE_EXCLUSIVE | rtype::EXCLUSIVE_ACCESS);
     match (role, class) {
         (_, CmdClass::Unrestricted) | (Role::Holder, _) => true,
-        (Role::Registrant, _) => registrants_may,
-        (Role::NonRegistrant, CmdClass::Read) => !exclusive_access,
-        (Role::NonRegistrant, CmdClass::Write) => false,
+        (Role::Registrant, _) if registrants_may => true,
+        // Non-registrants, and registrants under Write Exclusive / Exclusive Access.
+        (_, CmdClass::Read) => !exclusive_access,
+        (_, CmdClass::Write) => false,
     }
 }
 
@@ -460,7 +462,9 @@ impl ResvTable {
     pub fn decode_state(text: &str) -> Result<ResvTable, String> {
         let lines: Vec<&str> = text.lines().collect();
         if lines.first() != Some(&STATE_MAGIC) {
-            return Err(format!("not an ebof reservation state file (first line must be {STATE_MAGIC:?})"));
+            return Err(format!(
+                "not an ebof reservation state file (first line must be {STATE_MAGIC:?})"
+            ));
         }
         let mut t = ResvTable::default();
         let (mut saw_gen, mut saw_ptpl, mut end) = (false, false, false);

@@ -68,8 +68,7 @@ impl Queue {
         if op == io::RESV_REPORT {
             return self.resv_report(idx, &ns, sqe, buf);
         }
-        let keys =
-            ResvKeys::decode(buf).map_err(|_| CmdError::at(Status::SGL_INVALID_DATA, 32))?;
+        let keys = ResvKeys::decode(buf).map_err(|_| CmdError::at(Status::SGL_INVALID_DATA, 32))?;
         let capable = ns.resv.ptpl_capable();
         let r = ns.resv.update(|t| match op {
             io::RESV_REGISTER => t.register(&host, cdw, keys, capable),
@@ -189,3 +188,6 @@ fn resv_error_loc(op: u8, s: Status, cdw: ResvCdw10) -> u16 {
         _ => 0xFFFF,
     }
 }
+
+#[cfg(test)]
+mod tests;
