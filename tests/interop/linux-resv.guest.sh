@@ -43,9 +43,24 @@ connect_as() { # connect_as HOSTNQN HOSTID
 		--hostnqn="$1" --hostid="$2" --reconnect-delay=1 --ctrl-loss-tmo=120
 }
 
+# fabrics_connect_as HOSTNQN HOSTID: the same connect through the kernel's /dev/nvme-fabrics.
+# nvme-cli 2.3 refuses a second connect to the same address and subsystem ("already connected",
+# even with --duplicate-connect) without looking at the host NQN; the kernel itself accepts it
+# (its duplicate check compares host NQN and host ID too).
+fabrics_connect_as() {
+	local opts="nqn=$RESV_NQN,transport=tcp,traddr=$TARGET_IP,trsvcid=$TARGET_PORT,hostnqn=$1,hostid=$2"
+	opts+=",reconnect_delay=1,ctrl_loss_tmo=120"
+	echo "+ echo $opts > /dev/nvme-fabrics"
+	exec {fd}<>/dev/nvme-fabrics
+	echo -n "$opts" >&"$fd" || fail "the kernel refused: $opts"
+	read -r -u "$fd" reply || true
+	exec {fd}>&-
+	echo "kernel: $reply"
+}
+
 connect_both() {
 	connect_as "$HOST_A" "$ID_A"
-	connect_as "$HOST_B" "$ID_B"
+	fabrics_connect_as "$HOST_B" "$ID_B"
 	wait_for 20 ctrl_of "$HOST_A" >/dev/null || fail "no controller for host A"
 	wait_for 20 ctrl_of "$HOST_B" >/dev/null || fail "no controller for host B"
 	CTRL_A=$(ctrl_of "$HOST_A") CTRL_B=$(ctrl_of "$HOST_B")
@@ -133,10 +148,15 @@ conflicts() {
 		fail "resv-report without --eds failed, but not with Host Identifier Inconsistent Format"
 }
 
+_reconnected() { dmesg | grep -q "$1: Successfully reconnected"; }
 restart_target() {
 	guest_request restart "" 60 || fail "the host could not restart ebof serve"
-	wait_for 60 _live "$CTRL_A" || fail "$CTRL_A did not reconnect"
-	wait_for 60 _live "$CTRL_B" || fail "$CTRL_B did not reconnect"
+	# Both controllers lost their connection and reconnected to the new process.
+	wait_for 60 _reconnected "$CTRL_A" || fail "$CTRL_A did not reconnect"
+	wait_for 60 _reconnected "$CTRL_B" || fail "$CTRL_B did not reconnect"
+	wait_for 30 _live "$CTRL_A" || fail "$CTRL_A not live after reconnecting"
+	wait_for 30 _live "$CTRL_B" || fail "$CTRL_B not live after reconnecting"
+	dmesg | grep -E "nvme[0-9]+: Successfully reconnected"
 	echo "both controllers live again: $CTRL_A $(<"/sys/class/nvme/$CTRL_A/state"), $CTRL_B $(<"/sys/class/nvme/$CTRL_B/state")"
 }
 

@@ -96,6 +96,11 @@ if ! bg_alive target; then
 	((rc == 0)) && rc=1
 fi
 [[ -s $RUN_DIR/restart.log ]] && cat "$RUN_DIR/restart.log"
+# The restarted target said it restored the reservations from the state file.
+if ((rc == 0)) && ! grep -q "reservations restored (PTPL)" "$RUN_DIR/target.log"; then
+	warn "the restarted ebof serve did not log 'reservations restored (PTPL)'"
+	rc=1
+fi
 ((rc != 0)) && bg_log_tail target 60
 echo
 timing_summary

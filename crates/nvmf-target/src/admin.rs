@@ -35,7 +35,7 @@ impl Queue {
     }
 
     /// Check the SGL describes a controller→host transfer of exactly `len` bytes.
-    fn check_c2h(sqe: &Sqe, len: u32) -> Result<(), CmdError> {
+    pub(crate) fn check_c2h(sqe: &Sqe, len: u32) -> Result<(), CmdError> {
         if sqe.sgl_type() != nvme_spec::sqe::SGL_TRANSPORT {
             return Err(CmdError::at(Status::SGL_INVALID_TYPE, 39));
         }

@@ -197,11 +197,10 @@ impl ResvTable {
     fn unregister_one(&mut self, host: &HostId, out: &mut Outcome) {
         self.regs.retain(|r| &r.host != host);
         match self.reservation {
-            Some(r) if all_registrants(r.rtype) => {
-                if self.regs.is_empty() {
-                    self.reservation = None;
-                }
+            Some(r) if all_registrants(r.rtype) && self.regs.is_empty() => {
+                self.reservation = None;
             }
+            Some(r) if all_registrants(r.rtype) => {}
             Some(r) if &r.holder == host => {
                 self.reservation = None;
                 if matches!(

@@ -89,12 +89,7 @@ impl Queue {
         if len > u64::from(self.target.limits.max_transfer) {
             return Err(CmdError::at(Status::INVALID_FIELD, 40));
         }
-        if sqe.sgl_type() != nvme_spec::sqe::SGL_TRANSPORT {
-            return Err(CmdError::at(Status::SGL_INVALID_TYPE, 39));
-        }
-        if u64::from(sqe.sgl_len()) != len {
-            return Err(CmdError::at(Status::SGL_INVALID_DATA, 32));
-        }
+        Self::check_c2h(sqe, len as u32)?;
         let report: ResvStatusExt = ns.resv.snapshot().report();
         buf.clear();
         buf.resize(len as usize, 0);
