@@ -58,6 +58,9 @@ impl Config {
         let _ = writeln!(out, "ram_huge_pages = {}", t.ram_huge_pages);
         let _ = writeln!(out, "io_engine = {}", string(t.io_engine.name()));
         let _ = writeln!(out, "io_threads = {}", t.io_threads);
+        if let Some(d) = &t.state_dir {
+            let _ = writeln!(out, "state_dir = {}", string(&d.to_string_lossy()));
+        }
         for l in &self.listeners {
             out.push('\n');
             listener(&mut out, "[[listeners]]", l);
@@ -191,6 +194,30 @@ mod tests {
         );
         let e = Config::from_toml_str(&format!("{base}[management]\nsockt = \"a\"\n")).unwrap_err();
         assert_eq!(e.code, crate::codes::UNKNOWN_FIELD);
+    }
+
+    #[test]
+    fn state_dir_round_trips_and_is_checked() {
+        let text = format!("[target]\nstate_dir = \"/var/lib/ebof\"\n{SMALL}");
+        let c = Config::from_toml_str(&text).unwrap();
+        assert_eq!(
+            c.target.state_dir.as_deref(),
+            Some(std::path::Path::new("/var/lib/ebof"))
+        );
+        let out = c.to_toml_string();
+        assert!(out.contains("state_dir = \"/var/lib/ebof\"\n"), "{out}");
+        assert_eq!(Config::from_toml_str(&out).unwrap(), c);
+        assert!(
+            !Config::from_toml_str(SMALL)
+                .unwrap()
+                .to_toml_string()
+                .contains("state_dir")
+        );
+        let e = Config::from_toml_str(&format!("[target]\nstate_dir = \"\"\n{SMALL}")).unwrap_err();
+        assert_eq!(
+            (e.code, e.path.as_str()),
+            (crate::codes::INVALID_PATH, "target.state_dir")
+        );
     }
 
     #[test]

@@ -135,6 +135,12 @@ pub struct TargetTuning {
     /// namespaces), and the cap on io_uring's kernel workers per core. 1..=256. Default 4.
     /// The number of threads no longer grows with the load.
     pub io_threads: u16,
+    /// Directory for state that must survive a restart (`state_dir`): reservations of
+    /// namespaces with Persist Through Power Loss on, one file per namespace
+    /// (`ns-<uuid>.resv`). `None`: a file namespace keeps its state beside its file
+    /// (`<path>.resv`); RAM and block namespaces then cannot persist reservations (RESCAP
+    /// does not advertise PTPL). The directory is created when missing.
+    pub state_dir: Option<PathBuf>,
 }
 
 /// The engine that runs file and block I/O (`[target] io_engine`).
@@ -183,6 +189,7 @@ impl Default for TargetTuning {
             ram_huge_pages: true,
             io_engine: IoEngine::IoUring,
             io_threads: 4,
+            state_dir: None,
         }
     }
 }

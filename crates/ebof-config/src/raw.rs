@@ -98,6 +98,8 @@ struct RawTarget {
     io_engine: Option<String>,
     /// Worker threads per core for file and block I/O.
     io_threads: Option<i64>,
+    /// Directory for persisted state (reservations with PTPL).
+    state_dir: Option<String>,
 }
 
 /// `[[listeners]]` and `[discovery]`.
@@ -384,6 +386,17 @@ fn convert_target(raw: RawTarget) -> Result<TargetTuning, ConfigError> {
             Some(s) => parse_io_engine(&s).map_err(|e| e.at("target.io_engine"))?,
         },
         io_threads: field(raw.io_threads, &rules::IO_THREADS, d.io_threads)?,
+        state_dir: match raw.state_dir {
+            None => None,
+            Some(s) if s.is_empty() || s.contains('\0') => {
+                return Err(ConfigError::new(
+                    codes::INVALID_PATH,
+                    "target.state_dir",
+                    "the state directory must be a non-empty path without NUL bytes",
+                ));
+            }
+            Some(s) => Some(PathBuf::from(s)),
+        },
     })
 }
 

@@ -112,6 +112,7 @@ serial_prefix = "TEST"
 ram_huge_pages = false
 io_engine = "threads"
 io_threads = 2
+state_dir = "/var/lib/ebof"
 
 [[listeners]]
 address = "0.0.0.0"
@@ -171,6 +172,7 @@ fn full_document_parses_to_expected_values() {
             ram_huge_pages: false,
             io_engine: IoEngine::Threads,
             io_threads: 2,
+            state_dir: Some("/var/lib/ebof".into()),
         }
     );
     assert_eq!(

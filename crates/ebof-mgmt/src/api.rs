@@ -225,6 +225,34 @@ pub struct NamespaceView {
     /// File or device path (file and block namespaces).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
+    /// Reservations (NVMe Base 2.0 8.19), when a host registered or PTPL is on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reservation: Option<ReservationView>,
+}
+
+/// A namespace's reservation state.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReservationView {
+    /// Reservation generation (PRGEN).
+    pub generation: u32,
+    /// Reservation type held (1..=6), 0 for none.
+    pub rtype: u8,
+    /// Host identifier (32 hex digits) of the host holding it (All Registrants types: the one
+    /// that acquired it; every registrant holds such a reservation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holder: Option<String>,
+    /// Persist Through Power Loss state.
+    pub ptpl: bool,
+    /// Registered hosts with their keys, in registration order.
+    pub registrants: Vec<RegistrantView>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegistrantView {
+    /// Host identifier, 32 hex digits.
+    pub hostid: String,
+    /// Registration key, `0x` and 16 hex digits.
+    pub key: String,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

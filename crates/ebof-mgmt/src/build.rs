@@ -4,8 +4,9 @@
 
 use ebof_backend::{BackendOptions, BackendSpec};
 use ebof_config::{BackendChoice, Config};
+use nvmf_target::reservation::{FileStore, NsReservations};
 use nvmf_target::{ListenerInfo, Namespace, Subsystem, Target, TargetLimits};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -74,6 +75,7 @@ pub fn check_direct_block_size(
 pub fn open_namespace(
     n: &ebof_config::Namespace,
     ram_huge_pages: bool,
+    state_dir: Option<&Path>,
     field: &str,
 ) -> Result<Namespace, String> {
     if let BackendChoice::File { path, .. } = &n.backend {
@@ -97,7 +99,57 @@ pub fn open_namespace(
             n.block_size
         ));
     }
-    Ok(Namespace::new(n.nsid, backend, n.block_size, n.uuid))
+    let ns = Namespace::new(n.nsid, backend, n.block_size, n.uuid);
+    match reservation_state_path(n, state_dir) {
+        Some(path) => Ok(ns.with_reservations(load_reservations(&path, field)?)),
+        None => Ok(ns),
+    }
+}
+
+/// Where namespace `n` persists its reservations (Persist Through Power Loss): in
+/// `[target] state_dir` as `ns-<uuid>.resv`, else beside a file namespace's file as
+/// `<path>.resv`; RAM and block namespaces without a state directory cannot persist.
+pub fn reservation_state_path(
+    n: &ebof_config::Namespace,
+    state_dir: Option<&Path>,
+) -> Option<PathBuf> {
+    match (state_dir, &n.backend) {
+        (Some(d), _) => Some(d.join(format!("ns-{}.resv", uuid::Uuid::from_bytes(n.uuid)))),
+        (None, BackendChoice::File { path, .. }) => {
+            let mut p = path.clone().into_os_string();
+            p.push(".resv");
+            Some(PathBuf::from(p))
+        }
+        (None, _) => None,
+    }
+}
+
+/// The persisted reservation state at `path` (none yet: empty). An unreadable or corrupt file
+/// is an error: persisted reservations are never dropped silently.
+fn load_reservations(path: &Path, field: &str) -> Result<NsReservations, String> {
+    if let Some(dir) = path.parent()
+        && !dir.as_os_str().is_empty()
+    {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            format!(
+                "{field}: cannot create the state directory {}: {e}",
+                dir.display()
+            )
+        })?;
+    }
+    let table = FileStore::load(path)
+        .map_err(|e| {
+            format!("{field}: persisted reservation state unusable: {e} (fix or remove the file)")
+        })?
+        .unwrap_or_default();
+    if !table.regs.is_empty() {
+        tracing::info!(file = %path.display(), registrants = table.regs.len(),
+            reserved = table.reservation.is_some(), "reservations restored (PTPL)");
+    }
+    Ok(NsReservations::with_store(
+        Arc::new(FileStore::new(path)),
+        table,
+    ))
 }
 
 /// Open every backend and build the target model. Nothing is started on failure.
@@ -110,6 +162,7 @@ pub fn build_target(cfg: &Config) -> Result<Target, String> {
             namespaces.push(Arc::new(open_namespace(
                 n,
                 cfg.target.ram_huge_pages,
+                cfg.target.state_dir.as_deref(),
                 &field,
             )?));
         }
@@ -187,6 +240,85 @@ mod tests {
         let target = build_target(&cfg).unwrap();
         assert_eq!(target.subsystems()[0].namespaces[0].backend.size(), 1 << 20);
         assert_eq!(std::fs::metadata(&path).unwrap().len(), 1 << 20);
+    }
+
+    /// PTPL: a reservation persisted beside a file namespace (or in `state_dir`) is there
+    /// again after a rebuild (a restart); without PTPL it is not; a corrupt file stops the
+    /// start with an error naming it.
+    #[test]
+    fn reservations_with_ptpl_survive_a_restart_and_corruption_is_refused() {
+        use nvme_spec::resv::{ResvCdw10, ResvKeys, cptpl, racqa, rrega, rtype};
+        let tmp = tempfile::tempdir().unwrap();
+        let img = tmp.path().join("disk.img");
+        let file_cfg = format!(
+            "[[listeners]]\naddress = \"127.0.0.1\"\n[[subsystems]]\nnqn = \"nqn.2026-11.io.ebof:t\"\n\
+             [[subsystems.namespaces]]\nbackend = \"file\"\npath = {:?}\nsize = \"1M\"\n",
+            img.display().to_string()
+        );
+        let ram_cfg = format!(
+            "[target]\nstate_dir = {:?}\n[[listeners]]\naddress = \"127.0.0.1\"\n[[subsystems]]\n\
+             nqn = \"nqn.2026-11.io.ebof:t\"\n[[subsystems.namespaces]]\nbackend = \"ram\"\nsize = \"1M\"\n",
+            tmp.path().join("state").display().to_string()
+        );
+        let host = [3u8; 16];
+        for (toml, file) in [
+            (file_cfg.clone(), tmp.path().join("disk.img.resv")),
+            (
+                ram_cfg,
+                tmp.path().join("state").join(format!(
+                    "ns-{}.resv",
+                    uuid::Uuid::from_bytes(
+                        Config::from_toml_str(&file_cfg).unwrap().subsystems[0].namespaces[0].uuid
+                    )
+                )),
+            ),
+        ] {
+            let cfg = Config::from_toml_str(&toml).unwrap();
+            let ns = build_target(&cfg).unwrap().subsystems()[0].namespaces[0].clone();
+            assert!(ns.resv.ptpl_capable());
+            let mut reg = ResvCdw10::from_cdw10(u32::from(rrega::REGISTER));
+            reg.cptpl = cptpl::SET;
+            let keys = ResvKeys {
+                crkey: 0x11,
+                second: 0x11,
+            };
+            ns.resv
+                .update(|t| t.register(&host, reg, keys, true))
+                .unwrap();
+            let acq = ResvCdw10::from_cdw10(
+                u32::from(racqa::ACQUIRE) | u32::from(rtype::EXCLUSIVE_ACCESS) << 8,
+            );
+            ns.resv.update(|t| t.acquire(&host, acq, keys)).unwrap();
+            let before = ns.resv.snapshot();
+            drop(ns);
+            assert!(file.exists(), "{}", file.display());
+            let again = build_target(&cfg).unwrap().subsystems()[0].namespaces[0].clone();
+            assert_eq!(again.resv.snapshot(), before);
+            assert!(
+                again
+                    .resv
+                    .check(&[9; 16], nvme_spec::opcode::io::READ)
+                    .is_err()
+            );
+            // PTPL off: the next start has nothing.
+            let mut off = ResvCdw10::from_cdw10(u32::from(rrega::REGISTER));
+            off.cptpl = cptpl::CLEAR;
+            again
+                .resv
+                .update(|t| t.register(&host, off, keys, true))
+                .unwrap();
+            drop(again);
+            let third = build_target(&cfg).unwrap().subsystems()[0].namespaces[0].clone();
+            assert!(third.resv.snapshot().regs.is_empty());
+            drop(third);
+            std::fs::write(&file, "ebof-reservations 1\ngeneration 1\nptpl 1\n").unwrap();
+            let e = build_target(&cfg).map(|_| ()).unwrap_err();
+            assert!(
+                e.contains(&file.display().to_string())
+                    && e.contains("subsystems[0].namespaces[0]"),
+                "{e}"
+            );
+        }
     }
 
     #[test]

@@ -211,8 +211,13 @@ impl Control {
             cfg.subsystems[si].namespaces.push(ns.clone());
             check(cfg)?;
             let field = format!("subsystems[{si}].namespaces[{ni}]");
-            let opened = build::open_namespace(&ns, cfg.target.ram_huge_pages, &field)
-                .map_err(|m| ApiError::new(codes::BACKEND_FAILED, field, m))?;
+            let opened = build::open_namespace(
+                &ns,
+                cfg.target.ram_huge_pages,
+                cfg.target.state_dir.as_deref(),
+                &field,
+            )
+            .map_err(|m| ApiError::new(codes::BACKEND_FAILED, field, m))?;
             let opened = Arc::new(opened);
             self.target
                 .update_subsystem(nqn, |s| {

@@ -39,7 +39,30 @@ pub(crate) fn namespace_view(n: &Namespace, path: Option<String>) -> NamespaceVi
         nguid: api::hex(&n.nguid()),
         eui64: api::hex(&n.eui64()),
         path,
+        reservation: reservation_view(n),
     }
+}
+
+/// The reservation state of `n`, if there is any to show.
+fn reservation_view(n: &Namespace) -> Option<api::ReservationView> {
+    let t = n.resv.snapshot();
+    if t.regs.is_empty() && t.reservation.is_none() && !t.ptpl {
+        return None;
+    }
+    Some(api::ReservationView {
+        generation: t.generation,
+        rtype: t.reservation.map_or(0, |r| r.rtype),
+        holder: t.reservation.map(|r| api::hex(&r.holder)),
+        ptpl: t.ptpl,
+        registrants: t
+            .regs
+            .iter()
+            .map(|r| api::RegistrantView {
+                hostid: api::hex(&r.host),
+                key: format!("{:#018x}", r.key),
+            })
+            .collect(),
+    })
 }
 
 /// `GET /v1/state`.
@@ -503,5 +526,37 @@ mod tests {
         let st = stats(&t);
         assert_eq!(st.namespaces[0].nsid, 1);
         assert_eq!(st.controllers, 0);
+    }
+
+    #[test]
+    fn the_state_shows_reservations() {
+        use nvme_spec::resv::{ResvCdw10, ResvKeys, racqa, rrega, rtype};
+        let t = target(true);
+        assert_eq!(state(&t).subsystems[0].namespaces[0].reservation, None);
+        let ns = t.subsystems()[0].namespaces[0].clone();
+        let host = [0xAB; 16];
+        let keys = ResvKeys {
+            crkey: 0x42,
+            second: 0x42,
+        };
+        let reg = ResvCdw10::from_cdw10(u32::from(rrega::REGISTER));
+        ns.resv
+            .update(|r| r.register(&host, reg, keys, false))
+            .unwrap();
+        let acq = ResvCdw10::from_cdw10(
+            u32::from(racqa::ACQUIRE) | u32::from(rtype::WRITE_EXCLUSIVE) << 8,
+        );
+        ns.resv.update(|r| r.acquire(&host, acq, keys)).unwrap();
+        let v = state(&t).subsystems[0].namespaces[0]
+            .reservation
+            .clone()
+            .unwrap();
+        assert_eq!(
+            (v.rtype, v.generation, v.ptpl),
+            (rtype::WRITE_EXCLUSIVE, 1, false)
+        );
+        assert_eq!(v.holder.as_deref(), Some("ab".repeat(16).as_str()));
+        assert_eq!(v.registrants.len(), 1);
+        assert_eq!(v.registrants[0].key, "0x0000000000000042");
     }
 }

@@ -511,6 +511,26 @@ pub fn show_text(s: &State) -> String {
             ]);
         }
         table(&mut out, "  ", &rows);
+        for n in &sub.namespaces {
+            if let Some(r) = &n.reservation {
+                out.push_str(&format!(
+                    "  nsid {} reservation: type {}{}, generation {}, ptpl {}, registrants {}\n",
+                    n.nsid,
+                    r.rtype,
+                    r.holder
+                        .as_ref()
+                        .map(|h| format!(" held by {h}"))
+                        .unwrap_or_default(),
+                    r.generation,
+                    if r.ptpl { "on" } else { "off" },
+                    r.registrants
+                        .iter()
+                        .map(|g| format!("{} key {}", g.hostid, g.key))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+            }
+        }
     }
     out.push_str("listeners\n");
     let mut rows = vec![row(&["ADDRESS", "PORTID", "KIND"])];

@@ -57,6 +57,7 @@ pub mod identify;
 pub mod ids;
 pub mod log;
 pub mod opcode;
+pub mod resv;
 pub mod sqe;
 pub mod status;
 

@@ -29,6 +29,8 @@ pub mod lid {
     pub const ANA: u8 = 0x0C;
     /// Discovery (NVMe-oF; discovery controllers only).
     pub const DISCOVERY: u8 = 0x70;
+    /// Reservation Notification.
+    pub const RESERVATION: u8 = 0x80;
 }
 
 /// Copy a window of a log page into `out`, as Get Log Page does with LPO (`offset`, bytes) and
@@ -523,6 +525,11 @@ pub mod aen {
     pub const NOTICE_ANA_CHANGE: u8 = 0x03;
     /// Notice: Discovery Log Page Change (log page [`super::lid::DISCOVERY`]).
     pub const NOTICE_DISC_CHANGE: u8 = 0xF0;
+    /// Asynchronous Event Type: I/O Command specific status.
+    pub const TYPE_IO_CMD_SPECIFIC: u8 = 0x06;
+    /// I/O Command specific status: Reservation Log Page Available (log page
+    /// [`super::lid::RESERVATION`]).
+    pub const IO_RESV_LOG_AVAILABLE: u8 = 0x00;
     /// Async Event Configuration (feature 0Bh) bit enabling Namespace Attribute Notices.
     pub const CFG_NS_ATTR: u32 = 1 << 8;
     /// Async Event Configuration bit enabling ANA Change Notices.

@@ -69,6 +69,10 @@ pub mod feature {
     pub const ASYNC_EVENT: u8 = 0x0B;
     pub const KATO: u8 = 0x0F;
     pub const HOST_ID: u8 = 0x81;
+    /// Reservation Notification Mask (namespace-specific).
+    pub const RESV_MASK: u8 = 0x82;
+    /// Reservation Persistence (namespace-specific): PTPL state.
+    pub const RESV_PERSIST: u8 = 0x83;
 }
 
 /// Dataset Management attribute: Deallocate (CDW11 bit 2).

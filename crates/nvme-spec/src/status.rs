@@ -100,6 +100,8 @@ impl Status {
     pub const SGL_INVALID_OFFSET: Status = generic(0x16);
     pub const HOST_ID_INCONSISTENT: Status = generic(0x18);
     pub const KA_EXPIRED: Status = generic(0x19);
+    /// Command Aborted due to Preempt and Abort.
+    pub const PREEMPT_ABORT: Status = generic(0x1B);
     pub const CMD_INTERRUPTED: Status = Status {
         dnr: false,
         ..generic(0x21)
@@ -112,6 +114,8 @@ impl Status {
     pub const AUTH_REQUIRED: Status = generic(0x91);
     pub const LBA_RANGE: Status = generic(0x80);
     pub const CAP_EXCEEDED: Status = generic(0x81);
+    /// Reservation Conflict (NVMe Base 2.0 8.19).
+    pub const RESERVATION_CONFLICT: Status = generic(0x83);
     pub const NS_NOT_READY: Status = Status {
         dnr: false,
         ..generic(0x82)
@@ -191,12 +195,14 @@ impl Status {
             (0, 0x16) => "SGL Offset Invalid",
             (0, 0x18) => "Host Identifier Inconsistent Format",
             (0, 0x19) => "Keep Alive Timer Expired",
+            (0, 0x1B) => "Command Aborted due to Preempt and Abort",
             (0, 0x20) => "Namespace is Write Protected",
             (0, 0x21) => "Command Interrupted",
             (0, 0x22) => "Transient Transport Error",
             (0, 0x80) => "LBA Out of Range",
             (0, 0x81) => "Capacity Exceeded",
             (0, 0x82) => "Namespace Not Ready",
+            (0, 0x83) => "Reservation Conflict",
             (0, 0x91) => "Authentication Required",
             (1, 0x01) => "Invalid Queue Identifier",
             (1, 0x02) => "Invalid Queue Size",

@@ -35,7 +35,7 @@ impl Queue {
     }
 
     /// Check the SGL describes a controller→host transfer of exactly `len` bytes.
-    fn check_c2h(sqe: &Sqe, len: u32) -> Result<(), CmdError> {
+    pub(crate) fn check_c2h(sqe: &Sqe, len: u32) -> Result<(), CmdError> {
         if sqe.sgl_type() != nvme_spec::sqe::SGL_TRANSPORT {
             return Err(CmdError::at(Status::SGL_INVALID_TYPE, 39));
         }
@@ -153,6 +153,7 @@ impl Queue {
                 IdentifyNamespaceCsIndep {
                     nsfeat: ns_features(ns),
                     nmic: 1,
+                    rescap: crate::resv_cmd::rescap(ns),
                     nstat: 1,
                     ..Default::default()
                 }
@@ -212,7 +213,9 @@ impl Queue {
                 id.cctemp = 0x0175;
                 // The largest NSID a namespace may be hot-added at (Linux nvmet: 1024).
                 id.nn = s.max_nsid().max(limits.max_namespaces);
-                id.oncs = identify::oncs::DSM | identify::oncs::WRITE_ZEROES;
+                id.oncs = identify::oncs::DSM
+                    | identify::oncs::WRITE_ZEROES
+                    | identify::oncs::RESERVATIONS;
                 id.vwc = identify::vwc::PRESENT | identify::vwc::FLUSH_BROADCAST_SUPPORTED;
                 id.ioccsz = (64 + limits.io_inline_data) / 16;
                 id.oaes = identify::oaes::NS_ATTR;
@@ -315,8 +318,21 @@ impl Queue {
                 for op in [io::WRITE, io::WRITE_ZEROES, io::DATASET_MGMT] {
                     log.iocs[usize::from(op)] = effects::CSUPP | effects::LBCC;
                 }
+                for op in [
+                    io::RESV_REGISTER,
+                    io::RESV_REPORT,
+                    io::RESV_ACQUIRE,
+                    io::RESV_RELEASE,
+                ] {
+                    log.iocs[usize::from(op)] = effects::CSUPP;
+                }
                 let mut b = [0u8; CmdEffectsLog::LEN];
                 log.encode(&mut b);
+                b.to_vec()
+            }
+            (lid::RESERVATION, Some(_)) => {
+                let mut b = [0u8; nvme_spec::resv::ResvNotificationLog::LEN];
+                ctrl.take_resv_log(rae).encode(&mut b);
                 b.to_vec()
             }
             (lid::DISCOVERY, None) => {
@@ -349,6 +365,10 @@ impl Queue {
                 fid,
                 feature::KATO | feature::ASYNC_EVENT | feature::NUM_QUEUES | feature::VOLATILE_WC
             );
+            // Reservation features: namespace-specific (bit 1) and changeable.
+            if matches!(fid, feature::RESV_MASK | feature::RESV_PERSIST) {
+                return Ok(((1 << 1) | (1 << 2), 0));
+            }
             return Ok((if changeable { 1 << 2 } else { 0 }, 0));
         }
         if sel == 2 {
@@ -403,6 +423,13 @@ impl Queue {
                 }
             }
             feature::IRQ_COALESCE | feature::WRITE_ATOMIC if !disc => 0,
+            feature::RESV_MASK | feature::RESV_PERSIST if !disc => {
+                drop(st);
+                if default {
+                    return Ok((0, 0));
+                }
+                return Ok((self.get_resv_feature(ctrl, fid, sqe.nsid().0)?, 0));
+            }
             feature::HOST_ID if !disc => {
                 // EXHID (CDW11 bit 0) must ask for the 128-bit identifier we support.
                 if sqe.cdw11() & 1 == 0 {
@@ -475,6 +502,10 @@ impl Queue {
             // The host identifier comes from Connect on fabrics (NVMe-oF 1.1 3.3: Set Features
             // Host Identifier is a Command Sequence Error).
             feature::HOST_ID if !disc => Err(CmdError::at(Status::CMD_SEQ_ERROR, 40)),
+            feature::RESV_MASK | feature::RESV_PERSIST if !disc => {
+                drop(st);
+                self.set_resv_feature(ctrl, fid, sqe.nsid().0, v)
+            }
             _ => Err(CmdError::at(Status::INVALID_FIELD, 40)),
         }
     }
@@ -504,6 +535,7 @@ pub fn identify_namespace(ns: &Namespace) -> IdentifyNamespace {
         flbas: 0,
         // Shared namespace: may be attached to several controllers (multipath).
         nmic: 1,
+        rescap: crate::resv_cmd::rescap(ns),
         // Deallocated blocks read as zeroes (bits 2:0 = 001b); Write Zeroes may deallocate (bit 3).
         dlfeat: 0b1001,
         nvmcap: u128::from(ns.backend.size()),

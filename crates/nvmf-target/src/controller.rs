@@ -6,6 +6,7 @@ use crate::model::Subsystem;
 use arc_swap::ArcSwap;
 use nvme_spec::fabrics::{cc, csts};
 use nvme_spec::log::{ChangedNsList, ErrorLogEntry, aen, lid};
+use nvme_spec::resv::ResvNotificationLog;
 use nvme_spec::{ControllerId, Status};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -36,7 +37,21 @@ pub struct AsyncEvents {
     /// The Changed Namespace List (ascending; more than 1024 entries report overflow).
     changed_ns: Vec<u32>,
     changed_ns_overflow: bool,
+    /// Reservation Notification log pages not yet read, oldest first.
+    resv_log: VecDeque<ResvNotificationLog>,
+    /// Reservation notifications counted so far (Log Page Count of the newest).
+    resv_count: u64,
+    /// Reservation Notification Mask (feature 82h) per NSID; absent: `resv_mask_all`.
+    resv_masks: std::collections::HashMap<u32, u32>,
+    /// The mask set with NSID FFFFFFFFh (applies to namespaces without their own).
+    resv_mask_all: u32,
 }
+
+/// Reservation Notification log pages kept per controller; more are lost (counted).
+pub const RESV_LOG_MAX: usize = 255;
+/// Internal bit of [`AsyncEvents::masked`] for the Reservation Log Page Available event (I/O
+/// command specific events have no Asynchronous Event Configuration bit).
+const MASK_RESV_EVENT: u32 = 1 << 30;
 
 /// Mutable controller state guarded by a mutex (admin path only).
 #[derive(Debug)]
@@ -273,10 +288,82 @@ impl Controller {
                 }
                 lid::DISCOVERY => ev.masked &= !aen::CFG_DISC_CHANGE,
                 lid::ANA => ev.masked &= !aen::CFG_ANA_CHANGE,
+                lid::RESERVATION => ev.masked &= !MASK_RESV_EVENT,
                 _ => {}
             }
         }
         list
+    }
+
+    /// A reservation notification for namespace `nsid` (NVMe Base 2.0 8.19 "Reservation
+    /// Notification"): unless the host masked its type for the namespace, a log page is
+    /// queued and the Reservation Log Page Available event raised.
+    pub fn reservation_notice(&self, nsid: u32, log_type: u8) {
+        let mut st = self.state();
+        let ev = &mut st.events;
+        let mask = ev
+            .resv_masks
+            .get(&nsid)
+            .copied()
+            .unwrap_or(ev.resv_mask_all);
+        if mask & (1u32 << log_type) != 0 {
+            return;
+        }
+        ev.resv_count = ev.resv_count.wrapping_add(1).max(1);
+        if ev.resv_log.len() < RESV_LOG_MAX {
+            let count = ev.resv_count;
+            ev.resv_log.push_back(ResvNotificationLog {
+                count,
+                log_type,
+                available: 0,
+                nsid,
+            });
+        }
+        self.raise(
+            &mut st,
+            u32::MAX,
+            MASK_RESV_EVENT,
+            aen::result(
+                aen::TYPE_IO_CMD_SPECIFIC,
+                aen::IO_RESV_LOG_AVAILABLE,
+                lid::RESERVATION,
+            ),
+        );
+    }
+
+    /// Get Log Page 80h: the oldest unread Reservation Notification log page (an empty page
+    /// when none), with the number still available after it; reading consumes it.
+    pub fn take_resv_log(&self, rae: bool) -> ResvNotificationLog {
+        let mut st = self.state();
+        let ev = &mut st.events;
+        let mut page = ev.resv_log.pop_front().unwrap_or_default();
+        if page.count != 0 {
+            page.available = u8::try_from(ev.resv_log.len()).unwrap_or(u8::MAX);
+        }
+        drop(st);
+        self.log_page_read(lid::RESERVATION, rae);
+        page
+    }
+
+    /// Reservation Notification Mask of namespace `nsid` for this controller.
+    pub fn resv_mask(&self, nsid: u32) -> u32 {
+        let st = self.state();
+        st.events
+            .resv_masks
+            .get(&nsid)
+            .copied()
+            .unwrap_or(st.events.resv_mask_all)
+    }
+
+    /// Set the Reservation Notification Mask of `nsid` (FFFFFFFFh: every namespace).
+    pub fn set_resv_mask(&self, nsid: u32, mask: u32) {
+        let mut st = self.state();
+        if nsid == u32::MAX {
+            st.events.resv_masks.clear();
+            st.events.resv_mask_all = mask;
+        } else {
+            st.events.resv_masks.insert(nsid, mask);
+        }
     }
 
     pub fn is_discovery(&self) -> bool {

@@ -435,6 +435,8 @@ impl Queue {
             io::WRITE => {
                 let ns = self.io_namespace(sqe)?;
                 let (_, len) = Self::lba_range(ns, sqe.slba(), u64::from(sqe.nlb()))?;
+                // Before any data moves (it may go straight into the namespace).
+                self.resv_check(ns, io::WRITE)?;
                 if len > u64::from(self.target.limits.max_transfer) {
                     return Err(CmdError::at(Status::INVALID_FIELD, 48));
                 }
@@ -451,7 +453,21 @@ impl Queue {
                 }
                 Ok(len)
             }
+            op if crate::reservation::is_reservation_opcode(op) => {
+                self.io_namespace(sqe)?;
+                self.resv_host_data_len(sqe)
+            }
             _ => Ok(0),
+        }
+    }
+
+    /// The reservation access check of a command from this queue's host on `ns`: one relaxed
+    /// atomic load while the namespace has no reservation.
+    #[inline]
+    fn resv_check(&self, ns: &Namespace, op: u8) -> Result<(), CmdError> {
+        match &self.ctrl {
+            Some(c) => ns.resv.check(&c.hostid, op).map_err(|s| CmdError::at(s, 0)),
+            None => Ok(()),
         }
     }
 
@@ -508,6 +524,7 @@ impl Queue {
             }
             _ => return Err(CmdError::at(Status::INVALID_OPCODE, 0)),
         };
+        self.resv_check(&ns, op)?;
         let req = match op {
             io::READ => {
                 let (offset, len) = Self::lba_range(&ns, sqe.slba(), u64::from(sqe.nlb()))?;

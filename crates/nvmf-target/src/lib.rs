@@ -104,6 +104,8 @@ pub mod latency;
 pub mod log_limit;
 mod model;
 mod queue;
+pub mod reservation;
+mod resv_cmd;
 
 pub use controller::{Controller, ControllerKind};
 pub use io::{FailureClass, IoOp, IoRequest, NsRef, backend_status, execute_io, io_status};

@@ -59,6 +59,8 @@ pub struct Namespace {
     removed: AtomicBool,
     /// Counters for the SMART / Health log (summed over all controllers).
     pub stats: NsStats,
+    /// Reservations on the namespace (NVMe Base 2.0 8.19); see [`crate::reservation`].
+    pub resv: crate::reservation::NsReservations,
 }
 
 impl Namespace {
@@ -70,7 +72,14 @@ impl Namespace {
             uuid,
             removed: AtomicBool::new(false),
             stats: NsStats::default(),
+            resv: Default::default(),
         }
+    }
+    /// The namespace with reservations persisted through `store` (PTPL capable), starting
+    /// from the state loaded from it.
+    pub fn with_reservations(mut self, resv: crate::reservation::NsReservations) -> Namespace {
+        self.resv = resv;
+        self
     }
     /// True once the namespace was removed from its subsystem.
     pub fn is_removed(&self) -> bool {

@@ -591,6 +591,9 @@ impl Queue {
                 Exec::Done(self.execute_fabrics(sqe, buf))
             }
             QueueRole::Admin => self.execute_admin(idx, sqe, buf),
+            QueueRole::Io { .. } if crate::reservation::is_reservation_opcode(sqe.opcode()) => {
+                Exec::Done(self.execute_reservation(idx, sqe, buf))
+            }
             QueueRole::Io { .. } => self.prepare_io(sqe, buf),
         }
     }

@@ -45,7 +45,8 @@ ip addr add "${GUEST_IP:-10.77.0.2}/24" dev "$iface"
 ip link set "$iface" up
 
 # NVMe host modules; short timeouts so a broken target fails fast instead of hanging 60 s
-modprobe nvme-core admin_timeout="${NVME_ADMIN_TIMEOUT:-10}" io_timeout="${NVME_IO_TIMEOUT:-30}" ||
+# shellcheck disable=SC2086 # NVME_CORE_ARGS: extra nvme-core parameters (e.g. multipath=N), split on spaces
+modprobe nvme-core admin_timeout="${NVME_ADMIN_TIMEOUT:-10}" io_timeout="${NVME_IO_TIMEOUT:-30}" ${NVME_CORE_ARGS:-} ||
 	die "modprobe nvme-core failed"
 modprobe nvme-fabrics || die "modprobe nvme-fabrics failed"
 modprobe nvme-tcp || die "modprobe nvme-tcp failed"

@@ -1,0 +1,424 @@
+//! The reservation commands through real queues (no sockets): two hosts, a conflict on a
+//! write before its data moves, Report EDS=0 refusal, notifications with masks, features,
+//! Identify and the effects log.
+
+use crate::{C2hData, Disposition, Namespace, Queue, Subsystem, Target, TargetLimits};
+use ebof_backend::BackendSpec;
+use nvme_spec::fabrics::{ConnectCmd, ConnectData, PropertyCmd, cc, prop};
+use nvme_spec::identify::{IdentifyController, IdentifyNamespace, cns, oncs};
+use nvme_spec::log::{CmdEffectsLog, aen, lid};
+use nvme_spec::opcode::{admin, fctype, feature, io};
+use nvme_spec::resv::{
+    ResvCdw10, ResvKeys, ResvNotificationLog, ResvStatusExt, cptpl, log_type, notify_mask, racqa,
+    rescap, rrega, rrela, rtype,
+};
+use nvme_spec::{CommandId, ControllerId, Cqe, NamespaceId, QueueId, Sqe, Status};
+use std::sync::Arc;
+use std::time::Instant;
+
+const NQN: &str = "nqn.2026-11.io.ebof:resv";
+
+struct Host {
+    admin: Queue,
+    io: Queue,
+    cid: u16,
+}
+
+fn target() -> Arc<Target> {
+    let ram = ebof_backend::open(&BackendSpec::Ram { size: 1 << 20 }).unwrap();
+    let sub = Subsystem {
+        nqn: NQN.into(),
+        serial: "R1".into(),
+        model: "ebof".into(),
+        allow_any_host: true,
+        hosts: vec![],
+        namespaces: vec![Arc::new(Namespace::new(1, ram, 512, [7; 16]))],
+    };
+    Arc::new(Target::new(
+        vec![sub],
+        vec![],
+        TargetLimits::default(),
+        Instant::now(),
+    ))
+}
+
+/// Run one command on `q`; returns its completion and data.
+fn run(q: &mut Queue, cid: &mut u16, mut sqe: Sqe, icd: &[u8]) -> (Cqe, Vec<u8>) {
+    *cid += 1;
+    sqe.set_cid(CommandId(*cid));
+    if !icd.is_empty() {
+        sqe.set_sgl_icd(icd.len() as u32);
+    }
+    match q.handle_command(&sqe, icd, Instant::now()) {
+        Disposition::Execute { slot } => q.execute_inline(slot),
+        Disposition::Done | Disposition::Parked => {}
+        d => panic!("unexpected {d:?}"),
+    }
+    let mut out = None;
+    q.drain_completions(|cqe, data, _| {
+        let bytes = match data {
+            C2hData::Bytes(b) => b.to_vec(),
+            C2hData::Read {
+                backend,
+                offset,
+                len,
+            } => {
+                let mut b = vec![0; len];
+                backend.read(offset, &mut b).unwrap();
+                b
+            }
+        };
+        out = Some((*cqe, bytes));
+        Ok(())
+    });
+    out.expect("a completion")
+}
+
+fn connect(t: &Arc<Target>, hostid: [u8; 16], n: u8) -> Host {
+    let addr = "127.0.0.1:4420".parse().unwrap();
+    let hostnqn =
+        format!("nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-0000000000{n:02}");
+    let mut cid = 0;
+    let mut admin = Queue::new(t.clone(), addr, Instant::now());
+    let connect_sqe = |qid: u16| {
+        let mut sqe = Sqe::new(admin::FABRICS, CommandId(0));
+        sqe.set_fctype(fctype::CONNECT);
+        ConnectCmd {
+            recfmt: 0,
+            qid: QueueId(qid),
+            sqsize: 31,
+            cattr: 0,
+            kato: 0,
+        }
+        .encode_into(&mut sqe);
+        sqe
+    };
+    let data = |cntlid| {
+        ConnectData {
+            hostid,
+            cntlid,
+            subnqn: NQN.into(),
+            hostnqn: hostnqn.clone(),
+        }
+        .encode()
+    };
+    let (cqe, _) = run(
+        &mut admin,
+        &mut cid,
+        connect_sqe(0),
+        &data(ControllerId::DYNAMIC),
+    );
+    assert!(cqe.status.is_success());
+    let cntlid = ControllerId(cqe.dw0 as u16);
+    let mut sqe = Sqe::new(admin::FABRICS, CommandId(0));
+    sqe.set_fctype(fctype::PROPERTY_SET);
+    PropertyCmd {
+        size8: false,
+        ofst: prop::CC,
+        value: u64::from(cc::enable_value(0)),
+    }
+    .encode_into(&mut sqe);
+    assert!(run(&mut admin, &mut cid, sqe, &[]).0.status.is_success());
+    let mut io = Queue::new(t.clone(), addr, Instant::now());
+    let (cqe, _) = run(&mut io, &mut cid, connect_sqe(1), &data(cntlid));
+    assert!(cqe.status.is_success(), "{cqe:?}");
+    Host { admin, io, cid }
+}
+
+impl Host {
+    fn io_cmd(&mut self, sqe: Sqe, icd: &[u8]) -> (Cqe, Vec<u8>) {
+        run(&mut self.io, &mut self.cid, sqe, icd)
+    }
+    fn admin_cmd(&mut self, sqe: Sqe) -> (Cqe, Vec<u8>) {
+        run(&mut self.admin, &mut self.cid, sqe, &[])
+    }
+    fn resv(&mut self, op: u8, c: ResvCdw10, k: ResvKeys) -> Status {
+        let mut sqe = Sqe::new(op, CommandId(0));
+        sqe.set_nsid(NamespaceId(1));
+        sqe.set_cdw(10, c.to_cdw10());
+        let data = k.encode();
+        let len = if op == io::RESV_RELEASE { 8 } else { 16 };
+        self.io_cmd(sqe, &data[..len]).0.status
+    }
+    fn report(&mut self, eds: bool) -> (Status, Option<ResvStatusExt>) {
+        let len = 4096u32;
+        let mut sqe = Sqe::new(io::RESV_REPORT, CommandId(0));
+        sqe.set_nsid(NamespaceId(1));
+        sqe.set_cdw(10, len / 4 - 1);
+        sqe.set_cdw(11, u32::from(eds));
+        sqe.set_sgl_transport(len);
+        let (cqe, data) = self.io_cmd(sqe, &[]);
+        let r = cqe
+            .status
+            .is_success()
+            .then(|| ResvStatusExt::decode(&data).unwrap());
+        (cqe.status, r)
+    }
+    /// A 1-block write with in-capsule data.
+    fn write(&mut self) -> Status {
+        let mut sqe = Sqe::new(io::WRITE, CommandId(0));
+        sqe.set_nsid(NamespaceId(1));
+        sqe.set_nlb(1);
+        self.io_cmd(sqe, &[0x5A; 512]).0.status
+    }
+    fn read(&mut self) -> Status {
+        let mut sqe = Sqe::new(io::READ, CommandId(0));
+        sqe.set_nsid(NamespaceId(1));
+        sqe.set_nlb(1);
+        sqe.set_sgl_transport(512);
+        self.io_cmd(sqe, &[]).0.status
+    }
+    fn resv_log(&mut self) -> ResvNotificationLog {
+        let mut sqe = Sqe::new(admin::GET_LOG_PAGE, CommandId(0));
+        sqe.set_cdw(10, u32::from(lid::RESERVATION) | ((64 / 4 - 1) << 16));
+        sqe.set_sgl_transport(64);
+        let (cqe, data) = self.admin_cmd(sqe);
+        assert!(cqe.status.is_success());
+        ResvNotificationLog::decode(&data).unwrap()
+    }
+    fn set_feature(&mut self, fid: u8, nsid: u32, v: u32) -> Status {
+        let mut sqe = Sqe::new(admin::SET_FEATURES, CommandId(0));
+        sqe.set_nsid(NamespaceId(nsid));
+        sqe.set_cdw(10, u32::from(fid));
+        sqe.set_cdw(11, v);
+        self.admin_cmd(sqe).0.status
+    }
+    fn get_feature(&mut self, fid: u8, nsid: u32) -> (Status, u32) {
+        let mut sqe = Sqe::new(admin::GET_FEATURES, CommandId(0));
+        sqe.set_nsid(NamespaceId(nsid));
+        sqe.set_cdw(10, u32::from(fid));
+        let (cqe, _) = self.admin_cmd(sqe);
+        (cqe.status, cqe.dw0)
+    }
+    /// Park an AER and return its completion if an event is (or becomes) pending.
+    fn aer(&mut self) -> Option<u32> {
+        let mut sqe = Sqe::new(admin::ASYNC_EVENT_REQUEST, CommandId(0));
+        self.cid += 1;
+        sqe.set_cid(CommandId(self.cid));
+        self.admin.handle_command(&sqe, &[], Instant::now());
+        self.admin.deliver_events();
+        let mut dw0 = None;
+        self.admin.drain_completions(|cqe, _, _| {
+            dw0 = Some(cqe.dw0);
+            Ok(())
+        });
+        dw0
+    }
+}
+
+fn c(action: u8, ty: u8) -> ResvCdw10 {
+    ResvCdw10 {
+        action,
+        iekey: false,
+        rtype: ty,
+        cptpl: cptpl::NO_CHANGE,
+    }
+}
+
+fn k(crkey: u64, second: u64) -> ResvKeys {
+    ResvKeys { crkey, second }
+}
+
+#[test]
+fn two_hosts_conflict_report_and_release() {
+    let t = target();
+    let mut a = connect(&t, [1; 16], 1);
+    let mut b = connect(&t, [2; 16], 2);
+    // A second controller of host A shares its registration.
+    let mut a2 = connect(&t, [1; 16], 3);
+    assert_eq!(
+        a.resv(io::RESV_REGISTER, c(rrega::REGISTER, 0), k(0, 0xA)),
+        Status::SUCCESS
+    );
+    assert_eq!(
+        b.resv(io::RESV_REGISTER, c(rrega::REGISTER, 0), k(0, 0xB)),
+        Status::SUCCESS
+    );
+    let s = a.resv(
+        io::RESV_ACQUIRE,
+        c(racqa::ACQUIRE, rtype::WRITE_EXCLUSIVE),
+        k(0xA, 0),
+    );
+    assert_eq!(s, Status::SUCCESS);
+    // B (registrant, not holder) may read, not write; the write fails before any R2T.
+    assert_eq!(b.read(), Status::SUCCESS);
+    let st = b.write();
+    assert_eq!((st.sct, st.sc, st.dnr), (0, 0x83, true));
+    let mut sqe = Sqe::new(io::WRITE, CommandId(99));
+    sqe.set_nsid(NamespaceId(1));
+    sqe.set_nlb(8);
+    sqe.set_sgl_transport(4096);
+    assert_eq!(
+        b.io.handle_command(&sqe, &[], Instant::now()),
+        Disposition::Done,
+        "a conflicting write gets no R2T"
+    );
+    b.io.drain_completions(|_, _, _| Ok(()));
+    // A's other controller is the same host: it holds the reservation too.
+    assert_eq!(a2.write(), Status::SUCCESS);
+    assert_eq!(a.write(), Status::SUCCESS);
+    // B cannot acquire; B's report sees both, A holding.
+    let s = b.resv(
+        io::RESV_ACQUIRE,
+        c(racqa::ACQUIRE, rtype::WRITE_EXCLUSIVE),
+        k(0xB, 0),
+    );
+    assert_eq!(s, Status::RESERVATION_CONFLICT);
+    let (s, r) = b.report(true);
+    assert_eq!(s, Status::SUCCESS);
+    let r = r.unwrap();
+    assert_eq!(
+        (r.rtype, r.generation, r.regs.len()),
+        (rtype::WRITE_EXCLUSIVE, 2, 2)
+    );
+    assert_eq!((r.regs[0].hostid, r.regs[0].holds), ([1; 16], true));
+    // EDS=0 cannot carry our 128-bit host identifiers.
+    assert_eq!(b.report(false).0, Status::HOST_ID_INCONSISTENT);
+    // Release: B writes again.
+    let s = a.resv(
+        io::RESV_RELEASE,
+        c(rrela::RELEASE, rtype::WRITE_EXCLUSIVE),
+        k(0xA, 0),
+    );
+    assert_eq!(s, Status::SUCCESS);
+    assert_eq!(b.write(), Status::SUCCESS);
+    // PTPL cannot be set on a namespace without a store.
+    let mut p = c(rrega::REGISTER, 0);
+    p.cptpl = cptpl::SET;
+    assert_eq!(
+        a.resv(io::RESV_REGISTER, p, k(0, 0xA)),
+        Status::INVALID_FIELD
+    );
+}
+
+#[test]
+fn notifications_reach_the_preempted_host_unless_masked() {
+    let t = target();
+    let mut a = connect(&t, [1; 16], 1);
+    let mut b = connect(&t, [2; 16], 2);
+    a.resv(io::RESV_REGISTER, c(rrega::REGISTER, 0), k(0, 0xA));
+    b.resv(io::RESV_REGISTER, c(rrega::REGISTER, 0), k(0, 0xB));
+    a.resv(
+        io::RESV_ACQUIRE,
+        c(racqa::ACQUIRE, rtype::EXCLUSIVE_ACCESS),
+        k(0xA, 0),
+    );
+    // Empty log before anything happened.
+    assert_eq!(a.resv_log(), ResvNotificationLog::default());
+    // B preempts A: A's controller gets Registration Preempted, and the event.
+    let s = b.resv(
+        io::RESV_ACQUIRE,
+        c(racqa::PREEMPT_AND_ABORT, rtype::EXCLUSIVE_ACCESS),
+        k(0xB, 0xA),
+    );
+    assert_eq!(s, Status::SUCCESS);
+    assert_eq!(a.read(), Status::RESERVATION_CONFLICT);
+    assert_eq!(
+        a.aer(),
+        Some(aen::result(
+            aen::TYPE_IO_CMD_SPECIFIC,
+            aen::IO_RESV_LOG_AVAILABLE,
+            lid::RESERVATION
+        ))
+    );
+    let l = a.resv_log();
+    assert_eq!(
+        (l.count, l.log_type, l.nsid, l.available),
+        (1, log_type::REGISTRATION_PREEMPTED, 1, 0)
+    );
+    assert_eq!(
+        a.resv_log().log_type,
+        log_type::EMPTY,
+        "reading consumed it"
+    );
+    assert_eq!(
+        b.resv_log().log_type,
+        log_type::EMPTY,
+        "the preempting host hears nothing"
+    );
+    // B masks Reservation Preempted for namespace 1; A registers and clears: B hears nothing.
+    assert_eq!(
+        b.set_feature(feature::RESV_MASK, 1, notify_mask::RESV_PREEMPTED),
+        Status::SUCCESS
+    );
+    assert_eq!(
+        b.get_feature(feature::RESV_MASK, 1),
+        (Status::SUCCESS, notify_mask::RESV_PREEMPTED)
+    );
+    assert_eq!(
+        b.set_feature(feature::RESV_MASK, 1, 1),
+        Status::INVALID_FIELD
+    );
+    a.resv(io::RESV_REGISTER, c(rrega::REGISTER, 0), k(0, 0xA));
+    assert_eq!(
+        a.resv(io::RESV_RELEASE, c(rrela::CLEAR, 0), k(0xA, 0)),
+        Status::SUCCESS
+    );
+    assert_eq!(b.resv_log().log_type, log_type::EMPTY);
+    // Unmasked: B registers, A registers, A acquires WERO and releases: B is told.
+    b.set_feature(feature::RESV_MASK, u32::MAX, 0);
+    b.resv(io::RESV_REGISTER, c(rrega::REGISTER, 0), k(0, 0xB));
+    a.resv(io::RESV_REGISTER, c(rrega::REGISTER, 0), k(0, 0xA));
+    a.resv(
+        io::RESV_ACQUIRE,
+        c(racqa::ACQUIRE, rtype::WRITE_EXCLUSIVE_REG_ONLY),
+        k(0xA, 0),
+    );
+    a.resv(
+        io::RESV_RELEASE,
+        c(rrela::RELEASE, rtype::WRITE_EXCLUSIVE_REG_ONLY),
+        k(0xA, 0),
+    );
+    let l = b.resv_log();
+    assert_eq!((l.count, l.log_type), (1, log_type::RESERVATION_RELEASED));
+    // Reservation Persistence: readable; cannot be set without a store.
+    assert_eq!(
+        a.get_feature(feature::RESV_PERSIST, 1),
+        (Status::SUCCESS, 0)
+    );
+    assert_eq!(
+        a.set_feature(feature::RESV_PERSIST, 1, 1),
+        Status::INVALID_FIELD
+    );
+    assert_eq!(
+        a.get_feature(feature::RESV_PERSIST, 9).0,
+        Status::INVALID_NS
+    );
+}
+
+#[test]
+fn identify_and_effects_advertise_reservations() {
+    let t = target();
+    let mut a = connect(&t, [1; 16], 1);
+    let mut sqe = Sqe::new(admin::IDENTIFY, CommandId(0));
+    sqe.set_cdw(10, u32::from(cns::CTRL));
+    sqe.set_sgl_transport(4096);
+    let (_, d) = a.admin_cmd(sqe);
+    let id = IdentifyController::decode(&d).unwrap();
+    assert_ne!(id.oncs & oncs::RESERVATIONS, 0);
+    let mut sqe = Sqe::new(admin::IDENTIFY, CommandId(0));
+    sqe.set_nsid(NamespaceId(1));
+    sqe.set_cdw(10, u32::from(cns::NS));
+    sqe.set_sgl_transport(4096);
+    let (_, d) = a.admin_cmd(sqe);
+    let ns = IdentifyNamespace::decode(&d).unwrap();
+    assert_eq!(ns.nmic & 1, 1);
+    assert_eq!(
+        ns.rescap,
+        rescap::ALL_TYPES | rescap::IEKEY,
+        "no PTPL without a store"
+    );
+    let mut sqe = Sqe::new(admin::GET_LOG_PAGE, CommandId(0));
+    sqe.set_cdw(10, u32::from(lid::CMD_EFFECTS) | ((4096 / 4 - 1) << 16));
+    sqe.set_sgl_transport(4096);
+    let (_, d) = a.admin_cmd(sqe);
+    let log = CmdEffectsLog::decode(&d).unwrap();
+    for op in [
+        io::RESV_REGISTER,
+        io::RESV_REPORT,
+        io::RESV_ACQUIRE,
+        io::RESV_RELEASE,
+    ] {
+        assert_ne!(log.iocs[usize::from(op)] & 1, 0, "opcode {op:#x}");
+    }
+}
