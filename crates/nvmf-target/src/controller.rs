@@ -220,6 +220,21 @@ impl Controller {
         );
     }
 
+    /// An ANA group state of this controller's path changed: ANA Change notice (log 0Ch).
+    pub fn ana_changed(&self) {
+        if self.is_discovery() {
+            return;
+        }
+        let mut st = self.state();
+        let aec = st.aec;
+        self.raise(
+            &mut st,
+            aec,
+            aen::CFG_ANA_CHANGE,
+            aen::result(aen::TYPE_NOTICE, aen::NOTICE_ANA_CHANGE, lid::ANA),
+        );
+    }
+
     /// Queue event `dw0` of type `bit` unless the host disabled the type (AEC) or an event of
     /// the type is already reported and not yet cleared.
     fn raise(&self, st: &mut CtrlState, aec: u32, bit: u32, dw0: u32) {

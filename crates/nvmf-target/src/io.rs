@@ -424,6 +424,7 @@ impl Queue {
         match sqe.opcode() {
             io::WRITE => {
                 let ns = self.io_namespace(sqe)?;
+                self.ana_check(ns)?;
                 let (_, len) = Self::lba_range(ns, sqe.slba(), u64::from(sqe.nlb()))?;
                 if len > u64::from(self.target.limits.max_transfer) {
                     return Err(CmdError::at(Status::INVALID_FIELD, 48));
@@ -431,7 +432,7 @@ impl Queue {
                 Ok(len as u32)
             }
             io::DATASET_MGMT => {
-                self.io_namespace(sqe)?;
+                self.ana_check(self.io_namespace(sqe)?)?;
                 // The host may send a larger buffer than NR ranges (Linux always sends 4 KiB,
                 // room for 256 ranges): accept NR*16 ≤ length ≤ 4096, as Linux nvmet does.
                 let nr = (sqe.cdw10() & 0xFF) + 1;
@@ -442,6 +443,16 @@ impl Queue {
                 Ok(len)
             }
             _ => Ok(0),
+        }
+    }
+
+    /// ANA: fail the command with the path's status when the namespace's group is
+    /// inaccessible, lost or in transition on this queue's listener (one relaxed load).
+    #[inline]
+    fn ana_check(&self, ns: &Namespace) -> Result<(), CmdError> {
+        match self.target.ana.path_status(self.ana_row + ns.ana_index()) {
+            None => Ok(()),
+            Some(s) => Err(s.into()),
         }
     }
 
@@ -476,6 +487,9 @@ impl Queue {
             let Some(first) = self.ns_refs.first().cloned() else {
                 return Ok(None);
             };
+            for n in &self.ns_refs {
+                self.ana_check(n)?;
+            }
             return Ok(Some(IoRequest {
                 op: IoOp::FlushAll(sub),
                 ns: first,
@@ -484,8 +498,12 @@ impl Queue {
             }));
         }
         let ns = match op {
-            io::READ | io::WRITE | io::FLUSH | io::WRITE_ZEROES | io::DATASET_MGMT => {
-                self.io_namespace(sqe)?.clone()
+            // Writes and DSM passed the ANA check in phase 1, before any data moved.
+            io::WRITE | io::DATASET_MGMT => self.io_namespace(sqe)?.clone(),
+            io::READ | io::FLUSH | io::WRITE_ZEROES => {
+                let ns = self.io_namespace(sqe)?;
+                self.ana_check(ns)?;
+                ns.clone()
             }
             _ => return Err(CmdError::at(Status::INVALID_OPCODE, 0)),
         };

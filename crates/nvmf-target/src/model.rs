@@ -56,6 +56,8 @@ pub struct Namespace {
     removed: AtomicBool,
     /// Counters for the SMART / Health log (summed over all controllers).
     pub stats: NsStats,
+    /// ANA group (1..=[`crate::ana::MAX_GROUPS`]); see [`Namespace::with_ana_group`].
+    ana_group: u32,
 }
 
 impl Namespace {
@@ -67,7 +69,23 @@ impl Namespace {
             uuid,
             removed: AtomicBool::new(false),
             stats: NsStats::default(),
+            ana_group: 1,
         }
+    }
+    /// The namespace in ANA group `grpid` (default 1; out-of-range values are clamped to
+    /// 1..=[`crate::ana::MAX_GROUPS`], the configuration rejects them first).
+    pub fn with_ana_group(mut self, grpid: u32) -> Namespace {
+        self.ana_group = grpid.clamp(1, crate::ana::MAX_GROUPS);
+        self
+    }
+    /// ANA group (Identify Namespace ANAGRPID).
+    pub fn ana_group(&self) -> u32 {
+        self.ana_group
+    }
+    /// Column of the namespace's group in the ANA table ([`crate::ana::AnaTable::path_status`]).
+    #[inline]
+    pub fn ana_index(&self) -> usize {
+        self.ana_group as usize - 1
     }
     /// True once the namespace was removed from its subsystem.
     pub fn is_removed(&self) -> bool {
@@ -223,6 +241,8 @@ pub struct Target {
     /// Power-on reference for SMART power-on hours.
     pub started: Instant,
     registry: Mutex<Registry>,
+    /// ANA state of every (listener, group) ([`Target::set_ana_state`] changes it).
+    pub ana: crate::ana::AnaTable,
 }
 
 #[derive(Debug, Default)]
@@ -253,6 +273,7 @@ impl Target {
                 controllers: HashMap::new(),
                 next: ControllerId::MIN,
             }),
+            ana: crate::ana::AnaTable::new(),
         }
     }
 
