@@ -124,6 +124,7 @@ impl Config {
         validate_target(&self.target)?;
         validate_listeners(&self.listeners, self.discovery.as_ref())?;
         validate_subsystems(&self.subsystems)?;
+        crate::ana::validate(self)?;
         validate_management(&self.management)
     }
 }
