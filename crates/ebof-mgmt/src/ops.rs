@@ -39,6 +39,7 @@ pub(crate) fn namespace_view(n: &Namespace, path: Option<String>) -> NamespaceVi
         nguid: api::hex(&n.nguid()),
         eui64: api::hex(&n.eui64()),
         path,
+        ana_group: n.ana_group(),
     }
 }
 
@@ -79,6 +80,7 @@ pub fn state(t: &Target) -> State {
                 }
             })
             .collect(),
+        ana: crate::ana::views(t),
     }
 }
 

@@ -17,7 +17,8 @@
 
 use crate::model::{Subsystem, Target};
 use nvme_spec::Status;
-use nvme_spec::ana::{AnaGroupDesc, AnaLog, AnaState};
+pub use nvme_spec::ana::AnaState;
+use nvme_spec::ana::{AnaGroupDesc, AnaLog};
 use std::net::SocketAddr;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU8, Ordering};
