@@ -478,6 +478,21 @@ ebof_step() {
 	host_step "$title" "$EBOF_BIN" "$@"
 }
 
+# need_ebof SCENARIO SUBCOMMAND...: exit 77 (skipped) unless $EBOF_BIN has every SUBCOMMAND; with
+# EBOF_INTEROP_STRICT a missing one is fatal
+need_ebof() {
+	local name=$1 sub msg
+	shift
+	for sub in "$@"; do
+		if [[ ! -x $EBOF_BIN ]] || ! "$EBOF_BIN" "$sub" --help >/dev/null 2>&1; then
+			msg="'$EBOF_BIN $sub' is not available (build: cargo build --release -p ebof)"
+			[[ -n ${EBOF_INTEROP_STRICT:-} ]] && die "$msg"
+			log "SKIP $name: $msg"
+			exit 77
+		fi
+	done
+}
+
 # serve_with_mgmt CONFIG PORT...: `ebof serve --config CONFIG` in the netns (background process
 # "target") with its management API on $MGMT_SOCK ($RUN_DIR/mgmt.sock); waits until every PORT
 # listens and the socket exists

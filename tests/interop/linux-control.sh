@@ -35,14 +35,7 @@ TARGET_PORT=4420
 DISC_PORT=8009
 export RUST_LOG=${RUST_LOG:-info}
 
-for sub in serve ctl bench; do
-	if [[ ! -x $EBOF_BIN ]] || ! "$EBOF_BIN" "$sub" --help >/dev/null 2>&1; then
-		msg="'$EBOF_BIN $sub' is not available (build: cargo build --release -p ebof)"
-		[[ -n ${EBOF_INTEROP_STRICT:-} ]] && die "$msg"
-		log "SKIP linux-control: $msg"
-		exit 77
-	fi
-done
+need_ebof linux-control serve ctl bench
 
 write_config() {
 	cat >"$RUN_DIR/ebof.toml" <<EOF

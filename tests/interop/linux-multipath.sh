@@ -30,14 +30,7 @@ PORT_A=4420
 PORT_B=4421
 export RUST_LOG=${RUST_LOG:-info}
 
-for sub in serve ctl; do
-	if [[ ! -x $EBOF_BIN ]] || ! "$EBOF_BIN" "$sub" --help >/dev/null 2>&1; then
-		msg="'$EBOF_BIN $sub' is not available (build: cargo build --release -p ebof)"
-		[[ -n ${EBOF_INTEROP_STRICT:-} ]] && die "$msg"
-		log "SKIP linux-multipath: $msg"
-		exit 77
-	fi
-done
+need_ebof linux-multipath serve ctl
 
 write_config() {
 	cat >"$RUN_DIR/ebof.toml" <<EOF

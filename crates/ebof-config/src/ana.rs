@@ -26,61 +26,24 @@ pub const ANA_GROUP_MAX: u32 = 32;
 /// The group of a namespace that does not name one.
 pub const DEFAULT_ANA_GROUP: u32 = 1;
 
-/// An ANA state as configured.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum AnaState {
-    Optimized,
-    NonOptimized,
-    Inaccessible,
-    PersistentLoss,
-    Change,
-}
-
-impl AnaState {
-    /// Every state, by its name in the file.
-    pub const ALL: [AnaState; 5] = [
-        AnaState::Optimized,
-        AnaState::NonOptimized,
-        AnaState::Inaccessible,
-        AnaState::PersistentLoss,
-        AnaState::Change,
-    ];
-
-    /// The name used in the file, the management API and `ebof ctl`.
-    pub fn name(self) -> &'static str {
-        match self {
-            AnaState::Optimized => "optimized",
-            AnaState::NonOptimized => "non-optimized",
-            AnaState::Inaccessible => "inaccessible",
-            AnaState::PersistentLoss => "persistent-loss",
-            AnaState::Change => "change",
-        }
-    }
-}
-
-impl std::fmt::Display for AnaState {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
+/// An ANA state, by the name used in the file, the management API and `ebof ctl`
+/// ([`AnaState::name`]).
+pub use nvme_spec::ana::AnaState;
 
 /// Parse a state name (error code `invalid-ana-state`, path left empty).
 pub fn parse_ana_state(s: &str) -> Result<AnaState, ConfigError> {
-    AnaState::ALL
-        .into_iter()
-        .find(|a| a.name() == s.trim())
-        .ok_or_else(|| {
-            let names: Vec<&str> = AnaState::ALL.iter().map(|a| a.name()).collect();
-            ConfigError::new(
-                codes::INVALID_ANA_STATE,
-                "",
-                format!(
-                    "unknown ANA state {} (expected {})",
-                    quote(s),
-                    names.join(", ")
-                ),
-            )
-        })
+    AnaState::from_name(s.trim()).ok_or_else(|| {
+        let names: Vec<&str> = AnaState::ALL.iter().map(|a| a.name()).collect();
+        ConfigError::new(
+            codes::INVALID_ANA_STATE,
+            "",
+            format!(
+                "unknown ANA state {} (expected {})",
+                quote(s),
+                names.join(", ")
+            ),
+        )
+    })
 }
 
 /// Check an ANA group id (error code `invalid-ana-group`, path left empty).

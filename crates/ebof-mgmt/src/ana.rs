@@ -9,23 +9,11 @@ use nvmf_target::Target;
 use nvmf_target::ana::AnaError;
 use std::net::SocketAddr;
 
-/// The target's state for a configured one.
-pub fn to_target(s: AnaState) -> nvmf_target::ana::AnaState {
-    use nvmf_target::ana::AnaState as T;
-    match s {
-        AnaState::Optimized => T::Optimized,
-        AnaState::NonOptimized => T::NonOptimized,
-        AnaState::Inaccessible => T::Inaccessible,
-        AnaState::PersistentLoss => T::PersistentLoss,
-        AnaState::Change => T::Change,
-    }
-}
-
 /// Set every configured ANA state on the target (at start).
 pub fn apply_config(cfg: &Config, target: &Target) -> Result<(), String> {
     for (i, a) in cfg.ana.iter().enumerate() {
         target
-            .set_ana_state(a.listener.socket_addr(), a.group, to_target(a.state))
+            .set_ana_state(a.listener.socket_addr(), a.group, a.state)
             .map_err(|e| format!("ana[{i}]: {e}"))?;
     }
     Ok(())
@@ -35,7 +23,7 @@ pub fn apply_config(cfg: &Config, target: &Target) -> Result<(), String> {
 /// had some, went with its removal from the configuration).
 pub fn reset_listener(target: &Target, addr: SocketAddr) {
     for (g, _) in target.ana.non_optimized(addr) {
-        let _ = target.set_ana_state(addr, g, nvmf_target::ana::AnaState::Optimized);
+        let _ = target.set_ana_state(addr, g, AnaState::Optimized);
     }
 }
 
@@ -92,7 +80,7 @@ impl Control {
             let addr = listener.socket_addr();
             let changed = self
                 .target
-                .set_ana_state(addr, group, to_target(state))
+                .set_ana_state(addr, group, state)
                 .map_err(ana_error)?;
             Ok(AnaChanged {
                 ana: AnaView {
@@ -164,14 +152,8 @@ state = "non-optimized"
         let ns = t.subsystems()[0].namespaces.clone();
         assert_eq!(ns[0].ana_group(), 1);
         assert_eq!(ns[1].ana_group(), 2);
-        assert_eq!(
-            t.ana.state(addr(4421), 2),
-            nvmf_target::ana::AnaState::NonOptimized
-        );
-        assert_eq!(
-            t.ana.state(addr(4420), 2),
-            nvmf_target::ana::AnaState::Optimized
-        );
+        assert_eq!(t.ana.state(addr(4421), 2), AnaState::NonOptimized);
+        assert_eq!(t.ana.state(addr(4420), 2), AnaState::Optimized);
         assert_eq!(
             c.state().ana,
             vec![AnaView {
@@ -191,10 +173,7 @@ state = "non-optimized"
             .unwrap();
         assert!(r.changed);
         assert_eq!(r.change_count, c.target.ana.change_count());
-        assert_eq!(
-            c.target.ana.state(addr(4420), 2),
-            nvmf_target::ana::AnaState::Inaccessible
-        );
+        assert_eq!(c.target.ana.state(addr(4420), 2), AnaState::Inaccessible);
         let again = c
             .set_ana(&req("127.0.0.1:4420", 2, "inaccessible"))
             .unwrap();
@@ -202,10 +181,7 @@ state = "non-optimized"
         assert_eq!(again.change_count, r.change_count);
         let run = c.running();
         assert_eq!(run.ana.len(), 2);
-        assert_eq!(
-            run.ana_state(&run.listeners[0], 2),
-            ebof_config::AnaState::Inaccessible
-        );
+        assert_eq!(run.ana_state(&run.listeners[0], 2), AnaState::Inaccessible);
         // Back to optimized: the entry leaves the configuration, which still round-trips.
         c.set_ana(&req("127.0.0.1:4420", 2, "optimized")).unwrap();
         let run = c.running();

@@ -1306,46 +1306,14 @@ fn ana_states_set_live_shown_and_enforced() {
     );
     let v: Value = serde_json::from_str(&o.stdout).unwrap();
     assert_eq!(v["changed"], false);
-    rejected(
-        &s,
-        &[
-            "ana",
-            "set",
-            "--listener",
-            "127.0.0.1:1",
-            "--state",
-            "change",
-        ],
-        "unknown-listener",
-    );
-    rejected(
-        &s,
-        &[
-            "ana",
-            "set",
-            "--listener",
-            &l,
-            "--group",
-            "33",
-            "--state",
-            "change",
-        ],
-        "invalid-ana-group",
-    );
-    rejected(
-        &s,
-        &[
-            "ana",
-            "set",
-            "--listener",
-            &l,
-            "--group",
-            "0",
-            "--state",
-            "change",
-        ],
-        "invalid-ana-group",
-    );
+    for (listener, group, code) in [
+        ("127.0.0.1:1", "1", "unknown-listener"),
+        (l.as_str(), "33", "invalid-ana-group"),
+        (l.as_str(), "0", "invalid-ana-group"),
+    ] {
+        let args = ["ana", "set", "--listener", listener, "--group", group];
+        rejected(&s, &[&args[..], &["--state", "change"]].concat(), code);
+    }
     let o = set("optimized");
     assert!(o.ok, "{}", o.stderr);
     assert_eq!(state(&s)["ana"], serde_json::json!([]));
