@@ -478,6 +478,22 @@ ebof_step() {
 	host_step "$title" "$EBOF_BIN" "$@"
 }
 
+# serve_check_after RC: after the guest ran (status RC), the "target" serve must still run (a
+# dead one fails a passing run); on failure, the tails of its log and of ctl.log. Returns the
+# scenario's status.
+serve_check_after() {
+	local rc=$1
+	if ! bg_alive target; then
+		warn "ebof serve is not running any more"
+		((rc == 0)) && rc=1
+	fi
+	if ((rc != 0)); then
+		bg_log_tail target 60
+		[[ -s $RUN_DIR/ctl.log ]] && { echo "---- ctl.log (last 60 lines) ----"; tail -n 60 "$RUN_DIR/ctl.log"; }
+	fi
+	return "$rc"
+}
+
 # need_ebof SCENARIO SUBCOMMAND...: exit 77 (skipped) unless $EBOF_BIN has every SUBCOMMAND; with
 # EBOF_INTEROP_STRICT a missing one is fatal
 need_ebof() {

@@ -75,15 +75,7 @@ done
 
 vm_run "$INTEROP_DIR/linux-multipath.guest.sh" "${EBOF_INTEROP_TIMEOUT:-300}"
 rc=$?
-
-if ! bg_alive target; then
-	warn "ebof serve is not running any more"
-	((rc == 0)) && rc=1
-fi
-if ((rc != 0)); then
-	bg_log_tail target 60
-	[[ -s $RUN_DIR/ctl.log ]] && { echo "---- ctl.log (last 60 lines) ----"; tail -n 60 "$RUN_DIR/ctl.log"; }
-fi
+serve_check_after "$rc" || rc=$?
 echo
 timing_summary
 host_summary
