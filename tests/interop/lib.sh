@@ -478,6 +478,74 @@ ebof_step() {
 	host_step "$title" "$EBOF_BIN" "$@"
 }
 
+# serve_check_after RC: after the guest ran (status RC), the "target" serve must still run (a
+# dead one fails a passing run); on failure, the tails of its log and of ctl.log. Returns the
+# scenario's status.
+serve_check_after() {
+	local rc=$1
+	if ! bg_alive target; then
+		warn "ebof serve is not running any more"
+		((rc == 0)) && rc=1
+	fi
+	if ((rc != 0)); then
+		bg_log_tail target 60
+		[[ -s $RUN_DIR/ctl.log ]] && { echo "---- ctl.log (last 60 lines) ----"; tail -n 60 "$RUN_DIR/ctl.log"; }
+	fi
+	return "$rc"
+}
+
+# need_ebof SCENARIO SUBCOMMAND...: exit 77 (skipped) unless $EBOF_BIN has every SUBCOMMAND; with
+# EBOF_INTEROP_STRICT a missing one is fatal
+need_ebof() {
+	local name=$1 sub msg
+	shift
+	for sub in "$@"; do
+		if [[ ! -x $EBOF_BIN ]] || ! "$EBOF_BIN" "$sub" --help >/dev/null 2>&1; then
+			msg="'$EBOF_BIN $sub' is not available (build: cargo build --release -p ebof)"
+			[[ -n ${EBOF_INTEROP_STRICT:-} ]] && die "$msg"
+			log "SKIP $name: $msg"
+			exit 77
+		fi
+	done
+}
+
+# serve_with_mgmt CONFIG PORT...: `ebof serve --config CONFIG` in the netns (background process
+# "target") with its management API on $MGMT_SOCK ($RUN_DIR/mgmt.sock); waits until every PORT
+# listens and the socket exists
+MGMT_SOCK=''
+serve_with_mgmt() {
+	local config=$1 port i
+	shift
+	MGMT_SOCK=$RUN_DIR/mgmt.sock
+	bg_start target ip netns exec "$NS" "$EBOF_BIN" serve --config "$config" --mgmt-socket "$MGMT_SOCK"
+	log "ebof serve started (pid $(bg_pid target)), management socket $MGMT_SOCK"
+	for port in "$@"; do
+		wait_listen "$port" 30 "$(bg_pid target)" || { bg_log_tail target; return 1; }
+	done
+	for ((i = 0; i < 100; i++)); do
+		[[ -S $MGMT_SOCK ]] && return 0
+		sleep 0.1
+	done
+	warn "no management socket $MGMT_SOCK after 10 s"
+	return 1
+}
+
+# The guest cannot reach the management socket (the 9p root is not a socket transport), so it asks
+# the host: guest_request ctl "ARGS" runs `ebof ctl --socket $MGMT_SOCK ARGS` (ARGS split on spaces:
+# NQNs, sizes, addresses and flags have none). stdout -> /xchg/ctl.out, stderr -> /xchg/ctl.err,
+# both also in $RUN_DIR/ctl.log.
+host_on_ctl() {
+	local args rc
+	read -r -a args <<<"$1"
+	echo "+ ebof ctl ${args[*]}" >>"$RUN_DIR/ctl.log"
+	timeout -k 5 30 "$EBOF_BIN" ctl --socket "$MGMT_SOCK" "${args[@]}" >"$X/.ctl.out" 2>"$X/.ctl.err"
+	rc=$?
+	cat "$X/.ctl.out" "$X/.ctl.err" >>"$RUN_DIR/ctl.log"
+	echo "status $rc" >>"$RUN_DIR/ctl.log"
+	mv "$X/.ctl.out" "$X/ctl.out" && mv "$X/.ctl.err" "$X/ctl.err"
+	return "$rc"
+}
+
 host_summary() {
 	local r
 	((${#HOST_RESULTS[@]})) || return 0

@@ -41,14 +41,7 @@ TARGET_PORT=4420
 DISC_PORT=8009
 export RUST_LOG=${RUST_LOG:-info}
 
-for sub in serve ctl bench; do
-	if [[ ! -x $EBOF_BIN ]] || ! "$EBOF_BIN" "$sub" --help >/dev/null 2>&1; then
-		msg="'$EBOF_BIN $sub' is not available (build: cargo build --release -p ebof)"
-		[[ -n ${EBOF_INTEROP_STRICT:-} ]] && die "$msg"
-		log "SKIP linux-control: $msg"
-		exit 77
-	fi
-done
+need_ebof linux-control serve ctl bench
 
 write_config() {
 	cat >"$RUN_DIR/ebof.toml" <<EOF
@@ -84,38 +77,7 @@ EOF
 	head -n 40 "$RUN_DIR/ebof.toml"
 }
 
-MGMT_SOCK=''
-start_target() {
-	MGMT_SOCK=$RUN_DIR/mgmt.sock
-	bg_start target ip netns exec "$NS" "$EBOF_BIN" serve --config "$RUN_DIR/ebof.toml" \
-		--mgmt-socket "$MGMT_SOCK"
-	log "ebof serve started (pid $(bg_pid target)), management socket $MGMT_SOCK"
-	if ! wait_listen "$TARGET_PORT" 30 "$(bg_pid target)" || ! wait_listen "$DISC_PORT" 30 "$(bg_pid target)"; then
-		bg_log_tail target
-		return 1
-	fi
-	local i
-	for ((i = 0; i < 100; i++)); do
-		[[ -S $MGMT_SOCK ]] && return 0
-		sleep 0.1
-	done
-	warn "no management socket $MGMT_SOCK after 10 s"
-	return 1
-}
-
-# guest_request ctl "ARGS": `ebof ctl --socket $MGMT_SOCK ARGS` (ARGS split on spaces: NQNs, sizes and
-# flags have none). stdout -> /xchg/ctl.out, stderr -> /xchg/ctl.err, both also in ctl.log.
-host_on_ctl() {
-	local args rc
-	read -r -a args <<<"$1"
-	echo "+ ebof ctl ${args[*]}" >>"$RUN_DIR/ctl.log"
-	timeout -k 5 30 "$EBOF_BIN" ctl --socket "$MGMT_SOCK" "${args[@]}" >"$X/.ctl.out" 2>"$X/.ctl.err"
-	rc=$?
-	cat "$X/.ctl.out" "$X/.ctl.err" >>"$RUN_DIR/ctl.log"
-	echo "status $rc" >>"$RUN_DIR/ctl.log"
-	mv "$X/.ctl.out" "$X/ctl.out" && mv "$X/.ctl.err" "$X/ctl.err"
-	return "$rc"
-}
+start_target() { serve_with_mgmt "$RUN_DIR/ebof.toml" "$TARGET_PORT" "$DISC_PORT"; }
 
 # ---------------------------------------------------------------------------------------------
 
@@ -133,15 +95,7 @@ host_step "ebof ctl show" "$EBOF_BIN" ctl --socket "$MGMT_SOCK" show ||
 
 vm_run "$INTEROP_DIR/linux-control.guest.sh" "${EBOF_INTEROP_TIMEOUT:-600}"
 rc=$?
-
-if ! bg_alive target; then
-	warn "ebof serve is not running any more"
-	((rc == 0)) && rc=1
-fi
-if ((rc != 0)); then
-	bg_log_tail target 60
-	[[ -s $RUN_DIR/ctl.log ]] && { echo "---- ctl.log (last 60 lines) ----"; tail -n 60 "$RUN_DIR/ctl.log"; }
-fi
+serve_check_after "$rc" || rc=$?
 echo
 timing_summary
 if [[ -s $X/seen.tsv ]]; then

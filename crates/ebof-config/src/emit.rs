@@ -126,8 +126,10 @@ impl Config {
                     "uuid = {}",
                     string(&uuid::Uuid::from_bytes(ns.uuid).to_string())
                 );
+                let _ = writeln!(out, "ana_group = {}", ns.ana_group);
             }
         }
+        crate::ana::emit(&mut out, self);
         out
     }
 }

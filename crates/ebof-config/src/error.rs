@@ -72,6 +72,14 @@ pub mod codes {
     pub const DUPLICATE_UUID: &str = "duplicate-uuid";
     /// Command-line options that cannot be combined (`--ram` with `--file`).
     pub const CONFLICTING_OVERRIDES: &str = "conflicting-overrides";
+    /// ANA group id outside 1..=32 (`ana_group`, `[[ana]] group`).
+    pub const INVALID_ANA_GROUP: &str = "invalid-ana-group";
+    /// Unknown ANA state name.
+    pub const INVALID_ANA_STATE: &str = "invalid-ana-state";
+    /// `[[ana]] listener` is not one of the `[[listeners]]`.
+    pub const UNKNOWN_ANA_LISTENER: &str = "unknown-ana-listener";
+    /// Two `[[ana]]` entries for the same listener and group.
+    pub const DUPLICATE_ANA: &str = "duplicate-ana";
 }
 
 /// A configuration error: what is wrong, where, and a stable code to match on.

@@ -105,6 +105,7 @@
 //! 4122 version-5 UUID. Both are pure functions of the configuration, so
 //! hosts see the same identifiers after a restart.
 
+mod ana;
 mod emit;
 mod error;
 mod model;
@@ -115,6 +116,9 @@ mod validate;
 
 use std::path::Path;
 
+pub use ana::{
+    ANA_GROUP_MAX, AnaSetting, AnaState, DEFAULT_ANA_GROUP, check_ana_group, parse_ana_state,
+};
 pub use error::{ConfigError, codes};
 pub use model::{
     BackendChoice, Config, DEFAULT_BLOCK_SIZE, DEFAULT_DISCOVERY_PORT, DEFAULT_FILE_SIZE,

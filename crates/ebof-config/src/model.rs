@@ -56,6 +56,8 @@ pub struct Config {
     pub management: Management,
     /// Prometheus endpoint (`[metrics] listen = "ADDR:PORT"`); none by default.
     pub metrics: Option<Listener>,
+    /// ANA states that are not optimized (`[[ana]]`), see [`crate::AnaSetting`].
+    pub ana: Vec<crate::AnaSetting>,
 }
 
 /// Default port of `[metrics] listen` when only an address is given.
@@ -255,6 +257,8 @@ pub struct Namespace {
     /// the device; `block_size` must be at least its logical block size (checked when the
     /// backend is opened). Default false. Not accepted for RAM.
     pub direct: bool,
+    /// ANA group (`ana_group`, 1..=[`crate::ANA_GROUP_MAX`]). Default 1.
+    pub ana_group: u32,
 }
 
 /// The storage behind a namespace. Opening it is the backend crate's job.
@@ -359,6 +363,7 @@ impl Namespace {
             block_size: DEFAULT_BLOCK_SIZE,
             uuid: derived_uuid(subsystem_nqn, nsid),
             direct: false,
+            ana_group: crate::DEFAULT_ANA_GROUP,
         }
     }
 }
@@ -391,6 +396,7 @@ impl Config {
             subsystems: vec![subsystem],
             management: Management::default(),
             metrics: None,
+            ana: Vec::new(),
         }
     }
 }

@@ -74,6 +74,9 @@ impl Config {
                 .iter()
                 .map(|s| parse_listener(s, DEFAULT_PORT).map_err(|e| e.at("--listen")))
                 .collect::<Result<_, _>>()?;
+            // ANA states of listeners that are no longer served go with them.
+            let kept = &self.listeners;
+            self.ana.retain(|a| kept.contains(&a.listener));
         }
         if let Some(s) = &o.discovery_listen {
             self.discovery = Some(

@@ -41,6 +41,9 @@ pub(crate) struct RawConfig {
     management: Option<RawManagement>,
     /// `[metrics]`: the Prometheus endpoint.
     metrics: Option<RawMetrics>,
+    /// `[[ana]]`: ANA states per listener and group.
+    #[serde(default)]
+    ana: Vec<crate::ana::RawAna>,
 }
 
 /// `[management]`.
@@ -150,6 +153,8 @@ struct RawNamespace {
     uuid: Option<String>,
     /// O_DIRECT for file and block backends; default false.
     direct: Option<bool>,
+    /// ANA group; default 1.
+    ana_group: Option<i64>,
 }
 
 /// A size as written: an integer or a string with a unit.
@@ -307,6 +312,7 @@ impl RawConfig {
                 Some(parse_listener(&l, DEFAULT_METRICS_PORT).map_err(|e| e.at("metrics.listen"))?)
             }
         };
+        let ana = crate::ana::convert(self.ana)?;
         Ok(Config {
             target,
             listeners,
@@ -314,6 +320,7 @@ impl RawConfig {
             subsystems,
             management,
             metrics,
+            ana,
         })
     }
 }
@@ -579,12 +586,17 @@ fn convert_namespace(
             .as_bytes(),
         None => derived_uuid(nqn, nsid),
     };
+    let ana_group = match raw.ana_group {
+        Some(g) => crate::ana::check_ana_group(g).map_err(|e| e.at(format!("{path}.ana_group")))?,
+        None => crate::ana::DEFAULT_ANA_GROUP,
+    };
     Ok(Namespace {
         nsid,
         backend,
         block_size,
         uuid,
         direct: raw.direct.unwrap_or(false),
+        ana_group,
     })
 }
 

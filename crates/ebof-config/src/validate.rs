@@ -130,6 +130,7 @@ impl Config {
         validate_target(&self.target)?;
         validate_listeners(&self.listeners, self.discovery.as_ref())?;
         validate_subsystems(&self.subsystems, self.target.max_namespaces)?;
+        crate::ana::validate(self)?;
         validate_management(&self.management)
     }
 }

@@ -544,6 +544,69 @@ fn each_rule_reports_code_and_path() {
             codes::DUPLICATE_UUID,
             "subsystems[0].namespaces[1].uuid",
         ),
+        // --- ANA
+        (
+            "ana_group zero",
+            ns("backend = \"ram\"\nsize = 512\nana_group = 0"),
+            codes::INVALID_ANA_GROUP,
+            "subsystems[0].namespaces[0].ana_group",
+        ),
+        (
+            "ana_group too large",
+            ns("backend = \"ram\"\nsize = 512\nana_group = 33"),
+            codes::INVALID_ANA_GROUP,
+            "subsystems[0].namespaces[0].ana_group",
+        ),
+        (
+            "ana group out of range",
+            format!(
+                "{BASE}[[ana]]\nlistener = \"127.0.0.1:4420\"\ngroup = 40\nstate = \"change\"\n"
+            ),
+            codes::INVALID_ANA_GROUP,
+            "ana[0].group",
+        ),
+        (
+            "ana state unknown",
+            format!("{BASE}[[ana]]\nlistener = \"127.0.0.1:4420\"\ngroup = 1\nstate = \"down\"\n"),
+            codes::INVALID_ANA_STATE,
+            "ana[0].state",
+        ),
+        (
+            "ana listener not configured",
+            format!(
+                "{BASE}[[ana]]\nlistener = \"127.0.0.1:4421\"\ngroup = 1\nstate = \"inaccessible\"\n"
+            ),
+            codes::UNKNOWN_ANA_LISTENER,
+            "ana[0].listener",
+        ),
+        (
+            "ana listener garbage",
+            format!("{BASE}[[ana]]\nlistener = \"here\"\ngroup = 1\nstate = \"inaccessible\"\n"),
+            codes::INVALID_ADDRESS,
+            "ana[0].listener",
+        ),
+        (
+            "ana without state",
+            format!("{BASE}[[ana]]\nlistener = \"127.0.0.1\"\ngroup = 1\n"),
+            codes::MISSING_FIELD,
+            "ana[0].state",
+        ),
+        (
+            "ana twice",
+            format!(
+                "{BASE}[[ana]]\nlistener = \"127.0.0.1\"\ngroup = 1\nstate = \"change\"\n[[ana]]\nlistener = \"127.0.0.1:4420\"\ngroup = 1\nstate = \"optimized\"\n"
+            ),
+            codes::DUPLICATE_ANA,
+            "ana[1]",
+        ),
+        (
+            "ana unknown key",
+            format!(
+                "{BASE}[[ana]]\nlistener = \"127.0.0.1\"\ngroup = 1\nstate = \"change\"\nport = 1\n"
+            ),
+            codes::UNKNOWN_FIELD,
+            "ana[0].port",
+        ),
         // --- management
         (
             "management listen without token file",
@@ -656,4 +719,42 @@ fn validate_catches_what_types_allow() {
     let mut c = Config::embedded_default();
     c.subsystems[0].namespaces[0].uuid = [0; 16];
     assert_eq!(c.validate().unwrap_err().code, codes::INVALID_UUID);
+
+    let mut c = Config::embedded_default();
+    c.subsystems[0].namespaces[0].ana_group = 0;
+    assert_eq!(c.validate().unwrap_err().code, codes::INVALID_ANA_GROUP);
+}
+
+#[test]
+fn ana_state_edits_keep_only_what_is_not_optimized() {
+    use ebof_config::{AnaState, parse_ana_state};
+    let mut c = Config::embedded_default();
+    let l = c.listeners[0];
+    c.set_ana_state(l, 3, AnaState::Inaccessible);
+    c.set_ana_state(l, 3, AnaState::Change);
+    assert_eq!(c.ana.len(), 1);
+    assert_eq!(c.ana_state(&l, 3), AnaState::Change);
+    c.validate().unwrap();
+    c.set_ana_state(l, 3, AnaState::Optimized);
+    assert!(c.ana.is_empty());
+    c.set_ana_state(l, 4, AnaState::Optimized);
+    assert!(c.ana.is_empty());
+    for s in AnaState::ALL {
+        assert_eq!(parse_ana_state(s.name()).unwrap(), s);
+    }
+    let e = parse_ana_state("Optimised").unwrap_err();
+    assert!(
+        e.message
+            .contains("optimized, non-optimized, inaccessible, persistent-loss, change"),
+        "{e}"
+    );
+    // A listener that goes away takes its states with it or validation says so.
+    c.set_ana_state(l, 2, AnaState::Inaccessible);
+    c.listeners[0].port = 4500;
+    c.discovery = None;
+    let e = c.validate().unwrap_err();
+    assert_eq!(
+        (e.code, e.path.as_str()),
+        (codes::UNKNOWN_ANA_LISTENER, "ana[0].listener")
+    );
 }

@@ -5,8 +5,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 
 use ebof_config::{
-    BackendChoice, Config, DEFAULT_NQN, IoEngine, Listener, Namespace, Subsystem, TargetTuning,
-    codes, derived_serial, derived_uuid,
+    AnaSetting, AnaState, BackendChoice, Config, DEFAULT_NQN, IoEngine, Listener, Namespace,
+    Subsystem, TargetTuning, codes, derived_serial, derived_uuid,
 };
 
 fn example_path() -> PathBuf {
@@ -47,6 +47,7 @@ fn embedded_default_validates_and_matches_its_doc() {
             block_size: 512,
             uuid: derived_uuid(DEFAULT_NQN, 1),
             direct: false,
+            ana_group: 1,
         }]
     );
 }
@@ -142,6 +143,7 @@ path = "/tmp/a.img"
 block_size = 4096
 direct = true
 uuid = "{0B6B6F2E-5D1C-4B8E-9A51-3F0C2D7E8A14}"
+ana_group = 2
 
 [[subsystems.namespaces]]
 backend = "file"
@@ -150,6 +152,16 @@ size = "3 MiB"
 
 [[subsystems]]
 nqn = "nqn.2026-11.io.ebof:b"
+
+[[ana]]
+listener = "[::1]:4421"
+group = 2
+state = "inaccessible"
+
+[[ana]]
+listener = "0.0.0.0"
+group = 32
+state = "change"
 "#;
 
 #[test]
@@ -214,6 +226,7 @@ fn full_document_parses_to_expected_values() {
                     block_size: 512,
                     uuid: derived_uuid("nqn.2026-11.io.ebof:a", 1),
                     direct: false,
+                    ana_group: 1,
                 },
                 Namespace {
                     nsid: 7,
@@ -227,6 +240,7 @@ fn full_document_parses_to_expected_values() {
                         0x2d, 0x7e, 0x8a, 0x14
                     ],
                     direct: true,
+                    ana_group: 2,
                 },
                 Namespace {
                     nsid: 3,
@@ -237,10 +251,28 @@ fn full_document_parses_to_expected_values() {
                     block_size: 512,
                     uuid: derived_uuid("nqn.2026-11.io.ebof:a", 3),
                     direct: false,
+                    ana_group: 1,
                 },
             ],
         }
     );
+    assert_eq!(
+        c.ana,
+        vec![
+            AnaSetting {
+                listener: c.listeners[1],
+                group: 2,
+                state: AnaState::Inaccessible,
+            },
+            AnaSetting {
+                listener: c.listeners[0],
+                group: 32,
+                state: AnaState::Change,
+            },
+        ]
+    );
+    assert_eq!(c.ana_state(&c.listeners[1], 2), AnaState::Inaccessible);
+    assert_eq!(c.ana_state(&c.listeners[1], 1), AnaState::Optimized);
     let b = &c.subsystems[1];
     assert_eq!(b.serial, derived_serial("TEST", "nqn.2026-11.io.ebof:b"));
     assert!(b.serial.starts_with("TEST") && b.serial.len() == 20);
@@ -275,6 +307,7 @@ fn round_trip_of_awkward_values() {
         block_size: 512,
         uuid: [0xff; 16],
         direct: true,
+        ana_group: 1,
     });
     c.subsystems[0].namespaces.push(Namespace {
         nsid: 2,
@@ -282,6 +315,7 @@ fn round_trip_of_awkward_values() {
         block_size: 512,
         uuid: [1; 16],
         direct: false,
+        ana_group: 1,
     });
     c.listeners.push(Listener {
         address: "fe80::1".parse().unwrap(),

@@ -43,6 +43,8 @@ pub mod routes {
     pub const LISTENER: &str = "/v1/listeners/{address}";
     /// `POST` [`super::SaveRequest`]: write the running configuration as TOML.
     pub const SAVE: &str = "/v1/save";
+    /// `PUT` [`super::AnaRequest`]: set the ANA state of a group on a listener.
+    pub const ANA: &str = "/v1/ana";
 
     /// `route` with each `{name}` replaced by the percent-encoded value, in order.
     pub fn fill(route: &str, values: &[&str]) -> String {
@@ -193,6 +195,41 @@ pub struct State {
     pub subsystems: Vec<SubsystemView>,
     pub listeners: Vec<ListenerView>,
     pub controllers: Vec<ControllerView>,
+    /// ANA states that are not optimized, by listener and group (every other pair is).
+    #[serde(default)]
+    pub ana: Vec<AnaView>,
+}
+
+/// The ANA state of one group on one listener.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AnaView {
+    /// `ADDR:PORT` of the listener.
+    pub listener: String,
+    pub group: u32,
+    /// `optimized`, `non-optimized`, `inaccessible`, `persistent-loss` or `change`.
+    pub state: String,
+}
+
+/// `PUT /v1/ana`: set the state of ANA `group` on `listener`; hosts connected through it get
+/// an ANA Change event.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AnaRequest {
+    /// `ADDR:PORT` of an NVMe listener.
+    pub listener: String,
+    /// 1..=32.
+    pub group: u32,
+    pub state: String,
+}
+
+/// Answer of `PUT /v1/ana`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AnaChanged {
+    pub ana: AnaView,
+    /// False when the group was in that state already.
+    pub changed: bool,
+    /// The ANA log page's change count after the request.
+    pub change_count: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -225,6 +262,9 @@ pub struct NamespaceView {
     /// File or device path (file and block namespaces).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
+    /// ANA group.
+    #[serde(default = "default_ana_group")]
+    pub ana_group: u32,
     /// Reservations (NVMe Base 2.0 8.19), when a host registered or PTPL is on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reservation: Option<ReservationView>,
@@ -253,6 +293,10 @@ pub struct RegistrantView {
     pub hostid: String,
     /// Registration key, `0x` and 16 hex digits.
     pub key: String,
+}
+
+fn default_ana_group() -> u32 {
+    1
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -409,6 +453,9 @@ pub struct NamespaceRequest {
     pub uuid: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub direct: Option<bool>,
+    /// ANA group (1..=32; default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ana_group: Option<u32>,
 }
 
 /// Answer of `POST …/namespaces` and `PUT …/size`.

@@ -99,7 +99,7 @@ pub fn open_namespace(
             n.block_size
         ));
     }
-    let ns = Namespace::new(n.nsid, backend, n.block_size, n.uuid);
+    let ns = Namespace::new(n.nsid, backend, n.block_size, n.uuid).with_ana_group(n.ana_group);
     match reservation_state_path(n, state_dir) {
         Some(path) => Ok(ns.with_reservations(load_reservations(&path, field)?)),
         None => Ok(ns),
@@ -183,12 +183,9 @@ pub fn build_target(cfg: &Config) -> Result<Target, String> {
         max_queue_size: t.max_queue_size,
         max_transfer: MAX_TRANSFER,
     };
-    Ok(Target::new(
-        subsystems,
-        listener_infos(cfg),
-        limits,
-        Instant::now(),
-    ))
+    let target = Target::new(subsystems, listener_infos(cfg), limits, Instant::now());
+    crate::ana::apply_config(cfg, &target)?;
+    Ok(target)
 }
 
 /// Listeners configured with port 0 (any free port) get the port the server bound (`bound`: I/O
@@ -202,12 +199,19 @@ pub fn settle_bound_ports(cfg: &mut Config, bound: &[std::net::SocketAddr], targ
         .zip(bound)
     {
         if l.port == 0 {
+            // ANA states named for port 0 follow the port the listener got.
+            for a in cfg.ana.iter_mut().filter(|a| a.listener == *l) {
+                a.listener.port = b.port();
+            }
             l.port = b.port();
             changed = true;
         }
     }
     if changed {
         target.set_listeners(listener_infos(cfg));
+        if let Err(e) = crate::ana::apply_config(cfg, target) {
+            tracing::warn!(error = %e, "ANA states of listeners on port 0 not applied");
+        }
     }
 }
 

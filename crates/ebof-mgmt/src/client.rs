@@ -206,6 +206,14 @@ impl Client {
         self.json(Method::DELETE, &uri, None)
     }
 
+    /// Set the ANA state of a group on a listener.
+    pub fn set_ana(
+        &self,
+        req: &crate::api::AnaRequest,
+    ) -> Result<crate::api::AnaChanged, ClientError> {
+        self.json(Method::PUT, routes::ANA, Some(to_json(req)))
+    }
+
     /// Write the running configuration.
     pub fn save(&self, req: &SaveRequest) -> Result<Saved, ClientError> {
         self.json(Method::POST, routes::SAVE, Some(to_json(req)))

@@ -65,7 +65,10 @@ impl Control {
 
     /// Edit a copy of the running configuration with `f` (which validates it and applies the
     /// change to the target last); on success the copy becomes the running configuration.
-    fn change<T>(&self, f: impl FnOnce(&mut Config) -> Result<T, ApiError>) -> Result<T, ApiError> {
+    pub(crate) fn change<T>(
+        &self,
+        f: impl FnOnce(&mut Config) -> Result<T, ApiError>,
+    ) -> Result<T, ApiError> {
         let mut cfg = self.lock();
         let mut next = cfg.clone();
         let out = f(&mut next)?;
@@ -207,6 +210,9 @@ impl Control {
                     .as_bytes();
             }
             ns.direct = req.direct.unwrap_or(false);
+            if let Some(g) = req.ana_group {
+                ns.ana_group = g;
+            }
             let ni = cfg.subsystems[si].namespaces.len();
             cfg.subsystems[si].namespaces.push(ns.clone());
             check(cfg)?;
@@ -391,6 +397,7 @@ impl Control {
                     portid,
                 });
                 self.target.set_listeners(v);
+                crate::ana::reset_listener(&self.target, bound);
             }
             Ok(ListenerView {
                 address: bound.to_string(),
@@ -417,6 +424,8 @@ impl Control {
                 true
             } else if let Some(i) = cfg.listeners.iter().position(|x| x.socket_addr() == addr) {
                 cfg.listeners.remove(i);
+                // Its ANA states go with it (a listener added again starts optimized).
+                cfg.ana.retain(|a| a.listener.socket_addr() != addr);
                 false
             } else {
                 return Err(ApiError::new(
@@ -526,7 +535,7 @@ impl Control {
 /// Validate a changed configuration as a configuration file is validated. One difference: a
 /// running target may serve no subsystem for a while (the last one removed, the next one not
 /// yet added); only `save` insists on one, as a file must have it.
-fn check(cfg: &Config) -> Result<(), ApiError> {
+pub(crate) fn check(cfg: &Config) -> Result<(), ApiError> {
     match cfg.validate() {
         Err(e) if e.code == cfg_codes::NO_SUBSYSTEMS && cfg.subsystems.is_empty() => Ok(()),
         r => r.map_err(|e| ApiError::from_config(&e, "")),

@@ -15,6 +15,7 @@
 //! **Where it sits**: beside the runtime, wired by `ebof serve` (server) and `ebof ctl`
 //! (client). See `docs/adr/` ("management API") for the choices.
 
+pub mod ana;
 pub mod api;
 pub mod auth;
 pub mod build;

@@ -40,6 +40,7 @@ pub(crate) fn namespace_view(n: &Namespace, path: Option<String>) -> NamespaceVi
         eui64: api::hex(&n.eui64()),
         path,
         reservation: reservation_view(n),
+        ana_group: n.ana_group(),
     }
 }
 
@@ -102,6 +103,7 @@ pub fn state(t: &Target) -> State {
                 }
             })
             .collect(),
+        ana: crate::ana::views(t),
     }
 }
 

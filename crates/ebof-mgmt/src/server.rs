@@ -237,6 +237,7 @@ pub fn router(ctx: Ctx) -> Router {
         .route(routes::LISTENERS, post(post_listener))
         .route(routes::LISTENER, delete(delete_listener))
         .route(routes::SAVE, post(post_save))
+        .route(routes::ANA, put(put_ana))
         .fallback(unknown_endpoint)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(ctx)
@@ -620,6 +621,13 @@ async fn delete_listener(
         }
     };
     blocking(move || c.remove_listener(&addr, q.disconnect)).await
+}
+
+async fn put_ana(State(c): State<Ctx>, body: Body<api::AnaRequest>) -> Response {
+    match body {
+        Ok(axum::Json(r)) => blocking(move || c.set_ana(&r)).await,
+        Err(e) => json::<()>(Err(bad_body(e))),
+    }
 }
 
 async fn post_save(State(c): State<Ctx>, body: Body<SaveRequest>) -> Response {

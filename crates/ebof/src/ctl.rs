@@ -76,6 +76,12 @@ pub enum CtlCmd {
         #[command(subcommand)]
         cmd: ListenerCmd,
     },
+    /// Asymmetric Namespace Access: the state of an ANA group on a listener (multipath hosts
+    /// use the optimized paths, and retry elsewhere when a path is inaccessible).
+    Ana {
+        #[command(subcommand)]
+        cmd: AnaCmd,
+    },
     /// Write the running configuration as TOML (default: the file `ebof serve` was started
     /// with), atomically; a restart with it serves the same.
     Save {
@@ -113,6 +119,9 @@ pub enum NsCmd {
         /// Bypass the page cache (O_DIRECT) for a file or block namespace.
         #[arg(long)]
         direct: bool,
+        /// ANA group, 1 to 32 (default 1).
+        #[arg(long, value_name = "GROUP")]
+        ana_group: Option<u32>,
     },
     /// Remove namespace NSID of NQN (commands in flight on it fail with Invalid Namespace).
     Remove { nqn: String, nsid: String },
@@ -142,6 +151,22 @@ pub enum ListenerCmd {
         /// Also disconnect the controllers whose hosts came in through this listener.
         #[arg(long)]
         disconnect: bool,
+    },
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum AnaCmd {
+    /// Set the state of ANA group GROUP on listener ADDR:PORT; hosts connected through it get
+    /// an ANA Change event and re-read the ANA log.
+    Set {
+        /// The NVMe listener (the path), as `ebof ctl show` lists it.
+        #[arg(long, value_name = "ADDR:PORT")]
+        listener: String,
+        /// ANA group, 1 to 32 (namespaces are in group 1 unless configured otherwise).
+        #[arg(long, default_value_t = 1)]
+        group: u32,
+        #[arg(long, value_parser = ["optimized", "non-optimized", "inaccessible", "persistent-loss", "change"])]
+        state: String,
     },
 }
 
@@ -329,6 +354,33 @@ pub fn run(a: CtlArgs) -> Result<()> {
                 }
             }
         }
+        CtlCmd::Ana {
+            cmd:
+                AnaCmd::Set {
+                    listener,
+                    group,
+                    state,
+                },
+        } => {
+            let req = ebof_mgmt::api::AnaRequest {
+                listener,
+                group,
+                state,
+            };
+            let r = c.set_ana(&req).map_err(err)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                println!(
+                    "ANA group {} on {} is {}{} (change count {})",
+                    r.ana.group,
+                    r.ana.listener,
+                    r.ana.state,
+                    if r.changed { "" } else { " already" },
+                    r.change_count
+                );
+            }
+        }
         CtlCmd::Save { file } => {
             let req = ebof_mgmt::api::SaveRequest {
                 path: file.map(|f| absolute(&f).display().to_string()),
@@ -371,8 +423,10 @@ fn ns(c: &Client, json: bool, cmd: NsCmd) -> Result<()> {
             block_size,
             uuid,
             direct,
+            ana_group,
         } => {
             let mut req = ebof_mgmt::api::NamespaceRequest {
+                ana_group,
                 nsid,
                 block_size: block_size.and_then(|b| b.parse().ok()),
                 uuid,
@@ -499,13 +553,16 @@ pub fn show_text(s: &State) -> String {
             "subsystem {}  serial {}  model {}\n  hosts: {hosts}\n",
             sub.nqn, sub.serial, sub.model
         ));
-        let mut rows = vec![row(&["NSID", "BACKEND", "SIZE", "BLOCK", "UUID", "PATH"])];
+        let mut rows = vec![row(&[
+            "NSID", "BACKEND", "SIZE", "BLOCK", "ANAGRP", "UUID", "PATH",
+        ])];
         for n in &sub.namespaces {
             rows.push(vec![
                 n.nsid.to_string(),
                 n.backend.clone(),
                 format_size(n.size),
                 n.block_size.to_string(),
+                n.ana_group.to_string(),
                 n.uuid.clone(),
                 n.path.clone().unwrap_or_default(),
             ]);
@@ -543,6 +600,20 @@ pub fn show_text(s: &State) -> String {
         rows.push(vec![l.address.clone(), portid, kind.to_string()]);
     }
     table(&mut out, "  ", &rows);
+    if s.ana.is_empty() {
+        out.push_str("ana: every group optimized on every listener\n");
+    } else {
+        out.push_str("ana (groups not listed are optimized)\n");
+        let mut rows = vec![row(&["LISTENER", "GROUP", "STATE"])];
+        for a in &s.ana {
+            rows.push(vec![
+                a.listener.clone(),
+                a.group.to_string(),
+                a.state.clone(),
+            ]);
+        }
+        table(&mut out, "  ", &rows);
+    }
     if s.controllers.is_empty() {
         out.push_str("controllers: none connected\n");
     } else {

@@ -1252,3 +1252,71 @@ fn management_api_on_tcp_with_a_bearer_token() {
     assert!(!ctl_env(&["--token-file", tf, "show"], None).ok);
     assert!(!ctl_env(&["--api", &api, "--socket", "/x", "show"], None).ok);
 }
+
+#[test]
+fn ana_states_set_live_shown_and_enforced() {
+    let s = serve();
+    let l = format!("127.0.0.1:{}", s.t.port());
+    let set = |state: &str| {
+        ctl(
+            &s,
+            &[
+                "ana",
+                "set",
+                "--listener",
+                &l,
+                "--group",
+                "1",
+                "--state",
+                state,
+            ],
+        )
+    };
+    let o = set("inaccessible");
+    assert!(o.ok, "{}", o.stderr);
+    assert!(o.stdout.contains("inaccessible"), "{}", o.stdout);
+    assert_eq!(
+        state(&s)["ana"],
+        serde_json::json!([{"listener": l, "group": 1, "state": "inaccessible"}])
+    );
+    let show = ctl(&s, &["show"]);
+    assert!(
+        show.stdout
+            .contains("ana (groups not listed are optimized)")
+            && show.stdout.contains("inaccessible"),
+        "{}",
+        show.stdout
+    );
+    // I/O through the path fails (a single-path host has nowhere else to go).
+    let o = perf(&s, HOST_A, &["--runtime", "100ms"]);
+    assert!(!o.ok, "I/O succeeded on an inaccessible path: {}", o.stdout);
+    assert!(o.stderr.contains("I/O errors"), "{}", o.stderr);
+    // Setting the same state again changes nothing.
+    let o = ctl(
+        &s,
+        &[
+            "--json",
+            "ana",
+            "set",
+            "--listener",
+            &l,
+            "--state",
+            "inaccessible",
+        ],
+    );
+    let v: Value = serde_json::from_str(&o.stdout).unwrap();
+    assert_eq!(v["changed"], false);
+    for (listener, group, code) in [
+        ("127.0.0.1:1", "1", "unknown-listener"),
+        (l.as_str(), "33", "invalid-ana-group"),
+        (l.as_str(), "0", "invalid-ana-group"),
+    ] {
+        let args = ["ana", "set", "--listener", listener, "--group", group];
+        rejected(&s, &[&args[..], &["--state", "change"]].concat(), code);
+    }
+    let o = set("optimized");
+    assert!(o.ok, "{}", o.stderr);
+    assert_eq!(state(&s)["ana"], serde_json::json!([]));
+    let o = perf(&s, HOST_A, &["--runtime", "100ms"]);
+    assert!(o.ok, "{}", o.stderr);
+}

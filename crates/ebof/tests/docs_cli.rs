@@ -37,11 +37,19 @@ fn completions_and_man_pages_are_generated() {
         "listener",
         "save",
         "disconnect",
+        "ana",
     ] {
         assert!(o.stdout.contains(verb), "ebof-ctl(1) lacks {verb}");
     }
     let o = ebof(&["completions", "bash"]);
-    for word in ["ctl", "resize", "listener", "--shrink"] {
+    for word in [
+        "ctl",
+        "resize",
+        "listener",
+        "--shrink",
+        "ana",
+        "inaccessible",
+    ] {
         assert!(o.stdout.contains(word), "bash completion lacks {word}");
     }
     let o = ebof(&["man", "fly"]);

@@ -50,6 +50,7 @@
 //! assert_eq!(cqe.status.name(), "Connect Invalid Parameters");
 //! ```
 
+pub mod ana;
 pub mod cqe;
 pub mod discovery;
 pub mod fabrics;

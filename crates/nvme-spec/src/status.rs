@@ -61,6 +61,14 @@ const fn specific(sc: u8) -> Status {
         dnr: true,
     }
 }
+const fn path(sc: u8) -> Status {
+    Status {
+        sct: sct::PATH,
+        sc,
+        more: false,
+        dnr: false,
+    }
+}
 const fn media(sc: u8) -> Status {
     Status {
         sct: sct::MEDIA,
@@ -146,6 +154,10 @@ impl Status {
     pub const WRITE_FAULT: Status = media(0x80);
     pub const UNRECOVERED_READ: Status = media(0x81);
     pub const ACCESS_DENIED: Status = media(0x86);
+    // Path related status (SCT 3), DNR clear: the host retries on another path.
+    pub const ANA_PERSISTENT_LOSS: Status = path(0x01);
+    pub const ANA_INACCESSIBLE: Status = path(0x02);
+    pub const ANA_TRANSITION: Status = path(0x03);
 
     /// The same status with Do Not Retry set or cleared.
     pub const fn with_dnr(self, dnr: bool) -> Status {
@@ -219,6 +231,9 @@ impl Status {
             (2, 0x80) => "Write Fault",
             (2, 0x81) => "Unrecovered Read Error",
             (2, 0x86) => "Access Denied",
+            (3, 0x01) => "Asymmetric Access Persistent Loss",
+            (3, 0x02) => "Asymmetric Access Inaccessible",
+            (3, 0x03) => "Asymmetric Access Transition",
             _ => "Unknown Status",
         }
     }

@@ -155,6 +155,7 @@ impl Queue {
                     nmic: 1,
                     rescap: crate::resv_cmd::rescap(ns),
                     nstat: 1,
+                    anagrpid: ns.ana_group(),
                     ..Default::default()
                 }
                 .encode(&mut out);
@@ -219,6 +220,7 @@ impl Queue {
                 id.vwc = identify::vwc::PRESENT | identify::vwc::FLUSH_BROADCAST_SUPPORTED;
                 id.ioccsz = (64 + limits.io_inline_data) / 16;
                 id.oaes = identify::oaes::NS_ATTR;
+                crate::ana::identify_controller(&mut id, limits.max_namespaces);
             }
             None => {
                 id.sn = "ebof-discovery".into();
@@ -296,6 +298,11 @@ impl Queue {
                 let mut b = [0u8; ChangedNsList::LEN];
                 ctrl.log_page_read(lid::CHANGED_NS, rae).encode(&mut b);
                 b.to_vec()
+            }
+            (lid::ANA, Some(s)) => {
+                ctrl.log_page_read(lid::ANA, rae);
+                let rgo = cdw10 & nvme_spec::ana::LSP_RGO != 0;
+                self.target.ana.log(self.ana_row, s, rgo).encode()
             }
             (lid::CMD_EFFECTS, Some(_)) => {
                 let mut log = CmdEffectsLog {
@@ -536,6 +543,7 @@ pub fn identify_namespace(ns: &Namespace) -> IdentifyNamespace {
         // Shared namespace: may be attached to several controllers (multipath).
         nmic: 1,
         rescap: crate::resv_cmd::rescap(ns),
+        anagrpid: ns.ana_group(),
         // Deallocated blocks read as zeroes (bits 2:0 = 001b); Write Zeroes may deallocate (bit 3).
         dlfeat: 0b1001,
         nvmcap: u128::from(ns.backend.size()),

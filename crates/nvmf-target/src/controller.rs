@@ -225,14 +225,26 @@ impl Controller {
         if !self.is_discovery() {
             return;
         }
+        self.notice(
+            aen::CFG_DISC_CHANGE,
+            aen::NOTICE_DISC_CHANGE,
+            lid::DISCOVERY,
+        );
+    }
+
+    /// An ANA group state of this controller's path changed: ANA Change notice (log 0Ch).
+    pub fn ana_changed(&self) {
+        if self.is_discovery() {
+            return;
+        }
+        self.notice(aen::CFG_ANA_CHANGE, aen::NOTICE_ANA_CHANGE, lid::ANA);
+    }
+
+    /// Raise Notice `info` (log page `log`) of event type `bit`.
+    fn notice(&self, bit: u32, info: u8, log: u8) {
         let mut st = self.state();
         let aec = st.aec;
-        self.raise(
-            &mut st,
-            aec,
-            aen::CFG_DISC_CHANGE,
-            aen::result(aen::TYPE_NOTICE, aen::NOTICE_DISC_CHANGE, lid::DISCOVERY),
-        );
+        self.raise(&mut st, aec, bit, aen::result(aen::TYPE_NOTICE, info, log));
     }
 
     /// Queue event `dw0` of type `bit` unless the host disabled the type (AEC) or an event of

@@ -434,6 +434,7 @@ impl Queue {
         match sqe.opcode() {
             io::WRITE => {
                 let ns = self.io_namespace(sqe)?;
+                self.ana_check(ns)?;
                 let (_, len) = Self::lba_range(ns, sqe.slba(), u64::from(sqe.nlb()))?;
                 // Before any data moves (it may go straight into the namespace).
                 self.resv_check(ns, io::WRITE)?;
@@ -443,7 +444,7 @@ impl Queue {
                 Ok(len as u32)
             }
             io::DATASET_MGMT => {
-                self.io_namespace(sqe)?;
+                self.ana_check(self.io_namespace(sqe)?)?;
                 // The host may send a larger buffer than NR ranges (Linux always sends 4 KiB,
                 // room for 256 ranges): accept NR*16 ≤ length ≤ 4096, as Linux nvmet does.
                 let nr = (sqe.cdw10() & 0xFF) + 1;
@@ -468,6 +469,16 @@ impl Queue {
         match &self.ctrl {
             Some(c) => ns.resv.check(&c.hostid, op).map_err(|s| CmdError::at(s, 0)),
             None => Ok(()),
+        }
+    }
+
+    /// ANA: fail the command with the path's status when the namespace's group is
+    /// inaccessible, lost or in transition on this queue's listener (one relaxed load).
+    #[inline]
+    fn ana_check(&self, ns: &Namespace) -> Result<(), CmdError> {
+        match self.target.ana.path_status(self.ana_row + ns.ana_index()) {
+            None => Ok(()),
+            Some(s) => Err(s.into()),
         }
     }
 
@@ -511,6 +522,9 @@ impl Queue {
             else {
                 return Ok(None);
             };
+            for n in &sub.namespaces {
+                self.ana_check(n)?;
+            }
             return Ok(Some(IoRequest {
                 op: IoOp::FlushAll(sub),
                 ns: first,
@@ -519,8 +533,12 @@ impl Queue {
             }));
         }
         let ns = match op {
-            io::READ | io::WRITE | io::FLUSH | io::WRITE_ZEROES | io::DATASET_MGMT => {
-                self.io_namespace(sqe)?.clone()
+            // Writes and DSM passed the ANA check in phase 1, before any data moved.
+            io::WRITE | io::DATASET_MGMT => self.io_namespace(sqe)?.clone(),
+            io::READ | io::FLUSH | io::WRITE_ZEROES => {
+                let ns = self.io_namespace(sqe)?;
+                self.ana_check(ns)?;
+                ns.clone()
             }
             _ => return Err(CmdError::at(Status::INVALID_OPCODE, 0)),
         };

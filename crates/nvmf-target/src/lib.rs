@@ -96,6 +96,7 @@
 //! ```
 
 mod admin;
+pub mod ana;
 mod controller;
 mod discovery;
 mod fabrics;

@@ -61,6 +61,8 @@ pub struct Namespace {
     pub stats: NsStats,
     /// Reservations on the namespace (NVMe Base 2.0 8.19); see [`crate::reservation`].
     pub resv: crate::reservation::NsReservations,
+    /// ANA group (1..=[`crate::ana::MAX_GROUPS`]); see [`Namespace::with_ana_group`].
+    ana_group: u32,
 }
 
 impl Namespace {
@@ -73,6 +75,7 @@ impl Namespace {
             removed: AtomicBool::new(false),
             stats: NsStats::default(),
             resv: Default::default(),
+            ana_group: 1,
         }
     }
     /// The namespace with reservations persisted through `store` (PTPL capable), starting
@@ -80,6 +83,21 @@ impl Namespace {
     pub fn with_reservations(mut self, resv: crate::reservation::NsReservations) -> Namespace {
         self.resv = resv;
         self
+    }
+    /// The namespace in ANA group `grpid` (default 1; out-of-range values are clamped to
+    /// 1..=[`crate::ana::MAX_GROUPS`], the configuration rejects them first).
+    pub fn with_ana_group(mut self, grpid: u32) -> Namespace {
+        self.ana_group = grpid.clamp(1, crate::ana::MAX_GROUPS);
+        self
+    }
+    /// ANA group (Identify Namespace ANAGRPID).
+    pub fn ana_group(&self) -> u32 {
+        self.ana_group
+    }
+    /// Column of the namespace's group in the ANA table ([`crate::ana::AnaTable::path_status`]).
+    #[inline]
+    pub fn ana_index(&self) -> usize {
+        self.ana_group as usize - 1
     }
     /// True once the namespace was removed from its subsystem.
     pub fn is_removed(&self) -> bool {
@@ -235,6 +253,8 @@ pub struct Target {
     /// Power-on reference for SMART power-on hours.
     pub started: Instant,
     registry: Mutex<Registry>,
+    /// ANA state of every (listener, group) ([`Target::set_ana_state`] changes it).
+    pub ana: crate::ana::AnaTable,
 }
 
 #[derive(Debug, Default)]
@@ -265,6 +285,7 @@ impl Target {
                 controllers: HashMap::new(),
                 next: ControllerId::MIN,
             }),
+            ana: crate::ana::AnaTable::new(),
         }
     }
 

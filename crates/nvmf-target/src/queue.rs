@@ -221,6 +221,8 @@ pub struct Queue {
     pub(crate) ns_gen: u32,
     /// When this queue last wrote the controller's keep-alive timestamp.
     touched: Option<Instant>,
+    /// Row of this connection's listener in the target's ANA table (see [`crate::ana`]).
+    pub(crate) ana_row: usize,
 }
 
 /// How often a queue refreshes its controller's keep-alive timestamp under traffic.
@@ -229,6 +231,7 @@ const TOUCH_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
 impl Queue {
     /// A new, unconnected queue for a connection accepted on `local`.
     pub fn new(target: Arc<Target>, local: SocketAddr, now: Instant) -> Queue {
+        let ana_row = target.ana.row_of(local);
         Queue {
             target,
             role: QueueRole::Unconnected,
@@ -248,6 +251,7 @@ impl Queue {
             ns_refs: Vec::new(),
             ns_gen: 0,
             touched: None,
+            ana_row,
         }
     }
 
