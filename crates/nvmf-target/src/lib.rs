@@ -96,9 +96,11 @@
 //! ```
 
 mod admin;
+pub mod cmds;
 mod controller;
 mod discovery;
 mod fabrics;
+pub mod gate;
 mod io;
 pub mod latency;
 pub mod log_limit;

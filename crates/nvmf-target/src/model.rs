@@ -56,6 +56,9 @@ pub struct Namespace {
     removed: AtomicBool,
     /// Counters for the SMART / Health log (summed over all controllers).
     pub stats: NsStats,
+    /// What makes fused Compare-and-Write atomic against every other command on the namespace
+    /// ([`crate::gate`]).
+    pub gate: crate::gate::Gate,
 }
 
 impl Namespace {
@@ -67,6 +70,7 @@ impl Namespace {
             uuid,
             removed: AtomicBool::new(false),
             stats: NsStats::default(),
+            gate: crate::gate::Gate::default(),
         }
     }
     /// True once the namespace was removed from its subsystem.
