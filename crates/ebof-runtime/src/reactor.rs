@@ -644,14 +644,9 @@ impl Reactor {
                 offload(engine, q, slot, idx, generation, &mut offloaded)
             });
             c.offloaded += offloaded;
-            if c.core.has_output() {
-                match send(c, iov) {
-                    Ok(_) => {}
-                    Err(e) => {
-                        end(c, ConnEnd::Io(e));
-                        return (true, false);
-                    }
-                }
+            if let Err(e) = send_pending(c, iov) {
+                end(c, ConnEnd::Io(e));
+                return (true, false);
             }
         }
         // Deferred commands keep the connection in the ready list: the loop does not sleep
@@ -702,14 +697,9 @@ impl Reactor {
                 return (true, false);
             }
         }
-        if c.core.has_output() {
-            match send(c, iov) {
-                Ok(_) => {}
-                Err(e) => {
-                    end(c, ConnEnd::Io(e));
-                    return (true, false);
-                }
-            }
+        if let Err(e) = send_pending(c, iov) {
+            end(c, ConnEnd::Io(e));
+            return (true, false);
         }
         if c.core.queue.should_close() {
             end(c, ConnEnd::ControllerGone);
@@ -835,6 +825,14 @@ fn log_end(c: &Conn, events: &nvmf_target::EventCounters) {
         ),
         None => {}
     }
+}
+
+/// [`send`] if there is output.
+fn send_pending(c: &mut ConnState, iov: &mut Vec<libc::iovec>) -> io::Result<()> {
+    if c.core.has_output() {
+        send(c, iov)?;
+    }
+    Ok(())
 }
 
 /// Send as much of the output as the socket takes. Ok(true): all sent; Ok(false): the

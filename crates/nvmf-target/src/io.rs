@@ -471,15 +471,7 @@ impl Queue {
     pub(crate) fn io_host_data_len(&self, sqe: &Sqe) -> Result<u32, CmdError> {
         self.check_io_ready()?;
         match sqe.opcode() {
-            io::WRITE => {
-                let ns = self.io_namespace(sqe)?;
-                let (_, len) = Self::lba_range(ns, sqe.slba(), u64::from(sqe.nlb()))?;
-                if len > u64::from(self.target.limits.max_transfer) {
-                    return Err(CmdError::at(Status::INVALID_FIELD, 48));
-                }
-                Ok(len as u32)
-            }
-            io::COMPARE => {
+            io::WRITE | io::COMPARE => {
                 let ns = self.io_namespace(sqe)?;
                 let (_, len) = Self::lba_range(ns, sqe.slba(), u64::from(sqe.nlb()))?;
                 if len > u64::from(self.target.limits.max_transfer) {
