@@ -411,6 +411,9 @@ impl Queue {
             Fused::None
         };
         let Some(idx) = self.free.pop() else {
+            if fused == Fused::Second {
+                self.fused_unplaced();
+            }
             crate::warn_every!(sqid, "host exceeded the queue depth; command rejected");
             return self.immediate(sqe, Status::CMD_SEQ_ERROR.into());
         };

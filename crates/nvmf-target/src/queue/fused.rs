@@ -121,6 +121,14 @@ impl Queue {
         }
     }
 
+    /// A second command got no slot (the host exceeded the queue depth): its first fails.
+    pub(super) fn fused_unplaced(&mut self) {
+        if let Some(i) = self.pairs.iter().position(|p| p.second == Some(u16::MAX)) {
+            let p = self.pairs.swap_remove(i);
+            self.abort_fused(p.first, Fused::AbortedFailed);
+        }
+    }
+
     /// Take the pair `idx` belongs to out of the table.
     fn take_pair(&mut self, idx: u16) -> Option<Pair> {
         let i = self
