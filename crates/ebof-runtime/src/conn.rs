@@ -316,7 +316,8 @@ impl ConnCore {
         if !self.queue.has_deferred() {
             return false;
         }
-        self.queue.retry_deferred(&mut self.to_execute);
+        self.queue
+            .retry_deferred(Instant::now(), &mut self.to_execute);
         let any = !self.to_execute.is_empty();
         self.execute_pending(&mut offload);
         self.flush_completions();

@@ -112,4 +112,4 @@ pub use io::{FailureClass, IoOp, IoRequest, NsRef, backend_status, execute_io, i
 pub use model::{
     EventCounters, ListenerInfo, Namespace, Subsystem, Target, TargetLimits, UpdateError,
 };
-pub use queue::{C2hData, Disposition, Queue, QueueRole};
+pub use queue::{C2hData, CAW_DRAIN_TIMEOUT, Disposition, Queue, QueueRole};

@@ -19,6 +19,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 mod fused;
+pub use fused::CAW_DRAIN_TIMEOUT;
 pub(crate) use fused::Fused;
 
 /// What a queue is.

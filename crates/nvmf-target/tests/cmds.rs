@@ -11,7 +11,9 @@ use nvme_spec::log::{CmdEffectsLog, effects, lid};
 use nvme_spec::opcode::{admin, fctype, io};
 use nvme_spec::sqe::{FUSE_FIRST, FUSE_SECOND};
 use nvme_spec::{CommandId, ControllerId, Cqe, NamespaceId, QueueId, Sqe, Status};
-use nvmf_target::{C2hData, Disposition, Namespace, Queue, Subsystem, Target, TargetLimits};
+use nvmf_target::{
+    C2hData, CAW_DRAIN_TIMEOUT, Disposition, Namespace, Queue, Subsystem, Target, TargetLimits,
+};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
@@ -122,8 +124,12 @@ impl Q {
     }
 
     fn retry(&mut self) {
+        self.retry_at(Instant::now());
+    }
+
+    fn retry_at(&mut self, now: Instant) {
         let mut ready = vec![];
-        self.q.retry_deferred(&mut ready);
+        self.q.retry_deferred(now, &mut ready);
         for s in ready {
             self.q.execute_inline(s);
         }
@@ -573,6 +579,43 @@ fn compare_and_write_waits_for_commands_inside() {
     let (rcqe, data) = other.take(rc);
     assert!(rcqe.status.is_success());
     assert_eq!(data, pattern(2, 512));
+}
+
+/// A Write that never gets its data keeps the gate from draining: the waiting
+/// Compare-and-Write gives up after [`CAW_DRAIN_TIMEOUT`] with Command Interrupted, and the
+/// commands deferred behind it run.
+#[test]
+fn compare_and_write_wait_is_bounded() {
+    let (t, _) = target(1 << 20);
+    let (_a, mut q) = Q::pair(&t);
+    let (_a2, mut stuck) = Q::pair(&t);
+    let mut w = rw(io::WRITE, 8, 1);
+    w.set_sgl_transport(512);
+    let (_, d) = stuck.submit(w, &[]);
+    assert!(matches!(d, Disposition::NeedData { .. }), "{d:?}");
+    let mut c = rw(io::COMPARE, 0, 1);
+    c.set_fuse(FUSE_FIRST);
+    let mut pw = rw(io::WRITE, 0, 1);
+    pw.set_fuse(FUSE_SECOND);
+    let (c1, d) = q.submit(c, &[0; 512]);
+    q.step(d);
+    let (c2, d) = q.submit(pw, &[1; 512]);
+    q.step(d);
+    let mut r = rw(io::READ, 0, 1);
+    r.set_sgl_transport(512);
+    let (rc, d) = q.submit(r, &[]);
+    q.step(d);
+    assert!(!q.has(c1) && !q.has(rc));
+    q.retry_at(Instant::now() + CAW_DRAIN_TIMEOUT / 2);
+    assert!(!q.has(c1), "still within the bound");
+    q.retry_at(Instant::now() + CAW_DRAIN_TIMEOUT * 2);
+    q.step(Disposition::Pending);
+    assert_eq!(q.take(c1).0.status, Status::CMD_INTERRUPTED);
+    assert_eq!(q.take(c2).0.status, Status::CMD_INTERRUPTED);
+    let (rcqe, data) = q.take(rc);
+    assert!(rcqe.status.is_success());
+    assert_eq!(data, vec![0; 512], "nothing was written");
+    assert!(!t.subsystems()[0].namespaces[0].gate.is_locked());
 }
 
 /// Threads with their own queues on one RAM namespace: writers hammer the blocks around a

@@ -25,6 +25,7 @@ use nvme_spec::opcode::io;
 use nvme_spec::sqe::{FUSE_FIRST, FUSE_SECOND};
 use nvme_spec::{Sqe, Status};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// A slot's part in a fused operation (one byte: the pairing lives in [`Queue`]'s pair table,
 /// so the slot table of an idle queue stays small).
@@ -61,7 +62,17 @@ pub(crate) struct Pair {
     second: Option<u16>,
     /// The second holds its namespace's gate.
     locked: bool,
+    /// When it took the gate (the wait for the gate to drain is bounded).
+    since: Option<Instant>,
 }
+
+/// Longest a Compare-and-Write holding its namespace's gate waits for the commands inside to
+/// finish. Commands inside are normally done within milliseconds; a host that stops sending
+/// the data of a Write it started (whose data goes straight into a RAM namespace) or stops
+/// reading its socket (reads streamed from RAM) could hold the gate open for ever, and with it
+/// every command on the namespace. Past this the pair fails with Command Interrupted (the host
+/// may retry it) and the gate opens.
+pub const CAW_DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
 
 impl Queue {
     /// A capsule with FUSE set, or any capsule while a first command waits: its part in a
@@ -110,6 +121,7 @@ impl Queue {
                     first: idx,
                     second: None,
                     locked: false,
+                    since: None,
                 });
             }
             Fused::Second => {
@@ -241,7 +253,7 @@ impl Queue {
         // The first slot keeps the second's buffer (its capacity is reused later).
         let spare = std::mem::replace(&mut s.buf, data);
         self.slots[usize::from(first)].buf = spare;
-        if self.pair_admitted(second) {
+        if self.pair_admitted(second, self.now) == Some(true) {
             self.slots[usize::from(second)].state = SlotState::Ready;
             Disposition::Execute { slot: second }
         } else {
@@ -249,26 +261,54 @@ impl Queue {
         }
     }
 
-    /// The pair in `second` may run: it holds the gate (taken now if free) and the gate has
-    /// drained.
-    fn pair_admitted(&mut self, second: u16) -> bool {
+    /// `Some(true)`: the pair in `second` may run: it holds the gate (taken now if free) and the
+    /// gate has drained. `None`: it waited for the drain longer than [`CAW_DRAIN_TIMEOUT`].
+    fn pair_admitted(&mut self, second: u16, now: Instant) -> Option<bool> {
         let Some(ns) = self.slots[usize::from(second)]
             .io
             .as_ref()
             .map(|r| r.ns.clone())
         else {
-            return false;
+            return Some(false);
         };
         let Some(p) = self.pair_of(second) else {
-            return false;
+            return Some(false);
         };
         if !p.locked {
             if !ns.gate.try_lock() {
-                return false;
+                return Some(false);
             }
             p.locked = true;
+            p.since = Some(now);
         }
-        ns.gate.drained()
+        if ns.gate.drained() {
+            return Some(true);
+        }
+        let waited = p
+            .since
+            .map_or(Duration::ZERO, |t| now.saturating_duration_since(t));
+        (waited <= CAW_DRAIN_TIMEOUT).then_some(false)
+    }
+
+    /// The pair in `second` waited too long for its gate to drain: both commands fail with
+    /// Command Interrupted and the gate opens.
+    fn pair_expired(&mut self, second: u16) {
+        let Some(Pair { first, locked, .. }) = self.take_pair(second) else {
+            return;
+        };
+        if locked && let Some(r) = &self.slots[usize::from(second)].io {
+            r.ns.gate.unlock();
+        }
+        crate::warn_every!(
+            qid = self.qid(),
+            "Compare-and-Write waited {}s for commands on its namespace to finish; failed \
+             with Command Interrupted",
+            CAW_DRAIN_TIMEOUT.as_secs()
+        );
+        for idx in [first, second] {
+            self.slots[usize::from(idx)].fused = Fused::None;
+            self.complete_err(idx, Status::CMD_INTERRUPTED.into());
+        }
     }
 
     /// The pair in `second` ran: complete both commands and open the gate.
@@ -333,14 +373,21 @@ impl Queue {
 
     /// Retry the deferred commands; those that may run now are appended to `ready` (run them
     /// as [`Disposition::Execute`] slots: [`Queue::execute_inline`] or the driver's engine).
-    pub fn retry_deferred(&mut self, ready: &mut Vec<u16>) {
+    /// `now` bounds the wait of a Compare-and-Write ([`CAW_DRAIN_TIMEOUT`]).
+    pub fn retry_deferred(&mut self, now: Instant, ready: &mut Vec<u16>) {
         let list = std::mem::take(&mut self.deferred);
         for idx in list {
             if self.slots[usize::from(idx)].state != SlotState::Deferred {
                 continue;
             }
             let go = match self.slots[usize::from(idx)].fused {
-                Fused::Second => self.pair_admitted(idx),
+                Fused::Second => match self.pair_admitted(idx, now) {
+                    Some(go) => go,
+                    None => {
+                        self.pair_expired(idx);
+                        continue;
+                    }
+                },
                 _ => self.enter_gate(idx),
             };
             if go {
