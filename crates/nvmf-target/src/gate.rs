@@ -36,17 +36,18 @@ struct Stripe(AtomicUsize);
 struct Flag(AtomicBool);
 
 /// A namespace's gate (see the module docs).
+/// Inline in the namespace (no pointer to chase on the command path): ~4.2 KiB.
 #[derive(Debug)]
 pub struct Gate {
     exclusive: Flag,
-    stripes: Box<[Stripe]>,
+    stripes: [Stripe; STRIPES],
 }
 
 impl Default for Gate {
     fn default() -> Self {
         Gate {
             exclusive: Flag::default(),
-            stripes: (0..STRIPES).map(|_| Stripe::default()).collect(),
+            stripes: std::array::from_fn(|_| Stripe::default()),
         }
     }
 }
