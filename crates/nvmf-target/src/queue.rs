@@ -590,17 +590,17 @@ impl Queue {
         match res {
             Exec::Done(r) => self.complete_result(idx, r),
             Exec::Io(req) => {
-                let fused = self.slots[usize::from(idx)].fused != Fused::None;
-                let gated = req.op.gated();
                 let slot = &mut self.slots[usize::from(idx)];
-                slot.io = Some(req);
-                if fused {
+                if slot.fused != Fused::None {
+                    slot.io = Some(req);
                     return self.fused_ready(idx);
                 }
-                if gated && !self.enter_gate(idx) {
+                let inside = !req.op.gated() || fused::enter_gate(slot, &req);
+                slot.io = Some(req);
+                if !inside {
                     return self.defer(idx);
                 }
-                self.slots[usize::from(idx)].state = SlotState::Ready;
+                slot.state = SlotState::Ready;
                 Disposition::Execute { slot: idx }
             }
             Exec::Park => {
@@ -766,6 +766,11 @@ impl Queue {
     }
 
     fn complete_err(&mut self, idx: u16, e: CmdError) -> Disposition {
+        if self.slots[usize::from(idx)].fused != Fused::None {
+            // A fused command failing on its own (the only way one completes alone): its
+            // partner cannot run any more.
+            self.fused_orphaned(idx);
+        }
         let sqe = self.slots[usize::from(idx)].sqe;
         self.log_failure(&sqe, e);
         self.finish(idx, e.status, e.dw0, 0);
@@ -781,10 +786,6 @@ impl Queue {
 
     /// The completion funnel: fills CID, SQID, SQHD and status and queues the completion.
     fn finish(&mut self, idx: u16, status: Status, dw0: u32, dw1: u32) {
-        if self.slots[usize::from(idx)].fused != Fused::None {
-            // Finished alone: its partner cannot run any more.
-            self.fused_orphaned(idx);
-        }
         let sqhd = self.next_sqhd();
         let sqid = self.qid();
         let slot = &mut self.slots[usize::from(idx)];

@@ -20,7 +20,7 @@
 //! Write with Failed Fused Command, and nothing is written.
 
 use super::{CmdError, Disposition, Queue, QueueRole, Slot, SlotState};
-use crate::io::{IoOp, NsRef};
+use crate::io::{IoOp, IoRequest, NsRef};
 use nvme_spec::opcode::io;
 use nvme_spec::sqe::{FUSE_FIRST, FUSE_SECOND};
 use nvme_spec::{Sqe, Status};
@@ -77,6 +77,8 @@ pub const CAW_DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
 impl Queue {
     /// A capsule with FUSE set, or any capsule while a first command waits: its part in a
     /// fused operation (the first left alone is failed here). `Err`: fail the command at once.
+    #[cold]
+    #[inline(never)]
     pub(super) fn fused_arrival(&mut self, sqe: &Sqe) -> Result<Fused, CmdError> {
         let bad_fuse = CmdError::at(Status::INVALID_FIELD, 1);
         if !matches!(self.role, QueueRole::Io { .. }) {
@@ -112,6 +114,8 @@ impl Queue {
     }
 
     /// The slot `idx` got for a command with part `f`.
+    #[cold]
+    #[inline(never)]
     pub(super) fn fused_attach(&mut self, idx: u16, f: Fused) {
         self.slots[usize::from(idx)].fused = f;
         match f {
@@ -134,6 +138,8 @@ impl Queue {
     }
 
     /// A second command got no slot (the host exceeded the queue depth): its first fails.
+    #[cold]
+    #[inline(never)]
     pub(super) fn fused_unplaced(&mut self) {
         if let Some(i) = self.pairs.iter().position(|p| p.second == Some(u16::MAX)) {
             let p = self.pairs.swap_remove(i);
@@ -182,6 +188,8 @@ impl Queue {
     }
 
     /// `idx` finishes on its own (an error before the pair ran): its partner fails.
+    #[cold]
+    #[inline(never)]
     pub(super) fn fused_orphaned(&mut self, idx: u16) {
         self.slots[usize::from(idx)].fused = Fused::None;
         if self.fused_first == Some(idx) {
@@ -206,6 +214,8 @@ impl Queue {
 
     /// A fused command has all its data and its request (in the slot): run the pair if the
     /// other one is ready too, else wait for it.
+    #[cold]
+    #[inline(never)]
     pub(super) fn fused_ready(&mut self, idx: u16) -> Disposition {
         let pair = self.pair_of(idx).copied();
         let partner = pair.and_then(|p| {
@@ -312,6 +322,8 @@ impl Queue {
     }
 
     /// The pair in `second` ran: complete both commands and open the gate.
+    #[cold]
+    #[inline(never)]
     pub(super) fn complete_pair(&mut self, second: u16, status: Status, buf: Vec<u8>) {
         let compare_failed = !status.is_success() && buf.is_empty();
         self.slots[usize::from(second)].buf = buf;
@@ -341,24 +353,8 @@ impl Queue {
         }
     }
 
-    /// Enter the gate of the namespace of the request in `idx`. A Write whose data went
-    /// straight into the namespace is inside since it arrived.
-    pub(super) fn enter_gate(&mut self, idx: u16) -> bool {
-        let s = &mut self.slots[usize::from(idx)];
-        let Some(req) = &s.io else { return true };
-        if s.gate {
-            match &s.direct {
-                Some((ns, _)) if Arc::ptr_eq(ns, &req.ns) => return true,
-                // The namespace was replaced in between: leave the old one's gate.
-                Some((ns, _)) => ns.gate.exit(1),
-                None => req.ns.gate.exit(1),
-            }
-        }
-        s.gate = req.ns.gate.enter();
-        s.gate
-    }
-
-    /// Park the prepared command in `idx` until [`Queue::retry_deferred`] lets it run.
+    #[cold]
+    #[inline(never)]
     pub(super) fn defer(&mut self, idx: u16) -> Disposition {
         self.slots[usize::from(idx)].state = SlotState::Deferred;
         self.deferred.push(idx);
@@ -388,7 +384,17 @@ impl Queue {
                         continue;
                     }
                 },
-                _ => self.enter_gate(idx),
+                _ => {
+                    let s = &mut self.slots[usize::from(idx)];
+                    match s.io.take() {
+                        Some(req) => {
+                            let inside = enter_gate(s, &req);
+                            s.io = Some(req);
+                            inside
+                        }
+                        None => true,
+                    }
+                }
             };
             if go {
                 self.slots[usize::from(idx)].state = SlotState::Ready;
@@ -428,8 +434,25 @@ impl Queue {
     }
 }
 
+/// Enter the gate of `req`'s namespace for the command in `s`. A Write whose data went straight
+/// into the namespace is inside since it arrived.
+#[inline]
+pub(super) fn enter_gate(s: &mut Slot, req: &IoRequest) -> bool {
+    if s.gate {
+        match &s.direct {
+            Some((ns, _)) if Arc::ptr_eq(ns, &req.ns) => return true,
+            // The namespace was replaced in between: leave the old one's gate.
+            Some((ns, _)) => ns.gate.exit(1),
+            None => req.ns.gate.exit(1),
+        }
+    }
+    s.gate = req.ns.gate.enter();
+    s.gate
+}
+
 /// `s` is freed: leave its namespace's gate now, or (a read streamed from memory, whose data
 /// the transport sends later) once the output is sent.
+#[inline]
 pub(super) fn leave_gate(s: &Slot, streamed: bool, held: &mut Vec<(Arc<NsRef>, usize)>) {
     let ns = match (&s.io, &s.direct) {
         (Some(r), _) => &r.ns,
