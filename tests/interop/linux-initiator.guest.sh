@@ -1,6 +1,7 @@
 #!/bin/bash
 # Guest half of linux-initiator.sh: the stock Linux NVMe/TCP initiator (nvme-cli, fio, ext4) against
-# the target at $TARGET_IP ($TARGET_PORT I/O, $DISC_PORT discovery). Runs inside the QEMU guest.
+# the target at $TARGET_IP ($TARGET_PORT I/O, $DISC_PORT discovery), including nvme compare, copy and
+# verify. Runs inside the QEMU guest.
 #
 # TARGET_MODE=ebof (default): our target runs on the host side of the tap; restarts go through
 #   guest_request restart-target.
@@ -127,6 +128,35 @@ ext4_roundtrip() {
 	run umount "$MNT"
 }
 
+# Compare, Copy and Verify through nvme-cli on the RAM namespace (512-byte blocks; nvme-cli's
+# block counts are 0's based). Skipped against the kernel's nvmet, which has none of them.
+nvm_commands() {
+	local oncs out pat=/tmp/pattern.bin other=/tmp/other.bin back=/tmp/back.bin
+	oncs=$(nvme id-ctrl "/dev/$CTRL" -o json | tr -d ' \n' | sed -n 's/.*"oncs":\([0-9]*\).*/\1/p')
+	echo "ONCS $oncs"
+	if [[ $TARGET_MODE != ebof ]]; then
+		echo "reference target (kernel nvmet): Compare/Copy/Verify not expected; skipped"
+		return 0
+	fi
+	((oncs & 0x1 && oncs & 0x80 && oncs & 0x100)) || fail "ONCS $oncs lacks Compare, Verify or Copy"
+	nvme id-ns "$NSDEV" -o json | tr -d ' \n' | grep -oE '"(mssrl|mcl|msrc)":[0-9]+' || true
+	dd if=/dev/urandom of=$pat bs=4096 count=1 status=none
+	dd if=/dev/urandom of=$other bs=4096 count=1 status=none
+	run nvme write "$NSDEV" --start-block=2048 --block-count=7 --data-size=4096 --data=$pat
+	run nvme compare "$NSDEV" --start-block=2048 --block-count=7 --data-size=4096 --data=$pat
+	if out=$(nvme compare "$NSDEV" --start-block=2048 --block-count=7 --data-size=4096 \
+		--data=$other 2>&1); then
+		fail "compare of different data succeeded: $out"
+	fi
+	echo "$out"
+	grep -qiE 'compare|0x[0-9a-f]*285' <<<"$out" || fail "miscompare not reported as Compare Failure"
+	run nvme copy "$NSDEV" --sdlba=8192 --slbs=2048 --blocks=7
+	run nvme read "$NSDEV" --start-block=8192 --block-count=7 --data-size=4096 --data=$back
+	cmp $pat $back || fail "the copied blocks differ from the source"
+	echo "copy: 8 blocks from LBA 2048 to LBA 8192, read back equal"
+	run nvme verify "$NSDEV" --start-block=8192 --block-count=7
+}
+
 check_data_units_written() {
 	local duw
 	duw=$(smart_field "/dev/$CTRL" data_units_written)
@@ -183,6 +213,7 @@ step "discover on the I/O port $TARGET_PORT" discover_on "$TARGET_PORT"
 
 step "connect $RAM_NQN" connect_ram
 step "admin: list, id-ctrl, id-ns, smart/error-log, get-feature 7" admin_surface
+step "nvme compare, copy, verify" nvm_commands
 step "fio 128 MiB randwrite 4k qd32 + verify" fio_verify rand4k "$NSDEV" 128M randwrite 4k 32
 step "fio 128 MiB write 128k qd32 + verify" fio_verify seq128k "$NSDEV" 128M write 128k 32 --offset=256M
 step "smart-log data units written > 0" check_data_units_written

@@ -6,8 +6,9 @@
 #   nqn.2026-11.io.ebof:file  256 MiB file-backed namespace, 4096-byte blocks
 # listening on 10.77.0.1:4420 (+ discovery on 10.77.0.1:8009), any host allowed.
 # Guest side (linux-initiator.guest.sh, a QEMU guest running Debian's kernel): nvme discover/connect,
-# the admin surface, fio write+verify, blkdiscard, ext4, digests, queue count/size, and persistence of
-# the file namespace across a target restart (the guest asks the host to restart the target).
+# the admin surface, nvme compare/copy/verify, fio write+verify, blkdiscard, ext4, digests, queue
+# count/size, and persistence of the file namespace across a target restart (the guest asks the host
+# to restart the target).
 #
 # Usage (as root; build first: cargo build --release -p ebof):
 #   tests/interop/linux-initiator.sh

@@ -142,6 +142,8 @@ impl ConnCore {
         self.out.clear();
         self.ext.clear();
         self.keep.clear();
+        // Reads streamed from namespace memory are out: they leave the namespace gate.
+        self.queue.output_sent();
     }
 
     /// Take the output as one byte vector (external segments copied in), for tests and for
@@ -303,6 +305,28 @@ impl ConnCore {
         if commands > 0 {
             self.queue.touch(now);
         }
+        self.execute_pending(&mut offload);
+        Step::Continue
+    }
+
+    /// Retry commands deferred at their namespace's gate (a fused Compare-and-Write holds it
+    /// or waits for it to drain), run those that may go now, and drain completions. Returns
+    /// whether any ran. Call every loop iteration while [`Queue::has_deferred`].
+    pub fn retry_deferred(&mut self, mut offload: impl FnMut(&mut Queue, u16)) -> bool {
+        if !self.queue.has_deferred() {
+            return false;
+        }
+        self.queue
+            .retry_deferred(Instant::now(), &mut self.to_execute);
+        let any = !self.to_execute.is_empty();
+        self.execute_pending(&mut offload);
+        self.flush_completions();
+        any
+    }
+
+    /// Run the slots collected in `to_execute`: inline when the backend does not block, else
+    /// through `offload`.
+    fn execute_pending(&mut self, offload: &mut impl FnMut(&mut Queue, u16)) {
         for i in 0..self.to_execute.len() {
             let slot = self.to_execute[i];
             if self.queue.io_request(slot).is_some_and(|r| r.may_block()) {
@@ -312,7 +336,6 @@ impl ConnCore {
             }
         }
         self.to_execute.clear();
-        Step::Continue
     }
 
     /// Encode every finished command into `out` (C2HData + CapsuleResp, or C2HData with

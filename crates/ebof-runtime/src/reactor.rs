@@ -637,11 +637,26 @@ impl Reactor {
                 }
             }
         }
+        if c.core.queue.has_deferred() {
+            let generation = c.generation;
+            let mut offloaded = 0usize;
+            work |= c.core.retry_deferred(|q, slot| {
+                offload(engine, q, slot, idx, generation, &mut offloaded)
+            });
+            c.offloaded += offloaded;
+            if let Err(e) = send_pending(c, iov) {
+                end(c, ConnEnd::Io(e));
+                return (true, false);
+            }
+        }
+        // Deferred commands keep the connection in the ready list: the loop does not sleep
+        // while they wait (a Compare-and-Write waits only for commands already running).
+        let deferred = c.core.queue.has_deferred();
         if !c.readable {
             if c.core.queue.should_close() {
                 end(c, ConnEnd::ControllerGone);
             }
-            return (work, false);
+            return (work, deferred && !c.blocked);
         }
         let input = read_available(c);
         let closed = match input {
@@ -663,18 +678,7 @@ impl Reactor {
             let generation = c.generation;
             let mut offloaded = 0usize;
             let step = c.core.process(now, |q, slot| {
-                let Some(req) = q.io_request(slot).cloned() else {
-                    return;
-                };
-                let buf = q.take_io_buffer(slot);
-                offloaded += 1;
-                engine.start(Job {
-                    conn: idx,
-                    generation,
-                    slot,
-                    req,
-                    buf,
-                });
+                offload(engine, q, slot, idx, generation, &mut offloaded)
             });
             c.offloaded += offloaded;
             c.core.flush_completions();
@@ -693,21 +697,42 @@ impl Reactor {
                 return (true, false);
             }
         }
-        if c.core.has_output() {
-            match send(c, iov) {
-                Ok(_) => {}
-                Err(e) => {
-                    end(c, ConnEnd::Io(e));
-                    return (true, false);
-                }
-            }
+        if let Err(e) = send_pending(c, iov) {
+            end(c, ConnEnd::Io(e));
+            return (true, false);
         }
         if c.core.queue.should_close() {
             end(c, ConnEnd::ControllerGone);
             return (true, false);
         }
-        (work, c.readable && !c.blocked)
+        (
+            work,
+            (c.readable || c.core.queue.has_deferred()) && !c.blocked,
+        )
     }
+}
+
+/// Hand the prepared I/O in `slot` of connection `conn` to the engine.
+fn offload(
+    engine: &mut Engine,
+    q: &mut nvmf_target::Queue,
+    slot: u16,
+    conn: usize,
+    generation: u64,
+    offloaded: &mut usize,
+) {
+    let Some(req) = q.io_request(slot).cloned() else {
+        return;
+    };
+    let buf = q.take_io_buffer(slot);
+    *offloaded += 1;
+    engine.start(Job {
+        conn,
+        generation,
+        slot,
+        req,
+        buf,
+    });
 }
 
 /// The connection's handshake deadline passed before Fabrics Connect succeeded; clears the
@@ -800,6 +825,14 @@ fn log_end(c: &Conn, events: &nvmf_target::EventCounters) {
         ),
         None => {}
     }
+}
+
+/// [`send`] if there is output.
+fn send_pending(c: &mut ConnState, iov: &mut Vec<libc::iovec>) -> io::Result<()> {
+    if c.core.has_output() {
+        send(c, iov)?;
+    }
+    Ok(())
 }
 
 /// Send as much of the output as the socket takes. Ok(true): all sent; Ok(false): the

@@ -5,14 +5,12 @@
 mod common;
 
 use common::client::*;
-use ebof_backend::{Backend, BackendSpec};
-use ebof_runtime::{EngineConfig, IoEngineKind};
+use common::{Scratch, engines, file_backend};
 use nvme_spec::opcode::{admin, io};
 use nvme_spec::{CommandId, NamespaceId, Sqe};
 use nvmf_tcp::HostEvent;
 use nvmf_tcp::pdu::pdu_type;
 use std::io::{Read, Write};
-use std::sync::Arc;
 use std::time::Duration;
 
 #[test]
@@ -20,56 +18,6 @@ fn io_roundtrip_over_loopback() {
     for poll in [Duration::ZERO, Duration::from_micros(50)] {
         io_roundtrip(&start(poll));
     }
-}
-
-/// A scratch file path under the target directory (a real file system: tmpfs may refuse
-/// O_DIRECT), removed on drop.
-struct Scratch(std::path::PathBuf);
-
-impl Scratch {
-    fn new(tag: &str) -> Scratch {
-        Scratch(
-            std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
-                "ebof-loopback-{tag}-{}-{}.img",
-                std::process::id(),
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_nanos())
-            )),
-        )
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
-fn file_backend(path: &std::path::Path, direct: bool) -> Result<Arc<dyn Backend>, String> {
-    let spec = BackendSpec::File {
-        path: path.to_owned(),
-        size: Some(32 << 20),
-    };
-    ebof_backend::open_with(&spec, ebof_backend::BackendOptions { direct })
-        .map_err(|e| e.to_string())
-}
-
-/// Both engines, each with an event-driven and a polling reactor.
-fn engines() -> Vec<(EngineConfig, Duration)> {
-    let mut v = Vec::new();
-    for kind in [IoEngineKind::IoUring, IoEngineKind::Threads] {
-        for poll in [Duration::ZERO, Duration::from_micros(50)] {
-            v.push((
-                EngineConfig {
-                    kind,
-                    io_threads: 2,
-                },
-                poll,
-            ));
-        }
-    }
-    v
 }
 
 /// A file backend: its I/O runs on the reactor's engine (io_uring ring, or the worker pool)

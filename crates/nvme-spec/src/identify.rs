@@ -210,6 +210,18 @@ pub mod oncs {
     pub const COPY: u16 = 1 << 8;
 }
 
+/// Fused Operation Support (FUSES) bits.
+pub mod fuses {
+    /// Compare and Write fused operation supported.
+    pub const COMPARE_AND_WRITE: u16 = 1 << 0;
+}
+
+/// Optional Copy Formats Supported (OCFS) bits.
+pub mod ocfs {
+    /// Copy Source Range Descriptor format 0h supported.
+    pub const FORMAT_0: u16 = 1 << 0;
+}
+
 /// Volatile Write Cache (VWC) bits.
 pub mod vwc {
     /// A volatile write cache is present.
@@ -698,6 +710,12 @@ pub struct IdentifyNamespace {
     pub npda: u16,
     /// Namespace Optimal Write Size, byte 72 (0's based).
     pub nows: u16,
+    /// Maximum Single Source Range Length (Copy), byte 74 (logical blocks; 0 = no Copy).
+    pub mssrl: u16,
+    /// Maximum Copy Length, byte 76 (logical blocks).
+    pub mcl: u32,
+    /// Maximum Source Range Count, byte 80 (0's based).
+    pub msrc: u8,
     /// ANA Group Identifier, byte 92.
     pub anagrpid: u32,
     /// Namespace Attributes, byte 99 (bit 0: write protected).
@@ -797,6 +815,9 @@ impl Default for IdentifyNamespace {
             npdg: 0,
             npda: 0,
             nows: 0,
+            mssrl: 0,
+            mcl: 0,
+            msrc: 0,
             anagrpid: 0,
             nsattr: 0,
             nvmsetid: 0,
@@ -857,6 +878,9 @@ impl IdentifyNamespace {
         put16(out, 68, self.npdg);
         put16(out, 70, self.npda);
         put16(out, 72, self.nows);
+        put16(out, 74, self.mssrl);
+        put32(out, 76, self.mcl);
+        out[80] = self.msrc;
         put32(out, 92, self.anagrpid);
         out[99] = self.nsattr;
         put16(out, 100, self.nvmsetid);
@@ -911,6 +935,9 @@ impl IdentifyNamespace {
             npdg: le16(b, 68),
             npda: le16(b, 70),
             nows: le16(b, 72),
+            mssrl: le16(b, 74),
+            mcl: le32(b, 76),
+            msrc: b[80],
             anagrpid: le32(b, 92),
             nsattr: b[99],
             nvmsetid: le16(b, 100),
@@ -1453,6 +1480,9 @@ mod tests {
             nvmcap: 0x1_0000_0000 * 4096,
             npwg: 7,
             nows: 63,
+            mssrl: 2048,
+            mcl: 16384,
+            msrc: 127,
             anagrpid: 1,
             nsattr: 0,
             nvmsetid: 0,
@@ -1482,6 +1512,10 @@ mod tests {
         assert_eq!(b[33], 0x09);
         assert_eq!(&b[46..48], &256u16.to_le_bytes());
         assert_eq!(&b[48..64], &(0x1_0000_0000u128 * 4096).to_le_bytes());
+        // Copy limits (NVM Command Set 1.0 Figure 97): MSSRL, MCL, MSRC.
+        assert_eq!(&b[74..76], &2048u16.to_le_bytes());
+        assert_eq!(&b[76..80], &16384u32.to_le_bytes());
+        assert_eq!(b[80], 127);
         assert_eq!(&b[92..96], &1u32.to_le_bytes());
         assert_eq!(&b[104..120], &[0x5a; 16]);
         assert_eq!(&b[120..128], &[1, 2, 3, 4, 5, 6, 7, 8]);

@@ -9,6 +9,10 @@ pub const SGL_ICD: u8 = 0x01;
 pub const SGL_TRANSPORT: u8 = 0x5A;
 /// PSDT value (SQE byte 1 bits 7:6) meaning "SGL, metadata pointer contiguous", required by fabrics.
 pub const PSDT_SGL_MPTR_CONTIG: u8 = 0b01;
+/// FUSE (SQE byte 1 bits 1:0) 01b: first command of a fused operation.
+pub const FUSE_FIRST: u8 = 0b01;
+/// FUSE 10b: second command of a fused operation.
+pub const FUSE_SECOND: u8 = 0b10;
 
 /// A submission queue entry, kept as its wire bytes; accessors decode fields on demand so a
 /// capsule is never copied into an intermediate struct.
@@ -56,6 +60,10 @@ impl Sqe {
     /// Fused operation (FUSE), byte 1 bits 1:0.
     pub fn fuse(&self) -> u8 {
         self.0[1] & 0x3
+    }
+    /// Set FUSE (byte 1 bits 1:0), keeping PSDT.
+    pub fn set_fuse(&mut self, fuse: u8) {
+        self.0[1] = (self.0[1] & !0x3) | (fuse & 0x3);
     }
     /// Command Identifier (CID), bytes 2..4.
     pub fn cid(&self) -> CommandId {

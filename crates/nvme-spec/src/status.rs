@@ -99,6 +99,10 @@ impl Status {
         dnr: false,
         ..generic(0x08)
     };
+    /// Command Aborted due to Failed Fused Command (the other command of the pair failed).
+    pub const ABORTED_FUSED_FAIL: Status = generic(0x09);
+    /// Command Aborted due to Missing Fused Command (the pair was not well formed).
+    pub const ABORTED_FUSED_MISSING: Status = generic(0x0A);
     pub const INVALID_NS: Status = generic(0x0B);
     pub const CMD_SEQ_ERROR: Status = generic(0x0C);
     pub const SGL_INVALID_LAST: Status = generic(0x0D);
@@ -150,9 +154,17 @@ impl Status {
     pub const CONNECT_INVALID_HOST: Status = specific(0x84);
     /// Dataset Management / Write: Attempted write to read-only range.
     pub const CONFLICTING_ATTRS: Status = specific(0x80);
+    /// Copy: Command Size Limit Exceeded (NR above MSRC, a range above MSSRL, the total above
+    /// MCL; NVM Command Set 1.0 Figure 33).
+    pub const CMD_SIZE_LIMIT: Status = specific(0x83);
     // Media and data integrity errors (SCT 2).
     pub const WRITE_FAULT: Status = media(0x80);
     pub const UNRECOVERED_READ: Status = media(0x81);
+    /// Compare (and fused Compare-and-Write): the data differ. Retrying cannot help.
+    pub const COMPARE_FAILURE: Status = Status {
+        dnr: true,
+        ..media(0x85)
+    };
     pub const ACCESS_DENIED: Status = media(0x86);
     // Path related status (SCT 3), DNR clear: the host retries on another path.
     pub const ANA_PERSISTENT_LOSS: Status = path(0x01);
@@ -198,6 +210,8 @@ impl Status {
             (0, 0x06) => "Internal Error",
             (0, 0x07) => "Command Abort Requested",
             (0, 0x08) => "Command Aborted due to SQ Deletion",
+            (0, 0x09) => "Command Aborted due to Failed Fused Command",
+            (0, 0x0A) => "Command Aborted due to Missing Fused Command",
             (0, 0x0B) => "Invalid Namespace or Format",
             (0, 0x0C) => "Command Sequence Error",
             (0, 0x0D) => "Invalid SGL Segment Descriptor",
@@ -226,10 +240,11 @@ impl Status {
             (1, 0x80) => "Connect Incompatible Format / Conflicting Attributes",
             (1, 0x81) => "Connect Controller Busy",
             (1, 0x82) => "Connect Invalid Parameters",
-            (1, 0x83) => "Connect Restart Discovery",
+            (1, 0x83) => "Connect Restart Discovery / Command Size Limit Exceeded",
             (1, 0x84) => "Connect Invalid Host",
             (2, 0x80) => "Write Fault",
             (2, 0x81) => "Unrecovered Read Error",
+            (2, 0x85) => "Compare Failure",
             (2, 0x86) => "Access Denied",
             (3, 0x01) => "Asymmetric Access Persistent Loss",
             (3, 0x02) => "Asymmetric Access Inaccessible",

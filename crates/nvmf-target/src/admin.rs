@@ -143,8 +143,13 @@ impl Queue {
                 if csi_v != csi::NVM {
                     return Err(CmdError::at(Status::INVALID_FIELD, 47));
                 }
-                // Write Zeroes and DSM limits: none beyond the command formats.
-                IdentifyControllerNvm::default().encode(&mut out);
+                // Write Zeroes and DSM limits: none beyond the command formats. Verify: see
+                // `cmds::VERIFY_MAX_BYTES`.
+                IdentifyControllerNvm {
+                    vsl: crate::cmds::VSL,
+                    ..Default::default()
+                }
+                .encode(&mut out);
             }
             (cns::CS_INDEP_NS, Some(s)) => {
                 let ns = s
@@ -214,9 +219,17 @@ impl Queue {
                 id.cctemp = 0x0175;
                 // The largest NSID a namespace may be hot-added at (Linux nvmet: 1024).
                 id.nn = s.max_nsid().max(limits.max_namespaces);
-                id.oncs = identify::oncs::DSM
+                id.oncs = identify::oncs::COMPARE
+                    | identify::oncs::DSM
                     | identify::oncs::WRITE_ZEROES
-                    | identify::oncs::RESERVATIONS;
+                    | identify::oncs::RESERVATIONS
+                    | identify::oncs::VERIFY
+                    | identify::oncs::COPY;
+                id.fuses = identify::fuses::COMPARE_AND_WRITE;
+                id.ocfs = identify::ocfs::FORMAT_0;
+                // A Compare-and-Write is atomic at any size it may have (the namespace gate):
+                // up to MDTS, stated in 4 KiB blocks (a lower bound for 512-byte namespaces).
+                id.acwu = (limits.max_transfer / 4096).max(1).saturating_sub(1) as u16;
                 id.vwc = identify::vwc::PRESENT | identify::vwc::FLUSH_BROADCAST_SUPPORTED;
                 id.ioccsz = (64 + limits.io_inline_data) / 16;
                 id.oaes = identify::oaes::NS_ATTR;
@@ -321,8 +334,10 @@ impl Queue {
                     log.acs[usize::from(op)] = effects::CSUPP;
                 }
                 log.iocs[usize::from(io::FLUSH)] = effects::CSUPP | effects::LBCC;
-                log.iocs[usize::from(io::READ)] = effects::CSUPP;
-                for op in [io::WRITE, io::WRITE_ZEROES, io::DATASET_MGMT] {
+                for op in [io::READ, io::COMPARE, io::VERIFY] {
+                    log.iocs[usize::from(op)] = effects::CSUPP;
+                }
+                for op in [io::WRITE, io::WRITE_ZEROES, io::DATASET_MGMT, io::COPY] {
                     log.iocs[usize::from(op)] = effects::CSUPP | effects::LBCC;
                 }
                 for op in [
@@ -527,6 +542,7 @@ fn ns_features(_ns: &Namespace) -> u8 {
 /// Identify Namespace data for `ns`.
 pub fn identify_namespace(ns: &Namespace) -> IdentifyNamespace {
     let blocks = ns.blocks();
+    let (mssrl, mcl, msrc) = crate::cmds::copy_limits(ns);
     let mut lbaf = [LbaFormat::default(); 64];
     lbaf[0] = LbaFormat {
         ms: 0,
@@ -547,6 +563,9 @@ pub fn identify_namespace(ns: &Namespace) -> IdentifyNamespace {
         // Deallocated blocks read as zeroes (bits 2:0 = 001b); Write Zeroes may deallocate (bit 3).
         dlfeat: 0b1001,
         nvmcap: u128::from(ns.backend.size()),
+        mssrl,
+        mcl,
+        msrc,
         nguid: ns.nguid(),
         eui64: ns.eui64(),
         lbaf,

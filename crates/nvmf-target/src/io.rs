@@ -35,6 +35,42 @@ pub enum IoOp {
     Deallocate {
         nr: u32,
     },
+    /// Compare the range with the host data in the slot buffer ([`crate::cmds`]).
+    Compare,
+    /// Check that the range is readable; no data moves.
+    Verify,
+    /// Copy: `nr` validated 32-byte source range descriptors (format 0) are in the slot buffer;
+    /// `offset`/`len` are the destination.
+    Copy {
+        nr: u32,
+        fua: bool,
+    },
+    /// Fused Compare-and-Write under the namespace gate: the slot buffer holds the Compare's
+    /// data then the Write's ([`crate::cmds::compare_and_write`]).
+    CompareWrite {
+        fua: bool,
+    },
+}
+
+impl IoOp {
+    /// True for commands that touch namespace data and so pass the namespace gate
+    /// ([`crate::gate`]) that makes fused Compare-and-Write atomic.
+    pub fn gated(&self) -> bool {
+        matches!(
+            self,
+            IoOp::Read
+                | IoOp::Write { .. }
+                | IoOp::WriteZeroes { .. }
+                | IoOp::Deallocate { .. }
+                | IoOp::Compare
+                | IoOp::Copy { .. }
+        )
+    }
+
+    /// True for commands that only read the namespace (their failures map to read errors).
+    fn reads_only(&self) -> bool {
+        matches!(self, IoOp::Read | IoOp::Compare | IoOp::Verify)
+    }
 }
 
 /// One queue's own handle on a namespace (made at Connect). Commands clone this `Arc`, whose
@@ -225,6 +261,10 @@ pub fn execute_io(req: &IoRequest, buf: &mut Vec<u8>) -> Status {
             }
             Ok(())
         }
+        IoOp::Compare => return crate::cmds::compare(req, buf),
+        IoOp::Verify => return crate::cmds::verify(req, buf),
+        IoOp::Copy { nr, fua } => return crate::cmds::copy(req, *nr, *fua, buf),
+        IoOp::CompareWrite { fua } => return crate::cmds::compare_and_write(req, *fua, buf),
     };
     match res {
         Ok(()) => Status::SUCCESS,
@@ -249,9 +289,15 @@ pub fn io_status(req: &IoRequest, result: Result<(), BackendError>) -> Status {
 /// truncated file under load writes one line per class every few seconds, with the number of
 /// failures in between.
 pub(crate) fn failed(req: &IoRequest, e: &BackendError) -> Status {
+    failed_as(req, e, !req.op.reads_only())
+}
+
+/// [`failed`] for a failure whose kind (a read or a write) the operation does not tell alone
+/// (the phases of Copy and Compare-and-Write).
+pub(crate) fn failed_as(req: &IoRequest, e: &BackendError, write: bool) -> Status {
     let class = FailureClass::of(e);
     req.ns.stats.backend_errors[class as usize].fetch_add(1, Ordering::Relaxed);
-    let status = backend_status(e, !matches!(req.op, IoOp::Read));
+    let status = backend_status(e, write);
     // One limiter per class: a flood of one cause does not hide the first of another.
     static LIMITS: [RateLimit; FailureClass::COUNT] =
         [const { RateLimit::new(crate::log_limit::WINDOW) }; FailureClass::COUNT];
@@ -410,7 +456,10 @@ impl Queue {
     /// block, e.g. RAM): the namespace and the byte offset of the command's first LBA. `None`
     /// for anything else (the data is then gathered in the slot buffer first).
     pub(crate) fn direct_write_target(&self, sqe: &Sqe, need: u32) -> Option<(Arc<NsRef>, u64)> {
-        if !matches!(self.role, crate::queue::QueueRole::Io { .. }) || sqe.opcode() != io::WRITE {
+        if !matches!(self.role, crate::queue::QueueRole::Io { .. })
+            || sqe.opcode() != io::WRITE
+            || sqe.fuse() != 0
+        {
             return None;
         }
         let ns = self.io_namespace(sqe).ok()?;
@@ -419,7 +468,7 @@ impl Queue {
     }
 
     /// Validate an LBA range; returns (byte offset, byte length).
-    fn lba_range(ns: &Namespace, slba: u64, nlb: u64) -> Result<(u64, u64), CmdError> {
+    pub(crate) fn lba_range(ns: &Namespace, slba: u64, nlb: u64) -> Result<(u64, u64), CmdError> {
         match slba.checked_add(nlb) {
             Some(end) if end <= ns.blocks() => {}
             _ => return Err(CmdError::at(Status::LBA_RANGE, 40)),
@@ -432,16 +481,21 @@ impl Queue {
     pub(crate) fn io_host_data_len(&self, sqe: &Sqe) -> Result<u32, CmdError> {
         self.check_io_ready()?;
         match sqe.opcode() {
-            io::WRITE => {
+            io::WRITE | io::COMPARE => {
                 let ns = self.io_namespace(sqe)?;
                 self.ana_check(ns)?;
                 let (_, len) = Self::lba_range(ns, sqe.slba(), u64::from(sqe.nlb()))?;
-                // Before any data moves (it may go straight into the namespace).
-                self.resv_check(ns, io::WRITE)?;
+                // Before any data moves (a Write's may go straight into the namespace); a
+                // Compare is checked as the read it is.
+                self.resv_check(ns, sqe.opcode())?;
                 if len > u64::from(self.target.limits.max_transfer) {
                     return Err(CmdError::at(Status::INVALID_FIELD, 48));
                 }
                 Ok(len as u32)
+            }
+            io::COPY => {
+                self.io_namespace(sqe)?;
+                crate::cmds::copy_host_data_len(sqe)
             }
             io::DATASET_MGMT => {
                 self.ana_check(self.io_namespace(sqe)?)?;
@@ -493,15 +547,15 @@ impl Queue {
     }
 
     /// Phase 2 for I/O queues: build the backend request.
-    pub(crate) fn prepare_io(&mut self, sqe: &Sqe, _buf: &mut Vec<u8>) -> Exec {
-        match self.prepare_io_inner(sqe) {
+    pub(crate) fn prepare_io(&mut self, sqe: &Sqe, buf: &[u8]) -> Exec {
+        match self.prepare_io_inner(sqe, buf) {
             Ok(Some(req)) => Exec::Io(req),
             Ok(None) => Exec::Done(Ok((0, 0))),
             Err(e) => Exec::Done(Err(e)),
         }
     }
 
-    fn prepare_io_inner(&mut self, sqe: &Sqe) -> Result<Option<IoRequest>, CmdError> {
+    fn prepare_io_inner(&mut self, sqe: &Sqe, buf: &[u8]) -> Result<Option<IoRequest>, CmdError> {
         self.check_io_ready()?;
         let op = sqe.opcode();
         if op == io::FLUSH && sqe.nsid().0 == u32::MAX {
@@ -535,7 +589,7 @@ impl Queue {
         let ns = match op {
             // Writes and DSM passed the ANA check in phase 1, before any data moved.
             io::WRITE | io::DATASET_MGMT => self.io_namespace(sqe)?.clone(),
-            io::READ | io::FLUSH | io::WRITE_ZEROES => {
+            io::READ | io::FLUSH | io::WRITE_ZEROES | io::COMPARE | io::VERIFY | io::COPY => {
                 let ns = self.io_namespace(sqe)?;
                 self.ana_check(ns)?;
                 ns.clone()
@@ -601,6 +655,10 @@ impl Queue {
                     offset: 0,
                     len: 0,
                 }
+            }
+            io::COMPARE | io::VERIFY | io::COPY => {
+                let wce = self.ctrl.as_ref().is_some_and(|c| c.wce());
+                return crate::cmds::prepare(ns, sqe, buf, wce).map(Some);
             }
             _ => return Err(CmdError::at(Status::INVALID_OPCODE, 0)),
         };

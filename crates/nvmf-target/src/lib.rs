@@ -27,7 +27,13 @@
 //!    "ready to stream".
 //! 4. [`Queue::drain_completions`] hands each finished command's CQE and read data to the
 //!    transport encoder, and frees the slot: bytes ([`C2hData::Bytes`]), or a backend range
-//!    ([`C2hData::Read`]) that the encoder reads straight into its send buffer.
+//!    ([`C2hData::Read`]) that the encoder reads straight into its send buffer. Once that output
+//!    is sent, the driver calls [`Queue::output_sent`].
+//!
+//! Commands that touch namespace data pass the namespace's [`gate`], which makes fused
+//! Compare-and-Write atomic. One that finds it closed is *deferred* ([`Disposition::Parked`]):
+//! while [`Queue::has_deferred`], the driver calls [`Queue::retry_deferred`] every loop
+//! iteration and runs the slots it returns like [`Disposition::Execute`] ones.
 //!
 //! # Example
 //!
@@ -97,9 +103,11 @@
 
 mod admin;
 pub mod ana;
+pub mod cmds;
 mod controller;
 mod discovery;
 mod fabrics;
+pub mod gate;
 mod io;
 pub mod latency;
 pub mod log_limit;
@@ -113,4 +121,4 @@ pub use io::{FailureClass, IoOp, IoRequest, NsRef, backend_status, execute_io, i
 pub use model::{
     EventCounters, ListenerInfo, Namespace, Subsystem, Target, TargetLimits, UpdateError,
 };
-pub use queue::{C2hData, Disposition, Queue, QueueRole};
+pub use queue::{C2hData, CAW_DRAIN_TIMEOUT, Disposition, Queue, QueueRole};

@@ -63,6 +63,9 @@ pub struct Namespace {
     pub resv: crate::reservation::NsReservations,
     /// ANA group (1..=[`crate::ana::MAX_GROUPS`]); see [`Namespace::with_ana_group`].
     ana_group: u32,
+    /// What makes fused Compare-and-Write atomic against every other command on the namespace
+    /// ([`crate::gate`]).
+    pub gate: crate::gate::Gate,
 }
 
 impl Namespace {
@@ -76,6 +79,7 @@ impl Namespace {
             stats: NsStats::default(),
             resv: Default::default(),
             ana_group: 1,
+            gate: crate::gate::Gate::default(),
         }
     }
     /// The namespace with reservations persisted through `store` (PTPL capable), starting

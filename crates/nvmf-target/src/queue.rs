@@ -18,6 +18,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
+mod fused;
+pub use fused::CAW_DRAIN_TIMEOUT;
+pub(crate) use fused::Fused;
+
 /// What a queue is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum QueueRole {
@@ -134,6 +138,11 @@ enum SlotState {
     Parked,
     /// Completed, waiting in the completion list.
     Done,
+    /// I/O prepared, waiting for its namespace's gate (a Compare-and-Write holds it, or it is a
+    /// Compare-and-Write waiting for the commands inside to finish): [`Queue::retry_deferred`].
+    Deferred,
+    /// One command of a fused pair with all its data, waiting for the other.
+    FusedWait,
 }
 
 /// A command slot.
@@ -159,6 +168,10 @@ struct Slot {
     cqe: Cqe,
     /// When the command arrived (its receive batch), for the latency histograms.
     start: Instant,
+    /// Its part in a fused operation.
+    fused: Fused,
+    /// Inside its namespace's gate ([`crate::gate`]).
+    gate: bool,
 }
 
 impl Slot {
@@ -176,6 +189,8 @@ impl Slot {
             direct_status: Status::SUCCESS,
             cqe: Cqe::default(),
             start: Instant::now(),
+            fused: Fused::None,
+            gate: false,
         }
     }
 }
@@ -223,6 +238,15 @@ pub struct Queue {
     touched: Option<Instant>,
     /// Row of this connection's listener in the target's ANA table (see [`crate::ana`]).
     pub(crate) ana_row: usize,
+    /// The first command of a fused operation whose second has not arrived yet.
+    fused_first: Option<u16>,
+    /// Slots in [`SlotState::Deferred`], oldest first.
+    deferred: Vec<u16>,
+    /// Fused pairs in progress (a first command, its second once arrived).
+    pairs: Vec<fused::Pair>,
+    /// Gate entries of reads streamed from memory, kept until their data has been sent
+    /// ([`Queue::output_sent`]): (namespace, count).
+    held: Vec<(Arc<crate::io::NsRef>, usize)>,
 }
 
 /// How often a queue refreshes its controller's keep-alive timestamp under traffic.
@@ -252,6 +276,10 @@ impl Queue {
             ns_gen: 0,
             touched: None,
             ana_row,
+            fused_first: None,
+            deferred: Vec::new(),
+            pairs: Vec::new(),
+            held: Vec::new(),
         }
     }
 
@@ -388,10 +416,21 @@ impl Queue {
     pub fn handle_command(&mut self, sqe: &Sqe, icd: &[u8], now: Instant) -> Disposition {
         self.now = now;
         let sqid = self.qid();
-        if sqe.psdt() != PSDT_SGL_MPTR_CONTIG || sqe.fuse() != 0 {
+        if sqe.psdt() != PSDT_SGL_MPTR_CONTIG {
             return self.immediate(sqe, CmdError::at(Status::INVALID_FIELD, 1));
         }
+        let fused = if sqe.fuse() != 0 || self.fused_first.is_some() {
+            match self.fused_arrival(sqe) {
+                Ok(f) => f,
+                Err(e) => return self.immediate(sqe, e),
+            }
+        } else {
+            Fused::None
+        };
         let Some(idx) = self.take_slot() else {
+            if fused == Fused::Second {
+                self.fused_unplaced();
+            }
             crate::warn_every!(sqid, "host exceeded the queue depth; command rejected");
             return self.immediate(sqe, Status::CMD_SEQ_ERROR.into());
         };
@@ -413,6 +452,10 @@ impl Queue {
         slot.io = None;
         slot.stream = false;
         slot.direct = None;
+        slot.gate = false;
+        if fused != Fused::None {
+            self.fused_attach(idx, fused);
+        }
         // Phase 1: how much host data does the command need (validates it as far as possible
         // before any data moves).
         let need = match self.host_data_len(sqe) {
@@ -442,8 +485,18 @@ impl Queue {
                 };
                 return self.complete_err(idx, CmdError::at(st, 24));
             }
-            let direct = self.direct_write_target(sqe, need);
+            let mut direct = self.direct_write_target(sqe, need);
+            // Straight into the namespace means inside its gate from now on; if a
+            // Compare-and-Write holds it, the data is gathered first instead.
+            let mut gate = false;
+            if let Some((ns, _)) = &direct {
+                gate = ns.gate.enter();
+                if !gate {
+                    direct = None;
+                }
+            }
             let slot = &mut self.slots[usize::from(idx)];
+            slot.gate = gate;
             if direct.is_some() {
                 // The data goes straight into the namespace as it arrives (one copy less).
                 slot.buf.clear();
@@ -543,6 +596,10 @@ impl Queue {
 
     /// Phase 2: the command has all its host data; execute or hand I/O to the driver.
     fn run(&mut self, idx: u16) -> Disposition {
+        if let Some(st) = self.slots[usize::from(idx)].fused.aborted() {
+            self.slots[usize::from(idx)].fused = Fused::None;
+            return self.complete_err(idx, st.into());
+        }
         let sqe = self.slots[usize::from(idx)].sqe;
         let mut buf = std::mem::take(&mut self.slots[usize::from(idx)].buf);
         let res = self.execute(idx, &sqe, &mut buf);
@@ -551,7 +608,15 @@ impl Queue {
             Exec::Done(r) => self.complete_result(idx, r),
             Exec::Io(req) => {
                 let slot = &mut self.slots[usize::from(idx)];
+                if slot.fused != Fused::None {
+                    slot.io = Some(req);
+                    return self.fused_ready(idx);
+                }
+                let inside = !req.op.gated() || fused::enter_gate(slot, &req);
                 slot.io = Some(req);
+                if !inside {
+                    return self.defer(idx);
+                }
                 slot.state = SlotState::Ready;
                 Disposition::Execute { slot: idx }
             }
@@ -671,6 +736,12 @@ impl Queue {
         if !matches!(s.state, SlotState::Executing | SlotState::Ready) {
             return;
         }
+        if matches!(
+            s.io.as_ref().map(|r| &r.op),
+            Some(IoOp::CompareWrite { .. })
+        ) {
+            return self.complete_pair(slot, status, buf);
+        }
         s.buf = buf;
         // The request stays in the slot: `drain_completions` counts it, with its latency.
         let (removed, read_len, err_lba) = match &s.io {
@@ -715,6 +786,11 @@ impl Queue {
     }
 
     fn complete_err(&mut self, idx: u16, e: CmdError) -> Disposition {
+        if self.slots[usize::from(idx)].fused != Fused::None {
+            // A fused command failing on its own (the only way one completes alone): its
+            // partner cannot run any more.
+            self.fused_orphaned(idx);
+        }
         let sqe = self.slots[usize::from(idx)].sqe;
         self.log_failure(&sqe, e);
         self.finish(idx, e.status, e.dw0, 0);
@@ -828,6 +904,7 @@ impl Queue {
                 Completion::Slot(idx) => idx,
             };
             let s = &mut self.slots[usize::from(idx)];
+            let streamed = s.stream;
             if s.stream {
                 s.stream = false;
                 if let Some(req) = &s.io {
@@ -871,6 +948,9 @@ impl Queue {
                 let shortcut = !self.flow_control && len > 0 && s.cqe.status.is_success();
                 let _ = emit(&s.cqe, C2hData::Bytes(&s.buf[..len]), shortcut);
             }
+            if std::mem::take(&mut s.gate) {
+                fused::leave_gate(s, streamed, &mut self.held);
+            }
             s.state = SlotState::Free;
             s.io = None;
             s.direct = None;
@@ -899,6 +979,7 @@ impl Queue {
 impl Drop for Queue {
     fn drop(&mut self) {
         self.stats.publish();
+        self.release_gates();
         if let Some(c) = &self.ctrl {
             match self.role {
                 QueueRole::Admin => {

@@ -147,7 +147,13 @@ impl Uring {
                 }
             }
             IoOp::Flush => {}
-            IoOp::FlushAll(_) | IoOp::WriteZeroes { .. } | IoOp::Deallocate { .. } => {
+            IoOp::FlushAll(_)
+            | IoOp::WriteZeroes { .. }
+            | IoOp::Deallocate { .. }
+            | IoOp::Compare
+            | IoOp::Verify
+            | IoOp::Copy { .. }
+            | IoOp::CompareWrite { .. } => {
                 return self.fail(job, io::ErrorKind::Unsupported.into());
             }
         }

@@ -172,22 +172,25 @@ impl Client {
         let mut data = Vec::new();
         loop {
             match self.next() {
-                (HostEvent::R2t(r), _) => {
-                    let mut out = Vec::new();
-                    self.host.encode_h2c_data(
-                        &mut out,
-                        r.cccid,
-                        r.ttag,
-                        r.r2to,
-                        &h2c[r.r2to as usize..(r.r2to + r.r2tl) as usize],
-                    );
-                    self.s.write_all(&out).unwrap();
-                }
+                (HostEvent::R2t(r), _) => self.answer_r2t(&r, h2c),
                 (HostEvent::C2hData { .. }, d) => data.extend_from_slice(&d),
                 (HostEvent::Response(c), _) => return (c, data),
                 other => panic!("{other:?}"),
             }
         }
+    }
+
+    /// Send the part of `data` that R2T `r` asks for.
+    pub fn answer_r2t(&mut self, r: &nvmf_tcp::pdu::R2t, data: &[u8]) {
+        let mut out = Vec::new();
+        self.host.encode_h2c_data(
+            &mut out,
+            r.cccid,
+            r.ttag,
+            r.r2to,
+            &data[r.r2to as usize..(r.r2to + r.r2tl) as usize],
+        );
+        self.s.write_all(&out).unwrap();
     }
 
     pub fn fabrics_connect(&mut self, qid: u16, cntlid: u16) -> Cqe {

@@ -8,6 +8,7 @@ use nvmf_target::{Namespace, Subsystem};
 use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 /// A RAM backend whose reads fail when they touch `bad` (byte range): a medium error the
 /// target must report as a command status, not as data.
@@ -84,4 +85,58 @@ pub fn subsystem(nqn: &str, backend: Arc<dyn Backend>, hosts: Option<Vec<String>
         hosts: hosts.unwrap_or_default(),
         namespaces: vec![Arc::new(Namespace::new(1, backend, 512, [0x11; 16]))],
     }
+}
+
+/// A scratch file path under the target directory (a real file system: tmpfs may refuse
+/// O_DIRECT), removed on drop.
+pub struct Scratch(pub std::path::PathBuf);
+
+impl Scratch {
+    pub fn new(tag: &str) -> Scratch {
+        Scratch(
+            std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
+                "ebof-loopback-{tag}-{}-{}.img",
+                std::process::id(),
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos())
+            )),
+        )
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// A 32 MiB file namespace at `path` (O_DIRECT if `direct`).
+pub fn file_backend(path: &std::path::Path, direct: bool) -> Result<Arc<dyn Backend>, String> {
+    let spec = BackendSpec::File {
+        path: path.to_owned(),
+        size: Some(32 << 20),
+    };
+    ebof_backend::open_with(&spec, ebof_backend::BackendOptions { direct })
+        .map_err(|e| e.to_string())
+}
+
+/// Both engines, each with an event-driven and a polling reactor.
+pub fn engines() -> Vec<(ebof_runtime::EngineConfig, Duration)> {
+    let mut v = Vec::new();
+    for kind in [
+        ebof_runtime::IoEngineKind::IoUring,
+        ebof_runtime::IoEngineKind::Threads,
+    ] {
+        for poll in [Duration::ZERO, Duration::from_micros(50)] {
+            v.push((
+                ebof_runtime::EngineConfig {
+                    kind,
+                    io_threads: 2,
+                },
+                poll,
+            ));
+        }
+    }
+    v
 }

@@ -161,6 +161,13 @@ impl Host {
         sqe.set_nlb(1);
         self.io_cmd(sqe, &[0x5A; 512]).0.status
     }
+    /// A 1-block Compare against what [`Host::write`] wrote.
+    fn compare(&mut self) -> Status {
+        let mut sqe = Sqe::new(io::COMPARE, CommandId(0));
+        sqe.set_nsid(NamespaceId(1));
+        sqe.set_nlb(1);
+        self.io_cmd(sqe, &[0x5A; 512]).0.status
+    }
     fn read(&mut self) -> Status {
         let mut sqe = Sqe::new(io::READ, CommandId(0));
         sqe.set_nsid(NamespaceId(1));
@@ -242,6 +249,9 @@ fn two_hosts_conflict_report_and_release() {
     assert_eq!(s, Status::SUCCESS);
     // B (registrant, not holder) may read, not write; the write fails before any R2T.
     assert_eq!(b.read(), Status::SUCCESS);
+    // A Compare carries host data like a write but is checked as the read it is.
+    assert_eq!(a.write(), Status::SUCCESS);
+    assert_eq!(b.compare(), Status::SUCCESS);
     let st = b.write();
     assert_eq!((st.sct, st.sc, st.dnr), (0, 0x83, true));
     let mut sqe = Sqe::new(io::WRITE, CommandId(99));

@@ -1,0 +1,470 @@
+//! Fused Compare-and-Write (NVMe Base 2.0 section 3.4.2) and the queue's side of the namespace
+//! gate ([`crate::gate`]): entering it, deferring commands that find it closed, retrying them,
+//! and leaving it.
+//!
+//! **Pairing** (by capsule arrival order on the queue, as SPDK pairs them):
+//! * FUSE 01b must be a Compare: it waits for the next capsule. Any other opcode fails with
+//!   Invalid Field in Command.
+//! * FUSE 10b must be a Write on the same namespace and LBA range as a waiting first command:
+//!   the two form a pair. With no first waiting it fails with Command Aborted due to Missing
+//!   Fused Command; not a matching Write, it fails with Invalid Field and the first with Missing
+//!   Fused.
+//! * Any other capsule (FUSE 00b or 11b, or a new first) while a first waits: the first fails
+//!   with Missing Fused Command. FUSE 11b itself is Invalid Field.
+//! * If one command of a pair fails before the pair runs (its data, its fields), the other
+//!   fails with Command Aborted due to Failed Fused Command.
+//!
+//! Each command receives its own data (its own R2T); the pair runs when both have it, as one
+//! [`IoOp::CompareWrite`] on the second command's slot, once that command holds the namespace
+//! gate and the gate has drained. A miscompare fails the Compare with Compare Failure and the
+//! Write with Failed Fused Command, and nothing is written.
+
+use super::{CmdError, Disposition, Queue, QueueRole, Slot, SlotState};
+use crate::io::{IoOp, IoRequest, NsRef};
+use nvme_spec::opcode::io;
+use nvme_spec::sqe::{FUSE_FIRST, FUSE_SECOND};
+use nvme_spec::{Sqe, Status};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A slot's part in a fused operation (one byte: the pairing lives in [`Queue`]'s pair table,
+/// so the slot table of an idle queue stays small).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Fused {
+    #[default]
+    None,
+    /// The first command (Compare).
+    First,
+    /// The second command (Write).
+    Second,
+    /// The pair fell apart while the host was still sending this command's data: complete it
+    /// with Missing Fused Command once the data is in.
+    AbortedMissing,
+    /// As [`Fused::AbortedMissing`], with Failed Fused Command.
+    AbortedFailed,
+}
+
+impl Fused {
+    /// The status to complete an aborted command with.
+    pub(crate) fn aborted(self) -> Option<Status> {
+        match self {
+            Fused::AbortedMissing => Some(Status::ABORTED_FUSED_MISSING),
+            Fused::AbortedFailed => Some(Status::ABORTED_FUSED_FAIL),
+            _ => None,
+        }
+    }
+}
+
+/// A fused pair in progress.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Pair {
+    first: u16,
+    second: Option<u16>,
+    /// The second holds its namespace's gate.
+    locked: bool,
+    /// When it took the gate (the wait for the gate to drain is bounded).
+    since: Option<Instant>,
+}
+
+/// Longest a Compare-and-Write holding its namespace's gate waits for the commands inside to
+/// finish. Commands inside are normally done within milliseconds; a host that stops sending
+/// the data of a Write it started (whose data goes straight into a RAM namespace) or stops
+/// reading its socket (reads streamed from RAM) could hold the gate open for ever, and with it
+/// every command on the namespace. Past this the pair fails with Command Interrupted (the host
+/// may retry it) and the gate opens.
+pub const CAW_DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
+
+impl Queue {
+    /// A capsule with FUSE set, or any capsule while a first command waits: its part in a
+    /// fused operation (the first left alone is failed here). `Err`: fail the command at once.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn fused_arrival(&mut self, sqe: &Sqe) -> Result<Fused, CmdError> {
+        let bad_fuse = CmdError::at(Status::INVALID_FIELD, 1);
+        if !matches!(self.role, QueueRole::Io { .. }) {
+            return Err(bad_fuse);
+        }
+        let fuse = sqe.fuse();
+        if fuse == FUSE_SECOND {
+            let Some(first) = self.fused_first.take() else {
+                return Err(Status::ABORTED_FUSED_MISSING.into());
+            };
+            let f = self.slots[usize::from(first)].sqe;
+            if sqe.opcode() != io::WRITE
+                || sqe.nsid() != f.nsid()
+                || sqe.slba() != f.slba()
+                || sqe.nlb() != f.nlb()
+            {
+                self.abort_fused(first, Fused::AbortedMissing);
+                return Err(bad_fuse);
+            }
+            if let Some(p) = self.pairs.iter_mut().find(|p| p.first == first) {
+                p.second = Some(u16::MAX); // the slot is set by `fused_attach`
+            }
+            return Ok(Fused::Second);
+        }
+        if let Some(first) = self.fused_first.take() {
+            self.abort_fused(first, Fused::AbortedMissing);
+        }
+        match fuse {
+            0 => Ok(Fused::None),
+            FUSE_FIRST if sqe.opcode() == io::COMPARE => Ok(Fused::First),
+            _ => Err(bad_fuse),
+        }
+    }
+
+    /// The slot `idx` got for a command with part `f`.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn fused_attach(&mut self, idx: u16, f: Fused) {
+        self.slots[usize::from(idx)].fused = f;
+        match f {
+            Fused::First => {
+                self.fused_first = Some(idx);
+                self.pairs.push(Pair {
+                    first: idx,
+                    second: None,
+                    locked: false,
+                    since: None,
+                });
+            }
+            Fused::Second => {
+                if let Some(p) = self.pairs.iter_mut().find(|p| p.second == Some(u16::MAX)) {
+                    p.second = Some(idx);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// A second command got no slot (the host exceeded the queue depth): its first fails.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn fused_unplaced(&mut self) {
+        if let Some(i) = self.pairs.iter().position(|p| p.second == Some(u16::MAX)) {
+            let p = self.pairs.swap_remove(i);
+            self.abort_fused(p.first, Fused::AbortedFailed);
+        }
+    }
+
+    /// Take the pair `idx` belongs to out of the table.
+    fn take_pair(&mut self, idx: u16) -> Option<Pair> {
+        let i = self
+            .pairs
+            .iter()
+            .position(|p| p.first == idx || p.second == Some(idx))?;
+        Some(self.pairs.swap_remove(i))
+    }
+
+    /// The pair `idx` belongs to.
+    fn pair_of(&mut self, idx: u16) -> Option<&mut Pair> {
+        self.pairs
+            .iter_mut()
+            .find(|p| p.first == idx || p.second == Some(idx))
+    }
+
+    /// Fail `idx` with `status` because its pair fell apart: now if its data is in, else once
+    /// it is.
+    fn abort_fused(&mut self, idx: u16, why: Fused) {
+        if let Some(p) = self.take_pair(idx)
+            && p.locked
+            && let Some(r) = &self.slots[usize::from(idx)].io
+        {
+            r.ns.gate.unlock();
+        }
+        let s = &mut self.slots[usize::from(idx)];
+        match s.state {
+            SlotState::FusedWait | SlotState::Deferred => {
+                s.fused = Fused::None;
+                self.deferred.retain(|&d| d != idx);
+                self.complete_err(
+                    idx,
+                    why.aborted().unwrap_or(Status::ABORTED_FUSED_FAIL).into(),
+                );
+            }
+            SlotState::AwaitData => s.fused = why,
+            _ => s.fused = Fused::None,
+        }
+    }
+
+    /// `idx` finishes on its own (an error before the pair ran): its partner fails.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn fused_orphaned(&mut self, idx: u16) {
+        self.slots[usize::from(idx)].fused = Fused::None;
+        if self.fused_first == Some(idx) {
+            self.fused_first = None;
+        }
+        let Some(p) = self.take_pair(idx) else { return };
+        if p.locked
+            && let Some(second) = p.second
+            && let Some(r) = &self.slots[usize::from(second)].io
+        {
+            r.ns.gate.unlock();
+        }
+        let other = if p.first == idx {
+            p.second
+        } else {
+            Some(p.first)
+        };
+        if let Some(other) = other.filter(|&o| o != u16::MAX) {
+            self.abort_fused(other, Fused::AbortedFailed);
+        }
+    }
+
+    /// A fused command has all its data and its request (in the slot): run the pair if the
+    /// other one is ready too, else wait for it.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn fused_ready(&mut self, idx: u16) -> Disposition {
+        let pair = self.pair_of(idx).copied();
+        let partner = pair.and_then(|p| {
+            if p.first == idx {
+                p.second
+            } else {
+                Some(p.first)
+            }
+        });
+        match (pair, partner) {
+            (Some(pair), Some(p))
+                if self
+                    .slots
+                    .get(usize::from(p))
+                    .is_some_and(|s| s.state == SlotState::FusedWait) =>
+            {
+                self.slots[usize::from(idx)].state = SlotState::FusedWait;
+                match pair.second {
+                    Some(second) => self.start_pair(pair.first, second),
+                    None => Disposition::Pending,
+                }
+            }
+            _ => {
+                self.slots[usize::from(idx)].state = SlotState::FusedWait;
+                Disposition::Parked
+            }
+        }
+    }
+
+    /// Both commands have their data: make the second's slot run the pair (the Compare's data
+    /// then the Write's in its buffer) once it holds the gate.
+    fn start_pair(&mut self, first: u16, second: u16) -> Disposition {
+        let mut data = std::mem::take(&mut self.slots[usize::from(first)].buf);
+        let s = &mut self.slots[usize::from(second)];
+        let Some(req) = s.io.as_mut() else {
+            return Disposition::Pending;
+        };
+        let IoOp::Write { fua } = req.op else {
+            return Disposition::Pending;
+        };
+        let len = req.len as usize;
+        req.op = IoOp::CompareWrite { fua };
+        data.truncate(len);
+        data.extend_from_slice(s.buf.get(..len).unwrap_or_default());
+        // The first slot keeps the second's buffer (its capacity is reused later).
+        let spare = std::mem::replace(&mut s.buf, data);
+        self.slots[usize::from(first)].buf = spare;
+        if self.pair_admitted(second, self.now) == Some(true) {
+            self.slots[usize::from(second)].state = SlotState::Ready;
+            Disposition::Execute { slot: second }
+        } else {
+            self.defer(second)
+        }
+    }
+
+    /// `Some(true)`: the pair in `second` may run: it holds the gate (taken now if free) and the
+    /// gate has drained. `None`: it waited for the drain longer than [`CAW_DRAIN_TIMEOUT`].
+    fn pair_admitted(&mut self, second: u16, now: Instant) -> Option<bool> {
+        let Some(ns) = self.slots[usize::from(second)]
+            .io
+            .as_ref()
+            .map(|r| r.ns.clone())
+        else {
+            return Some(false);
+        };
+        let Some(p) = self.pair_of(second) else {
+            return Some(false);
+        };
+        if !p.locked {
+            if !ns.gate.try_lock() {
+                return Some(false);
+            }
+            p.locked = true;
+            p.since = Some(now);
+        }
+        if ns.gate.drained() {
+            return Some(true);
+        }
+        let waited = p
+            .since
+            .map_or(Duration::ZERO, |t| now.saturating_duration_since(t));
+        (waited <= CAW_DRAIN_TIMEOUT).then_some(false)
+    }
+
+    /// The pair in `second` waited too long for its gate to drain: both commands fail with
+    /// Command Interrupted and the gate opens.
+    fn pair_expired(&mut self, second: u16) {
+        let Some(Pair { first, locked, .. }) = self.take_pair(second) else {
+            return;
+        };
+        if locked && let Some(r) = &self.slots[usize::from(second)].io {
+            r.ns.gate.unlock();
+        }
+        crate::warn_every!(
+            qid = self.qid(),
+            "Compare-and-Write waited {}s for commands on its namespace to finish; failed \
+             with Command Interrupted",
+            CAW_DRAIN_TIMEOUT.as_secs()
+        );
+        for idx in [first, second] {
+            self.slots[usize::from(idx)].fused = Fused::None;
+            self.complete_err(idx, Status::CMD_INTERRUPTED.into());
+        }
+    }
+
+    /// The pair in `second` ran: complete both commands and open the gate.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn complete_pair(&mut self, second: u16, status: Status, buf: Vec<u8>) {
+        let compare_failed = !status.is_success() && buf.is_empty();
+        self.slots[usize::from(second)].buf = buf;
+        let Some(Pair { first, locked, .. }) = self.take_pair(second) else {
+            return;
+        };
+        let s = &mut self.slots[usize::from(second)];
+        s.fused = Fused::None;
+        if locked && let Some(r) = &s.io {
+            r.ns.gate.unlock();
+        }
+        self.slots[usize::from(first)].fused = Fused::None;
+        let (cmp, write) = if status.is_success() {
+            (Status::SUCCESS, Status::SUCCESS)
+        } else if compare_failed {
+            (status, Status::ABORTED_FUSED_FAIL)
+        } else {
+            (Status::SUCCESS, status)
+        };
+        // The Compare completes first, as the host expects for a pair.
+        for (idx, st) in [(first, cmp), (second, write)] {
+            if st.is_success() {
+                self.finish(idx, st, 0, 0);
+            } else {
+                self.complete_err(idx, CmdError::at(st, 0xFFFF));
+            }
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    pub(super) fn defer(&mut self, idx: u16) -> Disposition {
+        self.slots[usize::from(idx)].state = SlotState::Deferred;
+        self.deferred.push(idx);
+        Disposition::Parked
+    }
+
+    /// True if commands wait for their namespace's gate: the driver must call
+    /// [`Queue::retry_deferred`] soon (every loop iteration) and not sleep long.
+    pub fn has_deferred(&self) -> bool {
+        !self.deferred.is_empty()
+    }
+
+    /// Retry the deferred commands; those that may run now are appended to `ready` (run them
+    /// as [`Disposition::Execute`] slots: [`Queue::execute_inline`] or the driver's engine).
+    /// `now` bounds the wait of a Compare-and-Write ([`CAW_DRAIN_TIMEOUT`]).
+    pub fn retry_deferred(&mut self, now: Instant, ready: &mut Vec<u16>) {
+        let list = std::mem::take(&mut self.deferred);
+        for idx in list {
+            if self.slots[usize::from(idx)].state != SlotState::Deferred {
+                continue;
+            }
+            let go = match self.slots[usize::from(idx)].fused {
+                Fused::Second => match self.pair_admitted(idx, now) {
+                    Some(go) => go,
+                    None => {
+                        self.pair_expired(idx);
+                        continue;
+                    }
+                },
+                _ => {
+                    let s = &mut self.slots[usize::from(idx)];
+                    match s.io.take() {
+                        Some(req) => {
+                            let inside = enter_gate(s, &req);
+                            s.io = Some(req);
+                            inside
+                        }
+                        None => true,
+                    }
+                }
+            };
+            if go {
+                self.slots[usize::from(idx)].state = SlotState::Ready;
+                ready.push(idx);
+            } else {
+                self.deferred.push(idx);
+            }
+        }
+    }
+
+    /// The transport has sent everything drained so far: reads streamed from memory leave
+    /// their namespace's gate (their data has left the namespace).
+    pub fn output_sent(&mut self) {
+        for (ns, n) in self.held.drain(..) {
+            ns.gate.exit(n);
+        }
+    }
+
+    /// The queue goes away: leave every gate it is in and open the ones it holds.
+    pub(super) fn release_gates(&mut self) {
+        self.output_sent();
+        for p in std::mem::take(&mut self.pairs) {
+            if p.locked
+                && let Some(r) = p
+                    .second
+                    .and_then(|s| self.slots.get(usize::from(s)))
+                    .and_then(|s| s.io.as_ref())
+            {
+                r.ns.gate.unlock();
+            }
+        }
+        for s in &mut self.slots {
+            if std::mem::take(&mut s.gate) {
+                leave_gate(s, false, &mut self.held);
+            }
+        }
+    }
+}
+
+/// Enter the gate of `req`'s namespace for the command in `s`. A Write whose data went straight
+/// into the namespace is inside since it arrived.
+#[inline]
+pub(super) fn enter_gate(s: &mut Slot, req: &IoRequest) -> bool {
+    if s.gate {
+        match &s.direct {
+            Some((ns, _)) if Arc::ptr_eq(ns, &req.ns) => return true,
+            // The namespace was replaced in between: leave the old one's gate.
+            Some((ns, _)) => ns.gate.exit(1),
+            None => req.ns.gate.exit(1),
+        }
+    }
+    s.gate = req.ns.gate.enter();
+    s.gate
+}
+
+/// `s` is freed: leave its namespace's gate now, or (a read streamed from memory, whose data
+/// the transport sends later) once the output is sent.
+#[inline]
+pub(super) fn leave_gate(s: &Slot, streamed: bool, held: &mut Vec<(Arc<NsRef>, usize)>) {
+    let ns = match (&s.io, &s.direct) {
+        (Some(r), _) => &r.ns,
+        (None, Some((ns, _))) => ns,
+        (None, None) => return,
+    };
+    if !streamed {
+        ns.gate.exit(1);
+        return;
+    }
+    match held.last_mut() {
+        Some((n, count)) if Arc::ptr_eq(n, ns) => *count += 1,
+        _ => held.push((ns.clone(), 1)),
+    }
+}
