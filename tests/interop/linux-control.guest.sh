@@ -20,7 +20,7 @@ HOT_NQN=${CTL_NQN%:*}:hot
 SCALE_NQN=${CTL_NQN%:*}:scale SCALE_NS=${SCALE_NS:-1024} SCALE_CTRL=''
 DISC_NQN=nqn.2014-08.org.nvmexpress.discovery
 SEE=${SEE_SECS:-10}
-BENCH_SCALE=${BENCH_SCALE:-0.1} BENCH_SIZE=${BENCH_SIZE:-16M} BENCH_SECS=${BENCH_SECS:-180}
+BENCH_SCALE=${BENCH_SCALE:-0.5} BENCH_SIZE=${BENCH_SIZE:-16M} BENCH_SECS=${BENCH_SECS:-180}
 AEN_NS_CHANGED=0x040002 # notice, Namespace Attribute Changed, log page 0x04
 AEN_DISC_CHANGED=0x70f002 # notice, Discovery Log Page Change, log page 0x70
 TRACE=/sys/kernel/tracing
