@@ -15,10 +15,20 @@ pub const CMD_TIMEOUT: Duration = Duration::from_secs(90);
 /// Bound on `ebof serve` coming up.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// A loopback port nothing listens on (bound, then released).
+/// A loopback port nothing listens on (bound, then released), never the same twice in one test
+/// binary: the tests of a binary run in parallel, and the kernel may hand a just-released port
+/// out again, so two servers could race for one port and a test would talk to the other's.
 pub fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
-    l.local_addr().unwrap().port()
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+        let port = l.local_addr().unwrap().port();
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
 }
 
 /// A running `ebof serve`, killed on drop.
