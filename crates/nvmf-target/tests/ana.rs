@@ -1,6 +1,8 @@
 //! ANA through the queue state machine, with no transport: Identify fields, the ANA log page
 //! (RGO, windows), the status of I/O per state, and the ANA Change event with its mask.
 
+mod common;
+
 use ebof_backend::BackendSpec;
 use nvme_spec::ana::{AnaLog, AnaState, LSP_RGO};
 use nvme_spec::fabrics::{ConnectCmd, ConnectData, PropertyCmd, cc, prop};
@@ -10,7 +12,7 @@ use nvme_spec::identify::{
 use nvme_spec::log::{aen, lid};
 use nvme_spec::opcode::{admin, fctype, feature, io};
 use nvme_spec::{CommandId, ControllerId, Cqe, NamespaceId, QueueId, Sqe, Status};
-use nvmf_target::{C2hData, Disposition, ListenerInfo, Namespace, Queue, Subsystem, Target};
+use nvmf_target::{Disposition, ListenerInfo, Namespace, Queue, Subsystem, Target};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
@@ -70,24 +72,7 @@ impl Host {
     }
 
     fn drain(&mut self) -> Vec<(Cqe, Vec<u8>)> {
-        let mut out = Vec::new();
-        self.q.drain_completions(|cqe, data, _| {
-            let bytes = match data {
-                C2hData::Bytes(b) => b.to_vec(),
-                C2hData::Read {
-                    backend,
-                    offset,
-                    len,
-                } => {
-                    let mut v = vec![0; len];
-                    backend.read(offset, &mut v)?;
-                    v
-                }
-            };
-            out.push((*cqe, bytes));
-            Ok(())
-        });
-        out
+        common::drain(&mut self.q)
     }
 
     /// Send one command; `data` goes in-capsule. Returns its completion and data.

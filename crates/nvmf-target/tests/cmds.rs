@@ -2,6 +2,8 @@
 //! statuses, limits, pairing rules, Identify / effects log, and the atomicity of
 //! Compare-and-Write against writers and readers on other queues and threads.
 
+mod common;
+
 use ebof_backend::{Backend, BackendSpec};
 use nvme_spec::fabrics::{ConnectCmd, ConnectData, PropertyCmd, cc, prop};
 use nvme_spec::identify::{
@@ -12,7 +14,7 @@ use nvme_spec::opcode::{admin, fctype, io};
 use nvme_spec::sqe::{FUSE_FIRST, FUSE_SECOND};
 use nvme_spec::{CommandId, ControllerId, Cqe, NamespaceId, QueueId, Sqe, Status};
 use nvmf_target::{
-    C2hData, CAW_DRAIN_TIMEOUT, Disposition, Namespace, Queue, Subsystem, Target, TargetLimits,
+    CAW_DRAIN_TIMEOUT, Disposition, Namespace, Queue, Subsystem, Target, TargetLimits,
 };
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -92,25 +94,7 @@ impl Q {
     }
 
     fn drain(&mut self) -> Vec<(Cqe, Vec<u8>)> {
-        let mut out = vec![];
-        self.q.drain_completions(|cqe, data, _| {
-            let bytes = match data {
-                C2hData::Bytes(b) => b.to_vec(),
-                C2hData::Read {
-                    backend,
-                    offset,
-                    len,
-                } => {
-                    let mut v = vec![0; len];
-                    backend.read(offset, &mut v)?;
-                    v
-                }
-            };
-            out.push((*cqe, bytes));
-            Ok(())
-        });
-        self.q.output_sent();
-        out
+        common::drain(&mut self.q)
     }
 
     /// Run what a disposition asks for (inline: RAM) and anything deferred that may go now.
