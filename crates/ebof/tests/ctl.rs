@@ -4,6 +4,9 @@
 
 mod common;
 
+use common::served::{
+    HOST_A, HOST_B, NQN, Served, ctl, ctl_at, perf_args_at, perf_on, serve, state,
+};
 use common::{EBOF, Output, Target, ebof, free_port};
 use ebof_mgmt::Client;
 use serde_json::Value;
@@ -12,79 +15,6 @@ use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-const NQN: &str = "nqn.2026-11.io.ebof:default";
-const HOST_A: &str = "nqn.2014-08.org.nvmexpress:uuid:0000000a-0000-0000-0000-00000000000a";
-const HOST_B: &str = "nqn.2014-08.org.nvmexpress:uuid:0000000b-0000-0000-0000-00000000000b";
-
-struct Served {
-    t: Target,
-    _dir: tempfile::TempDir,
-    sock: PathBuf,
-    metrics: SocketAddr,
-}
-
-fn serve() -> Served {
-    let dir = tempfile::tempdir().unwrap();
-    let sock = dir.path().join("ebof.sock");
-    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let metrics: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let log = dir.path().join("serve.log");
-    let t = Target::spawn(
-        &[
-            "serve",
-            "--listen",
-            &addr.to_string(),
-            "--ram",
-            "64M",
-            "--cores",
-            "0",
-            "--mgmt-socket",
-            sock.to_str().unwrap(),
-            "--metrics-listen",
-            &metrics.to_string(),
-        ],
-        addr,
-        Stdio::from(std::fs::File::create(&log).unwrap()),
-    );
-    // The API is up before the NVMe listener; make sure it is this serve's (a port picked by
-    // free_port could, rarely, be someone else's), with its log if not.
-    let st = Client::new(&sock).state().unwrap_or_else(|e| {
-        panic!(
-            "{e}\nserve log:\n{}",
-            std::fs::read_to_string(&log).unwrap_or_default()
-        )
-    });
-    assert_eq!(st.listeners[0].address, addr.to_string());
-    Served {
-        t,
-        _dir: dir,
-        sock,
-        metrics,
-    }
-}
-
-fn ctl(s: &Served, args: &[&str]) -> Output {
-    ctl_at(&s.sock, args)
-}
-
-/// `ebof ctl --socket SOCK ARGS`.
-fn ctl_at(sock: &Path, args: &[&str]) -> Output {
-    let mut a = vec!["ctl", "--socket", sock.to_str().unwrap()];
-    a.extend_from_slice(args);
-    ebof(&a)
-}
-
-fn state(s: &Served) -> Value {
-    let o = ctl(s, &["show", "--json"]);
-    assert!(
-        o.ok,
-        "{}\nserve log:\n{}",
-        o.stderr,
-        std::fs::read_to_string(s._dir.path().join("serve.log")).unwrap_or_default()
-    );
-    serde_json::from_str(&o.stdout).unwrap()
-}
 
 /// `ebof ctl ARGS` must fail with exactly one error line carrying `code`, and change nothing.
 fn rejected(s: &Served, args: &[&str], code: &str) {
@@ -106,16 +36,6 @@ fn rejected(s: &Served, args: &[&str], code: &str) {
 /// `ebof perf` arguments against `s` as `hostnqn`, JSON output.
 fn perf_args(s: &Served, hostnqn: &str, extra: &[&str]) -> Vec<String> {
     perf_args_at(&s.t.port(), hostnqn, extra)
-}
-
-/// [`perf_args`] through the listener on `port`.
-fn perf_args_at(port: &str, hostnqn: &str, extra: &[&str]) -> Vec<String> {
-    let target = ["-a", "127.0.0.1", "-s", port, "-n", NQN].map(str::to_string);
-    let mut a = vec!["perf".to_string()];
-    a.extend(target);
-    a.extend(["--hostnqn", hostnqn, "--json"].map(str::to_string));
-    a.extend(extra.iter().map(|x| x.to_string()));
-    a
 }
 
 fn perf(s: &Served, hostnqn: &str, extra: &[&str]) -> Output {
@@ -540,15 +460,6 @@ fn no_server_and_socket_conflicts() {
     drop(t);
 }
 
-/// `ebof perf` on namespace `nsid` of `port` as HOST_A, with extra arguments; JSON output.
-fn perf_on(port: &str, nsid: u32, extra: &[&str]) -> Output {
-    let nsid = nsid.to_string();
-    let mut e = vec!["--nsid", nsid.as_str()];
-    e.extend_from_slice(extra);
-    let a = perf_args_at(port, HOST_A, &e);
-    ebof(&a.iter().map(String::as_str).collect::<Vec<_>>())
-}
-
 fn namespace(st: &Value, nsid: u64) -> Option<&Value> {
     st["subsystems"][0]["namespaces"]
         .as_array()
@@ -935,119 +846,6 @@ fn autosave_writes_every_change() {
     let o = ctl_at(&sock, &["ns", "add", NQN, "--ram", "1000"]);
     assert!(!o.ok);
     assert_eq!(std::fs::read_to_string(&config).unwrap(), text);
-}
-
-/// The issue's "I/O under change": `ebof perf --verify` on namespace 1 while namespaces, hosts,
-/// subsystems and listeners come and go in a loop (11 changes per round, a round every 100 ms
-/// or so, for 30 s; `EBOF_CHURN_SECS` to change); zero errors and mismatches, and its IOPS next
-/// to those of a run without changes (both printed; a stall would show as a collapse, which
-/// fails the test).
-#[test]
-fn io_on_namespace_1_is_untouched_by_churn() {
-    let secs: u64 = std::env::var("EBOF_CHURN_SECS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(30);
-    let s = serve();
-    let port = s.t.port();
-    let run = |secs: u64| -> Value {
-        let rt = format!("{secs}s");
-        let o = perf_on(
-            &port,
-            1,
-            &["--rw", "randrw", "--verify", "--qd", "8", "--runtime", &rt],
-        );
-        assert!(o.ok, "{}\n{}", o.stderr, o.stdout);
-        let j: Value = serde_json::from_str(&o.stdout).unwrap();
-        assert_eq!(j["errors"]["total"], 0, "{j}");
-        assert_eq!(j["verify"]["mismatch_count"], 0, "{j}");
-        j
-    };
-    let quiet = run((secs / 3).max(2));
-
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let churn = {
-        let stop = stop.clone();
-        let sock = s.sock.clone();
-        std::thread::spawn(move || {
-            use ebof_mgmt::api::{
-                ListenerRequest, NamespaceRequest, ResizeRequest, SubsystemRequest,
-            };
-            let c = Client::new(&sock);
-            let other = "nqn.2026-11.io.ebof:churn";
-            let mut rounds = 0u32;
-            let deadline = Instant::now() + Duration::from_secs(secs + 60);
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < deadline {
-                let ram = |size: u64| NamespaceRequest {
-                    backend: "ram".into(),
-                    size: Some(size),
-                    ..Default::default()
-                };
-                c.add_namespace(NQN, &ram(8 << 20)).expect("ns add");
-                c.resize_namespace(
-                    NQN,
-                    "2",
-                    &ResizeRequest {
-                        size: 16 << 20,
-                        shrink: false,
-                    },
-                )
-                .expect("ns resize");
-                c.add_subsystem(&SubsystemRequest {
-                    nqn: other.into(),
-                    serial: None,
-                    model: None,
-                    allow_any_host: Some(false),
-                })
-                .expect("subsystem add");
-                c.allow_host(other, HOST_B).expect("host allow");
-                c.add_namespace(other, &ram(4 << 20)).expect("ns add 2");
-                let l = c
-                    .add_listener(&ListenerRequest {
-                        address: "127.0.0.1:0".into(),
-                        discovery: false,
-                    })
-                    .expect("listener add");
-                c.remove_listener(&l.address, false)
-                    .expect("listener remove");
-                c.deny_host(other, HOST_B).expect("host deny");
-                c.remove_subsystem(other).expect("subsystem remove");
-                c.remove_namespace(NQN, "2").expect("ns remove");
-                rounds += 1;
-                // Paced (about 100 changes a second): an unpaced loop on this 2-core machine
-                // would measure the CPU the loop itself takes from perf and the reactor.
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            rounds
-        })
-    };
-    let busy = run(secs);
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let rounds = churn.join().expect("churn thread");
-    assert!(rounds > 0, "no change was made during the run");
-    let (q, b) = (
-        quiet["iops"].as_f64().unwrap(),
-        busy["iops"].as_f64().unwrap(),
-    );
-    eprintln!(
-        "namespace 1 randrw QD8 with --verify: {q:.0} IOPS without changes, {b:.0} IOPS during \
-         {rounds} rounds of 11 changes in {secs} s ({:.0} %); max latency {} us vs {} us",
-        100.0 * b / q,
-        busy["latency_us"]["max"],
-        quiet["latency_us"]["max"]
-    );
-    assert!(
-        b > 0.5 * q,
-        "I/O collapsed under changes: {q:.0} -> {b:.0} IOPS"
-    );
-    // Namespace 1 is as it was.
-    let st = state(&s);
-    assert_eq!(st["subsystems"].as_array().unwrap().len(), 1, "{st}");
-    assert_eq!(
-        st["subsystems"][0]["namespaces"].as_array().unwrap().len(),
-        1,
-        "{st}"
-    );
 }
 
 /// `ebof ctl ARGS` with `EBOF_TOKEN` set to `token` (or unset), bounded by the client's own

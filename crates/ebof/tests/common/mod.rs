@@ -4,6 +4,8 @@
 // Each test binary uses a different subset of these helpers.
 #![allow(dead_code)]
 
+pub mod served;
+
 use std::io::Read;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
@@ -18,16 +20,45 @@ const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// A loopback port nothing listens on (bound, then released), never the same twice in one test
 /// binary: the tests of a binary run in parallel, and the kernel may hand a just-released port
 /// out again, so two servers could race for one port and a test would talk to the other's.
+///
+/// The port is taken from below the kernel's ephemeral range, never from it: the tests make
+/// many client connections, and a client socket that happened to get the port as its source
+/// port would stop the server from binding it; worse, a readiness probe connecting to a port
+/// in that range before the server binds can connect to itself (TCP simultaneous open), so the
+/// test would go on against a server that then fails to bind. That happened once in CI.
 pub fn free_port() -> u16 {
     static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
     let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
-    loop {
-        let l = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
-        let port = l.local_addr().unwrap().port();
-        if !given.contains(&port) {
+    let (lo, hi) = non_ephemeral_ports();
+    let span = u32::from(hi - lo);
+    // Start where another test process (another binary, another CI job) is unlikely to look.
+    let seed = std::process::id()
+        .wrapping_mul(2_654_435_761)
+        .wrapping_add(given.len() as u32 * 7919);
+    for i in 0..span {
+        let port = lo + ((seed.wrapping_add(i)) % span) as u16;
+        if given.contains(&port) {
+            continue;
+        }
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
             given.push(port);
             return port;
         }
+    }
+    panic!("no free loopback port in {lo}..{hi}");
+}
+
+/// A span of ports below the kernel's ephemeral range (`ip_local_port_range`, 32768 by default).
+fn non_ephemeral_ports() -> (u16, u16) {
+    let first_ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    if first_ephemeral > 12_000 {
+        (10_000, first_ephemeral)
+    } else {
+        // An unusual range: the ports above it, then.
+        (61_000, 65_000)
     }
 }
 
@@ -71,8 +102,11 @@ impl Target {
         let mut t = Target { child, addr };
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
-            if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
-                return t;
+            if let Ok(s) = TcpStream::connect_timeout(&addr, Duration::from_millis(200)) {
+                // A socket connected to itself is not a server.
+                if s.local_addr().ok() != Some(addr) {
+                    return t;
+                }
             }
             if let Ok(Some(st)) = t.child.try_wait() {
                 panic!("ebof {args:?} exited early: {st}");

@@ -1,0 +1,101 @@
+//! A `ebof serve` with the management socket and metrics, and the `ebof ctl` / `ebof perf`
+//! calls the control-plane tests (`ctl.rs`, `churn.rs`) make against it.
+
+use super::{Output, Target, ebof, free_port};
+use ebof_mgmt::Client;
+use serde_json::Value;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+pub const NQN: &str = "nqn.2026-11.io.ebof:default";
+pub const HOST_A: &str = "nqn.2014-08.org.nvmexpress:uuid:0000000a-0000-0000-0000-00000000000a";
+pub const HOST_B: &str = "nqn.2014-08.org.nvmexpress:uuid:0000000b-0000-0000-0000-00000000000b";
+
+pub struct Served {
+    pub t: Target,
+    pub _dir: tempfile::TempDir,
+    pub sock: PathBuf,
+    pub metrics: SocketAddr,
+}
+
+pub fn serve() -> Served {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("ebof.sock");
+    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let metrics: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let log = dir.path().join("serve.log");
+    let t = Target::spawn(
+        &[
+            "serve",
+            "--listen",
+            &addr.to_string(),
+            "--ram",
+            "64M",
+            "--cores",
+            "0",
+            "--mgmt-socket",
+            sock.to_str().unwrap(),
+            "--metrics-listen",
+            &metrics.to_string(),
+        ],
+        addr,
+        Stdio::from(std::fs::File::create(&log).unwrap()),
+    );
+    // The API is up before the NVMe listener; make sure it is this serve's (a port picked by
+    // free_port could, rarely, be someone else's), with its log if not.
+    let st = Client::new(&sock).state().unwrap_or_else(|e| {
+        panic!(
+            "{e}\nserve log:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        )
+    });
+    assert_eq!(st.listeners[0].address, addr.to_string());
+    Served {
+        t,
+        _dir: dir,
+        sock,
+        metrics,
+    }
+}
+
+pub fn ctl(s: &Served, args: &[&str]) -> Output {
+    ctl_at(&s.sock, args)
+}
+
+/// `ebof ctl --socket SOCK ARGS`.
+pub fn ctl_at(sock: &Path, args: &[&str]) -> Output {
+    let mut a = vec!["ctl", "--socket", sock.to_str().unwrap()];
+    a.extend_from_slice(args);
+    ebof(&a)
+}
+
+pub fn state(s: &Served) -> Value {
+    let o = ctl(s, &["show", "--json"]);
+    assert!(
+        o.ok,
+        "{}\nserve log:\n{}",
+        o.stderr,
+        std::fs::read_to_string(s._dir.path().join("serve.log")).unwrap_or_default()
+    );
+    serde_json::from_str(&o.stdout).unwrap()
+}
+
+/// [`perf_args`] through the listener on `port`.
+pub fn perf_args_at(port: &str, hostnqn: &str, extra: &[&str]) -> Vec<String> {
+    let target = ["-a", "127.0.0.1", "-s", port, "-n", NQN].map(str::to_string);
+    let mut a = vec!["perf".to_string()];
+    a.extend(target);
+    a.extend(["--hostnqn", hostnqn, "--json"].map(str::to_string));
+    a.extend(extra.iter().map(|x| x.to_string()));
+    a
+}
+
+/// `ebof perf` on namespace `nsid` of `port` as HOST_A, with extra arguments; JSON output.
+pub fn perf_on(port: &str, nsid: u32, extra: &[&str]) -> Output {
+    let nsid = nsid.to_string();
+    let mut e = vec!["--nsid", nsid.as_str()];
+    e.extend_from_slice(extra);
+    let a = perf_args_at(port, HOST_A, &e);
+    ebof(&a.iter().map(String::as_str).collect::<Vec<_>>())
+}
