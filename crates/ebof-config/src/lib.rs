@@ -112,6 +112,7 @@ mod model;
 mod overrides;
 mod parse;
 mod raw;
+mod security;
 mod validate;
 
 use std::path::Path;
@@ -120,6 +121,7 @@ pub use ana::{
     ANA_GROUP_MAX, AnaSetting, AnaState, DEFAULT_ANA_GROUP, check_ana_group, parse_ana_state,
 };
 pub use error::{ConfigError, codes};
+pub use security::{HostSecurity, SecretSource, TlsMode, parse_tls_mode};
 pub use model::{
     BackendChoice, Config, DEFAULT_BLOCK_SIZE, DEFAULT_DISCOVERY_PORT, DEFAULT_FILE_SIZE,
     DEFAULT_MANAGEMENT_PORT, DEFAULT_METRICS_PORT, DEFAULT_MODEL, DEFAULT_NQN, DEFAULT_PORT,
