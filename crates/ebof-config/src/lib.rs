@@ -121,7 +121,6 @@ pub use ana::{
     ANA_GROUP_MAX, AnaSetting, AnaState, DEFAULT_ANA_GROUP, check_ana_group, parse_ana_state,
 };
 pub use error::{ConfigError, codes};
-pub use security::{HostSecurity, SecretSource, TlsMode, parse_tls_mode};
 pub use model::{
     BackendChoice, Config, DEFAULT_BLOCK_SIZE, DEFAULT_DISCOVERY_PORT, DEFAULT_FILE_SIZE,
     DEFAULT_MANAGEMENT_PORT, DEFAULT_METRICS_PORT, DEFAULT_MODEL, DEFAULT_NQN, DEFAULT_PORT,
@@ -133,6 +132,7 @@ pub use parse::{
     MAX_CORE_ID, MODEL_MAX_LEN, NQN_MAX_LEN, SERIAL_MAX_LEN, check_id_text, check_nqn, format_size,
     parse_core_list, parse_io_engine, parse_listener, parse_size,
 };
+pub use security::{HostSecurity, SecretSource, TlsMode, parse_tls_mode};
 pub use validate::SERIAL_PREFIX_MAX_LEN;
 
 impl Config {

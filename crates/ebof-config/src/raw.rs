@@ -301,7 +301,8 @@ impl RawConfig {
             let tls = l.tls.take();
             let listener = convert_listener(l, &path, DEFAULT_PORT)?;
             if let Some(t) = tls {
-                let mode = crate::security::parse_tls_mode(&t).map_err(|e| e.at(format!("{path}.tls")))?;
+                let mode =
+                    crate::security::parse_tls_mode(&t).map_err(|e| e.at(format!("{path}.tls")))?;
                 if mode != crate::TlsMode::Off {
                     listener_tls.push((listener, mode));
                 }

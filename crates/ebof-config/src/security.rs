@@ -182,7 +182,13 @@ pub(crate) fn convert(raw: Vec<RawHost>) -> Result<Vec<HostSecurity>, ConfigErro
                 ConfigError::new(codes::MISSING_FIELD, at("nqn"), "nqn is required")
             })?;
             check_nqn(&nqn).map_err(|e| e.at(at("nqn")))?;
-            let dhchap_key = secret(h.dhchap_key, h.dhchap_key_file, &at, "dhchap_key", "DHHC-1:")?;
+            let dhchap_key = secret(
+                h.dhchap_key,
+                h.dhchap_key_file,
+                &at,
+                "dhchap_key",
+                "DHHC-1:",
+            )?;
             let dhchap_ctrl_key = secret(
                 h.dhchap_ctrl_key,
                 h.dhchap_ctrl_key_file,
@@ -311,7 +317,11 @@ mod tests {
     #[test]
     fn bad_security_settings_are_clear_errors_without_the_secret() {
         let cases = [
-            ("tls = \"yes\"\n", codes::INVALID_TLS_MODE, "listeners[0].tls"),
+            (
+                "tls = \"yes\"\n",
+                codes::INVALID_TLS_MODE,
+                "listeners[0].tls",
+            ),
             (
                 "[[hosts]]\nnqn = \"nqn.x\"\ndhchap_key = \"DHHC-1:00:secretvalue\"\n",
                 codes::INVALID_SECRET,

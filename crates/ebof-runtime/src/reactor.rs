@@ -40,6 +40,8 @@ const TERM_GRACE: Duration = Duration::from_millis(200);
 const OFFLOAD_DRAIN: Duration = Duration::from_secs(30);
 /// iovecs per `sendmsg` (below IOV_MAX).
 const IOV_BATCH: usize = 512;
+/// Time a queue that must authenticate has, from its Connect, to complete DH-HMAC-CHAP.
+const AUTH_TIMEOUT: Duration = Duration::from_secs(30);
 
 const WAKER: Token = Token(usize::MAX);
 /// The I/O engine's completion notification (io_uring eventfd).
@@ -167,6 +169,8 @@ struct ConnState {
     in_ready: bool,
     /// Until Fabrics Connect succeeds: when the connection is closed if it has not.
     handshake_deadline: Option<Instant>,
+    /// `handshake_deadline` has been moved to the authentication deadline.
+    auth_deadline: bool,
     /// This connection's place under the connection caps (given back on drop).
     _admitted: Admitted,
 }
@@ -606,6 +610,7 @@ impl Reactor {
                 end_counted: false,
                 in_ready: true,
                 handshake_deadline: Instant::now().checked_add(self.handshake_timeout),
+                auth_deadline: false,
                 _admitted: admitted,
             },
         });
@@ -737,11 +742,22 @@ fn offload(
 
 /// The connection's handshake deadline passed before Fabrics Connect succeeded; clears the
 /// deadline once it has.
+///
+/// A queue that must authenticate (DH-HMAC-CHAP) gets [`AUTH_TIMEOUT`] from its Connect to
+/// finish: the exchange takes a few round trips and, with the large FFDHE groups, real CPU time
+/// on a slow host.
 fn handshake_expired(c: &mut ConnState, now: Instant, timeout: Duration) -> Option<ConnEnd> {
     let deadline = c.handshake_deadline?;
     if c.core.queue.controller().is_some() {
-        c.handshake_deadline = None;
-        return None;
+        if !c.core.queue.auth_pending() {
+            c.handshake_deadline = None;
+            return None;
+        }
+        if !c.auth_deadline {
+            c.auth_deadline = true;
+            c.handshake_deadline = now.checked_add(AUTH_TIMEOUT.max(timeout));
+            return None;
+        }
     }
     (now >= deadline).then_some(ConnEnd::HandshakeTimeout(timeout))
 }

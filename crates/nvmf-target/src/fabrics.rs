@@ -181,11 +181,17 @@ impl Queue {
             connected!(info);
         }
         let cntlid = ctrl.cntlid.0;
+        let is_discovery = ctrl.is_discovery();
         self.ctrl = Some(ctrl);
         self.role = QueueRole::Admin;
         self.flow_control = !cmd.dissqfc();
         self.entries = cmd.queue_entries();
-        Ok((u32::from(cntlid), 0))
+        let authreq = if is_discovery {
+            0
+        } else {
+            self.start_auth(&d.hostnqn, &d.subnqn, 0)
+        };
+        Ok((u32::from(cntlid) | authreq, 0))
     }
 
     fn connect_io(&mut self, cmd: &ConnectCmd, d: ConnectData) -> CmdResult {
@@ -233,13 +239,25 @@ impl Queue {
         self.refresh_namespaces();
         self.flow_control = !cmd.dissqfc();
         self.set_entries(cmd.queue_entries());
-        Ok((u32::from(cntlid), 0))
+        let authreq = self.start_auth(&d.hostnqn, &d.subnqn, cmd.qid.0);
+        Ok((u32::from(cntlid) | authreq, 0))
+    }
+
+    /// Host→controller data of a Fabrics command on a connected queue (only AUTH_Send has any).
+    pub(crate) fn fabrics_host_data_len(&self, sqe: &Sqe) -> Result<u32, CmdError> {
+        if sqe.fctype() == fctype::AUTH_SEND {
+            self.auth_send_len(sqe)
+        } else {
+            Ok(0)
+        }
     }
 
     /// Fabrics commands on a connected queue.
-    pub(crate) fn execute_fabrics(&mut self, sqe: &Sqe, _data: &[u8]) -> CmdResult {
+    pub(crate) fn execute_fabrics(&mut self, idx: u16, sqe: &Sqe, buf: &mut Vec<u8>) -> CmdResult {
         match (sqe.fctype(), self.role) {
             (fctype::CONNECT, _) => Err(CmdError::at(Status::CMD_SEQ_ERROR, 4)),
+            (fctype::AUTH_SEND, _) => self.execute_auth(idx, sqe, buf, false),
+            (fctype::AUTH_RECV, _) => self.execute_auth(idx, sqe, buf, true),
             (fctype::PROPERTY_GET, QueueRole::Admin) => self.property_get(sqe),
             (fctype::PROPERTY_SET, QueueRole::Admin) => self.property_set(sqe),
             _ => Err(CmdError::at(Status::INVALID_OPCODE, 4)),

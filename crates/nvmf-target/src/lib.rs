@@ -103,6 +103,7 @@
 
 mod admin;
 pub mod ana;
+pub mod auth;
 pub mod cmds;
 mod controller;
 mod discovery;
