@@ -395,6 +395,7 @@ impl Control {
                 v.push(ListenerInfo {
                     addr: bound,
                     portid,
+                    tls: Default::default(),
                 });
                 self.target.set_listeners(v);
                 crate::ana::reset_listener(&self.target, bound);

@@ -11,6 +11,10 @@ use nvme_spec::{ControllerId, DISCOVERY_NQN, NVME_VERSION, Sqe, Status};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// Marks (in an error's DW0 bits 31:24, which Invalid Host does not use) a Connect refused
+/// because it named another host or subsystem than its TLS PSK; cleared before it is sent.
+const TLS_MISMATCH: u32 = 1 << 31;
+
 /// Why a Connect was rejected, in words, for the target's log.
 fn connect_reject_reason(e: &CmdError) -> &'static str {
     let in_data = e.dw0 & nvme_spec::fabrics::IATTR_CONNECT_DATA != 0;
@@ -18,6 +22,9 @@ fn connect_reject_reason(e: &CmdError) -> &'static str {
     match e.status {
         Status::CONNECT_INCOMPATIBLE_FORMAT => "unsupported Connect record format (RECFMT)",
         Status::CONNECT_CTRL_BUSY => "no controller ID free",
+        Status::CONNECT_INVALID_HOST if e.dw0 & TLS_MISMATCH != 0 => {
+            "host NQN or subsystem NQN differ from those of the TLS PSK"
+        }
         Status::CONNECT_INVALID_HOST => "host NQN not allowed by this subsystem",
         Status::CMD_SEQ_ERROR => {
             "I/O queue before the controller is ready, or QID already connected"
@@ -76,7 +83,14 @@ impl Queue {
         }
         let qid = cmd.qid.0;
         let (subnqn, hostnqn) = (d.subnqn.clone(), d.hostnqn.clone());
-        let r = if cmd.qid.is_admin() {
+        let r = if let Some((h, s)) = &self.tls_peer
+            && (*h != d.hostnqn || (*s != d.subnqn && d.subnqn != DISCOVERY_NQN))
+        {
+            let mut e = CmdError::connect_param(connect_data_off::HOSTNQN, true);
+            e.status = Status::CONNECT_INVALID_HOST;
+            e.dw0 |= TLS_MISMATCH;
+            Err(e)
+        } else if cmd.qid.is_admin() {
             self.connect_admin(&cmd, d, self.now)
         } else {
             self.connect_io(&cmd, d)
@@ -93,7 +107,10 @@ impl Queue {
                 connect_reject_reason(e)
             );
         }
-        r
+        r.map_err(|mut e| {
+            e.dw0 &= !TLS_MISMATCH;
+            e
+        })
     }
 
     fn connect_admin(&mut self, cmd: &ConnectCmd, d: ConnectData, now: Instant) -> CmdResult {

@@ -203,6 +203,20 @@ pub struct ListenerInfo {
     pub addr: SocketAddr,
     /// Port ID in the discovery log (1-based position).
     pub portid: u16,
+    /// NVMe/TCP TLS on this listener, as the discovery log advertises it (TREQ, TSAS).
+    pub tls: ListenerTls,
+}
+
+/// A listener's TLS policy.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ListenerTls {
+    /// Plain NVMe/TCP only.
+    #[default]
+    Off,
+    /// TLS 1.3 when the host asks for it, plain NVMe/TCP otherwise.
+    Optional,
+    /// TLS 1.3 only.
+    Required,
 }
 
 /// Counters of rare events, for metrics (each touched only when the event happens).

@@ -252,6 +252,9 @@ pub struct Queue {
     /// Authentication is required and not done: every command but AUTH_Send / AUTH_Receive
     /// fails (one predictable branch per command otherwise).
     pub(crate) auth_gate: bool,
+    /// The host NQN and subsystem NQN of the TLS PSK this connection was secured with
+    /// ([`Queue::set_tls_peer`]); Connect must name the same ones.
+    pub(crate) tls_peer: Option<(String, String)>,
 }
 
 /// How often a queue refreshes its controller's keep-alive timestamp under traffic.
@@ -287,7 +290,15 @@ impl Queue {
             held: Vec::new(),
             auth: None,
             auth_gate: false,
+            tls_peer: None,
         }
+    }
+
+    /// The connection is TLS-protected with the PSK of (`hostnqn`, `subnqn`): a Connect that
+    /// names another host or subsystem is refused (Invalid Host), so a host cannot use its own
+    /// key to reach a subsystem its key was not made for.
+    pub fn set_tls_peer(&mut self, hostnqn: String, subnqn: String) {
+        self.tls_peer = Some((hostnqn, subnqn));
     }
 
     /// Mark the queue as accepted on a dedicated discovery listener.

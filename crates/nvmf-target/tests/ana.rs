@@ -41,10 +41,12 @@ fn target() -> Arc<Target> {
         ListenerInfo {
             addr: port(4420),
             portid: 1,
+            tls: Default::default(),
         },
         ListenerInfo {
             addr: port(4421),
             portid: 2,
+            tls: Default::default(),
         },
     ];
     Arc::new(Target::new(

@@ -253,3 +253,29 @@ fn bad_auth_fields_are_invalid_field_and_an_unkeyed_host_is_not_asked() {
     // Nothing to authenticate: AUTH_Send is refused.
     assert_eq!(send(&mut o, b"hello"), Status::INVALID_FIELD);
 }
+
+#[test]
+fn a_tls_connection_reaches_only_what_its_psk_was_made_for() {
+    let t = target();
+    // The PSK of (OPEN, NQN): Connect as OPEN to NQN works.
+    let mut ok = Host::new(&t, local(), NQN, OPEN);
+    ok.q.set_tls_peer(OPEN.into(), NQN.into());
+    assert!(ok.connect(0, 0xFFFF).status.is_success());
+    // Another host NQN, or another subsystem, over that PSK: Invalid Host.
+    for (host, sub) in [(KEYED, NQN), (OPEN, "nqn.2026-11.io.ebof:other")] {
+        let mut h = Host::new(&t, local(), sub, host);
+        h.q.set_tls_peer(OPEN.into(), NQN.into());
+        let c = h.connect(0, 0xFFFF);
+        assert_eq!(c.status, Status::CONNECT_INVALID_HOST, "{host} {sub}");
+        assert_eq!(
+            c.dw0 >> 16 & 0xFF00,
+            0,
+            "no internal marker on the wire: {:#x}",
+            c.dw0
+        );
+    }
+    // Discovery over the same PSK is fine.
+    let mut d = Host::new(&t, local(), nvme_spec::DISCOVERY_NQN, OPEN);
+    d.q.set_tls_peer(OPEN.into(), NQN.into());
+    assert!(d.connect(0, 0xFFFF).status.is_success());
+}

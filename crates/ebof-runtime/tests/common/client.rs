@@ -53,6 +53,7 @@ pub fn start_with(
         vec![ListenerInfo {
             addr: any,
             portid: 1,
+            tls: Default::default(),
         }],
         TargetLimits::default(),
         Instant::now(),
