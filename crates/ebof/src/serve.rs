@@ -260,6 +260,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
             },
             io_threads: usize::from(t.io_threads),
         },
+        tls: None,
     };
     // The management API first: a socket conflict fails before any host can connect.
     let mgmt = crate::ctl::start_management(&cfg, target.clone(), a.config.clone(), mgmt_token)?;

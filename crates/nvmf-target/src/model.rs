@@ -240,6 +240,9 @@ pub struct EventCounters {
     pub handshake_timeouts: AtomicU64,
     /// Failed in-band authentications (DH-HMAC-CHAP), queues of every controller.
     pub auth_failures: AtomicU64,
+    /// Connections refused or ended by TLS (bad handshake, unknown PSK, plaintext on a
+    /// TLS-only listener).
+    pub tls_failures: AtomicU64,
 }
 
 /// Why [`Target::update_subsystem`] changed nothing.
