@@ -20,64 +20,19 @@ use std::sync::Arc;
 use zeroize::Zeroizing;
 
 use crate::chap::{ChapContext, HashId, responses_match};
+use crate::config::AuthConfig;
 use crate::dh::{DhError, DhGroup, DhPrivateKey};
 use crate::msg::{
     self, DecodeError, DhchapDescriptor, Failure, FailureReason, Message, Negotiate, Reply,
 };
 use crate::rand::{OsRandom, RandomSource};
-use crate::secret::{DhchapSecret, TransformedKey};
 
 /// AL to use for the AUTH_Receive commands: enough for any Challenge (16 + 64 + 1024 bytes);
 /// the same 4 KiB buffer the Linux host uses.
 pub const RECEIVE_ALLOC_LEN: u32 = 4096;
 
-/// The host's keys (already transformed), NQNs and offered algorithms; shared by every queue.
-#[derive(Debug, Clone)]
-pub struct HostConfig {
-    host_key: TransformedKey,
-    ctrl_key: Option<TransformedKey>,
-    hostnqn: String,
-    subnqn: String,
-    hashes: Vec<HashId>,
-    dh_groups: Vec<DhGroup>,
-}
-
-impl HostConfig {
-    /// `--dhchap-secret` (host secret) and optional `--dhchap-ctrl-secret` (asks for
-    /// bidirectional authentication). Offers every hash and DH group, in Linux's order.
-    pub fn new(
-        host_secret: &DhchapSecret,
-        ctrl_secret: Option<&DhchapSecret>,
-        hostnqn: &str,
-        subnqn: &str,
-    ) -> Self {
-        Self {
-            host_key: host_secret.transform(hostnqn),
-            ctrl_key: ctrl_secret.map(|s| s.transform(subnqn)),
-            hostnqn: hostnqn.to_string(),
-            subnqn: subnqn.to_string(),
-            hashes: HashId::ALL.to_vec(),
-            dh_groups: DhGroup::ALL.to_vec(),
-        }
-    }
-
-    /// Hashes to offer (at most 30 are sent).
-    pub fn with_hashes(mut self, hashes: Vec<HashId>) -> Self {
-        self.hashes = hashes;
-        self
-    }
-
-    /// DH groups to offer (at most 30 are sent).
-    pub fn with_dh_groups(mut self, groups: Vec<DhGroup>) -> Self {
-        self.dh_groups = groups;
-        self
-    }
-
-    /// Whether bidirectional authentication will be requested.
-    pub fn bidirectional(&self) -> bool {
-        self.ctrl_key.is_some()
-    }
-}
+/// The host's keys, NQNs and offered algorithms (see [`AuthConfig`]).
+pub type HostConfig = AuthConfig;
 
 /// Where the host's exchange on a queue stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -39,6 +39,7 @@
 //! (lib/nvme/nvme_auth.c): see the module docs of [`chap`], [`msg`] and [`secret`].
 
 pub mod chap;
+pub mod config;
 pub mod dh;
 pub mod host;
 pub mod msg;
@@ -47,6 +48,7 @@ pub mod secret;
 pub mod target;
 
 pub use chap::HashId;
+pub use config::AuthConfig;
 pub use dh::DhGroup;
 pub use host::{HostAuth, HostConfig, HostError, HostErrorKind, HostState};
 pub use msg::{FailureReason, Message};

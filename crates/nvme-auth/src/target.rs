@@ -38,71 +38,14 @@ use std::sync::Arc;
 use zeroize::Zeroizing;
 
 use crate::chap::{ChapContext, HashId, responses_match};
+use crate::config::AuthConfig;
 use crate::dh::{DhError, DhGroup, DhPrivateKey};
 use crate::msg::{self, Challenge, DecodeError, Failure, FailureReason, Message, Reply, Success1};
 use crate::rand::{OsRandom, RandomSource};
-use crate::secret::{DhchapSecret, TransformedKey};
 
-/// What the controller knows about one host: its keys (already transformed), the NQNs and the
-/// allowed algorithms. Shared by every queue of the association (`Arc`).
-#[derive(Debug, Clone)]
-pub struct TargetConfig {
-    host_key: TransformedKey,
-    ctrl_key: Option<TransformedKey>,
-    hostnqn: String,
-    subnqn: String,
-    hashes: Vec<HashId>,
-    dh_groups: Vec<DhGroup>,
-}
-
-impl TargetConfig {
-    /// Keys for `hostnqn` connecting to `subnqn`: the host secret (checks the host), and the
-    /// controller secret if bidirectional authentication is offered. Default preferences:
-    /// SHA-256, SHA-384, SHA-512; DH groups null, ffdhe2048 … ffdhe8192 (Linux nvmet's defaults
-    /// are SHA-256 and null).
-    pub fn new(
-        host_secret: &DhchapSecret,
-        ctrl_secret: Option<&DhchapSecret>,
-        hostnqn: &str,
-        subnqn: &str,
-    ) -> Self {
-        Self {
-            host_key: host_secret.transform(hostnqn),
-            ctrl_key: ctrl_secret.map(|s| s.transform(subnqn)),
-            hostnqn: hostnqn.to_string(),
-            subnqn: subnqn.to_string(),
-            hashes: HashId::ALL.to_vec(),
-            dh_groups: DhGroup::ALL.to_vec(),
-        }
-    }
-
-    /// Allowed hashes, most preferred first. An empty list refuses every host.
-    pub fn with_hashes(mut self, hashes: Vec<HashId>) -> Self {
-        self.hashes = hashes;
-        self
-    }
-
-    /// Allowed DH groups, most preferred first. An empty list refuses every host.
-    pub fn with_dh_groups(mut self, groups: Vec<DhGroup>) -> Self {
-        self.dh_groups = groups;
-        self
-    }
-
-    /// Whether a controller secret is configured (bidirectional authentication possible).
-    pub fn has_ctrl_key(&self) -> bool {
-        self.ctrl_key.is_some()
-    }
-
-    /// Host NQN.
-    pub fn hostnqn(&self) -> &str {
-        &self.hostnqn
-    }
-
-    /// Subsystem NQN.
-    pub fn subnqn(&self) -> &str {
-        &self.subnqn
-    }
-}
+/// What the controller knows about one host: its keys, the NQNs, the allowed hashes and DH
+/// groups in preference order (see [`AuthConfig`]).
+pub type TargetConfig = AuthConfig;
 
 /// Where a queue's authentication stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
