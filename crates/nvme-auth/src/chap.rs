@@ -62,7 +62,7 @@ impl HashId {
     }
 
     /// Digest length in bytes (the HL field of the messages).
-    pub fn len(self) -> usize {
+    pub fn digest_len(self) -> usize {
         match self {
             Self::Sha256 => 32,
             Self::Sha384 => 48,
@@ -217,8 +217,8 @@ mod tests {
         for h in HashId::ALL {
             assert_eq!(HashId::from_id(h.id()), Some(h));
             assert_eq!(HashId::from_name(h.name()), Some(h));
-            assert_eq!(digest(h, b"x").len(), h.len());
-            assert_eq!(hmac(h, b"k", &[b"x"]).len(), h.len());
+            assert_eq!(digest(h, b"x").len(), h.digest_len());
+            assert_eq!(hmac(h, b"k", &[b"x"]).len(), h.digest_len());
         }
         assert_eq!(HashId::from_id(0), None);
         assert_eq!(HashId::from_id(4), None);

@@ -303,7 +303,7 @@ impl<R: RandomSource> HostAuth<R> {
         let bidi = match &config.ctrl_key {
             None => None,
             Some(ctrl_key) => {
-                let mut c2 = vec![0u8; c.hash.len()];
+                let mut c2 = vec![0u8; c.hash.digest_len()];
                 let s2 = match self.rng.fill(&mut c2).and_then(|()| self.rng.seqnum()) {
                     Ok(s2) => s2,
                     Err(_) => {
@@ -342,7 +342,7 @@ impl<R: RandomSource> HostAuth<R> {
         let Some(ex) = self.exchange.take() else {
             return Err(self.fail(HostErrorKind::WrongState, None));
         };
-        if s.hl as usize != ex.hash.len() {
+        if s.hl as usize != ex.hash.digest_len() {
             return Err(self.fail(
                 HostErrorKind::HashLength(s.hl),
                 Some(FailureReason::HashUnusable),

@@ -309,7 +309,7 @@ fn le32(b: &[u8], at: usize) -> u32 {
 }
 
 fn digest_len_ok(hl: u8) -> bool {
-    HashId::ALL.iter().any(|h| h.len() == hl as usize)
+    HashId::ALL.iter().any(|h| h.digest_len() == hl as usize)
 }
 
 fn dh_len_ok(group: DhGroup, len: usize) -> Result<(), DecodeError> {
@@ -405,7 +405,7 @@ fn decode_challenge(buf: &[u8], t_id: u16) -> Result<Message, DecodeError> {
     need(buf, 16)?;
     let hl = buf[6];
     let hash = HashId::from_id(buf[8]).ok_or(DecodeError::UnknownHash(buf[8]))?;
-    if hash.len() != hl as usize {
+    if hash.digest_len() != hl as usize {
         return Err(DecodeError::HashLength(hl));
     }
     let dh_group = DhGroup::from_id(buf[9]).ok_or(DecodeError::UnknownDhGroup(buf[9]))?;
@@ -458,10 +458,13 @@ impl Message {
     pub fn encode(&self) -> Vec<u8> {
         match self {
             Message::Negotiate(n) => {
+                // NAPD descriptors: ours first, then AUTHID-00h placeholders for the others a
+                // decoded message counted but this crate does not keep.
+                let napd = n.napd.max(u8::from(n.dhchap.is_some()));
                 let mut v = header(AUTH_TYPE_COMMON, auth_id::NEGOTIATE, n.t_id, 8);
                 v[6] = n.sc_c;
+                v[7] = napd;
                 if let Some(d) = &n.dhchap {
-                    v[7] = 1;
                     let mut desc = [0u8; DESCRIPTOR_LEN];
                     let hashes = &d.hash_ids[..d.hash_ids.len().min(MAX_IDS)];
                     let groups = &d.dh_group_ids[..d.dh_group_ids.len().min(MAX_IDS)];
@@ -472,6 +475,7 @@ impl Message {
                     desc[4 + MAX_IDS..4 + MAX_IDS + groups.len()].copy_from_slice(groups);
                     v.extend_from_slice(&desc);
                 }
+                v.resize(8 + napd as usize * DESCRIPTOR_LEN, 0);
                 v
             }
             Message::Challenge(c) => {

@@ -363,7 +363,7 @@ mod tests {
                 let back = DhchapSecret::parse(&s.encode()).expect("round trip");
                 assert_eq!(back, s);
                 let len_t = s.transform("nqn.test").as_bytes().len();
-                assert_eq!(len_t, t.hash().map_or(len, HashId::len));
+                assert_eq!(len_t, t.hash().map_or(len, HashId::digest_len));
             }
         }
         assert_eq!(

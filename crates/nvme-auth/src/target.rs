@@ -423,11 +423,11 @@ impl<R: RandomSource> TargetAuth<R> {
                 },
             );
         };
-        if r.response.len() != ex.hash.len() {
+        if r.response.len() != ex.hash.digest_len() {
             return self.fail(
                 FailureReason::IncorrectPayload,
                 FailureCause::HashLength {
-                    expected: ex.hash.len(),
+                    expected: ex.hash.digest_len(),
                     got: r.response.len(),
                 },
             );
@@ -490,7 +490,7 @@ impl<R: RandomSource> TargetAuth<R> {
                     Some(ex) => (ex.hash, ex.group),
                     None => return Ok(self.out_of_order_receive()),
                 };
-                fits(16 + hash.len() + group.value_len())?;
+                fits(16 + hash.digest_len() + group.value_len())?;
                 match self.make_challenge() {
                     Ok(bytes) => {
                         self.state = TargetState::AwaitingReply;
@@ -511,7 +511,7 @@ impl<R: RandomSource> TargetAuth<R> {
                 let bidirectional = r2.is_some();
                 let bytes = Message::Success1(Success1 {
                     t_id: self.t_id,
-                    hl: ex.hash.len() as u8,
+                    hl: ex.hash.digest_len() as u8,
                     response: r2,
                 })
                 .encode();
@@ -559,7 +559,7 @@ impl<R: RandomSource> TargetAuth<R> {
             return Err(());
         };
         let s1 = self.rng.seqnum().map_err(|_| ())?;
-        let mut c1 = vec![0u8; ex.hash.len()];
+        let mut c1 = vec![0u8; ex.hash.digest_len()];
         self.rng.fill(&mut c1).map_err(|_| ())?;
         let (dh, dh_value) = match ex.group {
             DhGroup::Null => (None, Vec::new()),

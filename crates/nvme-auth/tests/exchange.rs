@@ -295,3 +295,29 @@ fn ffdhe8192_timing() {
         }
     );
 }
+
+#[test]
+fn debug_output_redacts_keys() {
+    let hs = secret(1, 0, 32);
+    let cs = secret(2, 1, 32);
+    let cfg = AuthConfig::new(&hs, Some(&cs), HOSTNQN, SUBNQN);
+    let raw_hex: String = hs.key_bytes().iter().map(|b| format!("{b:02x}")).collect();
+    let transformed = cs.transform(SUBNQN);
+    let t_hex: String = transformed
+        .as_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let mut t = target(cfg.clone(), 1);
+    let mut h = host(cfg.clone(), 2);
+    exchange(&mut h, &mut t, 1);
+    let dbg = format!("{cfg:?} {t:?} {h:?} {hs:?}");
+    assert!(dbg.contains("redacted"), "{dbg}");
+    for needle in [
+        &raw_hex[..16],
+        &t_hex[..16],
+        &format!("{:?}", &hs.key_bytes()[..4]),
+    ] {
+        assert!(!dbg.contains(needle), "{dbg}");
+    }
+}

@@ -79,10 +79,10 @@ pub fn exchange(h: &mut HostAuth<TestRng>, t: &mut TargetAuth<TestRng>, t_id: u1
             if is_failure1(&challenge) {
                 trace.failure1 = Some(challenge);
             }
-            if let Some(f2) = &e.failure2 {
-                if let Err(te) = t.on_send(f2) {
-                    trace.target_errors.push(te);
-                }
+            if let Some(f2) = &e.failure2
+                && let Err(te) = t.on_send(f2)
+            {
+                trace.target_errors.push(te);
             }
             trace.host_error = Some(e);
             return trace;
@@ -103,10 +103,10 @@ pub fn exchange(h: &mut HostAuth<TestRng>, t: &mut TargetAuth<TestRng>, t_id: u1
             if is_failure1(&s1) {
                 trace.failure1 = Some(s1);
             }
-            if let Some(f2) = &e.failure2 {
-                if let Err(te) = t.on_send(f2) {
-                    trace.target_errors.push(te);
-                }
+            if let Some(f2) = &e.failure2
+                && let Err(te) = t.on_send(f2)
+            {
+                trace.target_errors.push(te);
             }
             trace.host_error = Some(e);
         }
