@@ -380,3 +380,58 @@ const FFDHE8192_HEX: &str = concat!(
     "fafabe1c5d71a87e2f741ef8c1fe86fea6bbfde530677f0d97d11d49f7a8443d0822e506a9f4614e011e2a94838ff88c",
     "d68c8bb7c5c6424cffffffffffffffff",
 );
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_names_sizes() {
+        for g in DhGroup::ALL {
+            assert_eq!(DhGroup::from_id(g.id()), Some(g));
+            assert_eq!(DhGroup::from_name(g.name()), Some(g));
+            assert_eq!(g.value_len() * 8, g.bits() as usize);
+        }
+        assert_eq!(DhGroup::from_id(6), None);
+        assert_eq!(DhGroup::from_name("ffdhe1024"), None);
+        assert_eq!(DhGroup::Ffdhe8192.value_len(), 1024);
+    }
+
+    #[test]
+    fn private_key_checks() {
+        assert_eq!(
+            DhPrivateKey::from_be_bytes(DhGroup::Null, &[1]).map(|_| ()),
+            Err(DhError::NullGroup)
+        );
+        assert_eq!(
+            DhPrivateKey::from_be_bytes(DhGroup::Ffdhe2048, &[0; 28]).map(|_| ()),
+            Err(DhError::BadPrivateKey)
+        );
+        assert_eq!(
+            DhPrivateKey::from_be_bytes(DhGroup::Ffdhe2048, &[1; 129]).map(|_| ()),
+            Err(DhError::BadPrivateKey)
+        );
+        struct Zeros;
+        impl RandomSource for Zeros {
+            fn fill(&mut self, buf: &mut [u8]) -> Result<(), RandomError> {
+                buf.fill(0);
+                Ok(())
+            }
+        }
+        // A source that only yields zeros never produces a (zero) key.
+        assert_eq!(
+            DhPrivateKey::generate(DhGroup::Ffdhe2048, &mut Zeros).map(|_| ()),
+            Err(DhError::Random(RandomError))
+        );
+        assert_eq!(
+            DhPrivateKey::generate(DhGroup::Null, &mut Zeros).map(|_| ()),
+            Err(DhError::NullGroup)
+        );
+        // g^1 = 2, left-padded to the group size.
+        let one = DhPrivateKey::from_be_bytes(DhGroup::Ffdhe2048, &[1]).expect("x = 1");
+        let mut two = vec![0u8; 256];
+        two[255] = 2;
+        assert_eq!(one.public_value(), two);
+        assert!(format!("{one:?}").contains("redacted"));
+    }
+}

@@ -7,10 +7,10 @@
 //!
 //! | message   | type/id | layout after byte 5                                                      |
 //! |-----------|---------|---------------------------------------------------------------------------|
-//! | Negotiate | 00/00   | 6 SC_C, 7 NAPD, 8.. NAPD × 64-byte descriptors: AUTHID(01h), rsvd, HALEN, DHLEN, IDLIST[60] (hash ids at 0.., DH group ids at 30..) |
-//! | Challenge | 01/01   | 6 HL, 7 rsvd, 8 HASHID, 9 DHGID, 10 DHVLEN (LE16), 12 SEQNUM (LE32), 16 C1[HL], DHV[DHVLEN] |
-//! | Reply     | 01/02   | 6 HL, 7 rsvd, 8 CVALID, 9 rsvd, 10 DHVLEN, 12 SEQNUM (S2), 16 R1[HL], C2[HL], DHV[DHVLEN] |
-//! | Success1  | 01/03   | 6 HL, 7 rsvd, 8 RVALID, 9..15 rsvd, 16 R2[HL] when RVALID                |
+//! | Negotiate | 00/00   | 6 SC_C, 7 NAPD, 8.. NAPD × 64-byte descriptors: AUTHID(01h), rsvd, HALEN, DHLEN, IDLIST\[60\] (hash ids at 0.., DH group ids at 30..) |
+//! | Challenge | 01/01   | 6 HL, 7 rsvd, 8 HASHID, 9 DHGID, 10 DHVLEN (LE16), 12 SEQNUM (LE32), 16 C1\[HL\], DHV\[DHVLEN\] |
+//! | Reply     | 01/02   | 6 HL, 7 rsvd, 8 CVALID, 9 rsvd, 10 DHVLEN, 12 SEQNUM (S2), 16 R1\[HL\], C2\[HL\], DHV\[DHVLEN\] |
+//! | Success1  | 01/03   | 6 HL, 7 rsvd, 8 RVALID, 9..15 rsvd, 16 R2\[HL\] when RVALID                |
 //! | Success2  | 01/04   | 6..15 rsvd (16 bytes)                                                    |
 //! | Failure2  | 00/F0   | 6 reason code (01h), 7 reason code explanation                           |
 //! | Failure1  | 00/F1   | as Failure2                                                              |

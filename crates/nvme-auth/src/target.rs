@@ -474,8 +474,9 @@ impl<R: RandomSource> TargetAuth<R> {
         Ok(())
     }
 
-    /// Answers an AUTH_Receive with allocation length `al`: the payload to return (at most `al`
-    /// bytes; pad with zeros if the transport must transfer exactly `al`).
+    /// Answers an AUTH_Receive with allocation length `al`: the message to return, at most `al`
+    /// bytes. Transfer it zero-padded to exactly `al` bytes, as Linux nvmet does (the Linux
+    /// and SPDK hosts ask for 4096 and zero their buffer; the decoders ignore the padding).
     pub fn on_receive(&mut self, al: u32) -> Result<Vec<u8>, ReceiveError> {
         let fits = |needed: usize| {
             if needed > al as usize {
