@@ -1,0 +1,2 @@
+//! nvmf-tls (work in progress)
+pub mod psk;
