@@ -297,10 +297,7 @@ impl From<PskHash> for KeyTransform {
 
 impl fmt::Debug for TlsPsk {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("TlsPsk")
-            .field("hash", &self.hash)
-            .field("key", &"<redacted>")
-            .finish()
+        redacted(f, "TlsPsk", "hash", &self.hash)
     }
 }
 
@@ -313,11 +310,21 @@ pub struct ConfiguredPsk {
 
 impl fmt::Debug for ConfiguredPsk {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ConfiguredPsk")
-            .field("transform", &self.transform)
-            .field("key", &"<redacted>")
-            .finish()
+        redacted(f, "ConfiguredPsk", "transform", &self.transform)
     }
+}
+
+/// `Name { field: value, key: "<redacted>" }`: secrets never reach logs.
+fn redacted(
+    f: &mut fmt::Formatter<'_>,
+    name: &str,
+    field: &str,
+    value: &dyn fmt::Debug,
+) -> fmt::Result {
+    f.debug_struct(name)
+        .field(field, value)
+        .field("key", &"<redacted>")
+        .finish()
 }
 
 /// The IEEE CRC-32 (zlib's) the interchange format appends, little-endian.
@@ -465,10 +472,7 @@ pub struct RetainedPsk {
 
 impl fmt::Debug for RetainedPsk {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RetainedPsk")
-            .field("hash", &self.hash)
-            .field("key", &"<redacted>")
-            .finish()
+        redacted(f, "RetainedPsk", "hash", &self.hash)
     }
 }
 
