@@ -103,48 +103,31 @@ fn run(sock: &mut TcpStream, conn: &mut TlsConn, mut done: impl FnMut(&mut TlsCo
     }
 }
 
-#[test]
-fn openssl_s_client_to_our_server() {
-    if !openssl_available() {
-        return;
-    }
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let port = listener.local_addr().expect("addr").port();
-    let child = Command::new("openssl")
-        .args([
-            "s_client",
-            "-connect",
-            &format!("127.0.0.1:{port}"),
-            "-tls1_3",
-        ])
-        .args(["-psk", &key_hex(), "-psk_identity", IDENTITY])
-        .args([
-            "-ciphersuites",
-            "TLS_AES_128_CCM_SHA256",
-            "-groups",
-            "secp384r1",
-        ])
-        .arg("-quiet")
+/// Runs a client tool (its stdin and stdout piped) against our server on a fresh listener:
+/// the tool sends `ping` from stdin, we check the suite and identity and answer `pong`, then
+/// close_notify; the tool must print `pong`.
+fn client_tool_to_our_server(mut cmd: Command, port: u16, listener: TcpListener, suite: &str) {
+    let child = cmd
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
-        .expect("spawn s_client");
+        .expect("spawn the client tool");
     let mut child = Reap(child);
     let (mut sock, _) = listener.accept().expect("accept");
-
+    assert_eq!(sock.local_addr().expect("addr").port(), port);
     let config =
         TlsServerConfig::new(|id: &[u8]| (id == IDENTITY.as_bytes()).then(psk)).expect("config");
     let mut server = TlsServer::new(&config).expect("server");
     let mut stdin = child.0.stdin.take().expect("stdin");
-    stdin.write_all(b"ping from s_client\n").expect("stdin");
+    stdin.write_all(b"ping from the tool\n").expect("stdin");
     let mut plain = Vec::new();
     run(&mut sock, &mut server, |c| {
         c.read_plain_into(&mut plain).expect("read");
         plain.ends_with(b"\n")
     });
-    assert_eq!(plain, b"ping from s_client\n");
-    assert_eq!(server.cipher_suite(), Some("TLS_AES_128_CCM_SHA256"));
+    assert_eq!(plain, b"ping from the tool\n");
+    assert_eq!(server.cipher_suite(), Some(suite));
     assert_eq!(server.psk_identity(), Some(IDENTITY.as_bytes()));
 
     server
@@ -164,8 +147,51 @@ fn openssl_s_client_to_our_server() {
         .expect("read stdout");
     assert!(
         stdout.contains("pong from ebof"),
-        "s_client printed {stdout:?}"
+        "the tool printed {stdout:?}"
     );
+}
+
+fn listener() -> (TcpListener, u16) {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    (listener, port)
+}
+
+#[test]
+fn openssl_s_client_to_our_server() {
+    if !openssl_available() {
+        return;
+    }
+    let (listener, port) = listener();
+    let mut cmd = Command::new("openssl");
+    cmd.args([
+        "s_client",
+        "-connect",
+        &format!("127.0.0.1:{port}"),
+        "-tls1_3",
+    ])
+    .args(["-psk", &key_hex(), "-psk_identity", IDENTITY])
+    .args([
+        "-ciphersuites",
+        "TLS_AES_128_CCM_SHA256",
+        "-groups",
+        "secp384r1",
+    ])
+    .arg("-quiet");
+    client_tool_to_our_server(cmd, port, listener, "TLS_AES_128_CCM_SHA256");
+}
+
+#[test]
+fn gnutls_cli_to_our_server() {
+    if !tool_available("gnutls-cli", "--version") {
+        return;
+    }
+    let (listener, port) = listener();
+    let mut cmd = Command::new("gnutls-cli");
+    cmd.args(["-p", &port.to_string(), "127.0.0.1"])
+        .args(["--pskusername", IDENTITY, "--pskkey", &key_hex()])
+        .args(["--priority", GNUTLS_PRIORITY]);
+    client_tool_to_our_server(cmd, port, listener, "TLS_AES_128_GCM_SHA256");
 }
 
 #[test]
@@ -205,56 +231,6 @@ fn our_client_to_openssl_s_server() {
         plain.ends_with(b"gnip\n")
     });
     assert!(plain.ends_with(b"gnip\n"), "{plain:?}");
-}
-
-#[test]
-fn gnutls_cli_to_our_server() {
-    if !tool_available("gnutls-cli", "--version") {
-        return;
-    }
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let port = listener.local_addr().expect("addr").port();
-    let child = Command::new("gnutls-cli")
-        .args(["-p", &port.to_string(), "127.0.0.1"])
-        .args(["--pskusername", IDENTITY, "--pskkey", &key_hex()])
-        .args(["--priority", GNUTLS_PRIORITY])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn gnutls-cli");
-    let mut child = Reap(child);
-    let (mut sock, _) = listener.accept().expect("accept");
-    let config =
-        TlsServerConfig::new(|id: &[u8]| (id == IDENTITY.as_bytes()).then(psk)).expect("config");
-    let mut server = TlsServer::new(&config).expect("server");
-    let mut stdin = child.0.stdin.take().expect("stdin");
-    stdin.write_all(b"ping from gnutls\n").expect("stdin");
-    let mut plain = Vec::new();
-    run(&mut sock, &mut server, |c| {
-        c.read_plain_into(&mut plain).expect("read");
-        plain.ends_with(b"\n")
-    });
-    assert_eq!(plain, b"ping from gnutls\n");
-    assert_eq!(server.cipher_suite(), Some("TLS_AES_128_GCM_SHA256"));
-    assert_eq!(server.psk_identity(), Some(IDENTITY.as_bytes()));
-    server.write_plain(&[b"pong from ebof\n"]).expect("write");
-    server.close_notify().expect("close");
-    let out = server.take_cipher();
-    sock.write_all(&out).expect("send");
-    drop(stdin);
-    let mut stdout = String::new();
-    child
-        .0
-        .stdout
-        .take()
-        .expect("stdout")
-        .read_to_string(&mut stdout)
-        .expect("read stdout");
-    assert!(
-        stdout.contains("pong from ebof"),
-        "gnutls-cli printed {stdout:?}"
-    );
 }
 
 #[test]
