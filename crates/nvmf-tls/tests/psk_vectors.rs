@@ -221,3 +221,57 @@ fn server_refuses_mismatches() {
     let generated = RetainedPsk::new(PskHash::Sha256, &[9u8; 32]).expect("generated");
     assert!(generated.tls_psk(&gen_id, Derivation::Rfc8446).is_ok());
 }
+
+/// Random bytes and random mutations of valid strings never panic the parsers, and whatever
+/// parses round-trips.
+#[test]
+fn parsers_survive_hostile_input() {
+    let v = vectors();
+    let mut state = 0x0123_4567_89AB_CDEFu64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let seeds: Vec<String> = v
+        .iter()
+        .filter(|(k, _)| k.ends_with("id0") || k.ends_with("id1") || k.ends_with("interchange"))
+        .map(|(_, val)| val.clone())
+        .collect();
+    let mut parsed = 0;
+    for i in 0..20_000 {
+        let mut bytes = if i % 2 == 0 {
+            seeds[(next() as usize) % seeds.len()].clone().into_bytes()
+        } else {
+            (0..(next() % 700)).map(|_| next() as u8).collect()
+        };
+        for _ in 0..(next() % 4) {
+            if bytes.is_empty() {
+                break;
+            }
+            let at = (next() as usize) % bytes.len();
+            match next() % 3 {
+                0 => bytes[at] = next() as u8,
+                1 => {
+                    bytes.remove(at);
+                }
+                _ => bytes.insert(at, b" :=0"[(next() % 4) as usize]),
+            }
+        }
+        if let Ok(id) = PskIdentity::parse(&bytes) {
+            assert_eq!(id.to_string().as_bytes(), &bytes[..]);
+            parsed += 1;
+        }
+        if let Ok(text) = std::str::from_utf8(&bytes)
+            && let Ok(psk) = ConfiguredPsk::parse(text)
+        {
+            assert_eq!(&*psk.to_interchange(), text.trim());
+            parsed += 1;
+        }
+    }
+    assert!(
+        parsed > 1000,
+        "the mutations leave many inputs valid ({parsed})"
+    );
+}

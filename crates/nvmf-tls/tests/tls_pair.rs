@@ -510,3 +510,31 @@ impl std::io::Write for Sink {
         Ok(())
     }
 }
+
+#[test]
+fn sessions_move_between_threads_and_configs_are_shared() {
+    fn send<T: Send>() {}
+    fn send_sync<T: Send + Sync>() {}
+    send::<TlsServer>();
+    send::<TlsClient>();
+    send_sync::<TlsServerConfig>();
+    send_sync::<TlsClientConfig>();
+    // One config, sessions on several threads at once.
+    let config = server_config();
+    let client_config = TlsClientConfig::new().expect("cc");
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let (config, client_config) = (config.clone(), client_config.clone());
+            std::thread::spawn(move || {
+                let mut c = TlsClient::new(&client_config, ID384, key(PskHash::Sha384, 0x22))
+                    .expect("client");
+                let mut s = TlsServer::new(&config).expect("server");
+                handshake(&mut c, &mut s).expect("handshake");
+                s.psk_identity().map(<[u8]>::to_vec)
+            })
+        })
+        .collect();
+    for t in threads {
+        assert_eq!(t.join().expect("thread").as_deref(), Some(ID384));
+    }
+}
