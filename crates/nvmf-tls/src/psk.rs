@@ -98,6 +98,16 @@ pub enum PskError {
     /// configured key (wrong key, or the identity names another host/subsystem).
     #[error("the identity's PSK digest does not match the configured key")]
     DigestMismatch,
+    /// The HKDF context (the identity, for version 0) is longer than the encoding allows.
+    #[error(
+        "PSK derivation context of {len} bytes exceeds {max} (shorten the NQNs or use a version-1 identity)"
+    )]
+    ContextTooLong {
+        /// Context length.
+        len: usize,
+        /// The encoding's limit.
+        max: usize,
+    },
     /// The identity is a generated (`G`) one; those come from DH-HMAC-CHAP secure channel
     /// concatenation, not from a configured key.
     #[error("a generated ('G') PSK identity cannot be served from a configured key")]
@@ -227,12 +237,32 @@ impl Derivation {
         }
     }
 
-    /// HKDF `info` for `label` (without the `tls13 ` prefix) and `context`, output length `len`.
-    fn info(self, len: usize, label: &str, context: &[u8]) -> Vec<u8> {
+    /// The longest HKDF context each encoding can carry: libnvme refuses (ENOKEY) a context
+    /// over 256 bytes in the compat encoding, and `HkdfLabel` has a one-byte length. Version-0
+    /// identities of two long NQNs exceed both, and libnvme cannot derive keys for them.
+    pub fn max_context_len(self) -> usize {
+        match self {
+            Derivation::Compat => 256,
+            Derivation::Rfc8446 => 255,
+        }
+    }
+
+    /// HKDF `info` for `label` (without the `tls13 ` prefix) and `context`, output length `len`
+    /// (at most 48 here).
+    fn info(self, len: usize, label: &str, context: &[u8]) -> Result<Vec<u8>, PskError> {
         let full_label = format!("tls13 {label}");
-        let mut info = Vec::with_capacity(4 + full_label.len() + context.len());
-        // Lengths are bounded by callers (≤ 48 output bytes, NQNs ≤ 223, contexts ≤ 255).
+        let too_long = PskError::ContextTooLong {
+            len: context.len(),
+            max: self.max_context_len(),
+        };
+        if context.len() > self.max_context_len() {
+            return Err(too_long);
+        }
+        // Labels are constants and outputs at most 48 bytes; the context was checked above.
         let len16 = u16::try_from(len).unwrap_or(u16::MAX);
+        let label8 = u8::try_from(full_label.len()).unwrap_or(u8::MAX);
+        let context8 = u8::try_from(context.len()).unwrap_or(u8::MAX);
+        let mut info = Vec::with_capacity(4 + full_label.len() + context.len());
         match self {
             Derivation::Compat => {
                 info.extend_from_slice(&len16.to_le_bytes());
@@ -241,13 +271,13 @@ impl Derivation {
             }
             Derivation::Rfc8446 => {
                 info.extend_from_slice(&len16.to_be_bytes());
-                info.push(u8::try_from(full_label.len()).unwrap_or(u8::MAX));
+                info.push(label8);
                 info.extend_from_slice(full_label.as_bytes());
-                info.push(u8::try_from(context.len()).unwrap_or(u8::MAX));
+                info.push(context8);
                 info.extend_from_slice(context);
             }
         }
-        info
+        Ok(info)
     }
 }
 
@@ -434,7 +464,7 @@ impl ConfiguredPsk {
             KeyTransform::None => self.key.clone(),
             KeyTransform::Sha256 | KeyTransform::Sha384 => {
                 let mut out = Zeroizing::new(vec![0u8; self.key.len()]);
-                let info = derivation.info(self.key.len(), "HostNQN", hostnqn.as_bytes());
+                let info = derivation.info(self.key.len(), "HostNQN", hostnqn.as_bytes())?;
                 hash.hkdf(&self.key, &info, &mut out);
                 out
             }
@@ -531,7 +561,7 @@ impl RetainedPsk {
             Some(d) => format!("{:02} {}", identity.hash.id(), d),
         };
         let len = self.hash.len();
-        let info = derivation.info(len, "nvme-tls-psk", context.as_bytes());
+        let info = derivation.info(len, "nvme-tls-psk", context.as_bytes())?;
         let mut out = Zeroizing::new(vec![0u8; len]);
         self.hash.hkdf(&self.key, &info, &mut out);
         Ok(TlsPsk {
@@ -911,11 +941,30 @@ mod tests {
         // The two encodings, byte by byte (libnvme derive_retained_key{,_compat}).
         assert_eq!(
             Derivation::Compat.info(32, "HostNQN", b"nqn.h"),
-            b"\x20\x00tls13 HostNQNnqn.h".to_vec()
+            Ok(b"\x20\x00tls13 HostNQNnqn.h".to_vec())
         );
         assert_eq!(
             Derivation::Rfc8446.info(32, "HostNQN", b"nqn.h"),
-            b"\x00\x20\x0dtls13 HostNQN\x05nqn.h".to_vec()
+            Ok(b"\x00\x20\x0dtls13 HostNQN\x05nqn.h".to_vec())
+        );
+        // Contexts past the encodings' limits are refused, as libnvme refuses them.
+        assert!(
+            Derivation::Compat
+                .info(32, "nvme-tls-psk", &[b'a'; 256])
+                .is_ok()
+        );
+        assert_eq!(
+            Derivation::Compat.info(32, "nvme-tls-psk", &[b'a'; 257]),
+            Err(PskError::ContextTooLong { len: 257, max: 256 })
+        );
+        assert!(
+            Derivation::Rfc8446
+                .info(32, "nvme-tls-psk", &[b'a'; 255])
+                .is_ok()
+        );
+        assert_eq!(
+            Derivation::Rfc8446.info(32, "nvme-tls-psk", &[b'a'; 256]),
+            Err(PskError::ContextTooLong { len: 256, max: 255 })
         );
     }
 }
