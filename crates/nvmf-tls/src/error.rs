@@ -36,10 +36,12 @@ pub enum TlsError {
     #[error("the client offers PSK without (EC)DHE only; NVMe/TCP requires the psk_dhe_ke mode")]
     NoDheKeyExchange,
     /// None of the client's PSK identities is known here.
-    #[error("unknown PSK identity {identity:?} (no key configured for it)")]
+    #[error("unknown PSK identity {identity:?}: {reason}")]
     UnknownIdentity {
         /// The (first) identity offered, printable and truncated.
         identity: String,
+        /// Why the lookup refused it.
+        reason: String,
     },
     /// The client's PSK binder did not verify: same identity, different key.
     #[error(

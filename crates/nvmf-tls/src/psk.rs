@@ -643,6 +643,57 @@ pub fn tls_psk_for_identity(
     }
 }
 
+/// Why [`resolve_identity`] found no PSK for an identity.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ResolveError {
+    /// The identity is not an NVMe PSK identity.
+    #[error(transparent)]
+    Identity(#[from] IdentityError),
+    /// No configured key for this host and subsystem.
+    #[error("no TLS key is configured for host {hostnqn} and subsystem {subnqn}")]
+    NoKey {
+        /// The identity's host NQN.
+        hostnqn: String,
+        /// The identity's subsystem NQN.
+        subnqn: String,
+    },
+    /// A key exists but does not fit the identity (hash, digest, generated identity).
+    #[error(transparent)]
+    Psk(#[from] PskError),
+}
+
+/// The target's whole lookup for one identity from a ClientHello: parse it (bounded and
+/// strict), ask `key_for` for the configured key of its host and subsystem, and derive the TLS
+/// PSK with [`tls_psk_for_identity`]. Plug into [`crate::TlsServerConfig::with_reasons`]:
+///
+/// ```
+/// # use nvmf_tls::psk::{resolve_identity, ConfiguredPsk, Derivation};
+/// let key = ConfiguredPsk::parse("NVMeTLSkey-1:01:VRLbtnN9AQb2WXW3c9+wEf/DRLz0QuLdbYvEhwtdWwNf9LrZ:")?;
+/// let config = nvmf_tls::TlsServerConfig::with_reasons(move |raw: &[u8]| {
+///     resolve_identity(raw, Derivation::Compat, |id| {
+///         (id.hostnqn == "nqn.2014-08.org.nvmexpress:uuid:host1").then(|| key.clone())
+///     })
+///     .map(|(_, psk)| psk)
+///     .map_err(|e| e.to_string())
+/// })?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn resolve_identity(
+    raw: &[u8],
+    preferred: Derivation,
+    key_for: impl FnOnce(&PskIdentity) -> Option<ConfiguredPsk>,
+) -> Result<(PskIdentity, TlsPsk), ResolveError> {
+    let identity = PskIdentity::parse(raw)?;
+    let Some(configured) = key_for(&identity) else {
+        return Err(ResolveError::NoKey {
+            hostnqn: identity.hostnqn,
+            subnqn: identity.subnqn,
+        });
+    };
+    let (psk, _) = tls_psk_for_identity(&configured, &identity, preferred)?;
+    Ok((identity, psk))
+}
+
 fn check_nqn(nqn: &str) -> Result<(), PskError> {
     if nqn.is_empty() {
         return Err(PskError::Nqn("empty"));

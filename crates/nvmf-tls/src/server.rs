@@ -25,7 +25,7 @@ use openssl_sys::{SSL, SSL_SESSION};
 
 use crate::conn::{MemIo, Role, TlsConn};
 use crate::error::{TlsError, printable};
-use crate::psk::TlsPsk;
+use crate::psk::{PskIdentity, TlsPsk};
 use crate::{base_context, ffi, setup_err, suites_for};
 
 /// The most PSK identities of one ClientHello offered to the lookup (Linux sends one).
@@ -37,8 +37,9 @@ const EXT_PSK_KEY_EXCHANGE_MODES: u32 = 45;
 /// `psk_dhe_ke` (RFC 8446 §4.2.9).
 const PSK_DHE_KE: u8 = 1;
 
-/// The caller's PSK lookup: identity bytes as sent by the client → the TLS PSK, or `None`.
-pub type PskLookup = dyn Fn(&[u8]) -> Option<TlsPsk> + Send + Sync;
+/// The caller's PSK lookup: identity bytes as sent by the client → the TLS PSK, or why there
+/// is none (the reason goes into [`TlsError::UnknownIdentity`], so into the log).
+pub type PskLookup = dyn Fn(&[u8]) -> Result<TlsPsk, String> + Send + Sync;
 
 /// Per-connection state the callbacks share with [`TlsServer`].
 #[derive(Default)]
@@ -62,13 +63,24 @@ pub struct TlsServerConfig {
 }
 
 impl TlsServerConfig {
-    /// A configuration whose PSKs come from `lookup` (identity bytes → TLS PSK). The lookup
-    /// runs on the connection's thread during the handshake, once per offered identity; it
-    /// should be quick (e.g. a map lookup plus [`crate::psk::tls_psk_for_identity`]). A panic
-    /// in it counts as "unknown identity".
+    /// A configuration whose PSKs come from `lookup` (identity bytes → TLS PSK, `None` for
+    /// an unknown identity). The lookup runs on the connection's thread during the handshake,
+    /// once per offered identity; it should be quick (e.g. a map lookup plus
+    /// [`crate::psk::resolve_identity`]). A panic in it counts as "unknown identity".
     pub fn new<F>(lookup: F) -> Result<Arc<TlsServerConfig>, TlsError>
     where
         F: Fn(&[u8]) -> Option<TlsPsk> + Send + Sync + 'static,
+    {
+        TlsServerConfig::with_reasons(move |id| {
+            lookup(id).ok_or_else(|| "no key configured for it".to_owned())
+        })
+    }
+
+    /// Like [`TlsServerConfig::new`], but the lookup says why it refuses an identity (e.g. the
+    /// error of [`crate::psk::resolve_identity`]); the reason ends up in the log line.
+    pub fn with_reasons<F>(lookup: F) -> Result<Arc<TlsServerConfig>, TlsError>
+    where
+        F: Fn(&[u8]) -> Result<TlsPsk, String> + Send + Sync + 'static,
     {
         let index = state_index()?;
         let lookup: Arc<PskLookup> = Arc::new(lookup);
@@ -143,17 +155,18 @@ fn select_psk(ssl: &SslRef, lookup: &PskLookup) -> Result<(Vec<u8>, TlsPsk), (Tl
         TlsError::Handshake("malformed pre_shared_key extension".into()),
         SslAlert::DECODE_ERROR,
     ))?;
+    let mut first_refusal = None;
     for id in identities.iter().take(MAX_IDENTITIES_TRIED) {
-        if let Ok(Some(psk)) = catch_unwind(AssertUnwindSafe(|| lookup(id))) {
-            return Ok((id.to_vec(), psk));
-        }
+        let reason = match catch_unwind(AssertUnwindSafe(|| lookup(id))) {
+            Ok(Ok(psk)) => return Ok((id.to_vec(), psk)),
+            Ok(Err(reason)) => reason,
+            Err(_) => "the PSK lookup panicked".to_owned(),
+        };
+        first_refusal.get_or_insert((printable(id), reason));
     }
-    let first = identities
-        .first()
-        .map(|id| printable(id))
-        .unwrap_or_default();
+    let (identity, reason) = first_refusal.unwrap_or_default();
     Err((
-        TlsError::UnknownIdentity { identity: first },
+        TlsError::UnknownIdentity { identity, reason },
         SslAlert::HANDSHAKE_FAILURE,
     ))
 }
@@ -252,6 +265,13 @@ impl TlsServer {
             return None;
         }
         chosen_identity(self.conn.ssl())
+    }
+
+    /// [`TlsServer::psk_identity`] parsed as an NVMe identity: its `hostnqn` and `subnqn` are
+    /// what the Connect command must name. `None` before the handshake, or if the lookup
+    /// accepted an identity that is not in NVMe form.
+    pub fn peer_identity(&self) -> Option<PskIdentity> {
+        PskIdentity::parse(self.psk_identity()?).ok()
     }
 }
 

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use nvmf_tls::psk::{
-    ConfiguredPsk, Derivation, IdentityVersion, PskHash, PskIdentity, TlsPsk, tls_psk_for_identity,
+    ConfiguredPsk, Derivation, IdentityVersion, PskHash, TlsPsk, resolve_identity,
 };
 use nvmf_tls::{TlsClient, TlsClientConfig, TlsConn, TlsError, TlsServer, TlsServerConfig};
 
@@ -123,14 +123,12 @@ fn nvme_keys_end_to_end() {
         "nqn.2024-01.io.ebof:disk1",
     );
     let target_key = configured.clone();
-    let config = TlsServerConfig::new(move |raw: &[u8]| {
-        let id = PskIdentity::parse(raw).ok()?;
-        if id.hostnqn != host || id.subnqn != sub {
-            return None;
-        }
-        tls_psk_for_identity(&target_key, &id, Derivation::Compat)
-            .ok()
-            .map(|(psk, _)| psk)
+    let config = TlsServerConfig::with_reasons(move |raw: &[u8]| {
+        resolve_identity(raw, Derivation::Compat, |id| {
+            (id.hostnqn == host && id.subnqn == sub).then(|| target_key.clone())
+        })
+        .map(|(_, psk)| psk)
+        .map_err(|e| e.to_string())
     })
     .expect("config");
     for version in [IdentityVersion::V0, IdentityVersion::V1] {
@@ -152,8 +150,34 @@ fn nvme_keys_end_to_end() {
             } else {
                 result.expect("handshake");
                 assert_eq!(s.psk_identity(), Some(id.as_bytes()));
+                let peer = s.peer_identity().expect("an NVMe identity");
+                assert_eq!((peer.hostnqn.as_str(), peer.subnqn.as_str()), (host, sub));
             }
         }
+    }
+    // A host without a key, and a non-NVMe identity: refused with the reason.
+    for (id, reason) in [
+        (
+            format!("NVMe0R01 nqn.other-host {sub}"),
+            format!("no TLS key is configured for host nqn.other-host and subsystem {sub}"),
+        ),
+        (
+            "Client_identity".to_owned(),
+            "PSK identity does not start with NVMe0R, NVMe1R or NVMe1G: \"Client_i\"".to_owned(),
+        ),
+    ] {
+        let psk = TlsPsk::new(PskHash::Sha256, &[1; 32]).expect("key");
+        let mut c = TlsClient::new(&TlsClientConfig::new().expect("cc"), id.as_bytes(), psk)
+            .expect("client");
+        let mut s = TlsServer::new(&config).expect("server");
+        let (_, err) = handshake(&mut c, &mut s).expect_err("refused");
+        assert_eq!(
+            err,
+            TlsError::UnknownIdentity {
+                identity: id,
+                reason
+            }
+        );
     }
 }
 
@@ -265,7 +289,8 @@ fn unknown_identity_and_hash_mismatch() {
     assert_eq!(
         err,
         TlsError::UnknownIdentity {
-            identity: "NVMe0R01 nqn.stranger nqn.sub".into()
+            identity: "NVMe0R01 nqn.stranger nqn.sub".into(),
+            reason: "no key configured for it".into(),
         }
     );
     let err = pump(&mut s, &mut c, None).expect_err("client sees the alert");
