@@ -9,5 +9,7 @@ if ! command -v cargo >/dev/null 2>&1; then
     echo "cargo not found: install Rust (https://rustup.rs) first" >&2
     exit 1
 fi
+. scripts/build-deps.sh
+ebof_build_deps
 cargo build --release --locked -p ebof
 exec target/release/ebof serve "$@"

@@ -18,6 +18,16 @@ if ! command -v fio >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get 
         { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends fio >/dev/null; } ||
         echo "warning: could not install fio; the fio engine test will be skipped"
 fi
+# OpenSSL headers and pkg-config (the TLS crate); the openssl and gnutls command-line tools
+# are independent TLS peers for nvmf-tls's interop tests (skipped, saying so, without them).
+. scripts/build-deps.sh
+ebof_build_deps
+if { ! command -v openssl >/dev/null 2>&1 || ! command -v gnutls-cli >/dev/null 2>&1; } &&
+    [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    step "apt-get install openssl gnutls-bin"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends openssl gnutls-bin >/dev/null ||
+        echo "warning: could not install openssl/gnutls-bin; their TLS peer tests will be skipped"
+fi
 step "cargo fmt --check"
 cargo fmt --all -- --check
 step "cargo clippy -D warnings"

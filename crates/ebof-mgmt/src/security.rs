@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex};
 
 use ebof_config::{Config, SecretSource};
 use nvme_auth::{AuthConfig, DhGroup, DhchapSecret, HashId, TargetAuth, TargetState};
-use nvmf_target::auth::{AuthCmdError, AuthPolicy, AuthProgress, AuthSession};
 use nvme_spec::Status;
+use nvmf_target::auth::{AuthCmdError, AuthPolicy, AuthProgress, AuthSession};
 
 /// Decode `s`, naming `path` (never the value) when it is malformed.
 fn dhchap(s: &SecretSource, path: &str) -> Result<DhchapSecret, String> {
@@ -125,15 +125,102 @@ impl AuthSession for DhchapSession {
     }
 
     fn failure(&self) -> Option<String> {
-        self.failure.clone().or_else(|| {
-            self.auth
-                .last_failure()
-                .map(|f| f.to_string())
-        })
+        self.failure
+            .clone()
+            .or_else(|| self.auth.last_failure().map(|f| f.to_string()))
     }
 }
 
 /// The authentication policy of `cfg` for [`nvmf_target::Target::set_auth_policy`].
 pub fn auth_policy(cfg: &Config) -> Result<Option<Arc<dyn AuthPolicy>>, String> {
     Ok(DhchapPolicy::from_config(cfg)?.map(|p| Arc::new(p) as Arc<dyn AuthPolicy>))
+}
+
+/// The TLS PSKs of `cfg` for [`ebof_runtime::ServerConfig::tls`], or `None` when no listener
+/// has TLS. A listener with TLS and no host with a `tls_key` is an error: nobody could connect.
+pub fn tls_acceptor(
+    cfg: &Config,
+) -> Result<Option<Arc<dyn ebof_runtime::tls::TlsAcceptor>>, String> {
+    use nvmf_tls::psk::{ConfiguredPsk, Derivation, resolve_identity};
+    if cfg.listener_tls.is_empty() {
+        return Ok(None);
+    }
+    let mut keys: HashMap<String, ConfiguredPsk> = HashMap::new();
+    for (i, h) in cfg.hosts.iter().enumerate() {
+        let Some(k) = &h.tls_key else { continue };
+        let path = format!("hosts[{i}].tls_key");
+        let text = k.resolve().map_err(|e| format!("{path}: {e}"))?;
+        let psk = ConfiguredPsk::parse(&text).map_err(|e| format!("{path}: {e}"))?;
+        keys.insert(h.nqn.clone(), psk);
+    }
+    if keys.is_empty() {
+        let (l, _) = &cfg.listener_tls[0];
+        return Err(format!(
+            "listener {l} has TLS but no [[hosts]] entry has a tls_key: no host could connect"
+        ));
+    }
+    // Version-0 identities do not say how the host derived its PSK; nvme-cli up to 2.15
+    // (Debian trixie: 2.13) uses the "compat" encoding. Version-1 identities carry a digest and
+    // both encodings are tried.
+    let deriv = Derivation::Compat;
+    let server = nvmf_tls::TlsServerConfig::with_reasons(move |raw| {
+        resolve_identity(raw, deriv, |id| keys.get(&id.hostnqn).cloned())
+            .map(|(_, p)| p)
+            .map_err(|e| e.to_string())
+    })
+    .map_err(|e| format!("TLS: {e}"))?;
+    Ok(Some(Arc::new(Acceptor(server))))
+}
+
+struct Acceptor(Arc<nvmf_tls::TlsServerConfig>);
+
+impl ebof_runtime::tls::TlsAcceptor for Acceptor {
+    fn accept(
+        &self,
+    ) -> Result<Box<dyn ebof_runtime::tls::TlsSession>, ebof_runtime::tls::TlsError> {
+        nvmf_tls::TlsServer::new(&self.0)
+            .map(|s| Box::new(ServerSession(s)) as Box<dyn ebof_runtime::tls::TlsSession>)
+            .map_err(tls_err)
+    }
+}
+
+fn tls_err(e: nvmf_tls::TlsError) -> ebof_runtime::tls::TlsError {
+    ebof_runtime::tls::TlsError(e.to_string())
+}
+
+/// One connection's TLS, server side.
+struct ServerSession(nvmf_tls::TlsServer);
+
+impl ebof_runtime::tls::TlsSession for ServerSession {
+    fn feed(&mut self, cipher: &[u8]) -> Result<(), ebof_runtime::tls::TlsError> {
+        self.0.feed(cipher).map(|_| ()).map_err(tls_err)
+    }
+
+    fn read_plain(&mut self, dst: &mut [u8]) -> Result<usize, ebof_runtime::tls::TlsError> {
+        self.0.read_plain(dst).map_err(tls_err)
+    }
+
+    fn write_plain(&mut self, bufs: &[&[u8]]) -> Result<(), ebof_runtime::tls::TlsError> {
+        self.0.write_plain(bufs).map(|_| ()).map_err(tls_err)
+    }
+
+    fn pending_cipher(&self) -> &[u8] {
+        self.0.pending_cipher()
+    }
+
+    fn consume_cipher(&mut self, n: usize) {
+        self.0.consume_cipher(n)
+    }
+
+    fn handshake_done(&self) -> bool {
+        self.0.handshake_done()
+    }
+
+    fn peer(&self) -> Option<(String, String)> {
+        self.0.peer_identity().map(|i| (i.hostnqn, i.subnqn))
+    }
+
+    fn peer_closed(&self) -> bool {
+        self.0.peer_closed()
+    }
 }

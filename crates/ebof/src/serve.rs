@@ -213,6 +213,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
         tracing::info!(hosts = %join(&hosts), "DH-HMAC-CHAP required of these hosts");
     }
     target.set_auth_policy(auth);
+    let tls = ebof_mgmt::security::tls_acceptor(&cfg).map_err(anyhow::Error::msg)?;
     for (s, sc) in target.subsystems().iter().zip(&cfg.subsystems) {
         let hosts = if s.allow_any_host {
             "any".to_string()
@@ -271,7 +272,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
             },
             io_threads: usize::from(t.io_threads),
         },
-        tls: None,
+        tls,
     };
     // The management API first: a socket conflict fails before any host can connect.
     let mgmt = crate::ctl::start_management(&cfg, target.clone(), a.config.clone(), mgmt_token)?;

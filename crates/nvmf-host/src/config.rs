@@ -44,6 +44,59 @@ pub struct HostConfig {
     /// DH-HMAC-CHAP secrets (`--dhchap-secret`, `--dhchap-ctrl-secret`): used on every queue
     /// whose Connect completion asks for authentication (AUTHREQ.ATR).
     pub dhchap: Option<DhchapKeys>,
+    /// NVMe/TCP TLS 1.3 with a PSK (`--tls --tls-key`): every queue starts with a TLS
+    /// handshake before its ICReq.
+    pub tls: Option<TlsKey>,
+}
+
+/// The configured TLS PSK (`NVMeTLSkey-1:HH:…:`) and, optionally, the exact PSK identity to
+/// offer (default: the version-0 identity `NVMe0R0H <hostnqn> <subnqn>` the Linux host uses,
+/// with nvme-cli's (libnvme ≤ 1.15) key derivation). `Debug` shows no key material.
+#[derive(Clone, Debug)]
+pub struct TlsKey {
+    pub key: nvmf_tls::psk::ConfiguredPsk,
+    pub identity: Option<String>,
+}
+
+impl TlsKey {
+    /// Parse nvme-cli's `--tls-key` (and `--tls-key-identity`).
+    pub fn parse(key: &str, identity: Option<&str>) -> Result<TlsKey, String> {
+        let key =
+            nvmf_tls::psk::ConfiguredPsk::parse(key.trim()).map_err(|e| format!("TLS key: {e}"))?;
+        if let Some(id) = identity {
+            nvmf_tls::psk::PskIdentity::parse(id.as_bytes())
+                .map_err(|e| format!("TLS key identity: {e}"))?;
+        }
+        Ok(TlsKey {
+            key,
+            identity: identity.map(str::to_string),
+        })
+    }
+
+    /// The identity to offer and its TLS PSK, for a queue of `hostnqn` to `subnqn`.
+    pub(crate) fn for_queue(
+        &self,
+        hostnqn: &str,
+        subnqn: &str,
+    ) -> Result<(Vec<u8>, nvmf_tls::psk::TlsPsk), String> {
+        use nvmf_tls::psk::{Derivation, IdentityVersion, PskIdentity, tls_psk_for_identity};
+        match &self.identity {
+            Some(id) => {
+                let parsed =
+                    PskIdentity::parse(id.as_bytes()).map_err(|e| format!("TLS identity: {e}"))?;
+                let (psk, _) = tls_psk_for_identity(&self.key, &parsed, Derivation::Compat)
+                    .map_err(|e| format!("TLS PSK: {e}"))?;
+                Ok((id.as_bytes().to_vec(), psk))
+            }
+            None => {
+                let (id, psk) = self
+                    .key
+                    .host_identity(hostnqn, subnqn, IdentityVersion::V0, Derivation::Compat)
+                    .map_err(|e| format!("TLS PSK: {e}"))?;
+                Ok((id.to_string().into_bytes(), psk))
+            }
+        }
+    }
 }
 
 /// The host's DH-HMAC-CHAP secret and, for bidirectional authentication, the controller's.
@@ -86,6 +139,7 @@ impl Default for HostConfig {
             io_timeout: Duration::from_secs(30),
             shutdown_timeout: Duration::from_secs(5),
             dhchap: None,
+            tls: None,
         }
     }
 }

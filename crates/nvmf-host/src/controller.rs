@@ -323,6 +323,7 @@ impl Controller {
             },
             max_c2h_data: ADMIN_MAX_TRANSFER as u32,
             connect_timeout: cfg.connect_timeout,
+            tls: cfg.tls.clone(),
         };
         let cp = ConnectParams {
             qid: QueueId::ADMIN,

@@ -66,6 +66,9 @@ pub enum HostError {
     /// In-band authentication (DH-HMAC-CHAP) failed.
     #[error("authentication failed: {0}")]
     Auth(String),
+    /// NVMe/TCP TLS failed (handshake refused, wrong PSK, bad record).
+    #[error("TLS: {0}")]
+    Tls(String),
 }
 
 impl From<ProtocolError> for HostError {
@@ -175,7 +178,8 @@ impl HostError {
             | HostError::InvalidArgument(_)
             | HostError::QueueBusy
             | HostError::Unsupported(_)
-            | HostError::Auth(_) => None,
+            | HostError::Auth(_)
+            | HostError::Tls(_) => None,
         }
     }
 
@@ -196,7 +200,8 @@ impl HostError {
             | HostError::Disconnected
             | HostError::Controller(_)
             | HostError::Unsupported(_)
-            | HostError::Auth(_) => true,
+            | HostError::Auth(_)
+            | HostError::Tls(_) => true,
         }
     }
 }

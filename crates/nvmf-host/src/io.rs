@@ -150,6 +150,7 @@ impl IoConnector {
             },
             max_c2h_data: max_c2h,
             connect_timeout: self.cfg.connect_timeout,
+            tls: self.cfg.tls.clone(),
         };
         let cp = ConnectParams {
             qid: QueueId(o.qid),

@@ -86,6 +86,8 @@ pub(crate) struct LinkParams {
     /// Largest C2HData DATA accepted in one PDU; bounds the receive buffer.
     pub max_c2h_data: u32,
     pub connect_timeout: Duration,
+    /// TLS: the configured key (the identity and PSK are derived per queue from the NQNs).
+    pub tls: Option<crate::config::TlsKey>,
 }
 
 /// What the Fabrics Connect carries.
@@ -460,9 +462,45 @@ impl Slots {
     }
 }
 
+/// What a failed DH-HMAC-CHAP exchange means, in words a person can act on.
+fn auth_failure_text(k: &nvme_auth::HostErrorKind) -> String {
+    use nvme_auth::{FailureReason, HostErrorKind};
+    let hint = match k {
+        HostErrorKind::ControllerFailure { explanation, .. } => {
+            match FailureReason::from_u8(*explanation) {
+                Some(FailureReason::Failed) => {
+                    "the controller rejected our response: wrong --dhchap-secret for this host NQN?"
+                }
+                Some(FailureReason::HashUnusable) => "no hash function both sides accept",
+                Some(FailureReason::DhGroupUnusable) => "no DH group both sides accept",
+                Some(FailureReason::ConcatMismatch) => "secure channel concatenation mismatch",
+                _ => "",
+            }
+        }
+        HostErrorKind::ControllerResponseMismatch => {
+            "the controller's response is wrong: wrong --dhchap-ctrl-secret, or not the \
+             controller we meant"
+        }
+        _ => "",
+    };
+    if hint.is_empty() {
+        k.to_string()
+    } else {
+        format!("{hint} ({k})")
+    }
+}
+
+fn tls_err(e: nvmf_tls::TlsError) -> HostError {
+    HostError::Tls(e.to_string())
+}
+
 /// The socket, the sans-IO connection and the byte buffers.
 struct Link {
     stream: TcpStream,
+    /// TLS session (records in and out of `stream`), when the queue uses TLS.
+    tls: Option<Box<nvmf_tls::TlsClient>>,
+    /// TLS: the session may hold decrypted bytes the receive buffer had no room for.
+    tls_more: bool,
     conn: HostConn,
     rx: Vec<u8>,
     rx_head: usize,
@@ -477,8 +515,8 @@ struct Link {
 }
 
 impl Link {
-    /// TCP connect, ICReq → ICResp.
-    async fn open(p: &LinkParams) -> Result<Link> {
+    /// TCP connect, TLS handshake (if `tls`: identity and PSK), ICReq → ICResp.
+    async fn open(p: &LinkParams, tls: Option<(Vec<u8>, nvmf_tls::psk::TlsPsk)>) -> Result<Link> {
         let stream = tokio::time::timeout(p.connect_timeout, TcpStream::connect(p.addr))
             .await
             .map_err(|_| HostError::Timeout("TCP connect"))??;
@@ -489,8 +527,19 @@ impl Link {
             maxr2t: 0,
             max_c2h_data: p.max_c2h_data,
         });
+        let tls = match tls {
+            None => None,
+            Some((identity, psk)) => {
+                let cfg = nvmf_tls::TlsClientConfig::new().map_err(tls_err)?;
+                Some(Box::new(
+                    nvmf_tls::TlsClient::new(&cfg, &identity, psk).map_err(tls_err)?,
+                ))
+            }
+        };
         let mut link = Link {
             stream,
+            tls,
+            tls_more: false,
             conn,
             rx: Vec::new(),
             rx_head: 0,
@@ -501,23 +550,105 @@ impl Link {
             maxh2cdata: 0,
             raw_reads: false,
         };
+        if link.tls.is_some() {
+            tokio::time::timeout(p.connect_timeout, link.tls_handshake())
+                .await
+                .map_err(|_| HostError::Timeout("TLS handshake"))??;
+        }
         tokio::time::timeout(p.connect_timeout, link.initialize(p.digests))
             .await
             .map_err(|_| HostError::Timeout("ICReq/ICResp exchange"))??;
         Ok(link)
     }
 
+    /// Send ClientHello, read until the handshake is done.
+    async fn tls_handshake(&mut self) -> Result<()> {
+        let mut buf = vec![0u8; 16 * 1024];
+        loop {
+            let Some(t) = self.tls.as_mut() else {
+                return Ok(());
+            };
+            let out = t.take_cipher();
+            if !out.is_empty() {
+                self.stream.write_all(&out).await?;
+            }
+            let Some(t) = self.tls.as_mut() else {
+                return Ok(());
+            };
+            if t.handshake_done() {
+                return Ok(());
+            }
+            let n = self.stream.read(&mut buf).await?;
+            if n == 0 {
+                return Err(HostError::Tls(
+                    "the target closed the connection during the TLS handshake (no TLS on this \
+                     port, or no key for this host and subsystem?)"
+                        .into(),
+                ));
+            }
+            t.feed(&buf[..n]).map_err(tls_err)?;
+        }
+    }
+
+    /// Send `data` (through TLS when on), waiting for the socket.
+    async fn send_all(&mut self, data: &[u8]) -> Result<()> {
+        match self.tls.as_mut() {
+            None => self.stream.write_all(data).await?,
+            Some(t) => {
+                t.write_plain(&[data]).map_err(tls_err)?;
+                let out = t.take_cipher();
+                self.stream.write_all(&out).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Receive some bytes (decrypted when TLS is on), waiting for the socket. 0: closed.
+    async fn recv_some(&mut self, buf: &mut [u8]) -> Result<usize> {
+        if self.tls.is_none() {
+            return Ok(self.stream.read(buf).await?);
+        }
+        let mut cipher = vec![0u8; 16 * 1024];
+        loop {
+            let Some(t) = self.tls.as_mut() else {
+                return Ok(0);
+            };
+            let n = t.read_plain(buf).map_err(tls_err)?;
+            if n > 0 {
+                return Ok(n);
+            }
+            let k = self.stream.read(&mut cipher).await?;
+            if k == 0 {
+                return Ok(0);
+            }
+            let Some(t) = self.tls.as_mut() else {
+                return Ok(0);
+            };
+            t.feed(&cipher[..k]).map_err(tls_err)?;
+        }
+    }
+
     async fn initialize(&mut self, want: Digests) -> Result<()> {
         self.conn.encode_icreq(&mut self.tx);
-        self.stream.write_all(&self.tx).await?;
+        let icreq = std::mem::take(&mut self.tx);
+        self.send_all(&icreq).await?;
+        self.tx = icreq;
         self.tx.clear();
         // ICResp is 128 bytes; nothing else may arrive before our first capsule.
         let mut buf = vec![0u8; 4096];
         let mut have = 0;
         let (digests, maxh2cdata, used) = loop {
-            let n = self.stream.read(&mut buf[have..]).await?;
+            let n = self.recv_some(&mut buf[have..]).await?;
             if n == 0 {
-                return Err(HostError::Disconnected);
+                return Err(if self.tls.is_none() {
+                    HostError::Negotiation(
+                        "the target closed the connection without answering the ICReq (a port \
+                         that requires TLS? try --tls --tls-key)"
+                            .into(),
+                    )
+                } else {
+                    HostError::Disconnected
+                });
             }
             have += n;
             match self.conn.decode_one(&buf[..have])? {
@@ -563,10 +694,101 @@ impl Link {
 
     fn tx_pending(&self) -> bool {
         self.tx_pos < self.tx.len()
+            || self
+                .tls
+                .as_ref()
+                .is_some_and(|t| !t.pending_cipher().is_empty())
+    }
+
+    /// TLS: encrypt the pending output (one batch), then send what the socket takes.
+    fn try_write_tls(&mut self) -> Result<usize> {
+        let Some(t) = self.tls.as_mut() else {
+            return Ok(0);
+        };
+        let mut n = 0;
+        if self.tx_pos < self.tx.len() {
+            t.write_plain(&[&self.tx[self.tx_pos..]]).map_err(tls_err)?;
+            n = self.tx.len() - self.tx_pos;
+            self.tx.clear();
+            self.tx_pos = 0;
+        }
+        loop {
+            let p = t.pending_cipher();
+            if p.is_empty() {
+                break;
+            }
+            match self.stream.try_write(p) {
+                Ok(k) => {
+                    t.consume_cipher(k);
+                    n = n.max(1);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(n)
+    }
+
+    /// TLS: decrypted bytes the session holds, then ciphertext from the socket.
+    fn try_read_tls(&mut self) -> Result<(usize, bool)> {
+        let Some(t) = self.tls.as_mut() else {
+            return Ok((0, true));
+        };
+        let mut got = 0;
+        let mut fed = false;
+        loop {
+            let space = &mut self.rx[self.rx_tail..];
+            if space.is_empty() {
+                self.tls_more = true;
+                return Ok((got, false));
+            }
+            let n = t.read_plain(space).map_err(tls_err)?;
+            if n > 0 {
+                self.rx_tail += n;
+                got += n;
+                continue;
+            }
+            if fed {
+                break;
+            }
+            let mut cipher = [0u8; 16 * 1024];
+            let r = if self.raw_reads {
+                recv_nonblocking(&self.stream, &mut cipher)
+            } else {
+                self.stream.try_read(&mut cipher)
+            };
+            match r {
+                Ok(0) => return Err(HostError::Disconnected),
+                Ok(k) => {
+                    t.feed(&cipher[..k]).map_err(tls_err)?;
+                    fed = k < cipher.len();
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        self.tls_more = false;
+        Ok((got, true))
+    }
+
+    /// Make room at the end of the receive buffer: start over when it is empty, move the
+    /// partial PDU to the front when less than a read window is left.
+    fn compact_rx(&mut self) {
+        if self.rx_head == self.rx_tail {
+            self.rx_head = 0;
+            self.rx_tail = 0;
+        } else if self.rx.len() - self.rx_tail < RX_READ_WINDOW {
+            self.rx.copy_within(self.rx_head..self.rx_tail, 0);
+            self.rx_tail -= self.rx_head;
+            self.rx_head = 0;
+        }
     }
 
     /// Write as much of the pending output as the socket takes now. Returns bytes written.
     fn try_write(&mut self) -> Result<usize> {
+        if self.tls.is_some() {
+            return self.try_write_tls();
+        }
         if !self.tx_pending() {
             return Ok(0);
         }
@@ -587,13 +809,9 @@ impl Link {
     /// Read whatever the socket has into the receive buffer. Returns bytes read, and whether
     /// the socket was drained (the read came back shorter than the space offered).
     fn try_read(&mut self) -> Result<(usize, bool)> {
-        if self.rx_head == self.rx_tail {
-            self.rx_head = 0;
-            self.rx_tail = 0;
-        } else if self.rx.len() - self.rx_tail < RX_READ_WINDOW {
-            self.rx.copy_within(self.rx_head..self.rx_tail, 0);
-            self.rx_tail -= self.rx_head;
-            self.rx_head = 0;
+        self.compact_rx();
+        if self.tls.is_some() {
+            return self.try_read_tls();
         }
         let space = self.rx.len() - self.rx_tail;
         let r = if self.raw_reads {
@@ -657,7 +875,14 @@ impl Queue {
                 cp.entries
             )));
         }
-        let link = Link::open(lp).await?;
+        let tls = match &lp.tls {
+            None => None,
+            Some(k) => Some(
+                k.for_queue(&cp.hostnqn, &cp.subnqn)
+                    .map_err(HostError::InvalidArgument)?,
+            ),
+        };
+        let link = Link::open(lp, tls).await?;
         let mut q = Queue {
             link,
             st: Slots::new(cp.qid, cp.entries, cp.icd_max, prealloc),
@@ -752,7 +977,7 @@ impl Queue {
         if let Some(f2) = &e.failure2 {
             let _ = self.auth_send(f2).await;
         }
-        HostError::Auth(e.kind.to_string())
+        HostError::Auth(auth_failure_text(&e.kind))
     }
 
     async fn auth_send(&mut self, payload: &[u8]) -> Result<()> {
@@ -878,7 +1103,9 @@ impl Queue {
         }
         self.broken = true;
         tracing::debug!(peer = %self.link.peer, qid = self.st.qid.0, error = %e, "queue failed");
-        if let HostError::Protocol(p) = e {
+        if let HostError::Protocol(p) = e
+            && self.link.tls.is_none()
+        {
             let mut out = Vec::new();
             self.link
                 .conn
@@ -890,6 +1117,10 @@ impl Queue {
     /// Wait until the socket can make progress (readable, or writable while output is pending).
     /// Cancel-safe.
     pub(crate) async fn wait_ready(&self) -> Result<()> {
+        if self.link.tls_more {
+            // Decrypted bytes wait in the TLS session: no need to wait for the socket.
+            return Ok(());
+        }
         let mut interest = Interest::READABLE;
         if self.link.tx_pending() {
             interest |= Interest::WRITABLE;

@@ -174,6 +174,18 @@ pub struct SecurityArgs {
     /// must prove it knows it too).
     #[arg(long, value_name = "SECRET", requires = "dhchap_secret")]
     pub dhchap_ctrl_secret: Option<String>,
+    /// NVMe/TCP over TLS 1.3 with a pre-shared key (needs --tls-key: ebof has no kernel
+    /// keyring to look one up in).
+    #[arg(long)]
+    pub tls: bool,
+    /// The configured TLS PSK (`NVMeTLSkey-1:01:…:`, e.g. from `nvme gen-tls-key`); the
+    /// retained PSK and TLS PSK are derived from it per host and subsystem, as nvme-cli does.
+    #[arg(long, value_name = "KEY", requires = "tls")]
+    pub tls_key: Option<String>,
+    /// The PSK identity to offer (default: `NVMe0R0H <hostnqn> <subnqn>`, what the Linux host
+    /// sends).
+    #[arg(long, value_name = "IDENTITY", requires = "tls_key")]
+    pub tls_key_identity: Option<String>,
 }
 
 impl SecurityArgs {
@@ -183,6 +195,16 @@ impl SecurityArgs {
             let keys = nvmf_host::DhchapKeys::parse(h, self.dhchap_ctrl_secret.as_deref())
                 .map_err(|e| anyhow::anyhow!("--dhchap-secret / --dhchap-ctrl-secret: {e}"))?;
             cfg.dhchap = Some(keys);
+        }
+        if self.tls {
+            let Some(k) = &self.tls_key else {
+                bail!(
+                    "--tls needs --tls-key NVMeTLSkey-1:…: (ebof does not read the kernel keyring)"
+                );
+            };
+            let key = nvmf_host::TlsKey::parse(k, self.tls_key_identity.as_deref())
+                .map_err(|e| anyhow::anyhow!("--tls-key: {e}"))?;
+            cfg.tls = Some(key);
         }
         Ok(())
     }
