@@ -316,3 +316,97 @@ fn malformed_secrets_are_clear_errors_that_do_not_echo_them() {
     assert!(o.stderr.contains("hosts[0].dhchap_key"), "{}", o.stderr);
     assert!(!o.stderr.contains("QUJDREVGR0g"), "{}", o.stderr);
 }
+
+/// Garbage before and inside TLS handshakes, and a plaintext ICReq, on the TLS port while a
+/// TLS + DH-HMAC-CHAP run goes on: each bad connection is closed, the run is unaffected and
+/// the target keeps serving.
+#[test]
+fn hostile_tls_input_leaves_other_connections_alone() {
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+    use std::time::Duration;
+    let s = serve();
+    let port = s.tls.clone();
+    let run = std::thread::spawn(move || {
+        let mut a = vec![
+            "perf",
+            "-a",
+            "127.0.0.1",
+            "-s",
+            &port,
+            "-n",
+            NQN,
+            "--hostnqn",
+            HOST,
+            "--rw",
+            "randrw",
+            "--bs",
+            "4k",
+            "--qd",
+            "8",
+            "--runtime",
+            "3s",
+            "--verify",
+            "--range",
+            "0-4M",
+        ];
+        a.extend(["--tls", "--tls-key", TLS_KEY, "--dhchap-secret", HOST_KEY]);
+        ebof(&a)
+    });
+    let addr = format!("127.0.0.1:{}", s.tls);
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut random = |n: usize| -> Vec<u8> {
+        (0..n)
+            .map(|_| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                seed as u8
+            })
+            .collect()
+    };
+    let mut cases: Vec<Vec<u8>> = vec![
+        random(4096),
+        // A handshake record header promising more than it sends, then EOF.
+        vec![0x16, 0x03, 0x01, 0x40, 0x00, 0x01, 0x00],
+        // A handshake record whose body is garbage.
+        [&[0x16, 0x03, 0x01, 0x01, 0x00][..], &random(256)].concat(),
+        // A plaintext ICReq.
+        {
+            let mut b = vec![0u8; 128];
+            b[2] = 128;
+            b[4] = 128;
+            b
+        },
+    ];
+    for _ in 0..20 {
+        let mut c = vec![0x16, 0x03, 0x03];
+        c.extend(random(300));
+        cases.push(c);
+    }
+    for bytes in &cases {
+        let mut c = TcpStream::connect(&addr).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let _ = c.write_all(bytes);
+        let _ = c.shutdown(std::net::Shutdown::Write);
+        let mut sink = Vec::new();
+        // The target answers with at most an alert and closes; a read error (reset) is a close.
+        let _ = c.read_to_end(&mut sink);
+        assert!(sink.len() < 64, "{} bytes back for garbage", sink.len());
+    }
+    let o = run.join().unwrap();
+    ok(&o, "the run beside the garbage");
+    let id = ebof(&[
+        "identify",
+        "-a",
+        "127.0.0.1",
+        "-s",
+        &s.plain,
+        "-n",
+        NQN,
+        "--hostnqn",
+        OTHER,
+    ]);
+    assert!(id.ok, "target still serving: {}", id.stderr);
+    assert!(!s.log().contains("panicked"), "{}", s.log());
+}
