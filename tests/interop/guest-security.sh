@@ -4,7 +4,8 @@
 # guest script after guest-lib.sh (vm_run copies it to /xchg/guest-security.sh). Facts behind these
 # helpers: docs/kernel-interop.md, "DH-HMAC-CHAP and TLS in the trixie guest".
 #
-#   sec_modules                      nvme-auth, nvme-keyring (host), nvmet, nvmet-tcp, brd (target)
+#   sec_modules                      nvme-auth, nvme-keyring (host), nvmet, nvmet-tcp, brd (target:
+#                                    /dev/ram0 and /dev/ram1 of BRD_MIB, default 128)
 #   tlshd_start / tlshd_stop         the TLS handshake daemon, keyrings=.nvme, log /xchg/tlshd.log
 #   nvme_keyring                     the kernel's .nvme keyring id (created by nvme-keyring)
 #   gen_dhchap_key NQN [HMAC] [LEN]  a DHHC-1 secret (nvme gen-dhchap-key; HMAC 0..3, LEN 32/48/64)
@@ -38,7 +39,7 @@ sec_modules() {
 	run modprobe nvme-keyring
 	run modprobe nvmet
 	run modprobe nvmet-tcp
-	run modprobe brd rd_nr=1 rd_size=$((${BRD_MIB:-128} * 1024))
+	run modprobe brd rd_nr=2 rd_size=$((${BRD_MIB:-128} * 1024))
 	wait_for 10 test -b /dev/ram0 || fail "no /dev/ram0"
 	[[ -d $NVMET ]] || fail "no $NVMET (configfs not mounted?)"
 	grep -E '^(nvme|nvmet)' /proc/modules | awk '{ print $1 }' | sort | tr '\n' ' '

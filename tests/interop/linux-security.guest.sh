@@ -118,6 +118,11 @@ kernel_target() {
 	wait_for 10 _listens "$PLAIN_PORT" || fail "nvmet does not listen on $PLAIN_PORT"
 	wait_for 10 _listens "$TLS_PORT" || fail "nvmet does not listen on $TLS_PORT"
 	run nvme discover -t tcp -a "$GUEST_IP" -s "$PLAIN_PORT" --hostnqn="$H_TLS" --hostid="$ID_TLS"
+	# the TLS port's own discovery log (how nvmet advertises TREQ/TSAS): discovery over TLS needs a
+	# PSK for the well-known discovery NQN; informative only
+	gen_tls_key "$H_TLS" nqn.2014-08.org.nvmexpress.discovery 1 0 --insert >/dev/null
+	run nvme discover -t tcp -a "$GUEST_IP" -s "$TLS_PORT" --hostnqn="$H_TLS" --hostid="$ID_TLS" --tls ||
+		echo "NOTE: discovery over TLS on port $TLS_PORT failed (status $?)"
 }
 _listens() { [[ -n $(ss -Hltn "sport = :$1") ]]; }
 
@@ -156,6 +161,11 @@ k_tls_auth() {
 # ---------------------------------------------------------------------------------------------
 # (ii) the kernel host against ebof serve (on the host side, $HOST_IP)
 
+# SEC_TARGET=kernel (EBOF_INTEROP_TARGET=kernel on the host side): a reference run of these steps
+# against the guest kernel's own target, configured like the ebof one (same keys, a second
+# subsystem $SNQN on the kernel target's ports): checks the steps themselves, no ebof needed.
+SEC_TARGET=${SEC_TARGET:-ebof}
+E_IP=$HOST_IP
 E_KEY_AUTH='' E_KEY_CTRL='' E_KEY_WRONG='' E_KEY_CTRL_WRONG='' E_TLS_AUTH='' E_TLS_TLS='' E_TLS_BAD=''
 ebof_start() {
 	E_KEY_AUTH=$(gen_dhchap_key "$H_AUTH" 1)
@@ -168,10 +178,14 @@ ebof_start() {
 	E_TLS_BAD=$(gen_tls_key "$H_BAD" "$SNQN" 1 0)
 	gen_tls_key "$H_BAD" "$SNQN" 1 0 --insert >/dev/null
 	tls_keys
-	local IP=$HOST_IP
+	local IP=$E_IP
 	save_env ebof-keys.env SNQN IP PLAIN_PORT TLS_PORT H_AUTH H_TLS H_BAD E_KEY_AUTH E_KEY_CTRL E_TLS_AUTH \
 		E_TLS_TLS E_TLS_BAD
 	local rc=0
+	if [[ $SEC_TARGET == kernel ]]; then
+		kernel_as_ebof
+		return 0
+	fi
 	guest_request ebof-start "" 120 || rc=$?
 	case $rc in
 	0) EBOF_UP=1 ;;
@@ -180,48 +194,66 @@ ebof_start() {
 	*) fail "the host could not start ebof serve (status $rc)" ;;
 	esac
 }
+kernel_as_ebof() {
+	E_IP=$GUEST_IP
+	kt_subsys "$SNQN" /dev/ram1
+	kt_host "$H_AUTH" "$E_KEY_AUTH" "$E_KEY_CTRL" # host entries are global: H_AUTH gets the new keys
+	kt_host "$H_TLS"
+	kt_host "$H_BAD"
+	kt_allow "$SNQN" "$H_AUTH"
+	kt_allow "$SNQN" "$H_TLS"
+	kt_allow "$SNQN" "$H_BAD"
+	kt_link 1 "$SNQN"
+	kt_link 2 "$SNQN"
+	EBOF_UP=1
+	echo "reference run: the ebof steps go to the kernel target ($SNQN on $E_IP)"
+}
 _need_ebof() { [[ -n $EBOF_UP ]] || { step_skip "ebof serve has no DH-HMAC-CHAP/TLS yet"; return 1; }; }
 
-e_oneway() { _need_ebof || return 0; cid auth,plain "$SNQN" "$HOST_IP" "$PLAIN_PORT" "$H_AUTH" "$ID_AUTH" --dhchap-secret="$E_KEY_AUTH"; }
+e_oneway() { _need_ebof || return 0; cid auth,plain "$SNQN" "$E_IP" "$PLAIN_PORT" "$H_AUTH" "$ID_AUTH" --dhchap-secret="$E_KEY_AUTH"; }
 e_twoway() {
 	_need_ebof || return 0
-	cid auth,ctrl,plain "$SNQN" "$HOST_IP" "$PLAIN_PORT" "$H_AUTH" "$ID_AUTH" --dhchap-secret="$E_KEY_AUTH" \
+	cid auth,ctrl,plain "$SNQN" "$E_IP" "$PLAIN_PORT" "$H_AUTH" "$ID_AUTH" --dhchap-secret="$E_KEY_AUTH" \
 		--dhchap-ctrl-secret="$E_KEY_CTRL"
 }
 e_wrong_host_key() {
 	_need_ebof || return 0
-	expect_fail "wrong host key" nvme connect -t tcp -a "$HOST_IP" -s "$PLAIN_PORT" -n "$SNQN" \
+	expect_fail "wrong host key" nvme connect -t tcp -a "$E_IP" -s "$PLAIN_PORT" -n "$SNQN" \
 		--hostnqn="$H_AUTH" --hostid="$ID_AUTH" --dhchap-secret="$E_KEY_WRONG"
 }
 e_wrong_ctrl_key() {
 	_need_ebof || return 0
-	expect_fail "wrong controller key" nvme connect -t tcp -a "$HOST_IP" -s "$PLAIN_PORT" -n "$SNQN" \
+	expect_fail "wrong controller key" nvme connect -t tcp -a "$E_IP" -s "$PLAIN_PORT" -n "$SNQN" \
 		--hostnqn="$H_AUTH" --hostid="$ID_AUTH" --dhchap-secret="$E_KEY_AUTH" --dhchap-ctrl-secret="$E_KEY_CTRL_WRONG"
 }
 e_tls_keyring() {
 	_need_ebof || return 0
-	sec_connect tls "$SNQN" "$HOST_IP" "$TLS_PORT" "$H_TLS" "$ID_TLS" --tls
+	sec_connect tls "$SNQN" "$E_IP" "$TLS_PORT" "$H_TLS" "$ID_TLS" --tls
 	sec_io ebof-tls
 	sec_disconnect "$SNQN"
 	# reconnect: the data written over the first connection reads back intact
-	sec_connect tls "$SNQN" "$HOST_IP" "$TLS_PORT" "$H_TLS" "$ID_TLS" --tls
+	sec_connect tls "$SNQN" "$E_IP" "$TLS_PORT" "$H_TLS" "$ID_TLS" --tls
 	sec_io ebof-tls "${FIO_MB}M" --verify_only
 	sec_disconnect "$SNQN"
 }
-e_tls_cmdline() { _need_ebof || return 0; cid tls "$SNQN" "$HOST_IP" "$TLS_PORT" "$H_TLS" "$ID_TLS" --tls --tls-key="$E_TLS_TLS"; }
+e_tls_cmdline() { _need_ebof || return 0; cid tls "$SNQN" "$E_IP" "$TLS_PORT" "$H_TLS" "$ID_TLS" --tls --tls-key="$E_TLS_TLS"; }
 e_tls_wrong_psk() {
 	_need_ebof || return 0
-	expect_fail "wrong PSK" nvme connect -t tcp -a "$HOST_IP" -s "$TLS_PORT" -n "$SNQN" \
+	if [[ $SEC_TARGET == kernel ]]; then
+		step_skip "reference run: host and kernel target share one keyring, a wrong PSK cannot be set up"
+		return 0
+	fi
+	expect_fail "wrong PSK" nvme connect -t tcp -a "$E_IP" -s "$TLS_PORT" -n "$SNQN" \
 		--hostnqn="$H_BAD" --hostid="$ID_BAD" --tls
 }
 e_tls_plaintext() {
 	_need_ebof || return 0
-	expect_fail "plaintext connect to the TLS-required port" nvme connect -t tcp -a "$HOST_IP" \
+	expect_fail "plaintext connect to the TLS-required port" nvme connect -t tcp -a "$E_IP" \
 		-s "$TLS_PORT" -n "$SNQN" --hostnqn="$H_TLS" --hostid="$ID_TLS"
 }
 e_tls_auth() {
 	_need_ebof || return 0
-	cid tls,auth,ctrl "$SNQN" "$HOST_IP" "$TLS_PORT" "$H_AUTH" "$ID_AUTH" --tls --dhchap-secret="$E_KEY_AUTH" \
+	cid tls,auth,ctrl "$SNQN" "$E_IP" "$TLS_PORT" "$H_AUTH" "$ID_AUTH" --tls --dhchap-secret="$E_KEY_AUTH" \
 		--dhchap-ctrl-secret="$E_KEY_CTRL"
 }
 
@@ -248,7 +280,7 @@ step "kernel: TLS, --tls-key on the command line" k_tls_cmdline
 step "kernel: plaintext to the TLS port refused" k_tls_plaintext
 step "kernel: TLS + DH-HMAC-CHAP two-way" k_tls_auth
 step "ebof host tools against the kernel target (host side)" guest_request host-tools "" 600
-step "ebof serve: keys, config, start (host side)" ebof_start
+step "ebof serve: keys, config, start (host side; SEC_TARGET=$SEC_TARGET)" ebof_start
 step "ebof: DH-HMAC-CHAP one-way" e_oneway
 step "ebof: DH-HMAC-CHAP two-way" e_twoway
 step "ebof: wrong host key refused" e_wrong_host_key

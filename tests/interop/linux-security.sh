@@ -24,6 +24,8 @@
 #   EBOF_INTEROP_STRICT=1  skipped ebof steps (missing flags, rejected config) fail the scenario
 #   HOST_CMD_TIMEOUT       bound on each host command in seconds (default 120)
 #   RUST_LOG               passed to `ebof serve` (default info)
+#   EBOF_INTEROP_TARGET=kernel  reference run: part (ii) goes to the guest kernel's own target,
+#                          configured like the ebof one (checks the steps; the wrong-PSK step skips)
 # Exit status: 0 passed, else failed.
 # shellcheck disable=SC2317 # host_on_* are called indirectly
 set -uo pipefail
@@ -204,7 +206,8 @@ check_ebof_after() {
 
 interop_init linux-security
 vm_setup
-vm_env "KERNEL_NQN=nqn.2026-11.io.ebof:ksec" "EBOF_NQN=nqn.2026-11.io.ebof:sec" "EBOF_BIN=$EBOF_BIN"
+vm_env "KERNEL_NQN=nqn.2026-11.io.ebof:ksec" "EBOF_NQN=nqn.2026-11.io.ebof:sec" "EBOF_BIN=$EBOF_BIN" \
+	"SEC_TARGET=${EBOF_INTEROP_TARGET:-ebof}"
 vm_run "$INTEROP_DIR/linux-security.guest.sh" "${EBOF_INTEROP_TIMEOUT:-900}"
 rc=$?
 if [[ -n $EBOF_STARTED ]]; then
