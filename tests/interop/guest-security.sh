@@ -161,12 +161,14 @@ expect_fail() {
 	kmsg_mark
 	echo "+ $* (must fail: $desc)"
 	out=$(timeout -k 5 "${EXPECT_FAIL_TIMEOUT:-60}" "$@" 2>&1) || rc=$?
-	echo "$out" | sed 's/^/    | /'
+	# shellcheck disable=SC2001 # every line of a multi-line output
+	sed 's/^/    | /' <<<"$out"
 	echo "    status $rc; kernel:"
 	kmsg_since | sed 's/^/    k /'
 	((rc != 0)) || fail "$desc: succeeded, must fail"
 }
 
+# shellcheck disable=SC2034 # STEP_RESULT is read by guest-lib.sh's step
 step_skip() {
 	echo "SKIPPED: $*"
 	STEP_RESULT=SKIP

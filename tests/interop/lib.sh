@@ -298,6 +298,7 @@ vm_setup() {
 	flock -u "$_vm_lock"
 	exec {_vm_lock}>&-
 
+	# shellcheck disable=SC2034 # VM_KDIR: for scenarios (the unpacked kernel package)
 	VM_KVER=$kver VM_KDIR=$kdir VM_INITRD=$kdir/initramfs.cpio.gz
 	VM_MODDIR=$(realpath "$kdir/root/lib/modules")
 	if [[ ${EBOF_VM_BOOT:-vmlinux} == vmlinux && -s $kdir/vmlinux ]]; then

@@ -64,6 +64,7 @@ cid() {
 	sec_disconnect "$nqn"
 }
 
+# shellcheck disable=SC2034 # variables reach save_env by name
 save_env() { # save_env FILE VAR...: KEY=value lines for the host side
 	local f=$1 v
 	shift
@@ -87,6 +88,7 @@ setup() {
 }
 
 KEY_AUTH='' KEY_CTRL='' KEY_WRONG='' KEY_CTRL_WRONG='' TLS_KEY_TLS='' TLS_KEY_AUTH=''
+# shellcheck disable=SC2034 # IP: handed over by name (save_env)
 gen_keys() {
 	KEY_AUTH=$(gen_dhchap_key "$H_AUTH" 1)
 	KEY_CTRL=$(gen_dhchap_key "$KNQN" 2 48)
@@ -167,6 +169,7 @@ k_tls_auth() {
 SEC_TARGET=${SEC_TARGET:-ebof}
 E_IP=$HOST_IP
 E_KEY_AUTH='' E_KEY_CTRL='' E_KEY_WRONG='' E_KEY_CTRL_WRONG='' E_TLS_AUTH='' E_TLS_TLS='' E_TLS_BAD=''
+# shellcheck disable=SC2034 # E_TLS_AUTH, E_TLS_BAD, IP: handed over by name (save_env)
 ebof_start() {
 	E_KEY_AUTH=$(gen_dhchap_key "$H_AUTH" 1)
 	E_KEY_CTRL=$(gen_dhchap_key "$SNQN" 1)
