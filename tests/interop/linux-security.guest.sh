@@ -81,6 +81,7 @@ setup() {
 	tlshd_start
 	nvme version
 	echo "keyring .nvme: $(nvme_keyring)"
+	echo "options the kernel's /dev/nvme-fabrics takes: $(cat /dev/nvme-fabrics)"
 	# the guest can run the repo's ebof (9p share at the same path; trixie's libssl3t64 present)
 	if [[ -x ${EBOF_BIN:-} ]]; then
 		run "$EBOF_BIN" --version || echo "NOTE: $EBOF_BIN does not run in the guest"
@@ -158,6 +159,22 @@ k_tls_plaintext() {
 k_tls_auth() {
 	cid tls,auth,ctrl "$KNQN" "$GUEST_IP" "$TLS_PORT" "$H_AUTH" "$ID_AUTH" --tls --dhchap-secret="$KEY_AUTH" \
 		--dhchap-ctrl-secret="$KEY_CTRL"
+}
+
+# informative (never fails): does the 6.12 host do secure channel concatenation (nvme-cli --concat:
+# DH-HMAC-CHAP on a plain port, then TLS with the generated PSK)?
+k_concat() {
+	local rc=0 out
+	kmsg_mark
+	out=$(timeout -k 5 60 nvme connect -t tcp -a "$GUEST_IP" -s "$PLAIN_PORT" -n "$KNQN" --hostnqn="$H_AUTH" \
+		--hostid="$ID_AUTH" --dhchap-secret="$KEY_AUTH" --concat 2>&1) || rc=$?
+	echo "nvme connect --concat: status $rc: $out"
+	kmsg_since | sed 's/^/    k /'
+	if nvme_ctrl_for "$KNQN" >/dev/null; then
+		echo "connected: tls_key=$(ctrl_tls_key "$(nvme_ctrl_for "$KNQN")")"
+		sec_disconnect "$KNQN"
+	fi
+	return 0
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -282,6 +299,7 @@ step "kernel: TLS, PSK from the keyring, fio verify ${FIO_MB} MiB" k_tls_keyring
 step "kernel: TLS, --tls-key on the command line" k_tls_cmdline
 step "kernel: plaintext to the TLS port refused" k_tls_plaintext
 step "kernel: TLS + DH-HMAC-CHAP two-way" k_tls_auth
+step "kernel: secure channel concatenation (--concat), informative" k_concat
 step "ebof host tools against the kernel target (host side)" guest_request host-tools "" 600
 step "ebof serve: keys, config, start (host side; SEC_TARGET=$SEC_TARGET)" ebof_start
 step "ebof: DH-HMAC-CHAP one-way" e_oneway
