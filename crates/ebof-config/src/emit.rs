@@ -8,7 +8,7 @@ use crate::model::{BackendChoice, Config, Listener};
 use crate::parse::format_size;
 
 /// A TOML string literal, escaped by the `toml` crate.
-fn string(s: &str) -> String {
+pub(crate) fn string(s: &str) -> String {
     toml::Value::String(s.to_owned()).to_string()
 }
 
@@ -64,6 +64,10 @@ impl Config {
         for l in &self.listeners {
             out.push('\n');
             listener(&mut out, "[[listeners]]", l);
+            let tls = self.tls_mode(l);
+            if tls != crate::TlsMode::Off {
+                let _ = writeln!(out, "tls = {}", string(tls.name()));
+            }
         }
         if let Some(d) = &self.discovery {
             out.push('\n');
@@ -130,6 +134,7 @@ impl Config {
             }
         }
         crate::ana::emit(&mut out, self);
+        crate::security::emit(&mut out, self);
         out
     }
 }

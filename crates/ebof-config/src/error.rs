@@ -80,6 +80,12 @@ pub mod codes {
     pub const UNKNOWN_ANA_LISTENER: &str = "unknown-ana-listener";
     /// Two `[[ana]]` entries for the same listener and group.
     pub const DUPLICATE_ANA: &str = "duplicate-ana";
+    /// A listener's `tls` is not off, optional or required (or set on `[discovery]`).
+    pub const INVALID_TLS_MODE: &str = "invalid-tls-mode";
+    /// A DH-HMAC-CHAP or TLS secret that is not in its interchange format.
+    pub const INVALID_SECRET: &str = "invalid-secret";
+    /// A secret given both inline and as a file.
+    pub const CONFLICTING_SECRETS: &str = "conflicting-secrets";
 }
 
 /// A configuration error: what is wrong, where, and a stable code to match on.

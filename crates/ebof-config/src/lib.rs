@@ -112,6 +112,7 @@ mod model;
 mod overrides;
 mod parse;
 mod raw;
+mod security;
 mod validate;
 
 use std::path::Path;
@@ -131,6 +132,7 @@ pub use parse::{
     MAX_CORE_ID, MODEL_MAX_LEN, NQN_MAX_LEN, SERIAL_MAX_LEN, check_id_text, check_nqn, format_size,
     parse_core_list, parse_io_engine, parse_listener, parse_size,
 };
+pub use security::{HostSecurity, SecretSource, TlsMode, parse_tls_mode};
 pub use validate::SERIAL_PREFIX_MAX_LEN;
 
 impl Config {

@@ -58,6 +58,10 @@ pub struct Config {
     pub metrics: Option<Listener>,
     /// ANA states that are not optimized (`[[ana]]`), see [`crate::AnaSetting`].
     pub ana: Vec<crate::AnaSetting>,
+    /// Per-host secrets (`[[hosts]]`): DH-HMAC-CHAP keys and TLS PSKs.
+    pub hosts: Vec<crate::HostSecurity>,
+    /// Listeners whose TLS mode is not `off` (`[[listeners]] tls = …`).
+    pub listener_tls: Vec<(Listener, crate::TlsMode)>,
 }
 
 /// Default port of `[metrics] listen` when only an address is given.
@@ -397,6 +401,8 @@ impl Config {
             management: Management::default(),
             metrics: None,
             ana: Vec::new(),
+            hosts: Vec::new(),
+            listener_tls: Vec::new(),
         }
     }
 }

@@ -44,6 +44,9 @@ pub(crate) struct RawConfig {
     /// `[[ana]]`: ANA states per listener and group.
     #[serde(default)]
     ana: Vec<crate::ana::RawAna>,
+    /// `[[hosts]]`: per-host secrets.
+    #[serde(default)]
+    hosts: Vec<crate::security::RawHost>,
 }
 
 /// `[management]`.
@@ -113,6 +116,8 @@ struct RawListener {
     address: Option<String>,
     /// TCP port; default 4420 (8009 for `[discovery]`).
     port: Option<i64>,
+    /// "off" | "optional" | "required" (`[[listeners]]` only).
+    tls: Option<String>,
 }
 
 /// `[[subsystems]]`.
@@ -289,16 +294,33 @@ impl RawConfig {
     /// fields a backend takes); [`Config::validate`] checks the rest.
     pub(crate) fn into_config(self) -> Result<Config, ConfigError> {
         let target = convert_target(self.target.unwrap_or_default())?;
-        let listeners = self
-            .listeners
-            .into_iter()
-            .enumerate()
-            .map(|(i, l)| convert_listener(l, &format!("listeners[{i}]"), DEFAULT_PORT))
-            .collect::<Result<_, _>>()?;
-        let discovery = self
-            .discovery
-            .map(|l| convert_listener(l, "discovery", DEFAULT_DISCOVERY_PORT))
-            .transpose()?;
+        let mut listeners = Vec::new();
+        let mut listener_tls = Vec::new();
+        for (i, mut l) in self.listeners.into_iter().enumerate() {
+            let path = format!("listeners[{i}]");
+            let tls = l.tls.take();
+            let listener = convert_listener(l, &path, DEFAULT_PORT)?;
+            if let Some(t) = tls {
+                let mode =
+                    crate::security::parse_tls_mode(&t).map_err(|e| e.at(format!("{path}.tls")))?;
+                if mode != crate::TlsMode::Off {
+                    listener_tls.push((listener, mode));
+                }
+            }
+            listeners.push(listener);
+        }
+        let discovery = match self.discovery {
+            Some(l) if l.tls.is_some() => {
+                return Err(ConfigError::new(
+                    codes::INVALID_TLS_MODE,
+                    "discovery.tls",
+                    "set tls on a [[listeners]] entry (discovery is answered on every listener)",
+                ));
+            }
+            d => d
+                .map(|l| convert_listener(l, "discovery", DEFAULT_DISCOVERY_PORT))
+                .transpose()?,
+        };
         let subsystems = self
             .subsystems
             .into_iter()
@@ -313,6 +335,7 @@ impl RawConfig {
             }
         };
         let ana = crate::ana::convert(self.ana)?;
+        let hosts = crate::security::convert(self.hosts)?;
         Ok(Config {
             target,
             listeners,
@@ -321,6 +344,8 @@ impl RawConfig {
             management,
             metrics,
             ana,
+            hosts,
+            listener_tls,
         })
     }
 }

@@ -131,6 +131,7 @@ impl Config {
         validate_listeners(&self.listeners, self.discovery.as_ref())?;
         validate_subsystems(&self.subsystems, self.target.max_namespaces)?;
         crate::ana::validate(self)?;
+        crate::security::validate(self)?;
         validate_management(&self.management)
     }
 }

@@ -308,6 +308,13 @@ pub struct ListenerView {
     /// The dedicated discovery listener.
     #[serde(default)]
     pub discovery: bool,
+    /// NVMe/TCP TLS: "off", "optional" or "required".
+    #[serde(default = "tls_off")]
+    pub tls: String,
+}
+
+fn tls_off() -> String {
+    "off".into()
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -354,6 +361,12 @@ pub struct Stats {
     /// Connections closed for missing the ICReq / Connect deadline.
     #[serde(default)]
     pub handshake_timeouts: u64,
+    /// Failed DH-HMAC-CHAP authentications (per queue).
+    #[serde(default)]
+    pub auth_failures: u64,
+    /// Connections refused or ended by TLS.
+    #[serde(default)]
+    pub tls_failures: u64,
 }
 
 /// Latency percentiles of a namespace's successful reads or writes since the start, in

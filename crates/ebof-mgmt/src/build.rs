@@ -5,7 +5,7 @@
 use ebof_backend::{BackendOptions, BackendSpec};
 use ebof_config::{BackendChoice, Config};
 use nvmf_target::reservation::{FileStore, NsReservations};
-use nvmf_target::{ListenerInfo, Namespace, Subsystem, Target, TargetLimits};
+use nvmf_target::{ListenerInfo, ListenerTls, Namespace, Subsystem, Target, TargetLimits};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
@@ -223,6 +223,11 @@ pub fn listener_infos(cfg: &Config) -> Vec<ListenerInfo> {
         .map(|(i, l)| ListenerInfo {
             addr: l.socket_addr(),
             portid: (i + 1) as u16,
+            tls: match cfg.tls_mode(l) {
+                ebof_config::TlsMode::Off => ListenerTls::Off,
+                ebof_config::TlsMode::Optional => ListenerTls::Optional,
+                ebof_config::TlsMode::Required => ListenerTls::Required,
+            },
         })
         .collect()
 }

@@ -109,6 +109,7 @@ impl Control {
                 address: d.socket_addr().to_string(),
                 portid: 0,
                 discovery: true,
+                tls: "off".into(),
             });
         }
         s
@@ -395,6 +396,7 @@ impl Control {
                 v.push(ListenerInfo {
                     addr: bound,
                     portid,
+                    tls: Default::default(),
                 });
                 self.target.set_listeners(v);
                 crate::ana::reset_listener(&self.target, bound);
@@ -403,6 +405,7 @@ impl Control {
                 address: bound.to_string(),
                 portid,
                 discovery: req.discovery,
+                tls: "off".into(),
             })
         })
     }
@@ -424,8 +427,10 @@ impl Control {
                 true
             } else if let Some(i) = cfg.listeners.iter().position(|x| x.socket_addr() == addr) {
                 cfg.listeners.remove(i);
-                // Its ANA states go with it (a listener added again starts optimized).
+                // Its ANA states and TLS mode go with it (a listener added again starts
+                // optimized, without TLS).
                 cfg.ana.retain(|a| a.listener.socket_addr() != addr);
+                cfg.listener_tls.retain(|(x, _)| x.socket_addr() != addr);
                 false
             } else {
                 return Err(ApiError::new(
@@ -435,12 +440,12 @@ impl Control {
                 ));
             };
             check(cfg)?;
-            let portid = self
+            let (portid, tls) = self
                 .target
                 .listeners()
                 .iter()
                 .find(|x| x.addr == addr)
-                .map_or(0, |x| x.portid);
+                .map_or((0, nvmf_target::ListenerTls::Off), |x| (x.portid, x.tls));
             match control.remove(addr) {
                 Ok(true) => {}
                 Ok(false) => {
@@ -481,6 +486,7 @@ impl Control {
                     address: addr.to_string(),
                     portid,
                     discovery,
+                    tls: crate::ops::tls_name(tls).into(),
                 },
                 disconnected,
             })

@@ -23,6 +23,7 @@ pub mod client;
 pub mod control;
 pub mod metrics;
 pub mod ops;
+pub mod security;
 pub mod server;
 
 pub use api::{ApiError, State, Stats};

@@ -239,6 +239,16 @@ pub fn render(t: &Target) -> Result<String, std::fmt::Error> {
             "Connections closed for missing the ICReq / Connect deadline",
             st.handshake_timeouts,
         ),
+        (
+            "auth_failures",
+            "Failed in-band authentications (DH-HMAC-CHAP), per queue",
+            st.auth_failures,
+        ),
+        (
+            "tls_failures",
+            "Connections refused or ended by TLS (handshake, unknown PSK, plaintext on a TLS-only listener)",
+            st.tls_failures,
+        ),
     ] {
         counter(&mut reg, name, help, v);
     }

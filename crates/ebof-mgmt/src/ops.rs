@@ -67,6 +67,15 @@ fn reservation_view(n: &Namespace) -> Option<api::ReservationView> {
 }
 
 /// `GET /v1/state`.
+/// A listener's TLS mode as the API and the configuration name it.
+pub fn tls_name(t: nvmf_target::ListenerTls) -> &'static str {
+    match t {
+        nvmf_target::ListenerTls::Off => "off",
+        nvmf_target::ListenerTls::Optional => "optional",
+        nvmf_target::ListenerTls::Required => "required",
+    }
+}
+
 pub fn state(t: &Target) -> State {
     State {
         version: env!("CARGO_PKG_VERSION").to_string(),
@@ -78,6 +87,7 @@ pub fn state(t: &Target) -> State {
                 address: l.addr.to_string(),
                 portid: l.portid,
                 discovery: false,
+                tls: tls_name(l.tls).into(),
             })
             .collect(),
         controllers: t
@@ -166,6 +176,8 @@ pub fn stats(t: &Target) -> Stats {
         protocol_errors: load(&e.protocol_errors),
         host_terminations: load(&e.host_terminations),
         handshake_timeouts: load(&e.handshake_timeouts),
+        auth_failures: load(&e.auth_failures),
+        tls_failures: load(&e.tls_failures),
     }
 }
 

@@ -18,6 +18,7 @@ pub mod engine;
 pub mod limits;
 pub mod reactor;
 pub mod server;
+pub mod tls;
 
 pub use engine::{EngineConfig, IoEngineKind};
 pub use reactor::ConnEnd;

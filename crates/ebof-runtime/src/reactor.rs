@@ -19,6 +19,7 @@
 use crate::conn::{ConnCore, Step};
 use crate::engine::{Done, Engine, EngineConfig, Job};
 use crate::limits::{Admission, Admitted};
+use crate::tls::{ConnTls, TlsAcceptor};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 use nvmf_target::Target;
@@ -40,6 +41,8 @@ const TERM_GRACE: Duration = Duration::from_millis(200);
 const OFFLOAD_DRAIN: Duration = Duration::from_secs(30);
 /// iovecs per `sendmsg` (below IOV_MAX).
 const IOV_BATCH: usize = 512;
+/// Time a queue that must authenticate has, from its Connect, to complete DH-HMAC-CHAP.
+const AUTH_TIMEOUT: Duration = Duration::from_secs(30);
 
 const WAKER: Token = Token(usize::MAX);
 /// The I/O engine's completion notification (io_uring eventfd).
@@ -63,6 +66,8 @@ pub enum ConnEnd {
     Stopped,
     /// No ICReq and Fabrics Connect within the handshake deadline.
     HandshakeTimeout(Duration),
+    /// TLS refused or failed (bad handshake, unknown PSK, plaintext on a TLS-only listener).
+    Tls(crate::tls::TlsError),
 }
 
 /// A connection handed to a reactor.
@@ -141,6 +146,8 @@ pub(crate) struct Reactor {
     /// Where accepted connections go (round-robin), this reactor included.
     peers: Vec<Arc<Mailbox>>,
     next_peer: usize,
+    /// Makes the TLS sessions of connections on TLS listeners.
+    tls: Option<Arc<dyn TlsAcceptor>>,
 }
 
 /// One live connection: its log span and its state.
@@ -167,6 +174,10 @@ struct ConnState {
     in_ready: bool,
     /// Until Fabrics Connect succeeds: when the connection is closed if it has not.
     handshake_deadline: Option<Instant>,
+    /// `handshake_deadline` has been moved to the authentication deadline.
+    auth_deadline: bool,
+    /// Plain, TLS, or not decided yet ([`crate::tls`]).
+    tls: ConnTls,
     /// This connection's place under the connection caps (given back on drop).
     _admitted: Admitted,
 }
@@ -182,6 +193,7 @@ impl Reactor {
         stop: Arc<AtomicBool>,
         engine_cfg: EngineConfig,
         admission: Arc<Admission>,
+        tls: Option<Arc<dyn TlsAcceptor>>,
     ) -> io::Result<(Reactor, Arc<Mailbox>)> {
         let poll = Poll::new()?;
         let waker = Waker::new(poll.registry(), WAKER)?;
@@ -205,6 +217,7 @@ impl Reactor {
                 listeners: Vec::new(),
                 peers: Vec::new(),
                 next_peer: 0,
+                tls,
             },
             mailbox,
         ))
@@ -428,7 +441,7 @@ impl Reactor {
                     if c.core.queue.has_completions() {
                         c.core.flush_completions();
                     }
-                    if c.core.has_output() && !c.in_ready {
+                    if has_output(c) && !c.in_ready {
                         c.in_ready = true;
                         ready.push(i);
                     }
@@ -590,6 +603,13 @@ impl Reactor {
             return None;
         }
         tracing::debug!(parent: &span, "connection accepted");
+        let mode = self
+            .target
+            .listeners()
+            .iter()
+            .find(|l| l.addr == local)
+            .map_or(nvmf_target::ListenerTls::Off, |l| l.tls);
+        let tls = ConnTls::for_listener(mode);
         let mut core = ConnCore::new(self.target.clone(), self.tcp, local, Instant::now());
         core.queue.set_discovery_only(discovery_only);
         conns[i] = Some(Conn {
@@ -606,6 +626,8 @@ impl Reactor {
                 end_counted: false,
                 in_ready: true,
                 handshake_deadline: Instant::now().checked_add(self.handshake_timeout),
+                auth_deadline: false,
+                tls,
                 _admitted: admitted,
             },
         });
@@ -627,7 +649,7 @@ impl Reactor {
         }
         let _g = span.enter();
         let mut work = false;
-        if c.core.has_output() {
+        if has_output(c) {
             match send(c, iov) {
                 Ok(true) => work = true,
                 Ok(false) => return (work, false),
@@ -658,11 +680,17 @@ impl Reactor {
             }
             return (work, deferred && !c.blocked);
         }
-        let input = read_available(c);
+        let input = read_available(c, self.tls.as_ref());
         let closed = match input {
             Input::Nothing => false,
             Input::Error(e) => {
                 end(c, ConnEnd::Io(e));
+                return (true, false);
+            }
+            Input::Tls(e) => {
+                // An alert, if the session made one, goes out before the close.
+                last_words(c);
+                end(c, ConnEnd::Tls(e));
                 return (true, false);
             }
             Input::Closed => {
@@ -672,6 +700,16 @@ impl Reactor {
             Input::Data => false,
             Input::DataThenClosed => true,
         };
+        if let ConnTls::On {
+            session,
+            peer_told: told @ false,
+        } = &mut c.tls
+            && let Some((hostnqn, subnqn)) = session.peer()
+        {
+            *told = true;
+            tracing::debug!(%hostnqn, %subnqn, "TLS handshake done");
+            c.core.queue.set_tls_peer(hostnqn, subnqn);
+        }
         if !matches!(input, Input::Nothing) {
             work = true;
             let now = Instant::now();
@@ -737,11 +775,22 @@ fn offload(
 
 /// The connection's handshake deadline passed before Fabrics Connect succeeded; clears the
 /// deadline once it has.
+///
+/// A queue that must authenticate (DH-HMAC-CHAP) gets [`AUTH_TIMEOUT`] from its Connect to
+/// finish: the exchange takes a few round trips and, with the large FFDHE groups, real CPU time
+/// on a slow host.
 fn handshake_expired(c: &mut ConnState, now: Instant, timeout: Duration) -> Option<ConnEnd> {
     let deadline = c.handshake_deadline?;
     if c.core.queue.controller().is_some() {
-        c.handshake_deadline = None;
-        return None;
+        if !c.core.queue.auth_pending() {
+            c.handshake_deadline = None;
+            return None;
+        }
+        if !c.auth_deadline {
+            c.auth_deadline = true;
+            c.handshake_deadline = now.checked_add(AUTH_TIMEOUT.max(timeout));
+            return None;
+        }
     }
     (now >= deadline).then_some(ConnEnd::HandshakeTimeout(timeout))
 }
@@ -803,6 +852,7 @@ fn log_end(c: &Conn, events: &nvmf_target::EventCounters) {
         Some((ConnEnd::Protocol(_), _)) => count(&events.protocol_errors),
         Some((ConnEnd::HostTerminated { .. }, _)) => count(&events.host_terminations),
         Some((ConnEnd::HandshakeTimeout(_), _)) => count(&events.handshake_timeouts),
+        Some((ConnEnd::Tls(_), _)) => count(&events.tls_failures),
         _ => {}
     }
     match &c.s.ending {
@@ -823,21 +873,81 @@ fn log_end(c: &Conn, events: &nvmf_target::EventCounters) {
             timeout_ms = t.as_millis() as u64,
             "connection closed: no ICReq and Fabrics Connect within the handshake deadline"
         ),
+        Some((ConnEnd::Tls(e), _)) => nvmf_target::warn_every!("TLS: connection refused: {e}"),
         None => {}
     }
 }
 
 /// [`send`] if there is output.
 fn send_pending(c: &mut ConnState, iov: &mut Vec<libc::iovec>) -> io::Result<()> {
-    if c.core.has_output() {
+    if has_output(c) {
         send(c, iov)?;
     }
     Ok(())
 }
 
+/// Output to send: the connection's, or TLS records (handshake, alerts) not yet sent.
+fn has_output(c: &ConnState) -> bool {
+    c.core.has_output() || c.tls.has_pending()
+}
+
+/// TLS: encrypt the whole output of the round at once (every PDU and the zero-copy read
+/// segments, gathered), then send the records. Ok(true): all sent; Ok(false): the socket is
+/// full.
+fn send_tls(c: &mut ConnState, iov: &mut Vec<libc::iovec>) -> io::Result<bool> {
+    let ConnTls::On { session, .. } = &mut c.tls else {
+        return Ok(true);
+    };
+    if c.core.has_output() {
+        iov.clear();
+        c.core.iovecs(0, iov, usize::MAX);
+        // SAFETY: every iovec points into the connection's send buffer or into backend memory
+        // kept alive by the ConnCore until `consume`, which comes after this use.
+        let bufs: Vec<&[u8]> = iov
+            .iter()
+            .map(|v| unsafe { std::slice::from_raw_parts(v.iov_base as *const u8, v.iov_len) })
+            .collect();
+        let r = session.write_plain(&bufs);
+        drop(bufs);
+        iov.clear();
+        r.map_err(|e| io::Error::other(e.0))?;
+        c.core.consume();
+    }
+    loop {
+        let pending = session.pending_cipher();
+        if pending.is_empty() {
+            return Ok(true);
+        }
+        // SAFETY: `pending` is a live slice for the duration of the call.
+        let n = unsafe {
+            libc::send(
+                c.stream.as_raw_fd(),
+                pending.as_ptr() as *const libc::c_void,
+                pending.len(),
+                libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
+            )
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            match e.kind() {
+                io::ErrorKind::WouldBlock => {
+                    c.blocked = true;
+                    return Ok(false);
+                }
+                io::ErrorKind::Interrupted => continue,
+                _ => return Err(e),
+            }
+        }
+        session.consume_cipher(n as usize);
+    }
+}
+
 /// Send as much of the output as the socket takes. Ok(true): all sent; Ok(false): the
 /// socket is full (wait for EPOLLOUT).
 fn send(c: &mut ConnState, iov: &mut Vec<libc::iovec>) -> io::Result<bool> {
+    if !c.tls.is_plain() {
+        return send_tls(c, iov);
+    }
     let fd = c.stream.as_raw_fd();
     loop {
         let total = c.core.output_len();
@@ -878,11 +988,111 @@ enum Input {
     DataThenClosed,
     Closed,
     Error(io::Error),
+    /// TLS refused or failed.
+    Tls(crate::tls::TlsError),
 }
 
 /// Read what the socket has, in bulk, until it is drained (clears `readable`) or the buffer
 /// is full (stays readable).
-fn read_available(c: &mut ConnState) -> Input {
+fn read_available(c: &mut ConnState, acceptor: Option<&Arc<dyn TlsAcceptor>>) -> Input {
+    if let ConnTls::Sniff { required } = c.tls {
+        let mut first = [0u8; 1];
+        // SAFETY: a one-byte buffer we own; MSG_PEEK leaves the byte in the socket.
+        let n = unsafe {
+            libc::recv(
+                c.stream.as_raw_fd(),
+                first.as_mut_ptr() as *mut libc::c_void,
+                1,
+                libc::MSG_PEEK | libc::MSG_DONTWAIT,
+            )
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            return match e.kind() {
+                io::ErrorKind::WouldBlock => {
+                    c.readable = false;
+                    Input::Nothing
+                }
+                io::ErrorKind::Interrupted => Input::Nothing,
+                _ => Input::Error(e),
+            };
+        }
+        if n == 0 {
+            c.readable = false;
+            return Input::Closed;
+        }
+        match crate::tls::sniff(first[0], required, acceptor) {
+            Ok(t) => c.tls = t,
+            Err(e) => return Input::Tls(e),
+        }
+    }
+    if c.tls.is_plain() {
+        read_plain(c)
+    } else {
+        read_tls(c)
+    }
+}
+
+/// TLS: plaintext the session already holds first (a full receive buffer left some there),
+/// then ciphertext from the socket, decrypted into the receive buffer.
+fn read_tls(c: &mut ConnState) -> Input {
+    use std::io::Read;
+    let ConnTls::On { session, .. } = &mut c.tls else {
+        return Input::Nothing;
+    };
+    let mut got = false;
+    let mut cipher = [0u8; 16 * 1024];
+    loop {
+        // Drain the plaintext the session has.
+        let mut full = false;
+        loop {
+            if c.core.recv_space().is_empty() && !c.core.grow_recv() {
+                full = true;
+                break;
+            }
+            match session.read_plain(c.core.recv_space()) {
+                Ok(0) => break,
+                Ok(n) => {
+                    c.core.received(n);
+                    got = true;
+                }
+                Err(e) => return Input::Tls(e),
+            }
+        }
+        if full {
+            // Stay readable: the decoder makes room, and the next round takes the rest.
+            c.readable = true;
+            break;
+        }
+        match c.stream.read(&mut cipher) {
+            Ok(0) => {
+                c.readable = false;
+                return if got {
+                    Input::DataThenClosed
+                } else {
+                    Input::Closed
+                };
+            }
+            Ok(n) => {
+                if let Err(e) = session.feed(&cipher[..n]) {
+                    return Input::Tls(e);
+                }
+                // Handshake messages count as activity even without plaintext.
+                got |= !session.pending_cipher().is_empty() || !session.handshake_done();
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                c.readable = false;
+                break;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Input::Error(e),
+        }
+    }
+    if got { Input::Data } else { Input::Nothing }
+}
+
+/// Plain NVMe/TCP: read what the socket has, in bulk.
+fn read_plain(c: &mut ConnState) -> Input {
     use std::io::Read;
     let mut got = false;
     loop {

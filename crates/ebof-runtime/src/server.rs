@@ -40,6 +40,9 @@ pub struct ServerConfig {
     pub backlog: Option<u32>,
     /// The I/O engine for file and block namespaces (per reactor).
     pub engine: EngineConfig,
+    /// TLS sessions for listeners whose mode is not off ([`crate::tls`]); `None`: a TLS
+    /// ClientHello is refused.
+    pub tls: Option<std::sync::Arc<dyn crate::tls::TlsAcceptor>>,
 }
 
 impl ServerConfig {
@@ -58,6 +61,7 @@ impl ServerConfig {
             },
             backlog: None,
             engine: EngineConfig::default(),
+            tls: None,
         }
     }
 }
@@ -199,6 +203,7 @@ impl Server {
                 stop.clone(),
                 cfg.engine,
                 admission.clone(),
+                cfg.tls.clone(),
             )
             .map_err(ServerError::Thread)?;
             reactors.push(r);

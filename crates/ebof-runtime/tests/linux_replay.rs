@@ -23,6 +23,7 @@ fn replay(file: &str, digests: bool) {
         vec![ListenerInfo {
             addr: local,
             portid: 1,
+            tls: Default::default(),
         }],
         TargetLimits::default(),
         Instant::now(),

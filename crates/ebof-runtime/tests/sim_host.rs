@@ -39,6 +39,7 @@ fn target_on(
         vec![ListenerInfo {
             addr: local(),
             portid: 1,
+            tls: Default::default(),
         }],
         limits,
         Instant::now(),
@@ -621,10 +622,12 @@ fn discovery_log_lists_what_the_host_may_see() {
         ListenerInfo {
             addr: local(),
             portid: 1,
+            tls: Default::default(),
         },
         ListenerInfo {
             addr: "127.0.0.1:4421".parse().unwrap(),
             portid: 2,
+            tls: nvmf_target::ListenerTls::Required,
         },
     ];
     let t = Arc::new(Target::new(
@@ -667,6 +670,17 @@ fn discovery_log_lists_what_the_host_may_see() {
             subs.iter()
                 .all(|e| e.trsvcid == "4420" || e.trsvcid == "4421")
         );
+        // TREQ / TSAS: 4421 requires TLS 1.3, 4420 is plain.
+        use nvme_spec::discovery::{tcp_sectype, treq};
+        for e in &subs {
+            let (secure, sectype) = if e.trsvcid == "4421" {
+                (treq::REQUIRED, tcp_sectype::TLS13)
+            } else {
+                (treq::NOT_REQUIRED, tcp_sectype::NONE)
+            };
+            assert_eq!(e.treq & treq::SECURE_CHANNEL_MASK, secure, "{e:?}");
+            assert_eq!(e.tcp_sectype, sectype, "{e:?}");
+        }
         let cur: Vec<_> = entries
             .iter()
             .filter(|e| e.subtype == subtype::CURRENT_DISCOVERY)

@@ -590,14 +590,19 @@ pub fn show_text(s: &State) -> String {
         }
     }
     out.push_str("listeners\n");
-    let mut rows = vec![row(&["ADDRESS", "PORTID", "KIND"])];
+    let mut rows = vec![row(&["ADDRESS", "PORTID", "KIND", "TLS"])];
     for l in &s.listeners {
         let (portid, kind) = if l.discovery {
             ("-".to_string(), "discovery")
         } else {
             (l.portid.to_string(), "nvme")
         };
-        rows.push(vec![l.address.clone(), portid, kind.to_string()]);
+        rows.push(vec![
+            l.address.clone(),
+            portid,
+            kind.to_string(),
+            l.tls.clone(),
+        ]);
     }
     table(&mut out, "  ", &rows);
     if s.ana.is_empty() {

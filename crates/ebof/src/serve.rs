@@ -202,6 +202,17 @@ pub fn run(a: ServeArgs) -> Result<()> {
     // A bad token file fails before any backend is opened.
     let mgmt_token = crate::ctl::management_token(&cfg)?;
     let target = Arc::new(ebof_mgmt::build::build_target(&cfg).map_err(anyhow::Error::msg)?);
+    let auth = ebof_mgmt::security::auth_policy(&cfg).map_err(anyhow::Error::msg)?;
+    if auth.is_some() {
+        let hosts: Vec<&str> = cfg
+            .hosts
+            .iter()
+            .filter(|h| h.dhchap_key.is_some())
+            .map(|h| h.nqn.as_str())
+            .collect();
+        tracing::info!(hosts = %join(&hosts), "DH-HMAC-CHAP required of these hosts");
+    }
+    target.set_auth_policy(auth);
     for (s, sc) in target.subsystems().iter().zip(&cfg.subsystems) {
         let hosts = if s.allow_any_host {
             "any".to_string()
@@ -260,6 +271,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
             },
             io_threads: usize::from(t.io_threads),
         },
+        tls: None,
     };
     // The management API first: a socket conflict fails before any host can connect.
     let mgmt = crate::ctl::start_management(&cfg, target.clone(), a.config.clone(), mgmt_token)?;

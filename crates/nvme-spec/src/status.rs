@@ -123,7 +123,6 @@ impl Status {
         ..generic(0x22)
     };
     pub const NS_WRITE_PROTECTED: Status = generic(0x20);
-    pub const AUTH_REQUIRED: Status = generic(0x91);
     pub const LBA_RANGE: Status = generic(0x80);
     pub const CAP_EXCEEDED: Status = generic(0x81);
     /// Reservation Conflict (NVMe Base 2.0 8.19).
@@ -152,6 +151,9 @@ impl Status {
     pub const CONNECT_RESTART_DISC: Status = specific(0x83);
     /// Connect: Invalid Host (host not allowed to access the subsystem).
     pub const CONNECT_INVALID_HOST: Status = specific(0x84);
+    /// Authentication Required: a command other than AUTH_Send / AUTH_Receive on a queue
+    /// that has not completed its required authentication (NVMe Base 2.x, Figure 103).
+    pub const AUTH_REQUIRED: Status = specific(0x91);
     /// Dataset Management / Write: Attempted write to read-only range.
     pub const CONFLICTING_ATTRS: Status = specific(0x80);
     /// Copy: Command Size Limit Exceeded (NR above MSRC, a range above MSSRL, the total above

@@ -41,6 +41,32 @@ pub struct HostConfig {
     pub io_timeout: Duration,
     /// Bound on a normal shutdown (CC.SHN → CSTS.SHST complete).
     pub shutdown_timeout: Duration,
+    /// DH-HMAC-CHAP secrets (`--dhchap-secret`, `--dhchap-ctrl-secret`): used on every queue
+    /// whose Connect completion asks for authentication (AUTHREQ.ATR).
+    pub dhchap: Option<DhchapKeys>,
+}
+
+/// The host's DH-HMAC-CHAP secret and, for bidirectional authentication, the controller's.
+/// `Debug` shows no key material.
+#[derive(Clone, Debug)]
+pub struct DhchapKeys {
+    pub host: nvme_auth::DhchapSecret,
+    pub ctrl: Option<nvme_auth::DhchapSecret>,
+}
+
+impl DhchapKeys {
+    /// Parse `DHHC-1:NN:…:` secrets (nvme-cli's `--dhchap-secret` / `--dhchap-ctrl-secret`).
+    pub fn parse(host: &str, ctrl: Option<&str>) -> Result<DhchapKeys, String> {
+        let host = nvme_auth::DhchapSecret::parse(host)
+            .map_err(|e| format!("DH-HMAC-CHAP host secret: {e}"))?;
+        let ctrl = ctrl
+            .map(|c| {
+                nvme_auth::DhchapSecret::parse(c)
+                    .map_err(|e| format!("DH-HMAC-CHAP controller secret: {e}"))
+            })
+            .transpose()?;
+        Ok(DhchapKeys { host, ctrl })
+    }
 }
 
 impl Default for HostConfig {
@@ -59,6 +85,7 @@ impl Default for HostConfig {
             admin_timeout: Duration::from_secs(10),
             io_timeout: Duration::from_secs(30),
             shutdown_timeout: Duration::from_secs(5),
+            dhchap: None,
         }
     }
 }

@@ -334,6 +334,7 @@ impl Controller {
             hostnqn: cfg.hostnqn.clone(),
             subnqn: subnqn.to_string(),
             icd_max: ADMIN_ICD_MAX,
+            dhchap: cfg.dhchap.clone(),
         };
         let (mut q, cntlid) = Queue::connect(&lp, &cp, 0).await?;
         let (cap, vs, id) = enable(&mut q, cfg.admin_timeout).await?;

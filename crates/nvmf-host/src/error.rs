@@ -63,6 +63,9 @@ pub enum HostError {
     /// The controller asks for something this host does not implement (e.g. authentication).
     #[error("unsupported: {0}")]
     Unsupported(&'static str),
+    /// In-band authentication (DH-HMAC-CHAP) failed.
+    #[error("authentication failed: {0}")]
+    Auth(String),
 }
 
 impl From<ProtocolError> for HostError {
@@ -171,7 +174,8 @@ impl HostError {
             | HostError::Decode(_)
             | HostError::InvalidArgument(_)
             | HostError::QueueBusy
-            | HostError::Unsupported(_) => None,
+            | HostError::Unsupported(_)
+            | HostError::Auth(_) => None,
         }
     }
 
@@ -191,7 +195,8 @@ impl HostError {
             | HostError::Timeout(_)
             | HostError::Disconnected
             | HostError::Controller(_)
-            | HostError::Unsupported(_) => true,
+            | HostError::Unsupported(_)
+            | HostError::Auth(_) => true,
         }
     }
 }

@@ -161,6 +161,7 @@ impl IoConnector {
             hostnqn: self.cfg.hostnqn.clone(),
             subnqn: self.subnqn.clone(),
             icd_max: self.icd_max,
+            dhchap: self.cfg.dhchap.clone(),
         };
         let (q, _) = Queue::connect(&lp, &cp, o.prealloc.min(max_io)).await?;
         Ok(IoQueue {

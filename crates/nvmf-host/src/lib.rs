@@ -73,7 +73,7 @@ pub mod error;
 pub mod io;
 mod queue;
 
-pub use config::{HostConfig, HostIdentity};
+pub use config::{DhchapKeys, HostConfig, HostIdentity};
 pub use controller::{AsyncEvent, Controller};
 pub use discovery::{DiscoveryLog, discover};
 pub use error::HostError;

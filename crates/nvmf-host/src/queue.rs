@@ -102,6 +102,8 @@ pub(crate) struct ConnectParams {
     pub subnqn: String,
     /// In-capsule data limit for this queue (admin: 8 KiB; I/O: IOCCSZ*16 - 64).
     pub icd_max: usize,
+    /// DH-HMAC-CHAP secrets, for a controller that asks for authentication.
+    pub dhchap: Option<crate::config::DhchapKeys>,
 }
 
 struct Slot {
@@ -690,9 +692,16 @@ impl Queue {
         }
         // Connect response DW0: bits 15:0 CNTLID, bit 17 ATR (authentication required).
         if cqe.dw0 & (1 << 17) != 0 {
-            return Err(HostError::Unsupported(
-                "controller requires in-band authentication (DH-HMAC-CHAP)",
-            ));
+            let Some(keys) = &cp.dhchap else {
+                return Err(HostError::Auth(
+                    "the controller requires DH-HMAC-CHAP authentication; give the host's secret \
+                     (--dhchap-secret)"
+                        .into(),
+                ));
+            };
+            tokio::time::timeout(lp.connect_timeout, q.authenticate(cp, keys))
+                .await
+                .map_err(|_| HostError::Timeout("DH-HMAC-CHAP authentication"))??;
         }
         if cp.dissqfc && cqe.sqhd == SQHD_DISABLED {
             q.st.flow_control = false;
@@ -701,6 +710,75 @@ impl Queue {
         }
         tracing::debug!(peer = %lp.addr, qid = cp.qid.0, cntlid = cqe.dw0 & 0xFFFF, flow_control = q.st.flow_control, "queue connected");
         Ok((q, ControllerId((cqe.dw0 & 0xFFFF) as u16)))
+    }
+
+    /// DH-HMAC-CHAP on this queue (NVMe Base 2.x 8.3.4.5): Negotiate, Challenge, Reply,
+    /// Success1 and, bidirectionally, Success2 — or the Failure2 the exchange calls for.
+    async fn authenticate(
+        &mut self,
+        cp: &ConnectParams,
+        keys: &crate::config::DhchapKeys,
+    ) -> Result<()> {
+        use nvme_auth::host::RECEIVE_ALLOC_LEN;
+        let cfg = std::sync::Arc::new(nvme_auth::AuthConfig::new(
+            &keys.host,
+            keys.ctrl.as_ref(),
+            &cp.hostnqn,
+            &cp.subnqn,
+        ));
+        let mut a = nvme_auth::HostAuth::with_os_random(cfg);
+        let negotiate = a.start(cp.qid.0);
+        self.auth_send(&negotiate).await?;
+        let challenge = self.auth_receive(RECEIVE_ALLOC_LEN).await?;
+        let reply = match a.handle_challenge(&challenge) {
+            Ok(r) => r,
+            Err(e) => return Err(self.auth_failed(e).await),
+        };
+        self.auth_send(&reply).await?;
+        let success1 = self.auth_receive(RECEIVE_ALLOC_LEN).await?;
+        match a.handle_success1(&success1) {
+            Ok(Some(success2)) => self.auth_send(&success2).await?,
+            Ok(None) => {}
+            Err(e) => return Err(self.auth_failed(e).await),
+        }
+        if let Some((hash, group)) = a.negotiated() {
+            tracing::debug!(qid = cp.qid.0, %hash, dhgroup = %group.name(), bidirectional = keys.ctrl.is_some(), "authenticated (DH-HMAC-CHAP)");
+        }
+        Ok(())
+    }
+
+    /// Send the Failure2 the host's side calls for (best effort), and say why.
+    async fn auth_failed(&mut self, e: nvme_auth::HostError) -> HostError {
+        if let Some(f2) = &e.failure2 {
+            let _ = self.auth_send(f2).await;
+        }
+        HostError::Auth(e.kind.to_string())
+    }
+
+    async fn auth_send(&mut self, payload: &[u8]) -> Result<()> {
+        let mut sqe = Sqe::new(nvme_spec::opcode::admin::FABRICS, CommandId(0));
+        sqe.set_fctype(nvme_spec::opcode::fctype::AUTH_SEND);
+        sqe.set_cdw(10, nvme_auth::msg::command_cdw10());
+        sqe.set_cdw(11, payload.len() as u32);
+        let (cqe, _) = self.execute(sqe, DataDir::ToController, payload, 0).await?;
+        if !cqe.status.is_success() {
+            return Err(HostError::Status(cqe.status));
+        }
+        Ok(())
+    }
+
+    async fn auth_receive(&mut self, al: u32) -> Result<Vec<u8>> {
+        let mut sqe = Sqe::new(nvme_spec::opcode::admin::FABRICS, CommandId(0));
+        sqe.set_fctype(nvme_spec::opcode::fctype::AUTH_RECV);
+        sqe.set_cdw(10, nvme_auth::msg::command_cdw10());
+        sqe.set_cdw(11, al);
+        let (cqe, data) = self
+            .execute(sqe, DataDir::FromController, &[], al as usize)
+            .await?;
+        if !cqe.status.is_success() {
+            return Err(HostError::Status(cqe.status));
+        }
+        Ok(data)
     }
 
     pub(crate) fn qid(&self) -> QueueId {

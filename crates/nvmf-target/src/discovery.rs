@@ -5,14 +5,25 @@
 use crate::controller::Controller;
 use crate::model::ADMIN_QUEUE_MAX;
 use crate::queue::Queue;
+use crate::{ListenerInfo, ListenerTls};
 use nvme_spec::DISCOVERY_NQN;
 use nvme_spec::discovery::{
     CNTLID_DYNAMIC, DiscoveryLogEntry, adrfam, eflags, encode_discovery_log, subtype, tcp_sectype,
     treq, trtype,
 };
-use std::net::SocketAddr;
 
-fn entry(addr: SocketAddr, portid: u16, sub: u8, nqn: &str, flags: u16) -> DiscoveryLogEntry {
+/// TREQ (secure channel bits) and TSAS security type of a listener with TLS `tls`.
+fn security(tls: ListenerTls) -> (u8, u8) {
+    match tls {
+        ListenerTls::Off => (treq::NOT_REQUIRED, tcp_sectype::NONE),
+        ListenerTls::Optional => (treq::NOT_REQUIRED, tcp_sectype::TLS13),
+        ListenerTls::Required => (treq::REQUIRED, tcp_sectype::TLS13),
+    }
+}
+
+fn entry(l: &ListenerInfo, sub: u8, nqn: &str, flags: u16) -> DiscoveryLogEntry {
+    let (addr, portid) = (l.addr, l.portid);
+    let (secure, sectype) = security(l.tls);
     DiscoveryLogEntry {
         trtype: trtype::TCP,
         adrfam: if addr.is_ipv4() {
@@ -21,7 +32,7 @@ fn entry(addr: SocketAddr, portid: u16, sub: u8, nqn: &str, flags: u16) -> Disco
             adrfam::IPV6
         },
         subtype: sub,
-        treq: treq::NOT_REQUIRED | treq::DISABLE_SQFLOW,
+        treq: secure | treq::DISABLE_SQFLOW,
         portid,
         cntlid: CNTLID_DYNAMIC,
         asqsz: ADMIN_QUEUE_MAX as u16,
@@ -29,7 +40,7 @@ fn entry(addr: SocketAddr, portid: u16, sub: u8, nqn: &str, flags: u16) -> Disco
         trsvcid: addr.port().to_string(),
         subnqn: nqn.to_string(),
         traddr: addr.ip().to_string(),
-        tcp_sectype: tcp_sectype::NONE,
+        tcp_sectype: sectype,
     }
 }
 
@@ -45,17 +56,21 @@ impl Queue {
             .filter(|s| s.host_allowed(&ctrl.hostnqn))
         {
             for l in listeners.iter() {
-                entries.push(entry(l.addr, l.portid, subtype::NVME, &s.nqn, 0));
+                entries.push(entry(l, subtype::NVME, &s.nqn, 0));
             }
         }
         // The current discovery subsystem, reachable where this host is connected.
-        let portid = listeners
+        let here = listeners
             .iter()
             .find(|l| l.addr == self.local)
-            .map_or(0, |l| l.portid);
+            .copied()
+            .unwrap_or(ListenerInfo {
+                addr: self.local,
+                portid: 0,
+                tls: ListenerTls::Off,
+            });
         entries.push(entry(
-            self.local,
-            portid,
+            &here,
             subtype::CURRENT_DISCOVERY,
             DISCOVERY_NQN,
             eflags::EPCSD | eflags::DUPRETINFO,

@@ -11,6 +11,10 @@ use nvme_spec::{ControllerId, DISCOVERY_NQN, NVME_VERSION, Sqe, Status};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// Marks (in an error's DW0 bits 31:24, which Invalid Host does not use) a Connect refused
+/// because it named another host or subsystem than its TLS PSK; cleared before it is sent.
+const TLS_MISMATCH: u32 = 1 << 31;
+
 /// Why a Connect was rejected, in words, for the target's log.
 fn connect_reject_reason(e: &CmdError) -> &'static str {
     let in_data = e.dw0 & nvme_spec::fabrics::IATTR_CONNECT_DATA != 0;
@@ -18,6 +22,9 @@ fn connect_reject_reason(e: &CmdError) -> &'static str {
     match e.status {
         Status::CONNECT_INCOMPATIBLE_FORMAT => "unsupported Connect record format (RECFMT)",
         Status::CONNECT_CTRL_BUSY => "no controller ID free",
+        Status::CONNECT_INVALID_HOST if e.dw0 & TLS_MISMATCH != 0 => {
+            "host NQN or subsystem NQN differ from those of the TLS PSK"
+        }
         Status::CONNECT_INVALID_HOST => "host NQN not allowed by this subsystem",
         Status::CMD_SEQ_ERROR => {
             "I/O queue before the controller is ready, or QID already connected"
@@ -76,7 +83,14 @@ impl Queue {
         }
         let qid = cmd.qid.0;
         let (subnqn, hostnqn) = (d.subnqn.clone(), d.hostnqn.clone());
-        let r = if cmd.qid.is_admin() {
+        let r = if let Some((h, s)) = &self.tls_peer
+            && (*h != d.hostnqn || (*s != d.subnqn && d.subnqn != DISCOVERY_NQN))
+        {
+            let mut e = CmdError::connect_param(connect_data_off::HOSTNQN, true);
+            e.status = Status::CONNECT_INVALID_HOST;
+            e.dw0 |= TLS_MISMATCH;
+            Err(e)
+        } else if cmd.qid.is_admin() {
             self.connect_admin(&cmd, d, self.now)
         } else {
             self.connect_io(&cmd, d)
@@ -93,7 +107,10 @@ impl Queue {
                 connect_reject_reason(e)
             );
         }
-        r
+        r.map_err(|mut e| {
+            e.dw0 &= !TLS_MISMATCH;
+            e
+        })
     }
 
     fn connect_admin(&mut self, cmd: &ConnectCmd, d: ConnectData, now: Instant) -> CmdResult {
@@ -181,11 +198,17 @@ impl Queue {
             connected!(info);
         }
         let cntlid = ctrl.cntlid.0;
+        let is_discovery = ctrl.is_discovery();
         self.ctrl = Some(ctrl);
         self.role = QueueRole::Admin;
         self.flow_control = !cmd.dissqfc();
         self.entries = cmd.queue_entries();
-        Ok((u32::from(cntlid), 0))
+        let authreq = if is_discovery {
+            0
+        } else {
+            self.start_auth(&d.hostnqn, &d.subnqn, 0)
+        };
+        Ok((u32::from(cntlid) | authreq, 0))
     }
 
     fn connect_io(&mut self, cmd: &ConnectCmd, d: ConnectData) -> CmdResult {
@@ -233,13 +256,25 @@ impl Queue {
         self.refresh_namespaces();
         self.flow_control = !cmd.dissqfc();
         self.set_entries(cmd.queue_entries());
-        Ok((u32::from(cntlid), 0))
+        let authreq = self.start_auth(&d.hostnqn, &d.subnqn, cmd.qid.0);
+        Ok((u32::from(cntlid) | authreq, 0))
+    }
+
+    /// Host→controller data of a Fabrics command on a connected queue (only AUTH_Send has any).
+    pub(crate) fn fabrics_host_data_len(&self, sqe: &Sqe) -> Result<u32, CmdError> {
+        if sqe.fctype() == fctype::AUTH_SEND {
+            self.auth_send_len(sqe)
+        } else {
+            Ok(0)
+        }
     }
 
     /// Fabrics commands on a connected queue.
-    pub(crate) fn execute_fabrics(&mut self, sqe: &Sqe, _data: &[u8]) -> CmdResult {
+    pub(crate) fn execute_fabrics(&mut self, idx: u16, sqe: &Sqe, buf: &mut Vec<u8>) -> CmdResult {
         match (sqe.fctype(), self.role) {
             (fctype::CONNECT, _) => Err(CmdError::at(Status::CMD_SEQ_ERROR, 4)),
+            (fctype::AUTH_SEND, _) => self.execute_auth(idx, sqe, buf, false),
+            (fctype::AUTH_RECV, _) => self.execute_auth(idx, sqe, buf, true),
             (fctype::PROPERTY_GET, QueueRole::Admin) => self.property_get(sqe),
             (fctype::PROPERTY_SET, QueueRole::Admin) => self.property_set(sqe),
             _ => Err(CmdError::at(Status::INVALID_OPCODE, 4)),

@@ -103,6 +103,7 @@
 
 mod admin;
 pub mod ana;
+pub mod auth;
 pub mod cmds;
 mod controller;
 mod discovery;
@@ -119,6 +120,7 @@ mod resv_cmd;
 pub use controller::{Controller, ControllerKind};
 pub use io::{FailureClass, IoOp, IoRequest, NsRef, backend_status, execute_io, io_status};
 pub use model::{
-    EventCounters, ListenerInfo, Namespace, Subsystem, Target, TargetLimits, UpdateError,
+    EventCounters, ListenerInfo, ListenerTls, Namespace, Subsystem, Target, TargetLimits,
+    UpdateError,
 };
 pub use queue::{C2hData, CAW_DRAIN_TIMEOUT, Disposition, Queue, QueueRole};

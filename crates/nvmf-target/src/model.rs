@@ -203,6 +203,20 @@ pub struct ListenerInfo {
     pub addr: SocketAddr,
     /// Port ID in the discovery log (1-based position).
     pub portid: u16,
+    /// NVMe/TCP TLS on this listener, as the discovery log advertises it (TREQ, TSAS).
+    pub tls: ListenerTls,
+}
+
+/// A listener's TLS policy.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ListenerTls {
+    /// Plain NVMe/TCP only.
+    #[default]
+    Off,
+    /// TLS 1.3 when the host asks for it, plain NVMe/TCP otherwise.
+    Optional,
+    /// TLS 1.3 only.
+    Required,
 }
 
 /// Counters of rare events, for metrics (each touched only when the event happens).
@@ -224,6 +238,11 @@ pub struct EventCounters {
     pub host_terminations: AtomicU64,
     /// Connections closed for missing the ICReq / Connect deadline.
     pub handshake_timeouts: AtomicU64,
+    /// Failed in-band authentications (DH-HMAC-CHAP), queues of every controller.
+    pub auth_failures: AtomicU64,
+    /// Connections refused or ended by TLS (bad handshake, unknown PSK, plaintext on a
+    /// TLS-only listener).
+    pub tls_failures: AtomicU64,
 }
 
 /// Why [`Target::update_subsystem`] changed nothing.
@@ -259,6 +278,8 @@ pub struct Target {
     registry: Mutex<Registry>,
     /// ANA state of every (listener, group) ([`Target::set_ana_state`] changes it).
     pub ana: crate::ana::AnaTable,
+    /// Who must authenticate ([`Target::set_auth_policy`]); read at Connect only.
+    auth: Mutex<Option<Arc<dyn crate::auth::AuthPolicy>>>,
 }
 
 #[derive(Debug, Default)]
@@ -290,7 +311,18 @@ impl Target {
                 next: ControllerId::MIN,
             }),
             ana: crate::ana::AnaTable::new(),
+            auth: Mutex::new(None),
         }
+    }
+
+    /// Set (or clear) the authentication policy: queues connected from now on follow it.
+    pub fn set_auth_policy(&self, p: Option<Arc<dyn crate::auth::AuthPolicy>>) {
+        *self.auth.lock().unwrap_or_else(|e| e.into_inner()) = p;
+    }
+
+    /// The authentication policy, if any.
+    pub fn auth_policy(&self) -> Option<Arc<dyn crate::auth::AuthPolicy>> {
+        self.auth.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// The current subsystem table (a snapshot: later changes do not show in it).

@@ -247,6 +247,14 @@ pub struct Queue {
     /// Gate entries of reads streamed from memory, kept until their data has been sent
     /// ([`Queue::output_sent`]): (namespace, count).
     held: Vec<(Arc<crate::io::NsRef>, usize)>,
+    /// In-band authentication of this queue, when its host has a key ([`crate::auth`]).
+    pub(crate) auth: Option<Box<crate::auth::QueueAuth>>,
+    /// Authentication is required and not done: every command but AUTH_Send / AUTH_Receive
+    /// fails (one predictable branch per command otherwise).
+    pub(crate) auth_gate: bool,
+    /// The host NQN and subsystem NQN of the TLS PSK this connection was secured with
+    /// ([`Queue::set_tls_peer`]); Connect must name the same ones.
+    pub(crate) tls_peer: Option<(String, String)>,
 }
 
 /// How often a queue refreshes its controller's keep-alive timestamp under traffic.
@@ -280,7 +288,17 @@ impl Queue {
             deferred: Vec::new(),
             pairs: Vec::new(),
             held: Vec::new(),
+            auth: None,
+            auth_gate: false,
+            tls_peer: None,
         }
+    }
+
+    /// The connection is TLS-protected with the PSK of (`hostnqn`, `subnqn`): a Connect that
+    /// names another host or subsystem is refused (Invalid Host), so a host cannot use its own
+    /// key to reach a subsystem its key was not made for.
+    pub fn set_tls_peer(&mut self, hostnqn: String, subnqn: String) {
+        self.tls_peer = Some((hostnqn, subnqn));
     }
 
     /// Mark the queue as accepted on a dedicated discovery listener.
@@ -637,15 +655,24 @@ impl Queue {
                     Err(Status::INVALID_OPCODE.into())
                 }
             }
+            _ if self.auth_gate => {
+                let f = sqe.fctype();
+                if sqe.opcode() != admin::FABRICS
+                    || (f != fctype::AUTH_SEND && f != fctype::AUTH_RECV)
+                {
+                    return Err(crate::auth::auth_required());
+                }
+                self.fabrics_host_data_len(sqe)
+            }
             QueueRole::Admin => {
                 if sqe.opcode() == admin::FABRICS {
-                    return Ok(0);
+                    return self.fabrics_host_data_len(sqe);
                 }
                 self.admin_host_data_len(sqe)
             }
             QueueRole::Io { .. } => {
                 if sqe.opcode() == admin::FABRICS {
-                    return Ok(0);
+                    return self.fabrics_host_data_len(sqe);
                 }
                 self.io_host_data_len(sqe)
             }
@@ -657,7 +684,7 @@ impl Queue {
         match self.role {
             QueueRole::Unconnected => Exec::Done(self.execute_connect(sqe, buf)),
             QueueRole::Admin | QueueRole::Io { .. } if sqe.opcode() == admin::FABRICS => {
-                Exec::Done(self.execute_fabrics(sqe, buf))
+                Exec::Done(self.execute_fabrics(idx, sqe, buf))
             }
             QueueRole::Admin => self.execute_admin(idx, sqe, buf),
             QueueRole::Io { .. } if crate::reservation::is_reservation_opcode(sqe.opcode()) => {

@@ -5,14 +5,13 @@ mod common;
 
 use ebof_backend::BackendSpec;
 use nvme_spec::ana::{AnaLog, AnaState, LSP_RGO};
-use nvme_spec::fabrics::{ConnectCmd, ConnectData, PropertyCmd, cc, prop};
 use nvme_spec::identify::{
     IdentifyController, IdentifyNamespace, IdentifyNamespaceCsIndep, cmic, cns, oaes,
 };
 use nvme_spec::log::{aen, lid};
-use nvme_spec::opcode::{admin, fctype, feature, io};
-use nvme_spec::{CommandId, ControllerId, Cqe, NamespaceId, QueueId, Sqe, Status};
-use nvmf_target::{Disposition, ListenerInfo, Namespace, Queue, Subsystem, Target};
+use nvme_spec::opcode::{admin, feature, io};
+use nvme_spec::{CommandId, NamespaceId, Sqe, Status};
+use nvmf_target::{Disposition, ListenerInfo, Namespace, Subsystem, Target};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
@@ -42,10 +41,12 @@ fn target() -> Arc<Target> {
         ListenerInfo {
             addr: port(4420),
             portid: 1,
+            tls: Default::default(),
         },
         ListenerInfo {
             addr: port(4421),
             portid: 2,
+            tls: Default::default(),
         },
     ];
     Arc::new(Target::new(
@@ -56,70 +57,15 @@ fn target() -> Arc<Target> {
     ))
 }
 
-/// A queue driven as a host would, answers collected from `drain_completions`.
-struct Host {
-    q: Queue,
-    now: Instant,
-}
+use common::Host;
 
 impl Host {
-    fn new(t: &Arc<Target>, local: SocketAddr) -> Host {
-        let now = Instant::now();
-        Host {
-            q: Queue::new(t.clone(), local, now),
-            now,
-        }
-    }
-
-    fn drain(&mut self) -> Vec<(Cqe, Vec<u8>)> {
-        common::drain(&mut self.q)
-    }
-
-    /// Send one command; `data` goes in-capsule. Returns its completion and data.
-    fn cmd(&mut self, sqe: Sqe, data: &[u8]) -> (Cqe, Vec<u8>) {
-        match self.q.handle_command(&sqe, data, self.now) {
-            Disposition::Done => {}
-            Disposition::Execute { slot } => self.q.execute_inline(slot),
-            d => panic!("unexpected {d:?}"),
-        }
-        let mut v = self.drain();
-        assert_eq!(v.len(), 1);
-        v.remove(0)
-    }
-
-    fn connect(&mut self, qid: u16, cntlid: u16) -> Cqe {
-        let mut sqe = ConnectCmd {
-            recfmt: 0,
-            qid: QueueId(qid),
-            sqsize: 31,
-            cattr: 0,
-            kato: 0,
-        }
-        .to_sqe(CommandId(1));
-        sqe.set_sgl_icd(1024);
-        let data = ConnectData {
-            hostid: [3; 16],
-            cntlid: ControllerId(cntlid),
-            subnqn: NQN.into(),
-            hostnqn: HOSTNQN.into(),
-        };
-        self.cmd(sqe, &data.encode()).0
-    }
-
     /// Admin queue connected and enabled, ANA notices on; returns the controller id.
     fn admin(t: &Arc<Target>, local: SocketAddr) -> (Host, u16) {
-        let mut h = Host::new(t, local);
+        let mut h = Host::new(t, local, NQN, HOSTNQN);
         let c = h.connect(0, 0xFFFF);
         assert!(c.status.is_success(), "{c:?}");
-        let mut sqe = Sqe::new(admin::FABRICS, CommandId(2));
-        sqe.set_fctype(fctype::PROPERTY_SET);
-        PropertyCmd {
-            size8: false,
-            ofst: prop::CC,
-            value: u64::from(cc::enable_value(0)),
-        }
-        .encode_into(&mut sqe);
-        assert!(h.cmd(sqe, &[]).0.status.is_success());
+        h.enable();
         let mut sqe = Sqe::new(admin::SET_FEATURES, CommandId(3));
         sqe.set_cdw(10, u32::from(feature::ASYNC_EVENT));
         sqe.set_cdw(11, aen::CFG_ANA_CHANGE | aen::CFG_NS_ATTR);
@@ -128,7 +74,7 @@ impl Host {
     }
 
     fn io(t: &Arc<Target>, local: SocketAddr, cntlid: u16) -> Host {
-        let mut h = Host::new(t, local);
+        let mut h = Host::new(t, local, NQN, HOSTNQN);
         let c = h.connect(1, cntlid);
         assert!(c.status.is_success(), "{c:?}");
         h

@@ -107,6 +107,7 @@ pub fn new_target(now: Instant) -> Arc<Target> {
         vec![ListenerInfo {
             addr: local(),
             portid: 1,
+            tls: Default::default(),
         }],
         TargetLimits::default(),
         now,

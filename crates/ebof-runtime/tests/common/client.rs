@@ -53,6 +53,7 @@ pub fn start_with(
         vec![ListenerInfo {
             addr: any,
             portid: 1,
+            tls: Default::default(),
         }],
         TargetLimits::default(),
         Instant::now(),
@@ -73,6 +74,9 @@ pub fn start_with(
 /// A minimal blocking NVMe/TCP host for tests.
 pub struct Client {
     pub s: TcpStream,
+    /// A toy stream cipher (every byte XORed with this key) for the TLS plumbing tests, whose
+    /// fake TLS session uses the same.
+    pub xor: Option<u8>,
     pub host: HostConn,
     buf: Vec<u8>,
     len: usize,
@@ -88,11 +92,17 @@ impl Client {
     }
 
     pub fn connect(addr: SocketAddr, digests: bool) -> Client {
+        Self::connect_on(Self::raw(addr), None, digests)
+    }
+
+    /// ICReq on `s` (already past any handshake), every byte XORed with `xor` if set.
+    pub fn connect_on(s: TcpStream, xor: Option<u8>, digests: bool) -> Client {
         let mut cfg = HostConnConfig::default();
         cfg.digests.hdgst = digests;
         cfg.digests.ddgst = digests;
         let mut c = Client {
-            s: Self::raw(addr),
+            s,
+            xor,
             host: HostConn::new(cfg),
             buf: vec![0; 1 << 20],
             len: 0,
@@ -100,7 +110,7 @@ impl Client {
         };
         let mut out = Vec::new();
         c.host.encode_icreq(&mut out);
-        c.s.write_all(&out).unwrap();
+        c.send(out);
         match c.next() {
             (HostEvent::Established { .. }, _) => {}
             other => panic!("{other:?}"),
@@ -154,6 +164,11 @@ impl Client {
             }
             let n = self.s.read(&mut self.buf[self.len..]).unwrap();
             assert!(n > 0, "target closed the connection");
+            if let Some(k) = self.xor {
+                self.buf[self.len..self.len + n]
+                    .iter_mut()
+                    .for_each(|b| *b ^= k);
+            }
             self.len += n;
         }
     }
@@ -168,7 +183,7 @@ impl Client {
         } else {
             self.host.encode_capsule(&mut out, &sqe, &[]);
         }
-        self.s.write_all(&out).unwrap();
+        self.send(out);
         let mut data = Vec::new();
         loop {
             match self.next() {
@@ -190,6 +205,14 @@ impl Client {
             r.r2to,
             &data[r.r2to as usize..(r.r2to + r.r2tl) as usize],
         );
+        self.send(out);
+    }
+
+    /// Write `out` (XORed when the toy cipher is on).
+    pub fn send(&mut self, mut out: Vec<u8>) {
+        if let Some(k) = self.xor {
+            out.iter_mut().for_each(|b| *b ^= k);
+        }
         self.s.write_all(&out).unwrap();
     }
 

@@ -236,6 +236,7 @@ impl Builtin {
             verify_log: None,
             verify_only: false,
             hostnqn: self.hostnqn.clone(),
+            security: Default::default(),
             no_busy_poll: false,
             json: true,
             rate_iops: rate,

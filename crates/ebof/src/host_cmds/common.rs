@@ -163,6 +163,31 @@ mod tests {
     }
 }
 
+/// How the host proves who it is, as nvme-cli spells it (`discover`, `identify`, `perf`).
+#[derive(clap::Args, Debug, Default)]
+pub struct SecurityArgs {
+    /// DH-HMAC-CHAP: the host's secret (`DHHC-1:NN:…:`, e.g. from `nvme gen-dhchap-key`), used
+    /// when the controller asks for authentication.
+    #[arg(long, value_name = "SECRET")]
+    pub dhchap_secret: Option<String>,
+    /// DH-HMAC-CHAP: the controller's secret, for bidirectional authentication (the controller
+    /// must prove it knows it too).
+    #[arg(long, value_name = "SECRET", requires = "dhchap_secret")]
+    pub dhchap_ctrl_secret: Option<String>,
+}
+
+impl SecurityArgs {
+    /// Put the secrets into `cfg` (a malformed one is an error that does not echo it).
+    pub fn apply(&self, cfg: &mut HostConfig) -> Result<()> {
+        if let Some(h) = &self.dhchap_secret {
+            let keys = nvmf_host::DhchapKeys::parse(h, self.dhchap_ctrl_secret.as_deref())
+                .map_err(|e| anyhow::anyhow!("--dhchap-secret / --dhchap-ctrl-secret: {e}"))?;
+            cfg.dhchap = Some(keys);
+        }
+        Ok(())
+    }
+}
+
 /// Where a subsystem is: `-a ADDR [-s PORT] -n SUBNQN` (shared by `identify` and `perf`).
 #[derive(clap::Args, Debug)]
 pub struct SubsystemArgs {

@@ -20,13 +20,16 @@ pub struct DiscoverArgs {
     /// Host NQN (default: /etc/nvme/hostnqn, else a generated UUID NQN).
     #[arg(long, value_name = "NQN")]
     pub hostnqn: Option<String>,
+    #[command(flatten)]
+    pub security: super::common::SecurityArgs,
     /// Print JSON (nvme-cli's `-o json` shape: genctr and records).
     #[arg(long)]
     pub json: bool,
 }
 
 pub fn discover(a: DiscoverArgs) -> Result<()> {
-    let cfg = host_config(a.hostnqn.as_deref())?;
+    let mut cfg = host_config(a.hostnqn.as_deref())?;
+    a.security.apply(&mut cfg)?;
     let rt = runtime()?;
     let port = a.trsvcid.unwrap_or(DEFAULT_DISCOVERY_PORT);
     let addr = resolve(&a.traddr, port)?;

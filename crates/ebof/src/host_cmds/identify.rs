@@ -19,6 +19,8 @@ pub struct IdentifyArgs {
     /// Host NQN (default: /etc/nvme/hostnqn, else a generated UUID NQN).
     #[arg(long, value_name = "NQN")]
     pub hostnqn: Option<String>,
+    #[command(flatten)]
+    pub security: super::common::SecurityArgs,
     /// Print one JSON object.
     #[arg(long)]
     pub json: bool,
@@ -35,6 +37,7 @@ struct Identified {
 pub fn identify(a: IdentifyArgs) -> Result<()> {
     let addr = resolve(&a.target.traddr, a.target.trsvcid)?;
     let mut cfg = host_config(a.hostnqn.as_deref())?;
+    a.security.apply(&mut cfg)?;
     cfg.io_queues = 0;
     cfg.async_events = false;
     let id = runtime()?.block_on(async {

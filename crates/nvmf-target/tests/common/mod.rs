@@ -1,8 +1,16 @@
 //! Helpers shared by the sans-IO integration tests of `nvmf-target` (a test drives a `Queue`
 //! the way a transport would).
 
-use nvme_spec::Cqe;
-use nvmf_target::{C2hData, Queue};
+// Each test binary uses a different subset of these helpers.
+#![allow(dead_code)]
+
+use nvme_spec::fabrics::{ConnectCmd, ConnectData, PropertyCmd, cc, prop};
+use nvme_spec::opcode::{admin, fctype};
+use nvme_spec::{CommandId, ControllerId, Cqe, QueueId, Sqe};
+use nvmf_target::{C2hData, Disposition, Queue, Target};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
 
 /// Drain every completion of `q` as a transport would: each CQE with its C2H data (a streamed
 /// read is read from its backend here), then report the output as sent (`Queue::output_sent`).
@@ -26,4 +34,74 @@ pub fn drain(q: &mut Queue) -> Vec<(Cqe, Vec<u8>)> {
     });
     q.output_sent();
     out
+}
+
+/// A queue driven as a host would, answers collected from `drain_completions`.
+pub struct Host {
+    pub q: Queue,
+    pub now: Instant,
+    pub subnqn: String,
+    pub hostnqn: String,
+}
+
+impl Host {
+    pub fn new(t: &Arc<Target>, local: SocketAddr, subnqn: &str, hostnqn: &str) -> Host {
+        let now = Instant::now();
+        Host {
+            q: Queue::new(t.clone(), local, now),
+            now,
+            subnqn: subnqn.into(),
+            hostnqn: hostnqn.into(),
+        }
+    }
+
+    pub fn drain(&mut self) -> Vec<(Cqe, Vec<u8>)> {
+        drain(&mut self.q)
+    }
+
+    /// Send one command; `data` goes in-capsule. Returns its completion and data.
+    pub fn cmd(&mut self, sqe: Sqe, data: &[u8]) -> (Cqe, Vec<u8>) {
+        match self.q.handle_command(&sqe, data, self.now) {
+            Disposition::Done => {}
+            Disposition::Execute { slot } => self.q.execute_inline(slot),
+            d => panic!("unexpected {d:?}"),
+        }
+        let mut v = self.drain();
+        assert_eq!(v.len(), 1);
+        v.remove(0)
+    }
+
+    /// Fabrics Connect of queue `qid` (0: admin, with `cntlid` 0xFFFF).
+    pub fn connect(&mut self, qid: u16, cntlid: u16) -> Cqe {
+        let mut sqe = ConnectCmd {
+            recfmt: 0,
+            qid: QueueId(qid),
+            sqsize: 31,
+            cattr: 0,
+            kato: 0,
+        }
+        .to_sqe(CommandId(1));
+        sqe.set_sgl_icd(1024);
+        let data = ConnectData {
+            hostid: [3; 16],
+            cntlid: ControllerId(cntlid),
+            subnqn: self.subnqn.clone(),
+            hostnqn: self.hostnqn.clone(),
+        };
+        self.cmd(sqe, &data.encode()).0
+    }
+
+    /// Property Set CC.EN = 1.
+    pub fn enable(&mut self) {
+        let mut sqe = Sqe::new(admin::FABRICS, CommandId(2));
+        sqe.set_fctype(fctype::PROPERTY_SET);
+        PropertyCmd {
+            size8: false,
+            ofst: prop::CC,
+            value: u64::from(cc::enable_value(0)),
+        }
+        .encode_into(&mut sqe);
+        let c = self.cmd(sqe, &[]).0;
+        assert!(c.status.is_success(), "{c:?}");
+    }
 }

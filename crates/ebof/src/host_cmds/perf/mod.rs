@@ -158,6 +158,8 @@ pub struct PerfArgs {
     /// Host NQN (default: /etc/nvme/hostnqn, else a generated UUID NQN).
     #[arg(long, value_name = "NQN")]
     pub hostnqn: Option<String>,
+    #[command(flatten)]
+    pub security: crate::host_cmds::common::SecurityArgs,
     /// Wait for completions in epoll instead of polling the sockets (by default each worker
     /// polls without sleeping while I/O is in flight, as spdk_nvme_perf does).
     #[arg(long)]
@@ -213,6 +215,7 @@ pub fn perf(a: PerfArgs) -> Result<()> {
     }
     let addr = resolve(&a.target.traddr, a.target.trsvcid)?;
     let mut cfg = host_config(a.hostnqn.as_deref())?;
+    a.security.apply(&mut cfg)?;
     cfg.hdr_digest = a.hdr_digest;
     cfg.data_digest = a.data_digest;
     cfg.io_queues = queues as u16;

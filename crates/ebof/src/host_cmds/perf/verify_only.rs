@@ -237,6 +237,7 @@ pub fn run(a: &PerfArgs, log_path: &Path) -> Result<()> {
     let addr = super::super::common::resolve(&a.target.traddr, a.target.trsvcid)?;
     let queues = a.queues.unwrap_or(1).max(1);
     let mut cfg = super::super::common::host_config(a.hostnqn.as_deref())?;
+    a.security.apply(&mut cfg)?;
     cfg.hdr_digest = a.hdr_digest;
     cfg.data_digest = a.data_digest;
     cfg.io_queues = queues;

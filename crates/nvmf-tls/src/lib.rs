@@ -1,0 +1,168 @@
+//! # nvmf-tls — NVMe/TCP TLS 1.3 with PSK (TP 8011), sans-IO
+//!
+//! **What it is**: the security channel of NVMe/TCP (NVMe/TCP Transport 1.0 §3.6 with TP 8011):
+//! * [`psk`] — the NVMe PSK material, pure Rust: the `NVMeTLSkey-1:HH:…:` interchange format,
+//!   the retained-PSK and TLS-PSK derivations exactly as Linux hosts perform them (two
+//!   encodings exist, see [`psk::Derivation`]), PSK digests and the `NVMe0R01 …` /
+//!   `NVMe1R02 … <digest>` identities, with a bounded parser for identities from the wire;
+//! * [`TlsServer`] / [`TlsClient`] — TLS 1.3 sessions on OpenSSL 3 (the system's libssl) driven
+//!   purely through byte buffers ([`TlsConn`]), for the target and for the ebof initiator;
+//! * [`looks_like_tls`] — tells a ClientHello from a plaintext ICReq on `tls = "optional"` ports.
+//!
+//! **What it is not**: no sockets, threads or clocks; no TLS written here (OpenSSL does the
+//! record layer and handshake, see ADR 0016); no NVMe/TCP PDUs (that is `nvmf-tcp`, which runs
+//! unchanged on the plaintext).
+//!
+//! **Where it sits**: between the socket and `nvmf-tcp`. With TLS the first bytes after TCP
+//! connect are the host's ClientHello; the ICReq comes inside TLS afterwards.
+//!
+//! ```text
+//! socket --read--> feed() --> [OpenSSL] --> read_plain_into() --> ConnCore (nvmf-tcp decode)
+//! socket <-writev- pending_cipher()/consume_cipher() <-- [OpenSSL] <-- write_plain(&[pdus])
+//! ```
+//!
+//! # Protocol facts (what the Linux host does; `shared/design/KERNEL-INTEROP.md`)
+//! TLS 1.3 only; suites TLS_AES_128_GCM_SHA256 and TLS_AES_128_CCM_SHA256 offered by Linux,
+//! TLS_AES_256_GCM_SHA384 for SHA-384 PSKs; PSK with (EC)DHE (`psk_dhe_ke`) only; key shares
+//! secp384r1 and x25519; no SNI, no ALPN; `record_size_limit` 0x4001 (records of at most
+//! 16384 plaintext bytes, which is OpenSSL's default size). The PSK in the Linux keyring is
+//! already the *TLS PSK* (`nvme gen-tls-key --insert` derived it from the configured key);
+//! the target derives the same from its configured key with [`psk::tls_psk_for_identity`].
+//! No session tickets are sent: after the handshake the Linux host's socket belongs to kTLS,
+//! which does not expect post-handshake handshake records.
+//!
+//! # Calling pattern (reactor)
+//! ```
+//! use std::sync::Arc;
+//! use nvmf_tls::{TlsClient, TlsClientConfig, TlsServer, TlsServerConfig, psk::{PskHash, TlsPsk}};
+//!
+//! let key = TlsPsk::new(PskHash::Sha256, &[7u8; 32])?;
+//! let server_key = key.clone();
+//! let config = TlsServerConfig::new(move |id: &[u8]| {
+//!     (id == b"NVMe0R01 nqn.host nqn.sub").then(|| server_key.clone())
+//! })?;
+//! let mut server = TlsServer::new(&config)?;
+//! let mut client = TlsClient::new(&TlsClientConfig::new()?, b"NVMe0R01 nqn.host nqn.sub", key)?;
+//!
+//! // Shuttle ciphertext until both sides are done (a socket would carry it).
+//! while !(server.handshake_done() && client.handshake_done()) {
+//!     let c = client.take_cipher();
+//!     server.feed(&c)?;
+//!     let s = server.take_cipher();
+//!     client.feed(&s)?;
+//! }
+//! assert_eq!(server.psk_identity(), Some(&b"NVMe0R01 nqn.host nqn.sub"[..]));
+//!
+//! // A batch of PDUs leaves as few full records.
+//! client.write_plain(&[b"icreq...", b"capsule..."])?;
+//! let wire = client.take_cipher();
+//! server.feed(&wire)?;
+//! let mut plain = Vec::new();
+//! server.read_plain_into(&mut plain)?;
+//! assert_eq!(plain, b"icreq...capsule...");
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! Rules for the integrator:
+//! * Feed every byte read from the socket (records split across reads are reassembled inside;
+//!   `feed` never refuses input), then, once [`TlsConn::handshake_done`], call
+//!   [`TlsConn::read_plain_into`] until it adds nothing. Use [`TlsConn::buffered_cipher`] for
+//!   backpressure if plaintext is not drained.
+//! * After **every** call (`feed`, `read_plain*`, `write_plain`, `close_notify`, and after an
+//!   error) write out [`TlsConn::pending_cipher`] and [`TlsConn::consume_cipher`] what the
+//!   socket took: handshake messages, KeyUpdate answers and alerts appear there too. On an
+//!   error, send what is pending (the alert), then close.
+//! * Encrypt per reactor turn, not per PDU: gather the turn's PDUs into one
+//!   [`TlsConn::write_plain`] call; records are filled to 16 KiB.
+//! * A close_notify from the peer shows as [`TlsConn::peer_closed`]; answer with
+//!   [`TlsConn::close_notify`], flush, close the socket.
+//! * Memory per session: OpenSSL's record buffers (about 17 KiB each way, allocated on
+//!   first use) plus the ciphertext buffers here, which grow to the largest burst.
+//!
+//! Layout: `psk` (keys, identities), `server` / `client` (OpenSSL configuration and PSK
+//! callbacks per role), `conn` (the sans-IO session), `ffi` (the libssl calls the `openssl`
+//! crate lacks), `error`.
+
+pub mod client;
+pub mod conn;
+pub mod error;
+mod ffi;
+pub mod psk;
+pub mod server;
+
+pub use client::{TlsClient, TlsClientConfig};
+pub use conn::{MAX_RECORD_PLAINTEXT, TlsConn};
+pub use error::TlsError;
+pub use server::{TlsServer, TlsServerConfig};
+
+use openssl::ssl::{SslContextBuilder, SslMethod, SslVerifyMode, SslVersion};
+
+use crate::psk::PskHash;
+
+/// Every TLS 1.3 suite NVMe/TCP uses (NVMe/TCP 1.0 §3.6.1.2; CCM because Linux offers it).
+pub(crate) const SUITES_ALL: &str =
+    "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_AES_128_CCM_SHA256";
+
+/// Key-exchange groups: x25519 first (the client's key share), secp384r1 (Linux offers both),
+/// P-256.
+pub(crate) const GROUPS: &str = "X25519:secp384r1:P-256";
+
+/// The suites usable with a PSK of `hash` (OpenSSL only uses a PSK whose hash matches the
+/// negotiated suite's).
+pub(crate) fn suites_for(hash: PskHash) -> &'static str {
+    match hash {
+        PskHash::Sha256 => "TLS_AES_128_GCM_SHA256:TLS_AES_128_CCM_SHA256",
+        PskHash::Sha384 => "TLS_AES_256_GCM_SHA384",
+    }
+}
+
+/// What both roles share: TLS 1.3 only, the NVMe/TCP suites and groups, no certificate
+/// verification (the PSK authenticates both ends: each Finished proves knowledge of it).
+pub(crate) fn base_context(method: SslMethod) -> Result<SslContextBuilder, TlsError> {
+    let mut b = SslContextBuilder::new(method).map_err(setup_err)?;
+    b.set_min_proto_version(Some(SslVersion::TLS1_3))
+        .map_err(setup_err)?;
+    b.set_max_proto_version(Some(SslVersion::TLS1_3))
+        .map_err(setup_err)?;
+    b.set_ciphersuites(SUITES_ALL).map_err(setup_err)?;
+    b.set_groups_list(GROUPS).map_err(setup_err)?;
+    b.set_verify(SslVerifyMode::NONE);
+    // Read whole buffers from our in-memory transport rather than header then body: fewer
+    // trips through the BIO per record.
+    b.set_read_ahead(true);
+    Ok(b)
+}
+
+pub(crate) fn setup_err(e: openssl::error::ErrorStack) -> TlsError {
+    TlsError::Setup(e.to_string())
+}
+
+/// For `tls = "optional"` listeners: does a connection's first data look like TLS?
+///
+/// `Some(true)`: a TLS handshake record (`16 03`); `Some(false)`: anything else — a plaintext
+/// NVMe/TCP PDU (an ICReq starts with PDU type `00`) goes to the plaintext path, whose own
+/// checks reject garbage; `None`: not enough bytes to tell (only `16` so far, or nothing).
+pub fn looks_like_tls(first_bytes: &[u8]) -> Option<bool> {
+    match first_bytes {
+        [] | [0x16] => None,
+        [0x16, 0x03, ..] => Some(true),
+        _ => Some(false),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::looks_like_tls;
+
+    #[test]
+    fn sniffing() {
+        assert_eq!(looks_like_tls(&[]), None);
+        assert_eq!(looks_like_tls(&[0x16]), None);
+        assert_eq!(looks_like_tls(&[0x16, 0x03, 0x01, 0x02, 0x00]), Some(true));
+        // ICReq: PDU type 0, flags 0, HLEN 128.
+        assert_eq!(looks_like_tls(&[0x00, 0x00, 0x80, 0x00]), Some(false));
+        assert_eq!(looks_like_tls(&[0x00]), Some(false));
+        assert_eq!(looks_like_tls(&[0x16, 0x01]), Some(false));
+        assert_eq!(looks_like_tls(b"GET / HTTP/1.1"), Some(false));
+    }
+}
