@@ -50,10 +50,13 @@ read_env() {
 	done <"$X/$1"
 }
 
-# sec_step TITLE "FLAG..." SUB ARGS...: host_step TITLE $EBOF_BIN SUB ARGS, SKIPPED while
-# `ebof SUB --help` does not list every FLAG (EBOF_INTEROP_STRICT=1: counted as a failure)
+# sec_step [--refused] TITLE "FLAG..." SUB ARGS...: host_step TITLE $EBOF_BIN SUB ARGS (with
+# --refused: it must fail), SKIPPED while `ebof SUB --help` does not list every FLAG
+# (EBOF_INTEROP_STRICT=1: counted as a failure)
 sec_step() {
-	local title=$1 flags=$2 sub=$3 f missing=()
+	local refused='' title flags sub f missing=()
+	[[ $1 == --refused ]] && { refused=1; shift; }
+	title=$1 flags=$2 sub=$3
 	shift 2
 	for f in $flags; do
 		"$EBOF_BIN" "$sub" --help 2>/dev/null | grep -q -- "$f" || missing+=("$f")
@@ -69,7 +72,11 @@ sec_step() {
 		fi
 		return 0
 	fi
-	host_step "$title" "$EBOF_BIN" "$@"
+	if [[ -n $refused ]]; then
+		host_step "$title" must_fail "$EBOF_BIN" "$@"
+	else
+		host_step "$title" "$EBOF_BIN" "$@"
+	fi
 }
 # must_fail CMD...: inside the netns, CMD must fail
 must_fail() {
@@ -93,9 +100,8 @@ host_on_host_tools() {
 		identify -a "$ip" -s "$p" -n "$nqn" "${auth[@]}" --json
 	sec_step "ebof perf --verify, DH-HMAC-CHAP two-way" "--dhchap-secret --dhchap-ctrl-secret" \
 		perf -a "$ip" -s "$p" -n "$nqn" "${auth[@]}" "${ctrl[@]}" "${perf[@]}"
-	sec_step "ebof identify, wrong host key refused" "--dhchap-secret" \
-		must_fail "$EBOF_BIN" identify -a "$ip" -s "$p" -n "$nqn" --hostnqn "${K[H_AUTH]}" \
-		--dhchap-secret "${K[KEY_WRONG]}"
+	sec_step --refused "ebof identify, wrong host key refused" "--dhchap-secret" \
+		identify -a "$ip" -s "$p" -n "$nqn" --hostnqn "${K[H_AUTH]}" --dhchap-secret "${K[KEY_WRONG]}"
 	sec_step "ebof identify, TLS (configured PSK)" "--tls --tls-key" \
 		identify -a "$ip" -s "$t" -n "$nqn" "${tls[@]}" --json
 	sec_step "ebof perf --verify, TLS" "--tls --tls-key" \
@@ -140,6 +146,9 @@ hosts = ["${K[H_AUTH]}", "${K[H_TLS]}", "${K[H_BAD]}"]
 nsid = 1
 backend = "ram"
 size = "64M"
+
+[management]
+enabled = false
 EOF
 	echo "---- $RUN_DIR/ebof.toml (keys elided) ----"
 	sed -E 's/(DHHC-1|NVMeTLSkey-1):[0-9]+:[^"]*/\1:…/' "$RUN_DIR/ebof.toml"
