@@ -19,7 +19,7 @@ TARGET_IP=${TARGET_IP:-${HOST_IP:-10.77.0.1}}
 TARGET_PORT=${TARGET_PORT:-4420}
 DISC_PORT=${DISC_PORT:-8009}
 CTRL='' NSDEV=''
-STEP_NO=0 STEP_TITLE='' STEP_T0=''
+STEP_NO=0 STEP_TITLE='' STEP_T0='' STEP_RESULT=''
 _GUEST_T0=${EPOCHREALTIME/./}
 
 _us() { echo "${EPOCHREALTIME/./}"; }
@@ -63,7 +63,8 @@ step() {
 	echo
 	echo "==== [$STEP_NO] $title ===="
 	"$@"
-	_step_end OK
+	_step_end "${STEP_RESULT:-OK}" # a step may set STEP_RESULT=SKIP (guest-security.sh: step_skip)
+	STEP_RESULT=
 }
 
 # run [-t SECS] CMD...: echo (to stderr), then run with a timeout (shell functions run without one)

@@ -8,6 +8,8 @@
 #
 #   interop_init NAME       root check, run dir, netns + tap, cleanup trap
 #   vm_setup                idempotent: apt packages, kernel, vmlinux, initramfs in .vm-cache
+#                           (VM_FLAVOUR=trixie before vm_setup: Debian trixie's kernel + a trixie root
+#                           filesystem built with mmdebstrap, the repo shared at its own path)
 #   vm_env VAR=VALUE ...    variables exported to the guest script
 #   vm_run SCRIPT TIMEOUT   boot the guest running SCRIPT; returns the guest script's exit status
 #   host_on_<name>          define to serve `guest_request <name>` from the guest (dashes -> _)
@@ -20,6 +22,8 @@
 # EBOF_VM_MEM (MiB, default 2048), EBOF_VM_SMP (default 2), EBOF_INTEROP_KEEP=1 (keep the run dir),
 # EBOF_INTEROP_ARTIFACTS=DIR (copy logs/timings/facts to DIR/NAME at exit), EBOF_INTEROP_STRICT=1
 # (missing ebof subcommands fail instead of being skipped).
+# Trixie flavour: VM_FLAVOUR=trixie (or EBOF_VM_FLAVOUR), EBOF_VM_MIRROR / EBOF_VM_SECURITY_MIRROR
+# (default: the mirror this machine's apt uses), EBOF_VM_TRIXIE_EXTRA="pkg pkg" (more guest packages).
 
 INTEROP_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO_ROOT=$(cd "$INTEROP_DIR/../.." && pwd)
@@ -34,7 +38,17 @@ VM_PACKAGES=(qemu-system-x86 nvme-cli fio busybox-static cpio kmod iproute2 zstd
 # modules loaded by the initramfs (dependencies are resolved with modprobe --show-depends)
 VM_INITRAMFS_MODULES=(virtio_pci virtio_console 9pnet_virtio 9p overlay)
 
+# VM_FLAVOUR=bookworm (default): the machine's own / is the guest's root, Debian's kernel from the
+# machine's own apt sources. VM_FLAVOUR=trixie: Debian trixie's kernel (6.12: DH-HMAC-CHAP, NVMe/TCP
+# TLS) and a trixie root filesystem (nvme-cli 2.13, tlshd, keyutils, fio) built with mmdebstrap.
+VM_FLAVOUR=${VM_FLAVOUR:-${EBOF_VM_FLAVOUR:-bookworm}}
+# the trixie guest's packages (the root filesystem is rebuilt when this list changes). busybox:
+# guest-init's poweroff; libssl3t64: a bookworm-built ebof linking libssl.so.3 runs in the guest.
+VM_TRIXIE_PACKAGES=(nvme-cli ktls-utils keyutils fio kmod iproute2 e2fsprogs util-linux procps
+	busybox libssl3t64 openssl jq coreutils gawk sed grep)
+
 RUN_DIR='' X='' NS='' INTEROP_NAME='' VM_KERNEL='' VM_KDIR='' VM_INITRD='' VM_KVER=''
+VM_ROOTFS=/ VM_MODDIR='' VM_SHARES=()
 VM_ENV=()
 declare -A BG_PIDS=()
 TRACKED_PIDS=()
@@ -121,8 +135,15 @@ _build_initramfs() {
 	for p in "${VM_INITRAMFS_MODULES[@]}"; do
 		modprobe -d "$kroot" -S "$kver" --show-depends "$p" || { rm -rf "$d"; die "modprobe --show-depends $p failed"; }
 	done | awk '$1 == "insmod" && !seen[$2]++ { print $2 }' >"$d/paths"
+	# busybox insmod loads plain .ko files: decompress .ko.xz / .ko.zst (trixie ships .ko.xz)
 	while read -r p; do
-		cp "$p" "$d/modules/"
+		case $p in
+		*.ko.xz) xz -dc "$p" >"$d/modules/$(basename "$p" .xz)" ;;
+		*.ko.zst) zstd -qdc "$p" >"$d/modules/$(basename "$p" .zst)" ;;
+		*.ko.gz) gzip -dc "$p" >"$d/modules/$(basename "$p" .gz)" ;;
+		*) cp "$p" "$d/modules/" ;;
+		esac
+		p=${p%.xz} p=${p%.zst} p=${p%.gz}
 		basename "$p" >>"$d/modules/order"
 	done <"$d/paths"
 	rm "$d/paths"
@@ -130,39 +151,145 @@ _build_initramfs() {
 	rm -rf "$d"
 }
 
-# vm_setup: idempotent; sets VM_KVER VM_KDIR VM_KERNEL VM_INITRD
+# ---------------------------------------------------------------------------------------------
+# the trixie flavour: a private apt configuration (the machine's own sources stay untouched) and a
+# root filesystem built with mmdebstrap
+
+# _host_mirror [security]: the Debian mirror this machine's apt uses (deb822 .sources or one-line
+# sources.list), e.g. http://deb.debian.org/debian; with "security", the debian-security one
+_host_mirror() {
+	local want=${1:-main} uri
+	uri=$(cat /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '/^URIs:/ { for (i = 2; i <= NF; i++) print $i }'
+		sed -n 's/^deb[[:space:]]\+\(\[[^]]*\][[:space:]]\+\)\{0,1\}\([^[:space:]]*\).*/\2/p' \
+			/etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null)
+	if [[ $want == security ]]; then
+		uri=$(grep -m1 -E '/debian-security/?$' <<<"$uri")
+		echo "${uri:-http://deb.debian.org/debian-security}"
+	else
+		uri=$(grep -m1 -E '/debian/?$' <<<"$uri")
+		echo "${uri:-http://deb.debian.org/debian}"
+	fi
+}
+
+TRIXIE_APT_DIR=''
+# _trixie_apt_setup: a private apt state in $VM_CACHE/apt-trixie with trixie, trixie-updates and
+# trixie-security from the machine's mirror (keys: the machine's debian-archive-keyring has trixie's)
+_trixie_apt_setup() {
+	local d=$VM_CACHE/apt-trixie m ms
+	m=${EBOF_VM_MIRROR:-$(_host_mirror)} ms=${EBOF_VM_SECURITY_MIRROR:-$(_host_mirror security)}
+	mkdir -p "$d"/{parts,prefs,state/lists/partial,cache/archives/partial}
+	printf 'deb %s trixie main\ndeb %s trixie-updates main\ndeb %s trixie-security main\n' "$m" "$m" "$ms" \
+		>"$d/sources.list"
+	TRIXIE_APT_DIR=$d
+}
+# _tapt apt-get|apt-cache ARGS...: run apt against the private trixie configuration
+_tapt() {
+	local tool=$1 d=$TRIXIE_APT_DIR
+	shift
+	"$tool" -o Dir::Etc::SourceList="$d/sources.list" -o Dir::Etc::SourceParts="$d/parts" \
+		-o Dir::Etc::Preferences="$d/nonexistent" -o Dir::Etc::PreferencesParts="$d/prefs" \
+		-o Dir::State="$d/state" -o Dir::State::status=/dev/null -o Dir::Cache="$d/cache" \
+		-o APT::Sandbox::User=root "$@"
+}
+# _trixie_kernel_pkg: the versioned image package trixie's linux-image-amd64 depends on
+_trixie_kernel_pkg() {
+	local pkg
+	if [[ ! -e $TRIXIE_APT_DIR/state/updated || -n ${EBOF_VM_REFRESH:-} ]]; then
+		_tapt apt-get update -qq >/dev/null || die "apt-get update (trixie, $TRIXIE_APT_DIR) failed"
+		touch "$TRIXIE_APT_DIR/state/updated"
+	fi
+	pkg=$(_tapt apt-cache depends linux-image-amd64 2>/dev/null | awk '$1 == "Depends:" && $2 ~ /^linux-image-/ { print $2; exit }')
+	[[ -n $pkg ]] || die "cannot resolve the package trixie's linux-image-amd64 depends on"
+	echo "$pkg"
+}
+
+# _trixie_rootfs: $VM_CACHE/trixie-rootfs, rebuilt when the package list or the mirror changes
+_trixie_rootfs() {
+	local dir=$VM_CACHE/trixie-rootfs m ms recipe t0=$SECONDS
+	m=${EBOF_VM_MIRROR:-$(_host_mirror)} ms=${EBOF_VM_SECURITY_MIRROR:-$(_host_mirror security)}
+	# shellcheck disable=SC2206 # a space-separated list on purpose
+	local pkgs=("${VM_TRIXIE_PACKAGES[@]}" ${EBOF_VM_TRIXIE_EXTRA:-})
+	recipe="v1 minbase ${pkgs[*]} $m $ms"
+	if [[ -e $dir/.ready && $(cat "$dir/.recipe" 2>/dev/null) == "$recipe" ]]; then
+		VM_ROOTFS=$dir
+		return 0
+	fi
+	_apt_ensure mmdebstrap
+	log "building the trixie root filesystem with mmdebstrap (${pkgs[*]})"
+	rm -rf "$dir" "$dir.tmp"
+	local IFS=,
+	mmdebstrap --mode=root --variant=minbase --aptopt='APT::Install-Recommends "false"' \
+		--dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/doc/*' \
+		--dpkgopt='path-exclude=/usr/share/locale/*' --dpkgopt='path-exclude=/usr/share/info/*' \
+		--include="${pkgs[*]}" trixie "$dir.tmp" "deb $m trixie main" "deb $m trixie-updates main" \
+		"deb $ms trixie-security main" >"$VM_CACHE/trixie-rootfs.log" 2>&1 ||
+		{ tail -n 20 "$VM_CACHE/trixie-rootfs.log"; die "mmdebstrap failed (log: $VM_CACHE/trixie-rootfs.log)"; }
+	unset IFS
+	mv "$dir.tmp" "$dir"
+	printf '%s' "$recipe" >"$dir/.recipe"
+	touch "$dir/.ready"
+	VM_ROOTFS=$dir
+	timing_add "trixie root filesystem (mmdebstrap)" $((SECONDS - t0))
+	log "trixie root filesystem ready: $(du -sh "$dir" | cut -f1) in $((SECONDS - t0)) s"
+}
+
+# vm_setup: idempotent; sets VM_KVER VM_KDIR VM_KERNEL VM_INITRD VM_MODDIR VM_ROOTFS VM_SHARES
 vm_setup() {
 	_need_root
-	local t0=$SECONDS pkg kver kdir
+	local t0=$SECONDS pkg kver kdir current
 	_apt_ensure "${VM_PACKAGES[@]}"
 	mkdir -p "$VM_CACHE"
 	exec {_vm_lock}>"$VM_CACHE/.lock"
-	flock -w 600 "$_vm_lock" || die "cannot lock $VM_CACHE"
+	flock -w 900 "$_vm_lock" || die "cannot lock $VM_CACHE"
+
+	case $VM_FLAVOUR in
+	bookworm) current=$VM_CACHE/current ;;
+	trixie)
+		current=$VM_CACHE/current-trixie
+		_trixie_apt_setup
+		_trixie_rootfs
+		VM_SHARES=("$REPO_ROOT")
+		if [[ -n ${EBOF_BIN:-} && $EBOF_BIN == /* && $EBOF_BIN != "$REPO_ROOT"/* ]]; then
+			VM_SHARES+=("$(dirname "$EBOF_BIN")")
+		fi
+		;;
+	*) die "unknown VM_FLAVOUR '$VM_FLAVOUR' (bookworm or trixie)" ;;
+	esac
 
 	if [[ -n ${EBOF_VM_KERNEL_PKG:-} ]]; then
 		pkg=$EBOF_VM_KERNEL_PKG
-	elif [[ -z ${EBOF_VM_REFRESH:-} && -s $VM_CACHE/current && -e $VM_CACHE/$(cat "$VM_CACHE/current")/ready ]]; then
-		pkg=$(cat "$VM_CACHE/current") # offline-friendly: reuse what we fetched last time
+	elif [[ -z ${EBOF_VM_REFRESH:-} && -s $current && -e $VM_CACHE/$(cat "$current")/ready ]]; then
+		pkg=$(cat "$current") # offline-friendly: reuse what we fetched last time
+	elif [[ $VM_FLAVOUR == trixie ]]; then
+		pkg=$(_trixie_kernel_pkg)
 	else
 		pkg=$(_kernel_pkg)
 	fi
 	kdir=$VM_CACHE/$pkg
 	if [[ ! -e $kdir/ready || -n ${EBOF_VM_REFRESH:-} ]]; then
+		local tk=$SECONDS
 		log "fetching kernel package $pkg"
 		rm -rf "$kdir" && mkdir -p "$kdir/deb"
-		(cd "$kdir/deb" && apt-get download -o APT::Sandbox::User=root "$pkg" >/dev/null) ||
-			die "apt-get download $pkg failed"
+		if [[ $VM_FLAVOUR == trixie ]]; then
+			(cd "$kdir/deb" && _tapt apt-get download "$pkg" >/dev/null) || die "apt-get download $pkg (trixie) failed"
+		else
+			(cd "$kdir/deb" && apt-get download -o APT::Sandbox::User=root "$pkg" >/dev/null) ||
+				die "apt-get download $pkg failed"
+		fi
 		dpkg -x "$kdir"/deb/*.deb "$kdir/root" || die "dpkg -x failed"
 		rm -rf "$kdir/deb"
-		kver=$(find "$kdir/root/lib/modules" -mindepth 1 -maxdepth 1 -type d -printf '%f\n' | head -n1)
+		# merged-/usr packages (trixie) keep the modules in usr/lib/modules
+		[[ ! -e $kdir/root/lib && -d $kdir/root/usr/lib/modules ]] && ln -s usr/lib "$kdir/root/lib"
+		kver=$(find "$kdir/root/lib/modules/" -mindepth 1 -maxdepth 1 -type d -printf '%f\n' | head -n1)
 		[[ -n $kver ]] || die "no modules directory in $pkg"
 		cp "$kdir/root/boot/vmlinuz-$kver" "$kdir/bzImage"
 		_extract_vmlinux "$kdir/bzImage" "$kdir/vmlinux" || warn "could not extract vmlinux; will boot bzImage"
 		depmod -b "$kdir/root" "$kver" || die "depmod failed"
 		echo "$kver" >"$kdir/kver"
 		touch "$kdir/ready"
+		timing_add "kernel fetch + unpack ($pkg)" $((SECONDS - tk))
 	fi
-	echo "$pkg" >"$VM_CACHE/current"
+	echo "$pkg" >"$current"
 	kver=$(cat "$kdir/kver")
 	if [[ ! -s $kdir/initramfs.cpio.gz || $INTEROP_DIR/vm/initramfs-init -nt $kdir/initramfs.cpio.gz ||
 		/bin/busybox -nt $kdir/initramfs.cpio.gz ]]; then
@@ -171,14 +298,16 @@ vm_setup() {
 	flock -u "$_vm_lock"
 	exec {_vm_lock}>&-
 
+	# shellcheck disable=SC2034 # VM_KDIR: for scenarios (the unpacked kernel package)
 	VM_KVER=$kver VM_KDIR=$kdir VM_INITRD=$kdir/initramfs.cpio.gz
+	VM_MODDIR=$(realpath "$kdir/root/lib/modules")
 	if [[ ${EBOF_VM_BOOT:-vmlinux} == vmlinux && -s $kdir/vmlinux ]]; then
 		VM_KERNEL=$kdir/vmlinux
 	else
 		VM_KERNEL=$kdir/bzImage
 	fi
-	timing_add "vm_setup ($pkg)" $((SECONDS - t0))
-	log "vm ready: kernel $VM_KVER ($(basename "$VM_KERNEL")), cache $VM_CACHE ($((SECONDS - t0)) s)"
+	timing_add "vm_setup ($VM_FLAVOUR, $pkg)" $((SECONDS - t0))
+	log "vm ready: $VM_FLAVOUR, kernel $VM_KVER ($(basename "$VM_KERNEL")), root $VM_ROOTFS, cache $VM_CACHE ($((SECONDS - t0)) s)"
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -303,17 +432,19 @@ _serve_requests() {
 # to stdout and $RUN_DIR/console-NAME.log; returns the script's exit status (124 on timeout,
 # 125 if the guest died without writing a status).
 vm_run() {
-	local script=$1 timeout=${2:-600} name t0 deadline pid tail_pid rc booted='' v
+	local script=$1 timeout=${2:-600} name t0 deadline pid tail_pid rc booted='' v i
 	[[ -f $script ]] || die "no guest script $script"
 	[[ -n $VM_KERNEL ]] || die "vm_setup not run"
 	name=$(basename "$script" .sh)
 	rm -f "$X"/status "$X"/booted "$X"/req-* "$X"/done-*
 	cp "$INTEROP_DIR/vm/guest-init.sh" "$X/guest-init.sh"
 	cp "$INTEROP_DIR/guest-lib.sh" "$X/guest-lib.sh"
+	cp "$INTEROP_DIR/guest-security.sh" "$X/guest-security.sh"
 	cp "$script" "$X/guest.sh"
 	{
 		for v in "HOST_IP=$HOST_IP" "GUEST_IP=$GUEST_IP" "X=/xchg" "GUEST_LIB=/xchg/guest-lib.sh" \
-			"GUEST_SCRIPT_NAME=$(basename "$script")" "${VM_ENV[@]}"; do
+			"GUEST_SCRIPT_NAME=$(basename "$script")" "VM_FLAVOUR=$VM_FLAVOUR" \
+			"GUEST_SHARES=${VM_SHARES[*]}" "${VM_ENV[@]}"; do
 			printf 'export %s=%q\n' "${v%%=*}" "${v#*=}"
 		done
 	} >"$X/env"
@@ -329,14 +460,19 @@ vm_run() {
 		-kernel "$VM_KERNEL" -initrd "$VM_INITRD" -append "$cmdline"
 		-serial "file:$serial"
 		-device virtio-serial-pci -chardev "file,id=con0,path=$console" -device virtconsole,chardev=con0
-		-fsdev local,id=fsroot,path=/,security_model=none,readonly=on,multidevs=remap
+		-fsdev "local,id=fsroot,path=$VM_ROOTFS,security_model=none,readonly=on,multidevs=remap"
 		-device virtio-9p-pci,fsdev=fsroot,mount_tag=rootfs
-		-fsdev "local,id=fsmod,path=$VM_KDIR/root/lib/modules,security_model=none,readonly=on"
+		-fsdev "local,id=fsmod,path=$VM_MODDIR,security_model=none,readonly=on"
 		-device virtio-9p-pci,fsdev=fsmod,mount_tag=modules
 		-fsdev "local,id=fsx,path=$X,security_model=none"
 		-device virtio-9p-pci,fsdev=fsx,mount_tag=xchg
 		-netdev tap,id=net0,ifname=tap0,script=no,downscript=no,vhost=off
 		-device virtio-net-pci,netdev=net0,mac=52:54:00:77:00:02)
+	# extra read-only shares (trixie: the repo), mounted by guest-init at the same path (tag shareN)
+	for i in "${!VM_SHARES[@]}"; do
+		qemu+=(-fsdev "local,id=fsshare$i,path=${VM_SHARES[$i]},security_model=none,readonly=on,multidevs=remap"
+			-device "virtio-9p-pci,fsdev=fsshare$i,mount_tag=share$i")
+	done
 
 	log "booting guest '$name' (timeout ${timeout} s)"
 	t0=$SECONDS

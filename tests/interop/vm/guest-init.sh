@@ -26,6 +26,14 @@ mount -t tmpfs -o mode=1777 tmpfs /dev/shm
 modprobe configfs 2>/dev/null
 mount -t configfs configfs /sys/kernel/config 2>/dev/null || echo "guest-init: no configfs"
 hostname ebof-guest
+# extra read-only 9p shares (tags share0, share1, ...), each mounted at its host path (the trixie
+# flavour shares the repo this way, so /work/.../target/release/ebof and the scripts are visible)
+_i=0
+for _p in ${GUEST_SHARES:-}; do
+	mkdir -p "$_p" && mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144,ro,cache=loose "share$_i" "$_p" ||
+		echo "guest-init: cannot mount 9p share$_i at $_p"
+	_i=$((_i + 1))
+done
 echo "guest-init: up after $(cut -d' ' -f1 /proc/uptime) s (kernel $(uname -r))"
 cut -d' ' -f1 /proc/uptime >"$X/booted"
 
