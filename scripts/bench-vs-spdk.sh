@@ -9,7 +9,8 @@
 #   SPDK_DIR=/path/to/spdk ./scripts/bench-vs-spdk.sh
 # Knobs (environment): ROUNDS (3), RUNTIME (8 s), WARMUP (2 s), TARGET_CORE (0),
 # CLIENT_CORE (1), EBOF_PORT (14420), SPDK_PORT (14421), RAM_MB (1024),
-# ONLY=target|client|idle|scale (one section).
+# ONLY=target|client|idle|scale|tls (one section; tls: plain vs TLS 1.3 PSK for both
+# targets and both clients, and connection set-up time with DH-HMAC-CHAP).
 # Building SPDK (v26.05 was used): see "Benchmarks against SPDK" in the README.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."

@@ -31,7 +31,7 @@ CCORE = int(os.environ.get("CLIENT_CORE", "1"))
 EBOF_PORT = int(os.environ.get("EBOF_PORT", "14420"))
 SPDK_PORT = int(os.environ.get("SPDK_PORT", "14421"))
 RAM_MB = int(os.environ.get("RAM_MB", "1024"))
-ONLY = os.environ.get("ONLY", "")  # "target", "client", "idle", "scale" or empty for all
+ONLY = os.environ.get("ONLY", "")  # "target", "client", "idle", "scale", "tls" or empty for all
 EBOF_NQN = "nqn.2026-11.io.ebof:default"
 SPDK_NQN = "nqn.2016-06.io.spdk:cnode1"
 
@@ -52,6 +52,15 @@ CLIENT_WORKLOADS = [
     ("4K randwrite QD32", "randwrite", 4096, 32, None),
     ("128K read QD32", "read", 131072, 32, None),
 ]
+
+# The TLS section: (name, pattern, bs, qd)
+TLS_WORKLOADS = [
+    ("4K randread QD1", "randread", 4096, 1),
+    ("4K randread QD32", "randread", 4096, 32),
+    ("128K read QD32", "read", 131072, 32),
+    ("128K write QD32", "write", 131072, 32),
+]
+TLS_HOSTNQN = "nqn.2014-08.org.nvmexpress:uuid:0000be0c-0000-4000-8000-00000000715e"
 
 PROCS = []
 
@@ -358,6 +367,234 @@ def scale(ebof_bin, work):
         print(f"| {cores} | {fmt(median_mm(spdk_vals))} | {fmt(median_mm(ebof_vals))} |")
 
 
+def tls_key():
+    """A fresh configured PSK in the NVMe interchange format (SHA-256, 32 bytes + CRC-32)."""
+    import base64
+    import zlib
+    key = os.urandom(32)
+    crc = zlib.crc32(key).to_bytes(4, "little")
+    return "NVMeTLSkey-1:01:" + base64.b64encode(key + crc).decode() + ":"
+
+
+class TlsTargets:
+    """ebof serve and nvmf_tgt, each with a plain and a TLS listener and one PSK host."""
+
+    def __init__(self, ebof_bin, work):
+        self.key = tls_key()
+        self.psk_file = os.path.join(work, "psk.key")
+        with open(self.psk_file, "w") as f:
+            f.write(self.key + "\n")
+        os.chmod(self.psk_file, 0o600)
+        self.ports = {("ebof", False): EBOF_PORT + 4, ("ebof", True): EBOF_PORT + 5,
+                      ("spdk", False): SPDK_PORT + 4, ("spdk", True): SPDK_PORT + 5}
+        cfg = os.path.join(work, "ebof-tls.toml")
+        with open(cfg, "w") as f:
+            f.write(f"""[target]
+cores = [{TCORE}]
+[[listeners]]
+address = "127.0.0.1"
+port = {self.ports[("ebof", False)]}
+[[listeners]]
+address = "127.0.0.1"
+port = {self.ports[("ebof", True)]}
+tls = "required"
+[[hosts]]
+nqn = "{TLS_HOSTNQN}"
+tls_key_file = "{self.psk_file}"
+[[subsystems]]
+nqn = "{EBOF_NQN}"
+allow_any_host = true
+[[subsystems.namespaces]]
+nsid = 1
+backend = "ram"
+size = "{RAM_MB}M"
+[management]
+enabled = false
+""")
+        self.ebof = subprocess.Popen(["taskset", "-c", str(TCORE), ebof_bin, "serve", "--config", cfg],
+                                     stdout=open(os.path.join(work, "ebof-tls.log"), "w"),
+                                     stderr=subprocess.STDOUT)
+        PROCS.append(self.ebof)
+        wait_port(self.ports[("ebof", False)], self.ebof, "ebof serve (TLS)")
+        sock = os.path.join(work, "spdk-tls.sock")
+        self.spdk = subprocess.Popen([spdk_bin("nvmf_tgt"), "-m", hex(1 << TCORE), "-r", sock],
+                                     stdout=open(os.path.join(work, "nvmf_tgt-tls.log"), "w"),
+                                     stderr=subprocess.STDOUT)
+        PROCS.append(self.spdk)
+        for _ in range(100):
+            if os.path.exists(sock):
+                break
+            time.sleep(0.1)
+        rpc = ["/usr/bin/python3", os.path.join(SPDK, "scripts/rpc.py"), "-s", sock]
+        for cmd in (["nvmf_create_transport", "-t", "TCP"],
+                    ["bdev_malloc_create", "-b", "Malloc0", str(RAM_MB), "512"],
+                    ["nvmf_create_subsystem", SPDK_NQN, "-s", "SPDK00000000000001"],
+                    ["nvmf_subsystem_add_ns", SPDK_NQN, "Malloc0"],
+                    ["nvmf_subsystem_add_listener", SPDK_NQN, "-t", "tcp", "-a", "127.0.0.1",
+                     "-s", str(self.ports[("spdk", False)])],
+                    ["nvmf_subsystem_add_listener", SPDK_NQN, "-t", "tcp", "-a", "127.0.0.1",
+                     "-s", str(self.ports[("spdk", True)]), "--secure-channel"],
+                    ["keyring_file_add_key", "key0", self.psk_file],
+                    ["nvmf_subsystem_add_host", SPDK_NQN, TLS_HOSTNQN, "--psk", "key0"]):
+            subprocess.run(rpc + cmd, check=True, stdout=subprocess.DEVNULL, timeout=60)
+        wait_port(self.ports[("spdk", True)], self.spdk, "nvmf_tgt (TLS)")
+
+    def only(self, which):
+        other = self.spdk if which == "ebof" else self.ebof
+        mine = self.ebof if which == "ebof" else self.spdk
+        os.kill(other.pid, signal.SIGSTOP)
+        os.kill(mine.pid, signal.SIGCONT)
+        time.sleep(0.3)
+
+
+def tls_client_args(client, ebof_bin, t, target, tls, pattern, bs, qd):
+    port = t.ports[(target, tls)]
+    nqn = EBOF_NQN if target == "ebof" else SPDK_NQN
+    if client == "spdk":
+        trid = (f"trtype:TCP adrfam:IPv4 traddr:127.0.0.1 trsvcid:{port} subnqn:{nqn} "
+                f"hostnqn:{TLS_HOSTNQN}")
+        args = [spdk_bin("spdk_nvme_perf"), "-q", str(qd), "-o", str(bs), "-w", pattern,
+                "-t", str(RUNTIME), "-a", str(WARMUP), "-L", "-c", hex(1 << CCORE), "-r", trid]
+        if tls:
+            args += ["-S", "ssl", "--psk-path", t.psk_file]
+        return args
+    args = ["taskset", "-c", str(CCORE), ebof_bin, "perf", "-a", "127.0.0.1", "-s", str(port),
+            "-n", nqn, "--hostnqn", TLS_HOSTNQN, "--rw", pattern, "--bs", str(bs), "--qd",
+            str(qd), "--cores", str(CCORE), "--runtime", f"{RUNTIME}s", "--ramp",
+            f"{WARMUP}s", "--json"]
+    if tls:
+        args += ["--tls", "--tls-key", t.key]
+    return args
+
+
+def parse_ebof_perf(out):
+    try:
+        j = json.loads(out[out.index("{"):])
+        lat = j["latency_us"]
+        return {"iops": j["iops"], "mib_s": j["mib_s"], "avg_us": lat["avg"],
+                "p50_us": lat["p50"], "p99_us": lat["p99"], "p99_99_us": lat["p99_99"]}
+    except (ValueError, KeyError):
+        return None
+
+
+def tls_section(ebof_bin, work):
+    """Plain vs TLS, both targets x both clients; and connect time with DH-HMAC-CHAP."""
+    t = TlsTargets(ebof_bin, work)
+    res = {}
+    for rnd in range(ROUNDS):
+        for name, pattern, bs, qd in TLS_WORKLOADS:
+            for target in (("ebof", "spdk") if rnd % 2 == 0 else ("spdk", "ebof")):
+                t.only(target)
+                pid = (t.ebof if target == "ebof" else t.spdk).pid
+                for client in ("spdk", "ebof"):
+                    for tls in (False, True):
+                        out, cpu = run_measured(
+                            tls_client_args(client, ebof_bin, t, target, tls, pattern, bs, qd),
+                            pid)
+                        r = parse_spdk_perf(out) if client == "spdk" else parse_ebof_perf(out)
+                        if r is None:
+                            log(f"  {client}->{target} tls={tls} {name}: no result\n{out[-1500:]}")
+                            continue
+                        r["cpu"] = cpu
+                        r["us_per_io"] = cpu * 1e6 / r["iops"] if r["iops"] else None
+                        res.setdefault((name, target, client, tls), []).append(r)
+                        log(f"  round {rnd + 1} {client:4}->{target:4} {'TLS' if tls else 'tcp'} "
+                            f"{name:18} {r['iops']:>9,.0f} IOPS {r['mib_s']:>7,.0f} MiB/s "
+                            f"target CPU {cpu * 100:5.1f} %")
+    print("\n### NVMe/TCP with and without TLS 1.3 (PSK, TLS_AES_128_GCM_SHA256), target on core "
+          f"{TCORE}, client on core {CCORE}; median [min-max] of {ROUNDS} rounds\n")
+    print("| workload | target | client | transport | IOPS | MiB/s | avg / p99 us | target CPU % "
+          "| target CPU us per I/O | TLS/plain IOPS |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    labels = {"ebof": ("ebof serve", "ebof perf"), "spdk": ("SPDK nvmf_tgt", "spdk_nvme_perf")}
+    for name, *_ in TLS_WORKLOADS:
+        for target in ("ebof", "spdk"):
+            for client in ("spdk", "ebof"):
+                plain = None
+                for tls in (False, True):
+                    rs = res.get((name, target, client, tls), [])
+                    if not rs:
+                        continue
+                    g = lambda k: median_mm([r[k] for r in rs if r.get(k) is not None])  # noqa: E731
+                    iops = g("iops")
+                    if not tls:
+                        plain = iops
+                    ratio = (f"**{iops[0] / plain[0]:.2f}**" if tls and plain and plain[0]
+                             else "")
+                    cpu = g("cpu")
+                    lat = " / ".join(f"{g(k)[0]:.1f}" if g(k) else "-" for k in ("avg_us", "p99_us"))
+                    print("| " + " | ".join([
+                        name, labels[target][0], labels[client][1], "TLS" if tls else "TCP",
+                        fmt(iops), fmt(g("mib_s")), lat,
+                        fmt((cpu[0] * 100, cpu[1] * 100, cpu[2] * 100) if cpu else None),
+                        fmt(g("us_per_io"), 2), ratio]) + " |")
+    # Connection set-up: `ebof identify` (admin queue only) with and without DH-HMAC-CHAP
+    # against ebof serve, wall time per connect.
+    os.kill(t.spdk.pid, signal.SIGSTOP)
+    os.kill(t.ebof.pid, signal.SIGCONT)
+    t.ebof.terminate()
+    t.ebof.wait(timeout=30)
+    auth_connect_times(ebof_bin, work)
+    os.kill(t.spdk.pid, signal.SIGCONT)
+
+
+def auth_connect_times(ebof_bin, work):
+    port = EBOF_PORT + 6
+    host_key = "DHHC-1:01:VZi5tbir3nYufwfgCrjX0O2mmPHFkObvzamIRZnYUahWiFGg:"
+    ctrl_key = "DHHC-1:02:elMhBLOsS9lwM3coDHJdWd13OK+KUnC7FcTJuoLCxjK/HGD9d7D/WpmmINI3kXxbIeTtsA==:"
+    cfg = os.path.join(work, "ebof-auth.toml")
+    with open(cfg, "w") as f:
+        f.write(f"""[target]
+cores = [{TCORE}]
+[[listeners]]
+address = "127.0.0.1"
+port = {port}
+[[hosts]]
+nqn = "{TLS_HOSTNQN}"
+dhchap_key = "{host_key}"
+dhchap_ctrl_key = "{ctrl_key}"
+[[subsystems]]
+nqn = "{EBOF_NQN}"
+allow_any_host = true
+[[subsystems.namespaces]]
+nsid = 1
+backend = "ram"
+size = "64M"
+[management]
+enabled = false
+""")
+    srv = subprocess.Popen(["taskset", "-c", str(TCORE), ebof_bin, "serve", "--config", cfg],
+                           stdout=open(os.path.join(work, "ebof-auth.log"), "w"),
+                           stderr=subprocess.STDOUT)
+    PROCS.append(srv)
+    wait_port(port, srv, "ebof serve (auth)")
+    other = "nqn.2014-08.org.nvmexpress:uuid:0000be0c-0000-4000-8000-0000000000ff"
+    cases = [("no authentication", other, []),
+             ("DH-HMAC-CHAP one-way (ffdhe2048, SHA-256)", TLS_HOSTNQN,
+              ["--dhchap-secret", host_key]),
+             ("DH-HMAC-CHAP bidirectional", TLS_HOSTNQN,
+              ["--dhchap-secret", host_key, "--dhchap-ctrl-secret", ctrl_key])]
+    print("\n### Connection set-up: `ebof identify` (TCP connect, ICReq, Connect, authentication, "
+          f"Identify, disconnect) against ebof serve, median [min-max] ms of {max(ROUNDS, 5) * 4}\n")
+    print("| authentication | ms per connection |")
+    print("|---|---|")
+    for label, host, extra in cases:
+        times = []
+        for _ in range(max(ROUNDS, 5) * 4):
+            t0 = time.monotonic()
+            r = subprocess.run(["taskset", "-c", str(CCORE), ebof_bin, "identify", "-a",
+                                "127.0.0.1", "-s", str(port), "-n", EBOF_NQN, "--hostnqn",
+                                host] + extra, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True, timeout=60)
+            if r.returncode != 0:
+                log(f"  identify ({label}) failed: {r.stderr[-500:]}")
+                break
+            times.append((time.monotonic() - t0) * 1000)
+        print(f"| {label} | {fmt(median_mm(times), 1)} |")
+    srv.terminate()
+    srv.wait(timeout=30)
+
+
 def main():
     if not SPDK or not os.path.isdir(SPDK):
         die("set SPDK_DIR to a built SPDK tree (see the README)")
@@ -365,7 +602,8 @@ def main():
         die("needs root (hugepages for SPDK, SIGSTOP of the idle target)")
     if shutil.which("taskset") is None:
         die("taskset (util-linux) is needed")
-    for port in (EBOF_PORT, SPDK_PORT, EBOF_PORT + 2):
+    for port in (EBOF_PORT, SPDK_PORT, EBOF_PORT + 2, EBOF_PORT + 4, EBOF_PORT + 5,
+                 EBOF_PORT + 6, SPDK_PORT + 4, SPDK_PORT + 5):
         if port_open(port):
             die(f"port {port} is in use")
     with open("/proc/sys/vm/nr_hugepages") as f:
@@ -397,6 +635,13 @@ def main():
             os.kill(t.pid("spdk"), signal.SIGSTOP)
             scale(ebof_bin, work)
             os.kill(t.pid("spdk"), signal.SIGCONT)
+        if ONLY in ("", "tls"):
+            log("== TLS and authentication")
+            for p in (t.ebof, t.spdk):
+                os.kill(p.pid, signal.SIGSTOP)
+            tls_section(ebof_bin, work)
+            for p in (t.ebof, t.spdk):
+                os.kill(p.pid, signal.SIGCONT)
     finally:
         cleanup()
         log(f"logs in {work}")
