@@ -383,10 +383,10 @@ class TlsTargets:
         self.key = tls_key()
         self.psk_file = os.path.join(work, "psk.key")
         with open(self.psk_file, "w") as f:
-            f.write(self.key + "\n")
+            f.write(self.key)  # SPDK wants the interchange string alone, no newline
         os.chmod(self.psk_file, 0o600)
         self.ports = {("ebof", False): EBOF_PORT + 4, ("ebof", True): EBOF_PORT + 5,
-                      ("spdk", False): SPDK_PORT + 4, ("spdk", True): SPDK_PORT + 5}
+                      ("spdk", False): SPDK_PORT + 10, ("spdk", True): SPDK_PORT + 11}
         cfg = os.path.join(work, "ebof-tls.toml")
         with open(cfg, "w") as f:
             f.write(f"""[target]
@@ -401,6 +401,7 @@ tls = "required"
 [[hosts]]
 nqn = "{TLS_HOSTNQN}"
 tls_key_file = "{self.psk_file}"
+tls_psk_derivation = "rfc8446"   # SPDK's initiator derives version-0 PSKs the RFC 8446 way
 [[subsystems]]
 nqn = "{EBOF_NQN}"
 allow_any_host = true
@@ -463,7 +464,7 @@ def tls_client_args(client, ebof_bin, t, target, tls, pattern, bs, qd):
             str(qd), "--cores", str(CCORE), "--runtime", f"{RUNTIME}s", "--ramp",
             f"{WARMUP}s", "--json"]
     if tls:
-        args += ["--tls", "--tls-key", t.key]
+        args += ["--tls", "--tls-key", t.key, "--tls-psk-derivation", "rfc8446"]
     return args
 
 
@@ -603,7 +604,7 @@ def main():
     if shutil.which("taskset") is None:
         die("taskset (util-linux) is needed")
     for port in (EBOF_PORT, SPDK_PORT, EBOF_PORT + 2, EBOF_PORT + 4, EBOF_PORT + 5,
-                 EBOF_PORT + 6, SPDK_PORT + 4, SPDK_PORT + 5):
+                 EBOF_PORT + 6, SPDK_PORT + 10, SPDK_PORT + 11):
         if port_open(port):
             die(f"port {port} is in use")
     with open("/proc/sys/vm/nr_hugepages") as f:
@@ -619,29 +620,28 @@ def main():
         model = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "?")
     print(f"## ebof vs SPDK — {time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores ({model}), "
           f"kernel {os.uname().release}, loopback; {RUNTIME} s runs after {WARMUP} s warm-up")
-    t = Targets(ebof_bin, work)
     try:
-        precondition(t)
-        if ONLY in ("", "target"):
-            log("== target table")
-            print_target_table(target_table(t))
-        if ONLY in ("", "client"):
-            log("== client table")
-            print_client_table(client_table(t, ebof_bin))
-        if ONLY in ("", "idle"):
-            idle_cpu(t)
-        t.both()
-        if ONLY in ("", "scale"):
-            os.kill(t.pid("spdk"), signal.SIGSTOP)
-            scale(ebof_bin, work)
-            os.kill(t.pid("spdk"), signal.SIGCONT)
+        if ONLY != "tls":
+            t = Targets(ebof_bin, work)
+            precondition(t)
+            if ONLY in ("", "target"):
+                log("== target table")
+                print_target_table(target_table(t))
+            if ONLY in ("", "client"):
+                log("== client table")
+                print_client_table(client_table(t, ebof_bin))
+            if ONLY in ("", "idle"):
+                idle_cpu(t)
+            t.both()
+            if ONLY in ("", "scale"):
+                os.kill(t.pid("spdk"), signal.SIGSTOP)
+                scale(ebof_bin, work)
+                os.kill(t.pid("spdk"), signal.SIGCONT)
         if ONLY in ("", "tls"):
+            # A second nvmf_tgt cannot start beside the first (shared memory, hugepages).
+            cleanup()
             log("== TLS and authentication")
-            for p in (t.ebof, t.spdk):
-                os.kill(p.pid, signal.SIGSTOP)
             tls_section(ebof_bin, work)
-            for p in (t.ebof, t.spdk):
-                os.kill(p.pid, signal.SIGCONT)
     finally:
         cleanup()
         log(f"logs in {work}")

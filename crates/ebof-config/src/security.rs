@@ -118,6 +118,12 @@ pub struct HostSecurity {
     pub dhchap_ctrl_key: Option<SecretSource>,
     /// The configured TLS PSK (`NVMeTLSkey-1:…`) of this host.
     pub tls_key: Option<SecretSource>,
+    /// How the host derives its TLS PSK from `tls_key` when it offers a version-0 identity
+    /// (`NVMe0R0H …`, which does not say): `true` for RFC 8446's HkdfLabel encoding (SPDK's
+    /// initiator, libnvme >= 1.16), `false` (default) for the encoding of nvme-cli <= 2.15
+    /// (Linux hosts in the field, Debian trixie). Version-1 identities carry a digest and work
+    /// either way.
+    pub tls_psk_rfc8446: bool,
 }
 
 /// `[[hosts]]` as written.
@@ -131,6 +137,8 @@ pub(crate) struct RawHost {
     dhchap_ctrl_key_file: Option<String>,
     tls_key: Option<String>,
     tls_key_file: Option<String>,
+    /// "compat" (default) | "rfc8446".
+    tls_psk_derivation: Option<String>,
 }
 
 /// The framing every secret has: `DHHC-1:NN:…:` or `NVMeTLSkey-1:NN:…:`.
@@ -197,11 +205,26 @@ pub(crate) fn convert(raw: Vec<RawHost>) -> Result<Vec<HostSecurity>, ConfigErro
                 "DHHC-1:",
             )?;
             let tls_key = secret(h.tls_key, h.tls_key_file, &at, "tls_key", "NVMeTLSkey-1:")?;
+            let tls_psk_rfc8446 = match h.tls_psk_derivation.as_deref().map(str::trim) {
+                None | Some("compat") => false,
+                Some("rfc8446") => true,
+                Some(other) => {
+                    return Err(ConfigError::new(
+                        codes::INVALID_TLS_MODE,
+                        at("tls_psk_derivation"),
+                        format!(
+                            "unknown PSK derivation {} (expected compat or rfc8446)",
+                            quote(other)
+                        ),
+                    ));
+                }
+            };
             Ok(HostSecurity {
                 nqn,
                 dhchap_key,
                 dhchap_ctrl_key,
                 tls_key,
+                tls_psk_rfc8446,
             })
         })
         .collect()
@@ -277,6 +300,9 @@ pub(crate) fn emit(out: &mut String, cfg: &Config) {
         emit_secret(out, "dhchap_key", &h.dhchap_key);
         emit_secret(out, "dhchap_ctrl_key", &h.dhchap_ctrl_key);
         emit_secret(out, "tls_key", &h.tls_key);
+        if h.tls_psk_rfc8446 {
+            out.push_str("tls_psk_derivation = \"rfc8446\"\n");
+        }
     }
 }
 
@@ -299,7 +325,7 @@ mod tests {
     fn hosts_and_tls_modes_round_trip() {
         let text = base(&format!(
             "tls = \"required\"\n[[hosts]]\nnqn = \"{HOST}\"\ndhchap_key = \"{KEY}\"\n\
-             dhchap_ctrl_key_file = \"/etc/ebof/ctrl.key\"\n"
+             dhchap_ctrl_key_file = \"/etc/ebof/ctrl.key\"\ntls_psk_derivation = \"rfc8446\"\n"
         ));
         let c = Config::from_toml_str(&text).unwrap();
         assert_eq!(c.tls_mode(&c.listeners[0]), TlsMode::Required);
@@ -309,6 +335,7 @@ mod tests {
             h.dhchap_ctrl_key,
             Some(SecretSource::File("/etc/ebof/ctrl.key".into()))
         );
+        assert!(h.tls_psk_rfc8446);
         assert!(!format!("{c:?}").contains("ia6zGod"), "a secret in Debug");
         let again = Config::from_toml_str(&c.to_toml_string()).unwrap();
         assert_eq!(again, c);

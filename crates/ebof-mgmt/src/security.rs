@@ -145,13 +145,18 @@ pub fn tls_acceptor(
     if cfg.listener_tls.is_empty() {
         return Ok(None);
     }
-    let mut keys: HashMap<String, ConfiguredPsk> = HashMap::new();
+    let mut keys: HashMap<String, (ConfiguredPsk, Derivation)> = HashMap::new();
     for (i, h) in cfg.hosts.iter().enumerate() {
         let Some(k) = &h.tls_key else { continue };
         let path = format!("hosts[{i}].tls_key");
         let text = k.resolve().map_err(|e| format!("{path}: {e}"))?;
         let psk = ConfiguredPsk::parse(&text).map_err(|e| format!("{path}: {e}"))?;
-        keys.insert(h.nqn.clone(), psk);
+        let deriv = if h.tls_psk_rfc8446 {
+            Derivation::Rfc8446
+        } else {
+            Derivation::Compat
+        };
+        keys.insert(h.nqn.clone(), (psk, deriv));
     }
     if keys.is_empty() {
         let (l, _) = &cfg.listener_tls[0];
@@ -159,14 +164,19 @@ pub fn tls_acceptor(
             "listener {l} has TLS but no [[hosts]] entry has a tls_key: no host could connect"
         ));
     }
-    // Version-0 identities do not say how the host derived its PSK; nvme-cli up to 2.15
-    // (Debian trixie: 2.13) uses the "compat" encoding. Version-1 identities carry a digest and
-    // both encodings are tried.
-    let deriv = Derivation::Compat;
+    // Version-0 identities do not say how the host derived its PSK: the host's
+    // `tls_psk_derivation` does (default: nvme-cli <= 2.15's "compat" encoding). Version-1
+    // identities carry a digest and both encodings are tried.
     let server = nvmf_tls::TlsServerConfig::with_reasons(move |raw| {
-        resolve_identity(raw, deriv, |id| keys.get(&id.hostnqn).cloned())
-            .map(|(_, p)| p)
-            .map_err(|e| e.to_string())
+        let id = nvmf_tls::psk::PskIdentity::parse(raw).map_err(|e| e.to_string())?;
+        let deriv = keys
+            .get(&id.hostnqn)
+            .map_or(Derivation::Compat, |(_, d)| *d);
+        resolve_identity(raw, deriv, |id| {
+            keys.get(&id.hostnqn).map(|(k, _)| k.clone())
+        })
+        .map(|(_, p)| p)
+        .map_err(|e| e.to_string())
     })
     .map_err(|e| format!("TLS: {e}"))?;
     Ok(Some(Arc::new(Acceptor(server))))

@@ -1041,7 +1041,10 @@ fn read_tls(c: &mut ConnState) -> Input {
         return Input::Nothing;
     };
     let mut got = false;
-    let mut cipher = [0u8; 16 * 1024];
+    thread_local! {
+        /// Ciphertext read from a socket, before the session takes it (one per reactor).
+        static CIPHER: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(vec![0u8; 256 * 1024]);
+    }
     loop {
         // Drain the plaintext the session has.
         let mut full = false;
@@ -1064,7 +1067,18 @@ fn read_tls(c: &mut ConnState) -> Input {
             c.readable = true;
             break;
         }
-        match c.stream.read(&mut cipher) {
+        let r = CIPHER.with(|b| {
+            let mut b = b.borrow_mut();
+            match c.stream.read(&mut b) {
+                Ok(n) if n > 0 => session.feed(&b[..n]).map(|()| Ok(n)),
+                other => Ok(other),
+            }
+        });
+        let r = match r {
+            Ok(r) => r,
+            Err(e) => return Input::Tls(e),
+        };
+        match r {
             Ok(0) => {
                 c.readable = false;
                 return if got {
@@ -1073,10 +1087,7 @@ fn read_tls(c: &mut ConnState) -> Input {
                     Input::Closed
                 };
             }
-            Ok(n) => {
-                if let Err(e) = session.feed(&cipher[..n]) {
-                    return Input::Tls(e);
-                }
+            Ok(_) => {
                 // Handshake messages count as activity even without plaintext.
                 got |= !session.pending_cipher().is_empty() || !session.handshake_done();
             }

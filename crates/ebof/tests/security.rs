@@ -19,6 +19,8 @@ use common::{Output, Target, ebof, free_port};
 const NQN: &str = "nqn.2026-11.io.ebof:sec";
 const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:0000000a-0000-0000-0000-00000000000a";
 const OTHER: &str = "nqn.2014-08.org.nvmexpress:uuid:0000000b-0000-0000-0000-00000000000b";
+/// A host whose PSK derivation is RFC 8446's (as SPDK's initiator does it).
+const RFC_HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:0000000c-0000-0000-0000-00000000000c";
 const HOST_KEY: &str = "DHHC-1:01:VZi5tbir3nYufwfgCrjX0O2mmPHFkObvzamIRZnYUahWiFGg:";
 const CTRL_KEY: &str =
     "DHHC-1:02:elMhBLOsS9lwM3coDHJdWd13OK+KUnC7FcTJuoLCxjK/HGD9d7D/WpmmINI3kXxbIeTtsA==:";
@@ -63,9 +65,14 @@ dhchap_key = "{HOST_KEY}"
 dhchap_ctrl_key = "{CTRL_KEY}"
 tls_key = "{TLS_KEY}"
 
+[[hosts]]
+nqn = "{RFC_HOST}"
+tls_key = "{TLS_KEY}"
+tls_psk_derivation = "rfc8446"
+
 [[subsystems]]
 nqn = "{NQN}"
-hosts = ["{HOST}", "{OTHER}"]
+hosts = ["{HOST}", "{OTHER}", "{RFC_HOST}"]
 
 [[subsystems.namespaces]]
 nsid = 1
@@ -409,4 +416,47 @@ fn hostile_tls_input_leaves_other_connections_alone() {
     ]);
     assert!(id.ok, "target still serving: {}", id.stderr);
     assert!(!s.log().contains("panicked"), "{}", s.log());
+}
+
+/// A version-0 identity does not say how its PSK was derived: the host entry does
+/// (`tls_psk_derivation`), and `--tls-psk-derivation` on our side.
+#[test]
+fn the_psk_derivation_of_version_0_identities_is_per_host() {
+    let s = serve();
+    ok(
+        &perf(
+            &s.tls,
+            RFC_HOST,
+            &[
+                "--tls",
+                "--tls-key",
+                TLS_KEY,
+                "--tls-psk-derivation",
+                "rfc8446",
+            ],
+        ),
+        "RFC 8446 derivation",
+    );
+    refused(
+        &perf(&s.tls, RFC_HOST, &["--tls", "--tls-key", TLS_KEY]),
+        "compat derivation for an rfc8446 host",
+        "TLS",
+    );
+    refused(
+        &perf(
+            &s.tls,
+            HOST,
+            &[
+                "--tls",
+                "--tls-key",
+                TLS_KEY,
+                "--tls-psk-derivation",
+                "rfc8446",
+                "--dhchap-secret",
+                HOST_KEY,
+            ],
+        ),
+        "rfc8446 derivation for a compat host",
+        "TLS",
+    );
 }

@@ -56,6 +56,9 @@ pub struct HostConfig {
 pub struct TlsKey {
     pub key: nvmf_tls::psk::ConfiguredPsk,
     pub identity: Option<String>,
+    /// How the PSK is derived for a version-0 identity: nvme-cli <= 2.15's encoding (default)
+    /// or RFC 8446's HkdfLabel (what SPDK's target expects).
+    pub derivation: nvmf_tls::psk::Derivation,
 }
 
 impl TlsKey {
@@ -70,6 +73,7 @@ impl TlsKey {
         Ok(TlsKey {
             key,
             identity: identity.map(str::to_string),
+            derivation: nvmf_tls::psk::Derivation::Compat,
         })
     }
 
@@ -79,19 +83,19 @@ impl TlsKey {
         hostnqn: &str,
         subnqn: &str,
     ) -> Result<(Vec<u8>, nvmf_tls::psk::TlsPsk), String> {
-        use nvmf_tls::psk::{Derivation, IdentityVersion, PskIdentity, tls_psk_for_identity};
+        use nvmf_tls::psk::{IdentityVersion, PskIdentity, tls_psk_for_identity};
         match &self.identity {
             Some(id) => {
                 let parsed =
                     PskIdentity::parse(id.as_bytes()).map_err(|e| format!("TLS identity: {e}"))?;
-                let (psk, _) = tls_psk_for_identity(&self.key, &parsed, Derivation::Compat)
+                let (psk, _) = tls_psk_for_identity(&self.key, &parsed, self.derivation)
                     .map_err(|e| format!("TLS PSK: {e}"))?;
                 Ok((id.as_bytes().to_vec(), psk))
             }
             None => {
                 let (id, psk) = self
                     .key
-                    .host_identity(hostnqn, subnqn, IdentityVersion::V0, Derivation::Compat)
+                    .host_identity(hostnqn, subnqn, IdentityVersion::V0, self.derivation)
                     .map_err(|e| format!("TLS PSK: {e}"))?;
                 Ok((id.to_string().into_bytes(), psk))
             }

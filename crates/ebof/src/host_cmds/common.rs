@@ -186,6 +186,11 @@ pub struct SecurityArgs {
     /// sends).
     #[arg(long, value_name = "IDENTITY", requires = "tls_key")]
     pub tls_key_identity: Option<String>,
+    /// How the TLS PSK is derived from --tls-key for a version-0 identity: `compat` (nvme-cli
+    /// <= 2.15, what Linux targets configured with it expect) or `rfc8446` (SPDK's target,
+    /// libnvme >= 1.16).
+    #[arg(long, value_name = "ENCODING", value_parser = ["compat", "rfc8446"], default_value = "compat", requires = "tls_key")]
+    pub tls_psk_derivation: String,
 }
 
 impl SecurityArgs {
@@ -202,8 +207,11 @@ impl SecurityArgs {
                     "--tls needs --tls-key NVMeTLSkey-1:…: (ebof does not read the kernel keyring)"
                 );
             };
-            let key = nvmf_host::TlsKey::parse(k, self.tls_key_identity.as_deref())
+            let mut key = nvmf_host::TlsKey::parse(k, self.tls_key_identity.as_deref())
                 .map_err(|e| anyhow::anyhow!("--tls-key: {e}"))?;
+            if self.tls_psk_derivation == "rfc8446" {
+                key.derivation = nvmf_tls::psk::Derivation::Rfc8446;
+            }
             cfg.tls = Some(key);
         }
         Ok(())
