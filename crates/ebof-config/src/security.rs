@@ -13,6 +13,9 @@
 //! dhchap_ctrl_key = "DHHC-1:01:…:"   # and the controller too (bidirectional)
 //! tls_key = "NVMeTLSkey-1:01:…:"     # the configured PSK for NVMe/TCP TLS
 //! # dhchap_key_file / dhchap_ctrl_key_file / tls_key_file: the same, read from a file
+//! # subsystem = "nqn.…"              # these keys for this subsystem only (one entry per
+//!                                    # host and subsystem; an entry without applies to the
+//!                                    # host's other subsystems)
 //! ```
 //!
 //! Secrets are kept as written (or as a file path) and checked for their framing
@@ -111,6 +114,8 @@ impl SecretSource {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostSecurity {
     pub nqn: String,
+    /// The subsystem these keys are for; `None`: every subsystem without an entry of its own.
+    pub subsystem: Option<String>,
     /// The host's DH-HMAC-CHAP secret (`DHHC-1:…`): when set, the host must authenticate.
     pub dhchap_key: Option<SecretSource>,
     /// The controller's DH-HMAC-CHAP secret: when set, the controller authenticates to the
@@ -131,6 +136,7 @@ pub struct HostSecurity {
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawHost {
     nqn: Option<String>,
+    subsystem: Option<String>,
     dhchap_key: Option<String>,
     dhchap_key_file: Option<String>,
     dhchap_ctrl_key: Option<String>,
@@ -190,6 +196,9 @@ pub(crate) fn convert(raw: Vec<RawHost>) -> Result<Vec<HostSecurity>, ConfigErro
                 ConfigError::new(codes::MISSING_FIELD, at("nqn"), "nqn is required")
             })?;
             check_nqn(&nqn).map_err(|e| e.at(at("nqn")))?;
+            if let Some(s) = &h.subsystem {
+                check_nqn(s).map_err(|e| e.at(at("subsystem")))?;
+            }
             let dhchap_key = secret(
                 h.dhchap_key,
                 h.dhchap_key_file,
@@ -221,6 +230,7 @@ pub(crate) fn convert(raw: Vec<RawHost>) -> Result<Vec<HostSecurity>, ConfigErro
             };
             Ok(HostSecurity {
                 nqn,
+                subsystem: h.subsystem,
                 dhchap_key,
                 dhchap_ctrl_key,
                 tls_key,
@@ -233,11 +243,21 @@ pub(crate) fn convert(raw: Vec<RawHost>) -> Result<Vec<HostSecurity>, ConfigErro
 /// Each host once; a controller key only with a host key; TLS modes only on listeners.
 pub(crate) fn validate(cfg: &Config) -> Result<(), ConfigError> {
     for (i, h) in cfg.hosts.iter().enumerate() {
-        if cfg.hosts[..i].iter().any(|o| o.nqn == h.nqn) {
+        if cfg.hosts[..i]
+            .iter()
+            .any(|o| o.nqn == h.nqn && o.subsystem == h.subsystem)
+        {
             return Err(ConfigError::new(
                 codes::DUPLICATE_HOST,
                 format!("hosts[{i}].nqn"),
-                format!("host {} is listed twice in [[hosts]]", quote(&h.nqn)),
+                match &h.subsystem {
+                    None => format!("host {} is listed twice in [[hosts]]", quote(&h.nqn)),
+                    Some(s) => format!(
+                        "host {} is listed twice in [[hosts]] for subsystem {}",
+                        quote(&h.nqn),
+                        quote(s)
+                    ),
+                },
             ));
         }
         if h.dhchap_ctrl_key.is_some() && h.dhchap_key.is_none() {
@@ -270,9 +290,17 @@ impl Config {
             .unwrap_or_default()
     }
 
-    /// The `[[hosts]]` entry of `nqn`.
-    pub fn host_security(&self, nqn: &str) -> Option<&HostSecurity> {
-        self.hosts.iter().find(|h| h.nqn == nqn)
+    /// The `[[hosts]]` entry of host `nqn` for subsystem `subnqn`: its own entry for that
+    /// subsystem, else its entry without a subsystem.
+    pub fn host_security(&self, nqn: &str, subnqn: &str) -> Option<&HostSecurity> {
+        self.hosts
+            .iter()
+            .find(|h| h.nqn == nqn && h.subsystem.as_deref() == Some(subnqn))
+            .or_else(|| {
+                self.hosts
+                    .iter()
+                    .find(|h| h.nqn == nqn && h.subsystem.is_none())
+            })
     }
 }
 
@@ -297,6 +325,9 @@ pub(crate) fn emit(out: &mut String, cfg: &Config) {
     for h in &cfg.hosts {
         out.push_str("\n[[hosts]]\n");
         let _ = writeln!(out, "nqn = {}", crate::emit::string(&h.nqn));
+        if let Some(s) = &h.subsystem {
+            let _ = writeln!(out, "subsystem = {}", crate::emit::string(s));
+        }
         emit_secret(out, "dhchap_key", &h.dhchap_key);
         emit_secret(out, "dhchap_ctrl_key", &h.dhchap_ctrl_key);
         emit_secret(out, "tls_key", &h.tls_key);
@@ -329,7 +360,7 @@ mod tests {
         ));
         let c = Config::from_toml_str(&text).unwrap();
         assert_eq!(c.tls_mode(&c.listeners[0]), TlsMode::Required);
-        let h = c.host_security(HOST).unwrap();
+        let h = c.host_security(HOST, "nqn.2026-11.io.ebof:a").unwrap();
         assert_eq!(h.dhchap_key, Some(SecretSource::Inline(KEY.into())));
         assert_eq!(
             h.dhchap_ctrl_key,
@@ -384,6 +415,31 @@ mod tests {
             assert!(!e.to_string().contains("secretvalue"), "{e}");
             assert!(!e.to_string().contains("abcdefgh"), "{e}");
         }
+    }
+
+    #[test]
+    fn per_subsystem_entries_come_before_the_host_wide_one() {
+        let text = base(&format!(
+            "[[hosts]]\nnqn = \"{HOST}\"\ndhchap_key = \"{KEY}\"\n\
+             [[hosts]]\nnqn = \"{HOST}\"\nsubsystem = \"nqn.2026-11.io.ebof:b\"\n\
+             dhchap_key_file = \"/k/b\"\n"
+        ));
+        let c = Config::from_toml_str(&text).unwrap();
+        let b = c.host_security(HOST, "nqn.2026-11.io.ebof:b").unwrap();
+        assert_eq!(b.dhchap_key, Some(SecretSource::File("/k/b".into())));
+        let a = c.host_security(HOST, "nqn.2026-11.io.ebof:a").unwrap();
+        assert_eq!(a.dhchap_key, Some(SecretSource::Inline(KEY.into())));
+        assert!(
+            c.host_security("nqn.2014-08.org.x:other", "nqn.2026-11.io.ebof:a")
+                .is_none()
+        );
+        assert_eq!(Config::from_toml_str(&c.to_toml_string()).unwrap(), c);
+        let dup = base(&format!(
+            "[[hosts]]\nnqn = \"{HOST}\"\nsubsystem = \"nqn.2026-11.io.ebof:b\"\n\
+             [[hosts]]\nnqn = \"{HOST}\"\nsubsystem = \"nqn.2026-11.io.ebof:b\"\n"
+        ));
+        let e = Config::from_toml_str(&dup).unwrap_err();
+        assert_eq!(e.code, codes::DUPLICATE_HOST, "{e}");
     }
 
     #[test]

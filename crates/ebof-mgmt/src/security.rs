@@ -26,7 +26,8 @@ struct HostKeys {
 
 /// DH-HMAC-CHAP for every host with a `dhchap_key`.
 pub struct DhchapPolicy {
-    hosts: HashMap<String, HostKeys>,
+    /// Keys by (host NQN, subsystem NQN or `None` for the host's other subsystems).
+    hosts: HashMap<(String, Option<String>), HostKeys>,
     /// Transformed keys per (host NQN, subsystem NQN).
     configs: Mutex<HashMap<(String, String), Arc<AuthConfig>>>,
 }
@@ -55,7 +56,10 @@ impl DhchapPolicy {
                 .as_ref()
                 .map(|c| dhchap(c, &format!("hosts[{i}].dhchap_ctrl_key")))
                 .transpose()?;
-            hosts.insert(h.nqn.clone(), HostKeys { host, ctrl });
+            hosts.insert(
+                (h.nqn.clone(), h.subsystem.clone()),
+                HostKeys { host, ctrl },
+            );
         }
         Ok((!hosts.is_empty()).then(|| DhchapPolicy {
             hosts,
@@ -79,7 +83,10 @@ impl DhchapPolicy {
 
 impl AuthPolicy for DhchapPolicy {
     fn session(&self, hostnqn: &str, subnqn: &str, _qid: u16) -> Option<Box<dyn AuthSession>> {
-        let k = self.hosts.get(hostnqn)?;
+        let k = self
+            .hosts
+            .get(&(hostnqn.to_string(), Some(subnqn.to_string())))
+            .or_else(|| self.hosts.get(&(hostnqn.to_string(), None)))?;
         let cfg = self.config(hostnqn, subnqn, k);
         Some(Box::new(DhchapSession {
             auth: TargetAuth::with_os_random(cfg),
@@ -145,7 +152,8 @@ pub fn tls_acceptor(
     if cfg.listener_tls.is_empty() {
         return Ok(None);
     }
-    let mut keys: HashMap<String, (ConfiguredPsk, Derivation)> = HashMap::new();
+    type Keys = HashMap<(String, Option<String>), (ConfiguredPsk, Derivation)>;
+    let mut keys: Keys = HashMap::new();
     for (i, h) in cfg.hosts.iter().enumerate() {
         let Some(k) = &h.tls_key else { continue };
         let path = format!("hosts[{i}].tls_key");
@@ -156,7 +164,7 @@ pub fn tls_acceptor(
         } else {
             Derivation::Compat
         };
-        keys.insert(h.nqn.clone(), (psk, deriv));
+        keys.insert((h.nqn.clone(), h.subsystem.clone()), (psk, deriv));
     }
     if keys.is_empty() {
         let (l, _) = &cfg.listener_tls[0];
@@ -167,13 +175,16 @@ pub fn tls_acceptor(
     // Version-0 identities do not say how the host derived its PSK: the host's
     // `tls_psk_derivation` does (default: nvme-cli <= 2.15's "compat" encoding). Version-1
     // identities carry a digest and both encodings are tried.
+    let find = |keys: &Keys, host: &str, sub: &str| -> Option<(ConfiguredPsk, Derivation)> {
+        keys.get(&(host.to_string(), Some(sub.to_string())))
+            .or_else(|| keys.get(&(host.to_string(), None)))
+            .cloned()
+    };
     let server = nvmf_tls::TlsServerConfig::with_reasons(move |raw| {
         let id = nvmf_tls::psk::PskIdentity::parse(raw).map_err(|e| e.to_string())?;
-        let deriv = keys
-            .get(&id.hostnqn)
-            .map_or(Derivation::Compat, |(_, d)| *d);
+        let deriv = find(&keys, &id.hostnqn, &id.subnqn).map_or(Derivation::Compat, |(_, d)| d);
         resolve_identity(raw, deriv, |id| {
-            keys.get(&id.hostnqn).map(|(k, _)| k.clone())
+            find(&keys, &id.hostnqn, &id.subnqn).map(|(k, _)| k)
         })
         .map(|(_, p)| p)
         .map_err(|e| e.to_string())

@@ -17,6 +17,8 @@ use std::process::Stdio;
 use common::{Output, Target, ebof, free_port};
 
 const NQN: &str = "nqn.2026-11.io.ebof:sec";
+/// A second subsystem, for which HOST has a key of its own.
+const NQN2: &str = "nqn.2026-11.io.ebof:sec2";
 const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:0000000a-0000-0000-0000-00000000000a";
 const OTHER: &str = "nqn.2014-08.org.nvmexpress:uuid:0000000b-0000-0000-0000-00000000000b";
 /// A host whose PSK derivation is RFC 8446's (as SPDK's initiator does it).
@@ -69,6 +71,20 @@ tls_key = "{TLS_KEY}"
 nqn = "{RFC_HOST}"
 tls_key = "{TLS_KEY}"
 tls_psk_derivation = "rfc8446"
+
+[[hosts]]
+nqn = "{HOST}"
+subsystem = "{NQN2}"
+dhchap_key = "{WRONG_KEY}"
+
+[[subsystems]]
+nqn = "{NQN2}"
+hosts = ["{HOST}"]
+
+[[subsystems.namespaces]]
+nsid = 1
+backend = "ram"
+size = "4M"
 
 [[subsystems]]
 nqn = "{NQN}"
@@ -458,5 +474,39 @@ fn the_psk_derivation_of_version_0_identities_is_per_host() {
         ),
         "rfc8446 derivation for a compat host",
         "TLS",
+    );
+}
+
+/// A `[[hosts]]` entry with `subsystem` holds that subsystem's keys; the host-wide entry the
+/// others'.
+#[test]
+fn keys_per_host_and_subsystem() {
+    let s = serve();
+    let identify = |nqn: &str, key: &str| {
+        ebof(&[
+            "identify",
+            "-a",
+            "127.0.0.1",
+            "-s",
+            &s.plain,
+            "-n",
+            nqn,
+            "--hostnqn",
+            HOST,
+            "--dhchap-secret",
+            key,
+        ])
+    };
+    assert!(identify(NQN2, WRONG_KEY).ok, "sec2's own key");
+    refused(
+        &identify(NQN2, HOST_KEY),
+        "the host-wide key on sec2",
+        "authentication",
+    );
+    assert!(identify(NQN, HOST_KEY).ok, "the host-wide key on sec");
+    refused(
+        &identify(NQN, WRONG_KEY),
+        "sec2's key on sec",
+        "authentication",
     );
 }
