@@ -6,7 +6,7 @@ use ebof_config::{BackendChoice, Config, IoEngine, Overrides, format_size};
 use ebof_runtime::{EngineConfig, IoEngineKind, Server, ServerConfig, affinity};
 use nvmf_tcp::TargetConnConfig;
 use std::ffi::OsStr;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -128,8 +128,11 @@ pub fn effective_config(a: &ServeArgs) -> Result<Config> {
 }
 
 /// Check, before any backend is opened or file created, that every listener can be bound, so a
-/// port in use fails at once with nothing left behind. The probe sockets are closed again at
-/// once (std sets SO_REUSEADDR, so the real bind in `Server::start` follows without delay).
+/// port in use fails at once with nothing left behind. The probe sockets are bound but never
+/// listen (a client that connects meanwhile is refused, not accepted by a socket about to
+/// close: a readiness check would otherwise take the probe for the server), and they are
+/// closed again at once; SO_REUSEADDR as on the real listener, so its bind follows without
+/// delay.
 ///
 /// The embedded default's discovery listener is a convenience: when its port is taken (another
 /// target on this machine), serve without it, say so, and keep answering discovery on the I/O
@@ -158,9 +161,16 @@ fn check_listeners(cfg: &mut Config, optional_discovery: bool) -> Result<()> {
 }
 
 fn probe_bind(addr: SocketAddr) -> Result<()> {
-    TcpListener::bind(addr)
-        .map(drop)
-        .with_context(|| format!("cannot listen on {addr}"))
+    use socket2::{Domain, Protocol, Socket, Type};
+    let probe = || -> std::io::Result<()> {
+        let s = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+        s.set_reuse_address(true)?;
+        if addr.is_ipv6() {
+            s.set_only_v6(true)?;
+        }
+        s.bind(&addr.into())
+    };
+    probe().with_context(|| format!("cannot listen on {addr}"))
 }
 
 /// `a, b, c` for a log line.
@@ -359,7 +369,7 @@ mod tests {
 
     #[test]
     fn a_taken_port_fails_the_check_but_not_for_the_default_discovery() {
-        let busy = TcpListener::bind("127.0.0.1:0").unwrap();
+        let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = busy.local_addr().unwrap().port();
         // I/O listener on a free port, discovery listener on the taken one.
         let config = || {
