@@ -172,6 +172,9 @@ impl Status {
     pub const ANA_PERSISTENT_LOSS: Status = path(0x01);
     pub const ANA_INACCESSIBLE: Status = path(0x02);
     pub const ANA_TRANSITION: Status = path(0x03);
+    /// Controller Pathing Error (SCT 3h, SC 60h), DNR clear: this path's controller is gone
+    /// (removed listener, reset); a multipath host fails the command over to another path.
+    pub const CONTROLLER_PATHING_ERROR: Status = path(0x60);
 
     /// The same status with Do Not Retry set or cleared.
     pub const fn with_dnr(self, dnr: bool) -> Status {

@@ -539,9 +539,18 @@ impl Queue {
     /// An I/O queue only exists while its controller is enabled: Connect checks CSTS.RDY and
     /// any reset or shutdown bumps the I/O epoch, which `should_close` sees. So readiness is two
     /// atomic loads, no lock on the data path.
+    ///
+    /// A command caught between its controller's teardown (listener removed with its
+    /// controllers, reset, keep-alive expiry) and the connection's close fails with a
+    /// path-related status, DNR clear, so a multipath host retries it on another path instead
+    /// of failing it: the Linux host completes a DNR status (Command Sequence Error was used
+    /// before) as an I/O error even with another live path.
     fn check_io_ready(&self) -> Result<(), CmdError> {
-        if self.ctrl.is_none() || self.should_close() {
+        if self.ctrl.is_none() {
             return Err(Status::CMD_SEQ_ERROR.into());
+        }
+        if self.should_close() {
+            return Err(Status::CONTROLLER_PATHING_ERROR.into());
         }
         Ok(())
     }

@@ -245,6 +245,24 @@ fn io_fails_with_the_path_status_of_its_group() {
     assert_eq!(other.rw(io::FLUSH, u32::MAX), Status::SUCCESS);
 }
 
+/// A path whose controller was torn down (listener removed with its controllers) fails the
+/// commands still arriving on its I/O queue with a path status, DNR clear: the Linux host
+/// retries them on the other path instead of reporting an I/O error.
+#[test]
+fn io_on_a_torn_down_controller_fails_over() {
+    let t = target();
+    let (_a, cntlid) = Host::admin(&t, port(4420));
+    let mut q = Host::io(&t, port(4420), cntlid);
+    assert_eq!(q.rw(io::WRITE, 1), Status::SUCCESS);
+    t.controller(cntlid).unwrap().kill();
+    assert!(q.q.should_close());
+    for op in [io::WRITE, io::READ, io::FLUSH] {
+        let got = q.rw(op, 1);
+        assert_eq!(got, Status::CONTROLLER_PATHING_ERROR, "{op:#x}");
+        assert!(!got.dnr, "the host must be free to retry elsewhere");
+    }
+}
+
 #[test]
 fn inaccessible_write_leaves_the_media_alone() {
     let t = target();

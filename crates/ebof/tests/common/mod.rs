@@ -23,9 +23,8 @@ const START_TIMEOUT: Duration = Duration::from_secs(30);
 ///
 /// The port is taken from below the kernel's ephemeral range, never from it: the tests make
 /// many client connections, and a client socket that happened to get the port as its source
-/// port would stop the server from binding it; worse, a readiness probe connecting to a port
-/// in that range before the server binds can connect to itself (TCP simultaneous open), so the
-/// test would go on against a server that then fails to bind. That happened once in CI.
+/// port would stop the server from binding it; and a readiness probe connecting to a port in
+/// that range before the server binds could connect to itself (TCP simultaneous open).
 pub fn free_port() -> u16 {
     static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
     let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
