@@ -918,27 +918,16 @@ fn send_tls(c: &mut ConnState, iov: &mut Vec<libc::iovec>) -> io::Result<bool> {
         if pending.is_empty() {
             return Ok(true);
         }
-        // SAFETY: `pending` is a live slice for the duration of the call.
-        let n = unsafe {
-            libc::send(
-                c.stream.as_raw_fd(),
-                pending.as_ptr() as *const libc::c_void,
-                pending.len(),
-                libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
-            )
-        };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            match e.kind() {
-                io::ErrorKind::WouldBlock => {
-                    c.blocked = true;
-                    return Ok(false);
-                }
-                io::ErrorKind::Interrupted => continue,
-                _ => return Err(e),
+        // std's (and so mio's) `write` sends with MSG_NOSIGNAL; the socket is non-blocking.
+        match std::io::Write::write(&mut c.stream, pending) {
+            Ok(n) => session.consume_cipher(n),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                c.blocked = true;
+                return Ok(false);
             }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
         }
-        session.consume_cipher(n as usize);
     }
 }
 
