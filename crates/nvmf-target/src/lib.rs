@@ -123,4 +123,4 @@ pub use model::{
     EventCounters, ListenerInfo, ListenerTls, Namespace, Subsystem, Target, TargetLimits,
     UpdateError,
 };
-pub use queue::{C2hData, CAW_DRAIN_TIMEOUT, Disposition, Queue, QueueRole};
+pub use queue::{C2hData, CAW_DRAIN_TIMEOUT, Disposition, Queue, QueueRole, Transport};
