@@ -39,6 +39,7 @@ fn target(backend: Arc<dyn Backend>) -> Arc<Target> {
             addr: local(),
             portid: 1,
             tls: Default::default(),
+            transport: Default::default(),
         }],
         TargetLimits::default(),
         Instant::now(),
