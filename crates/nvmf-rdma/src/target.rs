@@ -359,6 +359,24 @@ impl RdmaQueueCore {
         self.start_reads(mem);
     }
 
+    /// The queue pair is gone (destroyed: no more DMA into or out of lent memory): every
+    /// staging buffer still lent goes back, reads streamed from the namespace leave its gate.
+    pub fn release_all(&mut self, mem: &mut dyn Memory) {
+        for (_, d) in self.reads.drain() {
+            if let ReadDest::Staged { buf, .. } = d {
+                mem.release(buf);
+            }
+        }
+        for (_, ctx) in self.sends.drain() {
+            for b in ctx.bufs {
+                mem.release(b);
+            }
+        }
+        self.reads_waiting.clear();
+        self.zero_copy_sends = 0;
+        self.queue.output_sent();
+    }
+
     /// Offloaded I/O of `slot` finished (file, block backends).
     pub fn complete_io(
         &mut self,
