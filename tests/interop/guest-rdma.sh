@@ -1,0 +1,160 @@
+# shellcheck shell=bash
+# Guest helpers for the NVMe over RDMA scenarios (linux-rdma, linux-rdma2): soft-RoCE (rdma_rxe) on
+# the guest's virtio-net interface, the kernel's nvmet-rdma through configfs, and the checks for
+# whether $EBOF_BIN knows RDMA yet. Sourced by the guest scripts after guest-lib.sh (vm_start copies
+# it to /xchg/guest-rdma.sh).
+#
+#   rdma_modules                 modprobe rdma_rxe, ib_uverbs, rdma_ucm, nvme-rdma, nvmet, nvmet-rdma
+#   rxe_add                      `rdma link add rxe0 type rxe netdev IFACE`; waits for PORT_ACTIVE;
+#                                ibv_devices / ibv_devinfo must show it; prints the RoCE v2 GID
+#   rdma_listening IP PORT       an RDMA CM id listens on IP:PORT (`rdma resource show cm_id`)
+#   kt_rdma_up NQN IP PORT DEV   nvmet: subsystem NQN (any host), namespace 1 = DEV, port 1 = rdma
+#   kt_rdma_down NQN             remove that configuration again (port, link, namespace, subsystem)
+#   ebof_knows_rdma_host         `ebof discover --help` has a -t/--transport option
+#   ebof_serve_rdma_check CONFIG `ebof serve --config CONFIG --print-config` accepts an RDMA
+#                                listener: 0 yes, 77 no (the error names the transport), else 1
+#   rdma_discover NQN            nvme discover -t rdma $TARGET_IP:$TARGET_PORT must list NQN (RDMA entry)
+#   rdma_connect NQN             nvme connect -t rdma (nvme_connect), nvme list, queue count
+#   ebof_missing MESSAGE         step_skip MESSAGE, or fail with it under EBOF_INTEROP_STRICT
+
+NVMET=/sys/kernel/config/nvmet
+RXE_DEV=${RXE_DEV:-rxe0}
+EBOF=${EBOF_BIN:-}
+export NVME_TRANSPORT=rdma
+
+rdma_modules() {
+	local m
+	# rdma_rxe: soft-RoCE; ib_uverbs + rdma_ucm: /dev/infiniband/uverbs0 and rdma_cm for userspace
+	# verbs (ibv_devices, rping, ebof); nvme-rdma: the host; nvmet-rdma: the kernel's target
+	for m in rdma_rxe ib_uverbs rdma_ucm nvme-rdma nvmet nvmet-rdma; do
+		run modprobe "$m"
+	done
+	lsmod | awk 'NR > 1 && $1 ~ /rdma|^ib_|^iw_|nvme/ { print "  " $1 " (used by " ($4 == "" ? "-" : $4) ")" }'
+}
+
+_net_iface() {
+	local n
+	for n in /sys/class/net/*; do
+		n=${n##*/}
+		[[ $n != lo ]] && echo "$n" && return 0
+	done
+	return 1
+}
+_rxe_active() { [[ $(cat "/sys/class/infiniband/$RXE_DEV/ports/1/state" 2>/dev/null) == *ACTIVE* ]]; }
+
+rxe_add() {
+	local iface gid
+	iface=$(_net_iface) || fail "no network interface"
+	run rdma link add "$RXE_DEV" type rxe netdev "$iface"
+	wait_for 10 _rxe_active || fail "$RXE_DEV port 1 not ACTIVE: $(cat "/sys/class/infiniband/$RXE_DEV/ports/1/state" 2>&1)"
+	run rdma link show
+	run ibv_devices | tee /tmp/ibv_devices.txt
+	grep -qw "$RXE_DEV" /tmp/ibv_devices.txt || fail "ibv_devices does not list $RXE_DEV"
+	run ibv_devinfo -d "$RXE_DEV" | grep -E 'hca_id|transport|state|active_mtu|link_layer'
+	[[ -e /dev/infiniband/rdma_cm && -e /dev/infiniband/uverbs0 ]] ||
+		fail "no /dev/infiniband/{rdma_cm,uverbs0}: $(ls /dev/infiniband 2>&1)"
+	# GID index 1 is the IPv4-mapped one; its type must be RoCE v2 (UDP port 4791)
+	gid=$(cat "/sys/class/infiniband/$RXE_DEV/ports/1/gids/1")
+	echo "GID[1] $gid ($(cat "/sys/class/infiniband/$RXE_DEV/ports/1/gid_attrs/types/1"))," \
+		"netdev $(cat "/sys/class/infiniband/$RXE_DEV/ports/1/gid_attrs/ndevs/1")," \
+		"RLIMIT_MEMLOCK $(ulimit -l)"
+}
+
+# rdma_listening IP PORT: an RDMA CM id (kernel or userspace) is in state LISTEN on IP:PORT
+rdma_listening() {
+	rdma resource show cm_id 2>/dev/null | grep 'state LISTEN' | grep -q "src-addr $1:$2\b"
+}
+
+# rping IP PORT: librdmacm/libibverbs from userspace, server and client on the guest's own address
+rping_check() {
+	local ip=$1 port=${2:-7174} pid
+	timeout -k 5 60 rping -s -a "$ip" -p "$port" -C 3 -S 64 >/tmp/rping-server.txt 2>&1 &
+	pid=$!
+	wait_for 10 rdma_listening "$ip" "$port" || fail "rping server does not listen on $ip:$port"
+	run -t 60 rping -c -a "$ip" -p "$port" -C 3 -S 64 -v
+	wait "$pid" || fail "rping server failed: $(cat /tmp/rping-server.txt)"
+}
+
+kt_rdma_up() {
+	local nqn=$1 ip=$2 port=$3 dev=$4 s=$NVMET/subsystems/$1 p=$NVMET/ports/1
+	mkdir "$s"
+	echo 1 >"$s/attr_allow_any_host"
+	mkdir "$s/namespaces/1"
+	echo -n "$dev" >"$s/namespaces/1/device_path"
+	echo 1 >"$s/namespaces/1/enable"
+	mkdir "$p"
+	echo rdma >"$p/addr_trtype"
+	echo ipv4 >"$p/addr_adrfam"
+	echo "$ip" >"$p/addr_traddr"
+	echo "$port" >"$p/addr_trsvcid"
+	ln -s "$s" "$p/subsystems/$nqn"
+	wait_for 10 rdma_listening "$ip" "$port" || fail "nvmet-rdma does not listen on $ip:$port"
+	run rdma resource show cm_id
+	echo "nvmet: $nqn, namespace 1 = $dev, port 1 = rdma $ip:$port, any host"
+}
+
+kt_rdma_down() {
+	local nqn=$1 s=$NVMET/subsystems/$1 p=$NVMET/ports/1
+	rm -f "$p/subsystems/$nqn"
+	rmdir "$p"
+	echo 0 >"$s/namespaces/1/enable"
+	rmdir "$s/namespaces/1"
+	rmdir "$s"
+	echo "nvmet configuration removed"
+}
+
+# The host tools know RDMA once `ebof discover --help` offers -t/--transport.
+ebof_knows_rdma_host() {
+	[[ -x $EBOF ]] && "$EBOF" discover --help 2>/dev/null | grep -qE -- '(^|[ ,])(-t|--transport)\b'
+}
+
+# ebof_serve_rdma_check CONFIG: 0 when `ebof serve` accepts the RDMA listener of CONFIG (its
+# --print-config dry run succeeds and echoes the transport), 77 when it rejects it because of the
+# transport (the version before RDMA: "unknown field `transport`"), 1 for any other failure
+ebof_serve_rdma_check() {
+	local out rc=0
+	[[ -x $EBOF ]] || { echo "no ebof binary at '$EBOF'"; return 77; }
+	out=$("$EBOF" serve --config "$1" --print-config 2>&1) || rc=$?
+	if ((rc == 0)) && grep -qi 'rdma' <<<"$out"; then
+		return 0
+	fi
+	echo "$out" | tail -n 5
+	if grep -qi 'transport' <<<"$out"; then
+		return 77
+	fi
+	((rc != 0)) || echo "--print-config succeeded but does not show the rdma transport"
+	return 1
+}
+
+# ebof_missing MESSAGE: the current step cannot run with this ebof yet: SKIP, or fail when
+# EBOF_INTEROP_STRICT is set
+ebof_missing() {
+	if [[ -n ${EBOF_INTEROP_STRICT:-} && ${EBOF_INTEROP_STRICT} != 0 ]]; then
+		fail "$* (EBOF_INTEROP_STRICT)"
+	fi
+	step_skip "$*"
+}
+
+# discovery_check OUTPUT NQN: the discovery log (nvme-cli's text) has an RDMA entry for NQN with the
+# NVMe/RDMA transport-specific fields (RDMA_QPTYPE reliable connected, RDMA_CMS RDMA-CM)
+discovery_check() {
+	local out=$1 nqn=$2
+	grep -qE '^trtype: +rdma' <<<"$out" || fail "no entry with trtype rdma"
+	grep -qE "^subnqn: +$nqn\$" <<<"$out" || fail "no entry for $nqn"
+	grep -qE '^rdma_qptype: +connected' <<<"$out" || fail "rdma_qptype is not 'connected'"
+	grep -qE '^rdma_cms: +rdma-cm' <<<"$out" || fail "rdma_cms is not 'rdma-cm'"
+}
+
+rdma_discover() {
+	local out
+	out=$(run -t 60 nvme discover -t rdma -a "$TARGET_IP" -s "$TARGET_PORT")
+	echo "$out"
+	discovery_check "$out" "$1"
+}
+
+rdma_connect() {
+	nvme_connect "$1"
+	run nvme list
+	echo "queues: $(cat "/sys/class/nvme/$CTRL/queue_count") (with admin)," \
+		"sqsize $(cat "/sys/class/nvme/$CTRL/sqsize"), address $(cat "/sys/class/nvme/$CTRL/address")"
+}
