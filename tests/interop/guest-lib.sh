@@ -33,8 +33,9 @@ _on_err() {
 	[[ $file == guest.sh ]] && file=${GUEST_SCRIPT_NAME:-$file}
 	echo "!!!! command failed (status $rc) at $file:$line: $cmd"
 }
+# _on_exit [STATUS]: the EXIT trap (a script's own exit trap may call it with the status it saw)
 _on_exit() {
-	local rc=$?
+	local rc=${1:-$?}
 	if [[ -n $STEP_TITLE ]]; then
 		echo "!!!! FAILED in step [$STEP_NO] $STEP_TITLE"
 		_step_end "FAIL(status $rc)"

@@ -15,11 +15,17 @@
 #                                listener: 0 yes, 77 no (the error names the transport), else 1
 #   rdma_discover NQN            nvme discover -t rdma $TARGET_IP:$TARGET_PORT must list NQN (RDMA entry)
 #   rdma_connect NQN             nvme connect -t rdma (nvme_connect), nvme list, queue count
+#   serve_rdma_conf CONF IP PORT NQN SIZE    write CONF: an RDMA listener, NQN with a RAM namespace
+#   serve_rdma_check CONF IP PORT NQN SIZE   serve_rdma_conf, then ebof serve must accept it: SERVE=1,
+#                                or ebof_missing when it rejects the transport
+#   serve_rdma_start CONF LOG IP PORT   start `ebof serve` (SERVE_PID) and wait for its RDMA listener
+#   serve_rdma_stop LOG          SIGTERM, wait, and no panic in LOG
 #   ebof_missing MESSAGE         step_skip MESSAGE, or fail with it under EBOF_INTEROP_STRICT
 
 NVMET=/sys/kernel/config/nvmet
 RXE_DEV=${RXE_DEV:-rxe0}
 EBOF=${EBOF_BIN:-}
+SERVE=0 SERVE_PID=''
 export NVME_TRANSPORT=rdma
 
 rdma_modules() {
@@ -158,3 +164,70 @@ rdma_connect() {
 	echo "queues: $(cat "/sys/class/nvme/$CTRL/queue_count") (with admin)," \
 		"sqsize $(cat "/sys/class/nvme/$CTRL/sqsize"), address $(cat "/sys/class/nvme/$CTRL/address")"
 }
+
+serve_rdma_conf() {
+	local conf=$1 ip=$2 port=$3 nqn=$4 size=$5
+	cat >"$conf" <<-EOF
+		[[listeners]]
+		address = "$ip"
+		port = $port
+		transport = "rdma"
+
+		[[subsystems]]
+		nqn = "$nqn"
+		allow_any_host = true
+
+		[[subsystems.namespaces]]
+		nsid = 1
+		backend = "ram"
+		size = "$size"
+	EOF
+	cat "$conf"
+}
+
+serve_rdma_check() {
+	local rc=0
+	serve_rdma_conf "$@"
+	ebof_serve_rdma_check "$1" || rc=$?
+	# shellcheck disable=SC2034 # SERVE is read by the guest scripts
+	case $rc in
+	0) SERVE=1 && echo "ebof serve accepts transport = \"rdma\"" ;;
+	77) ebof_missing "ebof serve rejects transport = \"rdma\" (not implemented yet): ebof serve steps skipped" ;;
+	*) fail "ebof serve --print-config failed on the RDMA configuration" ;;
+	esac
+}
+
+_serve_alive() { [[ -n $SERVE_PID ]] && kill -0 "$SERVE_PID" 2>/dev/null; }
+_serve_up() {
+	_serve_alive || fail "ebof serve exited: $(tail -n 20 "$1")"
+	rdma_listening "$2" "$3"
+}
+
+serve_rdma_start() {
+	local conf=$1 log=$2 ip=$3 port=$4
+	# The RDMA target registers (pins) its RAM namespace. The guest's default RLIMIT_MEMLOCK is
+	# 8 MiB; root has CAP_IPC_LOCK, which ib_umem_get accepts instead, but lift the limit anyway.
+	ulimit -l unlimited
+	echo "+ $EBOF serve --config $conf (RLIMIT_MEMLOCK $(ulimit -l), RUST_LOG=${RUST_LOG:-info})"
+	RUST_LOG=${RUST_LOG:-info} "$EBOF" serve --config "$conf" >"$log" 2>&1 &
+	SERVE_PID=$!
+	wait_for 60 _serve_up "$log" "$ip" "$port" ||
+		fail "ebof serve (pid $SERVE_PID) does not listen on rdma $ip:$port: $(tail -n 20 "$log")"
+	run rdma resource show cm_id
+	echo "ebof serve pid $SERVE_PID listens on rdma $ip:$port"
+}
+
+serve_rdma_stop() {
+	local log=$1
+	_serve_alive || fail "ebof serve died before the stop: $(tail -n 20 "$log")"
+	kill -TERM "$SERVE_PID"
+	# shellcheck disable=SC2016 # expanded by eval
+	wait_for 20 eval '! _serve_alive' || { kill -KILL "$SERVE_PID"; fail "ebof serve ignored SIGTERM for 20 s"; }
+	wait "$SERVE_PID" || echo "ebof serve exited with status $? after SIGTERM"
+	SERVE_PID=''
+	tail -n 15 "$log"
+	! grep -qiE 'panic' "$log" || fail "ebof serve's log has a panic"
+}
+
+# rxe_stats: the soft-RoCE port's packet counters (sent_pkts, rcvd_pkts, ...)
+rxe_stats() { rdma statistic show link "$RXE_DEV/1" 2>/dev/null || echo "(no rdma statistic for $RXE_DEV)"; }

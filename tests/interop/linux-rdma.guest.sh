@@ -25,8 +25,7 @@ FIO_SMALL=${FIO_SMALL:-8M}
 FIO_SEQ=${FIO_SEQ:-32M}
 SERVE_CONF=/tmp/ebof-rdma.toml
 SERVE_LOG=$X/ebof-serve.log
-SERVE_PID=''
-HOSTTOOLS=0 SERVE=0
+HOSTTOOLS=0
 
 # --- 1. soft-RoCE
 setup_rdma() {
@@ -81,48 +80,11 @@ kernel_target_down() {
 	wait_for 10 eval '! rdma_listening "$TARGET_IP" "$TARGET_PORT"' || fail "nvmet-rdma still listens"
 }
 
-# --- 4. ebof serve with an RDMA listener
-serve_check() {
-	local rc=0
-	cat >"$SERVE_CONF" <<-EOF
-		[[listeners]]
-		address = "$TARGET_IP"
-		port = $TARGET_PORT
-		transport = "rdma"
-
-		[[subsystems]]
-		nqn = "$ENQN"
-		allow_any_host = true
-
-		[[subsystems.namespaces]]
-		nsid = 1
-		backend = "ram"
-		size = "$EBOF_RAM"
-	EOF
-	cat "$SERVE_CONF"
-	ebof_serve_rdma_check "$SERVE_CONF" || rc=$?
-	case $rc in
-	0) SERVE=1 && echo "ebof serve accepts transport = \"rdma\"" ;;
-	77) ebof_missing "ebof serve rejects transport = \"rdma\" (not implemented yet): ebof serve steps skipped" ;;
-	*) fail "ebof serve --print-config failed on the RDMA configuration" ;;
-	esac
-}
-_serve_alive() { [[ -n $SERVE_PID ]] && kill -0 "$SERVE_PID" 2>/dev/null; }
-_serve_up() {
-	_serve_alive || fail "ebof serve exited: $(tail -n 20 "$SERVE_LOG")"
-	rdma_listening "$TARGET_IP" "$TARGET_PORT"
-}
+# --- 4. ebof serve with an RDMA listener (helpers in guest-rdma.sh)
+serve_check() { serve_rdma_check "$SERVE_CONF" "$TARGET_IP" "$TARGET_PORT" "$ENQN" "$EBOF_RAM"; }
 serve_start() {
 	((SERVE)) || { ebof_missing "no RDMA in ebof serve"; return 0; }
-	# the RDMA target registers (pins) its RAM namespace: no memlock limit (root has CAP_IPC_LOCK
-	# anyway, but the lead's code may check the limit)
-	ulimit -l unlimited
-	echo "+ $EBOF serve --config $SERVE_CONF (RLIMIT_MEMLOCK $(ulimit -l))"
-	RUST_LOG=${RUST_LOG:-info} "$EBOF" serve --config "$SERVE_CONF" >"$SERVE_LOG" 2>&1 &
-	SERVE_PID=$!
-	wait_for 60 _serve_up || fail "ebof serve (pid $SERVE_PID) does not listen on rdma $TARGET_IP:$TARGET_PORT"
-	run rdma resource show cm_id
-	echo "ebof serve pid $SERVE_PID listens on rdma $TARGET_IP:$TARGET_PORT"
+	serve_rdma_start "$SERVE_CONF" "$SERVE_LOG" "$TARGET_IP" "$TARGET_PORT"
 }
 _serve_step() {
 	((SERVE)) || { ebof_missing "no RDMA in ebof serve"; return 0; }
@@ -140,13 +102,7 @@ e_ext4() {
 e_disconnect() { nvme_disconnect "$ENQN"; }
 serve_stop() {
 	((SERVE)) || { ebof_missing "no RDMA in ebof serve"; return 0; }
-	_serve_alive || fail "ebof serve died before the stop: $(tail -n 20 "$SERVE_LOG")"
-	kill -TERM "$SERVE_PID"
-	wait_for 20 eval '! _serve_alive' || { kill -KILL "$SERVE_PID"; fail "ebof serve ignored SIGTERM for 20 s"; }
-	wait "$SERVE_PID" || echo "ebof serve exited with status $? after SIGTERM"
-	SERVE_PID=''
-	tail -n 15 "$SERVE_LOG"
-	! grep -qiE 'panic|panicked' "$SERVE_LOG" || fail "ebof serve's log has a panic"
+	serve_rdma_stop "$SERVE_LOG"
 }
 kernel_log() {
 	dmesg | grep -iE 'rdma|rxe|nvme|infiniband' | tail -n 40 || true
