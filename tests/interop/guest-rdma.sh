@@ -20,7 +20,9 @@
 #                                or ebof_missing when it rejects the transport
 #   serve_rdma_start CONF LOG IP PORT   start `ebof serve` (SERVE_PID) and wait for its RDMA listener
 #   serve_rdma_stop LOG          SIGTERM, wait, and no panic in LOG
-#   ebof_missing MESSAGE         step_skip MESSAGE, or fail with it under EBOF_INTEROP_STRICT
+#   ebof_missing MESSAGE         step_skip MESSAGE; under EBOF_INTEROP_STRICT the step is MISSING and
+#                                strict_verdict (the last step) fails
+#   rdma_ctrl_facts              what the kernel host sees of an RDMA controller (id-ctrl fields)
 
 NVMET=/sys/kernel/config/nvmet
 RXE_DEV=${RXE_DEV:-rxe0}
@@ -132,13 +134,27 @@ ebof_serve_rdma_check() {
 	return 1
 }
 
-# ebof_missing MESSAGE: the current step cannot run with this ebof yet: SKIP, or fail when
-# EBOF_INTEROP_STRICT is set
+# ebof_missing MESSAGE: the current step cannot run with this ebof yet: SKIP; under
+# EBOF_INTEROP_STRICT the step reports MISSING and strict_verdict fails the run at its end (so the
+# other half, host tools or serve, still runs when only one of them has landed)
+# shellcheck disable=SC2034 # STEP_RESULT is read by guest-lib.sh's step
 ebof_missing() {
 	if [[ -n ${EBOF_INTEROP_STRICT:-} && ${EBOF_INTEROP_STRICT} != 0 ]]; then
-		fail "$* (EBOF_INTEROP_STRICT)"
+		echo "!!!! $* (EBOF_INTEROP_STRICT: a failure, reported at the end)"
+		STEP_RESULT=MISSING
+		echo "[$STEP_NO] $STEP_TITLE: $*" >>"$X/missing.txt"
+	else
+		step_skip "$*"
 	fi
-	step_skip "$*"
+}
+
+# strict_verdict: fail when an ebof step was MISSING under EBOF_INTEROP_STRICT
+strict_verdict() {
+	if [[ -s $X/missing.txt ]]; then
+		cat "$X/missing.txt"
+		fail "EBOF_INTEROP_STRICT: $(wc -l <"$X/missing.txt") ebof step(s) could not run"
+	fi
+	echo "every ebof step ran"
 }
 
 # discovery_check OUTPUT NQN: the discovery log (nvme-cli's text) has an RDMA entry for NQN with the
@@ -161,6 +177,7 @@ rdma_discover() {
 rdma_connect() {
 	nvme_connect "$1"
 	run nvme list
+	rdma_ctrl_facts
 	echo "queues: $(cat "/sys/class/nvme/$CTRL/queue_count") (with admin)," \
 		"sqsize $(cat "/sys/class/nvme/$CTRL/sqsize"), address $(cat "/sys/class/nvme/$CTRL/address")"
 }
@@ -192,7 +209,7 @@ serve_rdma_check() {
 	# shellcheck disable=SC2034 # SERVE is read by the guest scripts
 	case $rc in
 	0) SERVE=1 && echo "ebof serve accepts transport = \"rdma\"" ;;
-	77) ebof_missing "ebof serve rejects transport = \"rdma\" (not implemented yet): ebof serve steps skipped" ;;
+	77) ebof_missing "ebof serve rejects transport = \"rdma\" (not implemented yet): no ebof serve steps" ;;
 	*) fail "ebof serve --print-config failed on the RDMA configuration" ;;
 	esac
 }
@@ -231,3 +248,10 @@ serve_rdma_stop() {
 
 # rxe_stats: the soft-RoCE port's packet counters (sent_pkts, rcvd_pkts, ...)
 rxe_stats() { rdma statistic show link "$RXE_DEV/1" 2>/dev/null || echo "(no rdma statistic for $RXE_DEV)"; }
+
+# rdma_ctrl_facts: the fields of $CTRL's Identify Controller that matter over RDMA, and its queues
+rdma_ctrl_facts() {
+	nvme id-ctrl "/dev/$CTRL" -o json | tr -d ' \n' | grep -oE '"(mdts|maxcmd|ioccsz|iorcsz|icdoff|sgls|msdbd|fcatt|kas)":[0-9]+' |
+		tr '\n' ' '
+	echo
+}

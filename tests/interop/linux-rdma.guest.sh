@@ -35,7 +35,10 @@ setup_rdma() {
 }
 
 # --- 2. kernel against kernel
-kernel_target_up() { kt_rdma_up "$KNQN" "$TARGET_IP" "$TARGET_PORT" /dev/ram0; }
+kernel_target_up() {
+	kt_rdma_up "$KNQN" "$TARGET_IP" "$TARGET_PORT" /dev/ram0
+	echo "port 1: inline_data_size $(cat "$NVMET/ports/1/param_inline_data_size" 2>/dev/null || echo '?')"
+}
 
 kernel_discover() { rdma_discover "$KNQN"; }
 kernel_connect() { rdma_connect "$KNQN"; }
@@ -49,7 +52,7 @@ hosttools_check() {
 		HOSTTOOLS=1
 		echo "'$EBOF discover --help' has -t/--transport: running the ebof host steps"
 	else
-		ebof_missing "'$EBOF discover --help' has no -t/--transport option: ebof host steps skipped"
+		ebof_missing "'$EBOF discover --help' has no -t/--transport option: no ebof host steps"
 	fi
 }
 _ebof_host() {
@@ -133,3 +136,4 @@ step "kernel host: mkfs.ext4 + fsck -f -n (ebof)" _serve_step e_ext4
 step "kernel host: nvme disconnect (ebof)" _serve_step e_disconnect
 step "ebof serve stopped; no panic in its log" serve_stop
 step "kernel log (rdma, rxe, nvme)" kernel_log
+step "every ebof step ran (EBOF_INTEROP_STRICT)?" strict_verdict

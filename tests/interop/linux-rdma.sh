@@ -4,7 +4,8 @@
 # the guest's eth0, the kernel against the kernel (nvmet-rdma + nvme-rdma), ebof's host tools
 # (`ebof discover/identify/perf -t rdma`) against nvmet-rdma, then `ebof serve` with an RDMA
 # listener against the kernel host (nvme-cli, fio verify, ext4). The ebof steps are SKIPPED while
-# the binary has no RDMA (EBOF_INTEROP_STRICT=1: failed); see guest-rdma.sh for the detection.
+# the binary has no RDMA; with EBOF_INTEROP_STRICT=1 they are reported MISSING and the run fails at
+# its end (after everything else ran). See guest-rdma.sh for the detection.
 # One guest never puts RoCE on a wire (rxe loops to its own address): linux-rdma2.sh does.
 #
 # Usage (as root; build first: cargo build --release -p ebof):
@@ -35,6 +36,7 @@ if ((rc != 0)) && [[ -s $X/ebof-serve.log ]]; then
 	tail -n 40 "$X/ebof-serve.log"
 fi
 [[ -s $X/skipped.txt ]] && { echo "---- skipped steps ----"; cat "$X/skipped.txt"; }
+[[ -s $X/missing.txt ]] && { echo "---- ebof steps missing (EBOF_INTEROP_STRICT) ----"; cat "$X/missing.txt"; }
 echo
 timing_summary
 log "linux-rdma: $( ((rc == 0)) && echo PASSED || echo "FAILED (status $rc)")"
