@@ -68,9 +68,11 @@ rxe_add() {
 		"RLIMIT_MEMLOCK $(ulimit -l)"
 }
 
-# rdma_listening IP PORT: an RDMA CM id (kernel or userspace) is in state LISTEN on IP:PORT
+# rdma_listening IP PORT: an RDMA CM id (kernel or userspace: `rdma resource show cm_id` lists both,
+# with the owner's comm) is in state LISTEN on IP:PORT, or on the wildcard address and PORT
 rdma_listening() {
-	rdma resource show cm_id 2>/dev/null | grep 'state LISTEN' | grep -q "src-addr $1:$2\b"
+	rdma resource show cm_id 2>/dev/null | grep 'state LISTEN' |
+		grep -qE "src-addr (${1//./\\.}|0\.0\.0\.0|::):$2( |\$)"
 }
 
 # rping IP PORT: librdmacm/libibverbs from userspace, server and client on the guest's own address
