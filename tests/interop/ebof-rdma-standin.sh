@@ -71,7 +71,7 @@ identify | perf)
 	trap 'nvme disconnect -n "$nqn" >/dev/null' EXIT
 	dev=$(_dev "$nqn")
 	if [[ $sub == identify ]]; then
-		nvme id-ctrl "$dev" | head -n 20
+		nvme id-ctrl "$dev" | grep -vE "^(ps|  *rwt|  *active_power)"
 	else
 		range=${o[--range]:-0-16M}
 		fio --name=standin --filename="$dev" --ioengine=libaio --direct=1 --rw="${o[--rw]}" --bs="${o[--bs]}" \

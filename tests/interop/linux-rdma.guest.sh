@@ -41,7 +41,11 @@ kernel_target_up() {
 }
 
 kernel_discover() { rdma_discover "$KNQN"; }
-kernel_connect() { rdma_connect "$KNQN"; }
+kernel_connect() {
+	rdma_connect "$KNQN"
+	mkdir -p "$X/facts"
+	run nvme id-ctrl "/dev/$CTRL" -o json >"$X/facts/krdma-id-ctrl.json"
+}
 kernel_fio() { fio_verify k-rand4k "$NSDEV" "$FIO_SMALL" randwrite 4k 16; }
 kernel_fio_128k() { fio_verify k-seq128k "$NSDEV" "$FIO_SEQ" write 128k 4; }
 kernel_disconnect() { nvme_disconnect "$KNQN"; }
@@ -68,7 +72,21 @@ ebof_discover() {
 	grep -q "$KNQN" <<<"$out" || fail "ebof discover does not list $KNQN"
 	grep -qi 'rdma' <<<"$out" || fail "ebof discover shows no rdma entry"
 }
-ebof_identify() { _ebof_host identify -t rdma -a "$TARGET_IP" -s "$TARGET_PORT" -n "$KNQN"; }
+# ebof identify must agree with what the kernel host read from the same controller
+ebof_identify() {
+	((HOSTTOOLS)) || { ebof_missing "ebof host tools without RDMA"; return 0; }
+	local out f mine theirs
+	out=$(_ebof_host identify -t rdma -a "$TARGET_IP" -s "$TARGET_PORT" -n "$KNQN")
+	echo "$out"
+	grep -qE "^subnqn +: +$KNQN\$" <<<"$out" || fail "ebof identify: no subnqn $KNQN"
+	for f in ioccsz iorcsz icdoff sgls mdts maxcmd; do
+		mine=$(sed -n "s/^$f *: *\([0-9a-fx]*\).*/\1/p" <<<"$out")
+		theirs=$(tr -d ' \n' <"$X/facts/krdma-id-ctrl.json" | grep -oE "\"$f\":[0-9]+" | cut -d: -f2)
+		[[ -n $mine && -n $theirs ]] || { echo "$f: not in both (ebof '$mine', kernel '$theirs')"; continue; }
+		(((mine) == theirs)) || fail "ebof identify: $f $mine, the kernel host read $theirs"
+		echo "$f: $mine (same as the kernel host)"
+	done
+}
 ebof_perf_4k() {
 	_ebof_host perf -t rdma -a "$TARGET_IP" -s "$TARGET_PORT" -n "$KNQN" --rw randwrite --bs 4k --qd 8 \
 		--runtime 5s --range 0-16M --verify

@@ -6,7 +6,8 @@
 #   is through; then stops the target.
 # ROLE=host (guest B, 10.77.0.3): soft-RoCE, waits for /xchg/target-ready (the host copies it from
 #   A's request), then nvme discover / connect -t rdma to A, fio write+verify, disconnect, and tells
-#   the host (guest_request host-done STATUS, also from its exit trap when a step failed).
+#   the host (guest_request host-done STATUS, also from its exit trap when a step failed). Once
+#   `ebof discover --help` has -t/--transport, B also runs `ebof perf -t rdma --verify` against A.
 # shellcheck source=guest-lib.sh
 source "$GUEST_LIB"
 # shellcheck source=guest-rdma.sh
@@ -95,6 +96,17 @@ b_disconnect() {
 	nvme_disconnect "$NQN"
 	rxe_stats
 }
+# ebof's host across the wire too, once it has RDMA (skipped before: linux-rdma is the strict one)
+b_ebof_perf() {
+	if ! ebof_knows_rdma_host; then
+		step_skip "'$EBOF discover --help' has no -t/--transport option"
+		return 0
+	fi
+	ulimit -l unlimited
+	run -t 90 "$EBOF" perf -t rdma -a "$TARGET_IP" -s "$TARGET_PORT" -n "$NQN" --rw randwrite --bs 4k \
+		--qd 8 --runtime 5s --range 0-8M --verify
+	rxe_stats
+}
 
 # the peer must not wait for nothing: report the status from the exit trap too
 _exit_hook() {
@@ -126,6 +138,7 @@ else
 	step "B: fio randwrite 4k QD16 $FIO_SMALL verify over the bridge" b_fio_4k
 	step "B: fio write 128k QD4 $FIO_SEQ verify over the bridge" b_fio_128k
 	step "B: nvme disconnect" b_disconnect
+	step "B: ebof perf -t rdma randwrite 4k QD8 5s --verify over the bridge" b_ebof_perf
 	SENT=1
 	step "B: tell A through the host (host-done)" guest_request host-done 0 30
 fi
