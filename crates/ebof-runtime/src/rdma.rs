@@ -18,7 +18,6 @@
 
 use crate::engine::{Done, Engine, EngineConfig, Job};
 use crate::reactor::Mailbox;
-use ebof_backend::BackendKind;
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
 use nvmf_rdma::target::{Buf, Local, Memory, Op, RdmaQueueConfig, RdmaQueueCore};
@@ -203,13 +202,10 @@ fn ns_registry(dev: &Arc<Device>, target: &Target) -> Arc<NsRegistry> {
     for s in target.subsystems().iter() {
         for ns in &s.namespaces {
             let b = &ns.backend;
-            if b.kind() != BackendKind::Ram {
-                continue;
-            }
-            let Ok(len) = usize::try_from(b.size()) else {
+            // From here on the backend zeroes in place instead of dropping pages.
+            let Some((p, len)) = b.pin_for_dma() else {
                 continue;
             };
-            let Some(p) = b.memory(0, len) else { continue };
             // SAFETY: a RAM backend's memory stays mapped while the backend lives, and the
             // target keeps its namespaces' backends for the life of the process (a removed
             // namespace's memory is kept by this registration's Arc below).
