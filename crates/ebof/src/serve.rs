@@ -16,7 +16,7 @@ pub struct ServeArgs {
     /// 127.0.0.1:4420, discovery also on 127.0.0.1:8009).
     #[arg(long, short = 'c', value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// Listen on ADDR:PORT (repeatable; replaces the configured listeners, and the embedded
+    /// Listen on ADDR:PORT, or rdma:ADDR:PORT for NVMe/RDMA (repeatable; replaces the configured listeners, and the embedded
     /// default's discovery listener unless --discovery-listen is given).
     #[arg(long, value_name = "ADDR:PORT")]
     pub listen: Vec<String>,
