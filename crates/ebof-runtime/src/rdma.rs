@@ -45,8 +45,8 @@ const TICK: Duration = Duration::from_millis(500);
 const CHUNK: usize = 128 * 1024;
 /// Chunks registered at once when the pool runs dry.
 const SLAB_CHUNKS: usize = 32;
-/// CQ entries per device per thread.
-const CQ_ENTRIES: i32 = 8192;
+/// CQ sizes tried per device per thread, largest first.
+const CQ_SIZES: [i32; 4] = [65536, 32767, 16384, 8192];
 /// RDMA READs a queue may have in flight (and the host against us: IRD/ORD we accept).
 const RD_ATOM: u8 = 16;
 /// A queue pair that has not completed Fabrics Connect within this time is disconnected.
@@ -61,6 +61,14 @@ pub struct RdmaConfig {
     pub listeners: Vec<SocketAddr>,
     /// A dedicated RDMA discovery listener.
     pub discovery: Option<SocketAddr>,
+}
+
+/// How the pollers run (from the server's settings).
+#[derive(Clone, Copy, Debug)]
+pub struct RdmaRun {
+    /// Keep polling the CQs without sleeping for this long after work (0: event-driven).
+    pub spin: Duration,
+    pub engine: EngineConfig,
 }
 
 /// Why RDMA could not start.
@@ -114,7 +122,7 @@ pub fn start(
     target: Arc<Target>,
     cfg: &RdmaConfig,
     cores: &[usize],
-    engine: EngineConfig,
+    run: RdmaRun,
     stop: Arc<AtomicBool>,
 ) -> Result<RdmaHandle, RdmaStartError> {
     verbs::devices().map_err(RdmaStartError::NoDevice)?;
@@ -160,7 +168,8 @@ pub fn start(
             next_peer: 0,
             stop: stop.clone(),
             listen: listen.take(),
-            engine_cfg: engine,
+            engine_cfg: run.engine,
+            spin: run.spin,
         };
         let th = std::thread::Builder::new()
             .name(format!("ebof-rdma{core}"))
@@ -298,17 +307,25 @@ impl Drop for DevMem {
     }
 }
 
-/// Per device on a thread: its completion channel, CQ and memory.
+/// Per device on a thread: its CQ, completion channel and memory (dropped in that order: a
+/// channel cannot go while a CQ uses it).
 struct DevCtx {
-    ch: CompChannel,
     cq: Cq,
+    ch: CompChannel,
     mem: DevMem,
+    /// A notification is requested (re-armed before the thread sleeps).
+    armed: bool,
+    /// CQ entries the queue pairs on it may need at once.
+    cq_used: usize,
+    cq_size: usize,
 }
 
 struct RdmaConn {
     span: tracing::Span,
     id: CmId,
     core: RdmaQueueCore,
+    /// CQ entries this queue pair counts for.
+    cq_need: usize,
     dev: usize,
     generation: u32,
     recv_mr: Option<Mr>,
@@ -336,6 +353,7 @@ struct RdmaThread {
     stop: Arc<AtomicBool>,
     listen: Option<Listeners>,
     engine_cfg: EngineConfig,
+    spin: Duration,
 }
 
 /// wr_id: connection index (24 bits) | generation (8 bits) | kind (2 bits) | tag (30 bits).
@@ -386,15 +404,37 @@ impl RdmaThread {
         let mut wcs = [Wc::default(); 32];
         let mut next_tick = Instant::now() + TICK;
         let mut last_work = Instant::now();
-        let spin = Duration::from_micros(100);
+        let spin = self.spin;
+        let listen_addrs: Vec<(SocketAddr, bool)> = self
+            .listen
+            .as_ref()
+            .map(|(_, ls)| ls.iter().map(|(_, a, d)| (*a, *d)).collect())
+            .unwrap_or_default();
+        // Ready fds from the last poll (edge-triggered: each is drained whole when seen).
+        let (mut cm_ready, mut listen_ready, mut mail) = (true, listen_ch.is_some(), true);
+        let mut comp_ready = false;
         loop {
             let now = Instant::now();
-            let timeout = if now.duration_since(last_work) < spin {
+            let spinning = now.duration_since(last_work) < spin;
+            let timeout = if spinning {
                 Duration::ZERO
             } else {
-                next_tick
-                    .saturating_duration_since(now)
-                    .min(Duration::from_millis(100))
+                // About to sleep: every CQ must be armed, and what completed before the arm is
+                // taken now (else it would wait for the next completion's notification).
+                for (_, d) in devs.iter_mut() {
+                    if !d.armed {
+                        let _ = d.cq.arm();
+                        d.armed = true;
+                        comp_ready = true;
+                    }
+                }
+                if comp_ready {
+                    Duration::ZERO
+                } else {
+                    next_tick
+                        .saturating_duration_since(now)
+                        .min(Duration::from_millis(100))
+                }
             };
             if let Err(e) = self.poll.poll(&mut events, Some(timeout))
                 && e.kind() != std::io::ErrorKind::Interrupted
@@ -402,25 +442,40 @@ impl RdmaThread {
                 tracing::error!(error = %e, "RDMA poll failed; thread stops");
                 break;
             }
+            for ev in events.iter() {
+                match ev.token() {
+                    CM => cm_ready = true,
+                    WAKER => mail = true,
+                    ENGINE => {}
+                    Token(t) if t == COMP_BASE - 1 => listen_ready = true,
+                    Token(_) => comp_ready = true,
+                }
+            }
             let mut work = false;
             // Listener events (first thread only).
-            if let (Some(lc), Some((_, ls))) = (&listen_ch, &self.listen) {
-                let ls: Vec<(SocketAddr, bool)> = ls.iter().map(|(_, a, d)| (*a, *d)).collect();
+            if std::mem::take(&mut listen_ready)
+                && let Some(lc) = &listen_ch
+            {
                 while let Ok(Some(ev)) = lc.next_event() {
                     work = true;
-                    self.listener_event(ev, &ls);
+                    self.listener_event(ev, &listen_addrs);
                 }
             }
             // Handed-over connections.
-            let incoming =
-                std::mem::take(&mut *self.inbox.lock().unwrap_or_else(|e| e.into_inner()));
-            for inc in incoming {
-                work = true;
-                generation = generation.wrapping_add(1);
-                self.admit(inc, &ch, &mut devs, &mut conns, generation);
+            if std::mem::take(&mut mail) {
+                let incoming =
+                    std::mem::take(&mut *self.inbox.lock().unwrap_or_else(|e| e.into_inner()));
+                for inc in incoming {
+                    work = true;
+                    generation = generation.wrapping_add(1);
+                    self.admit(inc, &ch, &mut devs, &mut conns, generation);
+                }
             }
             // Connection events.
-            while let Ok(Some(ev)) = ch.next_event() {
+            while std::mem::take(&mut cm_ready)
+                && let Ok(Some(ev)) = ch.next_event()
+            {
+                cm_ready = true;
                 work = true;
                 let i = (ev.token >> 8) as usize;
                 let g = (ev.token & 0xFF) as u32;
@@ -446,10 +501,14 @@ impl RdmaThread {
                     }
                 }
             }
-            // Completions, per device.
+            // Completions, per device: polled every round while spinning (no syscall: the CQ
+            // is in shared memory on RNICs and rxe alike); the channel is read only when it
+            // fired, and the CQ re-armed only before sleeping.
+            let fired = std::mem::take(&mut comp_ready);
             for (_, d) in devs.iter_mut() {
-                d.ch.drain(&mut d.cq);
-                let _ = d.cq.arm();
+                if fired && d.ch.drain(&mut d.cq) > 0 {
+                    d.armed = false;
+                }
                 loop {
                     let n = match d.cq.poll(&mut wcs) {
                         Ok(n) => n,
@@ -520,23 +579,23 @@ impl RdmaThread {
                 }));
                 if done && let Some(c) = slot.take() {
                     let dev = c.dev;
-                    let mem = devs
-                        .iter_mut()
-                        .find(|(i, _)| *i == dev)
-                        .map(|(_, d)| &mut d.mem);
-                    drop_conn(c, mem, &self.target);
+                    let d = devs.iter_mut().find(|(i, _)| *i == dev).map(|(_, d)| d);
+                    drop_conn(c, d, &self.target);
                 }
             }
         }
         for c in conns.into_iter().flatten() {
             let _ = c.id.disconnect();
             let dev = c.dev;
-            let mem = devs
-                .iter_mut()
-                .find(|(i, _)| *i == dev)
-                .map(|(_, d)| &mut d.mem);
-            drop_conn(c, mem, &self.target);
+            let d = devs.iter_mut().find(|(i, _)| *i == dev).map(|(_, d)| d);
+            drop_conn(c, d, &self.target);
         }
+        // Listener ids before their channel; CQs before their channels (DevCtx field order).
+        if let Some((lc, ids)) = self.listen.take() {
+            drop(ids);
+            drop(lc);
+        }
+        drop(devs);
         drop(engine);
     }
 
@@ -635,17 +694,34 @@ impl RdmaThread {
             Some(i) => i,
             None => {
                 let ctx = dev.comp_channel().and_then(|ch| {
-                    let cq = dev.cq(CQ_ENTRIES, Some(&ch))?;
+                    // The largest CQ the device makes (rxe: 32767 entries; RNICs more).
+                    let mut made = None;
+                    let mut err = None;
+                    for size in CQ_SIZES {
+                        match dev.cq(size, Some(&ch)) {
+                            Ok(cq) => {
+                                made = Some((cq, size as usize));
+                                break;
+                            }
+                            Err(e) => err = Some(e),
+                        }
+                    }
+                    let Some((cq, cq_size)) = made else {
+                        return Err(err.expect("CQ_SIZES is not empty"));
+                    };
                     cq.arm()?;
                     Ok(DevCtx {
-                        ch,
                         cq,
+                        ch,
                         mem: DevMem {
                             dev: dev.clone(),
                             slabs: Vec::new(),
                             free: Vec::new(),
                             ns: ns_registry(&dev, &self.target),
                         },
+                        armed: true,
+                        cq_used: 0,
+                        cq_size,
                     })
                 });
                 let ctx = match ctx {
@@ -664,6 +740,16 @@ impl RdmaThread {
         };
         let d = &mut devs[di].1;
         let entries = req.entries() as usize;
+        // Every work request of the QP may complete at once: the shared CQ must hold them all.
+        let cq_need = entries * 4 + 8;
+        if d.cq_used + cq_need > d.cq_size {
+            nvmf_target::warn_every!(
+                cq_size = d.cq_size,
+                "RDMA connect refused: this core's completion queue is full (too many queues)"
+            );
+            let _ = id.reject(&wire::encode_reject(wire::RejectStatus::NoResources));
+            return;
+        }
         let recv_size = 64 + self.target.limits.io_inline_data as usize;
         let caps = QpCaps {
             max_send_wr: (entries * 3 + 8) as u32,
@@ -709,6 +795,7 @@ impl RdmaThread {
             nvmf_target::warn_every!(error = %e, "RDMA accept failed");
             return;
         }
+        d.cq_used += cq_need;
         let mut core = RdmaQueueCore::new(
             self.target.clone(),
             local,
@@ -725,6 +812,7 @@ impl RdmaThread {
             span,
             id,
             core,
+            cq_need,
             dev: dev.id(),
             generation,
             recv_mr: Some(recv_mr),
@@ -740,18 +828,20 @@ impl RdmaThread {
 
 /// Free a queue: the QP first (destroying the id destroys it: no DMA touches lent memory
 /// after this), then the staging buffers it still held, then its receive memory.
-fn drop_conn(c: RdmaConn, mem: Option<&mut DevMem>, target: &Target) {
+fn drop_conn(c: RdmaConn, dev: Option<&mut DevCtx>, target: &Target) {
     let RdmaConn {
         span,
         id,
         mut core,
         recv_mr,
         recv_buf,
+        cq_need,
         ..
     } = c;
     drop(id);
-    if let Some(m) = mem {
-        core.release_all(m);
+    if let Some(d) = dev {
+        core.release_all(&mut d.mem);
+        d.cq_used = d.cq_used.saturating_sub(cq_need);
     }
     drop(recv_mr);
     drop(recv_buf);

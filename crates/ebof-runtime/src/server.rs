@@ -209,7 +209,10 @@ impl Server {
                 target.clone(),
                 &cfg.rdma,
                 &cfg.cores,
-                cfg.engine,
+                crate::rdma::RdmaRun {
+                    spin: cfg.poll,
+                    engine: cfg.engine,
+                },
                 stop.clone(),
             )?)
         };
