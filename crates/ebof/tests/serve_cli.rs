@@ -95,3 +95,34 @@ fn a_busy_port_fails_before_anything_is_created() {
     assert_eq!(o.stderr.matches("in use").count(), 1, "{}", o.stderr);
     assert!(!dir.path().join("new").exists(), "nothing is created");
 }
+
+#[test]
+fn an_rdma_listener_without_an_rdma_device_is_one_clear_error() {
+    // Only meaningful where the kernel has no RDMA device (this machine and CI); elsewhere
+    // serve would start and listen.
+    let devices = std::fs::read_dir("/sys/class/infiniband").map_or(0, |d| d.count());
+    if devices > 0 {
+        eprintln!("skipped: this machine has {devices} RDMA device(s)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("ebof.sock");
+    let o = ebof(&[
+        "serve",
+        "--listen",
+        "rdma:127.0.0.1:4420",
+        "--ram",
+        "16M",
+        "--mgmt-socket",
+        sock.to_str().unwrap(),
+    ]);
+    assert!(!o.ok, "{}", o.stderr);
+    assert_eq!(
+        o.stderr.matches("ebof: error: RDMA: ").count(),
+        1,
+        "one line naming RDMA: {}",
+        o.stderr
+    );
+    assert!(o.stderr.contains("no RDMA device"), "{}", o.stderr);
+    assert!(!o.stderr.contains("panicked"), "{}", o.stderr);
+}
