@@ -72,6 +72,7 @@ pub mod discovery;
 pub mod error;
 pub mod io;
 mod queue;
+pub mod rdma;
 
 pub use config::{DhchapKeys, HostConfig, HostIdentity, TlsKey};
 pub use controller::{AsyncEvent, Controller};
