@@ -73,8 +73,9 @@ pub mod error;
 pub mod io;
 mod queue;
 pub mod rdma;
+mod transport;
 
-pub use config::{DhchapKeys, HostConfig, HostIdentity, TlsKey};
+pub use config::{DhchapKeys, HostConfig, HostIdentity, TlsKey, Transport};
 pub use controller::{AsyncEvent, Controller};
 pub use discovery::{DiscoveryLog, discover};
 pub use error::HostError;

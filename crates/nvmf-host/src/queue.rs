@@ -896,46 +896,7 @@ impl Queue {
             st: Slots::new(cp.qid, cp.entries, cp.icd_max, prealloc),
             broken: false,
         };
-        let sqe = ConnectCmd {
-            recfmt: 0,
-            qid: cp.qid,
-            sqsize: cp.entries - 1,
-            cattr: if cp.dissqfc { 1 << 2 } else { 0 },
-            kato: cp.kato_ms,
-        }
-        .to_sqe(CommandId(0));
-        let data = ConnectData {
-            hostid: cp.hostid,
-            cntlid: cp.cntlid,
-            subnqn: cp.subnqn.clone(),
-            hostnqn: cp.hostnqn.clone(),
-        }
-        .encode();
-        let (cqe, _) = tokio::time::timeout(
-            lp.connect_timeout,
-            q.execute(sqe, DataDir::ToController, &data, 0),
-        )
-        .await
-        .map_err(|_| HostError::Timeout("Fabrics Connect"))??;
-        if !cqe.status.is_success() {
-            return Err(HostError::ConnectRejected {
-                status: cqe.status,
-                dw0: cqe.dw0,
-            });
-        }
-        // Connect response DW0: bits 15:0 CNTLID, bit 17 ATR (authentication required).
-        if cqe.dw0 & (1 << 17) != 0 {
-            let Some(keys) = &cp.dhchap else {
-                return Err(HostError::Auth(
-                    "the controller requires DH-HMAC-CHAP authentication; give the host's secret \
-                     (--dhchap-secret)"
-                        .into(),
-                ));
-            };
-            tokio::time::timeout(lp.connect_timeout, q.authenticate(cp, keys))
-                .await
-                .map_err(|_| HostError::Timeout("DH-HMAC-CHAP authentication"))??;
-        }
+        let cqe = fabrics_connect(&mut q, lp.connect_timeout, cp).await?;
         if cp.dissqfc && cqe.sqhd == SQHD_DISABLED {
             q.st.flow_control = false;
         } else if cqe.sqhd < cp.entries {
@@ -943,75 +904,6 @@ impl Queue {
         }
         tracing::debug!(peer = %lp.addr, qid = cp.qid.0, cntlid = cqe.dw0 & 0xFFFF, flow_control = q.st.flow_control, "queue connected");
         Ok((q, ControllerId((cqe.dw0 & 0xFFFF) as u16)))
-    }
-
-    /// DH-HMAC-CHAP on this queue (NVMe Base 2.x 8.3.4.5): Negotiate, Challenge, Reply,
-    /// Success1 and, bidirectionally, Success2 — or the Failure2 the exchange calls for.
-    async fn authenticate(
-        &mut self,
-        cp: &ConnectParams,
-        keys: &crate::config::DhchapKeys,
-    ) -> Result<()> {
-        use nvme_auth::host::RECEIVE_ALLOC_LEN;
-        let cfg = std::sync::Arc::new(nvme_auth::AuthConfig::new(
-            &keys.host,
-            keys.ctrl.as_ref(),
-            &cp.hostnqn,
-            &cp.subnqn,
-        ));
-        let mut a = nvme_auth::HostAuth::with_os_random(cfg);
-        let negotiate = a.start(cp.qid.0);
-        self.auth_send(&negotiate).await?;
-        let challenge = self.auth_receive(RECEIVE_ALLOC_LEN).await?;
-        let reply = match a.handle_challenge(&challenge) {
-            Ok(r) => r,
-            Err(e) => return Err(self.auth_failed(e).await),
-        };
-        self.auth_send(&reply).await?;
-        let success1 = self.auth_receive(RECEIVE_ALLOC_LEN).await?;
-        match a.handle_success1(&success1) {
-            Ok(Some(success2)) => self.auth_send(&success2).await?,
-            Ok(None) => {}
-            Err(e) => return Err(self.auth_failed(e).await),
-        }
-        if let Some((hash, group)) = a.negotiated() {
-            tracing::debug!(qid = cp.qid.0, %hash, dhgroup = %group.name(), bidirectional = keys.ctrl.is_some(), "authenticated (DH-HMAC-CHAP)");
-        }
-        Ok(())
-    }
-
-    /// Send the Failure2 the host's side calls for (best effort), and say why.
-    async fn auth_failed(&mut self, e: nvme_auth::HostError) -> HostError {
-        if let Some(f2) = &e.failure2 {
-            let _ = self.auth_send(f2).await;
-        }
-        HostError::Auth(auth_failure_text(&e.kind))
-    }
-
-    async fn auth_send(&mut self, payload: &[u8]) -> Result<()> {
-        let mut sqe = Sqe::new(nvme_spec::opcode::admin::FABRICS, CommandId(0));
-        sqe.set_fctype(nvme_spec::opcode::fctype::AUTH_SEND);
-        sqe.set_cdw(10, nvme_auth::msg::command_cdw10());
-        sqe.set_cdw(11, payload.len() as u32);
-        let (cqe, _) = self.execute(sqe, DataDir::ToController, payload, 0).await?;
-        if !cqe.status.is_success() {
-            return Err(HostError::Status(cqe.status));
-        }
-        Ok(())
-    }
-
-    async fn auth_receive(&mut self, al: u32) -> Result<Vec<u8>> {
-        let mut sqe = Sqe::new(nvme_spec::opcode::admin::FABRICS, CommandId(0));
-        sqe.set_fctype(nvme_spec::opcode::fctype::AUTH_RECV);
-        sqe.set_cdw(10, nvme_auth::msg::command_cdw10());
-        sqe.set_cdw(11, al);
-        let (cqe, data) = self
-            .execute(sqe, DataDir::FromController, &[], al as usize)
-            .await?;
-        if !cqe.status.is_success() {
-            return Err(HostError::Status(cqe.status));
-        }
-        Ok(data)
     }
 
     pub(crate) fn qid(&self) -> QueueId {
@@ -1234,6 +1126,146 @@ impl Queue {
             }
         }
     }
+}
+
+/// Run one admin command alone on a queue being set up (Connect, authentication): the engine
+/// under TCP and RDMA queues alike, statically dispatched.
+pub(crate) trait Exec {
+    fn exec(
+        &mut self,
+        sqe: Sqe,
+        dir: DataDir,
+        out: &[u8],
+        in_len: usize,
+    ) -> impl std::future::Future<Output = Result<(Cqe, Vec<u8>)>>;
+}
+
+impl Exec for Queue {
+    fn exec(
+        &mut self,
+        sqe: Sqe,
+        dir: DataDir,
+        out: &[u8],
+        in_len: usize,
+    ) -> impl std::future::Future<Output = Result<(Cqe, Vec<u8>)>> {
+        self.execute(sqe, dir, out, in_len)
+    }
+}
+
+/// Fabrics Connect on a fresh queue (and DH-HMAC-CHAP when the controller asks for it), each
+/// step bounded by `timeout`. Returns the Connect response (CNTLID in DW0 15:0, SQHD).
+pub(crate) async fn fabrics_connect<Q: Exec>(
+    q: &mut Q,
+    timeout: Duration,
+    cp: &ConnectParams,
+) -> Result<Cqe> {
+    let sqe = ConnectCmd {
+        recfmt: 0,
+        qid: cp.qid,
+        sqsize: cp.entries - 1,
+        cattr: if cp.dissqfc { 1 << 2 } else { 0 },
+        kato: cp.kato_ms,
+    }
+    .to_sqe(CommandId(0));
+    let data = ConnectData {
+        hostid: cp.hostid,
+        cntlid: cp.cntlid,
+        subnqn: cp.subnqn.clone(),
+        hostnqn: cp.hostnqn.clone(),
+    }
+    .encode();
+    let (cqe, _) = tokio::time::timeout(timeout, q.exec(sqe, DataDir::ToController, &data, 0))
+        .await
+        .map_err(|_| HostError::Timeout("Fabrics Connect"))??;
+    if !cqe.status.is_success() {
+        return Err(HostError::ConnectRejected {
+            status: cqe.status,
+            dw0: cqe.dw0,
+        });
+    }
+    // Connect response DW0: bits 15:0 CNTLID, bit 17 ATR (authentication required).
+    if cqe.dw0 & (1 << 17) != 0 {
+        let Some(keys) = &cp.dhchap else {
+            return Err(HostError::Auth(
+                "the controller requires DH-HMAC-CHAP authentication; give the host's secret \
+                 (--dhchap-secret)"
+                    .into(),
+            ));
+        };
+        tokio::time::timeout(timeout, authenticate(q, cp, keys))
+            .await
+            .map_err(|_| HostError::Timeout("DH-HMAC-CHAP authentication"))??;
+    }
+    Ok(cqe)
+}
+
+/// DH-HMAC-CHAP on this queue (NVMe Base 2.x 8.3.4.5): Negotiate, Challenge, Reply,
+/// Success1 and, bidirectionally, Success2 — or the Failure2 the exchange calls for.
+async fn authenticate<Q: Exec>(
+    q: &mut Q,
+    cp: &ConnectParams,
+    keys: &crate::config::DhchapKeys,
+) -> Result<()> {
+    use nvme_auth::host::RECEIVE_ALLOC_LEN;
+    let cfg = std::sync::Arc::new(nvme_auth::AuthConfig::new(
+        &keys.host,
+        keys.ctrl.as_ref(),
+        &cp.hostnqn,
+        &cp.subnqn,
+    ));
+    let mut a = nvme_auth::HostAuth::with_os_random(cfg);
+    let negotiate = a.start(cp.qid.0);
+    auth_send(q, &negotiate).await?;
+    let challenge = auth_receive(q, RECEIVE_ALLOC_LEN).await?;
+    let reply = match a.handle_challenge(&challenge) {
+        Ok(r) => r,
+        Err(e) => return Err(auth_failed(q, e).await),
+    };
+    auth_send(q, &reply).await?;
+    let success1 = auth_receive(q, RECEIVE_ALLOC_LEN).await?;
+    match a.handle_success1(&success1) {
+        Ok(Some(success2)) => auth_send(q, &success2).await?,
+        Ok(None) => {}
+        Err(e) => return Err(auth_failed(q, e).await),
+    }
+    if let Some((hash, group)) = a.negotiated() {
+        tracing::debug!(qid = cp.qid.0, %hash, dhgroup = %group.name(), bidirectional = keys.ctrl.is_some(), "authenticated (DH-HMAC-CHAP)");
+    }
+    Ok(())
+}
+
+/// Send the Failure2 the host's side calls for (best effort), and say why.
+async fn auth_failed<Q: Exec>(q: &mut Q, e: nvme_auth::HostError) -> HostError {
+    if let Some(f2) = &e.failure2 {
+        let _ = auth_send(q, f2).await;
+    }
+    HostError::Auth(auth_failure_text(&e.kind))
+}
+
+async fn auth_send<Q: Exec>(q: &mut Q, payload: &[u8]) -> Result<()> {
+    let mut sqe = Sqe::new(nvme_spec::opcode::admin::FABRICS, CommandId(0));
+    sqe.set_fctype(nvme_spec::opcode::fctype::AUTH_SEND);
+    sqe.set_cdw(10, nvme_auth::msg::command_cdw10());
+    sqe.set_cdw(11, payload.len() as u32);
+    let (cqe, _) = q.exec(sqe, DataDir::ToController, payload, 0).await?;
+    if !cqe.status.is_success() {
+        return Err(HostError::Status(cqe.status));
+    }
+    Ok(())
+}
+
+async fn auth_receive<Q: Exec>(q: &mut Q, al: u32) -> Result<Vec<u8>> {
+    let mut sqe = Sqe::new(nvme_spec::opcode::admin::FABRICS, CommandId(0));
+    sqe.set_fctype(nvme_spec::opcode::fctype::AUTH_RECV);
+    sqe.set_cdw(10, nvme_auth::msg::command_cdw10());
+    sqe.set_cdw(11, al);
+    let (cqe, data) = q
+        .exec(sqe, DataDir::FromController, &[], al as usize)
+        .await?;
+    if !cqe.status.is_success() {
+        return Err(HostError::Status(cqe.status));
+    }
+    Ok(data)
 }
 
 /// The queue engine without its socket — slots, SQ flow control, R2T/H2CData and
