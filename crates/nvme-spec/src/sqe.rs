@@ -157,6 +157,10 @@ impl Sqe {
     pub fn as_bytes(&self) -> &[u8; 64] {
         &self.0
     }
+    /// Raw bytes, writable (transport-specific SGL descriptors, e.g. RDMA keyed data blocks).
+    pub fn as_bytes_mut(&mut self) -> &mut [u8; 64] {
+        &mut self.0
+    }
     /// Decode from a slice of at least 64 bytes.
     pub fn from_slice(b: &[u8]) -> Option<Sqe> {
         let a: [u8; 64] = b.get(..64)?.try_into().ok()?;
