@@ -13,7 +13,9 @@ use crate::config::Transport;
 use crate::error::{HostError, Result};
 use crate::queue::{Completion, ConnectParams, DataDir, LinkParams, Queue};
 
-/// One NVMe queue on either transport.
+/// One NVMe queue on either transport. The TCP queue stays inline (no pointer to chase per
+/// command); the RDMA queue, which is larger, is boxed.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum AnyQueue {
     Tcp(Queue),
     #[cfg(feature = "rdma")]
@@ -123,7 +125,7 @@ impl AnyQueue {
         each!(self, q => q.try_io(f))
     }
 
-    pub(crate) async fn wait_ready(&self) -> Result<()> {
+    pub(crate) async fn wait_ready(&mut self) -> Result<()> {
         each!(self, q => q.wait_ready().await)
     }
 

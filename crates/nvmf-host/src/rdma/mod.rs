@@ -26,4 +26,7 @@
 //! `rdma`) drives it with libibverbs / librdmacm through `nvmf_rdma::verbs`.
 
 pub mod engine;
-pub(crate) mod wire;
+#[cfg(feature = "rdma")]
+pub(crate) mod link;
+
+pub(crate) use nvmf_rdma::wire;
