@@ -1,0 +1,51 @@
+#!/bin/bash
+# Guest half of dev-rdma-host.sh: soft-RoCE, nvmet-rdma on a brd disk at $GUEST_IP:4420, then
+# `ebof discover/identify/perf -t rdma` against it from inside the guest.
+# shellcheck source=guest-lib.sh
+source "$GUEST_LIB"
+
+NQN=nqn.2026-11.io.ebof:krdma
+IP=$GUEST_IP
+PORT=4420
+NVMET=/sys/kernel/config/nvmet
+EBOF=$EBOF_BIN
+
+setup_rdma() {
+	local m iface
+	for m in rdma_rxe ib_uverbs rdma_ucm nvmet nvmet-rdma; do run modprobe "$m"; done
+	run modprobe brd rd_nr=1 rd_size=$((64 * 1024))
+	iface=$(ls /sys/class/net | grep -v '^lo$' | head -n1)
+	run rdma link add rxe0 type rxe netdev "$iface"
+	wait_for 10 grep -q ACTIVE /sys/class/infiniband/rxe0/ports/1/state || fail "rxe0 not active"
+	run ibv_devices
+	echo "RLIMIT_MEMLOCK $(ulimit -l)"
+}
+
+setup_nvmet() {
+	local s=$NVMET/subsystems/$NQN p=$NVMET/ports/1
+	mkdir "$s"
+	echo 1 >"$s/attr_allow_any_host"
+	mkdir "$s/namespaces/1"
+	echo -n /dev/ram0 >"$s/namespaces/1/device_path"
+	echo 1 >"$s/namespaces/1/enable"
+	mkdir "$p"
+	echo rdma >"$p/addr_trtype"
+	echo ipv4 >"$p/addr_adrfam"
+	echo "$IP" >"$p/addr_traddr"
+	echo "$PORT" >"$p/addr_trsvcid"
+	ln -s "$s" "$p/subsystems/$NQN"
+	sleep 1
+	run rdma resource show cm_id
+}
+
+ebof_rdma() { run -t 300 env RUST_LOG=${RUST_LOG:-nvmf_host=debug} "$EBOF" "$@"; }
+
+step "soft-RoCE (rxe0) and modules" setup_rdma
+step "nvmet-rdma: $NQN on $IP:$PORT (64 MiB brd)" setup_nvmet
+step "ebof discover -t rdma" ebof_rdma discover -t rdma -a "$IP" -s "$PORT"
+step "ebof identify -t rdma" ebof_rdma identify -t rdma -a "$IP" -s "$PORT" -n "$NQN"
+step "ebof perf -t rdma randrw 4k qd8 --verify (in-capsule writes)" \
+	ebof_rdma perf -t rdma -a "$IP" -s "$PORT" -n "$NQN" --rw randrw --bs 4k --qd 8 --runtime 3s --range 0-8M --verify
+step "ebof perf -t rdma write 128k qd4 --verify (keyed-SGL writes)" \
+	ebof_rdma perf -t rdma -a "$IP" -s "$PORT" -n "$NQN" --rw write --bs 128k --qd 4 --runtime 2s --range 0-16M --verify
+step "nvmet log" sh -c "dmesg | grep -iE 'nvmet|rdma' | tail -n 30"
