@@ -38,14 +38,28 @@ setup_nvmet() {
 	run rdma resource show cm_id
 }
 
+refused_port() {
+	local out
+	if out=$("$EBOF" identify -t rdma -a "$IP" -s 4999 -n "$NQN" 2>&1); then
+		fail "identify on a port without a listener succeeded"
+	fi
+	echo "$out"
+	[[ $(wc -l <<<"$out") == 1 && $out == "ebof: error: "* && $out != *panicked* ]] || fail "not one clear error"
+}
+
 ebof_rdma() { run -t 300 env RUST_LOG=${RUST_LOG:-nvmf_host=debug} "$EBOF" "$@"; }
 
 step "soft-RoCE (rxe0) and modules" setup_rdma
 step "nvmet-rdma: $NQN on $IP:$PORT (64 MiB brd)" setup_nvmet
 step "ebof discover -t rdma" ebof_rdma discover -t rdma -a "$IP" -s "$PORT"
+step "ebof discover -t rdma without -s (8009 refused, falls back to 4420)" \
+	ebof_rdma discover -t rdma -a "$IP"
+step "ebof identify -t rdma on a port without a listener: one clear error" refused_port
 step "ebof identify -t rdma" ebof_rdma identify -t rdma -a "$IP" -s "$PORT" -n "$NQN"
 step "ebof perf -t rdma randrw 4k qd8 --verify (in-capsule writes)" \
 	ebof_rdma perf -t rdma -a "$IP" -s "$PORT" -n "$NQN" --rw randrw --bs 4k --qd 8 --runtime 3s --range 0-8M --verify
 step "ebof perf -t rdma write 128k qd4 --verify (keyed-SGL writes)" \
 	ebof_rdma perf -t rdma -a "$IP" -s "$PORT" -n "$NQN" --rw write --bs 128k --qd 4 --runtime 2s --range 0-16M --verify
+step "ebof perf -t rdma randread 64k qd16, 2 queues" \
+	ebof_rdma perf -t rdma -a "$IP" -s "$PORT" -n "$NQN" --rw randread --bs 64k --qd 16 --queues 2 --runtime 2s --range 0-16M
 step "nvmet log" sh -c "dmesg | grep -iE 'nvmet|rdma' | tail -n 30"

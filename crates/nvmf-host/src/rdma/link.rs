@@ -28,7 +28,10 @@ use tokio::io::unix::AsyncFd;
 
 use super::engine::{EngineConfig, RECV_WR_BIT, RdmaEngine};
 use crate::error::{HostError, Result};
-use crate::queue::{Completion, ConnectParams, DataDir, Exec, LinkParams, fabrics_connect};
+use crate::queue::{
+    Completion, ConnectParams, DataDir, Driver, LinkParams, drive_execute, drive_poll,
+    fabrics_connect,
+};
 
 /// Bound on address and route resolution (Linux `NVME_RDMA_CM_TIMEOUT_MS`).
 const CM_TIMEOUT_MS: i32 = 3000;
@@ -447,53 +450,17 @@ impl RdmaQueue {
         }
     }
 
-    /// As the TCP queue's `poll`: drive I/O until at least one command completes.
+    /// See [`drive_poll`].
     pub(crate) async fn poll<F: FnMut(Completion<'_>)>(
         &mut self,
         f: &mut F,
         idle_timeout: Duration,
         busy: bool,
     ) -> Result<usize> {
-        const SPINS_PER_YIELD: u32 = 16;
-        let mut since: Option<std::time::Instant> = None;
-        let mut spins = 0u32;
-        loop {
-            let n = self.try_io(f)?;
-            if n > 0 {
-                tokio::task::coop::consume_budget().await;
-                return Ok(n);
-            }
-            if self.eng.in_flight() == 0 {
-                return Ok(0);
-            }
-            let waited = if busy {
-                spins += 1;
-                if spins < SPINS_PER_YIELD {
-                    std::hint::spin_loop();
-                    continue;
-                }
-                spins = 0;
-                let start = *since.get_or_insert_with(std::time::Instant::now);
-                if start.elapsed() > idle_timeout {
-                    Err(HostError::Timeout("no response from the controller"))
-                } else {
-                    tokio::task::yield_now().await;
-                    Ok(())
-                }
-            } else {
-                match tokio::time::timeout(idle_timeout, self.wait_ready()).await {
-                    Ok(r) => r,
-                    Err(_) => Err(HostError::Timeout("no response from the controller")),
-                }
-            };
-            if let Err(e) = waited {
-                self.break_link(&e);
-                return Err(e);
-            }
-        }
+        drive_poll(self, f, idle_timeout, busy).await
     }
 
-    /// Run one command alone on the queue and wait for it: the status is not checked.
+    /// See [`drive_execute`].
     pub(crate) async fn execute(
         &mut self,
         sqe: Sqe,
@@ -501,26 +468,7 @@ impl RdmaQueue {
         out: &[u8],
         in_len: usize,
     ) -> Result<(Cqe, Vec<u8>)> {
-        if self.eng.in_flight() != 0 {
-            return Err(HostError::QueueBusy);
-        }
-        let len = match dir {
-            DataDir::ToController => out.len(),
-            DataDir::FromController => in_len,
-            DataDir::None => 0,
-        };
-        self.submit(sqe, dir, len, 0, |b| b.copy_from_slice(out))?
-            .ok_or(HostError::QueueBusy)?;
-        let mut result = None;
-        while result.is_none() {
-            self.poll(
-                &mut |c: Completion<'_>| result = Some((c.cqe, c.data.to_vec())),
-                Duration::from_secs(3600), // bounded by the caller's timeout
-                false,
-            )
-            .await?;
-        }
-        result.ok_or(HostError::Disconnected)
+        drive_execute(self, sqe, dir, out, in_len).await
     }
 
     /// Forget every outstanding command and mark the queue dead.
@@ -530,14 +478,31 @@ impl RdmaQueue {
     }
 }
 
-impl Exec for RdmaQueue {
-    fn exec(
+impl Driver for RdmaQueue {
+    fn try_io<F: FnMut(Completion<'_>)>(&mut self, f: &mut F) -> Result<usize> {
+        RdmaQueue::try_io(self, f)
+    }
+    fn idle(&self) -> bool {
+        // Sends are posted by every `try_io`: nothing waits to go out between calls.
+        self.eng.in_flight() == 0
+    }
+    fn in_flight(&self) -> usize {
+        self.eng.in_flight()
+    }
+    async fn wait_ready(&mut self) -> Result<()> {
+        RdmaQueue::wait_ready(self).await
+    }
+    fn break_link(&mut self, e: &HostError) {
+        RdmaQueue::break_link(self, e)
+    }
+    fn submit(
         &mut self,
         sqe: Sqe,
         dir: DataDir,
-        out: &[u8],
-        in_len: usize,
-    ) -> impl std::future::Future<Output = Result<(Cqe, Vec<u8>)>> {
-        self.execute(sqe, dir, out, in_len)
+        len: usize,
+        user: u64,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Result<Option<CommandId>> {
+        RdmaQueue::submit(self, sqe, dir, len, user, fill)
     }
 }
