@@ -39,6 +39,8 @@ const CM_TIMEOUT_MS: i32 = 3000;
 /// it (we issue none). 16 is what mlx5 devices support (`max_qp_rd_atom`); soft-RoCE allows
 /// more; asking beyond the device's limit fails the connect.
 const RD_ATOMIC: u8 = 16;
+/// IB CM reject reason "consumer defined": the peer's application rejected (IBTA 12.6.7.2).
+const IB_CM_REJ_CONSUMER_DEFINED: i32 = 28;
 /// Completions taken from the CQ per poll.
 const WC_BATCH: usize = 32;
 /// CQ polls per [`RdmaQueue::try_io`] before returning to the caller.
@@ -136,23 +138,31 @@ async fn expect_event(
         CmEventKind::RouteError => {
             HostError::Rdma(format!("no route to {addr} (status {})", ev.status))
         }
-        CmEventKind::Rejected => match wire::decode_reject(&ev.private_data) {
-            Some(Ok(sts)) => HostError::Rdma(format!(
-                "the controller at {addr} rejected the RDMA connection: {sts}"
-            )),
-            Some(Err(code)) => HostError::Rdma(format!(
-                "the controller at {addr} rejected the RDMA connection (NVMe/RDMA status {code:#x})"
-            )),
-            // A reject without NVMe/RDMA private data: the CM itself refused (no listener).
-            None => HostError::Transport(std::io::Error::new(
-                std::io::ErrorKind::ConnectionRefused,
-                format!(
-                    "RDMA connection to {addr} refused (CM reject reason {}): no NVMe/RDMA \
-                     listener there?",
-                    ev.status
-                ),
-            )),
-        },
+        // Only a consumer-defined reject (the controller's own, IB CM reason 28) carries the
+        // NVMe/RDMA reject private data (Linux `rdma_consumer_reject_data`); any other reason is
+        // the CM refusing, e.g. 8 (invalid service ID): nothing listens on that port.
+        CmEventKind::Rejected if ev.status == IB_CM_REJ_CONSUMER_DEFINED => {
+            match wire::decode_reject(&ev.private_data) {
+                Some(Ok(sts)) => HostError::Rdma(format!(
+                    "the controller at {addr} rejected the RDMA connection: {sts}"
+                )),
+                Some(Err(code)) => HostError::Rdma(format!(
+                    "the controller at {addr} rejected the RDMA connection (NVMe/RDMA status \
+                     {code:#x})"
+                )),
+                None => HostError::Rdma(format!(
+                    "the controller at {addr} rejected the RDMA connection (no reason given)"
+                )),
+            }
+        }
+        CmEventKind::Rejected => HostError::Transport(std::io::Error::new(
+            std::io::ErrorKind::ConnectionRefused,
+            format!(
+                "RDMA connection to {addr} refused (CM reject reason {}): no NVMe/RDMA listener \
+                 there?",
+                ev.status
+            ),
+        )),
         CmEventKind::Unreachable | CmEventKind::ConnectError => HostError::Rdma(format!(
             "cannot reach {addr} over RDMA ({:?}, status {})",
             ev.kind, ev.status
