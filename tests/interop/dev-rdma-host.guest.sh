@@ -47,6 +47,28 @@ refused_port() {
 	[[ $(wc -l <<<"$out") == 1 && $out == "ebof: error: "* && $out != *panicked* ]] || fail "not one clear error"
 }
 
+dhchap_rdma() {
+	local h=nqn.2014-08.org.nvmexpress:uuid:0badc0de-1111-2222-3333-444455556666
+	local s=$NVMET/subsystems/$NQN key out
+	mkdir "$NVMET/hosts/$h"
+	if [[ ! -e $NVMET/hosts/$h/dhchap_key ]]; then
+		echo "this kernel's nvmet has no DH-HMAC-CHAP (no dhchap_key attribute): skipped"
+		return 0
+	fi
+	key=$(nvme gen-dhchap-key -n "$h" -m 1)
+	echo "$key" >"$NVMET/hosts/$h/dhchap_key"
+	echo 0 >"$s/attr_allow_any_host"
+	ln -s "$NVMET/hosts/$h" "$s/allowed_hosts/$h"
+	ebof_rdma identify -t rdma -a "$IP" -s "$PORT" -n "$NQN" --hostnqn "$h" --dhchap-secret "$key" | head -n 3
+	if out=$("$EBOF" identify -t rdma -a "$IP" -s "$PORT" -n "$NQN" --hostnqn "$h" 2>&1); then
+		fail "identify without the secret succeeded"
+	fi
+	echo "$out"
+	[[ $out == *DH-HMAC-CHAP* ]] || fail "no DH-HMAC-CHAP in the error"
+	rm "$s/allowed_hosts/$h"
+	echo 1 >"$s/attr_allow_any_host"
+}
+
 ebof_rdma() { run -t 300 env RUST_LOG=${RUST_LOG:-nvmf_host=debug} "$EBOF" "$@"; }
 
 step "soft-RoCE (rxe0) and modules" setup_rdma
@@ -62,4 +84,5 @@ step "ebof perf -t rdma write 128k qd4 --verify (keyed-SGL writes)" \
 	ebof_rdma perf -t rdma -a "$IP" -s "$PORT" -n "$NQN" --rw write --bs 128k --qd 4 --runtime 2s --range 0-16M --verify
 step "ebof perf -t rdma randread 64k qd16, 2 queues" \
 	ebof_rdma perf -t rdma -a "$IP" -s "$PORT" -n "$NQN" --rw randread --bs 64k --qd 16 --queues 2 --runtime 2s --range 0-16M
+step "DH-HMAC-CHAP over RDMA (nvmet host key): with and without the secret" dhchap_rdma
 step "nvmet log" sh -c "dmesg | grep -iE 'nvmet|rdma' | tail -n 30"

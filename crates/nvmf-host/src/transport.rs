@@ -168,3 +168,56 @@ fn check_rdma_params(lp: &LinkParams) -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lp() -> LinkParams {
+        LinkParams {
+            addr: "127.0.0.1:4420".parse().unwrap(),
+            digests: Digests::default(),
+            max_c2h_data: 65536,
+            connect_timeout: Duration::from_secs(1),
+            tls: None,
+        }
+    }
+
+    #[test]
+    fn rdma_refuses_tcp_only_features() {
+        assert!(check_rdma_params(&lp()).is_ok());
+        let mut p = lp();
+        p.digests.hdgst = true;
+        assert!(matches!(
+            check_rdma_params(&p),
+            Err(HostError::InvalidArgument(m)) if m.contains("digests")
+        ));
+        let mut p = lp();
+        p.tls = Some(
+            crate::TlsKey::parse(
+                "NVMeTLSkey-1:01:VRLbtnN9AQb2WXW3c9+wEf/DRLz0QuLdbYvEhwtdWwNf9LrZ:",
+                None,
+            )
+            .unwrap(),
+        );
+        assert!(matches!(
+            check_rdma_params(&p),
+            Err(HostError::InvalidArgument(m)) if m.contains("TLS")
+        ));
+    }
+
+    #[test]
+    fn admin_queue_in_capsule_limits() {
+        assert_eq!(admin_icd_max(Transport::Tcp), 8192);
+        assert_eq!(admin_icd_max(Transport::Rdma), 0);
+    }
+
+    #[test]
+    fn transport_names() {
+        assert_eq!("tcp".parse::<Transport>(), Ok(Transport::Tcp));
+        assert_eq!("RDMA".parse::<Transport>(), Ok(Transport::Rdma));
+        assert!("fc".parse::<Transport>().is_err());
+        assert_eq!(Transport::Rdma.to_string(), "rdma");
+        assert_eq!(Transport::default(), Transport::Tcp);
+    }
+}
