@@ -9,15 +9,18 @@
 #   run [-t SECS] CMD...     print and run an external command under a timeout (default 120 s)
 #   fail MESSAGE             fail the current step with a message
 #   guest_request NAME [ARG] [TIMEOUT]   ask the host to run host_on_NAME; returns its status
-#   nvme_connect NQN [ARGS]  connect over TCP to $TARGET_IP:$TARGET_PORT; sets CTRL and NSDEV
+#   nvme_connect NQN [ARGS]  connect over $NVME_TRANSPORT (tcp) to $TARGET_IP:$TARGET_PORT; sets
+#                            CTRL and NSDEV
 #   nvme_disconnect NQN      disconnect and check the controller is gone
 #   fio_verify NAME DEV SIZE RW BS QD [FIO ARGS]   write + verify with crc32c
+#   step_skip MESSAGE        mark the current step SKIPPED (listed in /xchg/skipped.txt)
 
 set -eEo pipefail
 X=${X:-/xchg}
 TARGET_IP=${TARGET_IP:-${HOST_IP:-10.77.0.1}}
 TARGET_PORT=${TARGET_PORT:-4420}
 DISC_PORT=${DISC_PORT:-8009}
+NVME_TRANSPORT=${NVME_TRANSPORT:-tcp} # tcp | rdma: what nvme_connect uses and nvme_ctrl_for matches
 CTRL='' NSDEV=''
 STEP_NO=0 STEP_TITLE='' STEP_T0='' STEP_RESULT=''
 _GUEST_T0=${EPOCHREALTIME/./}
@@ -30,8 +33,9 @@ _on_err() {
 	[[ $file == guest.sh ]] && file=${GUEST_SCRIPT_NAME:-$file}
 	echo "!!!! command failed (status $rc) at $file:$line: $cmd"
 }
+# _on_exit [STATUS]: the EXIT trap (a script's own exit trap may call it with the status it saw)
 _on_exit() {
-	local rc=$?
+	local rc=${1:-$?}
 	if [[ -n $STEP_TITLE ]]; then
 		echo "!!!! FAILED in step [$STEP_NO] $STEP_TITLE"
 		_step_end "FAIL(status $rc)"
@@ -63,8 +67,16 @@ step() {
 	echo
 	echo "==== [$STEP_NO] $title ===="
 	"$@"
-	_step_end "${STEP_RESULT:-OK}" # a step may set STEP_RESULT=SKIP (guest-security.sh: step_skip)
+	_step_end "${STEP_RESULT:-OK}" # a step may set STEP_RESULT=SKIP (step_skip)
 	STEP_RESULT=
+}
+
+# step_skip MESSAGE: inside a step, report it as SKIP instead of OK (and list it in skipped.txt)
+# shellcheck disable=SC2034 # STEP_RESULT is read by step
+step_skip() {
+	echo "SKIPPED: $*"
+	STEP_RESULT=SKIP
+	echo "[$STEP_NO] $STEP_TITLE: $*" >>"$X/skipped.txt"
 }
 
 # run [-t SECS] CMD...: echo (to stderr), then run with a timeout (shell functions run without one)
@@ -114,12 +126,12 @@ guest_request() {
 # ---------------------------------------------------------------------------------------------
 # NVMe host helpers (kernel initiator through nvme-cli)
 
-# nvme_ctrl_for NQN: name of a TCP controller connected to subsystem NQN (e.g. nvme0)
+# nvme_ctrl_for NQN: name of a controller over $NVME_TRANSPORT connected to subsystem NQN (e.g. nvme0)
 nvme_ctrl_for() {
 	local c
 	for c in /sys/class/nvme/nvme*; do
 		[[ -r $c/subsysnqn && -r $c/transport ]] || continue
-		if [[ $(<"$c/subsysnqn") == "$1" && $(<"$c/transport") == tcp ]]; then
+		if [[ $(<"$c/subsysnqn") == "$1" && $(<"$c/transport") == "$NVME_TRANSPORT" ]]; then
 			echo "${c##*/}"
 			return 0
 		fi
@@ -151,7 +163,7 @@ _nvme_no_ctrl() { ! nvme_ctrl_for "$1" >/dev/null; }
 nvme_connect() {
 	local nqn=$1
 	shift
-	run -t 60 nvme connect -t tcp -a "$TARGET_IP" -s "$TARGET_PORT" -n "$nqn" "$@"
+	run -t 60 nvme connect -t "$NVME_TRANSPORT" -a "$TARGET_IP" -s "$TARGET_PORT" -n "$nqn" "$@"
 	wait_for 20 nvme_ctrl_for "$nqn" >/dev/null || fail "no controller for $nqn after connect"
 	CTRL=$(nvme_ctrl_for "$nqn")
 	wait_for 20 _nvme_has_ns "$nqn" "${NSID:-1}" || fail "no namespace ${NSID:-1} block device for $nqn"

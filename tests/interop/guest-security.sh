@@ -27,7 +27,7 @@
 #   expect_fail DESC CMD...          CMD must fail; its output and the kernel's messages are printed
 #   want_kmsg DESC REGEX             the kernel logged REGEX since kmsg_mark
 #   ctrl_tls_key CTRL                the keyring serial of the PSK the controller's TLS session used
-#   step_skip MESSAGE                mark the current step SKIPPED (guest-lib's step prints SKIP)
+#   (step_skip is in guest-lib.sh)
 
 NVMET=/sys/kernel/config/nvmet
 TLSHD_PID=''
@@ -168,9 +168,3 @@ expect_fail() {
 	((rc != 0)) || fail "$desc: succeeded, must fail"
 }
 
-# shellcheck disable=SC2034 # STEP_RESULT is read by guest-lib.sh's step
-step_skip() {
-	echo "SKIPPED: $*"
-	STEP_RESULT=SKIP
-	echo "[$STEP_NO] $STEP_TITLE: $*" >>"$X/skipped.txt"
-}

@@ -12,6 +12,9 @@
 #                           filesystem built with mmdebstrap, the repo shared at its own path)
 #   vm_env VAR=VALUE ...    variables exported to the guest script
 #   vm_run SCRIPT TIMEOUT   boot the guest running SCRIPT; returns the guest script's exit status
+#   vm_start NAME SCRIPT [--xchg DIR --ip IP --tap TAP --mac MAC ...]; vm_wait TIMEOUT NAME...
+#                           several guests at once (ns_bridge N: a bridge with N taps first)
+#   vm_want_rdma            (before vm_setup) also install rdma-core & co for soft-RoCE guests
 #   host_on_<name>          define to serve `guest_request <name>` from the guest (dashes -> _)
 #   bg_start NAME CMD...    start a tracked background process (killed by PID on exit); bg_stop NAME
 #   ns_exec CMD...          run a command inside the run's network namespace
@@ -35,6 +38,11 @@ GUEST_IP=10.77.0.2
 # Debian packages the host needs; the guest uses the same userland (it is the host's /).
 VM_PACKAGES=(qemu-system-x86 nvme-cli fio busybox-static cpio kmod iproute2 zstd xz-utils
 	e2fsprogs util-linux coreutils gzip procps)
+# RDMA scenarios (soft-RoCE, rdma_rxe, inside the guest): the verbs/RDMA CM libraries, the rxe
+# provider, ibv_devices/ibv_devinfo and rping; the `rdma` tool comes with iproute2. vm_want_rdma
+# (before vm_setup) adds them.
+VM_RDMA_PACKAGES=(rdma-core ibverbs-providers ibverbs-utils libibverbs1 librdmacm1 rdmacm-utils)
+vm_want_rdma() { VM_PACKAGES+=("${VM_RDMA_PACKAGES[@]}"); }
 # modules loaded by the initramfs (dependencies are resolved with modprobe --show-depends)
 VM_INITRAMFS_MODULES=(virtio_pci virtio_console 9pnet_virtio 9p overlay)
 
@@ -72,10 +80,13 @@ timing_summary() {
 	local t
 	echo "---- timings (${INTEROP_NAME:-interop}) ----"
 	for t in "${TIMINGS[@]}"; do echo "  $t"; done
-	if [[ -n $X && -s $X/guest-timings.tsv ]]; then
-		echo "  guest steps:"
-		awk -F'\t' '{ printf "    %-62s %6ss  %s\n", $1, $2, $3 }' "$X/guest-timings.tsv"
-	fi
+	local name xdir
+	for name in "${VM_NAMES[@]}"; do
+		xdir=${VM_XDIR[$name]}
+		[[ -s $xdir/guest-timings.tsv ]] || continue
+		echo "  guest steps ($name):"
+		awk -F'\t' '{ printf "    %-62s %6ss  %s\n", $1, $2, $3 }' "$xdir/guest-timings.tsv"
+	done
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -336,6 +347,22 @@ ns_setup() {
 	ip -n "$NS" link set tap0 up
 }
 
+# ns_bridge N: for N concurrent guests, a bridge br0 in the netns with taps tap0..tap(N-1); the
+# host side's $HOST_IP moves from tap0 to br0. Guests on it reach each other (and the host side).
+ns_bridge() {
+	local n=$1 i
+	ip -n "$NS" link add br0 type bridge || die "cannot create br0 in $NS"
+	ip -n "$NS" addr del "$HOST_IP/24" dev tap0
+	ip -n "$NS" link set tap0 master br0
+	for ((i = 1; i < n; i++)); do
+		ip -n "$NS" tuntap add dev "tap$i" mode tap || die "cannot create tap$i in $NS"
+		ip -n "$NS" link set "tap$i" master br0
+		ip -n "$NS" link set "tap$i" up
+	done
+	ip -n "$NS" addr add "$HOST_IP/24" dev br0
+	ip -n "$NS" link set br0 up
+}
+
 ns_exec() { ip netns exec "$NS" "$@"; }
 
 # _kill_pid PID: TERM, wait up to 5 s, KILL; only if it is still our child
@@ -404,10 +431,11 @@ _interop_cleanup() {
 # vm_env VAR=VALUE...: exported into the guest script's environment
 vm_env() { VM_ENV+=("$@"); }
 
-# _serve_requests: answer guest_request calls (files req-NAME in the exchange folder) by running the
-# host_on_NAME function with the request's argument; the reply done-NAME holds its exit status
+# _serve_requests [XDIR]: answer guest_request calls (files req-NAME in the exchange folder XDIR,
+# default $X) by running the host_on_NAME function with the request's argument (X is XDIR while it
+# runs); the reply done-NAME holds its exit status
 _serve_requests() {
-	local req name fn arg rc t0
+	local X=${1:-$X} req name fn arg rc t0
 	for req in "$X"/req-*; do
 		[[ -e $req ]] || continue
 		name=${req##*/req-}
@@ -428,26 +456,52 @@ _serve_requests() {
 	done
 }
 
-# vm_run GUEST_SCRIPT [TIMEOUT_SECS]: boot the guest running GUEST_SCRIPT; the console is streamed
-# to stdout and $RUN_DIR/console-NAME.log; returns the script's exit status (124 on timeout,
-# 125 if the guest died without writing a status).
-vm_run() {
-	local script=$1 timeout=${2:-600} name t0 deadline pid tail_pid rc booted='' v i
+# Guests started by vm_start, by NAME: qemu's PID, exchange folder, console tail, start time, boot
+# time, and (after vm_wait) the exit status.
+declare -A VM_PID=() VM_XDIR=() VM_TAIL=() VM_T0=() VM_BOOTED=() VM_STATUS=() VM_SERIAL=() VM_QLOG=()
+VM_NAMES=()
+
+# vm_start NAME SCRIPT [--xchg DIR] [--ip IP] [--tap TAP] [--mac MAC] [--smp N] [--mem MIB]
+#          [--prefix] [VAR=VALUE...]
+# Boot a guest in the background that runs SCRIPT. Defaults: the run's exchange folder $X, $GUEST_IP,
+# tap0, 52:54:00:77:00:02, EBOF_VM_SMP (2) CPUs, EBOF_VM_MEM (2048) MiB. VAR=VALUE: exported to this
+# guest only (after vm_env's). --prefix: console lines go to stdout as "[NAME] line" (for
+# concurrent guests). Logs: $RUN_DIR/{console,serial,qemu}-NAME.log. vm_wait waits for it.
+vm_start() {
+	local name=$1 script=$2 xdir=$X ip=$GUEST_IP tap=tap0 mac=52:54:00:77:00:02 prefix=''
+	local smp=${EBOF_VM_SMP:-2} mem=${EBOF_VM_MEM:-2048} extra=() v i pid
+	shift 2
+	while (($#)); do
+		case $1 in
+		--xchg) xdir=$2 && shift ;;
+		--ip) ip=$2 && shift ;;
+		--tap) tap=$2 && shift ;;
+		--mac) mac=$2 && shift ;;
+		--smp) smp=$2 && shift ;;
+		--mem) mem=$2 && shift ;;
+		--prefix) prefix=1 ;;
+		*=*) extra+=("$1") ;;
+		*) die "vm_start: unknown argument '$1'" ;;
+		esac
+		shift
+	done
 	[[ -f $script ]] || die "no guest script $script"
 	[[ -n $VM_KERNEL ]] || die "vm_setup not run"
-	name=$(basename "$script" .sh)
-	rm -f "$X"/status "$X"/booted "$X"/req-* "$X"/done-*
-	cp "$INTEROP_DIR/vm/guest-init.sh" "$X/guest-init.sh"
-	cp "$INTEROP_DIR/guest-lib.sh" "$X/guest-lib.sh"
-	cp "$INTEROP_DIR/guest-security.sh" "$X/guest-security.sh"
-	cp "$script" "$X/guest.sh"
+	[[ -z ${VM_PID[$name]:-} ]] || die "vm_start: a guest '$name' was already started"
+	mkdir -p "$xdir"
+	rm -f "$xdir"/status "$xdir"/booted "$xdir"/req-* "$xdir"/done-*
+	cp "$INTEROP_DIR/vm/guest-init.sh" "$xdir/guest-init.sh"
+	cp "$INTEROP_DIR/guest-lib.sh" "$xdir/guest-lib.sh"
+	cp "$INTEROP_DIR/guest-security.sh" "$xdir/guest-security.sh"
+	cp "$INTEROP_DIR/guest-rdma.sh" "$xdir/guest-rdma.sh"
+	cp "$script" "$xdir/guest.sh"
 	{
-		for v in "HOST_IP=$HOST_IP" "GUEST_IP=$GUEST_IP" "X=/xchg" "GUEST_LIB=/xchg/guest-lib.sh" \
-			"GUEST_SCRIPT_NAME=$(basename "$script")" "VM_FLAVOUR=$VM_FLAVOUR" \
-			"GUEST_SHARES=${VM_SHARES[*]}" "${VM_ENV[@]}"; do
+		for v in "HOST_IP=$HOST_IP" "GUEST_IP=$ip" "X=/xchg" "GUEST_LIB=/xchg/guest-lib.sh" \
+			"GUEST_SCRIPT_NAME=$(basename "$script")" "VM_FLAVOUR=$VM_FLAVOUR" "GUEST_NAME=$name" \
+			"GUEST_SHARES=${VM_SHARES[*]}" "${VM_ENV[@]}" "${extra[@]}"; do
 			printf 'export %s=%q\n' "${v%%=*}" "${v#*=}"
 		done
-	} >"$X/env"
+	} >"$xdir/env"
 
 	local console=$RUN_DIR/console-$name.log serial=$RUN_DIR/serial-$name.log qlog=$RUN_DIR/qemu-$name.log
 	: >"$console"
@@ -455,7 +509,7 @@ vm_run() {
 	cmdline+=" tsc=reliable no_timer_check nowatchdog random.trust_cpu=on 8250.nr_uarts=1"
 	# shellcheck disable=SC2054 # commas belong to qemu options
 	local qemu=(qemu-system-x86_64 -accel tcg,thread=single -cpu "${EBOF_VM_CPU:-max}" -machine pc
-		-smp "${EBOF_VM_SMP:-2}" -m "${EBOF_VM_MEM:-2048}"
+		-smp "$smp" -m "$mem"
 		-nodefaults -no-user-config -display none -vga none -no-reboot
 		-kernel "$VM_KERNEL" -initrd "$VM_INITRD" -append "$cmdline"
 		-serial "file:$serial"
@@ -464,60 +518,101 @@ vm_run() {
 		-device virtio-9p-pci,fsdev=fsroot,mount_tag=rootfs
 		-fsdev "local,id=fsmod,path=$VM_MODDIR,security_model=none,readonly=on"
 		-device virtio-9p-pci,fsdev=fsmod,mount_tag=modules
-		-fsdev "local,id=fsx,path=$X,security_model=none"
+		-fsdev "local,id=fsx,path=$xdir,security_model=none"
 		-device virtio-9p-pci,fsdev=fsx,mount_tag=xchg
-		-netdev tap,id=net0,ifname=tap0,script=no,downscript=no,vhost=off
-		-device virtio-net-pci,netdev=net0,mac=52:54:00:77:00:02)
+		-netdev "tap,id=net0,ifname=$tap,script=no,downscript=no,vhost=off"
+		-device "virtio-net-pci,netdev=net0,mac=$mac")
 	# extra read-only shares (trixie: the repo), mounted by guest-init at the same path (tag shareN)
 	for i in "${!VM_SHARES[@]}"; do
 		qemu+=(-fsdev "local,id=fsshare$i,path=${VM_SHARES[$i]},security_model=none,readonly=on,multidevs=remap"
 			-device "virtio-9p-pci,fsdev=fsshare$i,mount_tag=share$i")
 	done
 
-	log "booting guest '$name' (timeout ${timeout} s)"
-	t0=$SECONDS
-	deadline=$((SECONDS + timeout))
+	log "booting guest '$name' ($ip on $tap, -smp $smp -m $mem)"
 	# a simple command (not a function) so that $! is qemu itself: ip netns exec execs it
 	ip netns exec "$NS" "${qemu[@]}" >"$qlog" 2>&1 </dev/null &
 	pid=$!
 	TRACKED_PIDS+=("$pid")
-	tail -n +1 -F -s 0.2 --pid="$pid" "$console" 2>/dev/null &
-	tail_pid=$!
-	TRACKED_PIDS+=("$tail_pid")
+	if [[ -n $prefix ]]; then
+		tail -n +1 -F -s 0.2 --pid="$pid" "$console" 2>/dev/null | sed -u "s/^/[$name] /" &
+	else
+		tail -n +1 -F -s 0.2 --pid="$pid" "$console" 2>/dev/null &
+	fi
+	VM_TAIL[$name]=$!
+	TRACKED_PIDS+=("$!")
+	VM_PID[$name]=$pid VM_XDIR[$name]=$xdir VM_T0[$name]=$SECONDS VM_BOOTED[$name]=''
+	VM_SERIAL[$name]=$serial VM_QLOG[$name]=$qlog
+	VM_NAMES+=("$name")
+}
 
-	while kill -0 "$pid" 2>/dev/null; do
-		if [[ -z $booted && -e $X/booted ]]; then
-			booted=$((SECONDS - t0))
-			timing_add "vm '$name': boot to guest init" "$booted"
-		fi
-		_serve_requests
-		if ((SECONDS >= deadline)); then
-			warn "guest '$name' timed out after $timeout s; killing qemu (pid $pid)"
-			_kill_pid "$pid"
-			break
-		fi
+# vm_wait TIMEOUT NAME...: wait until every guest NAME has powered off, answering their
+# guest_request calls; a guest still running TIMEOUT s after its start is killed. Sets
+# VM_STATUS[NAME] (the guest script's exit status: 124 on timeout, 125 if the guest died without
+# writing one); returns the first non-zero one of them (in NAME order), else 0.
+vm_wait() {
+	local timeout=$1 name pid running rc=0 r
+	shift
+	while :; do
+		running=0
+		for name in "$@"; do
+			pid=${VM_PID[$name]}
+			[[ -n ${VM_STATUS[$name]:-} ]] && continue
+			if [[ -z ${VM_BOOTED[$name]} && -e ${VM_XDIR[$name]}/booted ]]; then
+				VM_BOOTED[$name]=$((SECONDS - VM_T0[$name]))
+				timing_add "vm '$name': boot to guest init" "${VM_BOOTED[$name]}"
+			fi
+			_serve_requests "${VM_XDIR[$name]}"
+			if kill -0 "$pid" 2>/dev/null && ((SECONDS - VM_T0[$name] >= timeout)); then
+				warn "guest '$name' timed out after $timeout s; killing qemu (pid $pid)"
+				_kill_pid "$pid"
+				_vm_finish "$name" 124
+			elif ! kill -0 "$pid" 2>/dev/null; then
+				_vm_finish "$name"
+			else
+				running=1
+			fi
+		done
+		((running)) || break
 		sleep 0.2
 	done
-	wait "$pid" 2>/dev/null
-	_kill_pid "$tail_pid" # normally already gone (--pid)
-	wait "$tail_pid" 2>/dev/null
-
-	if [[ -s $X/status ]]; then
-		rc=$(cat "$X/status")
-	elif ((SECONDS >= deadline)); then
-		rc=124
-	else
-		rc=125
-	fi
-	timing_add "vm '$name': total (status $rc)" $((SECONDS - t0))
-	if [[ -z $booted ]]; then
-		warn "guest '$name' never reached guest init"
-		[[ -s $qlog ]] && { echo "---- qemu output ----"; tail -n 20 "$qlog"; }
-		echo "---- last lines of the guest kernel log ($serial) ----"
-		tail -n 40 "$serial" 2>/dev/null
-	fi
-	log "guest '$name' finished: status $rc ($((SECONDS - t0)) s)"
+	for name in "$@"; do
+		r=${VM_STATUS[$name]}
+		((rc == 0 && r != 0)) && rc=$r
+	done
 	return "$rc"
+}
+
+# _vm_finish NAME [STATUS]: reap a guest that powered off (or was killed: STATUS 124), set VM_STATUS
+_vm_finish() {
+	local name=$1 pid=${VM_PID[$1]} xdir=${VM_XDIR[$1]} rc
+	wait "$pid" 2>/dev/null
+	_kill_pid "${VM_TAIL[$name]}" # normally already gone (--pid)
+	wait "${VM_TAIL[$name]}" 2>/dev/null
+	if [[ -s $xdir/status ]]; then
+		rc=$(cat "$xdir/status")
+	else
+		rc=${2:-125}
+	fi
+	VM_STATUS[$name]=$rc
+	timing_add "vm '$name': total (status $rc)" $((SECONDS - VM_T0[$name]))
+	if [[ -z ${VM_BOOTED[$name]} ]]; then
+		warn "guest '$name' never reached guest init"
+		[[ -s ${VM_QLOG[$name]} ]] && { echo "---- qemu output ----"; tail -n 20 "${VM_QLOG[$name]}"; }
+		echo "---- last lines of the guest kernel log (${VM_SERIAL[$name]}) ----"
+		tail -n 40 "${VM_SERIAL[$name]}" 2>/dev/null
+	fi
+	log "guest '$name' finished: status $rc ($((SECONDS - VM_T0[$name])) s)"
+}
+
+# vm_run GUEST_SCRIPT [TIMEOUT_SECS]: boot the guest running GUEST_SCRIPT and wait for it; the
+# console is streamed to stdout and $RUN_DIR/console-NAME.log (NAME: the script's name without
+# .sh); returns the script's exit status (124 on timeout, 125 if the guest died without writing a
+# status).
+vm_run() {
+	local name
+	name=$(basename "$1" .sh)
+	vm_start "$name" "$1"
+	vm_wait "${2:-600}" "$name"
 }
 
 # ---------------------------------------------------------------------------------------------

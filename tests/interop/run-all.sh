@@ -4,7 +4,7 @@
 # scenario failed. A scenario exiting 77 (e.g. `ebof serve` not built yet) counts as skipped.
 #
 # Usage (as root): tests/interop/run-all.sh [SCENARIO...]
-#   (default: linux-target linux-initiator linux-control linux-resv linux-multipath linux-security)
+#   (default: linux-target linux-initiator linux-control linux-resv linux-multipath linux-security linux-rdma linux-rdma2)
 # Environment: EBOF_SKIP_INTEROP=1 skips everything; EBOF_BIN, EBOF_INTEROP_STRICT,
 # EBOF_INTEROP_ARTIFACTS, ... are passed on to the scenarios (see lib.sh and each scenario).
 set -uo pipefail
@@ -16,7 +16,7 @@ fi
 source "$(dirname "$0")/lib.sh"
 
 scenarios=("$@")
-((${#scenarios[@]})) || scenarios=(linux-target linux-initiator linux-control linux-resv linux-multipath linux-security)
+((${#scenarios[@]})) || scenarios=(linux-target linux-initiator linux-control linux-resv linux-multipath linux-security linux-rdma linux-rdma2)
 
 t0=$SECONDS
 vm_setup

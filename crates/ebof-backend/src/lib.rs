@@ -191,6 +191,15 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
         None
     }
 
+    /// Memory backends: the whole reservation (address, bytes) for a device to register and
+    /// pin for DMA (RDMA), which from now on must keep its physical pages: zeroing, deallocation
+    /// and shrinking fill with zeros instead of handing pages back to the kernel (a registered
+    /// page that the kernel replaced would leave the device and the CPU looking at different
+    /// memory). `None` (the default): not memory.
+    fn pin_for_dma(&self) -> Option<(std::ptr::NonNull<u8>, usize)> {
+        None
+    }
+
     /// Writes `buf` at `offset`. Returns only once the data is accepted by the backend (visible
     /// to later reads); durability needs [`flush`](Backend::flush).
     fn write(&self, offset: u64, buf: &[u8]) -> Result<(), BackendError>;

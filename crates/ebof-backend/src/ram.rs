@@ -60,6 +60,9 @@ pub struct RamBackend {
     written: Box<[AtomicU64]>,
     /// Number of set bits in `written`, kept exact by counting bit transitions.
     written_pages: AtomicU64,
+    /// Registered for DMA ([`Backend::pin_for_dma`]): pages are never handed back to the
+    /// kernel (zeroed in place instead).
+    pinned: std::sync::atomic::AtomicBool,
     /// Serialises resizes with each other (and with the release of a partial last page, see
     /// `zero_range`); the data path never waits for it.
     resize: Mutex<Extent>,
@@ -196,6 +199,7 @@ impl RamBackend {
             huge,
             written,
             written_pages: AtomicU64::new(0),
+            pinned: std::sync::atomic::AtomicBool::new(false),
             resize: Mutex::new(Extent {
                 accessible: 0,
                 peak: size,
@@ -372,6 +376,12 @@ impl RamBackend {
                 return; // Never written (or already dropped): nothing resident, reads zero.
             }
         }
+        if self.pinned.load(Ordering::Acquire) {
+            // A device holds these physical pages (RDMA registration): zero them in place.
+            // SAFETY: `start..end` lies within the accessible part of the reservation.
+            unsafe { ptr::write_bytes(self.at(start), 0, (end - start) as usize) };
+            return;
+        }
         // SAFETY: `start..end` is page aligned and within the accessible part of the
         // reservation. MADV_DONTNEED on a private anonymous mapping makes the pages read as
         // zero afterwards; Rust holds no references into them.
@@ -535,6 +545,14 @@ impl Backend for RamBackend {
         NonNull::new(self.at(offset))
     }
 
+    fn pin_for_dma(&self) -> Option<(NonNull<u8>, usize)> {
+        self.pinned.store(true, Ordering::Release);
+        // The accessible part may grow up to the reservation; register what is accessible now
+        // (registering inaccessible pages fails).
+        let len = usize::try_from(self.current_size()).ok()?;
+        Some((self.base, len))
+    }
+
     #[inline]
     fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), BackendError> {
         check_range(offset, buf.len() as u64, self.current_size())?;
@@ -639,6 +657,32 @@ mod tests {
         assert!(back[..4096].iter().all(|&b| b == 0x5A));
         assert!(back[4096..8192].iter().all(|&b| b == 0));
         assert!(back[8192..].iter().all(|&b| b == 0x5A));
+    }
+
+    #[test]
+    fn pinned_memory_keeps_its_pages_and_zeroes_in_place() {
+        let ram = RamBackend::new(1 << 20).unwrap();
+        let page = 1u64 << ram.page_shift;
+        ram.write(0, &vec![0xAA; (4 * page) as usize]).unwrap();
+        let (p, len) = ram.pin_for_dma().unwrap();
+        assert_eq!(len, 1 << 20);
+        assert_eq!(p, ram.memory(0, 1).unwrap());
+        let before = ram.allocated_bytes();
+        ram.deallocate(0, 2 * page).unwrap();
+        ram.write_zeroes(2 * page, page).unwrap();
+        // Still resident (a registered device keeps pointing at these pages)...
+        assert_eq!(ram.allocated_bytes(), before);
+        // ...and they read as zero, the rest untouched.
+        let mut b = vec![1u8; (4 * page) as usize];
+        ram.read(0, &mut b).unwrap();
+        assert!(b[..(3 * page) as usize].iter().all(|&x| x == 0));
+        assert!(b[(3 * page) as usize..].iter().all(|&x| x == 0xAA));
+        // Without pinning the same deallocation hands the pages back.
+        let free = RamBackend::new(1 << 20).unwrap();
+        free.write(0, &vec![0xAA; (4 * page) as usize]).unwrap();
+        let before = free.allocated_bytes();
+        free.deallocate(0, 2 * page).unwrap();
+        assert!(free.allocated_bytes() < before);
     }
 
     #[test]

@@ -68,10 +68,16 @@ impl Config {
             if tls != crate::TlsMode::Off {
                 let _ = writeln!(out, "tls = {}", string(tls.name()));
             }
+            if self.transport(l) != crate::Transport::Tcp {
+                let _ = writeln!(out, "transport = {}", string(self.transport(l).name()));
+            }
         }
         if let Some(d) = &self.discovery {
             out.push('\n');
             listener(&mut out, "[discovery]", d);
+            if self.transport(d) != crate::Transport::Tcp {
+                let _ = writeln!(out, "transport = {}", string(self.transport(d).name()));
+            }
         }
         if self.management != crate::model::Management::default() {
             out.push_str("\n[management]\n");

@@ -82,6 +82,8 @@ pub mod codes {
     pub const DUPLICATE_ANA: &str = "duplicate-ana";
     /// A listener's `tls` is not off, optional or required (or set on `[discovery]`).
     pub const INVALID_TLS_MODE: &str = "invalid-tls-mode";
+    /// A listener's `transport` is not tcp or rdma, or an RDMA listener asks for TLS.
+    pub const INVALID_TRANSPORT: &str = "invalid-transport";
     /// A DH-HMAC-CHAP or TLS secret that is not in its interchange format.
     pub const INVALID_SECRET: &str = "invalid-secret";
     /// A secret given both inline and as a file.

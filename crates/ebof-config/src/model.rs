@@ -62,6 +62,8 @@ pub struct Config {
     pub hosts: Vec<crate::HostSecurity>,
     /// Listeners whose TLS mode is not `off` (`[[listeners]] tls = …`).
     pub listener_tls: Vec<(Listener, crate::TlsMode)>,
+    /// Listeners on NVMe/RDMA (`transport = "rdma"`); every other listener is NVMe/TCP.
+    pub rdma_listeners: Vec<Listener>,
 }
 
 /// Default port of `[metrics] listen` when only an address is given.
@@ -219,6 +221,46 @@ impl Listener {
 impl fmt::Display for Listener {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.socket_addr().fmt(f)
+    }
+}
+
+/// The fabric of a listener (`[[listeners]] transport`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Transport {
+    /// NVMe/TCP.
+    #[default]
+    Tcp,
+    /// NVMe/RDMA (RoCEv2, InfiniBand, iWARP), through librdmacm.
+    Rdma,
+}
+
+impl Transport {
+    /// The configuration name: "tcp" or "rdma".
+    pub fn name(self) -> &'static str {
+        match self {
+            Transport::Tcp => "tcp",
+            Transport::Rdma => "rdma",
+        }
+    }
+
+    /// Parse a configuration name.
+    pub fn parse(s: &str) -> Option<Transport> {
+        match s {
+            "tcp" => Some(Transport::Tcp),
+            "rdma" => Some(Transport::Rdma),
+            _ => None,
+        }
+    }
+}
+
+impl Config {
+    /// The transport of listener `l` (the I/O listeners and `[discovery]`).
+    pub fn transport(&self, l: &Listener) -> Transport {
+        if self.rdma_listeners.contains(l) {
+            Transport::Rdma
+        } else {
+            Transport::Tcp
+        }
     }
 }
 
@@ -403,6 +445,7 @@ impl Config {
             ana: Vec::new(),
             hosts: Vec::new(),
             listener_tls: Vec::new(),
+            rdma_listeners: Vec::new(),
         }
     }
 }

@@ -69,11 +69,24 @@ impl Config {
             ));
         }
         if !o.listen.is_empty() {
-            self.listeners = o
-                .listen
-                .iter()
-                .map(|s| parse_listener(s, DEFAULT_PORT).map_err(|e| e.at("--listen")))
-                .collect::<Result<_, _>>()?;
+            let discovery_rdma = self
+                .discovery
+                .as_ref()
+                .is_some_and(|d| self.rdma_listeners.contains(d));
+            self.rdma_listeners.clear();
+            let mut listeners = Vec::new();
+            for s in &o.listen {
+                let (t, rest) = split_transport(s);
+                let l = parse_listener(rest, DEFAULT_PORT).map_err(|e| e.at("--listen"))?;
+                if t == crate::Transport::Rdma {
+                    self.rdma_listeners.push(l);
+                }
+                listeners.push(l);
+            }
+            if discovery_rdma && let Some(d) = self.discovery {
+                self.rdma_listeners.push(d);
+            }
+            self.listeners = listeners;
             // ANA states of listeners that are no longer served go with them.
             let kept = &self.listeners;
             self.ana.retain(|a| kept.contains(&a.listener));
@@ -175,6 +188,17 @@ impl Config {
             }
         }
         Ok(())
+    }
+}
+
+/// `rdma:ADDR[:PORT]` or `tcp:ADDR[:PORT]` (a bare address is NVMe/TCP).
+fn split_transport(s: &str) -> (crate::Transport, &str) {
+    if let Some(r) = s.strip_prefix("rdma:") {
+        (crate::Transport::Rdma, r)
+    } else if let Some(r) = s.strip_prefix("tcp:") {
+        (crate::Transport::Tcp, r)
+    } else {
+        (crate::Transport::Tcp, s)
     }
 }
 

@@ -16,7 +16,7 @@ use crate::error::{ConfigError, codes, quote};
 use crate::model::{
     BackendChoice, Config, DEFAULT_BLOCK_SIZE, DEFAULT_DISCOVERY_PORT, DEFAULT_MANAGEMENT_PORT,
     DEFAULT_METRICS_PORT, DEFAULT_MODEL, DEFAULT_PORT, Listener, Management, Namespace, Subsystem,
-    TargetTuning, derived_serial, derived_uuid,
+    TargetTuning, Transport, derived_serial, derived_uuid,
 };
 use crate::parse::{
     MAX_CORE_ID, parse_core_list, parse_io_engine, parse_ip, parse_listener, parse_size,
@@ -118,6 +118,31 @@ struct RawListener {
     port: Option<i64>,
     /// "off" | "optional" | "required" (`[[listeners]]` only).
     tls: Option<String>,
+    /// "tcp" (default) | "rdma".
+    transport: Option<String>,
+}
+
+/// The transport of a raw listener at `path`; an RDMA listener may not ask for TLS (TLS is
+/// NVMe/TCP's).
+fn take_transport(l: &mut RawListener, path: &str) -> Result<Transport, ConfigError> {
+    let t = match l.transport.take() {
+        None => Transport::Tcp,
+        Some(s) => Transport::parse(&s).ok_or_else(|| {
+            ConfigError::new(
+                codes::INVALID_TRANSPORT,
+                format!("{path}.transport"),
+                format!("{s:?} is not a transport: use \"tcp\" or \"rdma\""),
+            )
+        })?,
+    };
+    if t == Transport::Rdma && l.tls.as_deref().is_some_and(|m| m != "off") {
+        return Err(ConfigError::new(
+            codes::INVALID_TRANSPORT,
+            format!("{path}.tls"),
+            "TLS is for NVMe/TCP: an RDMA listener cannot use it",
+        ));
+    }
+    Ok(t)
 }
 
 /// `[[subsystems]]`.
@@ -296,10 +321,15 @@ impl RawConfig {
         let target = convert_target(self.target.unwrap_or_default())?;
         let mut listeners = Vec::new();
         let mut listener_tls = Vec::new();
+        let mut rdma_listeners = Vec::new();
         for (i, mut l) in self.listeners.into_iter().enumerate() {
             let path = format!("listeners[{i}]");
+            let transport = take_transport(&mut l, &path)?;
             let tls = l.tls.take();
             let listener = convert_listener(l, &path, DEFAULT_PORT)?;
+            if transport == Transport::Rdma {
+                rdma_listeners.push(listener);
+            }
             if let Some(t) = tls {
                 let mode =
                     crate::security::parse_tls_mode(&t).map_err(|e| e.at(format!("{path}.tls")))?;
@@ -317,9 +347,15 @@ impl RawConfig {
                     "set tls on a [[listeners]] entry (discovery is answered on every listener)",
                 ));
             }
-            d => d
-                .map(|l| convert_listener(l, "discovery", DEFAULT_DISCOVERY_PORT))
-                .transpose()?,
+            Some(mut l) => {
+                let transport = take_transport(&mut l, "discovery")?;
+                let d = convert_listener(l, "discovery", DEFAULT_DISCOVERY_PORT)?;
+                if transport == Transport::Rdma {
+                    rdma_listeners.push(d);
+                }
+                Some(d)
+            }
+            None => None,
         };
         let subsystems = self
             .subsystems
@@ -346,6 +382,7 @@ impl RawConfig {
             ana,
             hosts,
             listener_tls,
+            rdma_listeners,
         })
     }
 }

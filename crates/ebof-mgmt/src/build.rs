@@ -228,6 +228,10 @@ pub fn listener_infos(cfg: &Config) -> Vec<ListenerInfo> {
                 ebof_config::TlsMode::Optional => ListenerTls::Optional,
                 ebof_config::TlsMode::Required => ListenerTls::Required,
             },
+            transport: match cfg.transport(l) {
+                ebof_config::Transport::Tcp => nvmf_target::Transport::Tcp,
+                ebof_config::Transport::Rdma => nvmf_target::Transport::Rdma,
+            },
         })
         .collect()
 }

@@ -397,6 +397,7 @@ impl Control {
                     addr: bound,
                     portid,
                     tls: Default::default(),
+                    transport: Default::default(),
                 });
                 self.target.set_listeners(v);
                 crate::ana::reset_listener(&self.target, bound);

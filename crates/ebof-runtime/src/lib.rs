@@ -16,6 +16,8 @@ pub mod affinity;
 pub mod conn;
 pub mod engine;
 pub mod limits;
+#[cfg(feature = "rdma")]
+pub mod rdma;
 pub mod reactor;
 pub mod server;
 pub mod tls;

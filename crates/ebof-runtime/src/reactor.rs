@@ -107,6 +107,13 @@ pub(crate) enum Command {
 }
 
 impl Mailbox {
+    /// A mailbox whose waker interrupts `registry`'s poll with `token`.
+    pub fn new(registry: &mio::Registry, token: Token) -> io::Result<Mailbox> {
+        Ok(Mailbox {
+            inbox: Mutex::new(Inbox::default()),
+            waker: Waker::new(registry, token)?,
+        })
+    }
     pub fn deliver(&self, c: NewConn) {
         if let Ok(mut v) = self.inbox.lock() {
             v.new_conns.push(c);

@@ -43,6 +43,9 @@ pub struct ServerConfig {
     /// TLS sessions for listeners whose mode is not off ([`crate::tls`]); `None`: a TLS
     /// ClientHello is refused.
     pub tls: Option<std::sync::Arc<dyn crate::tls::TlsAcceptor>>,
+    /// NVMe/RDMA listeners ([`crate::rdma`]); none: no RDMA library is ever loaded.
+    #[cfg(feature = "rdma")]
+    pub rdma: crate::rdma::RdmaConfig,
 }
 
 impl ServerConfig {
@@ -62,6 +65,8 @@ impl ServerConfig {
             backlog: None,
             engine: EngineConfig::default(),
             tls: None,
+            #[cfg(feature = "rdma")]
+            rdma: Default::default(),
         }
     }
 }
@@ -78,6 +83,9 @@ pub enum ServerError {
     Thread(std::io::Error),
     #[error("no cores to run on")]
     NoCores,
+    #[cfg(feature = "rdma")]
+    #[error(transparent)]
+    Rdma(#[from] crate::rdma::RdmaStartError),
     #[error("the accepting reactor did not answer in time")]
     Unresponsive,
 }
@@ -93,6 +101,8 @@ pub struct ServerHandle {
     backlog: u32,
     /// Addresses actually bound (port 0 resolved), I/O listeners first, then discovery.
     pub bound: Vec<SocketAddr>,
+    #[cfg(feature = "rdma")]
+    rdma: Option<crate::rdma::RdmaHandle>,
 }
 
 /// Adds and removes listeners of a running server (the management API's `listener add/remove`).
@@ -161,6 +171,10 @@ impl ServerHandle {
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
+        #[cfg(feature = "rdma")]
+        if let Some(r) = self.rdma.take() {
+            r.join();
+        }
     }
 }
 
@@ -184,13 +198,27 @@ impl Server {
             tracing::info!(%local, discovery_only = disc, backlog, "listening (NVMe/TCP)");
             listeners.push((l, disc));
         }
+        let stop = Arc::new(AtomicBool::new(false));
+        // RDMA first: a missing device or an address no RDMA device serves is a start error
+        // before any thread runs.
+        #[cfg(feature = "rdma")]
+        let rdma = if cfg.rdma.listeners.is_empty() && cfg.rdma.discovery.is_none() {
+            None
+        } else {
+            Some(crate::rdma::start(
+                target.clone(),
+                &cfg.rdma,
+                &cfg.cores,
+                cfg.engine,
+                stop.clone(),
+            )?)
+        };
         let caps = fit_caps(cfg.caps);
         let admission = Admission::new(caps);
         let bound: Vec<SocketAddr> = listeners
             .iter()
             .filter_map(|(l, _)| l.local_addr().ok())
             .collect();
-        let stop = Arc::new(AtomicBool::new(false));
         let mut reactors = Vec::new();
         let mut mailboxes = Vec::new();
         for &core in &cfg.cores {
@@ -265,6 +293,8 @@ impl Server {
             threads,
             backlog,
             bound,
+            #[cfg(feature = "rdma")]
+            rdma,
         })
     }
 }

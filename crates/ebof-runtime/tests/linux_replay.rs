@@ -24,6 +24,7 @@ fn replay(file: &str, digests: bool) {
             addr: local,
             portid: 1,
             tls: Default::default(),
+            transport: Default::default(),
         }],
         TargetLimits::default(),
         Instant::now(),

@@ -40,6 +40,7 @@ fn target_on(
             addr: local(),
             portid: 1,
             tls: Default::default(),
+            transport: Default::default(),
         }],
         limits,
         Instant::now(),
@@ -623,11 +624,13 @@ fn discovery_log_lists_what_the_host_may_see() {
             addr: local(),
             portid: 1,
             tls: Default::default(),
+            transport: Default::default(),
         },
         ListenerInfo {
             addr: "127.0.0.1:4421".parse().unwrap(),
             portid: 2,
             tls: nvmf_target::ListenerTls::Required,
+            transport: Default::default(),
         },
     ];
     let t = Arc::new(Target::new(

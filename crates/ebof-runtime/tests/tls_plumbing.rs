@@ -152,6 +152,7 @@ fn start(mode: ListenerTls) -> Running {
         addr,
         portid: 1,
         tls: mode,
+        transport: Default::default(),
     }]);
     Running {
         handle: Some(handle),

@@ -139,9 +139,18 @@ pub fn effective_config(a: &ServeArgs) -> Result<Config> {
 /// listeners.
 fn check_listeners(cfg: &mut Config, optional_discovery: bool) -> Result<()> {
     for l in &cfg.listeners {
+        if cfg.transport(l) == ebof_config::Transport::Rdma {
+            // RDMA CM ports are not TCP ports: librdmacm checks them when serve binds.
+            if l.port == 0 {
+                anyhow::bail!("RDMA listener {l}: give a port (0 is for NVMe/TCP listeners only)");
+            }
+            continue;
+        }
         probe_bind(l.socket_addr())?;
     }
-    if let Some(d) = &cfg.discovery {
+    if let Some(d) = &cfg.discovery
+        && cfg.transport(d) == ebof_config::Transport::Tcp
+    {
         let addr = d.socket_addr();
         match probe_bind(addr) {
             Ok(()) => {}
@@ -263,9 +272,33 @@ pub fn run(a: ServeArgs) -> Result<()> {
         max_ttags: 256,
         cpda: 0,
     };
+    let is_tcp = |l: &&ebof_config::Listener| cfg.transport(l) == ebof_config::Transport::Tcp;
+    let rdma = ebof_runtime::rdma::RdmaConfig {
+        listeners: cfg
+            .listeners
+            .iter()
+            .filter(|l| !is_tcp(l))
+            .map(|l| l.socket_addr())
+            .collect(),
+        discovery: cfg
+            .discovery
+            .as_ref()
+            .filter(|l| !is_tcp(l))
+            .map(|l| l.socket_addr()),
+    };
     let server_cfg = ServerConfig {
-        listeners: cfg.listeners.iter().map(|l| l.socket_addr()).collect(),
-        discovery: cfg.discovery.as_ref().map(|l| l.socket_addr()),
+        listeners: cfg
+            .listeners
+            .iter()
+            .filter(is_tcp)
+            .map(|l| l.socket_addr())
+            .collect(),
+        discovery: cfg
+            .discovery
+            .as_ref()
+            .filter(is_tcp)
+            .map(|l| l.socket_addr()),
+        rdma,
         cores: cores.clone(),
         tcp,
         poll: std::time::Duration::from_micros(a.poll_us),
@@ -295,12 +328,26 @@ pub fn run(a: ServeArgs) -> Result<()> {
             return Err(e.into());
         }
     };
+    // Every listener in configuration order (the TCP ones as bound: port 0 resolved).
+    let mut tcp_bound = handle.bound.iter();
+    let bound: Vec<SocketAddr> = cfg
+        .listeners
+        .iter()
+        .chain(cfg.discovery.iter())
+        .filter_map(|l| {
+            if cfg.transport(l) == ebof_config::Transport::Tcp {
+                tcp_bound.next().copied()
+            } else {
+                Some(l.socket_addr())
+            }
+        })
+        .collect();
     match &mgmt {
-        Some((_, control)) => control.attach_server(handle.listener_control(), &handle.bound),
-        None => ebof_mgmt::build::settle_bound_ports(&mut cfg, &handle.bound, &target),
+        Some((_, control)) => control.attach_server(handle.listener_control(), &bound),
+        None => ebof_mgmt::build::settle_bound_ports(&mut cfg, &bound, &target),
     }
     tracing::info!(
-        listeners = %join(&handle.bound),
+        listeners = %join(&bound),
         cores = %join(&cores),
         "ebof serve ready"
     );

@@ -80,6 +80,23 @@ pub mod tcp_sectype {
     pub const TLS13: u8 = 2;
 }
 
+/// RDMA transport specific address subtype (TSAS bytes 0..3 of an RDMA entry; NVMe-oF RDMA
+/// binding; Linux `enum nvmf_rdma_qptype / _prtype / _cms`).
+pub mod rdma_tsas {
+    /// QP service type: reliable connected.
+    pub const QPTYPE_CONNECTED: u8 = 1;
+    /// QP service type: reliable datagram.
+    pub const QPTYPE_DATAGRAM: u8 = 2;
+    /// Provider type: not specified (what Linux nvmet and SPDK advertise).
+    pub const PRTYPE_NOT_SPECIFIED: u8 = 1;
+    pub const PRTYPE_IB: u8 = 2;
+    pub const PRTYPE_ROCE: u8 = 3;
+    pub const PRTYPE_ROCEV2: u8 = 4;
+    pub const PRTYPE_IWARP: u8 = 5;
+    /// Connection management service: RDMA_CM.
+    pub const CMS_RDMA_CM: u8 = 1;
+}
+
 /// Controller ID value meaning "dynamic controller model" (any controller).
 pub const CNTLID_DYNAMIC: u16 = 0xFFFF;
 /// Controller ID value meaning "static controller model, any controller".
@@ -131,8 +148,13 @@ pub struct DiscoveryLogEntry {
     pub subnqn: String,
     /// Transport Address, bytes 512..768 (ASCII, space padded; e.g. "192.168.1.10").
     pub traddr: String,
-    /// TCP Security Type, byte 768 (TSAS byte 0; [`tcp_sectype`]). Other TSAS bytes are zero.
+    /// TSAS byte 0 (byte 768): for TCP the Security Type ([`tcp_sectype`]); for RDMA the QP
+    /// service type ([`rdma_tsas`]).
     pub tcp_sectype: u8,
+    /// RDMA only: provider type, TSAS byte 1 (byte 769; [`rdma_tsas`]).
+    pub rdma_prtype: u8,
+    /// RDMA only: connection management service, TSAS byte 2 (byte 770; [`rdma_tsas`]).
+    pub rdma_cms: u8,
 }
 
 impl DiscoveryLogEntry {
@@ -151,6 +173,8 @@ impl DiscoveryLogEntry {
         put_nul_padded(&mut out[256..512], &self.subnqn);
         put_ascii(&mut out[512..768], &self.traddr);
         out[768] = self.tcp_sectype;
+        out[769] = self.rdma_prtype;
+        out[770] = self.rdma_cms;
     }
 
     /// Decode from at least 1024 bytes. String fields are trimmed (NUL or space padding both
@@ -170,6 +194,8 @@ impl DiscoveryLogEntry {
             subnqn: get_nul_padded(&b[256..512]),
             traddr: get_ascii(&b[512..768]),
             tcp_sectype: b[768],
+            rdma_prtype: b[769],
+            rdma_cms: b[770],
         })
     }
 }
@@ -246,6 +272,7 @@ mod tests {
             subnqn: format!("nqn.2024-01.io.ebof:subsys{i}"),
             traddr: "192.168.1.10".into(),
             tcp_sectype: tcp_sectype::NONE,
+            ..Default::default()
         }
     }
 
@@ -357,6 +384,7 @@ mod tests {
                 trtype: f.0, adrfam: f.1, subtype: f.2, treq: f.3, portid: f.4,
                 cntlid: f.5, asqsz: f.6, eflags: f.7, trsvcid, subnqn, traddr,
                 tcp_sectype: f.8,
+                ..Default::default()
             };
             let page = encode_discovery_log(genctr, std::slice::from_ref(&e));
             let (h, d) = decode_discovery_log(&page).unwrap();

@@ -94,6 +94,15 @@ impl Sqe {
     pub fn sgl_len(&self) -> u32 {
         le32(&self.0, 32)
     }
+    /// SGL1 data length whatever the descriptor: 24 bits for a Keyed SGL Data Block (type 4h,
+    /// NVMe/RDMA: bytes 32..35, the key follows), else 32 bits (bytes 32..36).
+    pub fn sgl_data_len(&self) -> u32 {
+        if self.sgl_type() >> 4 == 4 {
+            u32::from_le_bytes([self.0[32], self.0[33], self.0[34], 0])
+        } else {
+            self.sgl_len()
+        }
+    }
     /// SGL1 descriptor type (bits 7:4) and subtype (bits 3:0), byte 39.
     pub fn sgl_type(&self) -> u8 {
         self.0[39]

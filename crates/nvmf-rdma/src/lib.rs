@@ -17,6 +17,7 @@
 //!   through `rdma-mummy-sys`, which loads them with `dlopen` on first use — a machine without
 //!   rdma-core builds and runs everything else.
 
+pub mod target;
 #[cfg(feature = "verbs")]
 pub mod verbs;
 pub mod wire;

@@ -61,6 +61,11 @@ pub fn devices() -> std::result::Result<Vec<String>, String> {
     let list = unsafe { sys::ibv_get_device_list(&mut n) };
     if list.is_null() {
         let e = io::Error::last_os_error();
+        if matches!(e.raw_os_error(), Some(libc::ENOSYS) | Some(libc::ENODEV)) {
+            return Err(format!(
+                "no RDMA device: this kernel has no RDMA support ({e}); load an RNIC driver, or soft-RoCE (`modprobe rdma_rxe; rdma link add rxe0 type rxe netdev IFACE`)"
+            ));
+        }
         return Err(format!(
             "cannot list RDMA devices ({e}): is rdma-core (libibverbs1, ibverbs-providers, librdmacm1) installed and an RDMA driver loaded?"
         ));
@@ -362,6 +367,14 @@ impl CmId {
         }
         let raw = NonNull::new(id).ok_or_else(|| last("rdma_create_id"))?;
         Ok(CmId { raw, qp: false })
+    }
+
+    /// Deliver this id's later events on `ch` (a connection handed to another thread).
+    pub fn migrate(&self, ch: &EventChannel) -> Result<()> {
+        // SAFETY: valid id and channel; the channel outlives the id (its owner drops ids first).
+        check("rdma_migrate_id", unsafe {
+            sys::rdma_migrate_id(self.raw.as_ptr(), ch.0.as_ptr())
+        })
     }
 
     /// Events about this id carry `token` ([`CmEvent::token`]).

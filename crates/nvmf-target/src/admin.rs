@@ -35,11 +35,11 @@ impl Queue {
     }
 
     /// Check the SGL describes a controller→host transfer of exactly `len` bytes.
-    pub(crate) fn check_c2h(sqe: &Sqe, len: u32) -> Result<(), CmdError> {
-        if sqe.sgl_type() != nvme_spec::sqe::SGL_TRANSPORT {
+    pub(crate) fn check_c2h(&self, sqe: &Sqe, len: u32) -> Result<(), CmdError> {
+        if !self.transport.data_sgl(sqe.sgl_type()) {
             return Err(CmdError::at(Status::SGL_INVALID_TYPE, 39));
         }
-        if sqe.sgl_len() != len {
+        if sqe.sgl_data_len() != len {
             return Err(CmdError::at(Status::SGL_INVALID_DATA, 32));
         }
         Ok(())
@@ -89,7 +89,7 @@ impl Queue {
         sqe: &Sqe,
         buf: &mut Vec<u8>,
     ) -> CmdResult {
-        Self::check_c2h(sqe, IDENTIFY_DATA_LEN as u32)?;
+        self.check_c2h(sqe, IDENTIFY_DATA_LEN as u32)?;
         let cns_v = (sqe.cdw10() & 0xFF) as u8;
         let csi_v = (sqe.cdw11() >> 24) as u8;
         let nsid = sqe.nsid().0;
@@ -199,7 +199,14 @@ impl Queue {
             sqes: 0x66,
             cqes: 0x44,
             maxcmd: limits.max_queue_size,
-            sgls: identify::sgls::SUPPORTED | (1 << 20), // SGLs, address as offset (in-capsule)
+            // SGLs; address as offset (in-capsule data); keyed data blocks on RDMA (the Linux
+            // host refuses a controller without them).
+            sgls: match self.transport {
+                crate::queue::Transport::Tcp => identify::sgls::SUPPORTED | identify::sgls::OFFSET,
+                crate::queue::Transport::Rdma => {
+                    identify::sgls::SUPPORTED | identify::sgls::OFFSET | identify::sgls::KEYED
+                }
+            },
             // I/O command capsule: 64-byte SQE + in-capsule data, in 16-byte units.
             iorcsz: 1,
             msdbd: 1,
@@ -271,7 +278,7 @@ impl Queue {
         if len > u64::from(self.target.limits.max_transfer.max(1 << 20)) {
             return Err(CmdError::at(Status::INVALID_FIELD, 40));
         }
-        Self::check_c2h(sqe, len as u32)?;
+        self.check_c2h(sqe, len as u32)?;
         let rae = cdw10 & nvme_spec::log::aen::RAE != 0;
         let sub = ctrl.subsystem();
         let full: Vec<u8> = match (log_id, sub.as_ref()) {
@@ -458,7 +465,7 @@ impl Queue {
                     return Err(CmdError::at(Status::INVALID_FIELD, 44));
                 }
                 drop(st);
-                Self::check_c2h(sqe, 16)?;
+                self.check_c2h(sqe, 16)?;
                 buf.clear();
                 buf.extend_from_slice(&ctrl.hostid);
                 self.set_c2h(idx, 16);

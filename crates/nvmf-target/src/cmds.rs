@@ -50,7 +50,7 @@ pub(crate) fn copy_host_data_len(sqe: &Sqe) -> Result<u32, CmdError> {
     if nr > u32::from(COPY_MSRC) {
         return Err(CmdError::at(Status::CMD_SIZE_LIMIT, 48));
     }
-    let len = sqe.sgl_len();
+    let len = sqe.sgl_data_len();
     if len < (nr + 1) * COPY_DESC_LEN || len > 256 * COPY_DESC_LEN {
         return Err(CmdError::at(Status::SGL_INVALID_DATA, 32));
     }

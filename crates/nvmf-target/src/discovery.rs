@@ -2,14 +2,15 @@
 //! host may see it — one entry per subsystem it may access × listener, plus the current
 //! discovery subsystem entry for the listener the host came in through.
 
+use crate::Transport;
 use crate::controller::Controller;
 use crate::model::ADMIN_QUEUE_MAX;
 use crate::queue::Queue;
 use crate::{ListenerInfo, ListenerTls};
 use nvme_spec::DISCOVERY_NQN;
 use nvme_spec::discovery::{
-    CNTLID_DYNAMIC, DiscoveryLogEntry, adrfam, eflags, encode_discovery_log, subtype, tcp_sectype,
-    treq, trtype,
+    CNTLID_DYNAMIC, DiscoveryLogEntry, adrfam, eflags, encode_discovery_log, rdma_tsas, subtype,
+    tcp_sectype, treq,
 };
 
 /// TREQ (secure channel bits) and TSAS security type of a listener with TLS `tls`.
@@ -23,9 +24,20 @@ fn security(tls: ListenerTls) -> (u8, u8) {
 
 fn entry(l: &ListenerInfo, sub: u8, nqn: &str, flags: u16) -> DiscoveryLogEntry {
     let (addr, portid) = (l.addr, l.portid);
-    let (secure, sectype) = security(l.tls);
+    let (mut secure, mut sectype) = security(l.tls);
+    let (mut prtype, mut cms) = (0, 0);
+    if l.transport == Transport::Rdma {
+        // TSAS of an RDMA port: reliable connected, provider not specified, RDMA_CM (as Linux
+        // nvmet-rdma and SPDK advertise); no secure channel on RDMA.
+        secure = treq::NOT_SPECIFIED;
+        (sectype, prtype, cms) = (
+            rdma_tsas::QPTYPE_CONNECTED,
+            rdma_tsas::PRTYPE_NOT_SPECIFIED,
+            rdma_tsas::CMS_RDMA_CM,
+        );
+    }
     DiscoveryLogEntry {
-        trtype: trtype::TCP,
+        trtype: l.transport.trtype(),
         adrfam: if addr.is_ipv4() {
             adrfam::IPV4
         } else {
@@ -41,6 +53,8 @@ fn entry(l: &ListenerInfo, sub: u8, nqn: &str, flags: u16) -> DiscoveryLogEntry 
         subnqn: nqn.to_string(),
         traddr: addr.ip().to_string(),
         tcp_sectype: sectype,
+        rdma_prtype: prtype,
+        rdma_cms: cms,
     }
 }
 
@@ -68,6 +82,7 @@ impl Queue {
                 addr: self.local,
                 portid: 0,
                 tls: ListenerTls::Off,
+                transport: self.transport,
             });
         entries.push(entry(
             &here,

@@ -502,7 +502,7 @@ impl Queue {
                 // The host may send a larger buffer than NR ranges (Linux always sends 4 KiB,
                 // room for 256 ranges): accept NR*16 ≤ length ≤ 4096, as Linux nvmet does.
                 let nr = (sqe.cdw10() & 0xFF) + 1;
-                let len = sqe.sgl_len();
+                let len = sqe.sgl_data_len();
                 if len < nr * 16 || len > DSM_MAX_RANGES * 16 {
                     return Err(CmdError::at(Status::SGL_INVALID_DATA, 32));
                 }
@@ -612,10 +612,10 @@ impl Queue {
                 if len > u64::from(self.target.limits.max_transfer) {
                     return Err(CmdError::at(Status::INVALID_FIELD, 48));
                 }
-                if sqe.sgl_type() != nvme_spec::sqe::SGL_TRANSPORT {
+                if !self.transport.data_sgl(sqe.sgl_type()) {
                     return Err(CmdError::at(Status::SGL_INVALID_TYPE, 39));
                 }
-                if u64::from(sqe.sgl_len()) != len {
+                if u64::from(sqe.sgl_data_len()) != len {
                     return Err(CmdError::at(Status::SGL_INVALID_DATA, 32));
                 }
                 IoRequest {

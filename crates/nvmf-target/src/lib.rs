@@ -120,7 +120,7 @@ mod resv_cmd;
 pub use controller::{Controller, ControllerKind};
 pub use io::{FailureClass, IoOp, IoRequest, NsRef, backend_status, execute_io, io_status};
 pub use model::{
-    EventCounters, ListenerInfo, ListenerTls, Namespace, Subsystem, Target, TargetLimits,
-    UpdateError,
+    ADMIN_QUEUE_MAX, EventCounters, ListenerInfo, ListenerTls, Namespace, Subsystem, Target,
+    TargetLimits, UpdateError,
 };
-pub use queue::{C2hData, CAW_DRAIN_TIMEOUT, Disposition, Queue, QueueRole};
+pub use queue::{C2hData, CAW_DRAIN_TIMEOUT, Disposition, Queue, QueueRole, Transport};

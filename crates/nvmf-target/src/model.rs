@@ -205,6 +205,8 @@ pub struct ListenerInfo {
     pub portid: u16,
     /// NVMe/TCP TLS on this listener, as the discovery log advertises it (TREQ, TSAS).
     pub tls: ListenerTls,
+    /// The fabric (discovery log TRTYPE and TSAS).
+    pub transport: crate::Transport,
 }
 
 /// A listener's TLS policy.

@@ -12,6 +12,36 @@ use crate::model::{ADMIN_INLINE_DATA, ADMIN_QUEUE_MAX, Target};
 use ebof_backend::{Backend, BackendError};
 use nvme_spec::opcode::{admin, fctype};
 use nvme_spec::sqe::{PSDT_SGL_MPTR_CONTIG, SGL_ICD, SGL_TRANSPORT};
+
+/// The fabric a queue runs on: what its SGLs for command data look like.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Transport {
+    /// NVMe/TCP: Transport SGL Data Block (5Ah): R2T/H2CData and C2HData.
+    #[default]
+    Tcp,
+    /// NVMe/RDMA: Keyed SGL Data Block (40h, 4Fh with invalidate): RDMA READ and WRITE.
+    Rdma,
+}
+
+impl Transport {
+    /// Whether an SGL1 of type byte `t` describes data moved by the transport (not in the
+    /// capsule).
+    #[inline]
+    pub fn data_sgl(self, t: u8) -> bool {
+        match self {
+            Transport::Tcp => t == SGL_TRANSPORT,
+            Transport::Rdma => t == 0x40 || t == 0x4F,
+        }
+    }
+
+    /// The transport type (TRTYPE) of discovery log entries.
+    pub fn trtype(self) -> u8 {
+        match self {
+            Transport::Tcp => nvme_spec::discovery::trtype::TCP,
+            Transport::Rdma => nvme_spec::discovery::trtype::RDMA,
+        }
+    }
+}
 use nvme_spec::{Cqe, Sqe, Status};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -255,6 +285,8 @@ pub struct Queue {
     /// The host NQN and subsystem NQN of the TLS PSK this connection was secured with
     /// ([`Queue::set_tls_peer`]); Connect must name the same ones.
     pub(crate) tls_peer: Option<(String, String)>,
+    /// The fabric this queue runs on ([`Queue::set_transport`]).
+    pub(crate) transport: Transport,
 }
 
 /// How often a queue refreshes its controller's keep-alive timestamp under traffic.
@@ -291,7 +323,19 @@ impl Queue {
             auth: None,
             auth_gate: false,
             tls_peer: None,
+            transport: Transport::Tcp,
         }
+    }
+
+    /// This queue runs on `t` (NVMe/TCP unless told): its SGLs for command data are that
+    /// transport's, and Identify Controller describes its capsules.
+    pub fn set_transport(&mut self, t: Transport) {
+        self.transport = t;
+    }
+
+    /// The fabric this queue runs on.
+    pub fn transport(&self) -> Transport {
+        self.transport
     }
 
     /// The connection is TLS-protected with the PSK of (`hostnqn`, `subnqn`): a Connect that
@@ -495,8 +539,9 @@ impl Queue {
                 slot.received = need;
                 return self.run(idx);
             }
-            if sqe.sgl_type() != SGL_TRANSPORT || sqe.sgl_len() != need {
-                let st = if sqe.sgl_type() == SGL_TRANSPORT || sqe.sgl_type() == SGL_ICD {
+            let data_sgl = self.transport.data_sgl(sqe.sgl_type());
+            if !data_sgl || sqe.sgl_data_len() != need {
+                let st = if data_sgl || sqe.sgl_type() == SGL_ICD {
                     Status::SGL_INVALID_DATA
                 } else {
                     Status::SGL_INVALID_TYPE
@@ -587,6 +632,45 @@ impl Queue {
             return self.complete_err(ttag, CmdError::at(Status::DATA_XFER_ERROR, 0xFFFF));
         }
         self.run(ttag)
+    }
+
+    /// For a command waiting for its data ([`Disposition::NeedData`] with `ttag`) that writes
+    /// straight into a namespace that does not block: that namespace's backend and the byte
+    /// offset where the data goes. A transport that can put the data there itself (RDMA READ
+    /// into registered namespace memory) does, then calls [`Queue::handle_h2c_placed`].
+    pub fn direct_target(&self, ttag: u16) -> Option<(&Arc<dyn Backend>, u64)> {
+        let s = self.slots.get(usize::from(ttag))?;
+        if s.state != SlotState::AwaitData {
+            return None;
+        }
+        s.direct.as_ref().map(|(ns, off)| (&ns.backend, *off))
+    }
+
+    /// All `len` bytes of host data for `ttag` were placed at [`Queue::direct_target`] by the
+    /// transport: run the command (as the last H2CData would).
+    pub fn handle_h2c_placed(&mut self, ttag: u16, len: u32) -> Disposition {
+        let Some(slot) = self.slots.get_mut(usize::from(ttag)) else {
+            return Disposition::Pending;
+        };
+        if slot.state != SlotState::AwaitData || slot.direct.is_none() {
+            return Disposition::Pending;
+        }
+        if len != slot.h2c_len {
+            return self.complete_err(ttag, CmdError::at(Status::DATA_XFER_ERROR, 0xFFFF));
+        }
+        slot.received = len;
+        self.run(ttag)
+    }
+
+    /// The transport could not fetch the host data of `ttag` (an RDMA READ failed): the
+    /// command completes with Transient Transport Error without running.
+    pub fn handle_h2c_failed(&mut self, ttag: u16) -> Disposition {
+        match self.slots.get(usize::from(ttag)) {
+            Some(s) if s.state == SlotState::AwaitData => {
+                self.complete_err(ttag, Status::TRANSIENT_TRANSPORT.into())
+            }
+            _ => Disposition::Pending,
+        }
     }
 
     /// A command capsule whose in-capsule data failed its data digest: complete it with

@@ -35,7 +35,7 @@ impl Queue {
             io::RESV_RELEASE => ResvKeys::RELEASE_LEN as u32,
             _ => return Ok(0),
         };
-        let len = sqe.sgl_len();
+        let len = sqe.sgl_data_len();
         if len < min || len > RESV_DATA_MAX {
             return Err(CmdError::at(Status::SGL_INVALID_DATA, 32));
         }
@@ -89,7 +89,7 @@ impl Queue {
         if len > u64::from(self.target.limits.max_transfer) {
             return Err(CmdError::at(Status::INVALID_FIELD, 40));
         }
-        Self::check_c2h(sqe, len as u32)?;
+        self.check_c2h(sqe, len as u32)?;
         let report: ResvStatusExt = ns.resv.snapshot().report();
         buf.clear();
         buf.resize(len as usize, 0);

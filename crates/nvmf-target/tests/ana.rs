@@ -42,11 +42,13 @@ fn target() -> Arc<Target> {
             addr: port(4420),
             portid: 1,
             tls: Default::default(),
+            transport: Default::default(),
         },
         ListenerInfo {
             addr: port(4421),
             portid: 2,
             tls: Default::default(),
+            transport: Default::default(),
         },
     ];
     Arc::new(Target::new(

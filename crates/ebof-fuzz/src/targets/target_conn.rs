@@ -108,6 +108,7 @@ pub fn new_target(now: Instant) -> Arc<Target> {
             addr: local(),
             portid: 1,
             tls: Default::default(),
+            transport: Default::default(),
         }],
         TargetLimits::default(),
         now,

@@ -54,6 +54,7 @@ pub fn start_with(
             addr: any,
             portid: 1,
             tls: Default::default(),
+            transport: Default::default(),
         }],
         TargetLimits::default(),
         Instant::now(),

@@ -170,6 +170,28 @@ pub fn to_text(log: &DiscoveryLog) -> String {
         s += &format!("traddr:  {}\n", e.traddr);
         s += &format!("eflags:  {}\n", eflags_str(e.eflags));
         s += &format!("sectype: {}\n", sectype_str(e));
+        if e.trtype == trtype::RDMA {
+            // nvme-cli's RDMA lines (TSAS bytes 0..3).
+            let prtype = match e.rdma_prtype {
+                1 => "not specified",
+                2 => "infiniband",
+                3 => "roce",
+                4 => "roce-v2",
+                5 => "iwarp",
+                _ => "unrecognized",
+            };
+            let qptype = match e.tcp_sectype {
+                1 => "connected",
+                2 => "datagram",
+                _ => "unrecognized",
+            };
+            let cms = if e.rdma_cms == 1 {
+                "rdma-cm"
+            } else {
+                "unrecognized"
+            };
+            s += &format!("rdma_prtype: {prtype}\nrdma_qptype: {qptype}\nrdma_cms:    {cms}\n");
+        }
     }
     s
 }
@@ -217,6 +239,7 @@ mod tests {
             subnqn: "nqn.2026-11.io.ebof:default".into(),
             traddr: "127.0.0.1".into(),
             tcp_sectype: tcp_sectype::NONE,
+            ..Default::default()
         };
         DiscoveryLog {
             genctr: 3,

@@ -379,6 +379,7 @@ impl Conn {
                             subnqn: nqn.into(),
                             traddr: self.addr.ip().to_string(),
                             tcp_sectype: 0,
+                            ..Default::default()
                         };
                         encode_discovery_log(
                             genctr,

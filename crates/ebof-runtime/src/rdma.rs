@@ -1,0 +1,925 @@
+//! NVMe/RDMA: per-core RDMA pollers beside the TCP reactors (ADR 0017).
+//!
+//! One thread per configured core, pinned to it, each a mio loop over: its RDMA CM event
+//! channel, one completion channel + CQ per device (shared by all its queue pairs: one poll
+//! drains every queue on the core), its I/O engine (the same as a TCP reactor's: io_uring or
+//! the worker pool, for file and block namespaces) and a mailbox. The first thread also owns the
+//! listeners' CM ids: a connect request is checked (NVMe/RDMA private data: RECFMT, QID,
+//! HSQSIZE, HRQSIZE; a bad one is rejected with the spec's status) and handed round-robin to a
+//! thread, which moves the CM id to its own channel, makes the QP on its CQ, posts the receive
+//! buffers and accepts. Each queue's commands then run through [`RdmaQueueCore`] (sans-IO);
+//! this file only moves its work requests to the verbs and completions back.
+//!
+//! Memory: receive buffers are per queue (entries × (64 + in-capsule size)), registered once;
+//! staging buffers come from a per-thread pool of 128 KiB chunks registered in 4 MiB slabs
+//! (grown on demand, never shrunk); every RAM namespace present at the first connection on a
+//! device is registered whole (pinned) so reads and writes move straight between the wire and
+//! the namespace. Namespaces added later use staging.
+
+use crate::engine::{Done, Engine, EngineConfig, Job};
+use crate::reactor::Mailbox;
+use mio::unix::SourceFd;
+use mio::{Events, Interest, Poll, Token};
+use nvmf_rdma::target::{Buf, Local, Memory, Op, RdmaQueueConfig, RdmaQueueCore};
+use nvmf_rdma::verbs::{
+    self, CmEvent, CmEventKind, CmId, CompChannel, ConnParams, Cq, Device, EventChannel, Mr,
+    QpCaps, RecvWr, SendOp, SendWr, Sge, Wc, WcOp,
+};
+use nvmf_rdma::wire::{self, CmLimits, CmRequest};
+use nvmf_target::Target;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+const CM: Token = Token(usize::MAX);
+const WAKER: Token = Token(usize::MAX - 1);
+const ENGINE: Token = Token(usize::MAX - 2);
+/// Tokens from here down are completion channels (one per device).
+const COMP_BASE: usize = usize::MAX - 64;
+
+const TICK: Duration = Duration::from_millis(500);
+/// Staging chunk: MDTS (the largest transfer a command may have).
+const CHUNK: usize = 128 * 1024;
+/// Chunks registered at once when the pool runs dry.
+const SLAB_CHUNKS: usize = 32;
+/// CQ entries per device per thread.
+const CQ_ENTRIES: i32 = 8192;
+/// RDMA READs a queue may have in flight (and the host against us: IRD/ORD we accept).
+const RD_ATOM: u8 = 16;
+/// A queue pair that has not completed Fabrics Connect within this time is disconnected.
+const HANDSHAKE: Duration = Duration::from_secs(5);
+/// A disconnected queue waits this long for its flushed work requests before it is freed.
+const DRAIN: Duration = Duration::from_secs(5);
+
+/// RDMA settings of a server.
+#[derive(Clone, Debug, Default)]
+pub struct RdmaConfig {
+    /// RDMA listeners (discovery is served on each).
+    pub listeners: Vec<SocketAddr>,
+    /// A dedicated RDMA discovery listener.
+    pub discovery: Option<SocketAddr>,
+}
+
+/// Why RDMA could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum RdmaStartError {
+    #[error("RDMA: {0}")]
+    NoDevice(String),
+    #[error("RDMA listener {addr}: {source}")]
+    Listen {
+        addr: SocketAddr,
+        source: verbs::Error,
+    },
+    #[error("RDMA: {0}")]
+    Verbs(#[from] verbs::Error),
+    #[error("RDMA: cannot start a thread: {0}")]
+    Thread(std::io::Error),
+}
+
+/// A connect request handed to a thread.
+struct Incoming {
+    id: CmId,
+    req: CmRequest,
+    local: SocketAddr,
+    peer: Option<SocketAddr>,
+    discovery_only: bool,
+    ird: u8,
+    ord: u8,
+}
+
+/// Running RDMA threads.
+pub struct RdmaHandle {
+    threads: Vec<std::thread::JoinHandle<()>>,
+    mailboxes: Vec<Arc<Mailbox>>,
+}
+
+impl RdmaHandle {
+    /// Wake every thread (they check the shared stop flag) and wait for them.
+    pub fn join(mut self) {
+        for m in &self.mailboxes {
+            m.wake();
+        }
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Start the RDMA threads on `cores`; listeners are bound before this returns (errors are the
+/// caller's: no RDMA device, address not on an RDMA device).
+pub fn start(
+    target: Arc<Target>,
+    cfg: &RdmaConfig,
+    cores: &[usize],
+    engine: EngineConfig,
+    stop: Arc<AtomicBool>,
+) -> Result<RdmaHandle, RdmaStartError> {
+    verbs::devices().map_err(RdmaStartError::NoDevice)?;
+    raise_memlock();
+    let listen_ch = EventChannel::new()?;
+    let mut listeners = Vec::new();
+    for (addr, disc) in cfg
+        .listeners
+        .iter()
+        .map(|a| (*a, false))
+        .chain(cfg.discovery.map(|a| (a, true)))
+    {
+        let id = CmId::new(&listen_ch)?;
+        id.set_token(listeners.len() as u64);
+        id.listen(addr, 1024)
+            .map_err(|source| RdmaStartError::Listen { addr, source })?;
+        tracing::info!(local = %addr, discovery_only = disc, "listening (NVMe/RDMA)");
+        listeners.push((id, addr, disc));
+    }
+    let mut pollers = Vec::new();
+    let mut mailboxes = Vec::new();
+    for &core in cores {
+        let poll = Poll::new().map_err(RdmaStartError::Thread)?;
+        let mailbox =
+            Arc::new(Mailbox::new(poll.registry(), WAKER).map_err(RdmaStartError::Thread)?);
+        mailboxes.push(mailbox.clone());
+        pollers.push((core, poll, mailbox));
+    }
+    let inboxes: Vec<Inbox> = cores
+        .iter()
+        .map(|_| Arc::new(Mutex::new(Vec::new())))
+        .collect();
+    let mut threads = Vec::new();
+    let mut listen = Some((listen_ch, listeners));
+    for (i, (core, poll, mailbox)) in pollers.into_iter().enumerate() {
+        let t = RdmaThread {
+            core,
+            target: target.clone(),
+            poll,
+            mailbox,
+            inbox: inboxes[i].clone(),
+            peers: (inboxes.clone(), mailboxes.clone()),
+            next_peer: 0,
+            stop: stop.clone(),
+            listen: listen.take(),
+            engine_cfg: engine,
+        };
+        let th = std::thread::Builder::new()
+            .name(format!("ebof-rdma{core}"))
+            .spawn(move || t.run())
+            .map_err(RdmaStartError::Thread)?;
+        threads.push(th);
+    }
+    Ok(RdmaHandle { threads, mailboxes })
+}
+
+/// Pinning registered memory counts against RLIMIT_MEMLOCK: raise it as far as allowed.
+fn raise_memlock() {
+    // SAFETY: getrlimit/setrlimit on our own process with a valid struct.
+    unsafe {
+        let mut r = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        if libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut r) == 0 && r.rlim_cur != r.rlim_max {
+            r.rlim_cur = r.rlim_max;
+            let _ = libc::setrlimit(libc::RLIMIT_MEMLOCK, &r);
+        }
+    }
+}
+
+/// RAM namespaces registered on a device, shared by every thread (registered once).
+struct NsRegistry {
+    mrs: Vec<Mr>,
+}
+
+fn ns_registry(dev: &Arc<Device>, target: &Target) -> Arc<NsRegistry> {
+    static T: OnceLock<Mutex<HashMap<usize, Arc<NsRegistry>>>> = OnceLock::new();
+    let t = T.get_or_init(|| Mutex::new(HashMap::new()));
+    let mut t = t.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(r) = t.get(&dev.id()) {
+        return r.clone();
+    }
+    let mut mrs = Vec::new();
+    for s in target.subsystems().iter() {
+        for ns in &s.namespaces {
+            let b = &ns.backend;
+            // From here on the backend zeroes in place instead of dropping pages.
+            let Some((p, len)) = b.pin_for_dma() else {
+                continue;
+            };
+            // SAFETY: a RAM backend's memory stays mapped while the backend lives, and the
+            // target keeps its namespaces' backends for the life of the process (a removed
+            // namespace's memory is kept by this registration's Arc below).
+            match unsafe { dev.register(p.as_ptr(), len) } {
+                Ok(mr) => {
+                    tracing::info!(
+                        nsid = ns.nsid,
+                        bytes = len,
+                        "RAM namespace registered for RDMA (zero copy)"
+                    );
+                    keep_alive(b.clone());
+                    mrs.push(mr);
+                }
+                Err(e) => {
+                    tracing::warn!(nsid = ns.nsid, error = %e, "cannot register RAM namespace for RDMA; its data goes through staging buffers")
+                }
+            }
+        }
+    }
+    let r = Arc::new(NsRegistry { mrs });
+    t.insert(dev.id(), r.clone());
+    r
+}
+
+/// Registered backends stay alive (their memory is pinned and named by MRs).
+fn keep_alive(b: Arc<dyn ebof_backend::Backend>) {
+    static K: OnceLock<Mutex<Vec<Arc<dyn ebof_backend::Backend>>>> = OnceLock::new();
+    K.get_or_init(|| Mutex::new(Vec::new()))
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(b);
+}
+
+/// Per-thread, per-device memory: staging pool + the namespace registrations.
+struct DevMem {
+    dev: Arc<Device>,
+    slabs: Vec<(Mr, Box<[u8]>)>,
+    free: Vec<Buf>,
+    ns: Arc<NsRegistry>,
+}
+
+impl Memory for DevMem {
+    fn staging(&mut self, len: usize) -> Option<Buf> {
+        if len > CHUNK {
+            return None;
+        }
+        if self.free.is_empty() {
+            let mut slab = vec![0u8; CHUNK * SLAB_CHUNKS].into_boxed_slice();
+            // SAFETY: the slab lives in `self.slabs` as long as its MR (dropped together, MR
+            // first by field order of the tuple? no: we drop MRs explicitly before slabs).
+            let mr = match unsafe { self.dev.register(slab.as_mut_ptr(), slab.len()) } {
+                Ok(m) => m,
+                Err(e) => {
+                    nvmf_target::warn_every!(error = %e, "cannot register RDMA staging memory");
+                    return None;
+                }
+            };
+            for i in 0..SLAB_CHUNKS {
+                // SAFETY: in bounds of the slab.
+                let p = unsafe { slab.as_mut_ptr().add(i * CHUNK) };
+                self.free.push(Buf {
+                    ptr: NonNull::new(p)?,
+                    len: CHUNK,
+                    lkey: mr.lkey(),
+                });
+            }
+            self.slabs.push((mr, slab));
+        }
+        self.free.pop()
+    }
+    fn release(&mut self, b: Buf) {
+        self.free.push(b);
+    }
+    fn lkey(&self, p: *const u8, len: usize) -> Option<u32> {
+        self.ns
+            .mrs
+            .iter()
+            .find(|m| m.contains(p, len))
+            .map(|m| m.lkey())
+    }
+}
+
+impl Drop for DevMem {
+    fn drop(&mut self) {
+        // Deregister before the memory goes.
+        for (mr, slab) in self.slabs.drain(..) {
+            drop(mr);
+            drop(slab);
+        }
+    }
+}
+
+/// Per device on a thread: its completion channel, CQ and memory.
+struct DevCtx {
+    ch: CompChannel,
+    cq: Cq,
+    mem: DevMem,
+}
+
+struct RdmaConn {
+    span: tracing::Span,
+    id: CmId,
+    core: RdmaQueueCore,
+    dev: usize,
+    generation: u32,
+    recv_mr: Option<Mr>,
+    recv_buf: Box<[u8]>,
+    recv_size: usize,
+    established: bool,
+    ending: Option<Instant>,
+    offloaded: usize,
+    accepted: Instant,
+}
+
+/// Where a thread receives connect requests handed to it.
+type Inbox = Arc<Mutex<Vec<Incoming>>>;
+/// The listeners' event channel and CM ids (address, discovery only), on the first thread.
+type Listeners = (Arc<EventChannel>, Vec<(CmId, SocketAddr, bool)>);
+
+struct RdmaThread {
+    core: usize,
+    target: Arc<Target>,
+    poll: Poll,
+    mailbox: Arc<Mailbox>,
+    inbox: Inbox,
+    peers: (Vec<Inbox>, Vec<Arc<Mailbox>>),
+    next_peer: usize,
+    stop: Arc<AtomicBool>,
+    listen: Option<Listeners>,
+    engine_cfg: EngineConfig,
+}
+
+/// wr_id: connection index (24 bits) | generation (8 bits) | kind (2 bits) | tag (30 bits).
+fn wr_id(conn: usize, generation: u32, kind: u64, tag: u32) -> u64 {
+    ((conn as u64 & 0xFF_FFFF) << 40)
+        | (u64::from(generation & 0xFF) << 32)
+        | (kind << 30)
+        | u64::from(tag & 0x3FFF_FFFF)
+}
+const K_RECV: u64 = 0;
+const K_READ: u64 = 1;
+const K_SEND: u64 = 2;
+const K_WRITE: u64 = 3;
+
+impl RdmaThread {
+    fn run(mut self) {
+        if let Err(e) = crate::affinity::pin_current_thread(self.core) {
+            tracing::warn!(core = self.core, error = %e, "RDMA thread unpinned");
+        }
+        let mut engine = Engine::new(self.engine_cfg, self.core, self.mailbox.clone());
+        if let Err(e) = engine.register(self.poll.registry(), ENGINE) {
+            tracing::warn!(core = self.core, error = %e, "cannot watch the I/O engine's eventfd");
+        }
+        let ch = match EventChannel::new() {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!(core = self.core, error = %e, "RDMA thread cannot start");
+                return;
+            }
+        };
+        let _ = self
+            .poll
+            .registry()
+            .register(&mut SourceFd(&ch.fd()), CM, Interest::READABLE);
+        let listen_ch = self.listen.as_ref().map(|(c, _)| c.clone());
+        if let Some(lc) = &listen_ch {
+            let _ = self.poll.registry().register(
+                &mut SourceFd(&lc.fd()),
+                Token(COMP_BASE - 1),
+                Interest::READABLE,
+            );
+        }
+        tracing::info!(core = self.core, "RDMA poller started");
+        let mut devs: Vec<(usize, DevCtx)> = Vec::new();
+        let mut conns: Vec<Option<RdmaConn>> = Vec::new();
+        let mut generation = 0u32;
+        let mut events = Events::with_capacity(256);
+        let mut wcs = [Wc::default(); 32];
+        let mut next_tick = Instant::now() + TICK;
+        let mut last_work = Instant::now();
+        let spin = Duration::from_micros(100);
+        loop {
+            let now = Instant::now();
+            let timeout = if now.duration_since(last_work) < spin {
+                Duration::ZERO
+            } else {
+                next_tick
+                    .saturating_duration_since(now)
+                    .min(Duration::from_millis(100))
+            };
+            if let Err(e) = self.poll.poll(&mut events, Some(timeout))
+                && e.kind() != std::io::ErrorKind::Interrupted
+            {
+                tracing::error!(error = %e, "RDMA poll failed; thread stops");
+                break;
+            }
+            let mut work = false;
+            // Listener events (first thread only).
+            if let (Some(lc), Some((_, ls))) = (&listen_ch, &self.listen) {
+                let ls: Vec<(SocketAddr, bool)> = ls.iter().map(|(_, a, d)| (*a, *d)).collect();
+                while let Ok(Some(ev)) = lc.next_event() {
+                    work = true;
+                    self.listener_event(ev, &ls);
+                }
+            }
+            // Handed-over connections.
+            let incoming =
+                std::mem::take(&mut *self.inbox.lock().unwrap_or_else(|e| e.into_inner()));
+            for inc in incoming {
+                work = true;
+                generation = generation.wrapping_add(1);
+                self.admit(inc, &ch, &mut devs, &mut conns, generation);
+            }
+            // Connection events.
+            while let Ok(Some(ev)) = ch.next_event() {
+                work = true;
+                let i = (ev.token >> 8) as usize;
+                let g = (ev.token & 0xFF) as u32;
+                if let Some(Some(c)) = conns.get_mut(i)
+                    && c.generation & 0xFF == g
+                {
+                    let span = c.span.clone();
+                    let _e = span.enter();
+                    match ev.kind {
+                        CmEventKind::Established => {
+                            c.established = true;
+                            tracing::debug!("RDMA queue established");
+                        }
+                        CmEventKind::Disconnected | CmEventKind::DeviceRemoval => {
+                            if c.ending.is_none() {
+                                tracing::debug!("RDMA queue disconnected by the host");
+                                c.ending = Some(Instant::now());
+                                let _ = c.id.disconnect();
+                            }
+                        }
+                        CmEventKind::TimewaitExit => {}
+                        k => tracing::debug!(event = ?k, "RDMA CM event"),
+                    }
+                }
+            }
+            // Completions, per device.
+            for (_, d) in devs.iter_mut() {
+                d.ch.drain(&mut d.cq);
+                let _ = d.cq.arm();
+                loop {
+                    let n = match d.cq.poll(&mut wcs) {
+                        Ok(n) => n,
+                        Err(e) => {
+                            tracing::error!(error = %e, "CQ poll failed");
+                            0
+                        }
+                    };
+                    if n == 0 {
+                        break;
+                    }
+                    work = true;
+                    for wc in &wcs[..n] {
+                        complete(wc, &mut conns, &mut d.mem, &mut engine);
+                    }
+                }
+            }
+            // Offloaded I/O.
+            engine.submit();
+            engine.reap(|done: Done| {
+                work = true;
+                if let Some(Some(c)) = conns.get_mut(done.conn)
+                    && u64::from(c.generation) == done.generation
+                    && let Some((_, d)) = devs.iter_mut().find(|(id, _)| *id == c.dev)
+                {
+                    c.offloaded = c.offloaded.saturating_sub(1);
+                    c.core
+                        .complete_io(done.slot, done.status, done.buf, &mut d.mem);
+                    post(c, done.conn);
+                }
+            });
+            let now = Instant::now();
+            if work {
+                last_work = now;
+            }
+            if now >= next_tick {
+                next_tick = now + TICK;
+                for (i, slot) in conns.iter_mut().enumerate() {
+                    let Some(c) = slot else { continue };
+                    let span = c.span.clone();
+                    let _e = span.enter();
+                    if c.ending.is_none() {
+                        let close = c.core.queue.poll_timers(now)
+                            || c.core.queue.should_close()
+                            || (c.core.queue.controller().is_none()
+                                && now.duration_since(c.accepted) > HANDSHAKE);
+                        if let Some((_, d)) = devs.iter_mut().find(|(id, _)| *id == c.dev) {
+                            if c.core.queue.has_completions() {
+                                c.core.flush_completions(&mut d.mem);
+                            }
+                            post(c, i);
+                        }
+                        if close {
+                            tracing::debug!("RDMA queue closed: controller gone or no Connect");
+                            c.ending = Some(now);
+                            let _ = c.id.disconnect();
+                        }
+                    }
+                }
+                if self.stop.load(Ordering::Acquire) {
+                    break;
+                }
+            }
+            // Free queues that ended and whose work requests have flushed.
+            for slot in conns.iter_mut() {
+                let done = matches!(slot, Some(c) if c.ending.is_some_and(|t| {
+                    (c.core.in_flight() == 0 && c.offloaded == 0) || now.duration_since(t) > DRAIN
+                }));
+                if done && let Some(c) = slot.take() {
+                    let dev = c.dev;
+                    let mem = devs
+                        .iter_mut()
+                        .find(|(i, _)| *i == dev)
+                        .map(|(_, d)| &mut d.mem);
+                    drop_conn(c, mem, &self.target);
+                }
+            }
+        }
+        for c in conns.into_iter().flatten() {
+            let _ = c.id.disconnect();
+            let dev = c.dev;
+            let mem = devs
+                .iter_mut()
+                .find(|(i, _)| *i == dev)
+                .map(|(_, d)| &mut d.mem);
+            drop_conn(c, mem, &self.target);
+        }
+        drop(engine);
+    }
+
+    /// A CM event on the listeners' channel: connect requests are checked and handed out.
+    fn listener_event(&mut self, ev: CmEvent, ls: &[(SocketAddr, bool)]) {
+        if ev.kind != CmEventKind::ConnectRequest {
+            tracing::debug!(event = ?ev.kind, "RDMA listener event");
+            return;
+        }
+        let Some(id) = ev.new_id else { return };
+        let (local, disc) = ls.get(ev.token as usize).copied().unwrap_or((
+            id.local_addr().unwrap_or_else(|| ([0, 0, 0, 0], 0).into()),
+            false,
+        ));
+        let peer = id.peer_addr();
+        let limits = &self.target.limits;
+        let lim = CmLimits {
+            admin_entries: nvmf_target::ADMIN_QUEUE_MAX,
+            io_entries: u32::from(limits.max_queue_size),
+            max_qid: limits.max_io_queues,
+        };
+        let req = match CmRequest::decode(&ev.private_data) {
+            Ok(r) => r
+                .check(&lim)
+                .map(|()| r)
+                .map_err(|s| wire::CmRequestError { status: s }),
+            Err(e) => Err(e),
+        };
+        let req = match req {
+            Ok(r) => r,
+            Err(e) => {
+                nvmf_target::warn_every!(?peer, %local, "RDMA connect refused: {e}");
+                self.target
+                    .events
+                    .connections_refused
+                    .fetch_add(1, Ordering::Relaxed);
+                let _ = id.reject(&wire::encode_reject(e.status));
+                return;
+            }
+        };
+        self.target
+            .events
+            .connections_accepted
+            .fetch_add(1, Ordering::Relaxed);
+        let (inboxes, mbs) = &self.peers;
+        let k = self.next_peer % inboxes.len();
+        self.next_peer = self.next_peer.wrapping_add(1);
+        inboxes[k]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Incoming {
+                id,
+                req,
+                local,
+                peer,
+                discovery_only: disc,
+                ird: ev.responder_resources,
+                ord: ev.initiator_depth,
+            });
+        mbs[k].wake();
+    }
+
+    /// Make the queue of a connect request on this thread and accept it.
+    fn admit(
+        &mut self,
+        inc: Incoming,
+        ch: &Arc<EventChannel>,
+        devs: &mut Vec<(usize, DevCtx)>,
+        conns: &mut Vec<Option<RdmaConn>>,
+        generation: u32,
+    ) {
+        let Incoming {
+            mut id,
+            req,
+            local,
+            peer,
+            discovery_only,
+            ird,
+            ord,
+        } = inc;
+        let span =
+            tracing::info_span!("rdma", peer = ?peer, %local, qid = req.qid, core = self.core);
+        let _e = span.enter();
+        let refuse = |id: &CmId, why: &dyn std::fmt::Display| {
+            nvmf_target::warn_every!("RDMA connect refused: {why}");
+            let _ = id.reject(&wire::encode_reject(wire::RejectStatus::NoResources));
+        };
+        if let Err(e) = id.migrate(ch) {
+            return refuse(&id, &e);
+        }
+        let dev = match id.device() {
+            Ok(d) => d,
+            Err(e) => return refuse(&id, &e),
+        };
+        let di = match devs.iter().position(|(i, _)| *i == dev.id()) {
+            Some(i) => i,
+            None => {
+                let ctx = dev.comp_channel().and_then(|ch| {
+                    let cq = dev.cq(CQ_ENTRIES, Some(&ch))?;
+                    cq.arm()?;
+                    Ok(DevCtx {
+                        ch,
+                        cq,
+                        mem: DevMem {
+                            dev: dev.clone(),
+                            slabs: Vec::new(),
+                            free: Vec::new(),
+                            ns: ns_registry(&dev, &self.target),
+                        },
+                    })
+                });
+                let ctx = match ctx {
+                    Ok(c) => c,
+                    Err(e) => return refuse(&id, &e),
+                };
+                let tok = Token(COMP_BASE - 2 - devs.len());
+                let _ = self.poll.registry().register(
+                    &mut SourceFd(&ctx.ch.fd()),
+                    tok,
+                    Interest::READABLE,
+                );
+                devs.push((dev.id(), ctx));
+                devs.len() - 1
+            }
+        };
+        let d = &mut devs[di].1;
+        let entries = req.entries() as usize;
+        let recv_size = 64 + self.target.limits.io_inline_data as usize;
+        let caps = QpCaps {
+            max_send_wr: (entries * 3 + 8) as u32,
+            max_recv_wr: entries as u32,
+            max_send_sge: 2,
+            max_inline_data: 64,
+        };
+        if let Err(e) = id.create_qp(&dev, &d.cq, &d.cq, caps) {
+            return refuse(&id, &e);
+        }
+        let mut recv_buf = vec![0u8; entries * recv_size].into_boxed_slice();
+        // SAFETY: the buffer lives in the connection beside its MR, which is dropped first.
+        let recv_mr = match unsafe { dev.register(recv_buf.as_mut_ptr(), recv_buf.len()) } {
+            Ok(m) => m,
+            Err(e) => return refuse(&id, &e),
+        };
+        let i = conns.iter().position(Option::is_none).unwrap_or_else(|| {
+            conns.push(None);
+            conns.len() - 1
+        });
+        let generation = generation & 0xFF;
+        id.set_token(((i as u64) << 8) | u64::from(generation));
+        let wrs: Vec<RecvWr> = (0..entries)
+            .map(|k| RecvWr {
+                wr_id: wr_id(i, generation, K_RECV, k as u32),
+                // SAFETY: in bounds of the receive buffer.
+                addr: unsafe { recv_buf.as_mut_ptr().add(k * recv_size) },
+                len: recv_size as u32,
+                lkey: recv_mr.lkey(),
+            })
+            .collect();
+        if let Err(e) = id.post_recv(&wrs) {
+            return refuse(&id, &e);
+        }
+        let depth = ord.clamp(1, RD_ATOM);
+        let params = ConnParams {
+            responder_resources: ird.min(RD_ATOM),
+            initiator_depth: depth,
+            retry_count: 7,
+            rnr_retry_count: 7,
+        };
+        if let Err(e) = id.accept(&wire::encode_accept(entries as u16), params) {
+            nvmf_target::warn_every!(error = %e, "RDMA accept failed");
+            return;
+        }
+        let mut core = RdmaQueueCore::new(
+            self.target.clone(),
+            local,
+            Instant::now(),
+            RdmaQueueConfig {
+                max_reads: u32::from(params.responder_resources.max(1))
+                    .min(u32::from(depth.max(1))),
+            },
+        );
+        core.queue.set_discovery_only(discovery_only);
+        tracing::debug!(entries, hrqsize = req.hrqsize, "RDMA queue accepted");
+        drop(_e);
+        conns[i] = Some(RdmaConn {
+            span,
+            id,
+            core,
+            dev: dev.id(),
+            generation,
+            recv_mr: Some(recv_mr),
+            recv_buf,
+            recv_size,
+            established: false,
+            ending: None,
+            offloaded: 0,
+            accepted: Instant::now(),
+        });
+    }
+}
+
+/// Free a queue: the QP first (destroying the id destroys it: no DMA touches lent memory
+/// after this), then the staging buffers it still held, then its receive memory.
+fn drop_conn(c: RdmaConn, mem: Option<&mut DevMem>, target: &Target) {
+    let RdmaConn {
+        span,
+        id,
+        mut core,
+        recv_mr,
+        recv_buf,
+        ..
+    } = c;
+    drop(id);
+    if let Some(m) = mem {
+        core.release_all(m);
+    }
+    drop(recv_mr);
+    drop(recv_buf);
+    target
+        .events
+        .connections_closed
+        .fetch_add(1, Ordering::Relaxed);
+    tracing::debug!(parent: &span, "RDMA queue freed");
+}
+
+/// One completion: find its queue, hand it to the core, post what follows.
+fn complete(wc: &Wc, conns: &mut [Option<RdmaConn>], mem: &mut DevMem, engine: &mut Engine) {
+    let i = (wc.wr_id >> 40) as usize;
+    let g = ((wc.wr_id >> 32) & 0xFF) as u32;
+    let kind = (wc.wr_id >> 30) & 3;
+    let tag = (wc.wr_id & 0x3FFF_FFFF) as u32;
+    let Some(Some(c)) = conns.get_mut(i) else {
+        return;
+    };
+    if c.generation != g {
+        return;
+    }
+    let span = c.span.clone();
+    let _e = span.enter();
+    let generation = u64::from(c.generation);
+    let mut offloaded = 0usize;
+    let mut offload = |q: &mut nvmf_target::Queue, slot: u16| {
+        let Some(req) = q.io_request(slot).cloned() else {
+            return;
+        };
+        let buf = q.take_io_buffer(slot);
+        offloaded += 1;
+        engine.start(Job {
+            conn: i,
+            generation,
+            slot,
+            req,
+            buf,
+        });
+    };
+    match (kind, wc.opcode) {
+        (K_RECV, _) => {
+            if !wc.ok() {
+                if c.ending.is_none() && wc.status != 5 {
+                    tracing::debug!(status = %wc.status_str(), "RDMA receive failed");
+                }
+                return;
+            }
+            let k = tag as usize;
+            let start = k * c.recv_size;
+            let len = (wc.byte_len as usize).min(c.recv_size);
+            let bytes = &c.recv_buf[start..start + len];
+            if let Err(e) = c.core.on_recv(bytes, Instant::now(), mem, &mut offload) {
+                nvmf_target::warn_every!(error = %e, "NVMe/RDMA protocol error; disconnecting");
+                c.ending.get_or_insert_with(Instant::now);
+                let _ = c.id.disconnect();
+            }
+            // The capsule was consumed (in-capsule data copied): post the buffer again.
+            if c.ending.is_none()
+                && let Some(mr) = &c.recv_mr
+            {
+                let w = RecvWr {
+                    wr_id: wc.wr_id,
+                    addr: c.recv_buf[start..].as_mut_ptr(),
+                    len: c.recv_size as u32,
+                    lkey: mr.lkey(),
+                };
+                if let Err(e) = c.id.post_recv(&[w]) {
+                    tracing::debug!(error = %e, "cannot repost a receive buffer");
+                }
+            }
+        }
+        (K_READ, _) => {
+            if !wc.ok() && c.ending.is_none() {
+                nvmf_target::warn_every!(status = %wc.status_str(), "RDMA READ of host data failed");
+            }
+            c.core.on_read_done(tag, wc.ok(), mem, &mut offload);
+        }
+        (K_SEND, _) | (_, WcOp::Send) => {
+            if !wc.ok() && c.ending.is_none() {
+                tracing::debug!(status = %wc.status_str(), "RDMA SEND failed");
+            }
+            c.core.on_send_done(tag, mem);
+        }
+        _ => {}
+    }
+    c.offloaded += offloaded;
+    post(c, i);
+}
+
+/// Post the queue's pending work requests.
+fn post(c: &mut RdmaConn, i: usize) {
+    if !c.core.has_ops() {
+        return;
+    }
+    let ops: Vec<Op> = c.core.take_ops().collect();
+    if c.ending.is_some() {
+        return;
+    }
+    // CQEs of inline SENDs: copied by the provider during post_send, so they only need to
+    // outlive the call.
+    let cqes: Vec<[u8; 16]> = ops
+        .iter()
+        .filter_map(|o| match o {
+            Op::Send { cqe, .. } => Some(*cqe),
+            _ => None,
+        })
+        .collect();
+    let mut k = 0;
+    let g = c.generation;
+    let sge = |l: &Local| Sge {
+        addr: l.ptr,
+        len: l.len,
+        lkey: l.lkey,
+    };
+    let wrs: Vec<SendWr> = ops
+        .iter()
+        .map(|o| match o {
+            Op::Read {
+                tag,
+                addr,
+                rkey,
+                local,
+            } => SendWr {
+                wr_id: wr_id(i, g, K_READ, *tag),
+                op: SendOp::Read {
+                    addr: *addr,
+                    rkey: *rkey,
+                },
+                sges: vec![sge(local)],
+                signaled: true,
+                inline: false,
+            },
+            Op::Write { addr, rkey, local } => SendWr {
+                wr_id: wr_id(i, g, K_WRITE, 0),
+                op: SendOp::Write {
+                    addr: *addr,
+                    rkey: *rkey,
+                },
+                sges: vec![sge(local)],
+                signaled: false,
+                inline: false,
+            },
+            Op::Send {
+                tag, invalidate, ..
+            } => {
+                let cqe = &cqes[k];
+                k += 1;
+                SendWr {
+                    wr_id: wr_id(i, g, K_SEND, *tag),
+                    op: match invalidate {
+                        Some(key) => SendOp::SendInvalidate(*key),
+                        None => SendOp::Send,
+                    },
+                    sges: vec![Sge {
+                        addr: cqe.as_ptr(),
+                        len: 16,
+                        lkey: 0,
+                    }],
+                    signaled: true,
+                    inline: true,
+                }
+            }
+        })
+        .collect();
+    if let Err(e) = c.id.post_send(&wrs) {
+        nvmf_target::warn_every!(error = %e, "RDMA post failed; disconnecting");
+        c.ending = Some(Instant::now());
+        let _ = c.id.disconnect();
+    }
+}
