@@ -69,6 +69,22 @@ dhchap_rdma() {
 	echo 1 >"$s/attr_allow_any_host"
 }
 
+ebof_to_ebof() {
+	local conf=/tmp/serve-rdma.toml log=/tmp/serve-rdma.log enqn=nqn.2026-11.io.ebof:erdma pid
+	printf '[[listeners]]\naddress = "%s"\nport = 4421\ntransport = "rdma"\n\n[[subsystems]]\nnqn = "%s"\nallow_any_host = true\n\n[[subsystems.namespaces]]\nnsid = 1\nbackend = "ram"\nsize = "64M"\n' "$IP" "$enqn" >"$conf"
+	ulimit -l unlimited
+	"$EBOF" serve --config "$conf" >"$log" 2>&1 &
+	pid=$!
+	wait_for 60 sh -c "rdma resource show cm_id | grep -q 'state LISTEN.*:4421'" || { cat "$log"; fail "ebof serve does not listen"; }
+	ebof_rdma discover -t rdma -a "$IP" -s 4421
+	ebof_rdma identify -t rdma -a "$IP" -s 4421 -n "$enqn" | head -n 8
+	ebof_rdma perf -t rdma -a "$IP" -s 4421 -n "$enqn" --rw randrw --bs 4k --qd 16 --runtime 3s --range 0-16M --verify
+	ebof_rdma perf -t rdma -a "$IP" -s 4421 -n "$enqn" --rw write --bs 128k --qd 4 --queues 2 --runtime 2s --range 0-32M --verify
+	kill "$pid"
+	wait "$pid" || true
+	! grep -q panicked "$log" || { cat "$log"; fail "ebof serve panicked"; }
+}
+
 ebof_rdma() { run -t 300 env RUST_LOG=${RUST_LOG:-nvmf_host=debug} "$EBOF" "$@"; }
 
 step "soft-RoCE (rxe0) and modules" setup_rdma
@@ -85,4 +101,5 @@ step "ebof perf -t rdma write 128k qd4 --verify (keyed-SGL writes)" \
 step "ebof perf -t rdma randread 64k qd16, 2 queues" \
 	ebof_rdma perf -t rdma -a "$IP" -s "$PORT" -n "$NQN" --rw randread --bs 64k --qd 16 --queues 2 --runtime 2s --range 0-16M
 step "DH-HMAC-CHAP over RDMA (nvmet host key): with and without the secret" dhchap_rdma
+step "ebof host tools against ebof serve (RDMA listener) in the same guest" ebof_to_ebof
 step "nvmet log" sh -c "dmesg | grep -iE 'nvmet|rdma' | tail -n 30"
