@@ -47,6 +47,46 @@ pub struct HostConfig {
     /// NVMe/TCP TLS 1.3 with a PSK (`--tls --tls-key`): every queue starts with a TLS
     /// handshake before its ICReq.
     pub tls: Option<TlsKey>,
+    /// The fabric: NVMe/TCP (default) or NVMe/RDMA (RoCE/iWARP/InfiniBand through
+    /// libibverbs/librdmacm; needs the `rdma` feature). TLS and digests are TCP-only.
+    pub transport: Transport,
+}
+
+/// Which NVMe-oF transport a host connects over.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Transport {
+    /// NVMe/TCP (TRTYPE 3).
+    #[default]
+    Tcp,
+    /// NVMe/RDMA (TRTYPE 1): one RC queue pair per NVMe queue, set up with the RDMA CM.
+    Rdma,
+}
+
+impl Transport {
+    /// The name nvme-cli uses (`-t tcp`, `-t rdma`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Transport::Tcp => "tcp",
+            Transport::Rdma => "rdma",
+        }
+    }
+}
+
+impl std::fmt::Display for Transport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Transport {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Transport, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "tcp" => Ok(Transport::Tcp),
+            "rdma" => Ok(Transport::Rdma),
+            _ => Err(format!("transport {s:?} (tcp or rdma)")),
+        }
+    }
 }
 
 /// The configured TLS PSK (`NVMeTLSkey-1:HH:…:`) and, optionally, the exact PSK identity to
@@ -144,6 +184,7 @@ impl Default for HostConfig {
             shutdown_timeout: Duration::from_secs(5),
             dhchap: None,
             tls: None,
+            transport: Transport::Tcp,
         }
     }
 }

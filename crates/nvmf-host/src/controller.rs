@@ -30,7 +30,8 @@ use tokio::sync::{mpsc, oneshot};
 use crate::config::HostConfig;
 use crate::error::{HostError, Result};
 use crate::io::{IoConnector, IoQueue, IoQueueOptions};
-use crate::queue::{ADMIN_ICD_MAX, Completion, ConnectParams, DataDir, LinkParams, Queue};
+use crate::queue::{Completion, ConnectParams, DataDir, LinkParams};
+use crate::transport::{AnyQueue, admin_icd_max};
 
 /// Admin queue entries (SQSIZE 31, as the Linux host uses).
 const ADMIN_QUEUE_ENTRIES: u16 = 32;
@@ -98,7 +99,7 @@ enum Waiter {
 
 /// What the admin task needs besides the queue.
 struct AdminTask {
-    q: Queue,
+    q: AnyQueue,
     rx: mpsc::Receiver<AdminReq>,
     events: mpsc::Sender<AsyncEvent>,
     waiters: Vec<Waiter>,
@@ -334,10 +335,11 @@ impl Controller {
             hostid: cfg.hostid,
             hostnqn: cfg.hostnqn.clone(),
             subnqn: subnqn.to_string(),
-            icd_max: ADMIN_ICD_MAX,
+            icd_max: admin_icd_max(cfg.transport),
             dhchap: cfg.dhchap.clone(),
         };
-        let (mut q, cntlid) = Queue::connect(&lp, &cp, 0).await?;
+        let (mut q, cntlid) =
+            AnyQueue::connect(cfg.transport, &lp, &cp, 0, ADMIN_MAX_TRANSFER).await?;
         let (cap, vs, id) = enable(&mut q, cfg.admin_timeout).await?;
         let discovery = id.cntrltype == cntrltype::DISCOVERY || subnqn == nvme_spec::DISCOVERY_NQN;
 
@@ -645,7 +647,12 @@ impl Controller {
             subnqn: self.subnqn.clone(),
             cfg: self.cfg.clone(),
             cntlid: self.cntlid,
-            icd_max: self.io_icd_max(),
+            icd_max: match self.cfg.transport {
+                // NVMe/RDMA puts in-capsule data right after the SQE (what the Linux host
+                // does): only usable when the controller's ICDOFF is 0.
+                crate::Transport::Rdma if self.id.icdoff != 0 => 0,
+                _ => self.io_icd_max(),
+            },
             max_transfer: self.max_transfer(),
             max_entries: u32::from(self.cap().mqes) + 1,
         }
@@ -704,7 +711,7 @@ impl Controller {
 
 /// CAP, VS, CC.EN = 1, CSTS.RDY, Identify Controller: run one by one on the admin queue before
 /// the admin task exists, each bounded by `t`; the RDY wait is bounded by CAP.TO.
-async fn enable(q: &mut Queue, t: Duration) -> Result<(u64, u32, IdentifyController)> {
+async fn enable(q: &mut AnyQueue, t: Duration) -> Result<(u64, u32, IdentifyController)> {
     let cap = exec_ok(q, t, property_get_sqe(prop::CAP, true), DataDir::None, 0)
         .await?
         .0
@@ -758,7 +765,7 @@ async fn enable(q: &mut Queue, t: Duration) -> Result<(u64, u32, IdentifyControl
 }
 
 async fn exec_ok(
-    q: &mut Queue,
+    q: &mut AnyQueue,
     t: Duration,
     sqe: Sqe,
     dir: DataDir,

@@ -69,6 +69,10 @@ pub enum HostError {
     /// NVMe/TCP TLS failed (handshake refused, wrong PSK, bad record).
     #[error("TLS: {0}")]
     Tls(String),
+    /// NVMe/RDMA failed below NVMe: no RDMA device or library, address or route resolution,
+    /// the CM connect rejected (with the NVMe/RDMA reject status), a failed work request.
+    #[error("RDMA: {0}")]
+    Rdma(String),
 }
 
 impl From<ProtocolError> for HostError {
@@ -179,7 +183,8 @@ impl HostError {
             | HostError::QueueBusy
             | HostError::Unsupported(_)
             | HostError::Auth(_)
-            | HostError::Tls(_) => None,
+            | HostError::Tls(_)
+            | HostError::Rdma(_) => None,
         }
     }
 
@@ -201,7 +206,8 @@ impl HostError {
             | HostError::Controller(_)
             | HostError::Unsupported(_)
             | HostError::Auth(_)
-            | HostError::Tls(_) => true,
+            | HostError::Tls(_)
+            | HostError::Rdma(_) => true,
         }
     }
 }

@@ -24,12 +24,17 @@ use nvme_spec::{CommandId, ControllerId, NamespaceId, QueueId, Sqe};
 use nvmf_tcp::Digests;
 
 use crate::config::HostConfig;
+use crate::config::Transport;
 use crate::error::{HostError, Result};
-use crate::queue::{Completion, ConnectParams, DataDir, LinkParams, Queue};
+use crate::queue::{Completion, ConnectParams, DataDir, LinkParams};
+use crate::transport::AnyQueue;
 
 /// Default and minimum largest transfer an I/O queue is prepared to receive in one PDU.
 const DEFAULT_MAX_IO: usize = 1 << 20;
 const MIN_MAX_IO: usize = 128 * 1024;
+/// NVMe/RDMA: the default largest transfer, which is also each command slot's registered
+/// buffer (queue depth × this much memory is registered per queue).
+const RDMA_DEFAULT_MAX_IO: usize = 128 * 1024;
 /// Dataset Management ranges per command (NR is 8 bits, 0's based).
 pub const DSM_MAX_RANGES: usize = 256;
 /// Read/Write CDW12 bit 30: Force Unit Access (NVM Command Set 1.0, 3.2.6): the write
@@ -131,7 +136,12 @@ impl IoConnector {
         }
         let mdts = self.max_transfer.unwrap_or(usize::MAX);
         let max_io = if o.max_io == 0 {
-            DEFAULT_MAX_IO.min(mdts)
+            match self.cfg.transport {
+                Transport::Tcp => DEFAULT_MAX_IO,
+                // Every slot's buffer is registered memory of this size.
+                Transport::Rdma => RDMA_DEFAULT_MAX_IO,
+            }
+            .min(mdts)
         } else {
             o.max_io
         };
@@ -164,7 +174,8 @@ impl IoConnector {
             icd_max: self.icd_max,
             dhchap: self.cfg.dhchap.clone(),
         };
-        let (q, _) = Queue::connect(&lp, &cp, o.prealloc.min(max_io)).await?;
+        let (q, _) =
+            AnyQueue::connect(self.cfg.transport, &lp, &cp, o.prealloc.min(max_io), max_io).await?;
         Ok(IoQueue {
             q,
             max_io,
@@ -176,7 +187,7 @@ impl IoConnector {
 
 /// One I/O queue. See the module docs.
 pub struct IoQueue {
-    q: Queue,
+    q: AnyQueue,
     max_io: usize,
     timeout: Duration,
     busy_poll: bool,

@@ -1,13 +1,14 @@
-//! # nvmf-host — a userspace NVMe/TCP initiator
+//! # nvmf-host — a userspace NVMe/TCP and NVMe/RDMA initiator
 //!
-//! **What it is**: the host side of NVMe over TCP on tokio. [`Controller::connect`] opens an
-//! association (TCP, ICReq/ICResp, Fabrics Connect, CC.EN, CSTS.RDY, Identify) and keeps it
-//! alive; it runs admin commands (Identify, Get Log Page, Get/Set Features, properties,
-//! shutdown). [`discover`] reads a discovery log. [`IoQueue`]s — one TCP connection each — run
+//! **What it is**: the host side of NVMe over TCP on tokio — and, with the `rdma` feature and
+//! [`HostConfig::transport`] = [`Transport::Rdma`], of NVMe over RDMA (see [`rdma`]).
+//! [`Controller::connect`] opens an association (TCP + ICReq/ICResp, or an RDMA CM connection;
+//! Fabrics Connect, CC.EN, CSTS.RDY, Identify) and keeps it alive; it runs admin commands (Identify, Get Log Page, Get/Set Features, properties,
+//! shutdown). [`discover`] reads a discovery log. [`IoQueue`]s — one connection (TCP) or queue
+//! pair (RDMA) each — run
 //! reads, writes, flushes, Write Zeroes and deallocations, many in flight.
 //!
-//! **What it is not**: no block device, no multipath, no automatic reconnect, no TLS, no
-//! in-band authentication. Byte-level NVMe/TCP lives in `nvmf-tcp` (sans-IO); this crate is
+//! **What it is not**: no block device, no multipath, no automatic reconnect. Byte-level NVMe/TCP lives in `nvmf-tcp` (sans-IO); this crate is
 //! the I/O shell and the command logic around it.
 //!
 //! **Where it sits**: `ebof discover / identify / perf` are thin CLIs over it. The flow per
@@ -16,7 +17,8 @@
 //! index) → the caller's callback.
 //!
 //! Layout: [`config`] (host identity, tunables), `queue` (the per-connection engine: slots,
-//! flow control, R2T/H2CData, C2HData), [`controller`] (admin queue task, keep-alive, AER,
+//! flow control, R2T/H2CData, C2HData), [`rdma`] (the NVMe/RDMA queue engine and, with the
+//! `rdma` feature, its verbs shell), `transport` (the enum both kinds of queue sit behind), [`controller`] (admin queue task, keep-alive, AER,
 //! admin commands), [`io`] (I/O queues), [`discovery`], [`error`].
 //!
 //! # Example
@@ -72,8 +74,10 @@ pub mod discovery;
 pub mod error;
 pub mod io;
 mod queue;
+pub mod rdma;
+mod transport;
 
-pub use config::{DhchapKeys, HostConfig, HostIdentity, TlsKey};
+pub use config::{DhchapKeys, HostConfig, HostIdentity, TlsKey, Transport};
 pub use controller::{AsyncEvent, Controller};
 pub use discovery::{DiscoveryLog, discover};
 pub use error::HostError;

@@ -896,46 +896,7 @@ impl Queue {
             st: Slots::new(cp.qid, cp.entries, cp.icd_max, prealloc),
             broken: false,
         };
-        let sqe = ConnectCmd {
-            recfmt: 0,
-            qid: cp.qid,
-            sqsize: cp.entries - 1,
-            cattr: if cp.dissqfc { 1 << 2 } else { 0 },
-            kato: cp.kato_ms,
-        }
-        .to_sqe(CommandId(0));
-        let data = ConnectData {
-            hostid: cp.hostid,
-            cntlid: cp.cntlid,
-            subnqn: cp.subnqn.clone(),
-            hostnqn: cp.hostnqn.clone(),
-        }
-        .encode();
-        let (cqe, _) = tokio::time::timeout(
-            lp.connect_timeout,
-            q.execute(sqe, DataDir::ToController, &data, 0),
-        )
-        .await
-        .map_err(|_| HostError::Timeout("Fabrics Connect"))??;
-        if !cqe.status.is_success() {
-            return Err(HostError::ConnectRejected {
-                status: cqe.status,
-                dw0: cqe.dw0,
-            });
-        }
-        // Connect response DW0: bits 15:0 CNTLID, bit 17 ATR (authentication required).
-        if cqe.dw0 & (1 << 17) != 0 {
-            let Some(keys) = &cp.dhchap else {
-                return Err(HostError::Auth(
-                    "the controller requires DH-HMAC-CHAP authentication; give the host's secret \
-                     (--dhchap-secret)"
-                        .into(),
-                ));
-            };
-            tokio::time::timeout(lp.connect_timeout, q.authenticate(cp, keys))
-                .await
-                .map_err(|_| HostError::Timeout("DH-HMAC-CHAP authentication"))??;
-        }
+        let cqe = fabrics_connect(&mut q, lp.connect_timeout, cp).await?;
         if cp.dissqfc && cqe.sqhd == SQHD_DISABLED {
             q.st.flow_control = false;
         } else if cqe.sqhd < cp.entries {
@@ -943,75 +904,6 @@ impl Queue {
         }
         tracing::debug!(peer = %lp.addr, qid = cp.qid.0, cntlid = cqe.dw0 & 0xFFFF, flow_control = q.st.flow_control, "queue connected");
         Ok((q, ControllerId((cqe.dw0 & 0xFFFF) as u16)))
-    }
-
-    /// DH-HMAC-CHAP on this queue (NVMe Base 2.x 8.3.4.5): Negotiate, Challenge, Reply,
-    /// Success1 and, bidirectionally, Success2 — or the Failure2 the exchange calls for.
-    async fn authenticate(
-        &mut self,
-        cp: &ConnectParams,
-        keys: &crate::config::DhchapKeys,
-    ) -> Result<()> {
-        use nvme_auth::host::RECEIVE_ALLOC_LEN;
-        let cfg = std::sync::Arc::new(nvme_auth::AuthConfig::new(
-            &keys.host,
-            keys.ctrl.as_ref(),
-            &cp.hostnqn,
-            &cp.subnqn,
-        ));
-        let mut a = nvme_auth::HostAuth::with_os_random(cfg);
-        let negotiate = a.start(cp.qid.0);
-        self.auth_send(&negotiate).await?;
-        let challenge = self.auth_receive(RECEIVE_ALLOC_LEN).await?;
-        let reply = match a.handle_challenge(&challenge) {
-            Ok(r) => r,
-            Err(e) => return Err(self.auth_failed(e).await),
-        };
-        self.auth_send(&reply).await?;
-        let success1 = self.auth_receive(RECEIVE_ALLOC_LEN).await?;
-        match a.handle_success1(&success1) {
-            Ok(Some(success2)) => self.auth_send(&success2).await?,
-            Ok(None) => {}
-            Err(e) => return Err(self.auth_failed(e).await),
-        }
-        if let Some((hash, group)) = a.negotiated() {
-            tracing::debug!(qid = cp.qid.0, %hash, dhgroup = %group.name(), bidirectional = keys.ctrl.is_some(), "authenticated (DH-HMAC-CHAP)");
-        }
-        Ok(())
-    }
-
-    /// Send the Failure2 the host's side calls for (best effort), and say why.
-    async fn auth_failed(&mut self, e: nvme_auth::HostError) -> HostError {
-        if let Some(f2) = &e.failure2 {
-            let _ = self.auth_send(f2).await;
-        }
-        HostError::Auth(auth_failure_text(&e.kind))
-    }
-
-    async fn auth_send(&mut self, payload: &[u8]) -> Result<()> {
-        let mut sqe = Sqe::new(nvme_spec::opcode::admin::FABRICS, CommandId(0));
-        sqe.set_fctype(nvme_spec::opcode::fctype::AUTH_SEND);
-        sqe.set_cdw(10, nvme_auth::msg::command_cdw10());
-        sqe.set_cdw(11, payload.len() as u32);
-        let (cqe, _) = self.execute(sqe, DataDir::ToController, payload, 0).await?;
-        if !cqe.status.is_success() {
-            return Err(HostError::Status(cqe.status));
-        }
-        Ok(())
-    }
-
-    async fn auth_receive(&mut self, al: u32) -> Result<Vec<u8>> {
-        let mut sqe = Sqe::new(nvme_spec::opcode::admin::FABRICS, CommandId(0));
-        sqe.set_fctype(nvme_spec::opcode::fctype::AUTH_RECV);
-        sqe.set_cdw(10, nvme_auth::msg::command_cdw10());
-        sqe.set_cdw(11, al);
-        let (cqe, data) = self
-            .execute(sqe, DataDir::FromController, &[], al as usize)
-            .await?;
-        if !cqe.status.is_success() {
-            return Err(HostError::Status(cqe.status));
-        }
-        Ok(data)
     }
 
     pub(crate) fn qid(&self) -> QueueId {
@@ -1137,61 +1029,18 @@ impl Queue {
         Ok(())
     }
 
-    /// Drive I/O until at least one command completes. Returns 0 at once when nothing is in
-    /// flight and nothing is left to send. With commands in flight, `idle_timeout` bounds how
-    /// long the controller may stay silent before the queue is declared dead. `busy`: never
-    /// sleep; retry the socket, yielding to the thread's other tasks every few attempts.
+    /// See [`drive_poll`].
     pub(crate) async fn poll<F: FnMut(Completion<'_>)>(
         &mut self,
         f: &mut F,
         idle_timeout: Duration,
         busy: bool,
     ) -> Result<usize> {
-        // Busy mode: attempts between yields to the runtime (and clock reads); a yield costs a
-        // trip through tokio's driver, a miss only one raw `recv`.
-        const SPINS_PER_YIELD: u32 = 16;
         self.link.raw_reads = busy;
-        let mut since: Option<std::time::Instant> = None;
-        let mut spins = 0u32;
-        loop {
-            let n = self.try_io(f)?;
-            if n > 0 {
-                // Under sustained load there is always something to read and this future never
-                // waits; spend tokio's cooperative budget so other queues on the same thread run.
-                tokio::task::coop::consume_budget().await;
-                return Ok(n);
-            }
-            if self.st.in_flight == 0 && !self.link.tx_pending() {
-                return Ok(0);
-            }
-            let waited = if busy {
-                spins += 1;
-                if spins < SPINS_PER_YIELD {
-                    std::hint::spin_loop();
-                    continue;
-                }
-                spins = 0;
-                let start = *since.get_or_insert_with(std::time::Instant::now);
-                if start.elapsed() > idle_timeout {
-                    Err(HostError::Timeout("no response from the controller"))
-                } else {
-                    tokio::task::yield_now().await;
-                    Ok(())
-                }
-            } else {
-                match tokio::time::timeout(idle_timeout, self.wait_ready()).await {
-                    Ok(r) => r,
-                    Err(_) => Err(HostError::Timeout("no response from the controller")),
-                }
-            };
-            if let Err(e) = waited {
-                self.break_link(&e);
-                return Err(e);
-            }
-        }
+        drive_poll(self, f, idle_timeout, busy).await
     }
 
-    /// Run one command alone on the queue and wait for it: the status is not checked.
+    /// See [`drive_execute`].
     pub(crate) async fn execute(
         &mut self,
         sqe: Sqe,
@@ -1199,26 +1048,7 @@ impl Queue {
         out: &[u8],
         in_len: usize,
     ) -> Result<(Cqe, Vec<u8>)> {
-        if self.st.in_flight != 0 {
-            return Err(HostError::QueueBusy);
-        }
-        let len = match dir {
-            DataDir::ToController => out.len(),
-            DataDir::FromController => in_len,
-            DataDir::None => 0,
-        };
-        self.submit(sqe, dir, len, 0, |b| b.copy_from_slice(out))?
-            .ok_or(HostError::QueueBusy)?;
-        let mut result = None;
-        while result.is_none() {
-            self.poll(
-                &mut |c: Completion<'_>| result = Some((c.cqe, c.data.to_vec())),
-                Duration::from_secs(3600), // bounded by the caller's timeout
-                false,
-            )
-            .await?;
-        }
-        result.ok_or(HostError::Disconnected)
+        drive_execute(self, sqe, dir, out, in_len).await
     }
 
     /// Forget every outstanding command (calling `f` with each one's user tag) and mark the
@@ -1234,6 +1064,257 @@ impl Queue {
             }
         }
     }
+}
+
+/// What the generic driving loops ([`drive_poll`], [`drive_execute`], [`fabrics_connect`]) need
+/// of a queue: the TCP queue and the RDMA queue implement it; calls are statically dispatched.
+pub(crate) trait Driver {
+    /// Do all the I/O possible without waiting; completions go to `f`.
+    fn try_io<F: FnMut(Completion<'_>)>(&mut self, f: &mut F) -> Result<usize>;
+    /// Nothing outstanding and nothing left to send.
+    fn idle(&self) -> bool;
+    fn in_flight(&self) -> usize;
+    /// Wait until the transport can make progress (cancel-safe).
+    fn wait_ready(&mut self) -> impl std::future::Future<Output = Result<()>>;
+    /// Mark the queue dead after `e`.
+    fn break_link(&mut self, e: &HostError);
+    fn submit(
+        &mut self,
+        sqe: Sqe,
+        dir: DataDir,
+        len: usize,
+        user: u64,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Result<Option<CommandId>>;
+}
+
+impl Driver for Queue {
+    fn try_io<F: FnMut(Completion<'_>)>(&mut self, f: &mut F) -> Result<usize> {
+        Queue::try_io(self, f)
+    }
+    fn idle(&self) -> bool {
+        self.st.in_flight == 0 && !self.link.tx_pending()
+    }
+    fn in_flight(&self) -> usize {
+        self.st.in_flight
+    }
+    async fn wait_ready(&mut self) -> Result<()> {
+        Queue::wait_ready(self).await
+    }
+    fn break_link(&mut self, e: &HostError) {
+        Queue::break_link(self, e)
+    }
+    fn submit(
+        &mut self,
+        sqe: Sqe,
+        dir: DataDir,
+        len: usize,
+        user: u64,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Result<Option<CommandId>> {
+        Queue::submit(self, sqe, dir, len, user, fill)
+    }
+}
+
+/// Drive I/O until at least one command completes. Returns 0 at once when nothing is in
+/// flight and nothing is left to send. With commands in flight, `idle_timeout` bounds how
+/// long the controller may stay silent before the queue is declared dead. `busy`: never
+/// sleep; retry the socket, yielding to the thread's other tasks every few attempts.
+pub(crate) async fn drive_poll<Q: Driver, F: FnMut(Completion<'_>)>(
+    q: &mut Q,
+    f: &mut F,
+    idle_timeout: Duration,
+    busy: bool,
+) -> Result<usize> {
+    // Busy mode: attempts between yields to the runtime (and clock reads); a yield costs a
+    // trip through tokio's driver, a miss only one raw `recv`.
+    const SPINS_PER_YIELD: u32 = 16;
+    let mut since: Option<std::time::Instant> = None;
+    let mut spins = 0u32;
+    loop {
+        let n = q.try_io(f)?;
+        if n > 0 {
+            // Under sustained load there is always something to read and this future never
+            // waits; spend tokio's cooperative budget so other queues on the same thread run.
+            tokio::task::coop::consume_budget().await;
+            return Ok(n);
+        }
+        if q.idle() {
+            return Ok(0);
+        }
+        let waited = if busy {
+            spins += 1;
+            if spins < SPINS_PER_YIELD {
+                std::hint::spin_loop();
+                continue;
+            }
+            spins = 0;
+            let start = *since.get_or_insert_with(std::time::Instant::now);
+            if start.elapsed() > idle_timeout {
+                Err(HostError::Timeout("no response from the controller"))
+            } else {
+                tokio::task::yield_now().await;
+                Ok(())
+            }
+        } else {
+            match tokio::time::timeout(idle_timeout, q.wait_ready()).await {
+                Ok(r) => r,
+                Err(_) => Err(HostError::Timeout("no response from the controller")),
+            }
+        };
+        if let Err(e) = waited {
+            q.break_link(&e);
+            return Err(e);
+        }
+    }
+}
+
+/// Run one command alone on the queue and wait for it: the status is not checked.
+pub(crate) async fn drive_execute<Q: Driver>(
+    q: &mut Q,
+    sqe: Sqe,
+    dir: DataDir,
+    out: &[u8],
+    in_len: usize,
+) -> Result<(Cqe, Vec<u8>)> {
+    if q.in_flight() != 0 {
+        return Err(HostError::QueueBusy);
+    }
+    let len = match dir {
+        DataDir::ToController => out.len(),
+        DataDir::FromController => in_len,
+        DataDir::None => 0,
+    };
+    q.submit(sqe, dir, len, 0, |b| b.copy_from_slice(out))?
+        .ok_or(HostError::QueueBusy)?;
+    let mut result = None;
+    while result.is_none() {
+        drive_poll(
+            q,
+            &mut |c: Completion<'_>| result = Some((c.cqe, c.data.to_vec())),
+            Duration::from_secs(3600), // bounded by the caller's timeout
+            false,
+        )
+        .await?;
+    }
+    result.ok_or(HostError::Disconnected)
+}
+
+/// Fabrics Connect on a fresh queue (and DH-HMAC-CHAP when the controller asks for it), each
+/// step bounded by `timeout`. Returns the Connect response (CNTLID in DW0 15:0, SQHD).
+pub(crate) async fn fabrics_connect<Q: Driver>(
+    q: &mut Q,
+    timeout: Duration,
+    cp: &ConnectParams,
+) -> Result<Cqe> {
+    let sqe = ConnectCmd {
+        recfmt: 0,
+        qid: cp.qid,
+        sqsize: cp.entries - 1,
+        cattr: if cp.dissqfc { 1 << 2 } else { 0 },
+        kato: cp.kato_ms,
+    }
+    .to_sqe(CommandId(0));
+    let data = ConnectData {
+        hostid: cp.hostid,
+        cntlid: cp.cntlid,
+        subnqn: cp.subnqn.clone(),
+        hostnqn: cp.hostnqn.clone(),
+    }
+    .encode();
+    let (cqe, _) = tokio::time::timeout(
+        timeout,
+        drive_execute(q, sqe, DataDir::ToController, &data, 0),
+    )
+    .await
+    .map_err(|_| HostError::Timeout("Fabrics Connect"))??;
+    if !cqe.status.is_success() {
+        return Err(HostError::ConnectRejected {
+            status: cqe.status,
+            dw0: cqe.dw0,
+        });
+    }
+    // Connect response DW0: bits 15:0 CNTLID, bit 17 ATR (authentication required).
+    if cqe.dw0 & (1 << 17) != 0 {
+        let Some(keys) = &cp.dhchap else {
+            return Err(HostError::Auth(
+                "the controller requires DH-HMAC-CHAP authentication; give the host's secret \
+                 (--dhchap-secret)"
+                    .into(),
+            ));
+        };
+        tokio::time::timeout(timeout, authenticate(q, cp, keys))
+            .await
+            .map_err(|_| HostError::Timeout("DH-HMAC-CHAP authentication"))??;
+    }
+    Ok(cqe)
+}
+
+/// DH-HMAC-CHAP on this queue (NVMe Base 2.x 8.3.4.5): Negotiate, Challenge, Reply,
+/// Success1 and, bidirectionally, Success2 — or the Failure2 the exchange calls for.
+async fn authenticate<Q: Driver>(
+    q: &mut Q,
+    cp: &ConnectParams,
+    keys: &crate::config::DhchapKeys,
+) -> Result<()> {
+    use nvme_auth::host::RECEIVE_ALLOC_LEN;
+    let cfg = std::sync::Arc::new(nvme_auth::AuthConfig::new(
+        &keys.host,
+        keys.ctrl.as_ref(),
+        &cp.hostnqn,
+        &cp.subnqn,
+    ));
+    let mut a = nvme_auth::HostAuth::with_os_random(cfg);
+    let negotiate = a.start(cp.qid.0);
+    auth_send(q, &negotiate).await?;
+    let challenge = auth_receive(q, RECEIVE_ALLOC_LEN).await?;
+    let reply = match a.handle_challenge(&challenge) {
+        Ok(r) => r,
+        Err(e) => return Err(auth_failed(q, e).await),
+    };
+    auth_send(q, &reply).await?;
+    let success1 = auth_receive(q, RECEIVE_ALLOC_LEN).await?;
+    match a.handle_success1(&success1) {
+        Ok(Some(success2)) => auth_send(q, &success2).await?,
+        Ok(None) => {}
+        Err(e) => return Err(auth_failed(q, e).await),
+    }
+    if let Some((hash, group)) = a.negotiated() {
+        tracing::debug!(qid = cp.qid.0, %hash, dhgroup = %group.name(), bidirectional = keys.ctrl.is_some(), "authenticated (DH-HMAC-CHAP)");
+    }
+    Ok(())
+}
+
+/// Send the Failure2 the host's side calls for (best effort), and say why.
+async fn auth_failed<Q: Driver>(q: &mut Q, e: nvme_auth::HostError) -> HostError {
+    if let Some(f2) = &e.failure2 {
+        let _ = auth_send(q, f2).await;
+    }
+    HostError::Auth(auth_failure_text(&e.kind))
+}
+
+async fn auth_send<Q: Driver>(q: &mut Q, payload: &[u8]) -> Result<()> {
+    let mut sqe = Sqe::new(nvme_spec::opcode::admin::FABRICS, CommandId(0));
+    sqe.set_fctype(nvme_spec::opcode::fctype::AUTH_SEND);
+    sqe.set_cdw(10, nvme_auth::msg::command_cdw10());
+    sqe.set_cdw(11, payload.len() as u32);
+    let (cqe, _) = drive_execute(q, sqe, DataDir::ToController, payload, 0).await?;
+    if !cqe.status.is_success() {
+        return Err(HostError::Status(cqe.status));
+    }
+    Ok(())
+}
+
+async fn auth_receive<Q: Driver>(q: &mut Q, al: u32) -> Result<Vec<u8>> {
+    let mut sqe = Sqe::new(nvme_spec::opcode::admin::FABRICS, CommandId(0));
+    sqe.set_fctype(nvme_spec::opcode::fctype::AUTH_RECV);
+    sqe.set_cdw(10, nvme_auth::msg::command_cdw10());
+    sqe.set_cdw(11, al);
+    let (cqe, data) = drive_execute(q, sqe, DataDir::FromController, &[], al as usize).await?;
+    if !cqe.status.is_success() {
+        return Err(HostError::Status(cqe.status));
+    }
+    Ok(data)
 }
 
 /// The queue engine without its socket — slots, SQ flow control, R2T/H2CData and

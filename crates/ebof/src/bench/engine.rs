@@ -210,6 +210,7 @@ impl Builtin {
                 traddr: self.traddr.clone(),
                 trsvcid: self.trsvcid,
                 nqn: self.nqn.clone(),
+                transport: nvmf_host::Transport::Tcp,
             },
             nsid: Some(self.nsid),
             rw: match st.rw {

@@ -235,4 +235,28 @@ pub struct SubsystemArgs {
     /// Subsystem NQN.
     #[arg(short = 'n', long = "nqn", value_name = "SUBNQN")]
     pub nqn: String,
+    /// Transport: `tcp` (NVMe/TCP) or `rdma` (NVMe/RDMA over RoCE, iWARP or InfiniBand).
+    #[arg(
+        short = 't',
+        long = "transport",
+        value_name = "TRTYPE",
+        default_value = "tcp"
+    )]
+    pub transport: nvmf_host::Transport,
+}
+
+/// Put the transport into `cfg` (after the security and digest options are in it): NVMe/RDMA
+/// has neither TLS nor digests, so asking for them with `-t rdma` is an error, said up front.
+/// DH-HMAC-CHAP is a pair of admin commands and works on both.
+pub fn apply_transport(t: nvmf_host::Transport, cfg: &mut HostConfig) -> Result<()> {
+    if t == nvmf_host::Transport::Rdma {
+        if cfg.tls.is_some() {
+            bail!("--tls is NVMe/TCP only (TLS 1.3 on the TCP stream); NVMe/RDMA has no TLS");
+        }
+        if cfg.hdr_digest || cfg.data_digest {
+            bail!("--hdr-digest / --data-digest are NVMe/TCP only; NVMe/RDMA has no digests");
+        }
+    }
+    cfg.transport = t;
+    Ok(())
 }

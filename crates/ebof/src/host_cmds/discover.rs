@@ -6,7 +6,7 @@ use nvme_spec::discovery::{DiscoveryLogEntry, adrfam, eflags, subtype, tcp_secty
 use nvmf_host::{DiscoveryLog, HostConfig, HostError};
 use serde_json::json;
 
-use super::common::{host_config, resolve, runtime};
+use super::common::{apply_transport, host_config, resolve, runtime};
 
 #[derive(clap::Args, Debug)]
 pub struct DiscoverArgs {
@@ -20,6 +20,14 @@ pub struct DiscoverArgs {
     /// Host NQN (default: /etc/nvme/hostnqn, else a generated UUID NQN).
     #[arg(long, value_name = "NQN")]
     pub hostnqn: Option<String>,
+    /// Transport: `tcp` (NVMe/TCP) or `rdma` (NVMe/RDMA over RoCE, iWARP or InfiniBand).
+    #[arg(
+        short = 't',
+        long = "transport",
+        value_name = "TRTYPE",
+        default_value = "tcp"
+    )]
+    pub transport: nvmf_host::Transport,
     #[command(flatten)]
     pub security: super::common::SecurityArgs,
     /// Print JSON (nvme-cli's `-o json` shape: genctr and records).
@@ -30,6 +38,7 @@ pub struct DiscoverArgs {
 pub fn discover(a: DiscoverArgs) -> Result<()> {
     let mut cfg = host_config(a.hostnqn.as_deref())?;
     a.security.apply(&mut cfg)?;
+    apply_transport(a.transport, &mut cfg)?;
     let rt = runtime()?;
     let port = a.trsvcid.unwrap_or(DEFAULT_DISCOVERY_PORT);
     let addr = resolve(&a.traddr, port)?;

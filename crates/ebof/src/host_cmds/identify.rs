@@ -7,7 +7,7 @@ use nvme_spec::identify::{IdentifyController, IdentifyNamespace, NsIdDescriptor}
 use nvmf_host::Controller;
 use serde_json::{Value, json};
 
-use super::common::{hex, host_config, resolve, runtime, uuid_str};
+use super::common::{apply_transport, hex, host_config, resolve, runtime, uuid_str};
 
 #[derive(clap::Args, Debug)]
 pub struct IdentifyArgs {
@@ -38,6 +38,7 @@ pub fn identify(a: IdentifyArgs) -> Result<()> {
     let addr = resolve(&a.target.traddr, a.target.trsvcid)?;
     let mut cfg = host_config(a.hostnqn.as_deref())?;
     a.security.apply(&mut cfg)?;
+    apply_transport(a.target.transport, &mut cfg)?;
     cfg.io_queues = 0;
     cfg.async_events = false;
     let id = runtime()?.block_on(async {

@@ -218,6 +218,7 @@ pub fn perf(a: PerfArgs) -> Result<()> {
     a.security.apply(&mut cfg)?;
     cfg.hdr_digest = a.hdr_digest;
     cfg.data_digest = a.data_digest;
+    super::common::apply_transport(a.target.transport, &mut cfg)?;
     cfg.io_queues = queues as u16;
     cfg.async_events = false;
     let rt = runtime()?;

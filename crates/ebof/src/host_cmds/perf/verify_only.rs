@@ -240,6 +240,7 @@ pub fn run(a: &PerfArgs, log_path: &Path) -> Result<()> {
     a.security.apply(&mut cfg)?;
     cfg.hdr_digest = a.hdr_digest;
     cfg.data_digest = a.data_digest;
+    super::super::common::apply_transport(a.target.transport, &mut cfg)?;
     cfg.io_queues = queues;
     cfg.async_events = false;
     let rt = super::super::common::runtime()?;
