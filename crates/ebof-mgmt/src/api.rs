@@ -311,10 +311,17 @@ pub struct ListenerView {
     /// NVMe/TCP TLS: "off", "optional" or "required".
     #[serde(default = "tls_off")]
     pub tls: String,
+    /// "tcp" or "rdma".
+    #[serde(default = "tcp")]
+    pub transport: String,
 }
 
 fn tls_off() -> String {
     "off".into()
+}
+
+fn tcp() -> String {
+    "tcp".into()
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

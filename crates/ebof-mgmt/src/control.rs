@@ -110,6 +110,7 @@ impl Control {
                 portid: 0,
                 discovery: true,
                 tls: "off".into(),
+                transport: cfg.transport(d).name().into(),
             });
         }
         s
@@ -407,6 +408,7 @@ impl Control {
                 portid,
                 discovery: req.discovery,
                 tls: "off".into(),
+                transport: "tcp".into(),
             })
         })
     }
@@ -423,6 +425,15 @@ impl Control {
         let addr = l.socket_addr();
         let control = self.listener_control()?;
         self.change(|cfg| {
+            if cfg.transport(&l) == ebof_config::Transport::Rdma {
+                return Err(ApiError::new(
+                    codes::UNSUPPORTED,
+                    "address",
+                    format!(
+                        "{addr} is an NVMe/RDMA listener: RDMA listeners change with the configuration file and a restart"
+                    ),
+                ));
+            }
             let discovery = if cfg.discovery.as_ref().map(|d| d.socket_addr()) == Some(addr) {
                 cfg.discovery = None;
                 true
@@ -488,6 +499,7 @@ impl Control {
                     portid,
                     discovery,
                     tls: crate::ops::tls_name(tls).into(),
+                    transport: "tcp".into(),
                 },
                 disconnected,
             })

@@ -88,6 +88,10 @@ pub fn state(t: &Target) -> State {
                 portid: l.portid,
                 discovery: false,
                 tls: tls_name(l.tls).into(),
+                transport: match l.transport {
+                    nvmf_target::Transport::Tcp => "tcp".into(),
+                    nvmf_target::Transport::Rdma => "rdma".into(),
+                },
             })
             .collect(),
         controllers: t

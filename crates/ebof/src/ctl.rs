@@ -590,7 +590,7 @@ pub fn show_text(s: &State) -> String {
         }
     }
     out.push_str("listeners\n");
-    let mut rows = vec![row(&["ADDRESS", "PORTID", "KIND", "TLS"])];
+    let mut rows = vec![row(&["ADDRESS", "PORTID", "KIND", "TRANSPORT", "TLS"])];
     for l in &s.listeners {
         let (portid, kind) = if l.discovery {
             ("-".to_string(), "discovery")
@@ -601,6 +601,7 @@ pub fn show_text(s: &State) -> String {
             l.address.clone(),
             portid,
             kind.to_string(),
+            l.transport.clone(),
             l.tls.clone(),
         ]);
     }
