@@ -23,7 +23,7 @@ use mio::{Events, Interest, Poll, Token};
 use nvmf_rdma::target::{Buf, Local, Memory, Op, RdmaQueueConfig, RdmaQueueCore};
 use nvmf_rdma::verbs::{
     self, CmEvent, CmEventKind, CmId, CompChannel, ConnParams, Cq, Device, EventChannel, Mr,
-    QpCaps, RecvWr, SendOp, SendWr, Sge, Wc, WcOp,
+    QpCaps, RecvWr, SendOp, SendWr, Sge, Wc,
 };
 use nvmf_rdma::wire::{self, CmLimits, CmRequest};
 use nvmf_target::Target;
@@ -920,7 +920,7 @@ fn complete(wc: &Wc, conns: &mut [Option<RdmaConn>], mem: &mut DevMem, engine: &
             }
             c.core.on_read_done(tag, wc.ok(), mem, &mut offload);
         }
-        (K_SEND, _) | (_, WcOp::Send) => {
+        (K_SEND, _) => {
             if !wc.ok() && c.ending.is_none() {
                 tracing::debug!(status = %wc.status_str(), "RDMA SEND failed");
             }
