@@ -754,7 +754,7 @@ impl RdmaThread {
         let caps = QpCaps {
             max_send_wr: (entries * 3 + 8) as u32,
             max_recv_wr: entries as u32,
-            max_send_sge: 2,
+            max_send_sge: 1,
             max_inline_data: 64,
         };
         if let Err(e) = id.create_qp(&dev, &d.cq, &d.cq, caps) {
@@ -971,7 +971,7 @@ fn post(c: &mut RdmaConn, i: usize) {
                     addr: *addr,
                     rkey: *rkey,
                 },
-                sges: vec![sge(local)],
+                sge: sge(local),
                 signaled: true,
                 inline: false,
             },
@@ -981,7 +981,7 @@ fn post(c: &mut RdmaConn, i: usize) {
                     addr: *addr,
                     rkey: *rkey,
                 },
-                sges: vec![sge(local)],
+                sge: sge(local),
                 signaled: false,
                 inline: false,
             },
@@ -996,11 +996,11 @@ fn post(c: &mut RdmaConn, i: usize) {
                         Some(key) => SendOp::SendInvalidate(*key),
                         None => SendOp::Send,
                     },
-                    sges: vec![Sge {
+                    sge: Sge {
                         addr: cqe.as_ptr(),
                         len: 16,
                         lkey: 0,
-                    }],
+                    },
                     signaled: true,
                     inline: true,
                 }

@@ -483,6 +483,12 @@ impl RdmaQueueCore {
             sends.insert(tag, ctx);
             Ok(())
         });
+        if self.zero_copy_sends == 0 {
+            // Reads drained so far were copied into staging: their data has left the
+            // namespace, so they leave its gate now (zero-copy ones leave when their SEND is
+            // done, `on_send_done`).
+            self.queue.output_sent();
+        }
     }
 }
 

@@ -619,23 +619,20 @@ impl CmId {
     pub fn post_send(&self, wrs: &[SendWr]) -> Result<()> {
         let qp = self.qp_ptr()?;
         for chunk in wrs.chunks(POST_BATCH) {
-            let mut sges = [[sys::ibv_sge {
+            let mut sges = [sys::ibv_sge {
                 addr: 0,
                 length: 0,
                 lkey: 0,
-            }; MAX_SGE]; POST_BATCH];
+            }; POST_BATCH];
             let mut raw: [MaybeUninit<sys::ibv_send_wr>; POST_BATCH] =
                 [const { MaybeUninit::uninit() }; POST_BATCH];
             let n = chunk.len();
             for (i, w) in chunk.iter().enumerate() {
-                let nsge = w.sges.len().min(MAX_SGE);
-                for (j, s) in w.sges.iter().take(nsge).enumerate() {
-                    sges[i][j] = sys::ibv_sge {
-                        addr: s.addr as u64,
-                        length: s.len,
-                        lkey: s.lkey,
-                    };
-                }
+                sges[i] = sys::ibv_sge {
+                    addr: w.sge.addr as u64,
+                    length: w.sge.len,
+                    lkey: w.sge.lkey,
+                };
                 let (opcode, remote, inv) = match w.op {
                     SendOp::Send => (sys::ibv_wr_opcode::IBV_WR_SEND, None, 0),
                     SendOp::SendInvalidate(k) => {
@@ -658,8 +655,8 @@ impl CmId {
                 // SAFETY: all-zero is a valid ibv_send_wr; the fields used are set below.
                 let mut r: sys::ibv_send_wr = unsafe { std::mem::zeroed() };
                 r.wr_id = w.wr_id;
-                r.sg_list = sges[i].as_mut_ptr();
-                r.num_sge = nsge as i32;
+                r.sg_list = &mut sges[i];
+                r.num_sge = 1;
                 r.opcode = opcode;
                 r.send_flags = flags;
                 r.imm_data_invalidated_rkey_union.invalidated_rkey = inv;
@@ -694,8 +691,6 @@ impl CmId {
 
 /// Work requests chained in one post.
 pub const POST_BATCH: usize = 32;
-/// Scatter/gather entries per send work request.
-pub const MAX_SGE: usize = 2;
 
 /// Queue pair capacities.
 #[derive(Clone, Copy, Debug)]
@@ -742,11 +737,13 @@ pub enum SendOp {
 }
 
 /// A send-queue work request.
-#[derive(Clone, Debug)]
+#[derive(Clone, Copy, Debug)]
 pub struct SendWr {
     pub wr_id: u64,
     pub op: SendOp,
-    pub sges: Vec<Sge>,
+    /// The local memory: NVMe/RDMA moves each command's data, and each capsule, as one
+    /// segment (no allocation per work request).
+    pub sge: Sge,
     pub signaled: bool,
     /// Copy the data into the WR (small SENDs: no registration needed).
     pub inline: bool,

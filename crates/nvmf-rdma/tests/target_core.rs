@@ -488,3 +488,53 @@ fn reads_in_flight_stay_within_the_agreed_depth() {
     backend.read(4 * 512, &mut b).unwrap();
     assert!(b.iter().all(|&x| x == 5));
 }
+
+/// A fused Compare-and-Write (in-capsule data) after reads: it runs at once only if those reads
+/// have left the namespace gate (nothing here retries deferred commands).
+fn compare_and_write_after_reads(register_ns: bool) {
+    let (mut h, backend) = io_host(register_ns, RdmaQueueConfig::default());
+    backend.write(0, &[0x11; 512]).unwrap();
+    for i in 0..4u16 {
+        let key = h.region(vec![0; 4096]);
+        let mut r = rw(0x02, 40 + i, 0, 8);
+        wire::set_keyed_sgl(&mut r, 0, 4096, key, false);
+        h.recv(r.as_bytes()).unwrap();
+        assert!(h.last_cqe().status.is_success());
+    }
+    let answered = h.cqes.len();
+    let mut cmp = rw(0x05, 50, 0, 1);
+    cmp.set_fuse(1);
+    cmp.set_sgl_icd(512);
+    let mut c = cmp.as_bytes().to_vec();
+    c.extend([0x11; 512]);
+    h.recv(&c).unwrap();
+    let mut w = rw(0x01, 51, 0, 1);
+    w.set_fuse(2);
+    w.set_sgl_icd(512);
+    let mut c = w.as_bytes().to_vec();
+    c.extend([0x22; 512]);
+    h.recv(&c).unwrap();
+    assert_eq!(
+        h.cqes.len(),
+        answered + 2,
+        "the pair ran without waiting for the gate"
+    );
+    assert!(
+        h.cqes[answered..]
+            .iter()
+            .all(|(c, _)| c.status.is_success())
+    );
+    let mut b = [0u8; 512];
+    backend.read(0, &mut b).unwrap();
+    assert_eq!(b, [0x22; 512]);
+}
+
+#[test]
+fn reads_leave_the_namespace_gate_zero_copy() {
+    compare_and_write_after_reads(true);
+}
+
+#[test]
+fn reads_leave_the_namespace_gate_through_staging() {
+    compare_and_write_after_reads(false);
+}

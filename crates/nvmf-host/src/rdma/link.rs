@@ -359,11 +359,11 @@ impl RdmaQueue {
                 .extend(self.eng.pending_sends().iter().map(|d| SendWr {
                     wr_id: d.wr_id,
                     op: SendOp::Send,
-                    sges: vec![Sge {
+                    sge: Sge {
                         addr: base.wrapping_add(d.offset).cast_const(),
                         len: d.len as u32,
                         lkey,
-                    }],
+                    },
                     signaled: true,
                     inline: false,
                 }));
