@@ -197,7 +197,8 @@ fn raise_memlock() {
 
 /// RAM namespaces registered on a device, shared by every thread (registered once).
 struct NsRegistry {
-    mrs: Vec<Mr>,
+    /// Each registration with the backend whose memory it pins (kept alive with it).
+    mrs: Vec<(Mr, Arc<dyn ebof_backend::Backend>)>,
 }
 
 fn ns_registry(dev: &Arc<Device>, target: &Target) -> Arc<NsRegistry> {
@@ -215,9 +216,8 @@ fn ns_registry(dev: &Arc<Device>, target: &Target) -> Arc<NsRegistry> {
             let Some((p, len)) = b.pin_for_dma() else {
                 continue;
             };
-            // SAFETY: a RAM backend's memory stays mapped while the backend lives, and the
-            // target keeps its namespaces' backends for the life of the process (a removed
-            // namespace's memory is kept by this registration's Arc below).
+            // SAFETY: a RAM backend's memory stays mapped while the backend lives; the
+            // registration keeps the backend (an Arc beside the MR) as long as the MR.
             match unsafe { dev.register(p.as_ptr(), len) } {
                 Ok(mr) => {
                     tracing::info!(
@@ -225,8 +225,7 @@ fn ns_registry(dev: &Arc<Device>, target: &Target) -> Arc<NsRegistry> {
                         bytes = len,
                         "RAM namespace registered for RDMA (zero copy)"
                     );
-                    keep_alive(b.clone());
-                    mrs.push(mr);
+                    mrs.push((mr, b.clone()));
                 }
                 Err(e) => {
                     tracing::warn!(nsid = ns.nsid, error = %e, "cannot register RAM namespace for RDMA; its data goes through staging buffers")
@@ -237,15 +236,6 @@ fn ns_registry(dev: &Arc<Device>, target: &Target) -> Arc<NsRegistry> {
     let r = Arc::new(NsRegistry { mrs });
     t.insert(dev.id(), r.clone());
     r
-}
-
-/// Registered backends stay alive (their memory is pinned and named by MRs).
-fn keep_alive(b: Arc<dyn ebof_backend::Backend>) {
-    static K: OnceLock<Mutex<Vec<Arc<dyn ebof_backend::Backend>>>> = OnceLock::new();
-    K.get_or_init(|| Mutex::new(Vec::new()))
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .push(b);
 }
 
 /// Per-thread, per-device memory: staging pool + the namespace registrations.
@@ -292,8 +282,8 @@ impl Memory for DevMem {
         self.ns
             .mrs
             .iter()
-            .find(|m| m.contains(p, len))
-            .map(|m| m.lkey())
+            .find(|(m, _)| m.contains(p, len))
+            .map(|(m, _)| m.lkey())
     }
 }
 
@@ -331,7 +321,6 @@ struct RdmaConn {
     recv_mr: Option<Mr>,
     recv_buf: Box<[u8]>,
     recv_size: usize,
-    established: bool,
     ending: Option<Instant>,
     offloaded: usize,
     accepted: Instant,
@@ -485,10 +474,7 @@ impl RdmaThread {
                     let span = c.span.clone();
                     let _e = span.enter();
                     match ev.kind {
-                        CmEventKind::Established => {
-                            c.established = true;
-                            tracing::debug!("RDMA queue established");
-                        }
+                        CmEventKind::Established => tracing::debug!("RDMA queue established"),
                         CmEventKind::Disconnected | CmEventKind::DeviceRemoval => {
                             if c.ending.is_none() {
                                 tracing::debug!("RDMA queue disconnected by the host");
@@ -818,7 +804,6 @@ impl RdmaThread {
             recv_mr: Some(recv_mr),
             recv_buf,
             recv_size,
-            established: false,
             ending: None,
             offloaded: 0,
             accepted: Instant::now(),
@@ -941,16 +926,6 @@ fn post(c: &mut RdmaConn, i: usize) {
     if c.ending.is_some() {
         return;
     }
-    // CQEs of inline SENDs: copied by the provider during post_send, so they only need to
-    // outlive the call.
-    let cqes: Vec<[u8; 16]> = ops
-        .iter()
-        .filter_map(|o| match o {
-            Op::Send { cqe, .. } => Some(*cqe),
-            _ => None,
-        })
-        .collect();
-    let mut k = 0;
     let g = c.generation;
     let sge = |l: &Local| Sge {
         addr: l.ptr,
@@ -985,26 +960,26 @@ fn post(c: &mut RdmaConn, i: usize) {
                 signaled: false,
                 inline: false,
             },
+            // An inline SEND's bytes are copied by the provider during post_send: the CQE in
+            // `ops` only has to outlive the call.
             Op::Send {
-                tag, invalidate, ..
-            } => {
-                let cqe = &cqes[k];
-                k += 1;
-                SendWr {
-                    wr_id: wr_id(i, g, K_SEND, *tag),
-                    op: match invalidate {
-                        Some(key) => SendOp::SendInvalidate(*key),
-                        None => SendOp::Send,
-                    },
-                    sge: Sge {
-                        addr: cqe.as_ptr(),
-                        len: 16,
-                        lkey: 0,
-                    },
-                    signaled: true,
-                    inline: true,
-                }
-            }
+                tag,
+                cqe,
+                invalidate,
+            } => SendWr {
+                wr_id: wr_id(i, g, K_SEND, *tag),
+                op: match invalidate {
+                    Some(key) => SendOp::SendInvalidate(*key),
+                    None => SendOp::Send,
+                },
+                sge: Sge {
+                    addr: cqe.as_ptr(),
+                    len: 16,
+                    lkey: 0,
+                },
+                signaled: true,
+                inline: true,
+            },
         })
         .collect();
     if let Err(e) = c.id.post_send(&wrs) {

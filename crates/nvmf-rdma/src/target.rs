@@ -30,7 +30,7 @@
 
 use crate::wire::{self, DataDesc};
 use ebof_backend::{Backend, BackendError};
-use nvme_spec::{Cqe, Sqe};
+use nvme_spec::Sqe;
 use nvmf_target::{C2hData, Disposition, Queue, Target, Transport};
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -236,14 +236,14 @@ impl RdmaQueueCore {
         }
         let disp = self.queue.handle_command(&sqe, icd, now);
         self.queue.touch(now);
-        self.dispose(disp, mem);
+        self.dispose(disp);
         self.execute_pending(offload);
         self.start_reads(mem);
         self.flush_completions(mem);
         Ok(())
     }
 
-    fn dispose(&mut self, disp: Disposition, _mem: &mut dyn Memory) {
+    fn dispose(&mut self, disp: Disposition) {
         match disp {
             Disposition::NeedData { ttag, cccid, len } => match self.remote.get(&cccid) {
                 Some(DataDesc::Keyed { addr, key, .. }) => {
@@ -257,7 +257,7 @@ impl RdmaQueueCore {
                 // The queue asks for data only when SGL1 is a keyed data block of this length.
                 _ => {
                     let d = self.queue.handle_h2c_failed(ttag);
-                    self.dispose(d, _mem);
+                    self.dispose(d);
                 }
             },
             Disposition::Execute { slot } => self.to_execute.push(slot),
@@ -335,7 +335,7 @@ impl RdmaQueueCore {
                 d
             }
         };
-        self.dispose(disp, mem);
+        self.dispose(disp);
         self.execute_pending(offload);
         self.start_reads(mem);
         self.flush_completions(mem);
@@ -477,7 +477,7 @@ impl RdmaQueueCore {
             };
             ops.push(Op::Send {
                 tag,
-                cqe: encode_cqe(cqe),
+                cqe: cqe.to_bytes(),
                 invalidate,
             });
             sends.insert(tag, ctx);
@@ -529,8 +529,4 @@ fn stage_read(
     };
     ctx.bufs.push(b);
     Ok(l)
-}
-
-fn encode_cqe(c: &Cqe) -> [u8; 16] {
-    c.to_bytes()
 }

@@ -16,7 +16,7 @@ use rdma_mummy_sys as sys;
 use std::collections::HashMap;
 use std::io;
 use std::mem::MaybeUninit;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::RawFd;
 use std::ptr::{NonNull, null_mut};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -781,12 +781,6 @@ impl Device {
         Ok(d)
     }
 
-    /// Every device seen so far (memory registered for all connections goes on each).
-    pub fn known() -> Vec<Arc<Device>> {
-        let t = devices_table().lock().unwrap_or_else(|e| e.into_inner());
-        t.values().cloned().collect()
-    }
-
     /// A stable identity for this device (to key per-device tables).
     pub fn id(&self) -> usize {
         self.ctx.as_ptr() as usize
@@ -1026,9 +1020,4 @@ impl Drop for Cq {
             sys::ibv_destroy_cq(self.cq.as_ptr());
         }
     }
-}
-
-/// The IP address family for a socket address (helper for listeners on wildcard addresses).
-pub fn is_wildcard(ip: IpAddr) -> bool {
-    ip.is_unspecified()
 }
