@@ -30,6 +30,8 @@ pub enum IoOp {
     FlushAll(Arc<Subsystem>),
     WriteZeroes {
         deallocate: bool,
+        /// Flush before completing (FUA, or the volatile write cache is off).
+        fua: bool,
     },
     /// Dataset Management deallocate; `nr` 16-byte ranges are in the slot buffer.
     Deallocate {
@@ -229,18 +231,21 @@ pub fn execute_io(req: &IoRequest, buf: &mut Vec<u8>) -> Status {
             buf.resize(req.len as usize, 0);
             b.read(req.offset, buf)
         }
-        IoOp::Write { fua } => b
-            .write(req.offset, &buf[..req.len as usize])
-            .and_then(|()| if *fua { b.flush() } else { Ok(()) }),
+        IoOp::Write { fua } => match buf.get(..req.len as usize) {
+            Some(data) => b
+                .write(req.offset, data)
+                .and_then(|()| if *fua { b.flush() } else { Ok(()) }),
+            // Cannot happen for a command built by `prepare_io`; never a panic.
+            None => return Status::INTERNAL,
+        },
         IoOp::Flush => b.flush(),
         IoOp::FlushAll(s) => s.namespaces.iter().try_for_each(|n| n.backend.flush()),
-        IoOp::WriteZeroes { deallocate } => {
-            if *deallocate {
-                b.deallocate(req.offset, req.len)
-            } else {
-                b.write_zeroes(req.offset, req.len)
-            }
+        IoOp::WriteZeroes { deallocate, fua } => if *deallocate {
+            b.deallocate(req.offset, req.len)
+        } else {
+            b.write_zeroes(req.offset, req.len)
         }
+        .and_then(|()| if *fua { b.flush() } else { Ok(()) }),
         IoOp::Deallocate { nr } => {
             let bs = u64::from(req.ns.block_size);
             let nsze = req.ns.blocks();
@@ -463,6 +468,11 @@ impl Queue {
             return None;
         }
         let ns = self.io_namespace(sqe).ok()?;
+        // With a host registered, a reservation may change while the data is on its way: the
+        // data is gathered first and the check right before the write decides.
+        if ns.resv.in_use() {
+            return None;
+        }
         let (offset, len) = Self::lba_range(ns, sqe.slba(), u64::from(sqe.nlb())).ok()?;
         (len == u64::from(need) && !ns.backend.may_block()).then(|| (ns.clone(), offset))
     }
@@ -509,7 +519,8 @@ impl Queue {
                 Ok(len)
             }
             op if crate::reservation::is_reservation_opcode(op) => {
-                self.io_namespace(sqe)?;
+                // Like any I/O command, not through a path that is not accessible.
+                self.ana_check(self.io_namespace(sqe)?)?;
                 self.resv_host_data_len(sqe)
             }
             _ => Ok(0),
@@ -529,7 +540,7 @@ impl Queue {
     /// ANA: fail the command with the path's status when the namespace's group is
     /// inaccessible, lost or in transition on this queue's listener (one relaxed load).
     #[inline]
-    fn ana_check(&self, ns: &Namespace) -> Result<(), CmdError> {
+    pub(crate) fn ana_check(&self, ns: &Namespace) -> Result<(), CmdError> {
         match self.target.ana.path_status(self.ana_row + ns.ana_index()) {
             None => Ok(()),
             Some(s) => Err(s.into()),
@@ -545,7 +556,7 @@ impl Queue {
     /// path-related status, DNR clear, so a multipath host retries it on another path instead
     /// of failing it: the Linux host completes a DNR status (Command Sequence Error was used
     /// before) as an I/O error even with another live path.
-    fn check_io_ready(&self) -> Result<(), CmdError> {
+    pub(crate) fn check_io_ready(&self) -> Result<(), CmdError> {
         if self.ctrl.is_none() {
             return Err(Status::CMD_SEQ_ERROR.into());
         }
@@ -555,16 +566,27 @@ impl Queue {
         Ok(())
     }
 
-    /// Phase 2 for I/O queues: build the backend request.
-    pub(crate) fn prepare_io(&mut self, sqe: &Sqe, buf: &[u8]) -> Exec {
-        match self.prepare_io_inner(sqe, buf) {
+    /// Write through: FUA, or the host turned the volatile write cache off.
+    fn fua(&self, sqe: &Sqe) -> bool {
+        sqe.cdw12() & RW_FUA != 0 || !self.ctrl.as_ref().is_some_and(|c| c.wce())
+    }
+
+    /// Phase 2 for I/O queues: build the backend request. `placed`: the command is a Write
+    /// whose data already went straight into the namespace.
+    pub(crate) fn prepare_io(&mut self, sqe: &Sqe, buf: &[u8], placed: bool) -> Exec {
+        match self.prepare_io_inner(sqe, buf, placed) {
             Ok(Some(req)) => Exec::Io(req),
             Ok(None) => Exec::Done(Ok((0, 0))),
             Err(e) => Exec::Done(Err(e)),
         }
     }
 
-    fn prepare_io_inner(&mut self, sqe: &Sqe, buf: &[u8]) -> Result<Option<IoRequest>, CmdError> {
+    fn prepare_io_inner(
+        &mut self,
+        sqe: &Sqe,
+        buf: &[u8],
+        placed: bool,
+    ) -> Result<Option<IoRequest>, CmdError> {
         self.check_io_ready()?;
         let op = sqe.opcode();
         if op == io::FLUSH && sqe.nsid().0 == u32::MAX {
@@ -605,7 +627,11 @@ impl Queue {
             }
             _ => return Err(CmdError::at(Status::INVALID_OPCODE, 0)),
         };
-        self.resv_check(&ns, op)?;
+        // A Write whose data is already in the namespace passed its check in phase 1 (no host
+        // was registered then): failing it now would report a write that happened as refused.
+        if !placed {
+            self.resv_check(&ns, op)?;
+        }
         let req = match op {
             io::READ => {
                 let (offset, len) = Self::lba_range(&ns, sqe.slba(), u64::from(sqe.nlb()))?;
@@ -627,9 +653,8 @@ impl Queue {
             }
             io::WRITE => {
                 let (offset, len) = Self::lba_range(&ns, sqe.slba(), u64::from(sqe.nlb()))?;
-                let fua = sqe.cdw12() & RW_FUA != 0 || !self.ctrl.as_ref().is_some_and(|c| c.wce());
                 IoRequest {
-                    op: IoOp::Write { fua },
+                    op: IoOp::Write { fua: self.fua(sqe) },
                     ns,
                     offset,
                     len,
@@ -646,6 +671,7 @@ impl Queue {
                 IoRequest {
                     op: IoOp::WriteZeroes {
                         deallocate: sqe.cdw12() & WZ_DEAC != 0,
+                        fua: self.fua(sqe),
                     },
                     ns,
                     offset,

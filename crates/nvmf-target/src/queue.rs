@@ -710,6 +710,18 @@ impl Queue {
             Exec::Done(r) => self.complete_result(idx, r),
             Exec::Io(req) => {
                 let slot = &mut self.slots[usize::from(idx)];
+                if let Some((ns, _)) = &slot.direct
+                    && !Arc::ptr_eq(ns, &req.ns)
+                {
+                    // The namespace at this NSID was replaced while the data was arriving: it
+                    // went into the old one, now removed. Fail it as a command to a namespace
+                    // removed in flight is failed.
+                    if std::mem::take(&mut slot.gate) {
+                        ns.gate.exit(1);
+                    }
+                    slot.direct = None;
+                    return self.complete_err(idx, Status::INVALID_NS.with_dnr(true).into());
+                }
                 if slot.fused != Fused::None {
                     slot.io = Some(req);
                     return self.fused_ready(idx);
@@ -774,7 +786,10 @@ impl Queue {
             QueueRole::Io { .. } if crate::reservation::is_reservation_opcode(sqe.opcode()) => {
                 Exec::Done(self.execute_reservation(idx, sqe, buf))
             }
-            QueueRole::Io { .. } => self.prepare_io(sqe, buf),
+            QueueRole::Io { .. } => {
+                let placed = self.slots[usize::from(idx)].direct.is_some();
+                self.prepare_io(sqe, buf, placed)
+            }
         }
     }
 

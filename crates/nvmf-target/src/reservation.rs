@@ -591,7 +591,13 @@ impl ResvStore for FileStore {
             f.sync_all()?;
         }
         std::fs::rename(&tmp, &self.path)?;
-        std::fs::File::open(&dir)?.sync_all()
+        // The rename is the commit point: the file now holds the new state and a restart
+        // loads it, so the change must take effect even if the directory cannot be synced.
+        if let Err(e) = std::fs::File::open(&dir).and_then(|d| d.sync_all()) {
+            tracing::warn!(dir = %dir.display(), error = %e,
+                "reservation state saved, but its directory could not be synced");
+        }
+        Ok(())
     }
 
     fn describe(&self) -> String {
@@ -599,12 +605,20 @@ impl ResvStore for FileStore {
     }
 }
 
-/// A namespace's reservations: the table, a flag the data path reads, and the PTPL store.
+/// A namespace's reservations: the table, flags the data path reads, and the PTPL store.
 #[derive(Debug, Default)]
 pub struct NsReservations {
     /// A reservation is held: I/O must consult the table.
     active: AtomicBool,
+    /// Some host is registered (so a reservation may be acquired at any moment): host data
+    /// is not written straight into the namespace, so that the check right before the write
+    /// decides ([`NsReservations::in_use`]).
+    registered: AtomicBool,
+    /// What I/O checks against. Held only for a check or to install a new table, never
+    /// across a save.
     table: Mutex<ResvTable>,
+    /// Serialises the reservation commands of the namespace, saves included.
+    updating: Mutex<()>,
     store: Option<Arc<dyn ResvStore>>,
 }
 
@@ -622,9 +636,17 @@ impl NsReservations {
         };
         NsReservations {
             active: AtomicBool::new(loaded.reservation.is_some()),
+            registered: AtomicBool::new(!loaded.regs.is_empty()),
             table: Mutex::new(loaded),
+            updating: Mutex::new(()),
             store: Some(store),
         }
+    }
+
+    /// Some host is registered, or a reservation is held: one relaxed load.
+    #[inline]
+    pub fn in_use(&self) -> bool {
+        self.registered.load(Ordering::Relaxed)
     }
 
     /// The namespace can persist its reservations (RESCAP.PTPL).
@@ -658,14 +680,20 @@ impl NsReservations {
     /// Apply `f` to a copy of the table; when it succeeds, persist the result (if PTPL is or
     /// was on) and only then make it current. A failed save leaves everything as it was and
     /// answers Internal Error.
+    ///
+    /// Updates are serialised by their own lock, so the table I/O checks against is locked
+    /// only to copy it and to install the result: a save's fsync stalls other reservation
+    /// commands of the namespace, not its I/O.
     pub fn update(
         &self,
         f: impl FnOnce(&mut ResvTable) -> Result<Outcome, Status>,
     ) -> Result<Outcome, Status> {
-        let mut cur = self.lock();
+        let _serial = self.updating.lock().unwrap_or_else(|e| e.into_inner());
+        // No other update can run until `_serial` goes: `cur` stays the current table.
+        let cur = self.snapshot();
         let mut next = cur.clone();
         let out = f(&mut next)?;
-        if next == *cur {
+        if next == cur {
             return Ok(out);
         }
         if let Some(store) = &self.store
@@ -676,9 +704,14 @@ impl NsReservations {
                 "cannot persist reservation state; command failed");
             return Err(Status::INTERNAL);
         }
+        let mut table = self.lock();
+        self.registered.store(
+            !next.regs.is_empty() || next.reservation.is_some(),
+            Ordering::Relaxed,
+        );
         self.active
             .store(next.reservation.is_some(), Ordering::Relaxed);
-        *cur = next;
+        *table = next;
         Ok(out)
     }
 }

@@ -50,10 +50,11 @@ impl Queue {
         sqe: &Sqe,
         buf: &mut Vec<u8>,
     ) -> CmdResult {
+        self.check_io_ready()?;
         let ctrl = self
             .ctrl
             .clone()
-            .filter(|c| !c.is_discovery() && !self.should_close())
+            .filter(|c| !c.is_discovery())
             .ok_or(CmdError::from(Status::CMD_SEQ_ERROR))?;
         let nsid = sqe.nsid().0;
         let ns = self
@@ -62,6 +63,9 @@ impl Queue {
             .find(|n| n.nsid == nsid)
             .map(|n| n.0.clone())
             .ok_or(CmdError::at(Status::INVALID_NS, 4))?;
+        // Not through a path where the namespace's ANA group is not accessible (checked in
+        // phase 1 too; the state may have changed while the key data arrived).
+        self.ana_check(&ns)?;
         let host: HostId = ctrl.hostid;
         let cdw = ResvCdw10::from_cdw10(sqe.cdw10());
         let op = sqe.opcode();

@@ -480,17 +480,17 @@ fn fused_pairing_rules() {
     let (c2, d) = q.submit(first(), &data);
     q.step(d);
     assert_eq!(q.take(c1).0.status, Status::ABORTED_FUSED_MISSING);
-    // ... and the newer is paired with a Write on another range: Invalid Field for the Write,
-    // Missing Fused for the Compare.
+    // ... and the newer is paired with a Write on another range: Invalid Field for both
+    // (NVMe Base 2.0 section 3.4.2).
     let (c, _) = q.cmd(second(io::WRITE, 1), &data);
     assert_eq!(c.status, Status::INVALID_FIELD);
-    assert_eq!(q.take(c2).0.status, Status::ABORTED_FUSED_MISSING);
+    assert_eq!(q.take(c2).0.status, Status::INVALID_FIELD);
     // A second that is not a Write.
     let (c1, d) = q.submit(first(), &data);
     q.step(d);
     let (c, _) = q.cmd(second(io::READ, 0), &[]);
     assert_eq!(c.status, Status::INVALID_FIELD);
-    assert_eq!(q.take(c1).0.status, Status::ABORTED_FUSED_MISSING);
+    assert_eq!(q.take(c1).0.status, Status::INVALID_FIELD);
     // A first that is not a Compare, and FUSE 11b.
     let mut w = rw(io::WRITE, 0, 1);
     w.set_fuse(FUSE_FIRST);
@@ -683,4 +683,131 @@ fn compare_and_write_is_atomic_under_concurrent_writers() {
     assert!(n > 0);
     assert_eq!(value(&b), Some(n));
     assert!(!t.subsystems()[0].namespaces[0].gate.is_locked());
+}
+
+/// A RAM namespace that counts its flushes.
+#[derive(Debug)]
+struct CountingFlush {
+    inner: Arc<dyn Backend>,
+    flushes: AtomicU64,
+}
+
+impl Backend for CountingFlush {
+    fn kind(&self) -> ebof_backend::BackendKind {
+        self.inner.kind()
+    }
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+    fn may_block(&self) -> bool {
+        false
+    }
+    fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), ebof_backend::BackendError> {
+        self.inner.read(offset, buf)
+    }
+    fn write(&self, offset: u64, buf: &[u8]) -> Result<(), ebof_backend::BackendError> {
+        self.inner.write(offset, buf)
+    }
+    fn flush(&self) -> Result<(), ebof_backend::BackendError> {
+        self.flushes.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+    fn write_zeroes(&self, offset: u64, len: u64) -> Result<(), ebof_backend::BackendError> {
+        self.inner.write_zeroes(offset, len)
+    }
+    fn deallocate(&self, offset: u64, len: u64) -> Result<(), ebof_backend::BackendError> {
+        self.inner.deallocate(offset, len)
+    }
+    fn allocated_bytes(&self) -> u64 {
+        self.inner.allocated_bytes()
+    }
+}
+
+/// Write Zeroes is written through like a Write: with FUA set, or once the host turned the
+/// volatile write cache off, the namespace is flushed before the command completes.
+#[test]
+fn write_zeroes_honours_fua_and_the_write_cache() {
+    let ram = ebof_backend::open(&BackendSpec::Ram { size: 1 << 20 }).unwrap();
+    let counting = Arc::new(CountingFlush {
+        inner: ram,
+        flushes: AtomicU64::new(0),
+    });
+    let sub = Subsystem {
+        nqn: NQN.into(),
+        serial: "WZ".into(),
+        model: "ebof".into(),
+        allow_any_host: true,
+        hosts: vec![],
+        namespaces: vec![Arc::new(Namespace::new(1, counting.clone(), BS, [4; 16]))],
+    };
+    let t = Arc::new(Target::new(
+        vec![sub],
+        vec![],
+        TargetLimits::default(),
+        Instant::now(),
+    ));
+    let (mut a, mut q) = Q::pair(&t);
+    let flushes = || counting.flushes.load(Ordering::Relaxed);
+    assert!(write(&mut q, 0, &pattern(1, 4096)).is_success());
+    let wz = |q: &mut Q, cdw12_flags: u32| {
+        let mut s = rw(io::WRITE_ZEROES, 0, 0);
+        s.set_cdw(12, 7 | cdw12_flags); // 8 blocks (0's based)
+        q.cmd(s, &[]).0.status
+    };
+    let before = flushes();
+    assert!(wz(&mut q, 0).is_success());
+    assert_eq!(flushes(), before, "write cache on, no FUA: no flush");
+    assert_eq!(read(&mut q, 0, 8), vec![0; 4096]);
+    assert!(wz(&mut q, 1 << 30).is_success());
+    assert_eq!(flushes(), before + 1, "FUA flushes");
+    // Deallocate hint too.
+    assert!(wz(&mut q, (1 << 30) | (1 << 25)).is_success());
+    assert_eq!(flushes(), before + 2);
+    // Volatile write cache off (Set Features 06h): every Write Zeroes flushes.
+    let mut s = Sqe::new(admin::SET_FEATURES, CommandId(0));
+    s.set_cdw(10, 0x06);
+    s.set_cdw(11, 0);
+    assert!(a.cmd(s, &[]).0.status.is_success());
+    assert!(wz(&mut q, 0).is_success());
+    assert_eq!(flushes(), before + 3, "write cache off flushes");
+}
+
+/// A Write whose data goes straight into a RAM namespace, and that namespace replaced at its
+/// NSID before the data is in: the data went into the old namespace (now gone), so the
+/// command fails as one to a removed namespace does, and the new namespace is untouched (it
+/// used to report success, or, with a new namespace that blocks, run with no data).
+#[test]
+fn a_direct_write_whose_namespace_was_replaced_fails() {
+    let (t, old) = target(1 << 20);
+    let (_a, mut q) = Q::pair(&t);
+    let data = pattern(5, 4096);
+    let mut s = rw(io::WRITE, 0, 8);
+    s.set_sgl_transport(4096);
+    let (cid, d) = q.submit(s, &[]);
+    let Disposition::NeedData { ttag, .. } = d else {
+        panic!("expected an R2T, got {d:?}")
+    };
+    assert!(q.q.direct_target(ttag).is_some(), "RAM: zero copy");
+    let new = ebof_backend::open(&BackendSpec::Ram { size: 1 << 20 }).unwrap();
+    let ns = Arc::new(Namespace::new(1, new.clone(), BS, [9; 16]));
+    t.update_subsystem(NQN, |s| {
+        let mut s = s.clone();
+        s.namespaces = vec![ns];
+        Ok::<_, ()>(s)
+    })
+    .unwrap();
+    // A capsule to the same NSID meanwhile: the queue takes the new namespace.
+    assert_eq!(read(&mut q, 8, 1), vec![0; 512]);
+    let d = q.q.handle_h2c_data(ttag, 0, &data, true);
+    q.step(d);
+    let st = q.take(cid).0.status;
+    assert_eq!((st.sct, st.sc), (0, 0x0B), "Invalid Namespace: {st:?}");
+    let mut got = vec![0; 4096];
+    new.read(0, &mut got).unwrap();
+    assert_eq!(got, vec![0; 4096], "nothing reached the new namespace");
+    old.read(0, &mut got).unwrap();
+    assert_eq!(got, data, "the data had gone into the old one");
+    // The queue goes on.
+    assert!(write(&mut q, 0, &data).is_success());
+    assert_eq!(read(&mut q, 0, 8), data);
 }

@@ -7,8 +7,8 @@
 //!   Invalid Field in Command.
 //! * FUSE 10b must be a Write on the same namespace and LBA range as a waiting first command:
 //!   the two form a pair. With no first waiting it fails with Command Aborted due to Missing
-//!   Fused Command; not a matching Write, it fails with Invalid Field and the first with Missing
-//!   Fused.
+//!   Fused Command; not a matching Write, both commands fail with Invalid Field in Command
+//!   (section 3.4.2: "the commands should be aborted with status Invalid Field in Command").
 //! * Any other capsule (FUSE 00b or 11b, or a new first) while a first waits: the first fails
 //!   with Missing Fused Command. FUSE 11b itself is Invalid Field.
 //! * If one command of a pair fails before the pair runs (its data, its fields), the other
@@ -42,6 +42,8 @@ pub(crate) enum Fused {
     AbortedMissing,
     /// As [`Fused::AbortedMissing`], with Failed Fused Command.
     AbortedFailed,
+    /// As [`Fused::AbortedMissing`], with Invalid Field in Command (the second did not match).
+    AbortedInvalid,
 }
 
 impl Fused {
@@ -50,6 +52,7 @@ impl Fused {
         match self {
             Fused::AbortedMissing => Some(Status::ABORTED_FUSED_MISSING),
             Fused::AbortedFailed => Some(Status::ABORTED_FUSED_FAIL),
+            Fused::AbortedInvalid => Some(Status::INVALID_FIELD),
             _ => None,
         }
     }
@@ -95,7 +98,7 @@ impl Queue {
                 || sqe.slba() != f.slba()
                 || sqe.nlb() != f.nlb()
             {
-                self.abort_fused(first, Fused::AbortedMissing);
+                self.abort_fused(first, Fused::AbortedInvalid);
                 return Err(bad_fuse);
             }
             if let Some(p) = self.pairs.iter_mut().find(|p| p.first == first) {

@@ -175,6 +175,42 @@ impl Host {
         sqe.set_sgl_transport(512);
         self.io_cmd(sqe, &[]).0.status
     }
+    /// Start a 1-block Write whose data comes after an R2T; returns the transfer tag.
+    fn start_write(&mut self) -> u16 {
+        let mut sqe = Sqe::new(io::WRITE, CommandId(0));
+        self.cid += 1;
+        sqe.set_cid(CommandId(self.cid));
+        sqe.set_nsid(NamespaceId(1));
+        sqe.set_nlb(1);
+        sqe.set_sgl_transport(512);
+        match self.io.handle_command(&sqe, &[], Instant::now()) {
+            Disposition::NeedData { ttag, .. } => ttag,
+            d => panic!("expected an R2T, got {d:?}"),
+        }
+    }
+    /// The data of the Write started with `ttag`: its completion status.
+    fn finish_write(&mut self, ttag: u16, byte: u8) -> Status {
+        if let Disposition::Execute { slot } = self.io.handle_h2c_data(ttag, 0, &[byte; 512], true)
+        {
+            self.io.execute_inline(slot);
+        }
+        let mut st = None;
+        self.io.drain_completions(|cqe, _, _| {
+            st = Some(cqe.status);
+            Ok(())
+        });
+        st.expect("a completion")
+    }
+    /// Block 0 as read by this host.
+    fn read_block(&mut self) -> Vec<u8> {
+        let mut sqe = Sqe::new(io::READ, CommandId(0));
+        sqe.set_nsid(NamespaceId(1));
+        sqe.set_nlb(1);
+        sqe.set_sgl_transport(512);
+        let (cqe, data) = self.io_cmd(sqe, &[]);
+        assert!(cqe.status.is_success(), "{cqe:?}");
+        data
+    }
     fn resv_log(&mut self) -> ResvNotificationLog {
         let mut sqe = Sqe::new(admin::GET_LOG_PAGE, CommandId(0));
         sqe.set_cdw(10, u32::from(lid::RESERVATION) | ((64 / 4 - 1) << 16));
@@ -299,6 +335,85 @@ fn two_hosts_conflict_report_and_release() {
         a.resv(io::RESV_REGISTER, p, k(0, 0xA)),
         Status::INVALID_FIELD
     );
+}
+
+/// While a host is registered, a reservation may be acquired between a Write's R2T and its
+/// data: the data is gathered, not written straight into the namespace, so the check right
+/// before the write refuses it and nothing lands.
+#[test]
+fn write_data_that_arrives_after_an_acquire_writes_nothing() {
+    let t = target();
+    let mut a = connect(&t, [1; 16], 1);
+    let mut b = connect(&t, [2; 16], 2);
+    let reg = c(rrega::REGISTER, 0);
+    assert_eq!(a.resv(io::RESV_REGISTER, reg, k(0, 0xA)), Status::SUCCESS);
+    let ttag = b.start_write();
+    assert!(
+        b.io.direct_target(ttag).is_none(),
+        "a host is registered: the data must be gathered first"
+    );
+    let acq = c(racqa::ACQUIRE, rtype::WRITE_EXCLUSIVE);
+    assert_eq!(a.resv(io::RESV_ACQUIRE, acq, k(0xA, 0)), Status::SUCCESS);
+    let st = b.finish_write(ttag, 0x77);
+    assert_eq!((st.sct, st.sc), (0, 0x83), "{st:?}");
+    assert_eq!(a.read_block(), vec![0; 512], "nothing of B's write landed");
+    // The holder's own writes still succeed.
+    let ttag = a.start_write();
+    assert_eq!(a.finish_write(ttag, 0x11), Status::SUCCESS);
+    assert_eq!(b.read_block(), vec![0x11; 512]);
+}
+
+/// A Write admitted while no host was registered may take the zero-copy path; if a
+/// reservation is acquired before its data is in, the data has landed and the command reports
+/// that truthfully (success, as Linux nvmet completes a write it admitted). The host's next
+/// write is refused.
+#[test]
+fn a_write_placed_before_any_registration_completes() {
+    let t = target();
+    let mut a = connect(&t, [1; 16], 1);
+    let mut b = connect(&t, [2; 16], 2);
+    let ttag = b.start_write();
+    assert!(
+        b.io.direct_target(ttag).is_some(),
+        "RAM, no registrant: zero copy"
+    );
+    let reg = c(rrega::REGISTER, 0);
+    assert_eq!(a.resv(io::RESV_REGISTER, reg, k(0, 0xA)), Status::SUCCESS);
+    let acq = c(racqa::ACQUIRE, rtype::WRITE_EXCLUSIVE);
+    assert_eq!(a.resv(io::RESV_ACQUIRE, acq, k(0xA, 0)), Status::SUCCESS);
+    assert_eq!(b.finish_write(ttag, 0x66), Status::SUCCESS);
+    assert_eq!(a.read_block(), vec![0x66; 512]);
+    let st = b.write();
+    assert_eq!((st.sct, st.sc), (0, 0x83), "{st:?}");
+}
+
+/// Reservation commands are I/O commands: through a path where the namespace's ANA group is
+/// not accessible they fail with the path status (the host retries on another path), as
+/// Linux nvmet and SPDK do, and change nothing.
+#[test]
+fn reservation_commands_follow_the_ana_state_of_the_path() {
+    use crate::ana::AnaState;
+    let t = target();
+    let mut a = connect(&t, [1; 16], 1);
+    let port = "127.0.0.1:4420".parse().unwrap();
+    let reg = c(rrega::REGISTER, 0);
+    for (state, want) in [
+        (AnaState::Inaccessible, Status::ANA_INACCESSIBLE),
+        (AnaState::PersistentLoss, Status::ANA_PERSISTENT_LOSS),
+        (AnaState::Change, Status::ANA_TRANSITION),
+    ] {
+        t.set_ana_state(port, 1, state).unwrap();
+        assert_eq!(a.resv(io::RESV_REGISTER, reg, k(0, 0xA)), want, "{state}");
+        assert_eq!(a.report(true).0, want, "{state}");
+    }
+    t.set_ana_state(port, 1, AnaState::NonOptimized).unwrap();
+    let (s, r) = a.report(true);
+    assert_eq!(s, Status::SUCCESS);
+    assert!(
+        r.unwrap().regs.is_empty(),
+        "the refused Register changed nothing"
+    );
+    assert_eq!(a.resv(io::RESV_REGISTER, reg, k(0, 0xA)), Status::SUCCESS);
 }
 
 #[test]
