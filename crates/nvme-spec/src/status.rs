@@ -100,7 +100,12 @@ impl Status {
         ..generic(0x08)
     };
     /// Command Aborted due to Failed Fused Command (the other command of the pair failed).
-    pub const ABORTED_FUSED_FAIL: Status = generic(0x09);
+    /// DNR clear, as SPDK: the other command's failure may be one a retry gets past (a path
+    /// status, an interrupted pair).
+    pub const ABORTED_FUSED_FAIL: Status = Status {
+        dnr: false,
+        ..generic(0x09)
+    };
     /// Command Aborted due to Missing Fused Command (the pair was not well formed).
     pub const ABORTED_FUSED_MISSING: Status = generic(0x0A);
     pub const INVALID_NS: Status = generic(0x0B);
