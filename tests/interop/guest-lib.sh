@@ -128,10 +128,12 @@ guest_request() {
 
 # nvme_ctrl_for NQN: name of a controller over $NVME_TRANSPORT connected to subsystem NQN (e.g. nvme0)
 nvme_ctrl_for() {
-	local c
+	local c sub tr
 	for c in /sys/class/nvme/nvme*; do
-		[[ -r $c/subsysnqn && -r $c/transport ]] || continue
-		if [[ $(<"$c/subsysnqn") == "$1" && $(<"$c/transport") == "$NVME_TRANSPORT" ]]; then
+		# A controller being deleted can vanish between the listing and the reads: skip it.
+		sub=$(cat "$c/subsysnqn" 2>/dev/null) || continue
+		tr=$(cat "$c/transport" 2>/dev/null) || continue
+		if [[ $sub == "$1" && $tr == "$NVME_TRANSPORT" ]]; then
 			echo "${c##*/}"
 			return 0
 		fi
@@ -142,12 +144,14 @@ nvme_ctrl_for() {
 # nvme_ns_for NQN NSID: block device name of namespace NSID of subsystem NQN (the multipath head
 # device nvmeXnY when native multipath is on; the hidden per-path nvmeXcYnZ devices are skipped)
 nvme_ns_for() {
-	local b n
+	local b n sub id
 	for b in /sys/block/nvme*n*; do
 		n=${b##*/}
 		[[ $n == nvme*c*n* ]] && continue
-		[[ -r $b/device/subsysnqn && -r $b/nsid ]] || continue
-		if [[ $(<"$b/device/subsysnqn") == "$1" && $(<"$b/nsid") == "$2" ]]; then
+		# A namespace being removed can vanish between the listing and the reads: skip it.
+		sub=$(cat "$b/device/subsysnqn" 2>/dev/null) || continue
+		id=$(cat "$b/nsid" 2>/dev/null) || continue
+		if [[ $sub == "$1" && $id == "$2" ]]; then
 			echo "$n"
 			return 0
 		fi

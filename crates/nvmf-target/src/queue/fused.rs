@@ -303,6 +303,44 @@ impl Queue {
         (waited <= CAW_DRAIN_TIMEOUT).then_some(false)
     }
 
+    /// A command that waited behind its namespace's gate is checked against the reservations
+    /// again before it runs: one may have been acquired or preempted while it waited (its
+    /// phase-2 check came before the wait).
+    fn resv_recheck(&self, idx: u16) -> Result<(), CmdError> {
+        let s = &self.slots[usize::from(idx)];
+        match (&s.io, &self.ctrl) {
+            (Some(r), Some(c)) => {
+                r.ns.resv
+                    .check(&c.hostid, s.sqe.opcode())
+                    .map_err(|st| CmdError::at(st, 0))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The pair in `second` got its gate but its Write is now refused by a reservation: the
+    /// Write fails with that, the Compare with its own conflict or Failed Fused Command, and
+    /// the gate opens.
+    fn pair_refused(&mut self, second: u16, e: CmdError) {
+        let Some(Pair { first, locked, .. }) = self.take_pair(second) else {
+            return;
+        };
+        if locked && let Some(r) = &self.slots[usize::from(second)].io {
+            r.ns.gate.unlock();
+        }
+        let cmp = match (&self.slots[usize::from(second)].io, &self.ctrl) {
+            (Some(r), Some(c)) => r.ns.resv.check(&c.hostid, io::COMPARE).map_or_else(
+                |st| CmdError::at(st, 0),
+                |()| Status::ABORTED_FUSED_FAIL.into(),
+            ),
+            _ => Status::ABORTED_FUSED_FAIL.into(),
+        };
+        for (idx, err) in [(first, cmp), (second, e)] {
+            self.slots[usize::from(idx)].fused = Fused::None;
+            self.complete_err(idx, err);
+        }
+    }
+
     /// The pair in `second` waited too long for its gate to drain: both commands fail with
     /// Command Interrupted and the gate opens.
     fn pair_expired(&mut self, second: u16) {
@@ -381,13 +419,24 @@ impl Queue {
             }
             let go = match self.slots[usize::from(idx)].fused {
                 Fused::Second => match self.pair_admitted(idx, now) {
-                    Some(go) => go,
+                    Some(true) => {
+                        if let Err(e) = self.resv_recheck(idx) {
+                            self.pair_refused(idx, e);
+                            continue;
+                        }
+                        true
+                    }
+                    Some(false) => false,
                     None => {
                         self.pair_expired(idx);
                         continue;
                     }
                 },
                 _ => {
+                    if let Err(e) = self.resv_recheck(idx) {
+                        self.complete_err(idx, e);
+                        continue;
+                    }
                     let s = &mut self.slots[usize::from(idx)];
                     match s.io.take() {
                         Some(req) => {

@@ -194,12 +194,7 @@ impl Host {
         {
             self.io.execute_inline(slot);
         }
-        let mut st = None;
-        self.io.drain_completions(|cqe, _, _| {
-            st = Some(cqe.status);
-            Ok(())
-        });
-        st.expect("a completion")
+        statuses(&mut self.io).pop().expect("a completion")
     }
     /// Block 0 as read by this host.
     fn read_block(&mut self) -> Vec<u8> {
@@ -247,6 +242,16 @@ impl Host {
         });
         dw0
     }
+}
+
+/// The statuses of the completions `q` has ready.
+fn statuses(q: &mut Queue) -> Vec<Status> {
+    let mut st = vec![];
+    q.drain_completions(|cqe, _, _| {
+        st.push(cqe.status);
+        Ok(())
+    });
+    st
 }
 
 fn c(action: u8, ty: u8) -> ResvCdw10 {
@@ -361,6 +366,63 @@ fn write_data_that_arrives_after_an_acquire_writes_nothing() {
     let ttag = a.start_write();
     assert_eq!(a.finish_write(ttag, 0x11), Status::SUCCESS);
     assert_eq!(b.read_block(), vec![0x11; 512]);
+}
+
+/// A command that waits behind a Compare-and-Write for the namespace's gate is checked against
+/// the reservations again when it gets in: a reservation acquired while it waited refuses it.
+#[test]
+fn a_write_deferred_behind_compare_and_write_is_checked_again() {
+    use nvme_spec::sqe::{FUSE_FIRST, FUSE_SECOND};
+    let t = target();
+    let mut a = connect(&t, [1; 16], 1);
+    let mut b = connect(&t, [2; 16], 2);
+    let reg = c(rrega::REGISTER, 0);
+    assert_eq!(a.resv(io::RESV_REGISTER, reg, k(0, 0xA)), Status::SUCCESS);
+    assert_eq!(b.resv(io::RESV_REGISTER, reg, k(0, 0xB)), Status::SUCCESS);
+    // A's read streamed from RAM keeps the gate busy until its output is sent.
+    assert_eq!(a.read(), Status::SUCCESS);
+    let now = Instant::now();
+    let submit = |h: &mut Host, op: u8, fuse: u8, byte: u8| {
+        let mut sqe = Sqe::new(op, CommandId(0));
+        h.cid += 1;
+        sqe.set_cid(CommandId(h.cid));
+        sqe.set_nsid(NamespaceId(1));
+        sqe.set_nlb(1);
+        sqe.set_fuse(fuse);
+        sqe.set_sgl_icd(512);
+        h.io.handle_command(&sqe, &[byte; 512], now)
+    };
+    // A's Compare-and-Write takes the gate and waits for the read to leave.
+    submit(&mut a, io::COMPARE, FUSE_FIRST, 0);
+    assert_eq!(
+        submit(&mut a, io::WRITE, FUSE_SECOND, 0xCA),
+        Disposition::Parked
+    );
+    // B's write finds the gate closed and waits too.
+    assert_eq!(submit(&mut b, io::WRITE, 0, 0xB0), Disposition::Parked);
+    assert!(b.io.has_deferred());
+    // Meanwhile A acquires Write Exclusive.
+    let acq = c(racqa::ACQUIRE, rtype::WRITE_EXCLUSIVE);
+    assert_eq!(a.resv(io::RESV_ACQUIRE, acq, k(0xA, 0)), Status::SUCCESS);
+    // The read's data is sent: the pair runs (A holds the reservation), then B's write is
+    // refused.
+    a.io.output_sent();
+    let mut ready = vec![];
+    a.io.retry_deferred(Instant::now(), &mut ready);
+    for s in ready.drain(..) {
+        a.io.execute_inline(s);
+    }
+    assert_eq!(
+        statuses(&mut a.io),
+        vec![Status::SUCCESS; 2],
+        "the holder's pair"
+    );
+    b.io.retry_deferred(Instant::now(), &mut ready);
+    assert!(ready.is_empty(), "B's write must not run");
+    let st = statuses(&mut b.io);
+    assert_eq!(st.len(), 1);
+    assert_eq!((st[0].sct, st[0].sc), (0, 0x83), "{:?}", st[0]);
+    assert_eq!(b.read_block(), vec![0xCA; 512], "the pair's data, not B's");
 }
 
 /// A Write admitted while no host was registered may take the zero-copy path; if a
