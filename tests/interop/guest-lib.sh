@@ -131,8 +131,10 @@ nvme_ctrl_for() {
 	local c sub tr
 	for c in /sys/class/nvme/nvme*; do
 		# A controller being deleted can vanish between the listing and the reads: skip it.
-		sub=$(cat "$c/subsysnqn" 2>/dev/null) || continue
-		tr=$(cat "$c/transport" 2>/dev/null) || continue
+		# (`read`, not `$(cat ...)`: no fork per entry, which 1024 namespaces under TCG feel.)
+		sub= tr=
+		read -r sub 2>/dev/null <"$c/subsysnqn" || [[ -n $sub ]] || continue
+		read -r tr 2>/dev/null <"$c/transport" || [[ -n $tr ]] || continue
 		if [[ $sub == "$1" && $tr == "$NVME_TRANSPORT" ]]; then
 			echo "${c##*/}"
 			return 0
@@ -149,8 +151,9 @@ nvme_ns_for() {
 		n=${b##*/}
 		[[ $n == nvme*c*n* ]] && continue
 		# A namespace being removed can vanish between the listing and the reads: skip it.
-		sub=$(cat "$b/device/subsysnqn" 2>/dev/null) || continue
-		id=$(cat "$b/nsid" 2>/dev/null) || continue
+		sub= id=
+		read -r sub 2>/dev/null <"$b/device/subsysnqn" || [[ -n $sub ]] || continue
+		read -r id 2>/dev/null <"$b/nsid" || [[ -n $id ]] || continue
 		if [[ $sub == "$1" && $id == "$2" ]]; then
 			echo "$n"
 			return 0
