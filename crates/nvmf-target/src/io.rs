@@ -530,7 +530,7 @@ impl Queue {
     /// The reservation access check of a command from this queue's host on `ns`: one relaxed
     /// atomic load while the namespace has no reservation.
     #[inline]
-    fn resv_check(&self, ns: &Namespace, op: u8) -> Result<(), CmdError> {
+    pub(crate) fn resv_check(&self, ns: &Namespace, op: u8) -> Result<(), CmdError> {
         match &self.ctrl {
             Some(c) => ns.resv.check(&c.hostid, op).map_err(|s| CmdError::at(s, 0)),
             None => Ok(()),

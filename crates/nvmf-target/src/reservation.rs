@@ -145,6 +145,11 @@ pub struct ResvTable {
 const CONFLICT: Status = Status::RESERVATION_CONFLICT;
 
 impl ResvTable {
+    /// Some host is registered or holds the reservation ([`NsReservations::in_use`]).
+    fn in_use(&self) -> bool {
+        !self.regs.is_empty() || self.reservation.is_some()
+    }
+
     pub fn registrant(&self, host: &HostId) -> Option<&Registrant> {
         self.regs.iter().find(|r| &r.host == host)
     }
@@ -636,7 +641,7 @@ impl NsReservations {
         };
         NsReservations {
             active: AtomicBool::new(loaded.reservation.is_some()),
-            registered: AtomicBool::new(!loaded.regs.is_empty()),
+            registered: AtomicBool::new(loaded.in_use()),
             table: Mutex::new(loaded),
             updating: Mutex::new(()),
             store: Some(store),
@@ -705,10 +710,7 @@ impl NsReservations {
             return Err(Status::INTERNAL);
         }
         let mut table = self.lock();
-        self.registered.store(
-            !next.regs.is_empty() || next.reservation.is_some(),
-            Ordering::Relaxed,
-        );
+        self.registered.store(next.in_use(), Ordering::Relaxed);
         self.active
             .store(next.reservation.is_some(), Ordering::Relaxed);
         *table = next;

@@ -307,14 +307,32 @@ impl Queue {
     /// again before it runs: one may have been acquired or preempted while it waited (its
     /// phase-2 check came before the wait).
     fn resv_recheck(&self, idx: u16) -> Result<(), CmdError> {
-        let s = &self.slots[usize::from(idx)];
-        match (&s.io, &self.ctrl) {
-            (Some(r), Some(c)) => {
-                r.ns.resv
-                    .check(&c.hostid, s.sqe.opcode())
-                    .map_err(|st| CmdError::at(st, 0))
-            }
-            _ => Ok(()),
+        self.resv_recheck_as(idx, self.slots[usize::from(idx)].sqe.opcode())
+    }
+
+    /// [`Queue::resv_recheck`] of `idx`'s namespace as if the command were `op`.
+    fn resv_recheck_as(&self, idx: u16, op: u8) -> Result<(), CmdError> {
+        match &self.slots[usize::from(idx)].io {
+            Some(r) => self.resv_check(&r.ns, op),
+            None => Ok(()),
+        }
+    }
+
+    /// Take the pair of `second` out of the table and open the gate if it held it: the first
+    /// command's slot, for the caller to complete both.
+    fn end_pair(&mut self, second: u16) -> Option<u16> {
+        let Pair { first, locked, .. } = self.take_pair(second)?;
+        if locked && let Some(r) = &self.slots[usize::from(second)].io {
+            r.ns.gate.unlock();
+        }
+        Some(first)
+    }
+
+    /// Fail both commands of a pair already out of the table ([`Queue::end_pair`]).
+    fn fail_pair(&mut self, both: [(u16, CmdError); 2]) {
+        for (idx, err) in both {
+            self.slots[usize::from(idx)].fused = Fused::None;
+            self.complete_err(idx, err);
         }
     }
 
@@ -322,44 +340,30 @@ impl Queue {
     /// Write fails with that, the Compare with its own conflict or Failed Fused Command, and
     /// the gate opens.
     fn pair_refused(&mut self, second: u16, e: CmdError) {
-        let Some(Pair { first, locked, .. }) = self.take_pair(second) else {
+        let Some(first) = self.end_pair(second) else {
             return;
         };
-        if locked && let Some(r) = &self.slots[usize::from(second)].io {
-            r.ns.gate.unlock();
-        }
-        let cmp = match (&self.slots[usize::from(second)].io, &self.ctrl) {
-            (Some(r), Some(c)) => r.ns.resv.check(&c.hostid, io::COMPARE).map_or_else(
-                |st| CmdError::at(st, 0),
-                |()| Status::ABORTED_FUSED_FAIL.into(),
-            ),
-            _ => Status::ABORTED_FUSED_FAIL.into(),
-        };
-        for (idx, err) in [(first, cmp), (second, e)] {
-            self.slots[usize::from(idx)].fused = Fused::None;
-            self.complete_err(idx, err);
-        }
+        let cmp = self
+            .resv_recheck_as(second, io::COMPARE)
+            .err()
+            .unwrap_or(Status::ABORTED_FUSED_FAIL.into());
+        self.fail_pair([(first, cmp), (second, e)]);
     }
 
     /// The pair in `second` waited too long for its gate to drain: both commands fail with
     /// Command Interrupted and the gate opens.
     fn pair_expired(&mut self, second: u16) {
-        let Some(Pair { first, locked, .. }) = self.take_pair(second) else {
+        let Some(first) = self.end_pair(second) else {
             return;
         };
-        if locked && let Some(r) = &self.slots[usize::from(second)].io {
-            r.ns.gate.unlock();
-        }
         crate::warn_every!(
             qid = self.qid(),
             "Compare-and-Write waited {}s for commands on its namespace to finish; failed \
              with Command Interrupted",
             CAW_DRAIN_TIMEOUT.as_secs()
         );
-        for idx in [first, second] {
-            self.slots[usize::from(idx)].fused = Fused::None;
-            self.complete_err(idx, Status::CMD_INTERRUPTED.into());
-        }
+        let interrupted = || CmdError::from(Status::CMD_INTERRUPTED);
+        self.fail_pair([(first, interrupted()), (second, interrupted())]);
     }
 
     /// The pair in `second` ran: complete both commands and open the gate.
@@ -368,14 +372,10 @@ impl Queue {
     pub(super) fn complete_pair(&mut self, second: u16, status: Status, buf: Vec<u8>) {
         let compare_failed = !status.is_success() && buf.is_empty();
         self.slots[usize::from(second)].buf = buf;
-        let Some(Pair { first, locked, .. }) = self.take_pair(second) else {
+        let Some(first) = self.end_pair(second) else {
             return;
         };
-        let s = &mut self.slots[usize::from(second)];
-        s.fused = Fused::None;
-        if locked && let Some(r) = &s.io {
-            r.ns.gate.unlock();
-        }
+        self.slots[usize::from(second)].fused = Fused::None;
         self.slots[usize::from(first)].fused = Fused::None;
         let (cmp, write) = if status.is_success() {
             (Status::SUCCESS, Status::SUCCESS)
