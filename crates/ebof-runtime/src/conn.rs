@@ -1,15 +1,17 @@
 //! The sans-IO core of one connection: received bytes in, bytes to send out.
 //!
 //! The reactor ([`crate::reactor`]) reads everything the socket has into [`ConnCore`]'s receive
-//! buffer, calls [`ConnCore::process`] (decode every complete PDU, hand each to the queue, run
-//! non-blocking backend I/O inline) and [`ConnCore::flush_completions`] (drain every finished
-//! command into the output), then sends the output with one `writev`.
+//! buffer, calls [`ConnCore::process`] (decode every complete PDU, hand each to the queue, then
+//! the batch duties of [`crate::duties`]: run non-blocking backend I/O inline, retry deferred
+//! commands, drain every finished command into the output), then sends the output with one
+//! `writev`. [`ConnCore`] is the NVMe/TCP [`Driver`]; its tick is [`ConnCore::tick`].
 //!
 //! Output is the send buffer `out` plus, for reads from memory backends (RAM), *external
 //! segments*: the C2HData header goes into `out` and the data is sent straight from the
 //! backend's memory (no userspace copy). [`ConnCore::iovecs`] lists the wire order;
 //! [`ConnCore::take_output`] flattens it for tests.
 
+use crate::duties::{self, Close, Driver, Duties};
 use crate::reactor::ConnEnd;
 use ebof_backend::Backend;
 use nvmf_target::{C2hData, Disposition, Queue, Target};
@@ -17,7 +19,7 @@ use nvmf_tcp::{TargetConn, TargetConnConfig, TargetEvent};
 use std::net::SocketAddr;
 use std::ptr::NonNull;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Receive buffer allocated when a connection first has bytes to read (a new or idle
 /// connection holds none): room for the ICReq, Connect and a few commands with in-capsule
@@ -51,16 +53,14 @@ pub struct ConnCore {
     rlen: usize,
     /// Largest receive buffer (the working size).
     rmax: usize,
-    /// Bytes arrived since the last [`ConnCore::tick_idle`].
-    active: bool,
     /// Output to send (with `ext` spliced in).
     out: Vec<u8>,
     /// Zero-copy segments, in order of `at`.
     ext: Vec<ExtSeg>,
     /// Keeps the backends that `ext` points into alive until the output is sent.
     keep: Vec<Arc<dyn Backend>>,
-    /// Slots to execute after the decode pass.
-    to_execute: Vec<u16>,
+    /// The driver duties' state (ready slots, deadlines, activity).
+    duties: Duties,
 }
 
 /// Outcome of processing received bytes.
@@ -70,6 +70,8 @@ pub enum Step {
 }
 
 impl ConnCore {
+    /// The core of a connection accepted at `now` on `local`, with the default handshake
+    /// timeout ([`ConnCore::set_handshake_timeout`] changes it).
     pub fn new(
         target: Arc<Target>,
         cfg: TargetConnConfig,
@@ -90,12 +92,30 @@ impl ConnCore {
             rpos: 0,
             rlen: 0,
             rmax,
-            active: false,
             out: Vec::new(),
             ext: Vec::new(),
             keep: Vec::new(),
-            to_execute: Vec::with_capacity(64),
+            duties: Duties::new(now, DEFAULT_HANDSHAKE_TIMEOUT),
         }
+    }
+
+    /// Close the connection if it has not connected within `t` of `now`, its accept time
+    /// (`[target] handshake_timeout_ms`).
+    pub fn set_handshake_timeout(&mut self, now: Instant, t: Duration) {
+        self.duties.deadlines = duties::Deadlines::new(now, t);
+    }
+
+    /// The periodic tick ([`duties::on_tick`]): timers and events, the handshake and
+    /// authentication deadlines, idle buffers. `Some` when the connection must close.
+    pub fn tick(&mut self, now: Instant) -> Option<Close> {
+        duties::on_tick(self, &mut (), now)
+    }
+
+    /// The batch duties without new input ([`duties::after_batch`]): run ready slots, retry
+    /// deferred commands, drain completions. Returns whether a deferred command ran; call
+    /// every loop round while [`duties::keep_hot`].
+    pub fn run_duties(&mut self, now: Instant, offload: &mut dyn FnMut(&mut Queue, u16)) -> bool {
+        duties::after_batch(self, &mut (), now, offload)
     }
 
     /// Bytes of output waiting to be sent.
@@ -181,7 +201,7 @@ impl ConnCore {
     /// Account for `n` bytes written into [`ConnCore::recv_space`].
     pub fn received(&mut self, n: usize) {
         self.rlen = (self.rlen + n).min(self.rbuf.len());
-        self.active = true;
+        self.duties.input();
     }
 
     /// The receive buffer is full (or not allocated yet): double it (up to the working size).
@@ -219,26 +239,10 @@ impl ConnCore {
         self.rbuf.len()
     }
 
-    /// Periodic (timer tick): a connection that received nothing since the last tick and
-    /// holds no partial PDU or output gives its grown buffers back, so an idle queue costs
-    /// its initial size, not the size of its largest burst.
-    pub fn tick_idle(&mut self) {
-        if std::mem::take(&mut self.active) {
-            return;
-        }
-        if self.rpos == self.rlen && !self.rbuf.is_empty() {
-            self.rbuf = Vec::new();
-            self.rpos = 0;
-            self.rlen = 0;
-        }
-        if !self.has_output() && self.out.capacity() > SEND_BUF_IDLE {
-            self.out = Vec::new();
-        }
-        self.queue.release_idle_buffers();
-    }
-
-    /// Decode and handle every complete PDU; I/O on non-blocking backends runs inline; slots
-    /// whose backend may block are returned through `offload`.
+    /// Decode and handle every complete PDU, then do the batch duties
+    /// ([`duties::after_batch`]): I/O on non-blocking backends runs inline, slots whose backend
+    /// may block are handed to `offload`, deferred commands are retried, and completions are
+    /// drained into the output.
     pub fn process(&mut self, now: Instant, mut offload: impl FnMut(&mut Queue, u16)) -> Step {
         let mut commands = 0usize;
         loop {
@@ -298,44 +302,15 @@ impl ConnCore {
                         return Step::Close(ConnEnd::ControllerGone);
                     }
                 }
-                Some(Disposition::Execute { slot }) => self.to_execute.push(slot),
+                Some(Disposition::Execute { slot }) => self.duties.execute_later(slot),
                 Some(Disposition::Done | Disposition::Parked | Disposition::Pending) | None => {}
             }
         }
         if commands > 0 {
             self.queue.touch(now);
         }
-        self.execute_pending(&mut offload);
+        duties::after_batch(self, &mut (), now, &mut offload);
         Step::Continue
-    }
-
-    /// Retry commands deferred at their namespace's gate (a fused Compare-and-Write holds it
-    /// or waits for it to drain), run those that may go now, and drain completions. Returns
-    /// whether any ran. Call every loop iteration while [`Queue::has_deferred`].
-    pub fn retry_deferred(&mut self, mut offload: impl FnMut(&mut Queue, u16)) -> bool {
-        if !self.queue.has_deferred() {
-            return false;
-        }
-        self.queue
-            .retry_deferred(Instant::now(), &mut self.to_execute);
-        let any = !self.to_execute.is_empty();
-        self.execute_pending(&mut offload);
-        self.flush_completions();
-        any
-    }
-
-    /// Run the slots collected in `to_execute`: inline when the backend does not block, else
-    /// through `offload`.
-    fn execute_pending(&mut self, offload: &mut impl FnMut(&mut Queue, u16)) {
-        for i in 0..self.to_execute.len() {
-            let slot = self.to_execute[i];
-            if self.queue.io_request(slot).is_some_and(|r| r.may_block()) {
-                offload(&mut self.queue, slot);
-            } else {
-                self.queue.execute_inline(slot);
-            }
-        }
-        self.to_execute.clear();
     }
 
     /// Encode every finished command into `out` (C2HData + CapsuleResp, or C2HData with
@@ -386,5 +361,36 @@ impl ConnCore {
             }
             Ok(())
         });
+    }
+}
+
+/// Handshake timeout of a core made by [`ConnCore::new`] (the configuration's default).
+pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+
+impl Driver for ConnCore {
+    type Io<'a> = ();
+
+    #[inline]
+    fn parts(&mut self) -> (&mut Queue, &mut Duties) {
+        (&mut self.queue, &mut self.duties)
+    }
+
+    fn flush(&mut self, _: &mut ()) {
+        self.flush_completions();
+    }
+
+    /// Receive buffer (when no partial PDU is held), a send buffer grown past
+    /// [`SEND_BUF_IDLE`] (when nothing waits to be sent), and the queue's slots and buffers:
+    /// an idle queue costs its initial size, not the size of its largest burst.
+    fn release_idle(&mut self, _: &mut ()) {
+        if self.rpos == self.rlen && !self.rbuf.is_empty() {
+            self.rbuf = Vec::new();
+            self.rpos = 0;
+            self.rlen = 0;
+        }
+        if !self.has_output() && self.out.capacity() > SEND_BUF_IDLE {
+            self.out = Vec::new();
+        }
+        self.queue.release_idle_buffers();
     }
 }

@@ -14,10 +14,12 @@
 
 pub mod affinity;
 pub mod conn;
+pub mod duties;
 pub mod engine;
 pub mod limits;
 #[cfg(feature = "rdma")]
 pub mod rdma;
+pub mod rdma_core;
 pub mod reactor;
 pub mod server;
 pub mod tls;

@@ -16,11 +16,12 @@
 //! device is registered whole (pinned) so reads and writes move straight between the wire and
 //! the namespace. Namespaces added later use staging.
 
-use crate::engine::{Done, Engine, EngineConfig, Job};
+use crate::duties::{self, Close};
+use crate::engine::{Done, Engine, EngineConfig};
+use crate::rdma_core::{Buf, Local, Memory, Op, RdmaQueueConfig, RdmaQueueCore};
 use crate::reactor::Mailbox;
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
-use nvmf_rdma::target::{Buf, Local, Memory, Op, RdmaQueueConfig, RdmaQueueCore};
 use nvmf_rdma::verbs::{
     self, CmEvent, CmEventKind, CmId, CompChannel, ConnParams, Cq, Device, EventChannel, Mr,
     QpCaps, RecvWr, SendOp, SendWr, Sge, Wc,
@@ -49,8 +50,6 @@ const SLAB_CHUNKS: usize = 32;
 const CQ_SIZES: [i32; 4] = [65536, 32767, 16384, 8192];
 /// RDMA READs a queue may have in flight (and the host against us: IRD/ORD we accept).
 const RD_ATOM: u8 = 16;
-/// A queue pair that has not completed Fabrics Connect within this time is disconnected.
-const HANDSHAKE: Duration = Duration::from_secs(5);
 /// A disconnected queue waits this long for its flushed work requests before it is freed.
 const DRAIN: Duration = Duration::from_secs(5);
 
@@ -68,7 +67,11 @@ pub struct RdmaConfig {
 pub struct RdmaRun {
     /// Keep polling the CQs without sleeping for this long after work (0: event-driven).
     pub spin: Duration,
+    /// The I/O engine for file and block namespaces.
     pub engine: EngineConfig,
+    /// A queue that has not completed Fabrics Connect this long after it was accepted is
+    /// disconnected (`[target] handshake_timeout_ms`).
+    pub handshake_timeout: Duration,
 }
 
 /// Why RDMA could not start.
@@ -170,6 +173,7 @@ pub fn start(
             listen: listen.take(),
             engine_cfg: run.engine,
             spin: run.spin,
+            handshake_timeout: run.handshake_timeout,
         };
         let th = std::thread::Builder::new()
             .name(format!("ebof-rdma{core}"))
@@ -323,7 +327,8 @@ struct RdmaConn {
     recv_size: usize,
     ending: Option<Instant>,
     offloaded: usize,
-    accepted: Instant,
+    /// In the thread's list of queues with deferred commands.
+    hot: bool,
 }
 
 /// Where a thread receives connect requests handed to it.
@@ -343,6 +348,7 @@ struct RdmaThread {
     listen: Option<Listeners>,
     engine_cfg: EngineConfig,
     spin: Duration,
+    handshake_timeout: Duration,
 }
 
 /// wr_id: connection index (24 bits) | generation (8 bits) | kind (2 bits) | tag (30 bits).
@@ -388,6 +394,9 @@ impl RdmaThread {
         tracing::info!(core = self.core, "RDMA poller started");
         let mut devs: Vec<(usize, DevCtx)> = Vec::new();
         let mut conns: Vec<Option<RdmaConn>> = Vec::new();
+        // Queues with commands deferred at a namespace gate: their duties run every round and
+        // the thread does not sleep while there are any (crate::duties::keep_hot).
+        let mut hot: Vec<usize> = Vec::new();
         let mut generation = 0u32;
         let mut events = Events::with_capacity(256);
         let mut wcs = [Wc::default(); 32];
@@ -404,7 +413,7 @@ impl RdmaThread {
         let mut comp_ready = false;
         loop {
             let now = Instant::now();
-            let spinning = now.duration_since(last_work) < spin;
+            let spinning = !hot.is_empty() || now.duration_since(last_work) < spin;
             let timeout = if spinning {
                 Duration::ZERO
             } else {
@@ -508,8 +517,48 @@ impl RdmaThread {
                     }
                     work = true;
                     for wc in &wcs[..n] {
-                        complete(wc, &mut conns, &mut d.mem, &mut engine);
+                        complete(wc, &mut conns, &mut d.mem, &mut engine, &mut hot);
                     }
+                }
+            }
+            // Deferred commands: retried every round while any wait.
+            let mut k = 0;
+            while k < hot.len() {
+                let i = hot[k];
+                let keep = match conns.get_mut(i) {
+                    Some(Some(c)) if c.ending.is_none() => {
+                        if let Some((_, d)) = devs.iter_mut().find(|(id, _)| *id == c.dev) {
+                            let span = c.span.clone();
+                            let _e = span.enter();
+                            let g = u64::from(c.generation);
+                            let mut n = 0usize;
+                            work |=
+                                c.core
+                                    .run_duties(Instant::now(), &mut d.mem, &mut |q, slot| {
+                                        n += usize::from(duties::offload(
+                                            &mut engine,
+                                            q,
+                                            slot,
+                                            i,
+                                            g,
+                                        ));
+                                    });
+                            c.offloaded += n;
+                            post(c, i);
+                        }
+                        c.hot = duties::keep_hot(&mut c.core);
+                        c.hot
+                    }
+                    Some(Some(c)) => {
+                        c.hot = false;
+                        false
+                    }
+                    _ => false,
+                };
+                if keep {
+                    k += 1;
+                } else {
+                    hot.swap_remove(k);
                 }
             }
             // Offloaded I/O.
@@ -536,19 +585,14 @@ impl RdmaThread {
                     let Some(c) = slot else { continue };
                     let span = c.span.clone();
                     let _e = span.enter();
-                    if c.ending.is_none() {
-                        let close = c.core.queue.poll_timers(now)
-                            || c.core.queue.should_close()
-                            || (c.core.queue.controller().is_none()
-                                && now.duration_since(c.accepted) > HANDSHAKE);
-                        if let Some((_, d)) = devs.iter_mut().find(|(id, _)| *id == c.dev) {
-                            if c.core.queue.has_completions() {
-                                c.core.flush_completions(&mut d.mem);
-                            }
-                            post(c, i);
-                        }
-                        if close {
-                            tracing::debug!("RDMA queue closed: controller gone or no Connect");
+                    if c.ending.is_none()
+                        && let Some((_, d)) = devs.iter_mut().find(|(id, _)| *id == c.dev)
+                    {
+                        // The tick duties (crate::duties): timers, deadlines, idle buffers.
+                        let close = c.core.tick(now, &mut d.mem);
+                        post(c, i);
+                        if let Some(why) = close {
+                            log_close(why, &self.target);
                             c.ending = Some(now);
                             let _ = c.id.disconnect();
                         }
@@ -559,11 +603,14 @@ impl RdmaThread {
                 }
             }
             // Free queues that ended and whose work requests have flushed.
-            for slot in conns.iter_mut() {
+            for (i, slot) in conns.iter_mut().enumerate() {
                 let done = matches!(slot, Some(c) if c.ending.is_some_and(|t| {
                     (c.core.in_flight() == 0 && c.offloaded == 0) || now.duration_since(t) > DRAIN
                 }));
                 if done && let Some(c) = slot.take() {
+                    if c.hot {
+                        hot.retain(|&h| h != i);
+                    }
                     let dev = c.dev;
                     let d = devs.iter_mut().find(|(i, _)| *i == dev).map(|(_, d)| d);
                     drop_conn(c, d, &self.target);
@@ -789,6 +836,7 @@ impl RdmaThread {
             RdmaQueueConfig {
                 max_reads: u32::from(params.responder_resources.max(1))
                     .min(u32::from(depth.max(1))),
+                handshake_timeout: self.handshake_timeout,
             },
         );
         core.queue.set_discovery_only(discovery_only);
@@ -806,7 +854,7 @@ impl RdmaThread {
             recv_size,
             ending: None,
             offloaded: 0,
-            accepted: Instant::now(),
+            hot: false,
         });
     }
 }
@@ -837,8 +885,36 @@ fn drop_conn(c: RdmaConn, dev: Option<&mut DevCtx>, target: &Target) {
     tracing::debug!(parent: &span, "RDMA queue freed");
 }
 
-/// One completion: find its queue, hand it to the core, post what follows.
-fn complete(wc: &Wc, conns: &mut [Option<RdmaConn>], mem: &mut DevMem, engine: &mut Engine) {
+/// Why the tick closed a queue, for the log and the event counters.
+fn log_close(why: Close, target: &Target) {
+    match why {
+        Close::ControllerGone => tracing::debug!("RDMA queue closed: controller torn down"),
+        Close::HandshakeTimeout(t) => nvmf_target::warn_every!(
+            timeout_ms = t.as_millis() as u64,
+            "RDMA queue closed: no Fabrics Connect within the handshake deadline"
+        ),
+        Close::AuthTimeout => nvmf_target::warn_every!(
+            timeout_s = duties::AUTH_TIMEOUT.as_secs(),
+            "RDMA queue closed: DH-HMAC-CHAP not completed in time after Connect"
+        ),
+    }
+    if matches!(why, Close::HandshakeTimeout(_) | Close::AuthTimeout) {
+        target
+            .events
+            .handshake_timeouts
+            .fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// One completion: find its queue, hand it to the core, post what follows; a queue left with
+/// deferred commands joins `hot`.
+fn complete(
+    wc: &Wc,
+    conns: &mut [Option<RdmaConn>],
+    mem: &mut DevMem,
+    engine: &mut Engine,
+    hot: &mut Vec<usize>,
+) {
     let i = (wc.wr_id >> 40) as usize;
     let g = ((wc.wr_id >> 32) & 0xFF) as u32;
     let kind = (wc.wr_id >> 30) & 3;
@@ -854,18 +930,7 @@ fn complete(wc: &Wc, conns: &mut [Option<RdmaConn>], mem: &mut DevMem, engine: &
     let generation = u64::from(c.generation);
     let mut offloaded = 0usize;
     let mut offload = |q: &mut nvmf_target::Queue, slot: u16| {
-        let Some(req) = q.io_request(slot).cloned() else {
-            return;
-        };
-        let buf = q.take_io_buffer(slot);
-        offloaded += 1;
-        engine.start(Job {
-            conn: i,
-            generation,
-            slot,
-            req,
-            buf,
-        });
+        offloaded += usize::from(duties::offload(engine, q, slot, i, generation));
     };
     match (kind, wc.opcode) {
         (K_RECV, _) => {
@@ -915,6 +980,10 @@ fn complete(wc: &Wc, conns: &mut [Option<RdmaConn>], mem: &mut DevMem, engine: &
     }
     c.offloaded += offloaded;
     post(c, i);
+    if !c.hot && c.ending.is_none() && duties::keep_hot(&mut c.core) {
+        c.hot = true;
+        hot.push(i);
+    }
 }
 
 /// Post the queue's pending work requests.

@@ -17,7 +17,8 @@
 //! (or the pool's waker) wakes a sleeping reactor.
 
 use crate::conn::{ConnCore, Step};
-use crate::engine::{Done, Engine, EngineConfig, Job};
+use crate::duties::{self, Close};
+use crate::engine::{Done, Engine, EngineConfig};
 use crate::limits::{Admission, Admitted};
 use crate::tls::{ConnTls, TlsAcceptor};
 use mio::net::{TcpListener, TcpStream};
@@ -41,8 +42,6 @@ const TERM_GRACE: Duration = Duration::from_millis(200);
 const OFFLOAD_DRAIN: Duration = Duration::from_secs(30);
 /// iovecs per `sendmsg` (below IOV_MAX).
 const IOV_BATCH: usize = 512;
-/// Time a queue that must authenticate has, from its Connect, to complete DH-HMAC-CHAP.
-const AUTH_TIMEOUT: Duration = Duration::from_secs(30);
 
 const WAKER: Token = Token(usize::MAX);
 /// The I/O engine's completion notification (io_uring eventfd).
@@ -66,6 +65,8 @@ pub enum ConnEnd {
     Stopped,
     /// No ICReq and Fabrics Connect within the handshake deadline.
     HandshakeTimeout(Duration),
+    /// Connected, but DH-HMAC-CHAP not completed within [`duties::AUTH_TIMEOUT`] of Connect.
+    AuthTimeout,
     /// TLS refused or failed (bad handshake, unknown PSK, plaintext on a TLS-only listener).
     Tls(crate::tls::TlsError),
 }
@@ -179,10 +180,6 @@ struct ConnState {
     /// Counted in the reactor's number of ending connections.
     end_counted: bool,
     in_ready: bool,
-    /// Until Fabrics Connect succeeds: when the connection is closed if it has not.
-    handshake_deadline: Option<Instant>,
-    /// `handshake_deadline` has been moved to the authentication deadline.
-    auth_deadline: bool,
     /// Plain, TLS, or not decided yet ([`crate::tls`]).
     tls: ConnTls,
     /// This connection's place under the connection caps (given back on drop).
@@ -443,26 +440,18 @@ impl Reactor {
                     if c.ending.is_some() {
                         continue;
                     }
-                    let close = c.core.queue.poll_timers(now);
+                    // The tick duties (crate::duties): timers, deadlines, idle buffers.
+                    let close = c.core.tick(now);
                     // Asynchronous events completed an AER: send it.
-                    if c.core.queue.has_completions() {
-                        c.core.flush_completions();
-                    }
                     if has_output(c) && !c.in_ready {
                         c.in_ready = true;
                         ready.push(i);
                     }
-                    let why = if close {
-                        Some(ConnEnd::ControllerGone)
-                    } else {
-                        handshake_expired(c, now, self.handshake_timeout)
-                    };
-                    if let Some(why) = why {
-                        c.ending = Some((why, now));
+                    if let Some(why) = close {
+                        c.ending = Some((ConnEnd::from(why), now));
                         c.end_counted = true;
                         ending += 1;
                     }
-                    c.core.tick_idle();
                 }
                 if std::mem::take(&mut trim_due) {
                     release_freed_memory();
@@ -617,7 +606,9 @@ impl Reactor {
             .find(|l| l.addr == local)
             .map_or(nvmf_target::ListenerTls::Off, |l| l.tls);
         let tls = ConnTls::for_listener(mode);
-        let mut core = ConnCore::new(self.target.clone(), self.tcp, local, Instant::now());
+        let now = Instant::now();
+        let mut core = ConnCore::new(self.target.clone(), self.tcp, local, now);
+        core.set_handshake_timeout(now, self.handshake_timeout);
         core.queue.set_discovery_only(discovery_only);
         conns[i] = Some(Conn {
             span,
@@ -632,8 +623,6 @@ impl Reactor {
                 ending: None,
                 end_counted: false,
                 in_ready: true,
-                handshake_deadline: Instant::now().checked_add(self.handshake_timeout),
-                auth_deadline: false,
                 tls,
                 _admitted: admitted,
             },
@@ -669,8 +658,8 @@ impl Reactor {
         if c.core.queue.has_deferred() {
             let generation = c.generation;
             let mut offloaded = 0usize;
-            work |= c.core.retry_deferred(|q, slot| {
-                offload(engine, q, slot, idx, generation, &mut offloaded)
+            work |= c.core.run_duties(Instant::now(), &mut |q, slot| {
+                offloaded += usize::from(duties::offload(engine, q, slot, idx, generation));
             });
             c.offloaded += offloaded;
             if let Err(e) = send_pending(c, iov) {
@@ -723,10 +712,9 @@ impl Reactor {
             let generation = c.generation;
             let mut offloaded = 0usize;
             let step = c.core.process(now, |q, slot| {
-                offload(engine, q, slot, idx, generation, &mut offloaded)
+                offloaded += usize::from(duties::offload(engine, q, slot, idx, generation));
             });
             c.offloaded += offloaded;
-            c.core.flush_completions();
             if let Step::Close(e) = step {
                 last_words(c);
                 let linger = matches!(e, ConnEnd::Protocol(_));
@@ -757,49 +745,14 @@ impl Reactor {
     }
 }
 
-/// Hand the prepared I/O in `slot` of connection `conn` to the engine.
-fn offload(
-    engine: &mut Engine,
-    q: &mut nvmf_target::Queue,
-    slot: u16,
-    conn: usize,
-    generation: u64,
-    offloaded: &mut usize,
-) {
-    let Some(req) = q.io_request(slot).cloned() else {
-        return;
-    };
-    let buf = q.take_io_buffer(slot);
-    *offloaded += 1;
-    engine.start(Job {
-        conn,
-        generation,
-        slot,
-        req,
-        buf,
-    });
-}
-
-/// The connection's handshake deadline passed before Fabrics Connect succeeded; clears the
-/// deadline once it has.
-///
-/// A queue that must authenticate (DH-HMAC-CHAP) gets [`AUTH_TIMEOUT`] from its Connect to
-/// finish: the exchange takes a few round trips and, with the large FFDHE groups, real CPU time
-/// on a slow host.
-fn handshake_expired(c: &mut ConnState, now: Instant, timeout: Duration) -> Option<ConnEnd> {
-    let deadline = c.handshake_deadline?;
-    if c.core.queue.controller().is_some() {
-        if !c.core.queue.auth_pending() {
-            c.handshake_deadline = None;
-            return None;
-        }
-        if !c.auth_deadline {
-            c.auth_deadline = true;
-            c.handshake_deadline = now.checked_add(AUTH_TIMEOUT.max(timeout));
-            return None;
+impl From<Close> for ConnEnd {
+    fn from(c: Close) -> ConnEnd {
+        match c {
+            Close::ControllerGone => ConnEnd::ControllerGone,
+            Close::HandshakeTimeout(t) => ConnEnd::HandshakeTimeout(t),
+            Close::AuthTimeout => ConnEnd::AuthTimeout,
         }
     }
-    (now >= deadline).then_some(ConnEnd::HandshakeTimeout(timeout))
 }
 
 /// Give memory freed by closed connections back to the OS: glibc keeps freed heap pages in
@@ -824,13 +777,15 @@ fn deliver(done: Done, conns: &mut [Option<Conn>], ready: &mut Vec<usize>) -> bo
         return false;
     }
     c.offloaded = c.offloaded.saturating_sub(1);
-    c.core.queue.complete_io(done.slot, done.status, done.buf);
-    if c.ending.is_none() {
-        c.core.flush_completions();
-        if !c.in_ready {
-            c.in_ready = true;
-            ready.push(done.conn);
-        }
+    if c.ending.is_some() {
+        // Nothing more is sent: only the slot (and its gate) is released.
+        c.core.queue.complete_io(done.slot, done.status, done.buf);
+        return true;
+    }
+    duties::io_done(&mut c.core, &mut (), done.slot, done.status, done.buf);
+    if !c.in_ready {
+        c.in_ready = true;
+        ready.push(done.conn);
     }
     true
 }
@@ -858,7 +813,9 @@ fn log_end(c: &Conn, events: &nvmf_target::EventCounters) {
     match &c.s.ending {
         Some((ConnEnd::Protocol(_), _)) => count(&events.protocol_errors),
         Some((ConnEnd::HostTerminated { .. }, _)) => count(&events.host_terminations),
-        Some((ConnEnd::HandshakeTimeout(_), _)) => count(&events.handshake_timeouts),
+        Some((ConnEnd::HandshakeTimeout(_) | ConnEnd::AuthTimeout, _)) => {
+            count(&events.handshake_timeouts)
+        }
         Some((ConnEnd::Tls(_), _)) => count(&events.tls_failures),
         _ => {}
     }
@@ -879,6 +836,10 @@ fn log_end(c: &Conn, events: &nvmf_target::EventCounters) {
         Some((ConnEnd::HandshakeTimeout(t), _)) => nvmf_target::warn_every!(
             timeout_ms = t.as_millis() as u64,
             "connection closed: no ICReq and Fabrics Connect within the handshake deadline"
+        ),
+        Some((ConnEnd::AuthTimeout, _)) => nvmf_target::warn_every!(
+            timeout_s = duties::AUTH_TIMEOUT.as_secs(),
+            "connection closed: DH-HMAC-CHAP not completed in time after Connect"
         ),
         Some((ConnEnd::Tls(e), _)) => nvmf_target::warn_every!("TLS: connection refused: {e}"),
         None => {}

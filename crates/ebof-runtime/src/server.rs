@@ -212,6 +212,7 @@ impl Server {
                 crate::rdma::RdmaRun {
                     spin: cfg.poll,
                     engine: cfg.engine,
+                    handshake_timeout: cfg.handshake_timeout,
                 },
                 stop.clone(),
             )?)

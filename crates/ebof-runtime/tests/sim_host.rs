@@ -739,10 +739,10 @@ fn idle_queue_gives_its_buffers_back() {
         "{busy} bytes: the slot buffers grew for the burst"
     );
     // First tick: data arrived since the last one, nothing is released.
-    ioq.core.tick_idle();
+    assert_eq!(ioq.core.tick(ioq.now), None);
     assert!(ioq.core.recv_capacity() > 0);
     // A tick with nothing received: everything grown is given back.
-    ioq.core.tick_idle();
+    assert_eq!(ioq.core.tick(ioq.now), None);
     assert_eq!(ioq.core.recv_capacity(), 0);
     let idle = ioq.core.queue.idle_footprint();
     println!(
@@ -1036,4 +1036,19 @@ fn discovery_controllers_hear_of_discovery_log_changes() {
     t.update_subsystem(NQN, |s| Ok::<_, ()>(with_namespace(s, 2)))
         .unwrap();
     assert_eq!(genctr(&mut d), g);
+}
+
+/// The tick duties on NVMe/TCP: the configured handshake timeout closes a connection that
+/// never connects; a connected one is left alone.
+#[test]
+fn the_configured_handshake_timeout_closes_a_connection_without_connect() {
+    let t0 = Instant::now();
+    let mut core = ConnCore::new(target(), TargetConnConfig::default(), local(), t0);
+    let short = Duration::from_millis(300);
+    core.set_handshake_timeout(t0, short);
+    assert_eq!(core.tick(t0 + Duration::from_millis(200)), None);
+    assert_eq!(
+        core.tick(t0 + Duration::from_secs(1)),
+        Some(ebof_runtime::duties::Close::HandshakeTimeout(short))
+    );
 }

@@ -35,6 +35,25 @@
 //! while [`Queue::has_deferred`], the driver calls [`Queue::retry_deferred`] every loop
 //! iteration and runs the slots it returns like [`Disposition::Execute`] ones.
 //!
+//! # What a transport driver owes a `Queue` (the duties)
+//!
+//! A queue never acts on its own; every transport's driver must do the following, and a driver
+//! that skips one leaves commands stuck (a deferred command never runs, a Compare-and-Write
+//! holds its namespace's gate forever) or queues open (no handshake deadline). The runtime
+//! writes them once (`ebof_runtime::duties`: `after_batch`, `io_done`, `on_tick`) and both
+//! transports (NVMe/TCP `ConnCore`, NVMe/RDMA `RdmaQueueCore`) call that code.
+//!
+//! | when | duty |
+//! |---|---|
+//! | after each batch of input | run every [`Disposition::Execute`] slot: [`Queue::execute_inline`] if [`IoRequest::may_block`] is false, else offload and later [`Queue::complete_io`] |
+//! | after each batch, and every loop round while [`Queue::has_deferred`] (without sleeping) | [`Queue::retry_deferred`], run what it returns (this also times out a Compare-and-Write's drain) |
+//! | after each batch and each offloaded completion | [`Queue::drain_completions`] into the transport's output |
+//! | when output drained so far has been sent | [`Queue::output_sent`] (streamed reads leave the gate) |
+//! | each tick (≤ 1 s) | [`Queue::poll_timers`] (keep-alive, AER delivery; true: close), then drain completions |
+//! | each tick, until connected | close after the configured handshake timeout without Fabrics Connect; after Connect, while [`Queue::auth_pending`], after the authentication timeout (30 s) |
+//! | each tick with no input since the last | [`Queue::release_idle_buffers`] (and the transport's own buffers) |
+//! | at close | drop the queue only after offloaded I/O has come back (its buffers belong to the engine until then) |
+//!
 //! # Example
 //!
 //! A target with one subsystem, and a fresh queue receiving Fabrics Connect capsules with no

@@ -235,10 +235,10 @@ impl Conn {
                 self.now += Duration::from_millis(1);
                 self.step(feat, &mut all_out);
                 // Now and then a timer tick with nothing new received: the connection gives
-                // its idle buffers back (ConnCore::tick_idle), mid-stream included.
+                // its idle buffers back (the idle duty, Driver::release_idle), mid-stream
+                // included.
                 if self.input.len().is_multiple_of(7) {
-                    self.core.tick_idle();
-                    self.core.tick_idle();
+                    ebof_runtime::duties::Driver::release_idle(&mut self.core, &mut ());
                 }
             }
         }

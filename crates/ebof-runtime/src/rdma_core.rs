@@ -1,9 +1,11 @@
-//! The sans-IO target side of one NVMe/RDMA queue: [`RdmaQueueCore`].
+//! The sans-IO target side of one NVMe/RDMA queue: [`RdmaQueueCore`], the NVMe/RDMA
+//! [`Driver`] (the sibling of [`crate::conn::ConnCore`]).
 //!
-//! The driver (verbs, in `ebof-runtime`) hands it what the completion queue reports — a
+//! The poller (verbs, [`crate::rdma`]) hands it what the completion queue reports — a
 //! command capsule received, an RDMA READ done, a SEND done — and posts the work requests it
 //! returns ([`Op`]). Between the two sits the transport-agnostic controller
-//! (`nvmf_target::Queue`), driven the way the NVMe/TCP glue drives it:
+//! (`nvmf_target::Queue`), with the duties every driver owes it ([`crate::duties`]: deferred
+//! retries, the tick, deadlines, idle buffers) done by the same code as for NVMe/TCP:
 //!
 //! ```text
 //! RECV capsule ─► decode SQE + SGL1 (wire::decode_sgl, bounds-checked against the bytes received)
@@ -11,7 +13,8 @@
 //!   keyed SGL       ─► Queue::handle_command(sqe, [])
 //!        NeedData{ttag} ─► Op::Read (host memory ─► namespace memory when registered: zero
 //!                          copy; else ─► a staging buffer) … on_read_done ─► Queue::handle_h2c_*
-//!        Execute{slot}  ─► inline (RAM) or the driver's offload (file, block)
+//!        Execute{slot}  ─► duties: inline (RAM) or the driver's offload (file, block),
+//!                          then deferred commands retried
 //! completions (Queue::drain_completions) ─► [Op::Write of the data] + Op::Send of the CQE
 //!   (send with invalidate when the SGL asked for it); the CQE is an inline SEND
 //! SEND done ─► staging buffers back to the pool; streamed reads leave the namespace gate
@@ -28,22 +31,26 @@
 //! admin data (Identify, log pages) is small and copied into staging; in-capsule data is copied
 //! out of the receive buffer so the buffer can be posted again at once.
 
-use crate::wire::{self, DataDesc};
+use crate::duties::{self, Close, Driver, Duties};
 use ebof_backend::{Backend, BackendError};
 use nvme_spec::Sqe;
+use nvmf_rdma::wire::{self, DataDesc};
 use nvmf_target::{C2hData, Disposition, Queue, Target, Transport};
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::ptr::NonNull;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use thiserror::Error;
 
 /// A registered buffer (staging memory) lent by the driver.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Buf {
+    /// Start of the buffer.
     pub ptr: NonNull<u8>,
+    /// Its length in bytes.
     pub len: usize,
+    /// The local key of its registration.
     pub lkey: u32,
 }
 
@@ -72,8 +79,11 @@ pub trait Memory {
 /// A local segment of a work request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Local {
+    /// Start of the segment.
     pub ptr: *const u8,
+    /// Its length in bytes.
     pub len: u32,
+    /// The local key of the registration holding it.
     pub lkey: u32,
 }
 
@@ -114,11 +124,17 @@ pub enum RdmaError {
 pub struct RdmaQueueConfig {
     /// RDMA READs in flight at once (the initiator depth agreed at connect).
     pub max_reads: u32,
+    /// A queue that has not completed Fabrics Connect this long after it was accepted is
+    /// closed (`[target] handshake_timeout_ms`).
+    pub handshake_timeout: Duration,
 }
 
 impl Default for RdmaQueueConfig {
     fn default() -> Self {
-        RdmaQueueConfig { max_reads: 16 }
+        RdmaQueueConfig {
+            max_reads: 16,
+            handshake_timeout: crate::conn::DEFAULT_HANDSHAKE_TIMEOUT,
+        }
     }
 }
 
@@ -150,6 +166,7 @@ struct SendCtx {
 
 /// Sans-IO core of one NVMe/RDMA queue (see the module doc).
 pub struct RdmaQueueCore {
+    /// The controller side of the queue.
     pub queue: Queue,
     cfg: RdmaQueueConfig,
     /// Keyed SGL of each outstanding command, by CID.
@@ -161,10 +178,12 @@ pub struct RdmaQueueCore {
     /// SENDs in flight carrying data straight from namespace memory.
     zero_copy_sends: usize,
     ops: Vec<Op>,
-    to_execute: Vec<u16>,
+    /// The driver duties' state (ready slots, deadlines, activity).
+    duties: Duties,
 }
 
 impl RdmaQueueCore {
+    /// The core of a queue accepted at `now` on `local`.
     pub fn new(target: Arc<Target>, local: SocketAddr, now: Instant, cfg: RdmaQueueConfig) -> Self {
         let mut queue = Queue::new(target, local, now);
         queue.set_transport(Transport::Rdma);
@@ -178,8 +197,26 @@ impl RdmaQueueCore {
             next_tag: 0,
             zero_copy_sends: 0,
             ops: Vec::new(),
-            to_execute: Vec::new(),
+            duties: Duties::new(now, cfg.handshake_timeout),
         }
+    }
+
+    /// The periodic tick ([`duties::on_tick`]): timers and events, the handshake and
+    /// authentication deadlines, idle buffers. `Some` when the queue must close.
+    pub fn tick(&mut self, now: Instant, mem: &mut dyn Memory) -> Option<Close> {
+        duties::on_tick(self, mem, now)
+    }
+
+    /// The batch duties without new input ([`duties::after_batch`]): run ready slots, retry
+    /// deferred commands, queue completions as work requests. Returns whether a deferred
+    /// command ran; call every loop round while [`duties::keep_hot`].
+    pub fn run_duties(
+        &mut self,
+        now: Instant,
+        mem: &mut dyn Memory,
+        offload: &mut dyn FnMut(&mut Queue, u16),
+    ) -> bool {
+        duties::after_batch(self, mem, now, offload)
     }
 
     /// Work requests to post, in order.
@@ -234,12 +271,11 @@ impl RdmaQueueCore {
             }
             self.remote.insert(cid, d);
         }
+        self.duties.input();
         let disp = self.queue.handle_command(&sqe, icd, now);
         self.queue.touch(now);
         self.dispose(disp);
-        self.execute_pending(offload);
-        self.start_reads(mem);
-        self.flush_completions(mem);
+        duties::after_batch(self, mem, now, offload);
         Ok(())
     }
 
@@ -260,7 +296,7 @@ impl RdmaQueueCore {
                     self.dispose(d);
                 }
             },
-            Disposition::Execute { slot } => self.to_execute.push(slot),
+            Disposition::Execute { slot } => self.duties.execute_later(slot),
             Disposition::Done | Disposition::Parked | Disposition::Pending => {}
         }
     }
@@ -336,9 +372,7 @@ impl RdmaQueueCore {
             }
         };
         self.dispose(disp);
-        self.execute_pending(offload);
-        self.start_reads(mem);
-        self.flush_completions(mem);
+        duties::after_batch(self, mem, Instant::now(), offload);
     }
 
     /// The SEND `tag` completed (successfully or flushed): its buffers go back.
@@ -377,7 +411,7 @@ impl RdmaQueueCore {
         self.queue.output_sent();
     }
 
-    /// Offloaded I/O of `slot` finished (file, block backends).
+    /// Offloaded I/O of `slot` finished (file, block backends): [`duties::io_done`].
     pub fn complete_io(
         &mut self,
         slot: u16,
@@ -385,37 +419,7 @@ impl RdmaQueueCore {
         buf: Vec<u8>,
         mem: &mut dyn Memory,
     ) {
-        self.queue.complete_io(slot, status, buf);
-        self.flush_completions(mem);
-    }
-
-    /// Retry commands deferred at their namespace's gate (see `Queue::retry_deferred`).
-    pub fn retry_deferred(
-        &mut self,
-        mem: &mut dyn Memory,
-        offload: &mut dyn FnMut(&mut Queue, u16),
-    ) -> bool {
-        if !self.queue.has_deferred() {
-            return false;
-        }
-        self.queue
-            .retry_deferred(Instant::now(), &mut self.to_execute);
-        let any = !self.to_execute.is_empty();
-        self.execute_pending(offload);
-        self.flush_completions(mem);
-        any
-    }
-
-    fn execute_pending(&mut self, offload: &mut dyn FnMut(&mut Queue, u16)) {
-        for i in 0..self.to_execute.len() {
-            let slot = self.to_execute[i];
-            if self.queue.io_request(slot).is_some_and(|r| r.may_block()) {
-                offload(&mut self.queue, slot);
-            } else {
-                self.queue.execute_inline(slot);
-            }
-        }
-        self.to_execute.clear();
+        duties::io_done(self, mem, slot, status, buf);
     }
 
     /// Turn every finished command into work requests: the data (RDMA WRITE) then the
@@ -488,6 +492,37 @@ impl RdmaQueueCore {
             // namespace, so they leave its gate now (zero-copy ones leave when their SEND is
             // done, `on_send_done`).
             self.queue.output_sent();
+        }
+    }
+}
+
+impl Driver for RdmaQueueCore {
+    type Io<'a> = dyn Memory + 'a;
+
+    #[inline]
+    fn parts(&mut self) -> (&mut Queue, &mut Duties) {
+        (&mut self.queue, &mut self.duties)
+    }
+
+    /// RDMA READs waiting for a buffer go first, then the finished commands' WRITEs and SENDs.
+    fn flush(&mut self, mem: &mut (dyn Memory + '_)) {
+        self.start_reads(mem);
+        self.flush_completions(mem);
+    }
+
+    /// The queue's slots and buffers, and this core's tables when nothing is in flight.
+    fn release_idle(&mut self, _: &mut (dyn Memory + '_)) {
+        self.queue.release_idle_buffers();
+        if self.reads.is_empty() && self.sends.is_empty() && self.reads_waiting.is_empty() {
+            self.reads = HashMap::new();
+            self.sends = HashMap::new();
+            self.reads_waiting = VecDeque::new();
+        }
+        if self.remote.is_empty() {
+            self.remote = HashMap::new();
+        }
+        if self.ops.is_empty() {
+            self.ops = Vec::new();
         }
     }
 }

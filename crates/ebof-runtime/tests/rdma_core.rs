@@ -3,10 +3,11 @@
 //! host memory, RDMA WRITE into it, SEND of the response — and checks their order and content.
 
 use ebof_backend::{Backend, BackendSpec};
+use ebof_runtime::duties::{self, Close};
+use ebof_runtime::rdma_core::{Buf, Local, Memory, Op, RdmaError, RdmaQueueConfig, RdmaQueueCore};
 use nvme_spec::fabrics::{ConnectCmd, ConnectData, PropertyCmd, cc, prop};
 use nvme_spec::opcode::{admin, fctype};
 use nvme_spec::{CommandId, ControllerId, Cqe, NamespaceId, QueueId, Sqe, Status};
-use nvmf_rdma::target::{Buf, Local, Memory, Op, RdmaError, RdmaQueueConfig, RdmaQueueCore};
 use nvmf_rdma::wire;
 use nvmf_target::{ListenerInfo, Namespace, Subsystem, Target, TargetLimits};
 use std::collections::HashMap;
@@ -219,6 +220,26 @@ impl Host {
         }
     }
 
+    /// The batch duties a poller runs every round while the queue [`duties::keep_hot`]s.
+    fn duties(&mut self, now: Instant) -> bool {
+        let mut off = |_: &mut nvmf_target::Queue, _: u16| panic!("RAM never offloads");
+        let ran = self.core.run_duties(now, &mut self.mem, &mut off);
+        self.run_ops();
+        ran
+    }
+
+    fn hot(&mut self) -> bool {
+        duties::keep_hot(&mut self.core)
+    }
+
+    /// Answers (CID, status) received since `from`.
+    fn answers(&self, from: usize) -> Vec<(u16, Status)> {
+        self.cqes[from..]
+            .iter()
+            .map(|(c, _)| (c.cid, c.status))
+            .collect()
+    }
+
     fn release_held(&mut self) {
         for tag in std::mem::take(&mut self.held) {
             let mut off = |_: &mut nvmf_target::Queue, _: u16| unreachable!();
@@ -234,12 +255,17 @@ impl Host {
     /// Connect (admin or I/O) with the Connect data by remote reference, as the Linux host
     /// sends it.
     fn connect(&mut self, qid: u16, sqsize: u16, cntlid: u16) -> Cqe {
+        self.connect_kato(qid, sqsize, cntlid, 5000)
+    }
+
+    /// [`Host::connect`] with a keep-alive timeout of `kato` ms (0: none).
+    fn connect_kato(&mut self, qid: u16, sqsize: u16, cntlid: u16, kato: u32) -> Cqe {
         let mut sqe = ConnectCmd {
             recfmt: 0,
             qid: QueueId(qid),
             sqsize,
             cattr: 0,
-            kato: 5000,
+            kato,
         }
         .to_sqe(CommandId(0xC0));
         let data = ConnectData {
@@ -284,6 +310,12 @@ fn rw(op: u8, cid: u16, slba: u64, nlb: u32) -> Sqe {
 
 /// An I/O queue (qid 1) of a fresh controller.
 fn io_host(register_ns: bool, cfg: RdmaQueueConfig) -> (Host, Arc<dyn Backend>) {
+    let (mut qs, backend) = io_queues(register_ns, cfg, 1);
+    (qs.remove(0), backend)
+}
+
+/// `n` I/O queues (qid 1..=n) of one fresh controller, on one namespace.
+fn io_queues(register_ns: bool, cfg: RdmaQueueConfig, n: u16) -> (Vec<Host>, Arc<dyn Backend>) {
     let backend = ram();
     let t = target(backend.clone());
     let mut admin = Host::on(t.clone(), &backend, register_ns, cfg);
@@ -291,12 +323,17 @@ fn io_host(register_ns: bool, cfg: RdmaQueueConfig) -> (Host, Arc<dyn Backend>) 
     assert!(c.status.is_success(), "admin connect: {c:?}");
     let cntlid = c.dw0 as u16;
     admin.property_set_enable();
-    // The I/O queue shares the admin queue's target.
-    let mut io = Host::on(t, &backend, register_ns, cfg);
-    let c = io.connect(1, 127, cntlid);
-    assert!(c.status.is_success(), "I/O connect: {c:?}");
+    // The I/O queues share the admin queue's target.
+    let qs = (1..=n)
+        .map(|qid| {
+            let mut io = Host::on(t.clone(), &backend, register_ns, cfg);
+            let c = io.connect(qid, 127, cntlid);
+            assert!(c.status.is_success(), "I/O connect: {c:?}");
+            io
+        })
+        .collect();
     std::mem::forget(admin); // keep the controller alive for the test's life
-    (io, backend)
+    (qs, backend)
 }
 
 #[test]
@@ -463,7 +500,13 @@ fn failed_rdma_read_fails_the_write_with_transient_transport_error() {
 
 #[test]
 fn reads_in_flight_stay_within_the_agreed_depth() {
-    let (mut h, backend) = io_host(true, RdmaQueueConfig { max_reads: 2 });
+    let (mut h, backend) = io_host(
+        true,
+        RdmaQueueConfig {
+            max_reads: 2,
+            ..RdmaQueueConfig::default()
+        },
+    );
     h.hold_reads = true;
     for i in 0..5u16 {
         let key = h.region(vec![i as u8 + 1; 512]);
@@ -490,7 +533,7 @@ fn reads_in_flight_stay_within_the_agreed_depth() {
 }
 
 /// A fused Compare-and-Write (in-capsule data) after reads: it runs at once only if those reads
-/// have left the namespace gate (nothing here retries deferred commands).
+/// have left the namespace gate (no duties are run between the commands here).
 fn compare_and_write_after_reads(register_ns: bool) {
     let (mut h, backend) = io_host(register_ns, RdmaQueueConfig::default());
     backend.write(0, &[0x11; 512]).unwrap();
@@ -537,4 +580,234 @@ fn reads_leave_the_namespace_gate_zero_copy() {
 #[test]
 fn reads_leave_the_namespace_gate_through_staging() {
     compare_and_write_after_reads(false);
+}
+
+/// A fused Compare-and-Write (compare 0x11, write 0x22 at LBA 0), in-capsule, CIDs 50 and 51.
+fn send_compare_and_write(h: &mut Host) {
+    let mut cmp = rw(0x05, 50, 0, 1);
+    cmp.set_fuse(1);
+    cmp.set_sgl_icd(512);
+    let mut c = cmp.as_bytes().to_vec();
+    c.extend([0x11; 512]);
+    h.recv(&c).unwrap();
+    let mut w = rw(0x01, 51, 0, 1);
+    w.set_fuse(2);
+    w.set_sgl_icd(512);
+    let mut c = w.as_bytes().to_vec();
+    c.extend([0x22; 512]);
+    h.recv(&c).unwrap();
+}
+
+/// Queue 1 has a Write inside the namespace gate (its data is an RDMA READ held by the host);
+/// queue 2 then sends a Compare-and-Write, which takes the gate and waits for it to drain.
+fn write_in_flight_then_compare_and_write() -> (Host, Host, Arc<dyn Backend>) {
+    let (mut qs, backend) = io_queues(true, RdmaQueueConfig::default(), 2);
+    let (mut q1, mut q2) = (qs.remove(0), qs.remove(0));
+    backend.write(0, &[0x11; 512]).unwrap();
+    q1.hold_reads = true;
+    let key = q1.region(vec![0x33; 512]);
+    let mut w = rw(0x01, 30, 8, 1);
+    wire::set_keyed_sgl(&mut w, 0, 512, key, false);
+    q1.recv(w.as_bytes()).unwrap();
+    assert_eq!(q1.held.len(), 1, "the write's data is on its way");
+    let before = q2.cqes.len();
+    send_compare_and_write(&mut q2);
+    assert_eq!(q2.answers(before), [], "the pair waits for the write");
+    assert!(q2.hot(), "a deferred pair keeps its queue hot");
+    (q1, q2, backend)
+}
+
+/// The regression of issue 24: on RDMA nothing retried deferred commands, so a
+/// Compare-and-Write that had to wait for the gate never ran (and kept the gate locked).
+#[test]
+fn compare_and_write_waiting_for_a_write_on_another_queue_runs_when_it_drains() {
+    let (mut q1, mut q2, backend) = write_in_flight_then_compare_and_write();
+    let before = q2.cqes.len();
+    assert!(!q2.duties(Instant::now()), "still draining");
+    assert_eq!(q2.answers(before), []);
+    q1.release_held();
+    assert_eq!(q1.last_cqe().cid, 30);
+    assert!(q1.last_cqe().status.is_success());
+    assert!(q2.duties(Instant::now()), "the pair ran");
+    let ok = Status::SUCCESS;
+    assert_eq!(q2.answers(before), [(50, ok), (51, ok)]);
+    assert!(!q2.hot());
+    let mut b = [0u8; 512];
+    backend.read(0, &mut b).unwrap();
+    assert_eq!(b, [0x22; 512]);
+}
+
+#[test]
+fn a_read_deferred_behind_compare_and_write_completes() {
+    let (mut q1, mut q2, backend) = write_in_flight_then_compare_and_write();
+    // A Read on queue 1 finds the gate held by the pair: deferred.
+    let q1_before = q1.cqes.len();
+    let key = q1.region(vec![0; 512]);
+    let mut r = rw(0x02, 31, 0, 1);
+    wire::set_keyed_sgl(&mut r, 0, 512, key, false);
+    q1.recv(r.as_bytes()).unwrap();
+    assert_eq!(q1.answers(q1_before), []);
+    assert!(q1.hot(), "a deferred read keeps its queue hot");
+    // The write's data arrives: it completes; the read still waits (the pair holds the gate).
+    q1.hold_reads = false;
+    q1.release_held();
+    assert_eq!(q1.answers(q1_before), [(30, Status::SUCCESS)]);
+    assert!(q1.hot());
+    // The pair's queue retries: it runs and opens the gate; then the read's queue retries.
+    assert!(q2.duties(Instant::now()));
+    assert!(q1.duties(Instant::now()), "the deferred read ran");
+    assert_eq!(
+        q1.answers(q1_before),
+        [(30, Status::SUCCESS), (31, Status::SUCCESS)]
+    );
+    assert!(!q1.hot());
+    assert_eq!(
+        q1.regions[&key],
+        vec![0x22; 512],
+        "the read saw the pair's write"
+    );
+    let mut b = [0u8; 512];
+    backend.read(8 * 512, &mut b).unwrap();
+    assert_eq!(b, [0x33; 512]);
+}
+
+#[test]
+fn compare_and_write_that_cannot_drain_fails_at_the_drain_timeout_and_opens_the_gate() {
+    let (mut q1, mut q2, backend) = write_in_flight_then_compare_and_write();
+    let before = q2.cqes.len();
+    let t = Instant::now();
+    assert!(!q2.duties(t + nvmf_target::CAW_DRAIN_TIMEOUT / 2));
+    assert_eq!(q2.answers(before), []);
+    q2.duties(t + nvmf_target::CAW_DRAIN_TIMEOUT + std::time::Duration::from_millis(100));
+    let st = Status::CMD_INTERRUPTED;
+    assert_eq!(
+        q2.answers(before)
+            .iter()
+            .map(|(c, s)| (*c, s.sct, s.sc))
+            .collect::<Vec<_>>(),
+        [(50, st.sct, st.sc), (51, st.sct, st.sc)]
+    );
+    assert!(!q2.hot());
+    // The gate is open again: a Read on queue 2 runs at once (queue 1's write is still in).
+    let key = q2.region(vec![0; 512]);
+    let mut r = rw(0x02, 52, 0, 1);
+    wire::set_keyed_sgl(&mut r, 0, 512, key, false);
+    q2.recv(r.as_bytes()).unwrap();
+    assert_eq!(q2.last_cqe().cid, 52);
+    assert!(q2.last_cqe().status.is_success());
+    assert_eq!(q2.regions[&key], vec![0x11; 512], "nothing was written");
+    q1.release_held();
+    assert!(q1.last_cqe().status.is_success());
+    let mut b = [0u8; 512];
+    backend.read(0, &mut b).unwrap();
+    assert_eq!(b, [0x11; 512]);
+}
+
+#[test]
+fn the_configured_handshake_timeout_closes_a_queue_without_connect() {
+    let backend = ram();
+    let t0 = Instant::now();
+    let short = std::time::Duration::from_millis(300);
+    let cfg = RdmaQueueConfig {
+        handshake_timeout: short,
+        ..RdmaQueueConfig::default()
+    };
+    let mut h = Host::new(&backend, true, cfg);
+    let ms = std::time::Duration::from_millis;
+    assert_eq!(h.core.tick(t0 + ms(200), &mut h.mem), None);
+    assert_eq!(
+        h.core.tick(t0 + ms(1000), &mut h.mem),
+        Some(Close::HandshakeTimeout(short))
+    );
+    // A longer one is honoured too (the old fixed 5 s would have closed it at 6 s).
+    let long = RdmaQueueConfig {
+        handshake_timeout: std::time::Duration::from_secs(10),
+        ..RdmaQueueConfig::default()
+    };
+    let t0 = Instant::now();
+    let mut h = Host::new(&backend, true, long);
+    assert_eq!(h.core.tick(t0 + ms(6000), &mut h.mem), None);
+    assert!(h.core.tick(t0 + ms(11_000), &mut h.mem).is_some());
+    // A connected queue is never closed by it (no keep-alive timeout here).
+    let t0 = Instant::now();
+    let mut h = Host::new(&backend, true, cfg);
+    assert!(h.connect_kato(0, 31, 0xFFFF, 0).status.is_success());
+    assert_eq!(h.core.tick(t0 + ms(1000), &mut h.mem), None);
+    assert_eq!(h.core.tick(t0 + ms(60_000), &mut h.mem), None);
+}
+
+/// A DH-HMAC-CHAP session that never finishes.
+struct Silent;
+
+impl nvmf_target::auth::AuthSession for Silent {
+    fn send(&mut self, _: &[u8]) -> Result<(), nvmf_target::auth::AuthCmdError> {
+        Ok(())
+    }
+    fn receive(&mut self, _: u32) -> Result<Vec<u8>, nvmf_target::auth::AuthCmdError> {
+        Ok(Vec::new())
+    }
+    fn progress(&self) -> nvmf_target::auth::AuthProgress {
+        nvmf_target::auth::AuthProgress::InProgress
+    }
+    fn failure(&self) -> Option<String> {
+        None
+    }
+}
+
+/// Every host must authenticate.
+struct EveryHost;
+
+impl nvmf_target::auth::AuthPolicy for EveryHost {
+    fn session(&self, _: &str, _: &str, _: u16) -> Option<Box<dyn nvmf_target::auth::AuthSession>> {
+        Some(Box::new(Silent))
+    }
+}
+
+#[test]
+fn a_queue_that_connects_but_never_authenticates_is_closed_at_the_auth_deadline() {
+    let backend = ram();
+    let t = target(backend.clone());
+    t.set_auth_policy(Some(Arc::new(EveryHost)));
+    let mut h = Host::on(t, &backend, true, RdmaQueueConfig::default());
+    // No keep-alive timeout: only the authentication deadline may close it.
+    let c = h.connect_kato(0, 31, 0xFFFF, 0);
+    assert!(c.status.is_success(), "{c:?}");
+    assert_ne!(c.dw0 & nvmf_target::auth::CONNECT_AUTHREQ_ATR, 0, "ATR set");
+    let now = Instant::now();
+    let s = std::time::Duration::from_secs;
+    // Connected: the handshake deadline gives way to the authentication deadline.
+    assert_eq!(h.core.tick(now, &mut h.mem), None);
+    assert_eq!(h.core.tick(now + s(10), &mut h.mem), None);
+    assert_eq!(
+        h.core.tick(now + duties::AUTH_TIMEOUT + s(1), &mut h.mem),
+        Some(Close::AuthTimeout)
+    );
+}
+
+#[test]
+fn an_idle_queue_gives_its_buffers_back_on_the_tick() {
+    let (mut h, _backend) = io_host(false, RdmaQueueConfig::default());
+    for i in 0..8u16 {
+        let key = h.region(vec![i as u8; 64 * 1024]);
+        let mut w = rw(0x01, 60 + i, u64::from(i) * 128, 128);
+        wire::set_keyed_sgl(&mut w, 0, 64 * 1024, key, false);
+        h.recv(w.as_bytes()).unwrap();
+        assert!(h.last_cqe().status.is_success());
+    }
+    let busy = h.core.queue.idle_footprint();
+    assert!(busy > 0, "the slot table grew");
+    let now = Instant::now();
+    // First tick: commands arrived since the last one; nothing is released.
+    assert_eq!(h.core.tick(now, &mut h.mem), None);
+    assert_eq!(h.core.queue.idle_footprint(), busy);
+    // A tick with nothing received: the queue's buffers are given back.
+    assert_eq!(h.core.tick(now, &mut h.mem), None);
+    assert_eq!(h.core.queue.idle_footprint(), 0);
+    // And it still works.
+    let key = h.region(vec![0; 512]);
+    let mut r = rw(0x02, 70, 128, 1);
+    wire::set_keyed_sgl(&mut r, 0, 512, key, false);
+    h.recv(r.as_bytes()).unwrap();
+    assert!(h.last_cqe().status.is_success());
+    assert_eq!(h.regions[&key], vec![1u8; 512]);
 }

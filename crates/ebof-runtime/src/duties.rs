@@ -1,0 +1,240 @@
+//! The driver contract: what every transport driver owes `nvmf_target::Queue`, written once.
+//!
+//! A transport core (NVMe/TCP: [`crate::conn::ConnCore`]; NVMe/RDMA:
+//! [`crate::rdma_core::RdmaQueueCore`]) turns its transport's events into calls on a
+//! [`Queue`]. Around those calls the queue needs the same things from every transport; they
+//! live here, and a core gets them by implementing [`Driver`] (how to flush completions and
+//! give idle buffers back on *its* transport) and calling [`after_batch`], [`io_done`] and
+//! [`on_tick`] from its run loop. No run loop re-spells a duty.
+//!
+//! | when | duty | here |
+//! |---|---|---|
+//! | after each batch of input (commands, data, RDMA READ done) | run the slots that became ready: inline when the backend does not block, else the I/O engine | [`after_batch`] → [`Duties::run`] |
+//! | after each batch, while any command is deferred | retry commands deferred at a namespace gate (a fused Compare-and-Write also times out its drain here) | [`after_batch`] → [`Queue::retry_deferred`] |
+//! | after each batch | drain completions into the transport's output | [`after_batch`] → [`Driver::flush`] |
+//! | every loop round | while [`Driver::keep_hot`] (commands deferred): retry again and do not sleep | the run loop, through [`after_batch`] |
+//! | offloaded I/O done | complete the slot, drain completions | [`io_done`] |
+//! | each tick (500 ms) | timers: keep-alive expiry, AER delivery, counters published; close when the controller is gone or reset | [`on_tick`] → [`Queue::poll_timers`] |
+//! | each tick | handshake deadline (`[target] handshake_timeout_ms`) until Fabrics Connect; then, if the host must authenticate, [`AUTH_TIMEOUT`] from Connect | [`on_tick`] → [`Deadlines`] |
+//! | each tick | a queue that received nothing since the last tick gives idle buffers back | [`on_tick`] → [`Driver::release_idle`] |
+//! | output sent (transport-specific moment) | streamed reads leave their namespace gate | the core: [`Queue::output_sent`] |
+//!
+//! A third transport implements [`Driver`], feeds its input through the queue, and calls the
+//! three functions; that is the whole contract.
+
+use crate::engine::{Engine, Job};
+use nvme_spec::Status;
+use nvmf_target::Queue;
+use std::time::{Duration, Instant};
+
+/// Time a queue that must authenticate (DH-HMAC-CHAP) has, from its Connect, to finish: the
+/// exchange takes a few round trips and, with the large FFDHE groups, real CPU time on a slow
+/// host.
+pub const AUTH_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Why the duties say a queue must close.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Close {
+    /// The controller was torn down (keep-alive expiry, reset, admin queue gone).
+    ControllerGone,
+    /// No Fabrics Connect within the handshake deadline (the configured timeout).
+    HandshakeTimeout(Duration),
+    /// Connected, but DH-HMAC-CHAP not finished within [`AUTH_TIMEOUT`] of Connect.
+    AuthTimeout,
+}
+
+/// The handshake and authentication deadlines of one queue.
+#[derive(Debug)]
+pub struct Deadlines {
+    timeout: Duration,
+    /// Until Fabrics Connect succeeds (and authentication, if asked): when the queue closes.
+    deadline: Option<Instant>,
+    /// `deadline` has been moved to the authentication deadline.
+    auth: bool,
+}
+
+impl Deadlines {
+    /// A queue accepted at `now` with the configured handshake timeout.
+    pub fn new(now: Instant, timeout: Duration) -> Deadlines {
+        Deadlines {
+            timeout,
+            deadline: now.checked_add(timeout),
+            auth: false,
+        }
+    }
+
+    /// The configured handshake timeout.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Check at `now`: `Some` when the queue must close. Once the queue is connected (and
+    /// authenticated, if its host must) the deadline is cleared and this costs nothing.
+    pub fn expired(&mut self, q: &Queue, now: Instant) -> Option<Close> {
+        let deadline = self.deadline?;
+        if q.controller().is_some() {
+            if !q.auth_pending() {
+                self.deadline = None;
+                return None;
+            }
+            if !self.auth {
+                self.auth = true;
+                self.deadline = now.checked_add(AUTH_TIMEOUT.max(self.timeout));
+                return None;
+            }
+            return (now >= deadline).then_some(Close::AuthTimeout);
+        }
+        (now >= deadline).then_some(Close::HandshakeTimeout(self.timeout))
+    }
+}
+
+/// The transport-independent state a core keeps for its duties.
+#[derive(Debug)]
+pub struct Duties {
+    /// Slots ready to run after the current batch.
+    to_execute: Vec<u16>,
+    /// Input arrived since the last tick.
+    active: bool,
+    /// Handshake and authentication deadlines.
+    pub deadlines: Deadlines,
+}
+
+impl Duties {
+    /// Duties of a queue accepted at `now`.
+    pub fn new(now: Instant, handshake_timeout: Duration) -> Duties {
+        Duties {
+            to_execute: Vec::with_capacity(64),
+            active: false,
+            deadlines: Deadlines::new(now, handshake_timeout),
+        }
+    }
+
+    /// `Disposition::Execute { slot }`: run it at the end of the batch.
+    #[inline]
+    pub fn execute_later(&mut self, slot: u16) {
+        self.to_execute.push(slot);
+    }
+
+    /// Input arrived (for the idle-buffer duty).
+    #[inline]
+    pub fn input(&mut self) {
+        self.active = true;
+    }
+
+    /// Run the ready slots, then (if any command is deferred) retry the deferred ones and run
+    /// those that may go. Returns whether a deferred command ran.
+    pub fn run(
+        &mut self,
+        q: &mut Queue,
+        now: Instant,
+        offload: &mut dyn FnMut(&mut Queue, u16),
+    ) -> bool {
+        self.execute(q, offload);
+        if !q.has_deferred() {
+            return false;
+        }
+        q.retry_deferred(now, &mut self.to_execute);
+        let any = !self.to_execute.is_empty();
+        self.execute(q, offload);
+        any
+    }
+
+    fn execute(&mut self, q: &mut Queue, offload: &mut dyn FnMut(&mut Queue, u16)) {
+        for i in 0..self.to_execute.len() {
+            let slot = self.to_execute[i];
+            if q.io_request(slot).is_some_and(|r| r.may_block()) {
+                offload(q, slot);
+            } else {
+                q.execute_inline(slot);
+            }
+        }
+        self.to_execute.clear();
+    }
+}
+
+/// What a transport core provides so the duties can be done for it.
+pub trait Driver {
+    /// What flushing needs from the run loop (NVMe/TCP: nothing; NVMe/RDMA: the thread's
+    /// registered memory).
+    type Io<'a>: ?Sized;
+    /// The queue and the duties' state, borrowed together.
+    fn parts(&mut self) -> (&mut Queue, &mut Duties);
+    /// Turn every finished command into transport output (and start data movement the
+    /// transport owes, such as RDMA READs waiting for a buffer).
+    fn flush(&mut self, io: &mut Self::Io<'_>);
+    /// Nothing arrived since the last tick: give back buffers sized for the last burst. The
+    /// queue's own (slot table and data buffers) through `Queue::release_idle_buffers`.
+    fn release_idle(&mut self, io: &mut Self::Io<'_>);
+}
+
+/// After a batch of input: run what became ready, retry deferred commands, flush. Returns
+/// whether a deferred command ran. Also the per-round call of a core that
+/// [`keep_hot`]s.
+pub fn after_batch<D: Driver>(
+    d: &mut D,
+    io: &mut D::Io<'_>,
+    now: Instant,
+    offload: &mut dyn FnMut(&mut Queue, u16),
+) -> bool {
+    let (q, duties) = d.parts();
+    let any = duties.run(q, now, offload);
+    d.flush(io);
+    any
+}
+
+/// True while the queue has deferred commands: the run loop calls [`after_batch`] every round
+/// and does not sleep (a Compare-and-Write waits only for commands already running, at most
+/// `CAW_DRAIN_TIMEOUT`).
+pub fn keep_hot<D: Driver>(d: &mut D) -> bool {
+    d.parts().0.has_deferred()
+}
+
+/// Offloaded I/O of `slot` finished with `status` (its buffer back): complete and flush.
+pub fn io_done<D: Driver>(d: &mut D, io: &mut D::Io<'_>, slot: u16, status: Status, buf: Vec<u8>) {
+    d.parts().0.complete_io(slot, status, buf);
+    d.flush(io);
+}
+
+/// The periodic tick: timers and events, deadlines, idle buffers; flushes what the timers
+/// completed (an AER). `Some` when the queue must close.
+pub fn on_tick<D: Driver>(d: &mut D, io: &mut D::Io<'_>, now: Instant) -> Option<Close> {
+    let (q, duties) = d.parts();
+    let gone = q.poll_timers(now);
+    let close = if gone {
+        Some(Close::ControllerGone)
+    } else {
+        duties.deadlines.expired(q, now)
+    };
+    let idle = !std::mem::take(&mut duties.active);
+    if q.has_completions() {
+        d.flush(io);
+    }
+    if idle {
+        d.release_idle(io);
+    }
+    close
+}
+
+/// Hand the prepared I/O of `slot` to the engine, tagged with its connection (`conn`, the
+/// index in the run loop's table, and `generation`, so a completion for a closed connection
+/// whose index was reused is recognised). Returns false when the slot holds no request.
+pub(crate) fn offload(
+    engine: &mut Engine,
+    q: &mut Queue,
+    slot: u16,
+    conn: usize,
+    generation: u64,
+) -> bool {
+    let Some(req) = q.io_request(slot).cloned() else {
+        return false;
+    };
+    let buf = q.take_io_buffer(slot);
+    engine.start(Job {
+        conn,
+        generation,
+        slot,
+        req,
+        buf,
+    });
+    true
+}
