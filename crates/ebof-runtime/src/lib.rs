@@ -17,6 +17,7 @@ pub mod conn;
 pub mod duties;
 pub mod engine;
 pub mod limits;
+mod pace;
 #[cfg(feature = "rdma")]
 pub mod rdma;
 pub mod rdma_core;

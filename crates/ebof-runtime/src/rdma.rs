@@ -18,6 +18,7 @@
 
 use crate::duties::{self, Close};
 use crate::engine::{Done, Engine, EngineConfig};
+use crate::pace::Pace;
 use crate::rdma_core::{Buf, Local, Memory, Op, RdmaQueueConfig, RdmaQueueCore};
 use crate::reactor::Mailbox;
 use mio::unix::SourceFd;
@@ -40,8 +41,11 @@ const WAKER: Token = Token(usize::MAX - 1);
 const ENGINE: Token = Token(usize::MAX - 2);
 /// Tokens from here down are completion channels (one per device).
 const COMP_BASE: usize = usize::MAX - 64;
+/// The listeners' CM channel (first thread only).
+const LISTEN: usize = COMP_BASE - 1;
 
-const TICK: Duration = Duration::from_millis(500);
+/// Longest sleep in the poll (the stop flag is checked on the tick).
+const MAX_SLEEP: Duration = Duration::from_millis(100);
 /// Staging chunk: MDTS (the largest transfer a command may have).
 const CHUNK: usize = 128 * 1024;
 /// Chunks registered at once when the pool runs dry.
@@ -363,8 +367,217 @@ const K_READ: u64 = 1;
 const K_SEND: u64 = 2;
 const K_WRITE: u64 = 3;
 
+/// The queues of one RDMA thread and the devices they use.
+#[derive(Default)]
+struct Queues {
+    devs: Vec<(usize, DevCtx)>,
+    conns: Vec<Option<RdmaConn>>,
+    /// Queues with commands deferred at a namespace gate: their duties run every round and
+    /// the thread does not sleep while there are any (`crate::duties::keep_hot`).
+    hot: Vec<usize>,
+    /// Bumped per admitted queue (tags its work requests and CM events).
+    generation: u32,
+}
+
+/// Which of a thread's file descriptors fired (edge-triggered: each is drained whole when
+/// seen).
+struct Ready {
+    cm: bool,
+    listen: bool,
+    mail: bool,
+    comp: bool,
+}
+
+impl Queues {
+    /// The device context of a queue's device (always there while the queue lives).
+    fn mem_of(devs: &mut [(usize, DevCtx)], dev: usize) -> Option<&mut DevCtx> {
+        devs.iter_mut().find(|(id, _)| *id == dev).map(|(_, d)| d)
+    }
+
+    /// About to sleep: arm every CQ that is not. True if any was (what completed before the
+    /// arm must be taken now, else it would wait for the next completion's notification).
+    fn arm_all(&mut self) -> bool {
+        let mut armed_now = false;
+        for (_, d) in self.devs.iter_mut() {
+            if !d.armed {
+                let _ = d.cq.arm();
+                d.armed = true;
+                armed_now = true;
+            }
+        }
+        armed_now
+    }
+
+    /// Connection events on the thread's CM channel. True if there were any.
+    fn cm_events(&mut self, ch: &EventChannel) -> bool {
+        let mut work = false;
+        while let Ok(Some(ev)) = ch.next_event() {
+            work = true;
+            let i = (ev.token >> 8) as usize;
+            let g = (ev.token & 0xFF) as u32;
+            let Some(Some(c)) = self.conns.get_mut(i) else {
+                continue;
+            };
+            if c.generation & 0xFF != g {
+                continue;
+            }
+            let _e = c.span.clone().entered();
+            match ev.kind {
+                CmEventKind::Established => tracing::debug!("RDMA queue established"),
+                CmEventKind::Disconnected | CmEventKind::DeviceRemoval => {
+                    if c.ending.is_none() {
+                        tracing::debug!("RDMA queue disconnected by the host");
+                        c.ending = Some(Instant::now());
+                        let _ = c.id.disconnect();
+                    }
+                }
+                CmEventKind::TimewaitExit => {}
+                k => tracing::debug!(event = ?k, "RDMA CM event"),
+            }
+        }
+        work
+    }
+
+    /// Completions, per device: polled every round while spinning (no syscall: the CQ is in
+    /// shared memory on RNICs and rxe alike); the channel is read only when it `fired`, and
+    /// the CQ re-armed only before sleeping. True if there were any.
+    fn completions(&mut self, fired: bool, wcs: &mut [Wc], engine: &mut Engine) -> bool {
+        let mut work = false;
+        for (_, d) in self.devs.iter_mut() {
+            if fired && d.ch.drain(&mut d.cq) > 0 {
+                d.armed = false;
+            }
+            loop {
+                let n = match d.cq.poll(wcs) {
+                    Ok(n) => n,
+                    Err(e) => {
+                        tracing::error!(error = %e, "CQ poll failed");
+                        0
+                    }
+                };
+                if n == 0 {
+                    break;
+                }
+                work = true;
+                for wc in &wcs[..n] {
+                    complete(wc, &mut self.conns, &mut d.mem, engine, &mut self.hot);
+                }
+            }
+        }
+        work
+    }
+
+    /// The batch duties of every queue with deferred commands (retried every round while any
+    /// wait). True if a deferred command ran.
+    fn run_hot(&mut self, engine: &mut Engine) -> bool {
+        let mut work = false;
+        let mut k = 0;
+        while k < self.hot.len() {
+            let i = self.hot[k];
+            let keep = match self.conns.get_mut(i) {
+                Some(Some(c)) if c.ending.is_none() => {
+                    if let Some(d) = Self::mem_of(&mut self.devs, c.dev) {
+                        let _e = c.span.clone().entered();
+                        let g = u64::from(c.generation);
+                        let mut n = 0usize;
+                        work |= c
+                            .core
+                            .run_duties(Instant::now(), &mut d.mem, &mut |q, slot| {
+                                n += usize::from(duties::offload(engine, q, slot, i, g));
+                            });
+                        c.offloaded += n;
+                        post(c, i);
+                    }
+                    c.hot = duties::keep_hot(&mut c.core);
+                    c.hot
+                }
+                Some(Some(c)) => {
+                    c.hot = false;
+                    false
+                }
+                _ => false,
+            };
+            if keep {
+                k += 1;
+            } else {
+                self.hot.swap_remove(k);
+            }
+        }
+        work
+    }
+
+    /// Offloaded I/O that finished goes back to its queue (if it is still the one that
+    /// started it). True if any did.
+    fn reap(&mut self, engine: &mut Engine) -> bool {
+        let mut work = false;
+        engine.reap(|done: Done| {
+            work = true;
+            if let Some(Some(c)) = self.conns.get_mut(done.conn)
+                && u64::from(c.generation) == done.generation
+                && let Some(d) = Self::mem_of(&mut self.devs, c.dev)
+            {
+                c.offloaded = c.offloaded.saturating_sub(1);
+                c.core
+                    .complete_io(done.slot, done.status, done.buf, &mut d.mem);
+                post(c, done.conn);
+            }
+        });
+        work
+    }
+
+    /// The tick duties of every live queue (`crate::duties::on_tick`); a queue they close is
+    /// disconnected.
+    fn tick(&mut self, now: Instant, target: &Target) {
+        for (i, slot) in self.conns.iter_mut().enumerate() {
+            let Some(c) = slot else { continue };
+            if c.ending.is_some() {
+                continue;
+            }
+            let Some(d) = Self::mem_of(&mut self.devs, c.dev) else {
+                continue;
+            };
+            let _e = c.span.clone().entered();
+            let close = c.core.tick(now, &mut d.mem);
+            post(c, i);
+            if let Some(why) = close {
+                log_close(why, target);
+                c.ending = Some(now);
+                let _ = c.id.disconnect();
+            }
+        }
+    }
+
+    /// Free queues that ended and whose work requests have flushed (or waited [`DRAIN`]).
+    fn free_ended(&mut self, now: Instant, target: &Target) {
+        for (i, slot) in self.conns.iter_mut().enumerate() {
+            let done = matches!(slot, Some(c) if c.ending.is_some_and(|t| {
+                (c.core.in_flight() == 0 && c.offloaded == 0) || now.duration_since(t) > DRAIN
+            }));
+            if done && let Some(c) = slot.take() {
+                if c.hot {
+                    self.hot.retain(|&h| h != i);
+                }
+                let d = Self::mem_of(&mut self.devs, c.dev);
+                drop_conn(c, d, target);
+            }
+        }
+    }
+
+    /// The thread stops: disconnect and free every queue, then the devices (CQs before their
+    /// channels: `DevCtx` field order).
+    fn close_all(mut self, target: &Target) {
+        for c in std::mem::take(&mut self.conns).into_iter().flatten() {
+            let _ = c.id.disconnect();
+            let d = Self::mem_of(&mut self.devs, c.dev);
+            drop_conn(c, d, target);
+        }
+        drop(self.devs);
+    }
+}
+
 impl RdmaThread {
-    fn run(mut self) {
+    /// Register the thread's descriptors; `None` (logged) if it cannot start.
+    fn setup(&mut self) -> Option<(Engine, Arc<EventChannel>)> {
         if let Err(e) = crate::affinity::pin_current_thread(self.core) {
             tracing::warn!(core = self.core, error = %e, "RDMA thread unpinned");
         }
@@ -376,63 +589,53 @@ impl RdmaThread {
             Ok(c) => c,
             Err(e) => {
                 tracing::error!(core = self.core, error = %e, "RDMA thread cannot start");
-                return;
+                return None;
             }
         };
         let _ = self
             .poll
             .registry()
             .register(&mut SourceFd(&ch.fd()), CM, Interest::READABLE);
-        let listen_ch = self.listen.as_ref().map(|(c, _)| c.clone());
-        if let Some(lc) = &listen_ch {
+        if let Some((lc, _)) = &self.listen {
             let _ = self.poll.registry().register(
                 &mut SourceFd(&lc.fd()),
-                Token(COMP_BASE - 1),
+                Token(LISTEN),
                 Interest::READABLE,
             );
         }
         tracing::info!(core = self.core, "RDMA poller started");
-        let mut devs: Vec<(usize, DevCtx)> = Vec::new();
-        let mut conns: Vec<Option<RdmaConn>> = Vec::new();
-        // Queues with commands deferred at a namespace gate: their duties run every round and
-        // the thread does not sleep while there are any (crate::duties::keep_hot).
-        let mut hot: Vec<usize> = Vec::new();
-        let mut generation = 0u32;
-        let mut events = Events::with_capacity(256);
-        let mut wcs = [Wc::default(); 32];
-        let mut next_tick = Instant::now() + TICK;
-        let mut last_work = Instant::now();
-        let spin = self.spin;
+        Some((engine, ch))
+    }
+
+    fn run(mut self) {
+        let Some((mut engine, ch)) = self.setup() else {
+            return;
+        };
+        let listen_ch = self.listen.as_ref().map(|(c, _)| c.clone());
         let listen_addrs: Vec<(SocketAddr, bool)> = self
             .listen
             .as_ref()
             .map(|(_, ls)| ls.iter().map(|(_, a, d)| (*a, *d)).collect())
             .unwrap_or_default();
-        // Ready fds from the last poll (edge-triggered: each is drained whole when seen).
-        let (mut cm_ready, mut listen_ready, mut mail) = (true, listen_ch.is_some(), true);
-        let mut comp_ready = false;
+        let mut qs = Queues::default();
+        let mut events = Events::with_capacity(256);
+        let mut wcs = [Wc::default(); 32];
+        let mut pace = Pace::new(self.spin, Instant::now());
+        let mut ready = Ready {
+            cm: true,
+            listen: listen_ch.is_some(),
+            mail: true,
+            comp: false,
+        };
         loop {
             let now = Instant::now();
-            let spinning = !hot.is_empty() || now.duration_since(last_work) < spin;
-            let timeout = if spinning {
+            let timeout = if pace.spinning(now, !qs.hot.is_empty()) {
+                Duration::ZERO
+            } else if qs.arm_all() || ready.comp {
+                ready.comp = true;
                 Duration::ZERO
             } else {
-                // About to sleep: every CQ must be armed, and what completed before the arm is
-                // taken now (else it would wait for the next completion's notification).
-                for (_, d) in devs.iter_mut() {
-                    if !d.armed {
-                        let _ = d.cq.arm();
-                        d.armed = true;
-                        comp_ready = true;
-                    }
-                }
-                if comp_ready {
-                    Duration::ZERO
-                } else {
-                    next_tick
-                        .saturating_duration_since(now)
-                        .min(Duration::from_millis(100))
-                }
+                pace.sleep(now, MAX_SLEEP)
             };
             if let Err(e) = self.poll.poll(&mut events, Some(timeout))
                 && e.kind() != std::io::ErrorKind::Interrupted
@@ -442,16 +645,16 @@ impl RdmaThread {
             }
             for ev in events.iter() {
                 match ev.token() {
-                    CM => cm_ready = true,
-                    WAKER => mail = true,
+                    CM => ready.cm = true,
+                    WAKER => ready.mail = true,
                     ENGINE => {}
-                    Token(t) if t == COMP_BASE - 1 => listen_ready = true,
-                    Token(_) => comp_ready = true,
+                    Token(LISTEN) => ready.listen = true,
+                    Token(_) => ready.comp = true,
                 }
             }
             let mut work = false;
             // Listener events (first thread only).
-            if std::mem::take(&mut listen_ready)
+            if std::mem::take(&mut ready.listen)
                 && let Some(lc) = &listen_ch
             {
                 while let Ok(Some(ev)) = lc.next_event() {
@@ -460,175 +663,41 @@ impl RdmaThread {
                 }
             }
             // Handed-over connections.
-            if std::mem::take(&mut mail) {
+            if std::mem::take(&mut ready.mail) {
                 let incoming =
                     std::mem::take(&mut *self.inbox.lock().unwrap_or_else(|e| e.into_inner()));
                 for inc in incoming {
                     work = true;
-                    generation = generation.wrapping_add(1);
-                    self.admit(inc, &ch, &mut devs, &mut conns, generation);
+                    qs.generation = qs.generation.wrapping_add(1);
+                    self.admit(inc, &ch, &mut qs);
                 }
             }
-            // Connection events.
-            while std::mem::take(&mut cm_ready)
-                && let Ok(Some(ev)) = ch.next_event()
-            {
-                cm_ready = true;
-                work = true;
-                let i = (ev.token >> 8) as usize;
-                let g = (ev.token & 0xFF) as u32;
-                if let Some(Some(c)) = conns.get_mut(i)
-                    && c.generation & 0xFF == g
-                {
-                    let span = c.span.clone();
-                    let _e = span.enter();
-                    match ev.kind {
-                        CmEventKind::Established => tracing::debug!("RDMA queue established"),
-                        CmEventKind::Disconnected | CmEventKind::DeviceRemoval => {
-                            if c.ending.is_none() {
-                                tracing::debug!("RDMA queue disconnected by the host");
-                                c.ending = Some(Instant::now());
-                                let _ = c.id.disconnect();
-                            }
-                        }
-                        CmEventKind::TimewaitExit => {}
-                        k => tracing::debug!(event = ?k, "RDMA CM event"),
-                    }
-                }
+            if std::mem::take(&mut ready.cm) {
+                work |= qs.cm_events(&ch);
             }
-            // Completions, per device: polled every round while spinning (no syscall: the CQ
-            // is in shared memory on RNICs and rxe alike); the channel is read only when it
-            // fired, and the CQ re-armed only before sleeping.
-            let fired = std::mem::take(&mut comp_ready);
-            for (_, d) in devs.iter_mut() {
-                if fired && d.ch.drain(&mut d.cq) > 0 {
-                    d.armed = false;
-                }
-                loop {
-                    let n = match d.cq.poll(&mut wcs) {
-                        Ok(n) => n,
-                        Err(e) => {
-                            tracing::error!(error = %e, "CQ poll failed");
-                            0
-                        }
-                    };
-                    if n == 0 {
-                        break;
-                    }
-                    work = true;
-                    for wc in &wcs[..n] {
-                        complete(wc, &mut conns, &mut d.mem, &mut engine, &mut hot);
-                    }
-                }
-            }
-            // Deferred commands: retried every round while any wait.
-            let mut k = 0;
-            while k < hot.len() {
-                let i = hot[k];
-                let keep = match conns.get_mut(i) {
-                    Some(Some(c)) if c.ending.is_none() => {
-                        if let Some((_, d)) = devs.iter_mut().find(|(id, _)| *id == c.dev) {
-                            let span = c.span.clone();
-                            let _e = span.enter();
-                            let g = u64::from(c.generation);
-                            let mut n = 0usize;
-                            work |=
-                                c.core
-                                    .run_duties(Instant::now(), &mut d.mem, &mut |q, slot| {
-                                        n += usize::from(duties::offload(
-                                            &mut engine,
-                                            q,
-                                            slot,
-                                            i,
-                                            g,
-                                        ));
-                                    });
-                            c.offloaded += n;
-                            post(c, i);
-                        }
-                        c.hot = duties::keep_hot(&mut c.core);
-                        c.hot
-                    }
-                    Some(Some(c)) => {
-                        c.hot = false;
-                        false
-                    }
-                    _ => false,
-                };
-                if keep {
-                    k += 1;
-                } else {
-                    hot.swap_remove(k);
-                }
-            }
-            // Offloaded I/O.
+            work |= qs.completions(std::mem::take(&mut ready.comp), &mut wcs, &mut engine);
+            work |= qs.run_hot(&mut engine);
+            // Offloaded I/O started this round goes to the kernel; what finished comes back.
             engine.submit();
-            engine.reap(|done: Done| {
-                work = true;
-                if let Some(Some(c)) = conns.get_mut(done.conn)
-                    && u64::from(c.generation) == done.generation
-                    && let Some((_, d)) = devs.iter_mut().find(|(id, _)| *id == c.dev)
-                {
-                    c.offloaded = c.offloaded.saturating_sub(1);
-                    c.core
-                        .complete_io(done.slot, done.status, done.buf, &mut d.mem);
-                    post(c, done.conn);
-                }
-            });
+            work |= qs.reap(&mut engine);
             let now = Instant::now();
             if work {
-                last_work = now;
+                pace.worked(now);
             }
-            if now >= next_tick {
-                next_tick = now + TICK;
-                for (i, slot) in conns.iter_mut().enumerate() {
-                    let Some(c) = slot else { continue };
-                    let span = c.span.clone();
-                    let _e = span.enter();
-                    if c.ending.is_none()
-                        && let Some((_, d)) = devs.iter_mut().find(|(id, _)| *id == c.dev)
-                    {
-                        // The tick duties (crate::duties): timers, deadlines, idle buffers.
-                        let close = c.core.tick(now, &mut d.mem);
-                        post(c, i);
-                        if let Some(why) = close {
-                            log_close(why, &self.target);
-                            c.ending = Some(now);
-                            let _ = c.id.disconnect();
-                        }
-                    }
-                }
+            if pace.tick_due(now) {
+                qs.tick(now, &self.target);
                 if self.stop.load(Ordering::Acquire) {
                     break;
                 }
             }
-            // Free queues that ended and whose work requests have flushed.
-            for (i, slot) in conns.iter_mut().enumerate() {
-                let done = matches!(slot, Some(c) if c.ending.is_some_and(|t| {
-                    (c.core.in_flight() == 0 && c.offloaded == 0) || now.duration_since(t) > DRAIN
-                }));
-                if done && let Some(c) = slot.take() {
-                    if c.hot {
-                        hot.retain(|&h| h != i);
-                    }
-                    let dev = c.dev;
-                    let d = devs.iter_mut().find(|(i, _)| *i == dev).map(|(_, d)| d);
-                    drop_conn(c, d, &self.target);
-                }
-            }
+            qs.free_ended(now, &self.target);
         }
-        for c in conns.into_iter().flatten() {
-            let _ = c.id.disconnect();
-            let dev = c.dev;
-            let d = devs.iter_mut().find(|(i, _)| *i == dev).map(|(_, d)| d);
-            drop_conn(c, d, &self.target);
-        }
-        // Listener ids before their channel; CQs before their channels (DevCtx field order).
+        qs.close_all(&self.target);
+        // Listener ids before their channel.
         if let Some((lc, ids)) = self.listen.take() {
             drop(ids);
             drop(lc);
         }
-        drop(devs);
         drop(engine);
     }
 
@@ -691,15 +760,58 @@ impl RdmaThread {
         mbs[k].wake();
     }
 
-    /// Make the queue of a connect request on this thread and accept it.
-    fn admit(
+    /// The index in `devs` of `dev`'s context on this thread, made (CQ, completion channel,
+    /// memory) the first time a queue uses the device.
+    fn device_ctx(
         &mut self,
-        inc: Incoming,
-        ch: &Arc<EventChannel>,
+        dev: &Arc<Device>,
         devs: &mut Vec<(usize, DevCtx)>,
-        conns: &mut Vec<Option<RdmaConn>>,
-        generation: u32,
-    ) {
+    ) -> Result<usize, verbs::Error> {
+        if let Some(i) = devs.iter().position(|(i, _)| *i == dev.id()) {
+            return Ok(i);
+        }
+        let ch = dev.comp_channel()?;
+        // The largest CQ the device makes (rxe: 32767 entries; RNICs more); the error of the
+        // smallest size is the one reported.
+        let (larger, smallest) = CQ_SIZES.split_at(CQ_SIZES.len() - 1);
+        let made = larger
+            .iter()
+            .find_map(|&size| Some((dev.cq(size, Some(&ch)).ok()?, size as usize)));
+        let (cq, cq_size) = match made {
+            Some(m) => m,
+            None => (dev.cq(smallest[0], Some(&ch))?, smallest[0] as usize),
+        };
+        cq.arm()?;
+        let ctx = DevCtx {
+            cq,
+            ch,
+            mem: DevMem {
+                dev: dev.clone(),
+                slabs: Vec::new(),
+                free: Vec::new(),
+                ns: ns_registry(dev, &self.target),
+            },
+            armed: true,
+            cq_used: 0,
+            cq_size,
+        };
+        let tok = Token(COMP_BASE - 2 - devs.len());
+        let _ = self
+            .poll
+            .registry()
+            .register(&mut SourceFd(&ctx.ch.fd()), tok, Interest::READABLE);
+        devs.push((dev.id(), ctx));
+        Ok(devs.len() - 1)
+    }
+
+    /// Make the queue of a connect request on this thread and accept it.
+    fn admit(&mut self, inc: Incoming, ch: &Arc<EventChannel>, qs: &mut Queues) {
+        let Queues {
+            devs,
+            conns,
+            generation,
+            ..
+        } = qs;
         let Incoming {
             mut id,
             req,
@@ -723,53 +835,9 @@ impl RdmaThread {
             Ok(d) => d,
             Err(e) => return refuse(&id, &e),
         };
-        let di = match devs.iter().position(|(i, _)| *i == dev.id()) {
-            Some(i) => i,
-            None => {
-                let ctx = dev.comp_channel().and_then(|ch| {
-                    // The largest CQ the device makes (rxe: 32767 entries; RNICs more).
-                    let mut made = None;
-                    let mut err = None;
-                    for size in CQ_SIZES {
-                        match dev.cq(size, Some(&ch)) {
-                            Ok(cq) => {
-                                made = Some((cq, size as usize));
-                                break;
-                            }
-                            Err(e) => err = Some(e),
-                        }
-                    }
-                    let Some((cq, cq_size)) = made else {
-                        return Err(err.expect("CQ_SIZES is not empty"));
-                    };
-                    cq.arm()?;
-                    Ok(DevCtx {
-                        cq,
-                        ch,
-                        mem: DevMem {
-                            dev: dev.clone(),
-                            slabs: Vec::new(),
-                            free: Vec::new(),
-                            ns: ns_registry(&dev, &self.target),
-                        },
-                        armed: true,
-                        cq_used: 0,
-                        cq_size,
-                    })
-                });
-                let ctx = match ctx {
-                    Ok(c) => c,
-                    Err(e) => return refuse(&id, &e),
-                };
-                let tok = Token(COMP_BASE - 2 - devs.len());
-                let _ = self.poll.registry().register(
-                    &mut SourceFd(&ctx.ch.fd()),
-                    tok,
-                    Interest::READABLE,
-                );
-                devs.push((dev.id(), ctx));
-                devs.len() - 1
-            }
+        let di = match self.device_ctx(&dev, devs) {
+            Ok(i) => i,
+            Err(e) => return refuse(&id, &e),
         };
         let d = &mut devs[di].1;
         let entries = req.entries() as usize;
@@ -803,7 +871,7 @@ impl RdmaThread {
             conns.push(None);
             conns.len() - 1
         });
-        let generation = generation & 0xFF;
+        let generation = *generation & 0xFF;
         id.set_token(((i as u64) << 8) | u64::from(generation));
         let wrs: Vec<RecvWr> = (0..entries)
             .map(|k| RecvWr {

@@ -20,6 +20,7 @@ use crate::conn::{ConnCore, Step};
 use crate::duties::{self, Close};
 use crate::engine::{Done, Engine, EngineConfig};
 use crate::limits::{Admission, Admitted};
+use crate::pace::Pace;
 use crate::tls::{ConnTls, TlsAcceptor};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
@@ -32,8 +33,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// How often timers (keep-alive, controller teardown) are checked.
-const TICK: Duration = Duration::from_millis(500);
 /// Longest sleep in `epoll_wait` (the stop flag is also checked this often).
 const MAX_SLEEP: Duration = Duration::from_millis(100);
 /// Grace period after a C2HTermReq before the socket is closed.
@@ -186,6 +185,89 @@ struct ConnState {
     _admitted: Admitted,
 }
 
+/// A reactor's connections.
+#[derive(Default)]
+struct Table {
+    /// By token (`None`: free).
+    conns: Vec<Option<Conn>>,
+    /// Free indexes of `conns`.
+    free: Vec<usize>,
+    /// Connections to service this round (readable, writable, output or deferred commands).
+    ready: Vec<usize>,
+    /// Connections that have ended and wait to be retired.
+    ending: usize,
+    /// Bumped per registered connection (tags its offloaded I/O).
+    generation: u64,
+}
+
+impl Table {
+    /// Readiness of connection `i` from epoll: service it this round.
+    fn mark(&mut self, i: usize, ev: &mio::event::Event) {
+        let Some(Some(c)) = self.conns.get_mut(i) else {
+            return;
+        };
+        let c = &mut c.s;
+        if c.ending.is_some() {
+            return;
+        }
+        if ev.is_writable() {
+            c.blocked = false;
+        }
+        if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
+            c.readable = true;
+        }
+        if !c.in_ready {
+            c.in_ready = true;
+            self.ready.push(i);
+        }
+    }
+
+    /// How long to sleep: `until_tick`, or less when an ended connection's linger runs out
+    /// first.
+    fn sleep(&self, until_tick: Duration, now: Instant) -> Duration {
+        let mut t = until_tick;
+        if self.ending == 0 {
+            return t;
+        }
+        for c in self.conns.iter().flatten() {
+            if let Some((_, until)) = &c.s.ending {
+                // Waiting for offloaded I/O: its completions wake us (waker); only the drain
+                // deadline needs a timer.
+                let deadline = if c.s.offloaded > 0 {
+                    *until + OFFLOAD_DRAIN
+                } else {
+                    *until
+                };
+                t = t.min(deadline.saturating_duration_since(now));
+            }
+        }
+        t
+    }
+
+    /// The tick duties of every live connection (`crate::duties::on_tick`): those that must
+    /// close end; those with output (an AER completed) are serviced.
+    fn tick(&mut self, now: Instant) {
+        for (i, c) in self.conns.iter_mut().enumerate() {
+            let Some(c) = c else { continue };
+            let _g = c.span.enter();
+            let c = &mut c.s;
+            if c.ending.is_some() {
+                continue;
+            }
+            let close = c.core.tick(now);
+            if has_output(c) && !c.in_ready {
+                c.in_ready = true;
+                self.ready.push(i);
+            }
+            if let Some(why) = close {
+                c.ending = Some((ConnEnd::from(why), now));
+                c.end_counted = true;
+                self.ending += 1;
+            }
+        }
+    }
+}
+
 impl Reactor {
     #[allow(clippy::too_many_arguments)]
     pub fn new(
@@ -306,39 +388,18 @@ impl Reactor {
             return;
         };
         let mut events = Events::with_capacity(1024);
-        let mut conns: Vec<Option<Conn>> = Vec::new();
-        let mut free: Vec<usize> = Vec::new();
-        let mut ready: Vec<usize> = Vec::new();
-        let mut generation = 0u64;
+        let mut t = Table::default();
         let mut iov: Vec<libc::iovec> = Vec::with_capacity(IOV_BATCH);
-        let mut last_work = Instant::now();
-        let mut next_tick = Instant::now() + TICK;
-        // Connections that have ended and wait to be retired.
-        let mut ending = 0usize;
+        let mut pace = Pace::new(self.spin, Instant::now());
         // Connections were retired since the last tick: hand freed memory back to the OS.
         let mut trim_due = false;
         loop {
             let now = Instant::now();
-            let spinning = !ready.is_empty() || now.duration_since(last_work) < self.spin;
+            let spinning = pace.spinning(now, !t.ready.is_empty());
             let timeout = if spinning {
                 Duration::ZERO
             } else {
-                let mut t = next_tick.saturating_duration_since(now).min(MAX_SLEEP);
-                if ending > 0 {
-                    for c in conns.iter().flatten() {
-                        if let Some((_, until)) = &c.s.ending {
-                            // Waiting for offloaded I/O: its completions wake us (waker); only
-                            // the drain deadline needs a timer.
-                            let deadline = if c.s.offloaded > 0 {
-                                *until + OFFLOAD_DRAIN
-                            } else {
-                                *until
-                            };
-                            t = t.min(deadline.saturating_duration_since(now));
-                        }
-                    }
-                }
-                t
+                t.sleep(pace.sleep(now, MAX_SLEEP), now)
             };
             if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
                 if e.kind() != io::ErrorKind::Interrupted {
@@ -347,112 +408,32 @@ impl Reactor {
                 }
                 continue;
             }
-            let mut work = false;
             for ev in events.iter() {
                 match ev.token() {
                     WAKER | ENGINE => {}
-                    Token(t) if t >= LISTENER_BASE => self.accept(t - LISTENER_BASE),
-                    Token(i) => {
-                        let Some(Some(c)) = conns.get_mut(i) else {
-                            continue;
-                        };
-                        let c = &mut c.s;
-                        if c.ending.is_some() {
-                            continue;
-                        }
-                        if ev.is_writable() {
-                            c.blocked = false;
-                        }
-                        if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
-                            c.readable = true;
-                        }
-                        if !c.in_ready {
-                            c.in_ready = true;
-                            ready.push(i);
-                        }
-                    }
+                    Token(i) if i >= LISTENER_BASE => self.accept(i - LISTENER_BASE),
+                    Token(i) => t.mark(i, ev),
                 }
             }
-            // New connections: try to read at once (the ICReq is usually there).
-            let Inbox {
-                new_conns: new,
-                commands,
-            } = match self.mailbox.inbox.lock() {
-                Ok(mut v) if !v.new_conns.is_empty() || !v.commands.is_empty() => {
-                    std::mem::take(&mut *v)
-                }
-                _ => Inbox::default(),
-            };
-            for c in commands {
-                self.run_command(c);
-            }
-            for nc in new {
-                generation += 1;
-                if let Some(i) = self.register(nc, &mut conns, &mut free, generation) {
-                    ready.push(i);
-                }
-            }
-            // Offloaded completions.
-            engine.reap(|done| work |= deliver(done, &mut conns, &mut ready));
-            // Service ready connections; keep those that still have input pending.
-            let mut k = 0;
-            while k < ready.len() {
-                let i = ready[k];
-                let keep = match conns.get_mut(i) {
-                    Some(Some(c)) => {
-                        let (did, keep) = self.service(c, i, &mut iov, &mut engine);
-                        work |= did;
-                        if c.s.ending.is_some() && !c.s.end_counted {
-                            c.s.end_counted = true;
-                            ending += 1;
-                        }
-                        if !keep {
-                            c.s.in_ready = false;
-                        }
-                        keep
-                    }
-                    _ => false,
-                };
-                if keep {
-                    k += 1;
-                } else {
-                    ready.swap_remove(k);
-                }
-            }
+            self.take_inbox(&mut t);
+            // Offloaded completions, then every ready connection.
+            let mut work = false;
+            engine.reap(|done| work |= deliver(done, &mut t.conns, &mut t.ready));
+            work |= self.service_ready(&mut t, &mut iov, &mut engine);
             // Offloaded I/O started this round goes to the kernel now; what completed at once
             // (page-cache hits) is delivered now too.
             engine.submit();
-            engine.reap(|done| work |= deliver(done, &mut conns, &mut ready));
+            engine.reap(|done| work |= deliver(done, &mut t.conns, &mut t.ready));
             let now = Instant::now();
             if work {
-                last_work = now;
+                pace.worked(now);
             } else if spinning {
                 // Nothing this round: let anything else runnable on this core go first.
                 // SAFETY: sched_yield has no preconditions.
                 unsafe { libc::sched_yield() };
             }
-            if now >= next_tick {
-                next_tick = now + TICK;
-                for (i, c) in conns.iter_mut().enumerate() {
-                    let Some(c) = c else { continue };
-                    let _g = c.span.enter();
-                    let c = &mut c.s;
-                    if c.ending.is_some() {
-                        continue;
-                    }
-                    // The tick duties (crate::duties): timers, deadlines, idle buffers.
-                    let close = c.core.tick(now);
-                    // Asynchronous events completed an AER: send it.
-                    if has_output(c) && !c.in_ready {
-                        c.in_ready = true;
-                        ready.push(i);
-                    }
-                    if let Some(why) = close {
-                        c.ending = Some((ConnEnd::from(why), now));
-                        c.end_counted = true;
-                        ending += 1;
-                    }
-                }
+            if pace.tick_due(now) {
+                t.tick(now);
                 if std::mem::take(&mut trim_due) {
                     release_freed_memory();
                 }
@@ -462,11 +443,11 @@ impl Reactor {
             } else if !spinning && self.stop.load(Ordering::Acquire) {
                 break;
             }
-            if ending > 0 {
-                trim_due |= self.retire(&mut conns, &mut free, &mut ready, &mut ending, now);
+            if t.ending > 0 {
+                trim_due |= self.retire(&mut t, now);
             }
         }
-        for mut c in conns.into_iter().flatten() {
+        for mut c in t.conns.into_iter().flatten() {
             let _ = self.poll.registry().deregister(&mut c.s.stream);
             if c.s.ending.is_none() {
                 c.s.ending = Some((ConnEnd::Stopped, Instant::now()));
@@ -477,16 +458,75 @@ impl Reactor {
         drop(engine);
     }
 
+    /// New connections (tried at once: the ICReq is usually there) and control-plane commands
+    /// from other threads.
+    fn take_inbox(&mut self, t: &mut Table) {
+        let Inbox {
+            new_conns: new,
+            commands,
+        } = match self.mailbox.inbox.lock() {
+            Ok(mut v) if !v.new_conns.is_empty() || !v.commands.is_empty() => {
+                std::mem::take(&mut *v)
+            }
+            _ => Inbox::default(),
+        };
+        for c in commands {
+            self.run_command(c);
+        }
+        for nc in new {
+            t.generation += 1;
+            if let Some(i) = self.register(nc, &mut t.conns, &mut t.free, t.generation) {
+                t.ready.push(i);
+            }
+        }
+    }
+
+    /// Service every ready connection; keep those that still have input pending or deferred
+    /// commands. True if any did work.
+    fn service_ready(
+        &self,
+        t: &mut Table,
+        iov: &mut Vec<libc::iovec>,
+        engine: &mut Engine,
+    ) -> bool {
+        let mut work = false;
+        let mut k = 0;
+        while k < t.ready.len() {
+            let i = t.ready[k];
+            let keep = match t.conns.get_mut(i) {
+                Some(Some(c)) => {
+                    let (did, keep) = self.service(c, i, iov, engine);
+                    work |= did;
+                    if c.s.ending.is_some() && !c.s.end_counted {
+                        c.s.end_counted = true;
+                        t.ending += 1;
+                    }
+                    if !keep {
+                        c.s.in_ready = false;
+                    }
+                    keep
+                }
+                _ => false,
+            };
+            if keep {
+                k += 1;
+            } else {
+                t.ready.swap_remove(k);
+            }
+        }
+        work
+    }
+
     /// Close ended connections whose linger (term grace, offloaded I/O) is over. Returns
     /// whether any was closed.
-    fn retire(
-        &self,
-        conns: &mut [Option<Conn>],
-        free: &mut Vec<usize>,
-        ready: &mut Vec<usize>,
-        ending: &mut usize,
-        now: Instant,
-    ) -> bool {
+    fn retire(&self, t: &mut Table, now: Instant) -> bool {
+        let Table {
+            conns,
+            free,
+            ready,
+            ending,
+            ..
+        } = t;
         let mut retired = false;
         for (i, slot) in conns.iter_mut().enumerate() {
             let done = match slot {
