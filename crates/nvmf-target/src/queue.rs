@@ -815,9 +815,7 @@ impl Queue {
                 let shortcut = !flow_control && len > 0 && s.cqe().status.is_success();
                 let _ = emit(s.cqe(), C2hData::Bytes(&s.buf[..len]), shortcut);
             }
-            if std::mem::take(&mut s.gate) {
-                self.gates.leave(s, streamed);
-            }
+            self.gates.leave(s, streamed);
             self.slots.release(idx);
         }
         if self.stats.full() || (self.slots.outstanding() == 0 && !self.slots.has_completions()) {

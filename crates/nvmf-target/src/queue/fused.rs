@@ -167,10 +167,13 @@ impl GateWaits {
         std::mem::take(&mut self.deferred)
     }
 
-    /// `s` is freed: leave its namespace's gate now, or (a read streamed from memory, whose
-    /// data the transport sends later) once the output is sent.
+    /// `s` is freed: if it is inside its namespace's gate, leave it now, or (a read streamed
+    /// from memory, whose data the transport sends later) once the output is sent.
     #[inline]
-    pub(super) fn leave(&mut self, s: &Slot, streamed: bool) {
+    pub(super) fn leave(&mut self, s: &mut Slot, streamed: bool) {
+        if !std::mem::take(&mut s.gate) {
+            return;
+        }
         let ns = match (&s.io, &s.direct) {
             (Some(r), _) => &r.ns,
             (None, Some((ns, _))) => ns,
@@ -553,9 +556,7 @@ impl Queue {
             self.unlock_pair(p.locked, p.second);
         }
         for s in self.slots.iter_mut() {
-            if std::mem::take(&mut s.gate) {
-                self.gates.leave(s, false);
-            }
+            self.gates.leave(s, false);
         }
     }
 }
