@@ -2,8 +2,9 @@
 //! Asynchronous Event Request, Abort, Keep Alive — for I/O and discovery controllers.
 
 use crate::controller::Controller;
+use crate::error::{CmdError, CmdResult};
 use crate::model::{ADMIN_QUEUE_MAX, Namespace, Subsystem};
-use crate::queue::{CmdError, CmdResult, Exec, Queue};
+use crate::queue::{Exec, Queue, Transport};
 use nvme_spec::identify::{
     self, IDENTIFY_DATA_LEN, IdentifyController, IdentifyControllerNvm, IdentifyNamespace,
     IdentifyNamespaceCsIndep, IdentifyNamespaceNvm, LbaFormat, NsIdDescriptor, cns, csi,
@@ -36,7 +37,7 @@ impl Queue {
 
     /// Check the SGL describes a controller→host transfer of exactly `len` bytes.
     pub(crate) fn check_c2h(&self, sqe: &Sqe, len: u32) -> Result<(), CmdError> {
-        if !self.transport.data_sgl(sqe.sgl_type()) {
+        if !self.session.transport().data_sgl(sqe.sgl_type()) {
             return Err(CmdError::at(Status::SGL_INVALID_TYPE, 39));
         }
         if sqe.sgl_data_len() != len {
@@ -46,7 +47,7 @@ impl Queue {
     }
 
     pub(crate) fn execute_admin(&mut self, idx: u16, sqe: &Sqe, buf: &mut Vec<u8>) -> Exec {
-        let Some(ctrl) = self.ctrl.clone() else {
+        let Some(ctrl) = self.session.ctrl().cloned() else {
             return Exec::Done(Err(Status::CMD_SEQ_ERROR.into()));
         };
         // Before CC.EN=1 / CSTS.RDY=1 only fabrics commands are allowed (Linux nvmet:
@@ -62,13 +63,13 @@ impl Queue {
             admin::SET_FEATURES => self.execute_set_features(&ctrl, sqe, buf),
             admin::KEEP_ALIVE => Ok((0, 0)),
             admin::ASYNC_EVENT_REQUEST => {
-                if self.aers > u32::from(AERL) {
+                if self.parked_aers() > u32::from(AERL) {
                     Err(Status::ASYNC_LIMIT.into())
                 } else if let Some(dw0) = ctrl.take_event() {
                     // An event was retained until the host had an AER outstanding.
                     Ok((dw0, 0))
                 } else {
-                    self.aers += 1;
+                    // Counted when its slot parks (`Slots::park`).
                     return Exec::Park;
                 }
             }
@@ -179,7 +180,7 @@ impl Queue {
         ctrl: &Controller,
         sub: Option<&Subsystem>,
     ) -> IdentifyController {
-        let limits = self.target.limits;
+        let limits = self.session.target().limits;
         let mdts = (limits.max_transfer / 4096).max(1).trailing_zeros() as u8;
         let mut id = IdentifyController {
             vid: 0,
@@ -201,9 +202,9 @@ impl Queue {
             maxcmd: limits.max_queue_size,
             // SGLs; address as offset (in-capsule data); keyed data blocks on RDMA (the Linux
             // host refuses a controller without them).
-            sgls: match self.transport {
-                crate::queue::Transport::Tcp => identify::sgls::SUPPORTED | identify::sgls::OFFSET,
-                crate::queue::Transport::Rdma => {
+            sgls: match self.session.transport() {
+                Transport::Tcp => identify::sgls::SUPPORTED | identify::sgls::OFFSET,
+                Transport::Rdma => {
                     identify::sgls::SUPPORTED | identify::sgls::OFFSET | identify::sgls::KEYED
                 }
             },
@@ -275,7 +276,7 @@ impl Queue {
         if offset % 4 != 0 {
             return Err(CmdError::at(Status::INVALID_FIELD, 48));
         }
-        if len > u64::from(self.target.limits.max_transfer.max(1 << 20)) {
+        if len > u64::from(self.session.target().limits.max_transfer.max(1 << 20)) {
             return Err(CmdError::at(Status::INVALID_FIELD, 40));
         }
         self.check_c2h(sqe, len as u32)?;
@@ -301,7 +302,7 @@ impl Queue {
                     ]
                 };
                 let st = ctrl.state();
-                let log = smart_log(&list, &self.target, st.error_count);
+                let log = smart_log(&list, self.session.target(), st.error_count);
                 drop(st);
                 let mut b = [0u8; SmartLog::LEN];
                 log.encode(&mut b);
@@ -322,7 +323,11 @@ impl Queue {
             (lid::ANA, Some(s)) => {
                 ctrl.log_page_read(lid::ANA, rae);
                 let rgo = cdw10 & nvme_spec::ana::LSP_RGO != 0;
-                self.target.ana.log(self.ana_row, s, rgo).encode()
+                self.session
+                    .target()
+                    .ana
+                    .log(self.session.ana_row(), s, rgo)
+                    .encode()
             }
             (lid::CMD_EFFECTS, Some(_)) => {
                 let mut log = CmdEffectsLog {
@@ -424,7 +429,7 @@ impl Queue {
                 }
             }
             feature::NUM_QUEUES if !disc => {
-                let max = u32::from(self.target.limits.max_io_queues.saturating_sub(1));
+                let max = u32::from(self.session.target().limits.max_io_queues.saturating_sub(1));
                 let v = if default { None } else { st.num_queues };
                 v.unwrap_or(max | (max << 16))
             }
@@ -504,7 +509,7 @@ impl Queue {
                 if nsqr == 0xFFFF || ncqr == 0xFFFF {
                     return Err(CmdError::at(Status::INVALID_FIELD, 44));
                 }
-                let max = u32::from(self.target.limits.max_io_queues.saturating_sub(1));
+                let max = u32::from(self.session.target().limits.max_io_queues.saturating_sub(1));
                 let granted = nsqr.min(max) | (ncqr.min(max) << 16);
                 st.num_queues = Some(granted);
                 Ok((granted, 0))

@@ -24,7 +24,7 @@ use std::fmt;
 
 use nvme_spec::{Sqe, Status};
 
-use crate::queue::{CmdError, CmdResult, Queue};
+use crate::error::CmdError;
 
 /// SECP of DH-HMAC-CHAP (Security Protocol E9h).
 pub const SECP_DHCHAP: u8 = 0xE9;
@@ -34,7 +34,7 @@ pub const AUTH_SEND_MAX: u32 = 4096;
 /// Largest AUTH_Receive we fill (a Challenge with an ffdhe8192 value is about 1.1 KiB).
 pub const AUTH_RECV_MAX: u32 = 4096;
 /// Byte offsets in the SQE, for the Error Information log.
-mod off {
+pub(crate) mod off {
     pub const SPSP0: u16 = 41;
     pub const SPSP1: u16 = 42;
     pub const SECP: u16 = 43;
@@ -83,14 +83,25 @@ impl fmt::Debug for dyn AuthPolicy {
     }
 }
 
-/// A queue's authentication state.
+/// A queue's authentication: the exchange with its host, when its host has a key, and the
+/// gate that keeps every other command out until the exchange succeeded. Only the exchange's
+/// progress opens or closes the gate ([`QueueAuth::progress`]).
+#[derive(Debug, Default)]
 pub(crate) struct QueueAuth {
+    exchange: Option<Box<Exchange>>,
+    /// Authentication is required and not done: every command but AUTH_Send / AUTH_Receive
+    /// fails (one predictable branch per command otherwise).
+    gate: bool,
+}
+
+/// One exchange and what of it was logged.
+struct Exchange {
     session: Box<dyn AuthSession>,
     /// Reported once: success or failure is logged when it happens.
     logged: AuthProgress,
 }
 
-impl fmt::Debug for QueueAuth {
+impl fmt::Debug for Exchange {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("QueueAuth")
             .field("progress", &self.session.progress())
@@ -98,11 +109,72 @@ impl fmt::Debug for QueueAuth {
     }
 }
 
+/// How an exchange moved since it was last looked at ([`QueueAuth::progress`]).
+pub(crate) enum AuthMoved {
+    Succeeded,
+    /// With the reason, in words.
+    Failed(String),
+}
+
+impl QueueAuth {
+    /// The queue's host must authenticate with `session`: the gate closes until it succeeds.
+    pub(crate) fn start(&mut self, session: Box<dyn AuthSession>) {
+        self.exchange = Some(Box::new(Exchange {
+            session,
+            logged: AuthProgress::InProgress,
+        }));
+        self.gate = true;
+    }
+
+    /// Authentication is required and not done.
+    #[inline]
+    pub(crate) fn gated(&self) -> bool {
+        self.gate
+    }
+
+    /// The host has a key here (an exchange was started).
+    #[inline]
+    pub(crate) fn active(&self) -> bool {
+        self.exchange.is_some()
+    }
+
+    /// The exchange, for AUTH_Send and AUTH_Receive.
+    pub(crate) fn session(&mut self) -> Option<&mut (dyn AuthSession + 'static)> {
+        self.exchange.as_mut().map(|e| &mut *e.session)
+    }
+
+    /// Open or close the gate as the exchange moved; `Some` the first time it reached an
+    /// outcome (for the caller to log and count).
+    pub(crate) fn progress(&mut self) -> Option<AuthMoved> {
+        let e = self.exchange.as_mut()?;
+        let p = e.session.progress();
+        if p == e.logged {
+            return None;
+        }
+        e.logged = p;
+        match p {
+            AuthProgress::Succeeded => {
+                self.gate = false;
+                Some(AuthMoved::Succeeded)
+            }
+            AuthProgress::Failed => {
+                self.gate = true;
+                let why = e
+                    .session
+                    .failure()
+                    .unwrap_or_else(|| "authentication failed".into());
+                Some(AuthMoved::Failed(why))
+            }
+            AuthProgress::InProgress => None,
+        }
+    }
+}
+
 /// Connect response DW0 bit 17: AUTHREQ.ATR, an authentication transaction is required.
 pub const CONNECT_AUTHREQ_ATR: u32 = 1 << 17;
 
 /// SECP / SPSP0 / SPSP1 / TL-AL of an AUTH_Send or AUTH_Receive, checked.
-fn check_fields(sqe: &Sqe) -> Result<u32, CmdError> {
+pub(crate) fn check_fields(sqe: &Sqe) -> Result<u32, CmdError> {
     let dw10 = sqe.cdw10().to_le_bytes();
     let (spsp0, spsp1, secp) = (dw10[1], dw10[2], dw10[3]);
     if secp != SECP_DHCHAP {
@@ -119,119 +191,6 @@ fn check_fields(sqe: &Sqe) -> Result<u32, CmdError> {
         return Err(CmdError::at(Status::INVALID_FIELD, off::TL_AL));
     }
     Ok(len)
-}
-
-impl Queue {
-    /// Start authentication on this queue when its host has a key: called by Connect, it
-    /// returns the AUTHREQ bits for the Connect completion.
-    pub(crate) fn start_auth(&mut self, hostnqn: &str, subnqn: &str, qid: u16) -> u32 {
-        let Some(policy) = self.target.auth_policy() else {
-            return 0;
-        };
-        match policy.session(hostnqn, subnqn, qid) {
-            Some(session) => {
-                self.auth = Some(Box::new(QueueAuth {
-                    session,
-                    logged: AuthProgress::InProgress,
-                }));
-                self.auth_gate = true;
-                CONNECT_AUTHREQ_ATR
-            }
-            None => 0,
-        }
-    }
-
-    /// Authentication is required and not done: only AUTH_Send / AUTH_Receive may run.
-    pub fn auth_pending(&self) -> bool {
-        self.auth_gate
-    }
-
-    /// Host→controller bytes of AUTH_Send (phase 1): TL, bounded.
-    pub(crate) fn auth_send_len(&self, sqe: &Sqe) -> Result<u32, CmdError> {
-        let tl = check_fields(sqe)?;
-        if tl > AUTH_SEND_MAX || self.auth.is_none() {
-            return Err(CmdError::at(Status::INVALID_FIELD, off::TL_AL));
-        }
-        Ok(tl)
-    }
-
-    /// AUTH_Send and AUTH_Receive (phase 2).
-    pub(crate) fn execute_auth(
-        &mut self,
-        idx: u16,
-        sqe: &Sqe,
-        buf: &mut Vec<u8>,
-        receive: bool,
-    ) -> CmdResult {
-        let len = check_fields(sqe)?;
-        let Some(a) = self.auth.as_mut() else {
-            // The host has no key here: there is nothing to authenticate (Linux nvmet answers
-            // the same to a host that sends AUTH_Send unasked).
-            return Err(CmdError::at(Status::INVALID_FIELD, off::SECP));
-        };
-        let r = if receive {
-            match a.session.receive(len.min(AUTH_RECV_MAX)) {
-                Ok(mut msg) => {
-                    msg.truncate(len as usize);
-                    let n = msg.len() as u32;
-                    buf.clear();
-                    buf.extend_from_slice(&msg);
-                    self.set_c2h(idx, n);
-                    Ok((0, 0))
-                }
-                Err(AuthCmdError(st)) => Err(CmdError::from(st)),
-            }
-        } else {
-            let data = buf.get(..len as usize).unwrap_or(buf);
-            a.session
-                .send(data)
-                .map(|()| (0, 0))
-                .map_err(|AuthCmdError(st)| CmdError::from(st))
-        };
-        self.auth_progress();
-        r
-    }
-
-    /// Open or close the gate as the session moved, logging the outcome once.
-    fn auth_progress(&mut self) {
-        let qid = self.qid();
-        let Some(a) = self.auth.as_mut() else {
-            return;
-        };
-        let p = a.session.progress();
-        if p == a.logged {
-            return;
-        }
-        a.logged = p;
-        let (cntlid, hostnqn) = match &self.ctrl {
-            Some(c) => (c.cntlid.0, c.hostnqn.as_str()),
-            None => (0, ""),
-        };
-        match p {
-            AuthProgress::Succeeded => {
-                self.auth_gate = false;
-                tracing::debug!(cntlid, qid, hostnqn, "queue authenticated (DH-HMAC-CHAP)");
-            }
-            AuthProgress::Failed => {
-                self.auth_gate = true;
-                self.target
-                    .events
-                    .auth_failures
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let why = a
-                    .session
-                    .failure()
-                    .unwrap_or_else(|| "authentication failed".into());
-                crate::warn_every!(
-                    cntlid,
-                    qid,
-                    hostnqn,
-                    "DH-HMAC-CHAP authentication failed: {why}"
-                );
-            }
-            AuthProgress::InProgress => {}
-        }
-    }
 }
 
 /// The status of a command refused on a queue that has not authenticated.

@@ -3,9 +3,9 @@
 //! against the backend (inline for RAM, on the runtime's worker pool for file and block, as
 //! [`crate::execute_io`] does for every operation the io_uring engine does not run itself).
 
-use crate::io::{IoOp, IoRequest, NsRef, failed_as};
+use crate::error::CmdError;
+use crate::io::{IoOp, IoRequest, NsRef, failed_as, lba_range};
 use crate::model::Namespace;
-use crate::queue::{CmdError, Queue};
 use nvme_spec::opcode::io;
 use nvme_spec::{Sqe, Status};
 use std::sync::Arc;
@@ -75,11 +75,11 @@ pub(crate) fn prepare(
 ) -> Result<IoRequest, CmdError> {
     let (op, offset, len) = match sqe.opcode() {
         io::COMPARE => {
-            let (offset, len) = Queue::lba_range(&ns, sqe.slba(), u64::from(sqe.nlb()))?;
+            let (offset, len) = lba_range(&ns, sqe.slba(), u64::from(sqe.nlb()))?;
             (IoOp::Compare, offset, len)
         }
         io::VERIFY => {
-            let (offset, len) = Queue::lba_range(&ns, sqe.slba(), u64::from(sqe.nlb()))?;
+            let (offset, len) = lba_range(&ns, sqe.slba(), u64::from(sqe.nlb()))?;
             if len > VERIFY_MAX_BYTES {
                 return Err(CmdError::at(Status::INVALID_FIELD, 48));
             }
@@ -98,10 +98,9 @@ pub(crate) fn prepare(
                 if total > u64::from(mcl) {
                     return Err(CmdError::at(Status::CMD_SIZE_LIMIT, 0xFFFF));
                 }
-                Queue::lba_range(&ns, slba, nlb)
-                    .map_err(|_| CmdError::at(Status::LBA_RANGE, 0xFFFF))?;
+                lba_range(&ns, slba, nlb).map_err(|_| CmdError::at(Status::LBA_RANGE, 0xFFFF))?;
             }
-            let (offset, len) = Queue::lba_range(&ns, sqe.slba(), total)?;
+            let (offset, len) = lba_range(&ns, sqe.slba(), total)?;
             let fua = sqe.cdw12() & FUA != 0 || !wce;
             (IoOp::Copy { nr, fua }, offset, len)
         }

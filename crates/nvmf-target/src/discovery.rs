@@ -61,7 +61,8 @@ fn entry(l: &ListenerInfo, sub: u8, nqn: &str, flags: u16) -> DiscoveryLogEntry 
 impl Queue {
     /// The full discovery log page for the host of `ctrl`.
     pub(crate) fn discovery_log(&self, ctrl: &Controller) -> Vec<u8> {
-        let t = &self.target;
+        let t = self.session.target();
+        let local = self.session.local();
         let listeners = t.listeners();
         let mut entries = Vec::new();
         for s in t
@@ -76,13 +77,13 @@ impl Queue {
         // The current discovery subsystem, reachable where this host is connected.
         let here = listeners
             .iter()
-            .find(|l| l.addr == self.local)
+            .find(|l| l.addr == local)
             .copied()
             .unwrap_or(ListenerInfo {
-                addr: self.local,
+                addr: local,
                 portid: 0,
                 tls: ListenerTls::Off,
-                transport: self.transport,
+                transport: self.session.transport(),
             });
         entries.push(entry(
             &here,

@@ -1,8 +1,9 @@
 //! Fabrics commands: Connect (admin and I/O), Property Get/Set (NVMe-oF 1.1 section 3.3).
 
 use crate::controller::{Controller, ControllerKind};
+use crate::error::{CmdError, CmdResult};
 use crate::model::ADMIN_QUEUE_MAX;
-use crate::queue::{CmdError, CmdResult, Queue, QueueRole};
+use crate::queue::{Queue, QueueRole};
 use nvme_spec::fabrics::{
     Cap, ConnectCmd, ConnectData, PropertyCmd, connect_data_off, connect_sqe_off, prop,
 };
@@ -51,10 +52,14 @@ pub const CAP_TO: u8 = 15;
 impl Queue {
     /// CAP for this queue's controller.
     pub(crate) fn cap(&self) -> u64 {
-        let mqes = if self.ctrl.as_ref().is_some_and(|c| c.is_discovery()) {
+        let mqes = if self.session.ctrl().is_some_and(|c| c.is_discovery()) {
             (ADMIN_QUEUE_MAX - 1) as u16
         } else {
-            self.target.limits.max_queue_size.saturating_sub(1)
+            self.session
+                .target()
+                .limits
+                .max_queue_size
+                .saturating_sub(1)
         };
         Cap {
             mqes,
@@ -75,7 +80,7 @@ impl Queue {
         }
         let d = ConnectData::decode(data).map_err(|e| {
             let e = CmdError::connect_param(e.offset, true);
-            crate::warn_every!(ipo = e.loc, local = %self.local, "connect rejected: {}", connect_reject_reason(&e));
+            crate::warn_every!(ipo = e.loc, local = %self.session.local(), "connect rejected: {}", connect_reject_reason(&e));
             e
         })?;
         if cmd.sqsize == 0 {
@@ -83,15 +88,15 @@ impl Queue {
         }
         let qid = cmd.qid.0;
         let (subnqn, hostnqn) = (d.subnqn.clone(), d.hostnqn.clone());
-        let r = if let Some((h, s)) = &self.tls_peer
-            && (*h != d.hostnqn || (*s != d.subnqn && d.subnqn != DISCOVERY_NQN))
+        let r = if let Some((h, s)) = self.session.tls_peer()
+            && (h != d.hostnqn || (s != d.subnqn && d.subnqn != DISCOVERY_NQN))
         {
             let mut e = CmdError::connect_param(connect_data_off::HOSTNQN, true);
             e.status = Status::CONNECT_INVALID_HOST;
             e.dw0 |= TLS_MISMATCH;
             Err(e)
         } else if cmd.qid.is_admin() {
-            self.connect_admin(&cmd, d, self.now)
+            self.connect_admin(&cmd, d, self.now())
         } else {
             self.connect_io(&cmd, d)
         };
@@ -102,7 +107,7 @@ impl Queue {
                 %hostnqn,
                 status = %e.status,
                 ipo = e.dw0 & 0xFFFF,
-                local = %self.local,
+                local = %self.session.local(),
                 "connect rejected: {}",
                 connect_reject_reason(e)
             );
@@ -129,10 +134,10 @@ impl Queue {
             };
             (ControllerKind::Discovery, kato, 0)
         } else {
-            let sub = if self.discovery_only {
+            let sub = if self.session.discovery_only() {
                 None
             } else {
-                self.target.subsystem(&d.subnqn)
+                self.session.target().subsystem(&d.subnqn)
             };
             let Some(sub) = sub else {
                 return Err(CmdError::connect_param(connect_data_off::SUBNQN, true));
@@ -146,31 +151,31 @@ impl Queue {
             (
                 ControllerKind::Io(arc_swap::ArcSwap::new(sub)),
                 kato,
-                self.target.limits.max_io_queues,
+                self.session.target().limits.max_io_queues,
             )
         };
         let hostnqn = d.hostnqn.clone();
-        let ctrl = self
-            .target
+        let target = self.session.target();
+        let ctrl = target
             .register_controller(|id| {
                 Arc::new(Controller::new(
                     id, kind, hostnqn, d.hostid, kato, max_qid, now,
                 ))
             })
             .ok_or(CmdError::at(Status::CONNECT_CTRL_BUSY, 0xFFFF))?;
-        ctrl.set_local_addr(self.local);
+        ctrl.set_local_addr(self.session.local());
         // The subsystem may have been removed or changed (Target::update_table,
         // update_subsystem) between our lookup and the registration; a change reaches the
         // controllers registered before its swap, so one more lookup after registering closes
         // the gap.
         if let Some(s) = ctrl.subsystem() {
-            match self.target.subsystem(&s.nqn) {
+            match target.subsystem(&s.nqn) {
                 Some(now) if !Arc::ptr_eq(&now, &s) => ctrl.set_subsystem(now, &[]),
                 _ => {}
             }
         }
         if let Some(s) = ctrl.subsystem()
-            && self.target.subsystem(&s.nqn).is_none()
+            && target.subsystem(&s.nqn).is_none()
         {
             ctrl.kill();
             return Err(CmdError::connect_param(connect_data_off::SUBNQN, true));
@@ -186,7 +191,7 @@ impl Queue {
                     hostnqn = %d.hostnqn,
                     kato_ms,
                     sqsize = cmd.sqsize,
-                    local = %self.local,
+                    local = %self.session.local(),
                     "admin queue connected: new {} controller",
                     if ctrl.is_discovery() { "discovery" } else { "I/O" }
                 )
@@ -199,10 +204,7 @@ impl Queue {
         }
         let cntlid = ctrl.cntlid.0;
         let is_discovery = ctrl.is_discovery();
-        self.ctrl = Some(ctrl);
-        self.role = QueueRole::Admin;
-        self.flow_control = !cmd.dissqfc();
-        self.entries = cmd.queue_entries();
+        self.connected(ctrl, QueueRole::Admin, cmd.queue_entries(), !cmd.dissqfc());
         let authreq = if is_discovery {
             0
         } else {
@@ -212,7 +214,7 @@ impl Queue {
     }
 
     fn connect_io(&mut self, cmd: &ConnectCmd, d: ConnectData) -> CmdResult {
-        let Some(ctrl) = self.target.controller(d.cntlid.0) else {
+        let Some(ctrl) = self.session.target().controller(d.cntlid.0) else {
             return Err(CmdError::connect_param(connect_data_off::CNTLID, true));
         };
         if ctrl.hostnqn != d.hostnqn {
@@ -228,7 +230,7 @@ impl Queue {
         if cmd.qid.0 > ctrl.max_qid {
             return Err(CmdError::connect_param(connect_sqe_off::QID, false));
         }
-        if cmd.queue_entries() > u32::from(self.target.limits.max_queue_size) {
+        if cmd.queue_entries() > u32::from(self.session.target().limits.max_queue_size) {
             return Err(CmdError::connect_param(connect_sqe_off::SQSIZE, false));
         }
         if !ctrl.is_ready() {
@@ -248,14 +250,11 @@ impl Queue {
         let epoch = ctrl.io_epoch();
         let cntlid = ctrl.cntlid.0;
         drop(sub);
-        self.role = QueueRole::Io {
+        let role = QueueRole::Io {
             qid: cmd.qid.0,
             epoch,
         };
-        self.ctrl = Some(ctrl);
-        self.refresh_namespaces();
-        self.flow_control = !cmd.dissqfc();
-        self.set_entries(cmd.queue_entries());
+        self.connected(ctrl, role, cmd.queue_entries(), !cmd.dissqfc());
         let authreq = self.start_auth(&d.hostnqn, &d.subnqn, cmd.qid.0);
         Ok((u32::from(cntlid) | authreq, 0))
     }
@@ -271,7 +270,7 @@ impl Queue {
 
     /// Fabrics commands on a connected queue.
     pub(crate) fn execute_fabrics(&mut self, idx: u16, sqe: &Sqe, buf: &mut Vec<u8>) -> CmdResult {
-        match (sqe.fctype(), self.role) {
+        match (sqe.fctype(), self.session.role()) {
             (fctype::CONNECT, _) => Err(CmdError::at(Status::CMD_SEQ_ERROR, 4)),
             (fctype::AUTH_SEND, _) => self.execute_auth(idx, sqe, buf, false),
             (fctype::AUTH_RECV, _) => self.execute_auth(idx, sqe, buf, true),
@@ -283,7 +282,7 @@ impl Queue {
 
     fn property_get(&self, sqe: &Sqe) -> CmdResult {
         let p = PropertyCmd::from_sqe(sqe).map_err(|_| CmdError::at(Status::INVALID_FIELD, 40))?;
-        let Some(ctrl) = &self.ctrl else {
+        let Some(ctrl) = self.session.ctrl() else {
             return Err(Status::CMD_SEQ_ERROR.into());
         };
         let v: u64 = match (p.ofst, p.size8) {
@@ -300,7 +299,7 @@ impl Queue {
 
     fn property_set(&self, sqe: &Sqe) -> CmdResult {
         let p = PropertyCmd::from_sqe(sqe).map_err(|_| CmdError::at(Status::INVALID_FIELD, 40))?;
-        let Some(ctrl) = &self.ctrl else {
+        let Some(ctrl) = self.session.ctrl() else {
             return Err(Status::CMD_SEQ_ERROR.into());
         };
         match (p.ofst, p.size8) {

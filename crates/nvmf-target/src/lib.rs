@@ -54,6 +54,20 @@
 //! | each tick with no input since the last | [`Queue::release_idle_buffers`] (and the transport's own buffers) |
 //! | at close | drop the queue only after offloaded I/O has come back (its buffers belong to the engine until then) |
 //!
+//! # Layout
+//!
+//! - the model and controllers: `model.rs`, `controller.rs`, [`ana`], [`reservation`],
+//!   [`gate`];
+//! - [`Queue`] (`queue.rs`) composes typed parts, each owning its fields privately:
+//!   `queue/session.rs` (target, connection facts, role and controller, the per-command
+//!   checks), `queue/slots.rs` (slot table, completion list, SQHD, the completion funnel),
+//!   `queue/ns_cache.rs` (the queue's namespace handles), `queue/fused.rs` (fused pairs,
+//!   deferred commands, gate entries held for streamed reads), [`auth`]'s queue state, and
+//!   `io.rs`'s SMART counter batch;
+//! - the command handlers, `impl Queue` blocks that use those parts: `fabrics.rs`,
+//!   `auth_cmd.rs`, `admin.rs`, `discovery.rs`, `io_cmd.rs`, `resv_cmd.rs`, [`cmds`];
+//! - backend I/O and its status mapping: `io.rs` ([`execute_io`], [`backend_status`]).
+//!
 //! # Example
 //!
 //! A target with one subsystem, and a fresh queue receiving Fabrics Connect capsules with no
@@ -123,12 +137,15 @@
 mod admin;
 pub mod ana;
 pub mod auth;
+mod auth_cmd;
 pub mod cmds;
 mod controller;
 mod discovery;
+mod error;
 mod fabrics;
 pub mod gate;
 mod io;
+mod io_cmd;
 pub mod latency;
 pub mod log_limit;
 mod model;

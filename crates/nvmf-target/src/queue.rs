@@ -2,16 +2,47 @@
 //!
 //! A queue starts [`QueueRole::Unconnected`]; the only command it accepts is Fabrics Connect,
 //! which makes it the admin queue of a new controller or an I/O queue of an existing one.
-//! Every accepted command occupies a preallocated [`Slot`] (its index doubles as the NVMe/TCP
-//! transfer tag) from preparation to completion; slot buffers are kept and reused, so no
-//! command allocates once buffers reached their working size.
+//! Every accepted command occupies a slot (its index doubles as the NVMe/TCP transfer tag) from
+//! preparation to completion; slot buffers are kept and reused, so no command allocates once
+//! buffers reached their working size.
+//!
+//! [`Queue`] composes typed parts, each owning its fields behind its own methods (as quinn's
+//! `Connection` composes `PacketSpace`, `StreamsState`, `PathData`):
+//!
+//! | part | file | owns |
+//! |---|---|---|
+//! | [`Session`] | `queue/session.rs` | target, connection facts (local address, transport, TLS peer, discovery-only, ANA row), role and controller, keep-alive touch; the per-command path checks |
+//! | `Slots` | `queue/slots.rs` | slot table, free list, completion list, SQHD and SQ flow control, parked AERs; the completion funnel (`finish`) |
+//! | [`NsCache`] | `queue/ns_cache.rs` | the queue's namespace handles (sorted, binary search) and the namespace generation they were checked at |
+//! | `Pairs`, `GateWaits` | `queue/fused.rs` | fused pairs; commands deferred behind a namespace gate and gate entries held for streamed reads |
+//! | [`crate::auth::QueueAuth`] | `auth.rs` | the authentication exchange and the gate it keeps |
+//! | `StatsBatch` | `io.rs` | SMART counters not yet published |
+//!
+//! The command handlers (`admin.rs`, `fabrics.rs`, `auth_cmd.rs`, `discovery.rs`,
+//! `io_cmd.rs`, `resv_cmd.rs`) are `impl Queue` blocks that reach this state through the
+//! parts' methods.
 
 use crate::controller::Controller;
-use crate::io::{IoOp, IoRequest};
-use crate::model::{ADMIN_INLINE_DATA, ADMIN_QUEUE_MAX, Target};
+use crate::error::{CmdError, CmdResult};
+use crate::io::{IoOp, IoRequest, StatsBatch};
+use crate::model::Target;
 use ebof_backend::{Backend, BackendError};
 use nvme_spec::opcode::{admin, fctype};
 use nvme_spec::sqe::{PSDT_SGL_MPTR_CONTIG, SGL_ICD, SGL_TRANSPORT};
+use nvme_spec::{Cqe, Sqe, Status};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+mod fused;
+mod ns_cache;
+mod session;
+mod slots;
+pub use fused::CAW_DRAIN_TIMEOUT;
+use fused::{GateWaits, Pairs};
+pub(crate) use ns_cache::NsCache;
+pub(crate) use session::Session;
+use slots::{Completion, Fused, SlotState, Slots};
 
 /// The fabric a queue runs on: what its SGLs for command data look like.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -42,16 +73,6 @@ impl Transport {
         }
     }
 }
-use nvme_spec::{Cqe, Sqe, Status};
-use std::collections::VecDeque;
-use std::net::SocketAddr;
-use std::sync::Arc;
-use std::time::Instant;
-
-mod fused;
-pub use fused::CAW_DRAIN_TIMEOUT;
-pub(crate) use fused::Fused;
-
 /// What a queue is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum QueueRole {
@@ -108,286 +129,91 @@ impl C2hData<'_> {
     }
 }
 
-/// A command error: status plus the byte offset in the SQE of the offending field (for the
-/// Error Information log), `0xFFFF` when not applicable.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct CmdError {
-    pub status: Status,
-    pub loc: u16,
-    /// DW0 to return with the error (Connect Invalid Parameters: IPO and IATTR).
-    pub dw0: u32,
-}
-
-impl From<Status> for CmdError {
-    fn from(status: Status) -> Self {
-        CmdError {
-            status,
-            loc: 0xFFFF,
-            dw0: 0,
-        }
-    }
-}
-
-impl CmdError {
-    pub fn at(status: Status, loc: u16) -> CmdError {
-        CmdError {
-            status,
-            loc,
-            dw0: 0,
-        }
-    }
-    /// Connect Invalid Parameters: `ipo` is the offset of the bad field, in the Connect data
-    /// when `in_data`, else in the SQE.
-    pub fn connect_param(ipo: u16, in_data: bool) -> CmdError {
-        let iattr = if in_data {
-            nvme_spec::fabrics::IATTR_CONNECT_DATA
-        } else {
-            0
-        };
-        CmdError {
-            status: Status::CONNECT_INVALID_PARAM,
-            loc: ipo,
-            dw0: u32::from(ipo) | iattr,
-        }
-    }
-}
-
-/// The outcome of executing a command: DW0/DW1 of the CQE.
-pub(crate) type CmdResult = Result<(u32, u32), CmdError>;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum SlotState {
-    Free,
-    /// Waiting for H2CData.
-    AwaitData,
-    /// I/O prepared, not yet handed to the backend.
-    Ready,
-    /// Backend I/O running (the driver holds the buffer).
-    Executing,
-    /// AER outstanding.
-    Parked,
-    /// Completed, waiting in the completion list.
-    Done,
-    /// I/O prepared, waiting for its namespace's gate (a Compare-and-Write holds it, or it is a
-    /// Compare-and-Write waiting for the commands inside to finish): [`Queue::retry_deferred`].
-    Deferred,
-    /// One command of a fused pair with all its data, waiting for the other.
-    FusedWait,
-}
-
-/// A command slot.
-#[derive(Debug)]
-struct Slot {
-    state: SlotState,
-    sqe: Sqe,
-    /// Data buffer: host data for writes, data for the host for reads and admin queries.
-    buf: Vec<u8>,
-    /// Host data expected / received so far.
-    h2c_len: u32,
-    received: u32,
-    /// Bytes of `buf` to return to the host as C2HData.
-    c2h_len: u32,
-    io: Option<IoRequest>,
-    /// The command completed as a read still to be done: `drain_completions` hands `io` to the
-    /// transport as [`C2hData::Read`].
-    stream: bool,
-    /// A Write whose H2CData goes straight into the namespace (backend that does not block):
-    /// the namespace and the byte offset of DATAO 0. `direct_status` is the first failure.
-    direct: Option<(Arc<crate::io::NsRef>, u64)>,
-    direct_status: Status,
-    cqe: Cqe,
-    /// When the command arrived (its receive batch), for the latency histograms.
-    start: Instant,
-    /// Its part in a fused operation.
-    fused: Fused,
-    /// Inside its namespace's gate ([`crate::gate`]).
-    gate: bool,
-}
-
-impl Slot {
-    fn new() -> Slot {
-        Slot {
-            state: SlotState::Free,
-            sqe: Sqe::default(),
-            buf: Vec::new(),
-            h2c_len: 0,
-            received: 0,
-            c2h_len: 0,
-            io: None,
-            stream: false,
-            direct: None,
-            direct_status: Status::SUCCESS,
-            cqe: Cqe::default(),
-            start: Instant::now(),
-            fused: Fused::None,
-            gate: false,
-        }
-    }
-}
-
-#[derive(Clone, Copy, Debug)]
-enum Completion {
-    Slot(u16),
-    /// A command rejected before it got a slot.
-    Immediate(Cqe),
-}
-
-/// Extra slots beyond the queue size: AERs on the admin queue and commands whose completion is
-/// queued but not yet sent.
-const SPARE_SLOTS: usize = 8;
-
 /// Per-connection queue state. `!Sync`: it lives on the core that owns the connection.
 #[derive(Debug)]
 pub struct Queue {
-    pub(crate) target: Arc<Target>,
-    pub(crate) role: QueueRole,
-    pub(crate) ctrl: Option<Arc<Controller>>,
-    /// Local address of the connection (for the discovery log's current-subsystem entry).
-    pub(crate) local: SocketAddr,
-    slots: Vec<Slot>,
-    free: Vec<u16>,
-    completions: VecDeque<Completion>,
-    /// Queue entries (SQSIZE + 1).
-    pub(crate) entries: u32,
-    sqhd: u16,
-    /// SQ flow control enabled (not disabled by CATTR.DISSQFC).
-    pub(crate) flow_control: bool,
-    pub(crate) aers: u32,
-    /// Accepted on a dedicated discovery listener: only the discovery subsystem may be reached.
-    pub(crate) discovery_only: bool,
-    /// Time of the command being handled (sans-IO: given by the driver).
-    pub(crate) now: Instant,
-    /// SMART counters not yet added to the namespaces'.
-    pub(crate) stats: crate::io::StatsBatch,
-    /// This queue's handles on the namespaces its commands addressed (I/O queues; made on first
-    /// use, sorted by NSID).
-    pub(crate) ns_refs: Vec<Arc<crate::io::NsRef>>,
-    /// The controller's namespace generation `ns_refs` were made at.
-    pub(crate) ns_gen: u32,
-    /// When this queue last wrote the controller's keep-alive timestamp.
-    touched: Option<Instant>,
-    /// Row of this connection's listener in the target's ANA table (see [`crate::ana`]).
-    pub(crate) ana_row: usize,
-    /// The first command of a fused operation whose second has not arrived yet.
-    fused_first: Option<u16>,
-    /// Slots in [`SlotState::Deferred`], oldest first.
-    deferred: Vec<u16>,
-    /// Fused pairs in progress (a first command, its second once arrived).
-    pairs: Vec<fused::Pair>,
-    /// Gate entries of reads streamed from memory, kept until their data has been sent
-    /// ([`Queue::output_sent`]): (namespace, count).
-    held: Vec<(Arc<crate::io::NsRef>, usize)>,
+    /// Target, connection facts, role and controller.
+    pub(crate) session: Session,
+    /// Command slots, completions and SQ accounting.
+    slots: Slots,
+    /// This queue's handles on the namespaces its commands addressed (I/O queues).
+    pub(crate) ns: NsCache,
+    /// Fused pairs in progress.
+    pairs: Pairs,
+    /// Commands waiting for a namespace gate, and gate entries held for streamed reads.
+    gates: GateWaits,
     /// In-band authentication of this queue, when its host has a key ([`crate::auth`]).
-    pub(crate) auth: Option<Box<crate::auth::QueueAuth>>,
-    /// Authentication is required and not done: every command but AUTH_Send / AUTH_Receive
-    /// fails (one predictable branch per command otherwise).
-    pub(crate) auth_gate: bool,
-    /// The host NQN and subsystem NQN of the TLS PSK this connection was secured with
-    /// ([`Queue::set_tls_peer`]); Connect must name the same ones.
-    pub(crate) tls_peer: Option<(String, String)>,
-    /// The fabric this queue runs on ([`Queue::set_transport`]).
-    pub(crate) transport: Transport,
+    pub(crate) auth: crate::auth::QueueAuth,
+    /// SMART counters not yet added to the namespaces'.
+    stats: StatsBatch,
+    /// Time of the command being handled (sans-IO: given by the driver).
+    now: Instant,
 }
-
-/// How often a queue refreshes its controller's keep-alive timestamp under traffic.
-const TOUCH_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
 
 impl Queue {
     /// A new, unconnected queue for a connection accepted on `local`.
     pub fn new(target: Arc<Target>, local: SocketAddr, now: Instant) -> Queue {
-        let ana_row = target.ana.row_of(local);
         Queue {
-            target,
-            role: QueueRole::Unconnected,
-            ctrl: None,
-            local,
-            // The slot table grows with the commands in flight (see `take_slot`).
-            slots: Vec::new(),
-            free: Vec::new(),
-            completions: VecDeque::new(),
-            entries: ADMIN_QUEUE_MAX,
-            sqhd: 0,
-            flow_control: true,
-            aers: 0,
-            discovery_only: false,
+            session: Session::new(target, local),
+            slots: Slots::new(),
+            ns: NsCache::default(),
+            pairs: Pairs::default(),
+            gates: GateWaits::default(),
+            auth: crate::auth::QueueAuth::default(),
+            stats: StatsBatch::default(),
             now,
-            stats: crate::io::StatsBatch::default(),
-            ns_refs: Vec::new(),
-            ns_gen: 0,
-            touched: None,
-            ana_row,
-            fused_first: None,
-            deferred: Vec::new(),
-            pairs: Vec::new(),
-            held: Vec::new(),
-            auth: None,
-            auth_gate: false,
-            tls_peer: None,
-            transport: Transport::Tcp,
         }
     }
 
     /// This queue runs on `t` (NVMe/TCP unless told): its SGLs for command data are that
     /// transport's, and Identify Controller describes its capsules.
     pub fn set_transport(&mut self, t: Transport) {
-        self.transport = t;
+        self.session.set_transport(t);
     }
 
     /// The fabric this queue runs on.
     pub fn transport(&self) -> Transport {
-        self.transport
+        self.session.transport()
     }
 
     /// The connection is TLS-protected with the PSK of (`hostnqn`, `subnqn`): a Connect that
     /// names another host or subsystem is refused (Invalid Host), so a host cannot use its own
     /// key to reach a subsystem its key was not made for.
     pub fn set_tls_peer(&mut self, hostnqn: String, subnqn: String) {
-        self.tls_peer = Some((hostnqn, subnqn));
+        self.session.set_tls_peer(hostnqn, subnqn);
     }
 
     /// Mark the queue as accepted on a dedicated discovery listener.
     pub fn set_discovery_only(&mut self, v: bool) {
-        self.discovery_only = v;
+        self.session.set_discovery_only(v);
     }
 
     pub fn role(&self) -> QueueRole {
-        self.role
+        self.session.role()
     }
 
     pub fn controller(&self) -> Option<&Arc<Controller>> {
-        self.ctrl.as_ref()
+        self.session.ctrl()
     }
 
     pub fn qid(&self) -> u16 {
-        match self.role {
-            QueueRole::Io { qid, .. } => qid,
-            _ => 0,
-        }
+        self.session.qid()
     }
 
     /// Number of transfer tags the transport must track (= slots).
     pub fn max_ttags(&self) -> u16 {
-        // Slots never exceed the larger of the admin and I/O queue sizes, plus the spares.
-        let entries = usize::from(self.target.limits.max_queue_size).max(ADMIN_QUEUE_MAX as usize);
-        u16::try_from(entries + SPARE_SLOTS).unwrap_or(u16::MAX)
+        self.session.max_ttags()
     }
 
     /// In-capsule data limit of this queue.
     pub fn inline_limit(&self) -> u32 {
-        match self.role {
-            QueueRole::Io { .. } => self.target.limits.io_inline_data,
-            _ => ADMIN_INLINE_DATA,
-        }
+        self.session.inline_limit()
     }
 
     /// True when the connection should close: the controller was torn down, or (I/O queue)
     /// the controller was reset/shut down since this queue connected.
     pub fn should_close(&self) -> bool {
-        match (&self.ctrl, self.role) {
-            (Some(c), QueueRole::Io { epoch, .. }) => c.is_dead() || c.io_epoch() != epoch,
-            (Some(c), _) => c.is_dead(),
-            (None, _) => false,
-        }
+        self.session.should_close()
     }
 
     /// Periodic check (call about once a second): keep-alive expiry tears the controller
@@ -395,39 +221,21 @@ impl Queue {
     pub fn poll_timers(&mut self, now: Instant) -> bool {
         self.stats.publish();
         self.deliver_events();
-        if let (Some(c), QueueRole::Admin) = (&self.ctrl, self.role)
-            && c.keep_alive_expired(now)
-        {
-            tracing::warn!(cntlid = c.cntlid.0, hostnqn = %c.hostnqn, "keep-alive timeout expired; tearing down controller");
-            c.kill();
-            self.target
-                .events
-                .keep_alive_expiries
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
+        self.session.check_keep_alive(now);
         self.should_close()
     }
 
     /// Record host traffic for the traffic-based keep-alive (call once per received batch that
-    /// held commands). The controller's shared timestamp is written at most every
-    /// [`TOUCH_EVERY`], far below the keep-alive granularity (1 s), so that busy queues on
-    /// several cores do not write the same cache line per batch.
+    /// held commands). The controller's shared timestamp is written at most every 100 ms, far
+    /// below the keep-alive granularity (1 s), so that busy queues on several cores do not
+    /// write the same cache line per batch.
     pub fn touch(&mut self, now: Instant) {
-        if self
-            .touched
-            .is_some_and(|t| now.saturating_duration_since(t) < TOUCH_EVERY)
-        {
-            return;
-        }
-        self.touched = Some(now);
-        if let Some(c) = &self.ctrl {
-            c.touch(now);
-        }
+        self.session.touch(now);
     }
 
     /// Commands in flight (received, not yet completed to the transport).
     pub fn outstanding(&self) -> usize {
-        self.slots.len() - self.free.len()
+        self.slots.outstanding()
     }
 
     /// Called when the connection has been idle for a while: with no command in flight (and no
@@ -435,53 +243,79 @@ impl Queue {
     /// largest transfer it carried) and the completion list, so an idle queue holds nothing
     /// but the `Queue` itself. They grow again with the next commands.
     pub fn release_idle_buffers(&mut self) {
-        if self.outstanding() != 0 || !self.completions.is_empty() {
-            return;
-        }
-        self.slots = Vec::new();
-        self.free = Vec::new();
-        self.completions = VecDeque::new();
+        self.slots.release_idle();
     }
 
     /// Bytes an idle queue holds beyond the `Queue` value: its slot table, free list and
     /// completion list (all given back by [`Queue::release_idle_buffers`]).
     pub fn idle_footprint(&self) -> usize {
-        self.slots.capacity() * std::mem::size_of::<Slot>()
-            + self.slots.iter().map(|s| s.buf.capacity()).sum::<usize>()
-            + self.free.capacity() * std::mem::size_of::<u16>()
-            + self.completions.capacity() * std::mem::size_of::<Completion>()
+        self.slots.footprint()
     }
 
-    /// Set the queue size after Connect told it (the slot table grows up to it on demand).
-    pub(crate) fn set_entries(&mut self, entries: u32) {
-        self.entries = entries;
+    /// Time of the command being handled.
+    #[inline]
+    pub(crate) fn now(&self) -> Instant {
+        self.now
     }
 
-    /// A free slot for a new command: a freed one, else a new one while the table is below
-    /// the queue size (plus the spares); `None` when the host exceeded the queue depth.
-    /// Slots are made on demand, so a queue of 1024 entries that never has more than a few
-    /// commands in flight holds a few slots, not 1024.
-    fn take_slot(&mut self) -> Option<u16> {
-        if let Some(idx) = self.free.pop() {
-            return Some(idx);
+    /// Fabrics Connect succeeded: this queue is `role` of `ctrl`, with `entries` entries and SQ
+    /// flow control on unless the host disabled it.
+    pub(crate) fn connected(
+        &mut self,
+        ctrl: Arc<Controller>,
+        role: QueueRole,
+        entries: u32,
+        flow_control: bool,
+    ) {
+        self.session.connected(ctrl, role);
+        if matches!(role, QueueRole::Io { .. }) {
+            self.refresh_namespaces();
         }
-        let limit = self.entries as usize + SPARE_SLOTS;
-        if self.slots.len() >= limit {
-            return None;
+        self.slots.configure(entries, flow_control);
+    }
+
+    /// Drop the handles on namespaces the control plane removed or replaced (at Connect, and
+    /// when the namespace generation moved), and publish the counters gathered for them.
+    fn refresh_namespaces(&mut self) {
+        let Some(ctrl) = self.session.ctrl() else {
+            return;
+        };
+        if self.ns.refresh(ctrl) {
+            // Counters of namespaces that are gone are published and let go.
+            self.stats.publish();
+            self.stats.forget_all();
         }
-        let idx = u16::try_from(self.slots.len()).ok()?;
-        self.slots.push(Slot::new());
-        Some(idx)
+    }
+
+    /// Before an I/O command looks its namespace up: take the controller's new set of
+    /// namespaces if the control plane changed it, and make sure the queue has a handle on
+    /// `nsid` if the subsystem has that namespace.
+    #[inline]
+    pub(crate) fn sync_namespace(&mut self, nsid: u32) {
+        let Some(ctrl) = self.session.ctrl() else {
+            return;
+        };
+        if self.ns.stale(ctrl) && self.ns.refresh(ctrl) {
+            self.stats.publish();
+            self.stats.forget_all();
+        }
+        self.ns.cache(ctrl, nsid);
+    }
+
+    /// Asynchronous Event Requests outstanding (admin queue).
+    #[inline]
+    pub(crate) fn parked_aers(&self) -> u32 {
+        self.slots.parked()
     }
 
     /// Handle a command capsule. `icd` is its in-capsule data (already framed by the transport).
     pub fn handle_command(&mut self, sqe: &Sqe, icd: &[u8], now: Instant) -> Disposition {
         self.now = now;
-        let sqid = self.qid();
+        let sqid = self.session.qid();
         if sqe.psdt() != PSDT_SGL_MPTR_CONTIG {
             return self.immediate(sqe, CmdError::at(Status::INVALID_FIELD, 1));
         }
-        let fused = if sqe.fuse() != 0 || self.fused_first.is_some() {
+        let fused = if sqe.fuse() != 0 || self.pairs.waiting() {
             match self.fused_arrival(sqe) {
                 Ok(f) => f,
                 Err(e) => return self.immediate(sqe, e),
@@ -489,7 +323,7 @@ impl Queue {
         } else {
             Fused::None
         };
-        let Some(idx) = self.take_slot() else {
+        let Some(idx) = self.slots.take(sqe, now) else {
             if fused == Fused::Second {
                 self.fused_unplaced();
             }
@@ -498,23 +332,9 @@ impl Queue {
         };
         // The control plane changed the namespaces (one atomic load of a line the command path
         // reads anyway): take the new set before this command looks its namespace up.
-        if let (QueueRole::Io { .. }, Some(c)) = (self.role, &self.ctrl) {
-            if c.ns_gen() != self.ns_gen {
-                self.refresh_namespaces();
-            }
-            self.cache_namespace(sqe.nsid().0);
+        if let QueueRole::Io { .. } = self.session.role() {
+            self.sync_namespace(sqe.nsid().0);
         }
-        let slot = &mut self.slots[usize::from(idx)];
-        slot.sqe = *sqe;
-        slot.start = now;
-        slot.state = SlotState::Free;
-        slot.h2c_len = 0;
-        slot.received = 0;
-        slot.c2h_len = 0;
-        slot.io = None;
-        slot.stream = false;
-        slot.direct = None;
-        slot.gate = false;
         if fused != Fused::None {
             self.fused_attach(idx, fused);
         }
@@ -532,14 +352,10 @@ impl Queue {
                 if need > self.inline_limit() {
                     return self.complete_err(idx, CmdError::at(Status::SGL_INVALID_OFFSET, 24));
                 }
-                let slot = &mut self.slots[usize::from(idx)];
-                slot.buf.clear();
-                slot.buf.extend_from_slice(icd);
-                slot.h2c_len = need;
-                slot.received = need;
+                self.slots[idx].capsule_data(icd, need);
                 return self.run(idx);
             }
-            let data_sgl = self.transport.data_sgl(sqe.sgl_type());
+            let data_sgl = self.session.transport().data_sgl(sqe.sgl_type());
             if !data_sgl || sqe.sgl_data_len() != need {
                 let st = if data_sgl || sqe.sgl_type() == SGL_ICD {
                     Status::SGL_INVALID_DATA
@@ -558,23 +374,7 @@ impl Queue {
                     direct = None;
                 }
             }
-            let slot = &mut self.slots[usize::from(idx)];
-            slot.gate = gate;
-            if direct.is_some() {
-                // The data goes straight into the namespace as it arrives (one copy less).
-                slot.buf.clear();
-            } else if slot.buf.len() < need as usize {
-                slot.buf.resize(need as usize, 0);
-            } else {
-                // No zeroing: the transport accepts H2CData only at the next expected offset up
-                // to the R2T's end, so every byte is overwritten before the command runs (and
-                // it runs only when all of them arrived).
-                slot.buf.truncate(need as usize);
-            }
-            slot.direct = direct;
-            slot.direct_status = Status::SUCCESS;
-            slot.h2c_len = need;
-            slot.state = SlotState::AwaitData;
+            self.slots[idx].await_data(need, direct, gate);
             return Disposition::NeedData {
                 ttag: idx,
                 cccid: sqe.cid().0,
@@ -597,39 +397,20 @@ impl Queue {
         data: &[u8],
         last: bool,
     ) -> Disposition {
-        let Some(slot) = self.slots.get_mut(usize::from(ttag)) else {
+        let Some(slot) = self.slots.get_mut(ttag) else {
             return Disposition::Pending;
         };
         if slot.state != SlotState::AwaitData {
             return Disposition::Pending;
         }
-        let start = datao as usize;
-        if let Some((ns, offset)) = &slot.direct {
-            if start + data.len() > slot.h2c_len as usize {
-                return Disposition::Pending;
-            }
-            if let Err(e) = ns.backend.write(offset + start as u64, data)
-                && slot.direct_status.is_success()
-            {
-                slot.direct_status = crate::io::backend_status(&e, true);
-            }
-        } else {
-            let Some(dst) = slot.buf.get_mut(start..start + data.len()) else {
-                return Disposition::Pending;
-            };
-            dst.copy_from_slice(data);
-        }
-        if slot.received != u32::MAX {
-            slot.received = slot.received.saturating_add(data.len() as u32);
+        if !slot.receive(datao, data) {
+            return Disposition::Pending;
         }
         if !last {
             return Disposition::Pending;
         }
-        if slot.received == u32::MAX {
-            return self.complete_err(ttag, Status::TRANSIENT_TRANSPORT.into());
-        }
-        if slot.received != slot.h2c_len {
-            return self.complete_err(ttag, CmdError::at(Status::DATA_XFER_ERROR, 0xFFFF));
+        if let Err(e) = slot.transfer_outcome() {
+            return self.complete_err(ttag, e);
         }
         self.run(ttag)
     }
@@ -639,7 +420,7 @@ impl Queue {
     /// offset where the data goes. A transport that can put the data there itself (RDMA READ
     /// into registered namespace memory) does, then calls [`Queue::handle_h2c_placed`].
     pub fn direct_target(&self, ttag: u16) -> Option<(&Arc<dyn Backend>, u64)> {
-        let s = self.slots.get(usize::from(ttag))?;
+        let s = self.slots.get(ttag)?;
         if s.state != SlotState::AwaitData {
             return None;
         }
@@ -649,23 +430,22 @@ impl Queue {
     /// All `len` bytes of host data for `ttag` were placed at [`Queue::direct_target`] by the
     /// transport: run the command (as the last H2CData would).
     pub fn handle_h2c_placed(&mut self, ttag: u16, len: u32) -> Disposition {
-        let Some(slot) = self.slots.get_mut(usize::from(ttag)) else {
+        let Some(slot) = self.slots.get_mut(ttag) else {
             return Disposition::Pending;
         };
         if slot.state != SlotState::AwaitData || slot.direct.is_none() {
             return Disposition::Pending;
         }
-        if len != slot.h2c_len {
+        if !slot.placed(len) {
             return self.complete_err(ttag, CmdError::at(Status::DATA_XFER_ERROR, 0xFFFF));
         }
-        slot.received = len;
         self.run(ttag)
     }
 
     /// The transport could not fetch the host data of `ttag` (an RDMA READ failed): the
     /// command completes with Transient Transport Error without running.
     pub fn handle_h2c_failed(&mut self, ttag: u16) -> Disposition {
-        match self.slots.get(usize::from(ttag)) {
+        match self.slots.get(ttag) {
             Some(s) if s.state == SlotState::AwaitData => {
                 self.complete_err(ttag, Status::TRANSIENT_TRANSPORT.into())
             }
@@ -683,13 +463,13 @@ impl Queue {
     /// H2CData whose data failed its digest: the command will not run; once its transfer is
     /// over (`last`) it completes with Transient Transport Error.
     pub fn handle_h2c_digest_error(&mut self, ttag: u16, last: bool) -> Disposition {
-        let Some(slot) = self.slots.get_mut(usize::from(ttag)) else {
+        let Some(slot) = self.slots.get_mut(ttag) else {
             return Disposition::Pending;
         };
         if slot.state != SlotState::AwaitData {
             return Disposition::Pending;
         }
-        slot.received = u32::MAX; // poisoned: never equals h2c_len
+        slot.poison();
         if !last {
             return Disposition::Pending;
         }
@@ -698,18 +478,18 @@ impl Queue {
 
     /// Phase 2: the command has all its host data; execute or hand I/O to the driver.
     fn run(&mut self, idx: u16) -> Disposition {
-        if let Some(st) = self.slots[usize::from(idx)].fused.aborted() {
-            self.slots[usize::from(idx)].fused = Fused::None;
+        if let Some(st) = self.slots[idx].fused.aborted() {
+            self.slots[idx].fused = Fused::None;
             return self.complete_err(idx, st.into());
         }
-        let sqe = self.slots[usize::from(idx)].sqe;
-        let mut buf = std::mem::take(&mut self.slots[usize::from(idx)].buf);
+        let sqe = self.slots[idx].sqe;
+        let mut buf = std::mem::take(&mut self.slots[idx].buf);
         let res = self.execute(idx, &sqe, &mut buf);
-        self.slots[usize::from(idx)].buf = buf;
+        self.slots[idx].buf = buf;
         match res {
             Exec::Done(r) => self.complete_result(idx, r),
             Exec::Io(req) => {
-                let slot = &mut self.slots[usize::from(idx)];
+                let slot = &mut self.slots[idx];
                 if let Some((ns, _)) = &slot.direct
                     && !Arc::ptr_eq(ns, &req.ns)
                 {
@@ -735,7 +515,7 @@ impl Queue {
                 Disposition::Execute { slot: idx }
             }
             Exec::Park => {
-                self.slots[usize::from(idx)].state = SlotState::Parked;
+                self.slots.park(idx);
                 Disposition::Parked
             }
         }
@@ -743,7 +523,7 @@ impl Queue {
 
     /// Phase 1 dispatch: host→controller data length by role and opcode.
     fn host_data_len(&self, sqe: &Sqe) -> Result<u32, CmdError> {
-        match self.role {
+        match self.session.role() {
             QueueRole::Unconnected => {
                 if sqe.opcode() == admin::FABRICS && sqe.fctype() == fctype::CONNECT {
                     Ok(nvme_spec::fabrics::CONNECT_DATA_LEN as u32)
@@ -751,7 +531,7 @@ impl Queue {
                     Err(Status::INVALID_OPCODE.into())
                 }
             }
-            _ if self.auth_gate => {
+            _ if self.auth.gated() => {
                 let f = sqe.fctype();
                 if sqe.opcode() != admin::FABRICS
                     || (f != fctype::AUTH_SEND && f != fctype::AUTH_RECV)
@@ -777,7 +557,7 @@ impl Queue {
 
     /// Phase 2 dispatch.
     fn execute(&mut self, idx: u16, sqe: &Sqe, buf: &mut Vec<u8>) -> Exec {
-        match self.role {
+        match self.session.role() {
             QueueRole::Unconnected => Exec::Done(self.execute_connect(sqe, buf)),
             QueueRole::Admin | QueueRole::Io { .. } if sqe.opcode() == admin::FABRICS => {
                 Exec::Done(self.execute_fabrics(idx, sqe, buf))
@@ -787,7 +567,7 @@ impl Queue {
                 Exec::Done(self.execute_reservation(idx, sqe, buf))
             }
             QueueRole::Io { .. } => {
-                let placed = self.slots[usize::from(idx)].direct.is_some();
+                let placed = self.slots[idx].direct.is_some();
                 self.prepare_io(sqe, buf, placed)
             }
         }
@@ -795,15 +575,13 @@ impl Queue {
 
     /// The I/O request prepared in `slot` (for the driver to execute).
     pub fn io_request(&self, slot: u16) -> Option<&IoRequest> {
-        self.slots
-            .get(usize::from(slot))
-            .and_then(|s| s.io.as_ref())
+        self.slots.get(slot).and_then(|s| s.io.as_ref())
     }
 
     /// Take the slot buffer out for execution on another thread; give it back with
     /// [`Queue::complete_io`].
     pub fn take_io_buffer(&mut self, slot: u16) -> Vec<u8> {
-        match self.slots.get_mut(usize::from(slot)) {
+        match self.slots.get_mut(slot) {
             Some(s) if s.state == SlotState::Ready => {
                 s.state = SlotState::Executing;
                 std::mem::take(&mut s.buf)
@@ -820,7 +598,7 @@ impl Queue {
     /// straight from the backend into the send buffer (one copy instead of two). Its status is
     /// final only then: a backend error turns into the NVMe status (and Error log entry) there.
     pub fn execute_inline(&mut self, slot: u16) {
-        let Some(s) = self.slots.get_mut(usize::from(slot)) else {
+        let Some(s) = self.slots.get_mut(slot) else {
             return;
         };
         if s.state != SlotState::Ready {
@@ -855,8 +633,8 @@ impl Queue {
 
     /// Report the outcome of the I/O in `slot`, returning the buffer.
     pub fn complete_io(&mut self, slot: u16, status: Status, buf: Vec<u8>) {
-        let qid = self.qid();
-        let Some(s) = self.slots.get_mut(usize::from(slot)) else {
+        let qid = self.session.qid();
+        let Some(s) = self.slots.get_mut(slot) else {
             return;
         };
         if !matches!(s.state, SlotState::Executing | SlotState::Ready) {
@@ -894,7 +672,7 @@ impl Queue {
             self.complete_result(slot, Ok((0, 0)));
         } else {
             let nsid = s.sqe.nsid().0;
-            if let Some(c) = &self.ctrl {
+            if let Some(c) = self.session.ctrl() {
                 c.record_error(qid, s.sqe.cid().0, status, 0xFFFF, err_lba, nsid);
             }
             self.finish(slot, status, 0, 0);
@@ -912,64 +690,37 @@ impl Queue {
     }
 
     fn complete_err(&mut self, idx: u16, e: CmdError) -> Disposition {
-        if self.slots[usize::from(idx)].fused != Fused::None {
+        if self.slots[idx].fused != Fused::None {
             // A fused command failing on its own (the only way one completes alone): its
             // partner cannot run any more.
             self.fused_orphaned(idx);
         }
-        let sqe = self.slots[usize::from(idx)].sqe;
+        let sqe = self.slots[idx].sqe;
         self.log_failure(&sqe, e);
         self.finish(idx, e.status, e.dw0, 0);
         Disposition::Done
     }
 
     fn log_failure(&self, sqe: &Sqe, e: CmdError) {
-        tracing::debug!(qid = self.qid(), ?sqe, status = %e.status, "command failed");
-        if let Some(c) = &self.ctrl {
-            c.record_error(self.qid(), sqe.cid().0, e.status, e.loc, 0, sqe.nsid().0);
+        let qid = self.session.qid();
+        tracing::debug!(qid, ?sqe, status = %e.status, "command failed");
+        if let Some(c) = self.session.ctrl() {
+            c.record_error(qid, sqe.cid().0, e.status, e.loc, 0, sqe.nsid().0);
         }
     }
 
-    /// The completion funnel: fills CID, SQID, SQHD and status and queues the completion.
+    /// The completion funnel ([`Slots::finish`]): fills CID, SQID, SQHD and status and queues
+    /// the completion.
+    #[inline]
     fn finish(&mut self, idx: u16, status: Status, dw0: u32, dw1: u32) {
-        let sqhd = self.next_sqhd();
-        let sqid = self.qid();
-        let slot = &mut self.slots[usize::from(idx)];
-        if !status.is_success() {
-            slot.c2h_len = 0;
-        }
-        slot.cqe = Cqe {
-            dw0,
-            dw1,
-            sqhd,
-            sqid,
-            cid: slot.sqe.cid().0,
-            status,
-        };
-        slot.state = SlotState::Done;
-        self.completions.push_back(Completion::Slot(idx));
+        let sqid = self.session.qid();
+        self.slots.finish(idx, sqid, status, dw0, dw1);
     }
 
-    fn next_sqhd(&mut self) -> u16 {
-        if !self.flow_control {
-            return 0xFFFF;
-        }
-        self.sqhd = ((u32::from(self.sqhd) + 1) % self.entries.max(1)) as u16;
-        self.sqhd
-    }
-
+    /// A command that got no slot fails at once.
     fn immediate(&mut self, sqe: &Sqe, e: CmdError) -> Disposition {
         self.log_failure(sqe, e);
-        let sqhd = self.next_sqhd();
-        let cqe = Cqe {
-            dw0: 0,
-            dw1: 0,
-            sqhd,
-            sqid: self.qid(),
-            cid: sqe.cid().0,
-            status: e.status,
-        };
-        self.completions.push_back(Completion::Immediate(cqe));
+        self.slots.immediate(self.session.qid(), sqe, e.status);
         Disposition::Done
     }
 
@@ -977,14 +728,14 @@ impl Queue {
     /// pending events (they wait in the controller until an AER is there). Returns whether a
     /// completion was queued: the driver then sends it.
     pub fn deliver_events(&mut self) -> bool {
-        let Some(c) = self.ctrl.clone() else {
+        let Some(c) = self.session.ctrl().cloned() else {
             return false;
         };
-        if self.role != QueueRole::Admin || self.aers == 0 || !c.has_event() {
+        if self.session.role() != QueueRole::Admin || self.slots.parked() == 0 || !c.has_event() {
             return false;
         }
         let mut any = false;
-        while self.aers > 0 {
+        while self.slots.parked() > 0 {
             let Some(dw0) = c.take_event() else { break };
             if !self.complete_aer(dw0) {
                 break;
@@ -996,12 +747,8 @@ impl Queue {
 
     /// Complete a parked AER with `dw0` (async event information). Returns false if none parked.
     pub fn complete_aer(&mut self, dw0: u32) -> bool {
-        let Some(idx) = self.slots.iter().position(|s| s.state == SlotState::Parked) else {
-            return false;
-        };
-        self.aers = self.aers.saturating_sub(1);
-        self.finish(idx as u16, Status::SUCCESS, dw0, 0);
-        true
+        let sqid = self.session.qid();
+        self.slots.complete_parked(sqid, dw0)
     }
 
     /// Hand each finished command to `emit(cqe, c2h_data, success_shortcut_allowed)` in
@@ -1018,10 +765,11 @@ impl Queue {
         &mut self,
         mut emit: impl FnMut(&Cqe, C2hData<'_>, bool) -> Result<(), BackendError>,
     ) {
-        let qid = self.qid();
+        let qid = self.session.qid();
+        let flow_control = self.slots.flow_control();
         // One clock read per drain, when the first I/O command is counted.
         let mut now: Option<Instant> = None;
-        while let Some(c) = self.completions.pop_front() {
+        while let Some(c) = self.slots.next_completion() {
             let idx = match c {
                 Completion::Immediate(cqe) => {
                     let _ = emit(&cqe, C2hData::Bytes(&[]), false);
@@ -1029,37 +777,30 @@ impl Queue {
                 }
                 Completion::Slot(idx) => idx,
             };
-            let s = &mut self.slots[usize::from(idx)];
+            let s = &mut self.slots[idx];
             let streamed = s.stream;
             if s.stream {
                 s.stream = false;
                 if let Some(req) = &s.io {
                     let len = usize::try_from(req.len).unwrap_or(usize::MAX);
-                    let shortcut = !self.flow_control && len > 0;
+                    let shortcut = !flow_control && len > 0;
                     let data = C2hData::Read {
                         backend: &req.ns.backend,
                         offset: req.offset,
                         len,
                     };
                     let latency = elapsed_ns(s.start, &mut now);
-                    match emit(&s.cqe, data, shortcut) {
+                    match emit(s.cqe(), data, shortcut) {
                         Ok(()) => self.stats.add(req, Status::SUCCESS, latency),
                         Err(e) => {
                             let status = crate::io::failed(req, &e);
                             self.stats.add(req, status, latency);
-                            s.cqe.status = status;
-                            s.c2h_len = 0;
-                            if let Some(c) = &self.ctrl {
-                                c.record_error(
-                                    qid,
-                                    s.cqe.cid,
-                                    status,
-                                    0xFFFF,
-                                    req.slba(),
-                                    s.sqe.nsid().0,
-                                );
+                            let (slba, nsid) = (req.slba(), s.sqe.nsid().0);
+                            s.fail_streamed(status);
+                            if let Some(c) = self.session.ctrl() {
+                                c.record_error(qid, s.cqe().cid, status, 0xFFFF, slba, nsid);
                             }
-                            let _ = emit(&s.cqe, C2hData::Bytes(&[]), false);
+                            let _ = emit(s.cqe(), C2hData::Bytes(&[]), false);
                         }
                     }
                 }
@@ -1068,37 +809,28 @@ impl Queue {
                     && !req.ns.is_removed()
                 {
                     let latency = elapsed_ns(s.start, &mut now);
-                    self.stats.add(req, s.cqe.status, latency);
+                    self.stats.add(req, s.cqe().status, latency);
                 }
                 let len = (s.c2h_len as usize).min(s.buf.len());
-                let shortcut = !self.flow_control && len > 0 && s.cqe.status.is_success();
-                let _ = emit(&s.cqe, C2hData::Bytes(&s.buf[..len]), shortcut);
+                let shortcut = !flow_control && len > 0 && s.cqe().status.is_success();
+                let _ = emit(s.cqe(), C2hData::Bytes(&s.buf[..len]), shortcut);
             }
-            if std::mem::take(&mut s.gate) {
-                fused::leave_gate(s, streamed, &mut self.held);
-            }
-            s.state = SlotState::Free;
-            s.io = None;
-            s.direct = None;
-            // Keep large buffers from pinning memory forever on idle queues.
-            if s.buf.capacity() > 4 << 20 {
-                s.buf = Vec::new();
-            }
-            self.free.push(idx);
+            self.gates.leave(s, streamed);
+            self.slots.release(idx);
         }
-        if self.stats.full() || (self.outstanding() == 0 && self.completions.is_empty()) {
+        if self.stats.full() || (self.slots.outstanding() == 0 && !self.slots.has_completions()) {
             self.stats.publish();
         }
     }
 
     /// True if completions are waiting.
     pub fn has_completions(&self) -> bool {
-        !self.completions.is_empty()
+        self.slots.has_completions()
     }
 
     /// Set a slot's C2H data length (admin commands that return data in `buf`).
     pub(crate) fn set_c2h(&mut self, idx: u16, len: u32) {
-        self.slots[usize::from(idx)].c2h_len = len;
+        self.slots[idx].c2h_len = len;
     }
 }
 
@@ -1106,23 +838,7 @@ impl Drop for Queue {
     fn drop(&mut self) {
         self.stats.publish();
         self.release_gates();
-        if let Some(c) = &self.ctrl {
-            match self.role {
-                QueueRole::Admin => {
-                    if c.is_discovery() {
-                        tracing::debug!(cntlid = c.cntlid.0, hostnqn = %c.hostnqn, "admin queue closed; discovery controller removed");
-                    } else {
-                        tracing::info!(cntlid = c.cntlid.0, hostnqn = %c.hostnqn, "admin queue closed; controller removed");
-                    }
-                    c.kill();
-                }
-                QueueRole::Io { qid, .. } => {
-                    tracing::debug!(cntlid = c.cntlid.0, qid, "I/O queue closed");
-                    c.release_qid(qid);
-                }
-                QueueRole::Unconnected => {}
-            }
-        }
+        self.session.close();
     }
 }
 

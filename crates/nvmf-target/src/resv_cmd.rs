@@ -4,8 +4,9 @@
 //! hosts concerned.
 
 use crate::controller::Controller;
+use crate::error::{CmdError, CmdResult};
 use crate::model::Namespace;
-use crate::queue::{CmdError, CmdResult, Queue};
+use crate::queue::Queue;
 use crate::reservation::{HostId, Outcome};
 use nvme_spec::opcode::{feature, io};
 use nvme_spec::resv::{ResvCdw10, ResvKeys, ResvStatusExt, cptpl, notify_mask, rrega};
@@ -50,22 +51,22 @@ impl Queue {
         sqe: &Sqe,
         buf: &mut Vec<u8>,
     ) -> CmdResult {
-        self.check_io_ready()?;
+        self.session.check_io_ready()?;
         let ctrl = self
-            .ctrl
-            .clone()
+            .session
+            .ctrl()
             .filter(|c| !c.is_discovery())
+            .cloned()
             .ok_or(CmdError::from(Status::CMD_SEQ_ERROR))?;
         let nsid = sqe.nsid().0;
         let ns = self
-            .ns_refs
-            .iter()
-            .find(|n| n.nsid == nsid)
+            .ns
+            .get(nsid)
             .map(|n| n.0.clone())
             .ok_or(CmdError::at(Status::INVALID_NS, 4))?;
         // Not through a path where the namespace's ANA group is not accessible (checked in
         // phase 1 too; the state may have changed while the key data arrived).
-        self.ana_check(&ns)?;
+        self.session.ana_check(&ns)?;
         let host: HostId = ctrl.hostid;
         let cdw = ResvCdw10::from_cdw10(sqe.cdw10());
         let op = sqe.opcode();
@@ -90,7 +91,7 @@ impl Queue {
             return Err(CmdError::at(Status::HOST_ID_INCONSISTENT, 44));
         }
         let len = (u64::from(sqe.cdw10()) + 1) * 4;
-        if len > u64::from(self.target.limits.max_transfer) {
+        if len > u64::from(self.session.target().limits.max_transfer) {
             return Err(CmdError::at(Status::INVALID_FIELD, 40));
         }
         self.check_c2h(sqe, len as u32)?;
@@ -110,7 +111,7 @@ impl Queue {
             return;
         }
         let subnqn = ctrl.subnqn();
-        let ctrls = self.target.controllers();
+        let ctrls = self.session.target().controllers();
         for n in &out.notices {
             for c in ctrls
                 .iter()

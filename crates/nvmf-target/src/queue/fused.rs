@@ -19,7 +19,9 @@
 //! gate and the gate has drained. A miscompare fails the Compare with Compare Failure and the
 //! Write with Failed Fused Command, and nothing is written.
 
-use super::{CmdError, Disposition, Queue, QueueRole, Slot, SlotState};
+use super::slots::{Fused, Slot, SlotState};
+use super::{Disposition, Queue, QueueRole};
+use crate::error::CmdError;
 use crate::io::{IoOp, IoRequest, NsRef};
 use nvme_spec::opcode::io;
 use nvme_spec::sqe::{FUSE_FIRST, FUSE_SECOND};
@@ -27,46 +29,172 @@ use nvme_spec::{Sqe, Status};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// A slot's part in a fused operation (one byte: the pairing lives in [`Queue`]'s pair table,
-/// so the slot table of an idle queue stays small).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) enum Fused {
-    #[default]
-    None,
-    /// The first command (Compare).
-    First,
-    /// The second command (Write).
-    Second,
-    /// The pair fell apart while the host was still sending this command's data: complete it
-    /// with Missing Fused Command once the data is in.
-    AbortedMissing,
-    /// As [`Fused::AbortedMissing`], with Failed Fused Command.
-    AbortedFailed,
-    /// As [`Fused::AbortedMissing`], with Invalid Field in Command (the second did not match).
-    AbortedInvalid,
-}
-
-impl Fused {
-    /// The status to complete an aborted command with.
-    pub(crate) fn aborted(self) -> Option<Status> {
-        match self {
-            Fused::AbortedMissing => Some(Status::ABORTED_FUSED_MISSING),
-            Fused::AbortedFailed => Some(Status::ABORTED_FUSED_FAIL),
-            Fused::AbortedInvalid => Some(Status::INVALID_FIELD),
-            _ => None,
-        }
-    }
-}
-
 /// A fused pair in progress.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Pair {
+struct Pair {
     first: u16,
+    /// The second's slot; `u16::MAX` between its arrival and its slot ([`Pairs::second_arrived`],
+    /// [`Pairs::second_placed`]).
     second: Option<u16>,
     /// The second holds its namespace's gate.
     locked: bool,
     /// When it took the gate (the wait for the gate to drain is bounded).
     since: Option<Instant>,
+}
+
+impl Pair {
+    /// The other command of the pair `idx` belongs to, if it has a slot.
+    fn partner(&self, idx: u16) -> Option<u16> {
+        let other = if self.first == idx {
+            self.second
+        } else {
+            Some(self.first)
+        };
+        other.filter(|&o| o != u16::MAX)
+    }
+}
+
+/// The queue's fused pairs: the first command waiting for its second, and the pairs in
+/// progress (a first, its second once arrived, whether the second holds the gate).
+#[derive(Debug, Default)]
+pub(super) struct Pairs {
+    /// The first command of a fused operation whose second has not arrived yet.
+    first: Option<u16>,
+    table: Vec<Pair>,
+}
+
+impl Pairs {
+    /// A first command waits for its second: the next capsule decides.
+    #[inline]
+    pub(super) fn waiting(&self) -> bool {
+        self.first.is_some()
+    }
+
+    /// The first command in `idx` opens a pair.
+    fn open(&mut self, idx: u16) {
+        self.first = Some(idx);
+        self.table.push(Pair {
+            first: idx,
+            second: None,
+            locked: false,
+            since: None,
+        });
+    }
+
+    /// The waiting first command, no longer waiting.
+    fn take_first(&mut self) -> Option<u16> {
+        self.first.take()
+    }
+
+    /// `idx` is no longer a first waiting for its second.
+    fn forget_first(&mut self, idx: u16) {
+        if self.first == Some(idx) {
+            self.first = None;
+        }
+    }
+
+    /// A second matching the first in `first` arrived (its slot is not known yet).
+    fn second_arrived(&mut self, first: u16) {
+        if let Some(p) = self.table.iter_mut().find(|p| p.first == first) {
+            p.second = Some(u16::MAX);
+        }
+    }
+
+    /// The second that arrived got slot `idx`.
+    fn second_placed(&mut self, idx: u16) {
+        if let Some(p) = self.table.iter_mut().find(|p| p.second == Some(u16::MAX)) {
+            p.second = Some(idx);
+        }
+    }
+
+    /// The pair whose second arrived but got no slot, out of the table.
+    fn take_unplaced(&mut self) -> Option<Pair> {
+        let i = self.table.iter().position(|p| p.second == Some(u16::MAX))?;
+        Some(self.table.swap_remove(i))
+    }
+
+    /// Take the pair `idx` belongs to out of the table.
+    fn take(&mut self, idx: u16) -> Option<Pair> {
+        let i = self
+            .table
+            .iter()
+            .position(|p| p.first == idx || p.second == Some(idx))?;
+        Some(self.table.swap_remove(i))
+    }
+
+    /// The pair `idx` belongs to.
+    fn get_mut(&mut self, idx: u16) -> Option<&mut Pair> {
+        self.table
+            .iter_mut()
+            .find(|p| p.first == idx || p.second == Some(idx))
+    }
+
+    /// Every pair, out of the table (the queue's teardown).
+    fn take_all(&mut self) -> Vec<Pair> {
+        std::mem::take(&mut self.table)
+    }
+}
+
+/// The queue's waits on namespace gates: commands deferred because their gate was closed,
+/// oldest first, and the gate entries of reads streamed from memory, kept until their data
+/// has been sent ([`Queue::output_sent`]).
+#[derive(Debug, Default)]
+pub(super) struct GateWaits {
+    /// Slots in [`SlotState::Deferred`], oldest first.
+    deferred: Vec<u16>,
+    /// (namespace, count) of gate entries to leave once the output is sent.
+    held: Vec<(Arc<NsRef>, usize)>,
+}
+
+impl GateWaits {
+    /// `idx` waits for its gate.
+    fn defer(&mut self, idx: u16) {
+        self.deferred.push(idx);
+    }
+
+    /// `idx` no longer waits (it completed).
+    fn cancel(&mut self, idx: u16) {
+        self.deferred.retain(|&d| d != idx);
+    }
+
+    #[inline]
+    fn has_deferred(&self) -> bool {
+        !self.deferred.is_empty()
+    }
+
+    /// The waiting commands, for a retry (those still waiting are deferred again).
+    fn take_deferred(&mut self) -> Vec<u16> {
+        std::mem::take(&mut self.deferred)
+    }
+
+    /// `s` is freed: if it is inside its namespace's gate, leave it now, or (a read streamed
+    /// from memory, whose data the transport sends later) once the output is sent.
+    #[inline]
+    pub(super) fn leave(&mut self, s: &mut Slot, streamed: bool) {
+        if !std::mem::take(&mut s.gate) {
+            return;
+        }
+        let ns = match (&s.io, &s.direct) {
+            (Some(r), _) => &r.ns,
+            (None, Some((ns, _))) => ns,
+            (None, None) => return,
+        };
+        if !streamed {
+            ns.gate.exit(1);
+            return;
+        }
+        match self.held.last_mut() {
+            Some((n, count)) if Arc::ptr_eq(n, ns) => *count += 1,
+            _ => self.held.push((ns.clone(), 1)),
+        }
+    }
+
+    /// The output was sent: leave the gates held for streamed reads.
+    fn output_sent(&mut self) {
+        for (ns, n) in self.held.drain(..) {
+            ns.gate.exit(n);
+        }
+    }
 }
 
 /// Longest a Compare-and-Write holding its namespace's gate waits for the commands inside to
@@ -84,15 +212,15 @@ impl Queue {
     #[inline(never)]
     pub(super) fn fused_arrival(&mut self, sqe: &Sqe) -> Result<Fused, CmdError> {
         let bad_fuse = CmdError::at(Status::INVALID_FIELD, 1);
-        if !matches!(self.role, QueueRole::Io { .. }) {
+        if !matches!(self.session.role(), QueueRole::Io { .. }) {
             return Err(bad_fuse);
         }
         let fuse = sqe.fuse();
         if fuse == FUSE_SECOND {
-            let Some(first) = self.fused_first.take() else {
+            let Some(first) = self.pairs.take_first() else {
                 return Err(Status::ABORTED_FUSED_MISSING.into());
             };
-            let f = self.slots[usize::from(first)].sqe;
+            let f = self.slots[first].sqe;
             if sqe.opcode() != io::WRITE
                 || sqe.nsid() != f.nsid()
                 || sqe.slba() != f.slba()
@@ -101,12 +229,10 @@ impl Queue {
                 self.abort_fused(first, Fused::AbortedInvalid);
                 return Err(bad_fuse);
             }
-            if let Some(p) = self.pairs.iter_mut().find(|p| p.first == first) {
-                p.second = Some(u16::MAX); // the slot is set by `fused_attach`
-            }
+            self.pairs.second_arrived(first);
             return Ok(Fused::Second);
         }
-        if let Some(first) = self.fused_first.take() {
+        if let Some(first) = self.pairs.take_first() {
             self.abort_fused(first, Fused::AbortedMissing);
         }
         match fuse {
@@ -120,22 +246,10 @@ impl Queue {
     #[cold]
     #[inline(never)]
     pub(super) fn fused_attach(&mut self, idx: u16, f: Fused) {
-        self.slots[usize::from(idx)].fused = f;
+        self.slots[idx].fused = f;
         match f {
-            Fused::First => {
-                self.fused_first = Some(idx);
-                self.pairs.push(Pair {
-                    first: idx,
-                    second: None,
-                    locked: false,
-                    since: None,
-                });
-            }
-            Fused::Second => {
-                if let Some(p) = self.pairs.iter_mut().find(|p| p.second == Some(u16::MAX)) {
-                    p.second = Some(idx);
-                }
-            }
+            Fused::First => self.pairs.open(idx),
+            Fused::Second => self.pairs.second_placed(idx),
             _ => {}
         }
     }
@@ -144,42 +258,34 @@ impl Queue {
     #[cold]
     #[inline(never)]
     pub(super) fn fused_unplaced(&mut self) {
-        if let Some(i) = self.pairs.iter().position(|p| p.second == Some(u16::MAX)) {
-            let p = self.pairs.swap_remove(i);
+        if let Some(p) = self.pairs.take_unplaced() {
             self.abort_fused(p.first, Fused::AbortedFailed);
         }
     }
 
-    /// Take the pair `idx` belongs to out of the table.
-    fn take_pair(&mut self, idx: u16) -> Option<Pair> {
-        let i = self
-            .pairs
-            .iter()
-            .position(|p| p.first == idx || p.second == Some(idx))?;
-        Some(self.pairs.swap_remove(i))
-    }
-
-    /// The pair `idx` belongs to.
-    fn pair_of(&mut self, idx: u16) -> Option<&mut Pair> {
-        self.pairs
-            .iter_mut()
-            .find(|p| p.first == idx || p.second == Some(idx))
+    /// Open the gate the pair of `second` held (`locked`), if it took it.
+    fn unlock_pair(&self, locked: bool, second: Option<u16>) {
+        if locked
+            && let Some(r) = second
+                .and_then(|s| self.slots.get(s))
+                .and_then(|s| s.io.as_ref())
+        {
+            r.ns.gate.unlock();
+        }
     }
 
     /// Fail `idx` with `status` because its pair fell apart: now if its data is in, else once
     /// it is.
     fn abort_fused(&mut self, idx: u16, why: Fused) {
-        if let Some(p) = self.take_pair(idx)
-            && p.locked
-            && let Some(r) = &self.slots[usize::from(idx)].io
-        {
-            r.ns.gate.unlock();
+        if let Some(p) = self.pairs.take(idx) {
+            // The gate is held by the second: only `idx`'s own request names its namespace.
+            self.unlock_pair(p.locked, Some(idx));
         }
-        let s = &mut self.slots[usize::from(idx)];
+        let s = &mut self.slots[idx];
         match s.state {
             SlotState::FusedWait | SlotState::Deferred => {
                 s.fused = Fused::None;
-                self.deferred.retain(|&d| d != idx);
+                self.gates.cancel(idx);
                 self.complete_err(
                     idx,
                     why.aborted().unwrap_or(Status::ABORTED_FUSED_FAIL).into(),
@@ -194,23 +300,13 @@ impl Queue {
     #[cold]
     #[inline(never)]
     pub(super) fn fused_orphaned(&mut self, idx: u16) {
-        self.slots[usize::from(idx)].fused = Fused::None;
-        if self.fused_first == Some(idx) {
-            self.fused_first = None;
-        }
-        let Some(p) = self.take_pair(idx) else { return };
-        if p.locked
-            && let Some(second) = p.second
-            && let Some(r) = &self.slots[usize::from(second)].io
-        {
-            r.ns.gate.unlock();
-        }
-        let other = if p.first == idx {
-            p.second
-        } else {
-            Some(p.first)
+        self.slots[idx].fused = Fused::None;
+        self.pairs.forget_first(idx);
+        let Some(p) = self.pairs.take(idx) else {
+            return;
         };
-        if let Some(other) = other.filter(|&o| o != u16::MAX) {
+        self.unlock_pair(p.locked, p.second);
+        if let Some(other) = p.partner(idx) {
             self.abort_fused(other, Fused::AbortedFailed);
         }
     }
@@ -220,7 +316,7 @@ impl Queue {
     #[cold]
     #[inline(never)]
     pub(super) fn fused_ready(&mut self, idx: u16) -> Disposition {
-        let pair = self.pair_of(idx).copied();
+        let pair = self.pairs.get_mut(idx).copied();
         let partner = pair.and_then(|p| {
             if p.first == idx {
                 p.second
@@ -228,31 +324,28 @@ impl Queue {
                 Some(p.first)
             }
         });
+        self.slots[idx].state = SlotState::FusedWait;
         match (pair, partner) {
             (Some(pair), Some(p))
                 if self
                     .slots
-                    .get(usize::from(p))
+                    .get(p)
                     .is_some_and(|s| s.state == SlotState::FusedWait) =>
             {
-                self.slots[usize::from(idx)].state = SlotState::FusedWait;
                 match pair.second {
                     Some(second) => self.start_pair(pair.first, second),
                     None => Disposition::Pending,
                 }
             }
-            _ => {
-                self.slots[usize::from(idx)].state = SlotState::FusedWait;
-                Disposition::Parked
-            }
+            _ => Disposition::Parked,
         }
     }
 
     /// Both commands have their data: make the second's slot run the pair (the Compare's data
     /// then the Write's in its buffer) once it holds the gate.
     fn start_pair(&mut self, first: u16, second: u16) -> Disposition {
-        let mut data = std::mem::take(&mut self.slots[usize::from(first)].buf);
-        let s = &mut self.slots[usize::from(second)];
+        let mut data = std::mem::take(&mut self.slots[first].buf);
+        let s = &mut self.slots[second];
         let Some(req) = s.io.as_mut() else {
             return Disposition::Pending;
         };
@@ -265,9 +358,9 @@ impl Queue {
         data.extend_from_slice(s.buf.get(..len).unwrap_or_default());
         // The first slot keeps the second's buffer (its capacity is reused later).
         let spare = std::mem::replace(&mut s.buf, data);
-        self.slots[usize::from(first)].buf = spare;
+        self.slots[first].buf = spare;
         if self.pair_admitted(second, self.now) == Some(true) {
-            self.slots[usize::from(second)].state = SlotState::Ready;
+            self.slots[second].state = SlotState::Ready;
             Disposition::Execute { slot: second }
         } else {
             self.defer(second)
@@ -277,14 +370,10 @@ impl Queue {
     /// `Some(true)`: the pair in `second` may run: it holds the gate (taken now if free) and the
     /// gate has drained. `None`: it waited for the drain longer than [`CAW_DRAIN_TIMEOUT`].
     fn pair_admitted(&mut self, second: u16, now: Instant) -> Option<bool> {
-        let Some(ns) = self.slots[usize::from(second)]
-            .io
-            .as_ref()
-            .map(|r| r.ns.clone())
-        else {
+        let Some(ns) = self.slots[second].io.as_ref().map(|r| r.ns.clone()) else {
             return Some(false);
         };
-        let Some(p) = self.pair_of(second) else {
+        let Some(p) = self.pairs.get_mut(second) else {
             return Some(false);
         };
         if !p.locked {
@@ -307,13 +396,13 @@ impl Queue {
     /// again before it runs: one may have been acquired or preempted while it waited (its
     /// phase-2 check came before the wait).
     fn resv_recheck(&self, idx: u16) -> Result<(), CmdError> {
-        self.resv_recheck_as(idx, self.slots[usize::from(idx)].sqe.opcode())
+        self.resv_recheck_as(idx, self.slots[idx].sqe.opcode())
     }
 
     /// [`Queue::resv_recheck`] of `idx`'s namespace as if the command were `op`.
     fn resv_recheck_as(&self, idx: u16, op: u8) -> Result<(), CmdError> {
-        match &self.slots[usize::from(idx)].io {
-            Some(r) => self.resv_check(&r.ns, op),
+        match &self.slots[idx].io {
+            Some(r) => self.session.resv_check(&r.ns, op),
             None => Ok(()),
         }
     }
@@ -321,17 +410,15 @@ impl Queue {
     /// Take the pair of `second` out of the table and open the gate if it held it: the first
     /// command's slot, for the caller to complete both.
     fn end_pair(&mut self, second: u16) -> Option<u16> {
-        let Pair { first, locked, .. } = self.take_pair(second)?;
-        if locked && let Some(r) = &self.slots[usize::from(second)].io {
-            r.ns.gate.unlock();
-        }
+        let Pair { first, locked, .. } = self.pairs.take(second)?;
+        self.unlock_pair(locked, Some(second));
         Some(first)
     }
 
     /// Fail both commands of a pair already out of the table ([`Queue::end_pair`]).
     fn fail_pair(&mut self, both: [(u16, CmdError); 2]) {
         for (idx, err) in both {
-            self.slots[usize::from(idx)].fused = Fused::None;
+            self.slots[idx].fused = Fused::None;
             self.complete_err(idx, err);
         }
     }
@@ -357,7 +444,7 @@ impl Queue {
             return;
         };
         crate::warn_every!(
-            qid = self.qid(),
+            qid = self.session.qid(),
             "Compare-and-Write waited {}s for commands on its namespace to finish; failed \
              with Command Interrupted",
             CAW_DRAIN_TIMEOUT.as_secs()
@@ -371,12 +458,12 @@ impl Queue {
     #[inline(never)]
     pub(super) fn complete_pair(&mut self, second: u16, status: Status, buf: Vec<u8>) {
         let compare_failed = !status.is_success() && buf.is_empty();
-        self.slots[usize::from(second)].buf = buf;
+        self.slots[second].buf = buf;
         let Some(first) = self.end_pair(second) else {
             return;
         };
-        self.slots[usize::from(second)].fused = Fused::None;
-        self.slots[usize::from(first)].fused = Fused::None;
+        self.slots[second].fused = Fused::None;
+        self.slots[first].fused = Fused::None;
         let (cmp, write) = if status.is_success() {
             (Status::SUCCESS, Status::SUCCESS)
         } else if compare_failed {
@@ -397,27 +484,26 @@ impl Queue {
     #[cold]
     #[inline(never)]
     pub(super) fn defer(&mut self, idx: u16) -> Disposition {
-        self.slots[usize::from(idx)].state = SlotState::Deferred;
-        self.deferred.push(idx);
+        self.slots[idx].state = SlotState::Deferred;
+        self.gates.defer(idx);
         Disposition::Parked
     }
 
     /// True if commands wait for their namespace's gate: the driver must call
     /// [`Queue::retry_deferred`] soon (every loop iteration) and not sleep long.
     pub fn has_deferred(&self) -> bool {
-        !self.deferred.is_empty()
+        self.gates.has_deferred()
     }
 
     /// Retry the deferred commands; those that may run now are appended to `ready` (run them
     /// as [`Disposition::Execute`] slots: [`Queue::execute_inline`] or the driver's engine).
     /// `now` bounds the wait of a Compare-and-Write ([`CAW_DRAIN_TIMEOUT`]).
     pub fn retry_deferred(&mut self, now: Instant, ready: &mut Vec<u16>) {
-        let list = std::mem::take(&mut self.deferred);
-        for idx in list {
-            if self.slots[usize::from(idx)].state != SlotState::Deferred {
+        for idx in self.gates.take_deferred() {
+            if self.slots[idx].state != SlotState::Deferred {
                 continue;
             }
-            let go = match self.slots[usize::from(idx)].fused {
+            let go = match self.slots[idx].fused {
                 Fused::Second => match self.pair_admitted(idx, now) {
                     Some(true) => {
                         if let Err(e) = self.resv_recheck(idx) {
@@ -437,7 +523,7 @@ impl Queue {
                         self.complete_err(idx, e);
                         continue;
                     }
-                    let s = &mut self.slots[usize::from(idx)];
+                    let s = &mut self.slots[idx];
                     match s.io.take() {
                         Some(req) => {
                             let inside = enter_gate(s, &req);
@@ -449,10 +535,10 @@ impl Queue {
                 }
             };
             if go {
-                self.slots[usize::from(idx)].state = SlotState::Ready;
+                self.slots[idx].state = SlotState::Ready;
                 ready.push(idx);
             } else {
-                self.deferred.push(idx);
+                self.gates.defer(idx);
             }
         }
     }
@@ -460,28 +546,17 @@ impl Queue {
     /// The transport has sent everything drained so far: reads streamed from memory leave
     /// their namespace's gate (their data has left the namespace).
     pub fn output_sent(&mut self) {
-        for (ns, n) in self.held.drain(..) {
-            ns.gate.exit(n);
-        }
+        self.gates.output_sent();
     }
 
     /// The queue goes away: leave every gate it is in and open the ones it holds.
     pub(super) fn release_gates(&mut self) {
         self.output_sent();
-        for p in std::mem::take(&mut self.pairs) {
-            if p.locked
-                && let Some(r) = p
-                    .second
-                    .and_then(|s| self.slots.get(usize::from(s)))
-                    .and_then(|s| s.io.as_ref())
-            {
-                r.ns.gate.unlock();
-            }
+        for p in self.pairs.take_all() {
+            self.unlock_pair(p.locked, p.second);
         }
-        for s in &mut self.slots {
-            if std::mem::take(&mut s.gate) {
-                leave_gate(s, false, &mut self.held);
-            }
+        for s in self.slots.iter_mut() {
+            self.gates.leave(s, false);
         }
     }
 }
@@ -500,23 +575,4 @@ pub(super) fn enter_gate(s: &mut Slot, req: &IoRequest) -> bool {
     }
     s.gate = req.ns.gate.enter();
     s.gate
-}
-
-/// `s` is freed: leave its namespace's gate now, or (a read streamed from memory, whose data
-/// the transport sends later) once the output is sent.
-#[inline]
-pub(super) fn leave_gate(s: &Slot, streamed: bool, held: &mut Vec<(Arc<NsRef>, usize)>) {
-    let ns = match (&s.io, &s.direct) {
-        (Some(r), _) => &r.ns,
-        (None, Some((ns, _))) => ns,
-        (None, None) => return,
-    };
-    if !streamed {
-        ns.gate.exit(1);
-        return;
-    }
-    match held.last_mut() {
-        Some((n, count)) if Arc::ptr_eq(n, ns) => *count += 1,
-        _ => held.push((ns.clone(), 1)),
-    }
 }
