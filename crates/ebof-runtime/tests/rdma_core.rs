@@ -545,18 +545,7 @@ fn compare_and_write_after_reads(register_ns: bool) {
         assert!(h.last_cqe().status.is_success());
     }
     let answered = h.cqes.len();
-    let mut cmp = rw(0x05, 50, 0, 1);
-    cmp.set_fuse(1);
-    cmp.set_sgl_icd(512);
-    let mut c = cmp.as_bytes().to_vec();
-    c.extend([0x11; 512]);
-    h.recv(&c).unwrap();
-    let mut w = rw(0x01, 51, 0, 1);
-    w.set_fuse(2);
-    w.set_sgl_icd(512);
-    let mut c = w.as_bytes().to_vec();
-    c.extend([0x22; 512]);
-    h.recv(&c).unwrap();
+    send_compare_and_write(&mut h);
     assert_eq!(
         h.cqes.len(),
         answered + 2,
