@@ -468,19 +468,19 @@ _serve_requests() {
 	done
 }
 
-# _guest_ebof: fill $RUN_DIR/guest-ebof (the guest's /ebof) once per run and set GUEST_EBOF_SEEN,
+# _guest_ebof: fill $RUN_DIR/guest-ebof (the guest's /ebof) once per run and set VM_EBOF_BIN,
 # the guest's EBOF_BIN: $GUEST_EBOF_BIN when $EBOF_BIN is an executable file (copied, so a rebuild
 # during the run does not change what the guest runs), else empty (the guest's ebof steps skip, as
 # on the host). With EBOF_INTEROP_STRICT=1 a set but missing binary stops the scenario before boot.
-GUEST_EBOF_SEEN=''
+VM_EBOF_BIN=''
 _guest_ebof() {
 	local d=$RUN_DIR/guest-ebof t0=$SECONDS
 	[[ -d $d ]] && return 0
 	mkdir -p "$d"
-	GUEST_EBOF_SEEN=''
+	VM_EBOF_BIN=''
 	if [[ -n ${EBOF_BIN:-} && -f $EBOF_BIN && -x $EBOF_BIN ]]; then
 		cp "$EBOF_BIN" "$d/ebof" || die "interop: cannot copy $EBOF_BIN into $d"
-		GUEST_EBOF_SEEN=$GUEST_EBOF_BIN
+		VM_EBOF_BIN=$GUEST_EBOF_BIN
 		timing_add "host: copy $EBOF_BIN for the guest" $((SECONDS - t0))
 	elif [[ -n ${EBOF_BIN:-} ]]; then
 		if [[ -n ${EBOF_INTEROP_STRICT:-} && $EBOF_INTEROP_STRICT != 0 ]]; then
@@ -536,7 +536,7 @@ vm_start() {
 	{
 		for v in "HOST_IP=$HOST_IP" "GUEST_IP=$ip" "X=/xchg" "GUEST_LIB=/xchg/guest-lib.sh" \
 			"GUEST_SCRIPT_NAME=$(basename "$script")" "VM_FLAVOUR=$VM_FLAVOUR" "GUEST_NAME=$name" \
-			"GUEST_EBOF_DIR=$GUEST_EBOF_DIR" "EBOF_BIN=$GUEST_EBOF_SEEN" "${VM_ENV[@]}" "${extra[@]}"; do
+			"GUEST_EBOF_DIR=$GUEST_EBOF_DIR" "EBOF_BIN=$VM_EBOF_BIN" "${VM_ENV[@]}" "${extra[@]}"; do
 			printf 'export %s=%q\n' "${v%%=*}" "${v#*=}"
 		done
 	} >"$xdir/env"
