@@ -42,6 +42,8 @@ if [ "${EBOF_SKIP_INTEROP:-0}" != 1 ]; then
     step "release build for interop"
     cargo build --release --locked -p ebof
     step "Linux interop (QEMU guest)"
+    # run-all's default list starts with tmp-checkout: linux-smoke from a clone under /tmp, so the
+    # guests must reach the binary wherever the checkout lives (~1 min)
     EBOF_INTEROP_STRICT=1 EBOF_BIN="$PWD/target/release/ebof" tests/interop/run-all.sh
 fi
 step "all tests passed"

@@ -22,7 +22,6 @@ if [[ ${VM_FLAVOUR:-bookworm} == trixie ]]; then
 fi
 interop_init dev-rdma-host
 vm_setup
-vm_env "EBOF_BIN=$EBOF_BIN"
 vm_run "$INTEROP_DIR/dev-rdma-host.guest.sh" "${EBOF_INTEROP_TIMEOUT:-900}"
 rc=$?
 echo

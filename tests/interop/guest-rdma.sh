@@ -26,7 +26,7 @@
 
 NVMET=/sys/kernel/config/nvmet
 RXE_DEV=${RXE_DEV:-rxe0}
-EBOF=${EBOF_BIN:-}
+EBOF=${EBOF_BIN:-} # /ebof/ebof (lib.sh's copy of the host's binary), empty when the host had none
 SERVE=0 SERVE_PID=''
 export NVME_TRANSPORT=rdma
 

@@ -6,12 +6,19 @@
 # tap device inside a network namespace created for the run. Host-side programs (our target, our host
 # tools) run inside that namespace with `ns_exec`.
 #
+# What the guest gets from the checkout reaches it one way only, wherever the checkout lives (its
+# /tmp is a fresh tmpfs, so a host path under /tmp is not there): the guest scripts and helpers are
+# copied into the exchange folder (/xchg), and the binary under test ($EBOF_BIN) is copied into
+# $RUN_DIR/guest-ebof, shared read-only at /ebof; the guest's EBOF_BIN is always /ebof/ebof.
+#
 #   interop_init NAME       root check, run dir, netns + tap, cleanup trap
 #   vm_setup                idempotent: apt packages, kernel, vmlinux, initramfs in .vm-cache
 #                           (VM_FLAVOUR=trixie before vm_setup: Debian trixie's kernel + a trixie root
-#                           filesystem built with mmdebstrap, the repo shared at its own path)
+#                           filesystem built with mmdebstrap)
 #   vm_env VAR=VALUE ...    variables exported to the guest script
 #   vm_run SCRIPT TIMEOUT   boot the guest running SCRIPT; returns the guest script's exit status
+#                           ($EBOF_BIN, when set, must be an executable file: it is the guest's
+#                           /ebof/ebof; with EBOF_INTEROP_STRICT=1 a missing one stops the run)
 #   vm_start NAME SCRIPT [--xchg DIR --ip IP --tap TAP --mac MAC ...]; vm_wait TIMEOUT NAME...
 #                           several guests at once (ns_bridge N: a bridge with N taps first)
 #   vm_want_rdma            (before vm_setup) also install rdma-core & co for soft-RoCE guests
@@ -34,6 +41,10 @@ VM_CACHE=${EBOF_VM_CACHE:-$REPO_ROOT/.vm-cache}
 export NO_COLOR=${NO_COLOR:-1} # plain logs from ebof (tracing) and friends
 HOST_IP=10.77.0.1
 GUEST_IP=10.77.0.2
+# The one way the binary under test reaches a guest: a copy in $RUN_DIR/guest-ebof, shared
+# read-only (9p tag "ebof") and mounted by guest-init at this fixed path.
+GUEST_EBOF_DIR=/ebof
+GUEST_EBOF_BIN=$GUEST_EBOF_DIR/ebof
 
 # Debian packages the host needs; the guest uses the same userland (it is the host's /).
 VM_PACKAGES=(qemu-system-x86 nvme-cli fio busybox-static cpio kmod iproute2 zstd xz-utils
@@ -56,7 +67,7 @@ VM_TRIXIE_PACKAGES=(nvme-cli ktls-utils keyutils fio kmod iproute2 e2fsprogs uti
 	busybox libssl3t64 openssl jq coreutils gawk sed grep)
 
 RUN_DIR='' X='' NS='' INTEROP_NAME='' VM_KERNEL='' VM_KDIR='' VM_INITRD='' VM_KVER=''
-VM_ROOTFS=/ VM_MODDIR='' VM_SHARES=()
+VM_ROOTFS=/ VM_MODDIR=''
 VM_ENV=()
 declare -A BG_PIDS=()
 TRACKED_PIDS=()
@@ -244,7 +255,7 @@ _trixie_rootfs() {
 	log "trixie root filesystem ready: $(du -sh "$dir" | cut -f1) in $((SECONDS - t0)) s"
 }
 
-# vm_setup: idempotent; sets VM_KVER VM_KDIR VM_KERNEL VM_INITRD VM_MODDIR VM_ROOTFS VM_SHARES
+# vm_setup: idempotent; sets VM_KVER VM_KDIR VM_KERNEL VM_INITRD VM_MODDIR VM_ROOTFS
 vm_setup() {
 	_need_root
 	local t0=$SECONDS pkg kver kdir current
@@ -259,10 +270,6 @@ vm_setup() {
 		current=$VM_CACHE/current-trixie
 		_trixie_apt_setup
 		_trixie_rootfs
-		VM_SHARES=("$REPO_ROOT")
-		if [[ -n ${EBOF_BIN:-} && $EBOF_BIN == /* && $EBOF_BIN != "$REPO_ROOT"/* ]]; then
-			VM_SHARES+=("$(dirname "$EBOF_BIN")")
-		fi
 		;;
 	*) die "unknown VM_FLAVOUR '$VM_FLAVOUR' (bookworm or trixie)" ;;
 	esac
@@ -302,9 +309,14 @@ vm_setup() {
 	fi
 	echo "$pkg" >"$current"
 	kver=$(cat "$kdir/kver")
-	if [[ ! -s $kdir/initramfs.cpio.gz || $INTEROP_DIR/vm/initramfs-init -nt $kdir/initramfs.cpio.gz ||
-		/bin/busybox -nt $kdir/initramfs.cpio.gz ]]; then
+	# rebuilt when what goes into it changes (by content, not mtime: a fresh checkout's files are
+	# all newer than the cache it shares through EBOF_VM_CACHE)
+	local ikey
+	ikey=$(cat "$INTEROP_DIR/vm/initramfs-init" /bin/busybox | sha256sum | cut -c1-16)
+	ikey+=" ${VM_INITRAMFS_MODULES[*]}"
+	if [[ ! -s $kdir/initramfs.cpio.gz || $(cat "$kdir/initramfs.key" 2>/dev/null) != "$ikey" ]]; then
 		_build_initramfs "$kdir/root" "$kver" "$kdir/initramfs.cpio.gz"
+		printf '%s' "$ikey" >"$kdir/initramfs.key"
 	fi
 	flock -u "$_vm_lock"
 	exec {_vm_lock}>&-
@@ -413,8 +425,8 @@ _interop_cleanup() {
 	if [[ -n $RUN_DIR && -d $RUN_DIR ]]; then
 		if [[ -n ${EBOF_INTEROP_ARTIFACTS:-} ]]; then # logs, timings, guest facts (not disk images)
 			mkdir -p "$EBOF_INTEROP_ARTIFACTS/$INTEROP_NAME" &&
-				(cd "$RUN_DIR" && find . -type f ! -name '*.img' -size -64M -exec cp --parents {} \
-					"$EBOF_INTEROP_ARTIFACTS/$INTEROP_NAME/" \;)
+				(cd "$RUN_DIR" && find . -path ./guest-ebof -prune -o -type f ! -name '*.img' -size -64M \
+					-exec cp --parents {} "$EBOF_INTEROP_ARTIFACTS/$INTEROP_NAME/" \;)
 		fi
 		if [[ -n ${EBOF_INTEROP_KEEP:-} ]]; then
 			log "kept run dir $RUN_DIR"
@@ -456,6 +468,28 @@ _serve_requests() {
 	done
 }
 
+# _guest_ebof: fill $RUN_DIR/guest-ebof (the guest's /ebof) once per run and set VM_EBOF_BIN,
+# the guest's EBOF_BIN: $GUEST_EBOF_BIN when $EBOF_BIN is an executable file (copied, so a rebuild
+# during the run does not change what the guest runs), else empty (the guest's ebof steps skip, as
+# on the host). With EBOF_INTEROP_STRICT=1 a set but missing binary stops the scenario before boot.
+VM_EBOF_BIN=''
+_guest_ebof() {
+	local d=$RUN_DIR/guest-ebof t0=$SECONDS
+	[[ -d $d ]] && return 0
+	mkdir -p "$d"
+	VM_EBOF_BIN=''
+	if [[ -n ${EBOF_BIN:-} && -f $EBOF_BIN && -x $EBOF_BIN ]]; then
+		cp "$EBOF_BIN" "$d/ebof" || die "interop: cannot copy $EBOF_BIN into $d"
+		VM_EBOF_BIN=$GUEST_EBOF_BIN
+		timing_add "host: copy $EBOF_BIN for the guest" $((SECONDS - t0))
+	elif [[ -n ${EBOF_BIN:-} ]]; then
+		if [[ -n ${EBOF_INTEROP_STRICT:-} && $EBOF_INTEROP_STRICT != 0 ]]; then
+			die "interop: ebof binary not an executable file at $EBOF_BIN (build: cargo build --release -p ebof)"
+		fi
+		warn "no executable ebof binary at $EBOF_BIN: the guest has none (its ebof steps skip)"
+	fi
+}
+
 # Guests started by vm_start, by NAME: qemu's PID, exchange folder, console tail, start time, boot
 # time, and (after vm_wait) the exit status.
 declare -A VM_PID=() VM_XDIR=() VM_TAIL=() VM_T0=() VM_BOOTED=() VM_STATUS=() VM_SERIAL=() VM_QLOG=()
@@ -469,7 +503,7 @@ VM_NAMES=()
 # concurrent guests). Logs: $RUN_DIR/{console,serial,qemu}-NAME.log. vm_wait waits for it.
 vm_start() {
 	local name=$1 script=$2 xdir=$X ip=$GUEST_IP tap=tap0 mac=52:54:00:77:00:02 prefix=''
-	local smp=${EBOF_VM_SMP:-2} mem=${EBOF_VM_MEM:-2048} extra=() v i pid
+	local smp=${EBOF_VM_SMP:-2} mem=${EBOF_VM_MEM:-2048} extra=() v pid
 	shift 2
 	while (($#)); do
 		case $1 in
@@ -488,6 +522,10 @@ vm_start() {
 	[[ -f $script ]] || die "no guest script $script"
 	[[ -n $VM_KERNEL ]] || die "vm_setup not run"
 	[[ -z ${VM_PID[$name]:-} ]] || die "vm_start: a guest '$name' was already started"
+	for v in "${VM_ENV[@]}" "${extra[@]}"; do
+		[[ $v != EBOF_BIN=* ]] || die "vm_start: do not pass EBOF_BIN to the guest: it is always $GUEST_EBOF_BIN (lib.sh copies \$EBOF_BIN there)"
+	done
+	_guest_ebof
 	mkdir -p "$xdir"
 	rm -f "$xdir"/status "$xdir"/booted "$xdir"/req-* "$xdir"/done-*
 	cp "$INTEROP_DIR/vm/guest-init.sh" "$xdir/guest-init.sh"
@@ -498,7 +536,7 @@ vm_start() {
 	{
 		for v in "HOST_IP=$HOST_IP" "GUEST_IP=$ip" "X=/xchg" "GUEST_LIB=/xchg/guest-lib.sh" \
 			"GUEST_SCRIPT_NAME=$(basename "$script")" "VM_FLAVOUR=$VM_FLAVOUR" "GUEST_NAME=$name" \
-			"GUEST_SHARES=${VM_SHARES[*]}" "${VM_ENV[@]}" "${extra[@]}"; do
+			"GUEST_EBOF_DIR=$GUEST_EBOF_DIR" "EBOF_BIN=$VM_EBOF_BIN" "${VM_ENV[@]}" "${extra[@]}"; do
 			printf 'export %s=%q\n' "${v%%=*}" "${v#*=}"
 		done
 	} >"$xdir/env"
@@ -520,13 +558,10 @@ vm_start() {
 		-device virtio-9p-pci,fsdev=fsmod,mount_tag=modules
 		-fsdev "local,id=fsx,path=$xdir,security_model=none"
 		-device virtio-9p-pci,fsdev=fsx,mount_tag=xchg
+		-fsdev "local,id=fsebof,path=$RUN_DIR/guest-ebof,security_model=none,readonly=on"
+		-device virtio-9p-pci,fsdev=fsebof,mount_tag=ebof
 		-netdev "tap,id=net0,ifname=$tap,script=no,downscript=no,vhost=off"
 		-device "virtio-net-pci,netdev=net0,mac=$mac")
-	# extra read-only shares (trixie: the repo), mounted by guest-init at the same path (tag shareN)
-	for i in "${!VM_SHARES[@]}"; do
-		qemu+=(-fsdev "local,id=fsshare$i,path=${VM_SHARES[$i]},security_model=none,readonly=on,multidevs=remap"
-			-device "virtio-9p-pci,fsdev=fsshare$i,mount_tag=share$i")
-	done
 
 	log "booting guest '$name' ($ip on $tap, -smp $smp -m $mem)"
 	# a simple command (not a function) so that $! is qemu itself: ip netns exec execs it
@@ -595,6 +630,8 @@ _vm_finish() {
 	fi
 	VM_STATUS[$name]=$rc
 	timing_add "vm '$name': total (status $rc)" $((SECONDS - VM_T0[$name]))
+	grep -m1 -a '^interop: .* not reachable in the guest' "$RUN_DIR/console-$name.log" 2>/dev/null |
+		while read -r line; do warn "guest '$name': $line"; done
 	if [[ -z ${VM_BOOTED[$name]} ]]; then
 		warn "guest '$name' never reached guest init"
 		[[ -s ${VM_QLOG[$name]} ]] && { echo "---- qemu output ----"; tail -n 20 "${VM_QLOG[$name]}"; }

@@ -11,7 +11,7 @@
 # Then `ebof bench quick --engine fio --device /dev/nvmeXnY` (issue 10) on namespace 1 through the
 # kernel initiator, and the built-in engine against the same subsystem: both reports must have the
 # same shape (keys, step ids, charts), every step a figure > 0, every chart an SVG document.
-# ebof runs from the host's tree ($EBOF_BIN, over the 9p root); reports in /xchg/bench-{fio,builtin}.
+# ebof runs as $EBOF_BIN (/ebof/ebof: lib.sh's copy of the host's); reports in /xchg/bench-{fio,builtin}.
 # shellcheck source=guest-lib.sh
 source "$GUEST_LIB"
 

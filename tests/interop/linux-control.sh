@@ -86,7 +86,7 @@ start_target() { serve_with_mgmt "$RUN_DIR/ebof.toml" "$TARGET_PORT" "$DISC_PORT
 interop_init linux-control
 vm_setup
 vm_env "CTL_NQN=$CTL_NQN" "TARGET_PORT=$TARGET_PORT" "DISC_PORT=$DISC_PORT" "TARGET_IP=$HOST_IP" \
-	"SEE_SECS=${EBOF_INTEROP_SEE_SECS:-10}" "SCALE_NS=$SCALE_NS" "EBOF_BIN=$EBOF_BIN" "BENCH_SCALE=${EBOF_INTEROP_BENCH_SCALE:-0.5}"
+	"SEE_SECS=${EBOF_INTEROP_SEE_SECS:-10}" "SCALE_NS=$SCALE_NS" "BENCH_SCALE=${EBOF_INTEROP_BENCH_SCALE:-0.5}"
 
 write_config
 host_step "start ebof serve --mgmt-socket" start_target || die "the target did not start"

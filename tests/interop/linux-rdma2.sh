@@ -10,7 +10,8 @@
 #
 # Usage (as root): tests/interop/linux-rdma2.sh
 # Environment:
-#   EBOF_BIN               the binary, run inside guest A over the 9p root
+#   EBOF_BIN               the binary (default <repo>/target/release/ebof), run inside guest A
+#                          as /ebof/ebof (lib.sh copies it there)
 #   EBOF_RDMA2_TARGET      auto (default: ebof when it has RDMA, else the kernel) | kernel
 #   EBOF_INTEROP_TIMEOUT   bound on each guest in seconds (default 300)
 # Exit status: 0 passed, else failed.
@@ -54,7 +55,7 @@ XA=$X XB=$RUN_DIR/xchg-b
 mkdir -p "$XB"
 vm_want_rdma
 vm_setup
-vm_env "EBOF_BIN=$EBOF_BIN" "EBOF_INTEROP_STRICT=${EBOF_INTEROP_STRICT:-}" "RUST_LOG=${RUST_LOG:-info}" \
+vm_env "EBOF_INTEROP_STRICT=${EBOF_INTEROP_STRICT:-}" "RUST_LOG=${RUST_LOG:-info}" \
 	"TARGET_IP=$IP_A" "RDMA2_TARGET=${EBOF_RDMA2_TARGET:-auto}" "FIO_SMALL=$FIO_SMALL" \
 	"FIO_SEQ=$FIO_SEQ" "FIO_TIMEOUT=120" "PEER_WAIT=${EBOF_INTEROP_PEER_WAIT:-240}"
 vm_timeout=${EBOF_INTEROP_TIMEOUT:-300}

@@ -82,7 +82,7 @@ setup() {
 	nvme version
 	echo "keyring .nvme: $(nvme_keyring)"
 	echo "options the kernel's /dev/nvme-fabrics takes: $(cat /dev/nvme-fabrics)"
-	# the guest can run the repo's ebof (9p share at the same path; trixie's libssl3t64 present)
+	# the guest can run the binary under test (/ebof/ebof, lib.sh's copy; trixie's libssl3t64 present)
 	if [[ -x ${EBOF_BIN:-} ]]; then
 		run "$EBOF_BIN" --version || echo "NOTE: $EBOF_BIN does not run in the guest"
 	fi

@@ -215,7 +215,7 @@ check_ebof_after() {
 
 interop_init linux-security
 vm_setup
-vm_env "KERNEL_NQN=nqn.2026-11.io.ebof:ksec" "EBOF_NQN=nqn.2026-11.io.ebof:sec" "EBOF_BIN=$EBOF_BIN" \
+vm_env "KERNEL_NQN=nqn.2026-11.io.ebof:ksec" "EBOF_NQN=nqn.2026-11.io.ebof:sec" \
 	"SEC_TARGET=${EBOF_INTEROP_TARGET:-ebof}"
 vm_run "$INTEROP_DIR/linux-security.guest.sh" "${EBOF_INTEROP_TIMEOUT:-900}"
 rc=$?

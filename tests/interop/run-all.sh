@@ -2,9 +2,11 @@
 # Run every kernel interop scenario: vm_setup once, then each scenario in its own process (each has
 # its own network namespace, run dir and cleanup). Prints a timing summary; exits non-zero if any
 # scenario failed. A scenario exiting 77 (e.g. `ebof serve` not built yet) counts as skipped.
+# tmp-checkout runs linux-smoke from a clone under /tmp (the guest must reach the binary wherever
+# the checkout lives), in the bookworm and the trixie guest.
 #
 # Usage (as root): tests/interop/run-all.sh [SCENARIO...]
-#   (default: linux-target linux-initiator linux-control linux-resv linux-multipath linux-security linux-rdma linux-rdma2)
+#   (default: tmp-checkout linux-target linux-initiator linux-control linux-resv linux-multipath linux-security linux-rdma linux-rdma2)
 # Environment: EBOF_SKIP_INTEROP=1 skips everything; EBOF_BIN, EBOF_INTEROP_STRICT,
 # EBOF_INTEROP_ARTIFACTS, ... are passed on to the scenarios (see lib.sh and each scenario).
 set -uo pipefail
@@ -16,7 +18,7 @@ fi
 source "$(dirname "$0")/lib.sh"
 
 scenarios=("$@")
-((${#scenarios[@]})) || scenarios=(linux-target linux-initiator linux-control linux-resv linux-multipath linux-security linux-rdma linux-rdma2)
+((${#scenarios[@]})) || scenarios=(tmp-checkout linux-target linux-initiator linux-control linux-resv linux-multipath linux-security linux-rdma linux-rdma2)
 
 t0=$SECONDS
 vm_setup

@@ -11,9 +11,10 @@ X=/xchg
 # shellcheck disable=SC1091
 source "$X/env"
 
+# die MESSAGE [STATUS]: the guest's status is STATUS (default 125) and it powers off
 die() {
-	echo "guest-init: $*"
-	echo 125 >"$X/.status.tmp" && mv "$X/.status.tmp" "$X/status"
+	echo "guest-init: $1"
+	echo "${2:-125}" >"$X/.status.tmp" && mv "$X/.status.tmp" "$X/status"
 	sync
 	/bin/busybox poweroff -f
 }
@@ -26,16 +27,26 @@ mount -t tmpfs -o mode=1777 tmpfs /dev/shm
 modprobe configfs 2>/dev/null
 mount -t configfs configfs /sys/kernel/config 2>/dev/null || echo "guest-init: no configfs"
 hostname ebof-guest
-# extra read-only 9p shares (tags share0, share1, ...), each mounted at its host path (the trixie
-# flavour shares the repo this way, so /work/.../target/release/ebof and the scripts are visible)
-_i=0
-for _p in ${GUEST_SHARES:-}; do
-	mkdir -p "$_p" && mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144,ro,cache=loose "share$_i" "$_p" ||
-		echo "guest-init: cannot mount 9p share$_i at $_p"
-	_i=$((_i + 1))
-done
 echo "guest-init: up after $(cut -d' ' -f1 /proc/uptime) s (kernel $(uname -r))"
 cut -d' ' -f1 /proc/uptime >"$X/booted"
+
+# The binary under test: the host copied it into the run's guest-ebof folder (9p tag "ebof"); it is
+# mounted at one fixed path whatever the flavour and wherever the host's checkout lives (a host
+# path under /tmp or /run would not be visible: both are fresh tmpfs here). EBOF_BIN (from env) is
+# /ebof/ebof, or empty when the host had no binary.
+# unreachable WHAT PATH: the one line saying so, then the scenario fails (status 1)
+unreachable() {
+	echo "interop: $1 not reachable in the guest at $2"
+	die "$1 missing" 1
+}
+_ebof_dir=${GUEST_EBOF_DIR:-/ebof}
+if ! mkdir -p "$_ebof_dir" ||
+	! mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144,ro,cache=loose ebof "$_ebof_dir"; then
+	unreachable "the ebof share (9p tag ebof)" "$_ebof_dir"
+fi
+if [[ -n ${EBOF_BIN:-} && ! -x $EBOF_BIN ]]; then
+	unreachable "the ebof binary" "$EBOF_BIN"
+fi
 
 # network: first virtio-net interface gets the guest address
 modprobe virtio_net || die "modprobe virtio_net failed"
