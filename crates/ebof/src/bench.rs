@@ -332,3 +332,34 @@ impl Ticker {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::ValueEnum as _;
+
+    /// `PlanArg` mirrors `PlanName`: every flag value is a plan under the same name, and every
+    /// plan has a flag value (a plan added to the library fails to compile here until it is).
+    #[test]
+    fn plan_flags_name_every_plan() {
+        let names: Vec<PlanName> = PlanArg::value_variants()
+            .iter()
+            .map(|&p| {
+                let name = PlanName::from(p);
+                let flag = p.to_possible_value().expect("no skipped plan");
+                assert_eq!(flag.get_name(), name.name());
+                name
+            })
+            .collect();
+        assert_eq!(names, PlanName::ALL);
+        for p in PlanName::ALL {
+            match p {
+                PlanName::Quick
+                | PlanName::Latency
+                | PlanName::Odcc
+                | PlanName::Es2000
+                | PlanName::Adq => {}
+            }
+        }
+    }
+}

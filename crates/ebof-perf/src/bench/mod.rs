@@ -3,10 +3,10 @@
 //! (`report.md`, SVG charts) and one a machine can compare (`report.json`, [`compare`]).
 //!
 //! Layout (ADR 0009): [`plan`] the plans as data (no I/O); [`report`] the versioned report
-//! schema, its Markdown and `compare`; [`chart`] the SVG charts; [`fio`] the fio engine's
-//! command lines and JSON parser; [`engine`] runs a step on the built-in initiator through
+//! schema, its Markdown and `compare`; `chart` the SVG charts; `fio` the fio engine's
+//! command lines and JSON parser; `engine` runs a step on the built-in initiator through
 //! perf's engine ([`crate::perf::run`]) or on fio. This file runs a plan: the destroy-data
-//! guard ([`prepare`]), the step loop ([`run_steps`]) and the report files ([`write_report`]).
+//! guard (`prepare`), the step loop (`run_steps`) and the report files (`write_report`).
 //! Progress reaches the caller through an [`Observer`]; nothing here prints.
 
 mod chart;

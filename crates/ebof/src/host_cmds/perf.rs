@@ -134,8 +134,7 @@ pub fn perf(a: PerfArgs) -> Result<()> {
         return verify_only(&a, log);
     }
     let opts = options(&a)?;
-    let queues = opts.queue_count()?;
-    let ep = endpoint(&a, queues as u16)?;
+    let ep = endpoint(&a)?;
     let show = !a.json && std::io::stdout().is_terminal();
     let report = perf::connect_and_run(&ep, &opts, &mut |e| print_event(e, a.json, show))?;
     if a.json {
@@ -178,19 +177,19 @@ fn options(a: &PerfArgs) -> Result<PerfOptions> {
         .map(affinity::parse_core_list)
         .transpose()
         .map_err(|e| anyhow::anyhow!("--cores: {e}"))?;
+    opts.queue_count()?;
     Ok(opts)
 }
 
-/// The target and the host's side: address, host NQN, secrets, digests, transport.
-fn endpoint(a: &PerfArgs, io_queues: u16) -> Result<Endpoint> {
+/// The target and the host's side: address, host NQN, secrets, digests, transport (the
+/// library sets the number of I/O queues).
+fn endpoint(a: &PerfArgs) -> Result<Endpoint> {
     let addr = resolve(&a.target.traddr, a.target.trsvcid)?;
     let mut cfg = host_config(a.hostnqn.as_deref())?;
     a.security.apply(&mut cfg)?;
     cfg.hdr_digest = a.hdr_digest;
     cfg.data_digest = a.data_digest;
     apply_transport(a.target.transport, &mut cfg)?;
-    cfg.io_queues = io_queues;
-    cfg.async_events = false;
     Ok(Endpoint {
         addr,
         subnqn: a.target.nqn.clone(),
@@ -236,11 +235,10 @@ fn print_event(e: Event<'_>, json: bool, show: bool) {
 /// `--verify-only`: read the log, check the range against it, print the verdict.
 fn verify_only(a: &PerfArgs, log_path: &Path) -> Result<()> {
     let log = vlog::LogState::read(log_path)?;
-    let queues = a.queues.unwrap_or(1).max(1);
-    let ep = endpoint(a, queues)?;
+    let ep = endpoint(a)?;
     let opts = verify_only::Options {
         nsid: a.nsid,
-        queues,
+        queues: a.queues.unwrap_or(1).max(1),
         qd: a.qd,
         dissqfc: a.dissqfc,
     };
