@@ -1,6 +1,7 @@
 //! `ebof` — one binary, wiring only: `serve` runs the NVMe/TCP target; `discover`, `identify`
-//! and `perf` are the host toolkit on the `nvmf-host` library; `bench` runs the seed papers'
-//! test plans on perf's engine (or fio) and writes reports; `ctl` manages a running
+//! and `perf` are the host toolkit on the `nvmf-host` library (perf's load generator is the
+//! `ebof-perf` library); `bench` runs the seed papers' test plans on perf's engine (or fio)
+//! and writes reports (`ebof_perf::bench`); `ctl` manages a running
 //! `serve` through its management API (`ebof-mgmt`); `completions` and `man` print
 //! shell completions and man pages generated from the same clap definitions.
 

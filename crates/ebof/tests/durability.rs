@@ -57,7 +57,7 @@ fn json(o: &Output) -> Value {
 }
 
 /// Records of `kind` in a verify log so far (2 = flush completed, 6 = FUA writes completed):
-/// walk its records (format in `perf/vlog.rs`: a 64-byte header, then records of
+/// walk its records (format in `ebof-perf/src/perf/vlog.rs`: a 64-byte header, then records of
 /// 16 + 8 × count + 4 bytes). A record still being appended ends the walk.
 fn records_logged(log: &Path, kind: u8) -> usize {
     let Ok(b) = std::fs::read(log) else { return 0 };

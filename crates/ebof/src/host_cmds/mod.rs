@@ -1,10 +1,11 @@
 //! The host toolkit subcommands, shaped like nvme-cli: `ebof discover`, `ebof identify` and
-//! `ebof perf`. Wiring only: the NVMe/TCP initiator is the `nvmf-host` library.
+//! `ebof perf`. Wiring only: the NVMe/TCP initiator is the `nvmf-host` library, perf's load
+//! generator the `ebof-perf` library.
 
 pub(crate) mod common;
 mod discover;
 mod identify;
-pub(crate) mod perf;
+mod perf;
 
 pub use discover::{DiscoverArgs, discover};
 pub use identify::{IdentifyArgs, identify};

@@ -36,6 +36,7 @@ pub struct Mismatch {
     pub found_gen: Option<u32>,
     /// LBA found in the block header, if it had one.
     pub found_lba: Option<u64>,
+    /// What is wrong with the block.
     pub reason: &'static str,
 }
 
@@ -81,7 +82,14 @@ pub enum SectorView {
     /// A verify header whose checksum fails: torn or corrupted.
     Torn,
     /// A whole verify block.
-    Block { lba: u64, run: u32, generation: u32 },
+    Block {
+        /// The LBA the block says it is.
+        lba: u64,
+        /// The run that wrote it.
+        run: u32,
+        /// Its generation.
+        generation: u32,
+    },
 }
 
 /// Read one block's header and check its checksum.
@@ -188,6 +196,7 @@ pub struct GenMap {
 }
 
 impl GenMap {
+    /// `units` units, none written, none busy.
     pub fn new(units: usize) -> GenMap {
         GenMap {
             gens: vec![UNKNOWN; units],
@@ -219,9 +228,11 @@ impl GenMap {
         }
         out
     }
+    /// A command is in flight on `unit`.
     pub fn is_busy(&self, unit: u64) -> bool {
         self.busy[unit as usize]
     }
+    /// Mark `unit` busy (a command in flight) or not.
     pub fn set_busy(&mut self, unit: u64, b: bool) {
         self.busy[unit as usize] = b;
     }
@@ -229,6 +240,7 @@ impl GenMap {
     pub fn expected(&self, unit: u64) -> u32 {
         self.gens[unit as usize]
     }
+    /// `unit` now holds `generation`.
     pub fn set_expected(&mut self, unit: u64, generation: u32) {
         self.gens[unit as usize] = generation;
     }

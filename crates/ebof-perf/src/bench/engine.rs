@@ -1,19 +1,35 @@
 //! Running a step: on the built-in initiator (each step connects its own controller with as
-//! many I/O queues as the step has connections and runs `ebof perf`'s engine), or on fio
-//! against a block device. Also the target's and the machine's facts for the report.
+//! many I/O queues as the step has connections and runs perf's engine), or on fio against a
+//! block device. Also the target's and the machine's facts for the report.
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
 use nvmf_host::Controller;
 
-use super::RunArgs;
 use super::fio;
-use super::plan::{PlanName, Rw, Step};
+use super::plan::{Rw, Step};
 use super::report::{Identity, Latency, Machine, Outcome, TargetInfo, buckets_from_hist};
-use crate::host_cmds::common::{SubsystemArgs, host_config, resolve, runtime};
-use crate::host_cmds::perf::{self, PerfArgs, RwMode};
+use crate::Endpoint;
+use crate::perf::{self, PerfOptions, RwMode};
+
+/// Which engine runs a plan's I/O, and on what.
+#[derive(Clone, Debug)]
+pub enum EngineSpec {
+    /// The built-in userspace NVMe/TCP initiator on namespace `nsid` (`None`: the first
+    /// active one) of `endpoint`.
+    Builtin {
+        /// The subsystem.
+        endpoint: Box<Endpoint>,
+        /// The namespace.
+        nsid: Option<u32>,
+    },
+    /// fio on a block device (or a plain file).
+    Fio {
+        /// The device, e.g. the Linux initiator's /dev/nvmeXnY.
+        device: PathBuf,
+    },
+}
 
 /// I/O queues asked for at the first connection (Number of Queues), to learn how many the
 /// target grants.
@@ -24,13 +40,10 @@ pub enum Engine {
     Fio(FioDev),
 }
 
+/// The built-in initiator's engine: the subsystem and what Identify said about it.
 pub struct Builtin {
     rt: tokio::runtime::Runtime,
-    addr: SocketAddr,
-    traddr: String,
-    trsvcid: u16,
-    nqn: String,
-    hostnqn: Option<String>,
+    endpoint: Box<Endpoint>,
     nsid: u32,
     identity: Identity,
     capacity: u64,
@@ -47,25 +60,13 @@ pub struct FioDev {
 }
 
 impl Engine {
-    pub fn open(a: &RunArgs, _plan: PlanName) -> Result<Engine> {
-        match a.engine {
-            super::EngineName::Builtin => {
-                if a.device.is_some() {
-                    bail!("--device is for --engine fio");
-                }
-                let (Some(traddr), Some(nqn)) = (&a.traddr, &a.nqn) else {
-                    bail!("the built-in engine needs the target: -a ADDR [-s PORT] -n SUBNQN");
-                };
-                Builtin::open(traddr, a.trsvcid, nqn, a.nsid, a.hostnqn.clone())
-                    .map(|b| Engine::Builtin(Box::new(b)))
+    /// Connect (built-in: Identify the controller and the namespace) or size the device.
+    pub fn open(spec: EngineSpec) -> Result<Engine> {
+        match spec {
+            EngineSpec::Builtin { endpoint, nsid } => {
+                Builtin::open(endpoint, nsid).map(|b| Engine::Builtin(Box::new(b)))
             }
-            super::EngineName::Fio => {
-                let dev = a
-                    .device
-                    .clone()
-                    .context("--engine fio needs --device PATH (e.g. /dev/nvme1n1)")?;
-                FioDev::open(dev).map(Engine::Fio)
-            }
+            EngineSpec::Fio { device } => FioDev::open(device).map(Engine::Fio),
         }
     }
 
@@ -85,7 +86,10 @@ impl Engine {
     /// What a write would destroy, for the guard's message.
     pub fn what(&self) -> String {
         match self {
-            Engine::Builtin(b) => format!("namespace {} of {} at {}", b.nsid, b.nqn, b.addr),
+            Engine::Builtin(b) => format!(
+                "namespace {} of {} at {}",
+                b.nsid, b.endpoint.subnqn, b.endpoint.addr
+            ),
             Engine::Fio(f) => f.device.display().to_string(),
         }
     }
@@ -132,8 +136,8 @@ impl Engine {
     pub fn target_info(&self) -> TargetInfo {
         match self {
             Engine::Builtin(b) => TargetInfo {
-                address: Some(b.addr.to_string()),
-                subnqn: Some(b.nqn.clone()),
+                address: Some(b.endpoint.addr.to_string()),
+                subnqn: Some(b.endpoint.subnqn.clone()),
                 nsid: Some(b.nsid),
                 device: None,
                 identify: Some(b.identity.clone()),
@@ -165,34 +169,19 @@ fn version_str(v: u32) -> String {
 }
 
 impl Builtin {
-    fn open(
-        traddr: &str,
-        trsvcid: u16,
-        nqn: &str,
-        nsid: Option<u32>,
-        hostnqn: Option<String>,
-    ) -> Result<Builtin> {
-        let addr = resolve(traddr, trsvcid)?;
-        let mut cfg = host_config(hostnqn.as_deref())?;
-        cfg.async_events = false;
+    fn open(endpoint: Box<Endpoint>, nsid: Option<u32>) -> Result<Builtin> {
         // Ask for many I/O queues: what the target grants sizes the ADQ sweep.
-        cfg.io_queues = PROBE_IO_QUEUES;
-        let rt = runtime()?;
+        let cfg = endpoint.host_config(PROBE_IO_QUEUES);
+        let rt = crate::runtime()?;
         let (identity, nsid, capacity, lba_size, ebof_ram) = rt.block_on(async {
-            let ctrl = Controller::connect(addr, nqn, &cfg)
-                .await
-                .with_context(|| format!("cannot connect to {nqn} at {addr}"))?;
+            let ctrl = endpoint.connect(&cfg).await?;
             let r = identify(&ctrl, nsid).await;
             ctrl.disconnect().await;
             r
         })?;
         Ok(Builtin {
             rt,
-            addr,
-            traddr: traddr.to_string(),
-            trsvcid,
-            nqn: nqn.to_string(),
-            hostnqn,
+            endpoint,
             nsid,
             identity,
             capacity,
@@ -201,17 +190,9 @@ impl Builtin {
         })
     }
 
-    fn run_step(&mut self, st: &Step, range: (u64, u64), rate: Option<f64>) -> Result<Outcome> {
-        let mut cfg = host_config(self.hostnqn.as_deref())?;
-        cfg.io_queues = st.queues;
-        cfg.async_events = false;
-        let args = PerfArgs {
-            target: SubsystemArgs {
-                traddr: self.traddr.clone(),
-                trsvcid: self.trsvcid,
-                nqn: self.nqn.clone(),
-                transport: nvmf_host::Transport::Tcp,
-            },
+    /// The step as perf options: a closed loop at the step's depth, or open at `rate`.
+    fn perf_options(&self, st: &Step, range: (u64, u64), rate: Option<f64>) -> PerfOptions {
+        PerfOptions {
             nsid: Some(self.nsid),
             rw: match st.rw {
                 Rw::Read => RwMode::Read,
@@ -227,34 +208,26 @@ impl Builtin {
             runtime: st.runtime,
             ramp: st.ramp,
             range: Some(range),
-            hdr_digest: false,
-            data_digest: false,
             dissqfc: false,
             verify: false,
             flush_every: 0,
             flush_at_end: false,
             fua: false,
             verify_log: None,
-            verify_only: false,
-            hostnqn: self.hostnqn.clone(),
-            security: Default::default(),
-            no_busy_poll: false,
-            json: true,
+            busy_poll: true,
             rate_iops: rate,
             passes: st.passes,
-        };
-        let (addr, nqn, queues) = (self.addr, self.nqn.clone(), usize::from(st.queues));
-        let r = self.rt.block_on(async {
-            let ctrl = Controller::connect(addr, &nqn, &cfg)
-                .await
-                .with_context(|| format!("cannot connect to {nqn} at {addr}"))?;
-            let r = perf::run(&args, &ctrl, addr, None, queues).await;
-            if let Err(e) = ctrl.shutdown().await {
-                tracing::debug!(error = %e, "shutdown failed");
-            }
-            ctrl.disconnect().await;
-            r
-        })?;
+        }
+    }
+
+    fn run_step(&mut self, st: &Step, range: (u64, u64), rate: Option<f64>) -> Result<Outcome> {
+        let opts = self.perf_options(st, range, rate);
+        let ep = &self.endpoint;
+        let r = self
+            .rt
+            .block_on(ep.with_controller(st.queues, async |ctrl| {
+                perf::run(&opts, ctrl, ep, &mut |_| {}).await
+            }))?;
         let mut all = r.read.clone();
         all.merge(&r.write);
         Ok(Outcome {
@@ -405,7 +378,7 @@ pub fn run_local(path: &std::path::Path, st: &Step, range_len: u64) -> Result<Ou
     let mut backing = vec![0x5au8; bs as usize + 4096];
     let off = backing.as_ptr().align_offset(4096).min(4096);
     let buf = &mut backing[off..off + bs as usize];
-    let mut hist = crate::host_cmds::perf::report::DirStats::new();
+    let mut hist = crate::perf::report::DirStats::new();
     let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ u64::from(std::process::id());
     let t0 = std::time::Instant::now();
     let (ramp_end, end) = (t0 + st.ramp, t0 + st.ramp + st.runtime);

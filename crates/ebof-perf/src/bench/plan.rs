@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 /// The plans `ebof bench` knows.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum PlanName {
     /// A ~30 s smoke version of every plan (for CI).
@@ -26,6 +26,16 @@ pub enum PlanName {
 }
 
 impl PlanName {
+    /// Every plan, in `ebof bench`'s order.
+    pub const ALL: [PlanName; 5] = [
+        PlanName::Quick,
+        PlanName::Latency,
+        PlanName::Odcc,
+        PlanName::Es2000,
+        PlanName::Adq,
+    ];
+
+    /// The plan's name on the command line and in file names.
     pub fn name(self) -> &'static str {
         match self {
             PlanName::Quick => "quick",
@@ -41,13 +51,18 @@ impl PlanName {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Rw {
+    /// Sequential reads.
     Read,
+    /// Sequential writes.
     Write,
+    /// Random reads.
     RandRead,
+    /// Random writes.
     RandWrite,
 }
 
 impl Rw {
+    /// fio's `rw=` name.
     pub fn name(self) -> &'static str {
         match self {
             Rw::Read => "read",
@@ -56,6 +71,7 @@ impl Rw {
             Rw::RandWrite => "randwrite",
         }
     }
+    /// The step writes (and so destroys data).
     pub fn writes(self) -> bool {
         matches!(self, Rw::Write | Rw::RandWrite)
     }
@@ -65,6 +81,7 @@ impl Rw {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Metric {
+    /// I/O commands per second.
     Iops,
     /// 10^6 bytes per second.
     MbPerS,
@@ -77,6 +94,7 @@ pub enum Metric {
 }
 
 impl Metric {
+    /// The unit as the report writes it.
     pub fn unit(self) -> &'static str {
         match self {
             Metric::Iops => "IOPS",
@@ -95,7 +113,9 @@ impl Metric {
 /// A published figure and where it is.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Reference {
+    /// The paper's figure.
     pub value: f64,
+    /// What the figure measures.
     pub metric: Metric,
     /// The seed and the place in it, e.g. "ODCC Ethernet SSD white paper (seed 000), Table 1".
     pub source: String,
@@ -112,13 +132,22 @@ pub enum Role {
     /// A test item with a headline figure.
     Measure,
     /// One point of a connection sweep (`connections` I/O queues in parallel).
-    Scaling { connections: u16 },
+    Scaling {
+        /// I/O queues in parallel.
+        connections: u16,
+    },
     /// One point of the ADQ sweep: `cores` assumed target cores, three connections each.
-    Cores { cores: u16 },
+    Cores {
+        /// Target cores assumed.
+        cores: u16,
+    },
     /// Closed-loop run whose IOPS the following load steps take as saturation.
     Saturation,
     /// Open-loop step at this fraction of the measured saturation IOPS.
-    Load { fraction: f64 },
+    Load {
+        /// Of the saturation IOPS.
+        fraction: f64,
+    },
 }
 
 /// One workload of a plan.
@@ -126,9 +155,13 @@ pub enum Role {
 pub struct Step {
     /// Stable identifier (what `compare` matches on), e.g. `seq-write-128k-qd64`.
     pub id: String,
+    /// What the report calls the step.
     pub title: String,
+    /// What the step is for.
     pub role: Role,
+    /// Access pattern.
     pub rw: Rw,
+    /// Bytes per I/O.
     pub bs: u64,
     /// Commands in flight per connection.
     pub qd: u16,
@@ -138,10 +171,13 @@ pub struct Step {
     #[serde(with = "secs")]
     pub runtime: Duration,
     #[serde(with = "secs")]
+    /// Warm-up before measuring, at `--duration-scale 1`.
     pub ramp: Duration,
     /// Stop after this many passes over the range (fio `loops=`), or at `runtime`.
     pub passes: Option<f64>,
+    /// The figure the step is judged by.
     pub metric: Metric,
+    /// The paper's figure for it, if it published one.
     pub reference: Option<Reference>,
     /// The paper's command, as it ran it.
     pub paper: String,

@@ -64,11 +64,17 @@ const MAX_PAIRS: u32 = 1 << 26;
 /// What a record says; see the module docs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
+    /// Units acknowledged since the previous Flush, covered by flush `seq` once it completes.
     Acked,
+    /// Flush `seq` completed.
     Flushed,
+    /// FUA writes completed: durable.
     Durable,
+    /// Writes that failed: their units are undefined.
     Failed,
+    /// Writes in flight when the connection failed.
     InFlight,
+    /// The run finished: the log is complete.
     End,
 }
 
@@ -99,14 +105,21 @@ impl Kind {
 /// The run a log describes (its header).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LogHeader {
+    /// The run's id (in every block it wrote).
     pub run_id: u32,
+    /// Namespace.
     pub nsid: u32,
+    /// Block size in bytes.
     pub lba_size: u32,
     /// Bytes per I/O unit (`--bs`).
     pub bs: u32,
+    /// I/O queues of the run.
     pub queues: u32,
+    /// First LBA of the range.
     pub first_lba: u64,
+    /// Units (of `bs`) in the range.
     pub units: u64,
+    /// Unix seconds when the log was created.
     pub created: u64,
 }
 
@@ -173,8 +186,11 @@ impl LogHeader {
 /// One record to append.
 #[derive(Debug)]
 pub struct Record {
+    /// What the record says.
     pub kind: Kind,
+    /// The queue it is about.
     pub qid: u16,
+    /// Flush sequence number (`Acked`, `Flushed`; else 0).
     pub seq: u64,
     /// (unit, generation) pairs.
     pub pairs: Vec<(u32, u32)>,
@@ -256,6 +272,7 @@ impl LogWriter {
         })
     }
 
+    /// A sink for the job whose unit 0 is range unit `unit_base`.
     pub fn sink(&self, unit_base: u32) -> Sink {
         Sink {
             tx: self.tx.clone(),
@@ -263,6 +280,7 @@ impl LogWriter {
         }
     }
 
+    /// The log file.
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -341,7 +359,9 @@ pub struct LogSummary {
     pub flushes: u64,
     /// Of `acked_writes`, those written with FUA (durable on completion).
     pub fua_writes: u64,
+    /// Writes that failed.
     pub failed_writes: u64,
+    /// Writes in flight when a connection failed.
     pub in_flight_writes: u64,
     /// Units with a durable generation owed.
     pub durable_units: u64,
@@ -353,6 +373,7 @@ pub struct LogSummary {
 
 /// A whole log, read back: the header and per-unit expectations.
 pub struct LogState {
+    /// The run the log describes.
     pub header: LogHeader,
     /// Dense per unit: durable and acknowledged generations.
     durable: Vec<u32>,
@@ -360,10 +381,12 @@ pub struct LogState {
     /// Sparse: few writes fail or are in flight at the end.
     in_flight: HashMap<u32, u32>,
     failed: HashMap<u32, u32>,
+    /// Totals.
     pub summary: LogSummary,
 }
 
 impl LogState {
+    /// Read and parse the log at `path`.
     pub fn read(path: &Path) -> Result<LogState> {
         let mut bytes = Vec::new();
         File::open(path)
@@ -372,6 +395,7 @@ impl LogState {
         LogState::parse(&bytes).with_context(|| format!("--verify-log {}", path.display()))
     }
 
+    /// Parse a whole log (a torn tail ends it; anything else malformed is an error).
     pub fn parse(bytes: &[u8]) -> Result<LogState> {
         let header = LogHeader::decode(bytes)?;
         let units = usize::try_from(header.units).context("too many units")?;

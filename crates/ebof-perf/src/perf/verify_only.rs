@@ -16,7 +16,7 @@
 //! generations; such units are counted as *torn units* for information, and are a violation
 //! only through their blocks' classes.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
@@ -24,7 +24,8 @@ use nvme_spec::NamespaceId;
 use nvmf_host::{Completion, Controller, IoConnector, IoQueueOptions};
 use serde_json::json;
 
-use super::PerfArgs;
+use crate::Endpoint;
+
 use super::report::MAX_REPORTED_MISMATCHES;
 use super::verify::{self, SectorView, UNKNOWN};
 use super::vlog::{LogState, UnitLog};
@@ -44,13 +45,18 @@ pub enum Source {
 /// The verdict on one block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Class {
+    /// A block of this run the log allows, and where it comes from.
     Intact(Source),
+    /// No block of this run, and nothing flushed owed.
     NeverWritten,
+    /// A durability violation, and why.
     Stale(&'static str),
+    /// A torn, corrupted or misdirected block, and why.
     Corrupt(&'static str),
 }
 
 impl Class {
+    /// Stale or corrupt.
     pub fn is_violation(self) -> bool {
         matches!(self, Class::Stale(_) | Class::Corrupt(_))
     }
@@ -107,8 +113,11 @@ pub fn classify(sec: &[u8], lba: u64, run: u32, u: &UnitLog, log_complete: bool)
 /// One bad block, for the report.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Finding {
+    /// The block.
     pub lba: u64,
+    /// `stale` or `corrupt`.
     pub class: &'static str,
+    /// Why.
     pub reason: &'static str,
     /// Generation a completed Flush covered (0 = none).
     pub flushed_gen: u32,
@@ -119,16 +128,25 @@ pub struct Finding {
 /// Counts over the blocks read.
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct Tally {
+    /// Blocks read.
     pub blocks: u64,
+    /// Intact blocks.
     pub intact: u64,
+    /// Intact: the flushed generation.
     pub intact_flushed: u64,
+    /// Intact: a newer acknowledged generation.
     pub intact_acked: u64,
+    /// Intact: a write in flight at the end.
     pub intact_in_flight: u64,
+    /// Never written.
     pub never_written: u64,
+    /// Stale (violations).
     pub stale: u64,
+    /// Corrupt (violations).
     pub corrupt: u64,
     /// Blocks for which a completed Flush owes a generation, and how many of them are intact.
     pub flushed_blocks: u64,
+    /// Of `flushed_blocks`, the intact ones.
     pub flushed_intact: u64,
     /// Blocks (not violations) that do not hold their newest acknowledged generation: an
     /// acknowledged, unflushed write that did not survive (allowed by the write-cache contract).
@@ -138,6 +156,7 @@ pub struct Tally {
     /// Units that could not be read (command failed).
     pub unreadable_units: u64,
     #[serde(skip)]
+    /// The first violations.
     pub findings: Vec<Finding>,
 }
 
@@ -225,72 +244,107 @@ impl Tally {
         self.findings.extend(o.findings.into_iter().take(room));
     }
 
+    /// Stale and corrupt blocks.
     pub fn violations(&self) -> u64 {
         self.stale + self.corrupt
     }
 }
 
 /// `perf --verify-only`: connect, read the whole range of the logged run, report.
-pub fn run(a: &PerfArgs, log_path: &Path) -> Result<()> {
-    let log = Arc::new(LogState::read(log_path)?);
-    let h = log.header.clone();
-    let addr = super::super::common::resolve(&a.target.traddr, a.target.trsvcid)?;
-    let queues = a.queues.unwrap_or(1).max(1);
-    let mut cfg = super::super::common::host_config(a.hostnqn.as_deref())?;
-    a.security.apply(&mut cfg)?;
-    cfg.hdr_digest = a.hdr_digest;
-    cfg.data_digest = a.data_digest;
-    super::super::common::apply_transport(a.target.transport, &mut cfg)?;
-    cfg.io_queues = queues;
-    cfg.async_events = false;
-    let rt = super::super::common::runtime()?;
-    let tally = rt.block_on(async {
-        let ctrl = Controller::connect(addr, &a.target.nqn, &cfg)
-            .await
-            .with_context(|| format!("cannot connect to {} at {addr}", a.target.nqn))?;
-        let r = read_all(a, &ctrl, &log, queues).await;
-        if let Err(e) = ctrl.shutdown().await {
-            tracing::debug!(error = %e, "shutdown failed");
-        }
-        ctrl.disconnect().await;
-        r
-    })?;
-    let nsid = a.nsid.unwrap_or(h.nsid);
-    if a.json {
-        let j = json!({
+/// What a read-only check reads, and how.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// The namespace to read (`None`: the logged run's).
+    pub nsid: Option<u32>,
+    /// I/O queues reading in parallel (at least 1), each a slice of the range.
+    pub queues: u16,
+    /// Reads in flight per queue (1..65535; capped by the controller's queue size).
+    pub qd: u16,
+    /// Ask the target to disable SQ flow control on the I/O queues.
+    pub dissqfc: bool,
+}
+
+/// The outcome of a read-only check: the log it used and the verdict on every block.
+pub struct Checked {
+    /// The log file, as given.
+    pub log_path: PathBuf,
+    /// The log, as read.
+    pub log: Arc<LogState>,
+    /// The target's address.
+    pub target: String,
+    /// The subsystem NQN.
+    pub subnqn: String,
+    /// The namespace read.
+    pub nsid: u32,
+    /// Counts and the first violations.
+    pub tally: Tally,
+}
+
+/// Connect to `ep`, read the whole range of the run `log` (read from `log_path`) recorded,
+/// and judge every block. Blocks the calling thread (it runs its own current-thread runtime).
+pub fn run(ep: &Endpoint, opts: &Options, log_path: &Path, log: LogState) -> Result<Checked> {
+    super::check_qd(opts.qd)?;
+    let log = Arc::new(log);
+    let queues = opts.queues.max(1);
+    let rt = crate::runtime()?;
+    let tally = rt.block_on(ep.with_controller(queues, async |ctrl| {
+        read_all(opts, ctrl, &log, queues).await
+    }))?;
+    Ok(Checked {
+        log_path: log_path.to_path_buf(),
+        nsid: opts.nsid.unwrap_or(log.header.nsid),
+        log,
+        target: ep.addr.to_string(),
+        subnqn: ep.subnqn.clone(),
+        tally,
+    })
+}
+
+impl Checked {
+    /// The check as one JSON object (`ebof perf --verify-only --json`).
+    pub fn to_json(&self) -> serde_json::Value {
+        let (h, tally) = (&self.log.header, &self.tally);
+        json!({
             "verify_only": {
-                "log": log_path.display().to_string(),
+                "log": self.log_path.display().to_string(),
                 "run_id": format!("{:#010x}", h.run_id),
-                "target": addr.to_string(),
-                "subnqn": a.target.nqn,
-                "nsid": nsid,
+                "target": self.target,
+                "subnqn": self.subnqn,
+                "nsid": self.nsid,
                 "lba_size": h.lba_size,
                 "bs": h.bs,
                 "range": [h.first_lba * u64::from(h.lba_size),
                           (h.first_lba + h.units * h.nlb()) * u64::from(h.lba_size)],
                 "units": h.units,
             },
-            "log": log.summary,
+            "log": self.log.summary,
             "blocks": tally,
             "violations": tally.violations(),
             "findings": tally.findings,
-        });
-        println!("{}", serde_json::to_string_pretty(&j)?);
-    } else {
-        print!("{}", text(&tally, &log, log_path, nsid));
+        })
     }
-    if tally.unreadable_units > 0 {
-        bail!("{} units could not be read", tally.unreadable_units);
+
+    /// The check as text: the log's summary, a table of the classes, the first violations.
+    pub fn to_text(&self) -> String {
+        text(&self.tally, &self.log, &self.log_path, self.nsid)
     }
-    if tally.violations() > 0 {
-        bail!(
-            "durability check failed: {} stale and {} corrupt blocks (first at LBA {})",
-            tally.stale,
-            tally.corrupt,
-            tally.findings.first().map_or(0, |f| f.lba)
-        );
+
+    /// `Ok` unless units could not be read or blocks are stale or corrupt.
+    pub fn verdict(&self) -> Result<()> {
+        let tally = &self.tally;
+        if tally.unreadable_units > 0 {
+            bail!("{} units could not be read", tally.unreadable_units);
+        }
+        if tally.violations() > 0 {
+            bail!(
+                "durability check failed: {} stale and {} corrupt blocks (first at LBA {})",
+                tally.stale,
+                tally.corrupt,
+                tally.findings.first().map_or(0, |f| f.lba)
+            );
+        }
+        Ok(())
     }
-    Ok(())
 }
 
 fn text(t: &Tally, log: &LogState, path: &Path, nsid: u32) -> String {
@@ -390,13 +444,13 @@ fn text(t: &Tally, log: &LogState, path: &Path, nsid: u32) -> String {
 }
 
 async fn read_all(
-    a: &PerfArgs,
+    opts: &Options,
     ctrl: &Controller,
     log: &Arc<LogState>,
     queues: u16,
 ) -> Result<Tally> {
     let h = &log.header;
-    let nsid = NamespaceId(a.nsid.unwrap_or(h.nsid));
+    let nsid = NamespaceId(opts.nsid.unwrap_or(h.nsid));
     let ns = super::active_namespace(ctrl, nsid).await?;
     if ns.lba_size() != h.lba_size {
         bail!(
@@ -415,20 +469,21 @@ async fn read_all(
         );
     }
     let connector = ctrl.io_connector();
-    let qd =
-        a.qd.min(u16::try_from(connector.max_entries().saturating_sub(1)).unwrap_or(u16::MAX));
+    let qd = opts
+        .qd
+        .min(u16::try_from(connector.max_entries().saturating_sub(1)).unwrap_or(u16::MAX));
     let per = h.units.div_ceil(u64::from(queues));
     let mut tasks = Vec::new();
     for i in 0..u64::from(queues) {
         let (from, to) = ((i * per).min(h.units), ((i + 1) * per).min(h.units));
         let (connector, log) = (connector.clone(), log.clone());
-        let opts = IoQueueOptions::new((i + 1) as u16, qd + 1)
-            .dissqfc(a.dissqfc)
+        let qopts = IoQueueOptions::new((i + 1) as u16, qd + 1)
+            .dissqfc(opts.dissqfc)
             .busy_poll(false)
             .max_io(h.bs as usize)
             .prealloc(h.bs as usize);
         tasks.push(tokio::spawn(async move {
-            read_units(connector, opts, nsid, log, from, to).await
+            read_units(connector, qopts, nsid, log, from, to).await
         }));
     }
     let mut t = Tally::default();
@@ -490,7 +545,7 @@ async fn read_units(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::host_cmds::perf::verify::fill_sector;
+    use crate::perf::verify::fill_sector;
 
     const RUN: u32 = 42;
 

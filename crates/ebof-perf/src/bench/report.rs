@@ -8,7 +8,7 @@ use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
 use super::plan::{Metric, PlanName, Role, Step};
-use crate::host_cmds::perf::report::lat;
+use crate::perf::report::lat;
 
 /// `report.json`'s `schema` field.
 pub const SCHEMA: &str = "ebof-bench-report";
@@ -18,13 +18,21 @@ pub const SCHEMA_VERSION: u32 = 1;
 /// Latency summary in microseconds.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Latency {
+    /// Smallest.
     pub min: f64,
+    /// Mean.
     pub avg: f64,
+    /// Median.
     pub p50: f64,
+    /// 90th percentile.
     pub p90: f64,
+    /// 99th percentile.
     pub p99: f64,
+    /// 99.9th percentile.
     pub p99_9: f64,
+    /// 99.99th percentile.
     pub p99_99: f64,
+    /// Largest.
     pub max: f64,
 }
 
@@ -48,7 +56,9 @@ impl Latency {
 /// One histogram bucket: latencies up to `le_us` (and above the previous bucket's bound).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Bucket {
+    /// Upper bound of the bucket, µs.
     pub le_us: f64,
+    /// Commands in the bucket.
     pub count: u64,
 }
 
@@ -99,16 +109,23 @@ pub fn cdf(buckets: &[Bucket]) -> Vec<(f64, f64)> {
 pub struct Outcome {
     /// The measured window.
     pub elapsed_s: f64,
+    /// Commands completed in the window.
     pub ios: u64,
+    /// Bytes transferred in the window.
     pub bytes: u64,
+    /// Reads among `ios`.
     pub read_ios: u64,
+    /// Writes among `ios`.
     pub write_ios: u64,
+    /// Commands per second.
     pub iops: f64,
     /// 10^6 bytes per second.
     pub mb_s: f64,
     /// 2^20 bytes per second.
     pub mib_s: f64,
+    /// Latency percentiles (`None`: nothing completed).
     pub latency_us: Option<Latency>,
+    /// Log2 latency histogram.
     pub histogram: Vec<Bucket>,
     /// Failed commands (error status, lost with a connection).
     pub errors: u64,
@@ -150,10 +167,13 @@ pub fn ratio(ours: Option<f64>, reference: Option<f64>) -> Option<f64> {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct StepReport {
     #[serde(flatten)]
+    /// The step as planned (and scaled).
     pub step: Step,
     /// Byte range [start, end) of the namespace or device.
     pub range: (u64, u64),
+    /// What it measured (`None`: it failed).
     pub outcome: Option<Outcome>,
+    /// Why it failed.
     pub error: Option<String>,
     /// `outcome`'s value of `step.metric`.
     pub value: Option<f64>,
@@ -162,6 +182,7 @@ pub struct StepReport {
 }
 
 impl StepReport {
+    /// A step's report from its result.
     pub fn new(step: Step, range: (u64, u64), r: Result<Outcome, String>) -> StepReport {
         let (outcome, error) = match r {
             Ok(o) => (Some(o), None),
@@ -183,20 +204,31 @@ impl StepReport {
 /// Identify Controller / Namespace facts of the target.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Identity {
+    /// PCI vendor id (VID).
     pub vid: u16,
+    /// Serial number (SN).
     pub sn: String,
+    /// Model number (MN).
     pub mn: String,
+    /// Firmware revision (FR).
     pub fr: String,
+    /// NVMe version (VER), `major.minor.tertiary`.
     pub ver: String,
+    /// Controller id (CNTLID).
     pub cntlid: u16,
     /// Maximum transfer in bytes (`None`: no limit).
     pub mdts_bytes: Option<u64>,
     /// In-capsule I/O data in bytes (IOCCSZ).
     pub io_capsule_bytes: u64,
+    /// Number of namespaces (NN).
     pub nn: u32,
+    /// I/O queues the controller granted (Number of Queues).
     pub io_queues_granted: Option<u16>,
+    /// Subsystem NQN.
     pub subnqn: String,
+    /// The namespace's size in blocks (NSZE).
     pub namespace_blocks: u64,
+    /// The namespace's block size in bytes.
     pub lba_size: u32,
 }
 
@@ -205,45 +237,63 @@ pub struct Identity {
 pub struct TargetInfo {
     /// `ADDR:PORT` (built-in engine) or the target the device is connected to, if known.
     pub address: Option<String>,
+    /// Subsystem NQN, if known.
     pub subnqn: Option<String>,
+    /// Namespace (built-in engine).
     pub nsid: Option<u32>,
     /// The block device (fio engine).
     pub device: Option<String>,
+    /// What Identify (or sysfs) says about the target.
     pub identify: Option<Identity>,
+    /// Bytes the plan could use.
     pub capacity_bytes: u64,
 }
 
 /// The machine the bench ran on.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Machine {
+    /// Host name.
     pub hostname: String,
+    /// Kernel release.
     pub kernel: String,
+    /// CPU model name.
     pub cpu_model: String,
+    /// Online CPUs.
     pub cpus: usize,
+    /// Memory in bytes.
     pub memory_bytes: u64,
 }
 
 /// `report.json`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Report {
+    /// Always `ebof-bench-report` ([`SCHEMA`]).
     pub schema: String,
+    /// [`SCHEMA_VERSION`] of the writer.
     pub schema_version: u32,
+    /// Version of the ebof that wrote it.
     pub ebof_version: String,
+    /// The plan.
     pub plan: PlanName,
     /// `builtin` (the userspace initiator) or `fio`.
     pub engine: String,
     /// Unix seconds when the run started.
     pub started_unix: u64,
+    /// `--duration-scale`.
     pub duration_scale: f64,
+    /// What was measured.
     pub target: TargetInfo,
+    /// What measured it.
     pub machine: Machine,
     /// How the plan was scaled and anything else a reader must know.
     pub notes: Vec<String>,
+    /// Every step, in the order run.
     pub steps: Vec<StepReport>,
     /// SVG files written next to the report.
     pub charts: Vec<String>,
 }
 
+/// `v` rounded to three decimals.
 pub fn round3(v: f64) -> f64 {
     (v * 1000.0).round() / 1000.0
 }
@@ -663,7 +713,6 @@ pub(crate) mod tests {
     /// role; failed steps; and every `Option` field null or left out (serde reads both).
     #[test]
     fn the_schema_accepts_what_the_code_writes() {
-        use clap::ValueEnum as _;
         use plan::{Role, Rw};
         let v = serde_json::to_value(sample(1.0)).unwrap();
         assert_eq!(schema_errors(&v), "");
@@ -724,7 +773,7 @@ pub(crate) mod tests {
         (failed.outcome, failed.error, failed.value, failed.ratio) =
             (None, Some("connection refused".into()), None, None);
         r.steps.push(failed);
-        for &plan in PlanName::value_variants() {
+        for plan in PlanName::ALL {
             for engine in ["builtin", "fio"] {
                 (r.plan, r.engine) = (plan, engine.into());
                 let v = serde_json::to_value(&r).unwrap();

@@ -17,12 +17,16 @@ pub const MAX_REPORTED_MISMATCHES: usize = 100;
 /// I/Os, bytes and latency of one direction.
 #[derive(Clone, Debug)]
 pub struct DirStats {
+    /// Commands completed.
     pub ios: u64,
+    /// Bytes transferred.
     pub bytes: u64,
+    /// Latency in ns.
     pub hist: Histogram<u64>,
 }
 
 impl DirStats {
+    /// Empty counters.
     pub fn new() -> DirStats {
         DirStats {
             ios: 0,
@@ -31,11 +35,13 @@ impl DirStats {
         }
     }
     #[inline]
+    /// Count one command of `bytes` that took `ns` nanoseconds.
     pub fn record(&mut self, bytes: u64, ns: u64) {
         self.ios += 1;
         self.bytes += bytes;
         self.hist.saturating_record(ns.max(1));
     }
+    /// Add `o` to these.
     pub fn merge(&mut self, o: &DirStats) {
         self.ios += o.ios;
         self.bytes += o.bytes;
@@ -44,10 +50,18 @@ impl DirStats {
     }
 }
 
+impl Default for DirStats {
+    fn default() -> DirStats {
+        DirStats::new()
+    }
+}
+
 /// What `--verify` found.
 #[derive(Clone, Debug, Default)]
 pub struct VerifyStats {
+    /// Blocks read and checked.
     pub checked_blocks: u64,
+    /// Blocks that did not hold what they should (all of them counted).
     pub mismatch_count: u64,
     /// The first [`MAX_REPORTED_MISMATCHES`].
     pub mismatches: Vec<Mismatch>,
@@ -56,8 +70,11 @@ pub struct VerifyStats {
 /// One job's outcome.
 #[derive(Clone, Debug)]
 pub struct JobResult {
+    /// The I/O queue.
     pub qid: u16,
+    /// Reads in the measured window.
     pub read: DirStats,
+    /// Writes in the measured window.
     pub write: DirStats,
     /// Commands completed with an error status, by status.
     pub status_errors: BTreeMap<String, u64>,
@@ -65,12 +82,14 @@ pub struct JobResult {
     pub transport_error: Option<String>,
     /// Commands in flight when the connection failed.
     pub lost: u64,
+    /// What verify found.
     pub verify: VerifyStats,
     /// Completed Flush commands (`ios`) and their latency; `bytes` stays 0.
     pub flush: DirStats,
 }
 
 impl JobResult {
+    /// Nothing counted yet, for queue `qid`.
     pub fn new(qid: u16) -> JobResult {
         JobResult {
             qid,
@@ -88,28 +107,45 @@ impl JobResult {
 /// The workload as run (echoed in the report).
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Workload {
+    /// `ADDR:PORT`.
     pub target: String,
+    /// Subsystem NQN.
     pub subnqn: String,
+    /// Namespace.
     pub nsid: u32,
+    /// Block size in bytes.
     pub lba_size: usize,
+    /// fio's name of the workload.
     pub rw: &'static str,
     /// Percentage of reads.
     pub read_pct: u8,
+    /// Bytes per I/O.
     pub bs: usize,
+    /// Commands in flight per queue.
     pub qd: usize,
+    /// I/O queues.
     pub queues: usize,
+    /// Cores the workers were pinned to.
     pub cores: Option<Vec<usize>>,
+    /// Worker threads.
     pub threads: usize,
+    /// Measured seconds asked for.
     pub runtime_s: f64,
+    /// Ramp seconds.
     pub ramp_s: f64,
     /// Byte range [start, end).
     pub range: (u64, u64),
+    /// `--verify`.
     pub verify: bool,
+    /// Header digest asked for.
     pub hdr_digest: bool,
+    /// Data digest asked for.
     pub data_digest: bool,
     /// `--flush-every` (0: off).
     pub flush_every: u64,
+    /// `--flush-at-end`.
     pub flush_at_end: bool,
+    /// Writes with FUA.
     pub fua: bool,
     /// `--verify-log`.
     pub verify_log: Option<String>,
@@ -118,7 +154,9 @@ pub struct Workload {
 /// CPU time of the whole process over the measured window.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Cpu {
+    /// User time.
     pub user: Duration,
+    /// System time.
     pub sys: Duration,
 }
 
@@ -142,6 +180,7 @@ impl Cpu {
             sys: tv(ru.ru_stime),
         }
     }
+    /// CPU time since `earlier`.
     pub fn since(self, earlier: Cpu) -> Cpu {
         Cpu {
             user: self.user.saturating_sub(earlier.user),
@@ -152,15 +191,23 @@ impl Cpu {
 
 /// The merged result of a perf run.
 pub struct Report {
+    /// The workload as run.
     pub workload: Workload,
     /// Length of the measured window.
     pub window: Duration,
+    /// Reads, merged over the queues.
     pub read: DirStats,
+    /// Writes, merged over the queues.
     pub write: DirStats,
+    /// CPU time of the whole process over the window.
     pub cpu: Cpu,
+    /// Commands completed with an error status, by status.
     pub status_errors: BTreeMap<String, u64>,
+    /// Connection failures, `queue N: error`.
     pub transport_errors: Vec<String>,
+    /// Commands in flight when their connection failed.
     pub lost: u64,
+    /// What verify found.
     pub verify: VerifyStats,
     /// Every completed Flush (not only those in the measured window).
     pub flush: DirStats,
@@ -212,6 +259,7 @@ fn si(v: f64) -> String {
 }
 
 impl Report {
+    /// Merge the jobs' results over the measured `window`.
     pub fn new(workload: Workload, window: Duration, jobs: &[JobResult], cpu: Cpu) -> Report {
         let mut r = Report {
             workload,
@@ -262,6 +310,38 @@ impl Report {
         )
     }
 
+    /// `Ok` unless the run had failed commands or bad blocks; the error says how many (and,
+    /// after a `verify_log` run, that the log is complete and how to check it).
+    pub fn verdict(&self) -> anyhow::Result<()> {
+        let (errors, bad) = self.failures();
+        // After a failed run (e.g. the target died) the log is still complete: say where it is.
+        let log_hint = self
+            .workload
+            .verify_log
+            .as_ref()
+            .map(|p| {
+                format!(
+                    "; the verify log is complete, check it with --verify-only --verify-log {p}"
+                )
+            })
+            .unwrap_or_default();
+        if bad > 0 {
+            anyhow::bail!(
+                "verify found {bad} bad blocks (first at LBA {}){log_hint}",
+                self.verify.mismatches.first().map_or(0, |m| m.lba)
+            );
+        }
+        if errors > 0 {
+            let lost = if self.transport_errors.is_empty() {
+                ""
+            } else {
+                " (connection lost)"
+            };
+            anyhow::bail!("{errors} I/O errors{lost}{log_hint}");
+        }
+        Ok(())
+    }
+
     fn secs(&self) -> f64 {
         self.window.as_secs_f64().max(1e-9)
     }
@@ -285,6 +365,7 @@ impl Report {
         })
     }
 
+    /// The report as one JSON object (`ebof perf --json`).
     pub fn to_json(&self) -> Value {
         let total = self.total();
         let cpu_s = (self.cpu.user + self.cpu.sys).as_secs_f64();
@@ -358,6 +439,7 @@ impl Report {
         }
     }
 
+    /// The report as text (`ebof perf`).
     pub fn to_text(&self) -> String {
         let w = &self.workload;
         let mut s = format!(
