@@ -63,8 +63,11 @@ pub fn check_ana_group(g: i64) -> Result<u32, ConfigError> {
 /// One `[[ana]]` entry: the state of `group` on `listener`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AnaSetting {
+    /// The listener (address and port) the state applies to.
     pub listener: Listener,
+    /// ANA group ID (1..=[`ANA_GROUP_MAX`]).
     pub group: u32,
+    /// The group's ANA state as seen through that listener.
     pub state: AnaState,
 }
 

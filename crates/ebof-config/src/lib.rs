@@ -105,6 +105,8 @@
 //! 4122 version-5 UUID. Both are pure functions of the configuration, so
 //! hosts see the same identifiers after a restart.
 
+#![forbid(unsafe_code)]
+
 mod ana;
 mod emit;
 mod error;

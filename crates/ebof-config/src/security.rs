@@ -46,8 +46,10 @@ pub enum TlsMode {
 }
 
 impl TlsMode {
+    /// Every mode: off, optional, required.
     pub const ALL: [TlsMode; 3] = [TlsMode::Off, TlsMode::Optional, TlsMode::Required];
 
+    /// The mode's name in configuration files and on the command line.
     pub fn name(self) -> &'static str {
         match self {
             TlsMode::Off => "off",
@@ -56,6 +58,7 @@ impl TlsMode {
         }
     }
 
+    /// The mode named `s` (exact, lower case), or `None`.
     pub fn from_name(s: &str) -> Option<TlsMode> {
         TlsMode::ALL.into_iter().find(|m| m.name() == s)
     }
@@ -84,7 +87,9 @@ pub fn parse_tls_mode(s: &str) -> Result<TlsMode, ConfigError> {
 /// A secret as configured: the value itself, or a file that holds it.
 #[derive(Clone, PartialEq, Eq)]
 pub enum SecretSource {
+    /// The secret written in the configuration (e.g. `dhchap_key = "..."`).
     Inline(String),
+    /// A file holding the secret (e.g. `dhchap_key_file`), read by [`SecretSource::resolve`].
     File(PathBuf),
 }
 
@@ -113,6 +118,7 @@ impl SecretSource {
 /// What one host must present (`[[hosts]]`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostSecurity {
+    /// Host NQN the entry is for.
     pub nqn: String,
     /// The subsystem these keys are for; `None`: every subsystem without an entry of its own.
     pub subsystem: Option<String>,

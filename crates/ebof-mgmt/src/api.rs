@@ -125,13 +125,18 @@ pub mod codes {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ApiError {
+    /// Stable machine-readable code (see [`codes`] and `ebof_config::codes`).
     pub code: String,
+    /// Field path of the request that is wrong, e.g. `namespaces[0].size`; empty when the
+    /// request as a whole is.
     #[serde(default)]
     pub path: String,
+    /// What went wrong, for a person.
     pub message: String,
 }
 
 impl ApiError {
+    /// An error with `code`, field `path` (may be empty) and `message`.
     pub fn new(code: &str, path: impl Into<String>, message: impl Into<String>) -> ApiError {
         ApiError {
             code: code.to_string(),
@@ -192,8 +197,11 @@ impl std::error::Error for ApiError {}
 pub struct State {
     /// `ebof` version of the server.
     pub version: String,
+    /// Subsystems served, with their namespaces.
     pub subsystems: Vec<SubsystemView>,
+    /// Listeners, NVMe and discovery.
     pub listeners: Vec<ListenerView>,
+    /// Controllers live now.
     pub controllers: Vec<ControllerView>,
     /// ANA states that are not optimized, by listener and group (every other pair is).
     #[serde(default)]
@@ -205,6 +213,7 @@ pub struct State {
 pub struct AnaView {
     /// `ADDR:PORT` of the listener.
     pub listener: String,
+    /// ANA group ID (1..=32).
     pub group: u32,
     /// `optimized`, `non-optimized`, `inaccessible`, `persistent-loss` or `change`.
     pub state: String,
@@ -219,12 +228,15 @@ pub struct AnaRequest {
     pub listener: String,
     /// 1..=32.
     pub group: u32,
+    /// The state to set: `optimized`, `non-optimized`, `inaccessible`, `persistent-loss` or
+    /// `change`.
     pub state: String,
 }
 
 /// Answer of `PUT /v1/ana`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AnaChanged {
+    /// The group's state on the listener now.
     pub ana: AnaView,
     /// False when the group was in that state already.
     pub changed: bool,
@@ -232,18 +244,27 @@ pub struct AnaChanged {
     pub change_count: u64,
 }
 
+/// A subsystem as `GET /v1/state` and the subsystem requests report it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SubsystemView {
+    /// NVM Subsystem NQN.
     pub nqn: String,
+    /// Serial number (Identify Controller SN).
     pub serial: String,
+    /// Model number (Identify Controller MN).
     pub model: String,
+    /// Any host may connect (`hosts` is then not consulted).
     pub allow_any_host: bool,
+    /// Host NQNs allowed to connect.
     pub hosts: Vec<String>,
+    /// Namespaces, by NSID.
     pub namespaces: Vec<NamespaceView>,
 }
 
+/// A namespace as `GET /v1/state` and the namespace requests report it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NamespaceView {
+    /// Namespace ID.
     pub nsid: u32,
     /// `ram`, `file` or `block`.
     pub backend: String,
@@ -287,6 +308,7 @@ pub struct ReservationView {
     pub registrants: Vec<RegistrantView>,
 }
 
+/// One registrant of a namespace's reservation.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RegistrantView {
     /// Host identifier, 32 hex digits.
@@ -299,6 +321,7 @@ fn default_ana_group() -> u32 {
     1
 }
 
+/// A listener as `GET /v1/state` and the listener requests report it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ListenerView {
     /// `ADDR:PORT`.
@@ -324,13 +347,16 @@ fn tcp() -> String {
     "tcp".into()
 }
 
+/// A live controller as `GET /v1/state` reports it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ControllerView {
+    /// Controller ID (what `DELETE /v1/controllers/{cntlid}` takes).
     pub cntlid: u16,
     /// `io` or `discovery`.
     pub kind: String,
     /// Subsystem NQN (the discovery NQN for a discovery controller).
     pub subsystem: String,
+    /// Host NQN from the admin queue's Connect.
     pub hostnqn: String,
     /// Keep-alive timeout in milliseconds; `None` when disabled.
     pub kato_ms: Option<u64>,
@@ -344,16 +370,20 @@ pub struct ControllerView {
 /// `GET /v1/stats`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Stats {
+    /// Counters per namespace.
     pub namespaces: Vec<NamespaceStats>,
     /// Live controllers (I/O and discovery).
     pub controllers: usize,
     /// Connected I/O queues over all controllers.
     pub io_queues: usize,
+    /// Controllers torn down because their keep-alive timer expired.
     pub keep_alive_expiries: u64,
+    /// Controllers torn down through the management API (`ebof ctl disconnect`).
     pub admin_disconnects: u64,
     /// TCP connections open now (accepted and not yet closed).
     #[serde(default)]
     pub connections_open: u64,
+    /// Connections accepted under the connection caps since start (TCP and RDMA).
     #[serde(default)]
     pub connections_accepted: u64,
     /// Refused at accept by the connection caps.
@@ -380,11 +410,17 @@ pub struct Stats {
 /// microseconds (upper bounds of the histogram buckets they fall in: at most 25 % high).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LatencyPercentiles {
+    /// Commands counted.
     pub count: u64,
+    /// Mean latency, µs.
     pub mean_us: f64,
+    /// Median latency, µs.
     pub p50_us: f64,
+    /// 99th percentile, µs.
     pub p99_us: f64,
+    /// 99.9th percentile, µs.
     pub p999_us: f64,
+    /// 99.99th percentile, µs.
     pub p9999_us: f64,
 }
 
@@ -392,16 +428,24 @@ pub struct LatencyPercentiles {
 /// at most about a second behind).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct NamespaceStats {
+    /// NQN of the namespace's subsystem.
     pub subsystem: String,
+    /// Namespace ID.
     pub nsid: u32,
+    /// Read commands completed.
     pub read_commands: u64,
+    /// Write commands completed.
     pub write_commands: u64,
+    /// Bytes read by hosts.
     pub bytes_read: u64,
+    /// Bytes written by hosts.
     pub bytes_written: u64,
+    /// Commands failed with a media error (SMART Media and Data Integrity Errors).
     pub media_errors: u64,
     /// Read latency (absent before the first read).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub read_latency: Option<LatencyPercentiles>,
+    /// Write latency (absent before the first write).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub write_latency: Option<LatencyPercentiles>,
     /// Backend failures by class (`no_space`, `media`, …); only classes that happened.
@@ -414,11 +458,16 @@ pub struct NamespaceStats {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SubsystemRequest {
+    /// NQN of the new subsystem.
     pub nqn: String,
+    /// Serial number (at most 20 ASCII characters); default derived from `[target]
+    /// serial_prefix` and the NQN.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub serial: Option<String>,
+    /// Model number (at most 40 ASCII characters); default `ebof`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// Let any host connect; default true.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allow_any_host: Option<bool>,
 }
@@ -426,6 +475,7 @@ pub struct SubsystemRequest {
 /// Answer of `DELETE /v1/subsystems/{nqn}`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SubsystemRemoved {
+    /// NQN of the removed subsystem.
     pub nqn: String,
     /// Controllers that were connected to it and are now disconnected.
     pub disconnected: Vec<u16>,
@@ -435,6 +485,7 @@ pub struct SubsystemRemoved {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HostRequest {
+    /// Host NQN to allow.
     pub hostnqn: String,
 }
 
@@ -442,13 +493,16 @@ pub struct HostRequest {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AllowAnyHostRequest {
+    /// Let any host connect (true) or only the allowed hosts (false).
     pub allow_any_host: bool,
 }
 
 /// Answer of `DELETE /v1/controllers/{cntlid}`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Disconnected {
+    /// Controller ID of the disconnected controller.
     pub cntlid: u16,
+    /// Its host's NQN.
     pub hostnqn: String,
 }
 
@@ -459,18 +513,24 @@ pub struct Disconnected {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NamespaceRequest {
+    /// NSID; default the lowest free one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nsid: Option<u32>,
+    /// `ram`, `file` or `block`.
     pub backend: String,
     /// Bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub size: Option<u64>,
+    /// File or device path (`file` and `block`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
+    /// Logical block size in bytes, 512 or 4096; default 512.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub block_size: Option<u32>,
+    /// UUID in text form; default derived from the subsystem NQN and NSID.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uuid: Option<String>,
+    /// Bypass the page cache (`O_DIRECT`; `file` and `block` only); default false.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub direct: Option<bool>,
     /// ANA group (1..=32; default 1).
@@ -481,7 +541,9 @@ pub struct NamespaceRequest {
 /// Answer of `POST …/namespaces` and `PUT …/size`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NamespaceChanged {
+    /// NQN of the namespace's subsystem.
     pub subsystem: String,
+    /// The namespace as it is now.
     pub namespace: NamespaceView,
 }
 
@@ -499,7 +561,9 @@ pub struct ResizeRequest {
 /// Answer of `DELETE /v1/subsystems/{nqn}/namespaces/{nsid}`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NamespaceRemoved {
+    /// NQN of the subsystem it was removed from.
     pub subsystem: String,
+    /// NSID of the removed namespace.
     pub nsid: u32,
 }
 
@@ -526,6 +590,7 @@ pub struct ListenerRemoveQuery {
 /// Answer of `DELETE /v1/listeners/{address}`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ListenerRemoved {
+    /// The listener that was removed.
     pub listener: ListenerView,
     /// Controllers disconnected with it (only when asked).
     pub disconnected: Vec<u16>,
@@ -543,7 +608,9 @@ pub struct SaveRequest {
 /// Answer of `POST /v1/save`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Saved {
+    /// The file written.
     pub path: String,
+    /// Bytes written.
     pub bytes: u64,
 }
 

@@ -28,10 +28,13 @@ impl fmt::Debug for Token {
 /// Why a token (or its file) is not usable.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum TokenError {
+    /// Nothing but white space.
     #[error("the token is empty")]
     Empty,
+    /// Longer than `TOKEN_MAX_LEN` bytes.
     #[error("the token is longer than {TOKEN_MAX_LEN} bytes")]
     TooLong,
+    /// A byte outside printable ASCII, or a space inside the token.
     #[error("the token must be printable ASCII without spaces (as a base64 or hex string is)")]
     NotPrintable,
 }
@@ -66,31 +69,50 @@ impl Token {
 /// Why `ebof serve` will not use a token file.
 #[derive(Debug, thiserror::Error)]
 pub enum TokenFileError {
+    /// The file does not exist.
     #[error(
         "management token file {p}: {source} (create it with the token in it, owner-only: `umask 077; head -c 32 /dev/urandom | base64 > {p}`)",
         p = path.display()
     )]
     Missing {
+        /// The configured path.
         path: PathBuf,
+        /// The error opening it.
         #[source]
         source: std::io::Error,
     },
+    /// The file exists but could not be read (or its metadata not obtained).
     #[error("management token file {}: {source}", path.display())]
     Io {
+        /// The configured path.
         path: PathBuf,
+        /// The OS error.
         #[source]
         source: std::io::Error,
     },
+    /// The path is not a regular file (a directory, a device, ...).
     #[error("management token file {}: not a regular file", path.display())]
-    NotAFile { path: PathBuf },
+    NotAFile {
+        /// The configured path.
+        path: PathBuf,
+    },
+    /// Group or others have some permission on the file (`mode & 0o077` is not 0).
     #[error(
         "management token file {p} can be read or written by group or others (mode {mode:04o}); make it owner-only: chmod 600 {p}",
         p = path.display()
     )]
-    Permissions { path: PathBuf, mode: u32 },
+    Permissions {
+        /// The configured path.
+        path: PathBuf,
+        /// The file's permission bits (`st_mode & 0o7777`).
+        mode: u32,
+    },
+    /// The file's content is not a valid token.
     #[error("management token file {}: {source}", path.display())]
     Invalid {
+        /// The configured path.
         path: PathBuf,
+        /// What is wrong with the token.
         #[source]
         source: TokenError,
     },
@@ -205,6 +227,7 @@ pub struct RateLimit {
 }
 
 impl RateLimit {
+    /// A limiter letting one event through per `period`.
     pub fn new(period: Duration) -> RateLimit {
         RateLimit {
             period,

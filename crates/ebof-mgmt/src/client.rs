@@ -26,7 +26,9 @@ pub enum ClientError {
     /// Nothing answers at the socket.
     #[error("no ebof serve at {}: {source} (is it running? `ebof serve` prints its management socket; pass it with --socket)", path.display())]
     NotRunning {
+        /// The socket path tried.
         path: PathBuf,
+        /// The connect error.
         #[source]
         source: std::io::Error,
     },
@@ -35,7 +37,9 @@ pub enum ClientError {
         "no ebof management API at {addr}: {source} (is ebof serve running with --mgmt-listen {addr}, and is the address reachable from here? On its machine, --socket needs no token)"
     )]
     Unreachable {
+        /// The `HOST:PORT` tried.
         addr: String,
+        /// The connect error.
         #[source]
         source: std::io::Error,
     },
@@ -44,7 +48,12 @@ pub enum ClientError {
     Api(ApiError),
     /// The exchange itself failed (timeout, broken connection, an answer that is not ours).
     #[error("{endpoint}: {message}")]
-    Transport { endpoint: String, message: String },
+    Transport {
+        /// The server as a person would name it (socket path or API address).
+        endpoint: String,
+        /// What went wrong.
+        message: String,
+    },
 }
 
 /// Where the server is.
@@ -89,10 +98,12 @@ impl Client {
         }
     }
 
+    /// `GET /v1/state`: subsystems, listeners, controllers and ANA states.
     pub fn state(&self) -> Result<State, ClientError> {
         self.json(Method::GET, routes::STATE, None)
     }
 
+    /// `GET /v1/stats`: namespace and connection counters.
     pub fn stats(&self) -> Result<Stats, ClientError> {
         self.json(Method::GET, routes::STATS, None)
     }
@@ -103,10 +114,12 @@ impl Client {
         String::from_utf8(body).map_err(|_| self.transport("metrics are not UTF-8"))
     }
 
+    /// `POST /v1/subsystems`: create a subsystem without namespaces.
     pub fn add_subsystem(&self, req: &SubsystemRequest) -> Result<SubsystemView, ClientError> {
         self.json(Method::POST, routes::SUBSYSTEMS, Some(to_json(req)))
     }
 
+    /// `DELETE /v1/subsystems/{nqn}`: remove a subsystem, disconnecting its controllers.
     pub fn remove_subsystem(&self, nqn: &str) -> Result<SubsystemRemoved, ClientError> {
         self.json(
             Method::DELETE,
@@ -115,6 +128,7 @@ impl Client {
         )
     }
 
+    /// `POST /v1/subsystems/{nqn}/hosts`: allow host `hostnqn` to connect.
     pub fn allow_host(&self, nqn: &str, hostnqn: &str) -> Result<SubsystemView, ClientError> {
         let body = to_json(&HostRequest {
             hostnqn: hostnqn.into(),
@@ -126,6 +140,8 @@ impl Client {
         )
     }
 
+    /// `DELETE /v1/subsystems/{nqn}/hosts/{hostnqn}`: refuse new Connects of
+    /// `hostnqn` (its existing controllers stay).
     pub fn deny_host(&self, nqn: &str, hostnqn: &str) -> Result<SubsystemView, ClientError> {
         self.json(
             Method::DELETE,
@@ -134,6 +150,7 @@ impl Client {
         )
     }
 
+    /// `PUT /v1/subsystems/{nqn}/allow_any_host`: open the subsystem to any host, or close it.
     pub fn set_allow_any_host(&self, nqn: &str, on: bool) -> Result<SubsystemView, ClientError> {
         let body = to_json(&AllowAnyHostRequest { allow_any_host: on });
         self.json(
@@ -143,6 +160,7 @@ impl Client {
         )
     }
 
+    /// `DELETE /v1/controllers/{cntlid}`: tear down a controller and its queues.
     pub fn disconnect(&self, cntlid: &str) -> Result<Disconnected, ClientError> {
         self.json(
             Method::DELETE,

@@ -27,6 +27,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 /// The control plane of one running `ebof serve`.
 #[derive(Debug)]
 pub struct Control {
+    /// The target it changes (shared with the transports).
     pub target: Arc<Target>,
     running: Mutex<Config>,
     listeners: std::sync::OnceLock<ListenerControl>,
@@ -116,14 +117,17 @@ impl Control {
         s
     }
 
+    /// Counters of namespaces and connections ([`ops::stats`]).
     pub fn stats(&self) -> Stats {
         ops::stats(&self.target)
     }
 
+    /// Tear down controller `cntlid` ([`ops::disconnect`]); the running configuration is unchanged.
     pub fn disconnect(&self, cntlid: &str) -> Result<Disconnected, ApiError> {
         ops::disconnect(&self.target, cntlid)
     }
 
+    /// Add a subsystem ([`ops::add_subsystem`]) and record it in the running configuration.
     pub fn add_subsystem(&self, req: &SubsystemRequest) -> Result<SubsystemView, ApiError> {
         self.change(|cfg| {
             let v = ops::add_subsystem(&self.target, req, &cfg.target.serial_prefix)?;
@@ -139,6 +143,8 @@ impl Control {
         })
     }
 
+    /// Remove a subsystem, disconnecting its controllers ([`ops::remove_subsystem`]), and drop it
+    /// from the running configuration.
     pub fn remove_subsystem(&self, nqn: &str) -> Result<SubsystemRemoved, ApiError> {
         self.change(|cfg| {
             let si = subsystem_index(cfg, nqn)?;
@@ -148,6 +154,8 @@ impl Control {
         })
     }
 
+    /// Allow host `hostnqn` on subsystem `nqn` ([`ops::allow_host`]); recorded in the running
+    /// configuration.
     pub fn allow_host(&self, nqn: &str, hostnqn: &str) -> Result<SubsystemView, ApiError> {
         self.change(|cfg| {
             let v = ops::allow_host(&self.target, nqn, hostnqn)?;
@@ -156,6 +164,8 @@ impl Control {
         })
     }
 
+    /// Refuse new Connects of `hostnqn` on `nqn` ([`ops::deny_host`]; its controllers stay);
+    /// recorded in the running configuration.
     pub fn deny_host(&self, nqn: &str, hostnqn: &str) -> Result<SubsystemView, ApiError> {
         self.change(|cfg| {
             let v = ops::deny_host(&self.target, nqn, hostnqn)?;
@@ -164,6 +174,8 @@ impl Control {
         })
     }
 
+    /// Open subsystem `nqn` to any host, or restrict it to its host list
+    /// ([`ops::set_allow_any_host`]); recorded in the running configuration.
     pub fn set_allow_any_host(&self, nqn: &str, on: bool) -> Result<SubsystemView, ApiError> {
         self.change(|cfg| {
             let v = ops::set_allow_any_host(&self.target, nqn, on)?;

@@ -76,6 +76,7 @@ pub fn tls_name(t: nvmf_target::ListenerTls) -> &'static str {
     }
 }
 
+/// `GET /v1/state` of `t`: subsystems, listeners, live controllers and non-optimized ANA states.
 pub fn state(t: &Target) -> State {
     State {
         version: env!("CARGO_PKG_VERSION").to_string(),

@@ -28,32 +28,50 @@ use std::thread::JoinHandle;
 /// Why the management server could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
+    /// A live server holds the socket (its lock is taken, or the socket answers).
     #[error(
         "management socket {path}: another ebof serve is running there (stop it, or choose another socket with --mgmt-socket)"
     )]
-    SocketInUse { path: PathBuf },
+    SocketInUse {
+        /// The socket path.
+        path: PathBuf,
+    },
+    /// Something other than a socket exists at the path; it is left alone.
     #[error(
         "management socket {path}: a file that is not a socket is in the way; remove it or choose another path"
     )]
-    NotASocket { path: PathBuf },
+    NotASocket {
+        /// The socket path.
+        path: PathBuf,
+    },
+    /// Creating the directory, the lock file or the socket failed.
     #[error("management socket {path}: {source}")]
     Socket {
+        /// The socket path.
         path: PathBuf,
+        /// The OS error.
         #[source]
         source: std::io::Error,
     },
+    /// The Prometheus metrics listener could not be bound.
     #[error("cannot listen for metrics on {addr}: {source}")]
     Metrics {
+        /// The address asked for.
         addr: SocketAddr,
+        /// The OS error.
         #[source]
         source: std::io::Error,
     },
+    /// The management API's TCP listener could not be bound.
     #[error("cannot listen for the management API on {addr}: {source}")]
     ApiTcp {
+        /// The address asked for.
         addr: SocketAddr,
+        /// The OS error.
         #[source]
         source: std::io::Error,
     },
+    /// The server's tokio runtime could not be built, or a bound listener's address read.
     #[error("management runtime: {0}")]
     Runtime(#[source] std::io::Error),
 }
@@ -85,6 +103,7 @@ pub struct BoundSocket {
 }
 
 impl BoundSocket {
+    /// Where the socket was bound.
     pub fn path(&self) -> &FsPath {
         &self.path
     }

@@ -45,7 +45,9 @@ struct ExtSeg {
 /// Sans-IO core of a connection: receive buffer in, send buffer out. The socket loop in
 /// [`drive`] and the tests both use it.
 pub struct ConnCore {
+    /// The NVMe/TCP PDU layer of the connection (framing, digests, R2T and C2HData state).
     pub conn: TargetConn,
+    /// The NVMe queue the connection carries.
     pub queue: Queue,
     /// Bytes received and not yet consumed: `rbuf[rpos..rlen]`.
     rbuf: Vec<u8>,
@@ -65,7 +67,9 @@ pub struct ConnCore {
 
 /// Outcome of processing received bytes.
 pub enum Step {
+    /// Keep the connection open.
     Continue,
+    /// Close the connection, for this reason.
     Close(ConnEnd),
 }
 
@@ -141,8 +145,9 @@ impl ConnCore {
                 return;
             }
             iov.push(libc::iovec {
-                // SAFETY (pointer arithmetic): `skip < len`, so the result stays within the
-                // segment.
+                // SAFETY: `base` points to a segment of `len` bytes (a part of `out`, or a
+                // zero-copy segment kept alive by `keep`) and `skip < len` (returned above
+                // otherwise), so `base + skip` stays within that segment.
                 iov_base: unsafe { base.add(skip) } as *mut libc::c_void,
                 iov_len: len - skip,
             });

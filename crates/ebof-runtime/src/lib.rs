@@ -12,6 +12,8 @@
 //! **What it is not**: it holds no protocol logic; every NVMe decision is made by the sans-IO
 //! crates it drives.
 
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 pub mod affinity;
 pub mod conn;
 pub mod duties;

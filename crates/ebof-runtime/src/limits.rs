@@ -20,7 +20,9 @@ pub struct ConnCaps {
 /// Why a connection was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Refused {
+    /// The target-wide cap is reached; the number of connections open.
     Total(usize),
+    /// The per-source-address cap is reached; the number open from that address.
     PerAddress(usize),
 }
 
@@ -57,6 +59,7 @@ pub struct Admitted {
 }
 
 impl Admission {
+    /// Admission control under `caps`, with no connection admitted yet.
     pub fn new(caps: ConnCaps) -> Arc<Admission> {
         Arc::new(Admission {
             caps,

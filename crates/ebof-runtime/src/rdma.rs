@@ -81,15 +81,21 @@ pub struct RdmaRun {
 /// Why RDMA could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum RdmaStartError {
+    /// No RDMA device is usable (or rdma-core could not be loaded); the text says which.
     #[error("RDMA: {0}")]
     NoDevice(String),
+    /// Binding or listening on an RDMA CM id failed.
     #[error("RDMA listener {addr}: {source}")]
     Listen {
+        /// The address the listener was to use.
         addr: SocketAddr,
+        /// The verb that failed.
         source: verbs::Error,
     },
+    /// Another verb failed while setting up (event channel, device, completion queues).
     #[error("RDMA: {0}")]
     Verbs(#[from] verbs::Error),
+    /// A poller thread could not be spawned.
     #[error("RDMA: cannot start a thread: {0}")]
     Thread(std::io::Error),
 }

@@ -93,19 +93,33 @@ pub enum Op {
     /// RDMA READ the host's (addr, rkey) into `local`; signaled; report with
     /// [`RdmaQueueCore::on_read_done`]`(tag)`.
     Read {
+        /// The core's tag for this READ, given back to [`RdmaQueueCore::on_read_done`].
         tag: u32,
+        /// Host memory address (from the command's keyed SGL).
         addr: u64,
+        /// Host's remote key for that memory.
         rkey: u32,
+        /// Local buffer the data lands in.
         local: Local,
     },
     /// RDMA WRITE `local` to the host's (addr, rkey); unsignaled (the SEND after it completes
     /// after it: reliable-connected ordering).
-    Write { addr: u64, rkey: u32, local: Local },
+    Write {
+        /// Host memory address (from the command's keyed SGL).
+        addr: u64,
+        /// Host's remote key for that memory.
+        rkey: u32,
+        /// Local data to write.
+        local: Local,
+    },
     /// SEND the response capsule (16 bytes, inline), with invalidate of `invalidate` when set;
     /// signaled; report with [`RdmaQueueCore::on_send_done`]`(tag)`.
     Send {
+        /// The core's tag for this SEND, given back to [`RdmaQueueCore::on_send_done`].
         tag: u32,
+        /// The completion queue entry, as wire bytes.
         cqe: [u8; 16],
+        /// The host's rkey to invalidate with the SEND (keyed SGL subtype Fh), if any.
         invalidate: Option<u32>,
     },
 }
@@ -113,8 +127,11 @@ pub enum Op {
 /// The host broke the transport's rules: the driver disconnects the queue.
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum RdmaError {
+    /// A received capsule (of this many bytes) is shorter than a 64-byte SQE.
     #[error("capsule of {0} bytes is shorter than a command")]
     ShortCapsule(usize),
+    /// More commands with host-memory data outstanding than the core tracks (65535): the host
+    /// overran any queue size it could have been given.
     #[error("more commands outstanding than the queue holds")]
     Overrun,
 }

@@ -55,7 +55,12 @@ pub enum ConnEnd {
     /// A protocol violation; C2HTermReq sent.
     Protocol(ProtocolError),
     /// The host sent H2CTermReq.
-    HostTerminated { fes: u16, fei: u32 },
+    HostTerminated {
+        /// Fatal Error Status (FES) of the H2CTermReq.
+        fes: u16,
+        /// Fatal Error Information (FEI): e.g. the offset of the offending field.
+        fei: u32,
+    },
     /// The controller was torn down (keep-alive expiry, reset, admin queue gone).
     ControllerGone,
     /// Socket error.

@@ -74,18 +74,25 @@ impl ServerConfig {
 /// Errors starting the server.
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
+    /// A TCP listener could not be bound or listened on.
     #[error("cannot listen on {addr}")]
     Bind {
+        /// The address asked for.
         addr: SocketAddr,
+        /// The socket error.
         source: std::io::Error,
     },
+    /// A reactor could not be set up (epoll, waker) or its thread spawned.
     #[error("cannot start reactor thread: {0}")]
     Thread(std::io::Error),
+    /// The configuration left no core to run a reactor on.
     #[error("no cores to run on")]
     NoCores,
+    /// The NVMe/RDMA side failed to start.
     #[cfg(feature = "rdma")]
     #[error(transparent)]
     Rdma(#[from] crate::rdma::RdmaStartError),
+    /// A listener change sent to the accepting reactor got no answer within the wait.
     #[error("the accepting reactor did not answer in time")]
     Unresponsive,
 }

@@ -59,6 +59,7 @@ pub trait TlsSession: Send {
 
 /// Makes the server side of a new TLS connection.
 pub trait TlsAcceptor: Send + Sync {
+    /// A new server-side session for one connection, before any byte is exchanged.
     fn accept(&self) -> Result<Box<dyn TlsSession>, TlsError>;
 }
 

@@ -13,10 +13,15 @@ use crate::{le16, le32, le64, put16, put32, put64};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum AnaState {
+    /// ANA Optimized state (ANAS 01h): the preferred path; commands are processed.
     Optimized = 0x01,
+    /// ANA Non-Optimized state (ANAS 02h): commands are processed, possibly with lower performance.
     NonOptimized = 0x02,
+    /// ANA Inaccessible state (ANAS 03h): I/O fails with Asymmetric Access Inaccessible.
     Inaccessible = 0x03,
+    /// ANA Persistent Loss state (ANAS 04h): the namespace will not become accessible on this path.
     PersistentLoss = 0x04,
+    /// ANA Change state (ANAS 0Fh): transitioning; I/O fails with Asymmetric Access Transition.
     Change = 0x0F,
 }
 
@@ -71,10 +76,15 @@ impl std::fmt::Display for AnaState {
 
 /// Identify Controller ANACAP bits (byte 343).
 pub mod anacap {
+    /// ANA Optimized state reported (bit 0).
     pub const OPTIMIZED: u8 = 1 << 0;
+    /// ANA Non-Optimized state reported (bit 1).
     pub const NON_OPTIMIZED: u8 = 1 << 1;
+    /// ANA Inaccessible state reported (bit 2).
     pub const INACCESSIBLE: u8 = 1 << 2;
+    /// ANA Persistent Loss state reported (bit 3).
     pub const PERSISTENT_LOSS: u8 = 1 << 3;
+    /// ANA Change state reported (bit 4).
     pub const CHANGE: u8 = 1 << 4;
     /// The ANAGRPID of a namespace does not change while it is attached.
     pub const GRPID_STATIC: u8 = 1 << 6;
@@ -88,9 +98,11 @@ pub const LSP_RGO: u32 = 1 << 8;
 /// One ANA group descriptor.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AnaGroupDesc {
+    /// ANA Group ID (ANAGRPID), non-zero; the namespaces' Identify Namespace ANAGRPID.
     pub grpid: u32,
     /// Change count of the last change to this descriptor.
     pub chgcnt: u64,
+    /// The ANA state of every namespace in the group on this controller (ANAS).
     pub state: AnaState,
     /// NSIDs of the group, ascending (empty when the log was read with RGO).
     pub nsids: Vec<u32>,
@@ -99,7 +111,9 @@ pub struct AnaGroupDesc {
 /// The ANA log page.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct AnaLog {
+    /// Change Count (CHGCNT) of the page: bumped on every change to any descriptor.
     pub chgcnt: u64,
+    /// Group descriptors, one per ANA group the controller reports.
     pub groups: Vec<AnaGroupDesc>,
 }
 
@@ -119,6 +133,7 @@ impl AnaLog {
                 .sum::<usize>()
     }
 
+    /// True when the page lists no ANA group (the 16-byte header remains, so `len()` is not 0).
     pub fn is_empty(&self) -> bool {
         self.groups.is_empty()
     }

@@ -28,6 +28,7 @@ impl Default for Status {
 }
 
 impl Cqe {
+    /// A completion for command `cid` of queue `sqid`: DW0, DW1 and SQHD zero.
     pub fn new(cid: CommandId, sqid: QueueId, status: Status) -> Cqe {
         Cqe {
             dw0: 0,
@@ -42,6 +43,7 @@ impl Cqe {
     pub fn result64(&self) -> u64 {
         u64::from(self.dw0) | (u64::from(self.dw1) << 32)
     }
+    /// Encode into the 16 wire bytes (little endian; the phase bit is 0).
     pub fn encode(&self, out: &mut [u8; 16]) {
         put32(out, 0, self.dw0);
         put32(out, 4, self.dw1);
@@ -50,11 +52,13 @@ impl Cqe {
         put16(out, 12, self.cid);
         put16(out, 14, self.status.to_field());
     }
+    /// The 16 wire bytes.
     pub fn to_bytes(&self) -> [u8; 16] {
         let mut b = [0; 16];
         self.encode(&mut b);
         b
     }
+    /// Decode the 16 wire bytes (the phase bit is ignored).
     pub fn decode(b: &[u8; 16]) -> Cqe {
         Cqe {
             dw0: le32(b, 0),

@@ -18,8 +18,11 @@ pub const DISCOVERY_ENTRY_LEN: usize = 1024;
 
 /// Transport Type (TRTYPE) values.
 pub mod trtype {
+    /// RDMA transport (NVMe/RDMA: InfiniBand, RoCE, iWARP).
     pub const RDMA: u8 = 1;
+    /// Fibre Channel transport.
     pub const FC: u8 = 2;
+    /// TCP transport (NVMe/TCP).
     pub const TCP: u8 = 3;
     /// Intra-host transport (loopback), reserved for host use.
     pub const LOOP: u8 = 254;
@@ -27,11 +30,17 @@ pub mod trtype {
 
 /// Address Family (ADRFAM) values.
 pub mod adrfam {
+    /// PCI Express (reserved for intra-host use).
     pub const PCI: u8 = 0;
+    /// AF_INET: TRADDR is an IPv4 address in dotted decimal.
     pub const IPV4: u8 = 1;
+    /// AF_INET6: TRADDR is an IPv6 address.
     pub const IPV6: u8 = 2;
+    /// AF_IB: InfiniBand address.
     pub const IB: u8 = 3;
+    /// Fibre Channel address.
     pub const FC: u8 = 4;
+    /// Intra-host transport (loopback).
     pub const LOOP: u8 = 254;
 }
 
@@ -89,9 +98,13 @@ pub mod rdma_tsas {
     pub const QPTYPE_DATAGRAM: u8 = 2;
     /// Provider type: not specified (what Linux nvmet and SPDK advertise).
     pub const PRTYPE_NOT_SPECIFIED: u8 = 1;
+    /// Provider type: InfiniBand.
     pub const PRTYPE_IB: u8 = 2;
+    /// Provider type: RoCE v1 (InfiniBand transport over Ethernet).
     pub const PRTYPE_ROCE: u8 = 3;
+    /// Provider type: RoCE v2 (over UDP/IP).
     pub const PRTYPE_ROCEV2: u8 = 4;
+    /// Provider type: iWARP.
     pub const PRTYPE_IWARP: u8 = 5;
     /// Connection management service: RDMA_CM.
     pub const CMS_RDMA_CM: u8 = 1;

@@ -10,18 +10,27 @@ pub const CONNECT_DATA_LEN: usize = 1024;
 
 /// Byte offsets inside the Connect data, used as IPO values in Invalid Parameters responses.
 pub mod connect_data_off {
+    /// HOSTID: Host Identifier, 16 bytes at offset 0.
     pub const HOSTID: u16 = 0;
+    /// CNTLID: requested Controller ID, 2 bytes at offset 16 (FFFFh: dynamic controller model).
     pub const CNTLID: u16 = 16;
+    /// SUBNQN: NVM Subsystem NQN, 256 bytes at offset 256.
     pub const SUBNQN: u16 = 256;
+    /// HOSTNQN: Host NQN, 256 bytes at offset 512.
     pub const HOSTNQN: u16 = 512;
 }
 
 /// Byte offsets inside the Connect SQE, used as IPO values.
 pub mod connect_sqe_off {
+    /// RECFMT: Record Format, 2 bytes at SQE offset 40.
     pub const RECFMT: u16 = 40;
+    /// QID: Queue ID, 2 bytes at SQE offset 42.
     pub const QID: u16 = 42;
+    /// SQSIZE: Submission Queue Size, 2 bytes at SQE offset 44.
     pub const SQSIZE: u16 = 44;
+    /// CATTR: Connect Attributes, 1 byte at SQE offset 46.
     pub const CATTR: u16 = 46;
+    /// KATO: Keep Alive Timeout, 4 bytes at SQE offset 48.
     pub const KATO: u16 = 48;
 }
 
@@ -44,6 +53,7 @@ pub struct ConnectCmd {
 }
 
 impl ConnectCmd {
+    /// Read the Connect fields from SQE bytes 40..52 (no validation: the caller checks them).
     pub fn from_sqe(s: &Sqe) -> ConnectCmd {
         ConnectCmd {
             recfmt: le16(&s.0, 40),
@@ -69,6 +79,7 @@ impl ConnectCmd {
         self.encode_into(&mut s);
         s
     }
+    /// Write the fields into SQE bytes 40..52; opcode, FCTYPE and SGL are left as they are.
     pub fn encode_into(&self, s: &mut Sqe) {
         put16(&mut s.0, 40, self.recfmt);
         put16(&mut s.0, 42, self.qid.0);
@@ -81,8 +92,12 @@ impl ConnectCmd {
 /// Connect data (1024 bytes): host identifier, controller id, subsystem and host NQNs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConnectData {
+    /// Host Identifier (HOSTID), 128 bits; identifies the host across its controllers.
     pub hostid: [u8; 16],
+    /// Controller ID (CNTLID): FFFFh asks for any controller (dynamic model); an I/O queue's
+    /// Connect names the controller its admin queue got.
     pub cntlid: ControllerId,
+    /// NVM Subsystem NQN (SUBNQN) the host connects to; at most 223 bytes.
     pub subnqn: String,
     /// Host NQN; may be empty (SPDK's initiator without a configured host NQN).
     pub hostnqn: String,
@@ -96,6 +111,8 @@ pub struct ConnectDataError {
 }
 
 impl ConnectData {
+    /// Decode the 1024-byte Connect data; a short buffer or a malformed NQN is an error carrying
+    /// the offset to report as IPO.
     pub fn decode(b: &[u8]) -> Result<ConnectData, ConnectDataError> {
         if b.len() < CONNECT_DATA_LEN {
             return Err(ConnectDataError { offset: 0 });
@@ -122,6 +139,7 @@ impl ConnectData {
             hostnqn: hostnqn.to_string(),
         })
     }
+    /// Encode to the 1024-byte wire form; NQNs longer than 223 bytes are truncated.
     pub fn encode(&self) -> [u8; CONNECT_DATA_LEN] {
         let mut b = [0u8; CONNECT_DATA_LEN];
         b[0..16].copy_from_slice(&self.hostid);
@@ -161,6 +179,8 @@ pub struct PropertyCmd {
 pub struct InvalidPropertySize(pub u8);
 
 impl PropertyCmd {
+    /// Decode a Property Get/Set from the SQE; an ATTRIB size other than 4 or 8 bytes is an
+    /// error.
     pub fn from_sqe(s: &Sqe) -> Result<PropertyCmd, InvalidPropertySize> {
         let size = s.0[40] & 0x7;
         if size > 1 {
@@ -172,6 +192,7 @@ impl PropertyCmd {
             value: le64(&s.0, 48),
         })
     }
+    /// Write ATTRIB, OFST and VALUE into SQE bytes 40..56.
     pub fn encode_into(&self, s: &mut Sqe) {
         s.0[40] = u8::from(self.size8);
         s.0[44..48].copy_from_slice(&self.ofst.to_le_bytes());
@@ -202,12 +223,15 @@ pub struct Cap {
     pub mqes: u16,
     /// Timeout in 500 ms units (TO).
     pub to: u8,
-    /// NVM command set supported (CSS bit 0) and "one or more I/O command sets" (CSS bit 6).
+    /// NVM Command Set supported (CSS bit 0 of the field, CAP bit 37).
     pub css_nvm: bool,
+    /// One or more I/O Command Sets supported (CSS bit 6 of the field, CAP bit 43).
     pub css_iocs: bool,
 }
 
 impl Cap {
+    /// The 64-bit register value: MQES, CQR set, TO and CSS; DSTRD, MPSMIN and MPSMAX are 0
+    /// (4 KiB pages).
     pub fn to_u64(self) -> u64 {
         u64::from(self.mqes)
             | (1u64 << 16) // CQR: contiguous queues required
@@ -216,6 +240,7 @@ impl Cap {
             | (u64::from(self.css_iocs) << 43)
         // DSTRD, MPSMIN, MPSMAX = 0 (4 KiB pages)
     }
+    /// Read MQES, TO and the two CSS bits back from a CAP value.
     pub fn from_u64(v: u64) -> Cap {
         Cap {
             mqes: (v & 0xFFFF) as u16,
@@ -228,13 +253,17 @@ impl Cap {
 
 /// Controller Configuration (CC) fields.
 pub mod cc {
+    /// Enable (EN), bit 0.
     pub const EN: u32 = 1;
+    /// I/O Command Set Selected (CSS), bits 6:4: 0 NVM, 6 all supported I/O command sets.
     pub fn css(cc: u32) -> u32 {
         (cc >> 4) & 0x7
     }
+    /// Memory Page Size (MPS), bits 10:7: the page size is 2^(12 + MPS) bytes.
     pub fn mps(cc: u32) -> u32 {
         (cc >> 7) & 0xF
     }
+    /// Arbitration Mechanism Selected (AMS), bits 13:11: 0 round robin.
     pub fn ams(cc: u32) -> u32 {
         (cc >> 11) & 0x7
     }
@@ -242,13 +271,17 @@ pub mod cc {
     pub fn shn(cc: u32) -> u32 {
         (cc >> 14) & 0x3
     }
+    /// I/O Submission Queue Entry Size (IOSQES), bits 19:16: log2 of the size, 6 for 64 bytes.
     pub fn iosqes(cc: u32) -> u32 {
         (cc >> 16) & 0xF
     }
+    /// I/O Completion Queue Entry Size (IOCQES), bits 23:20: log2 of the size, 4 for 16 bytes.
     pub fn iocqes(cc: u32) -> u32 {
         (cc >> 20) & 0xF
     }
+    /// The SHN field, bits 15:14.
     pub const SHN_MASK: u32 = 0x3 << 14;
+    /// SHN = 01b: normal shutdown notification.
     pub const SHN_NORMAL: u32 = 1 << 14;
     /// CC value with EN=1, IOSQES=6, IOCQES=4, CSS from argument (0 = NVM, 6 = all I/O sets).
     pub fn enable_value(css: u32) -> u32 {
@@ -258,11 +291,15 @@ pub mod cc {
 
 /// Controller Status (CSTS) fields.
 pub mod csts {
+    /// Ready (RDY), bit 0: the controller is ready to process commands after CC.EN was set.
     pub const RDY: u32 = 1;
+    /// Controller Fatal Status (CFS), bit 1.
     pub const CFS: u32 = 1 << 1;
     /// Shutdown Status (SHST), bits 3:2: 0 normal, 1 occurring, 2 complete.
     pub const SHST_MASK: u32 = 0x3 << 2;
+    /// SHST = 01b: shutdown processing occurring.
     pub const SHST_OCCURRING: u32 = 1 << 2;
+    /// SHST = 10b: shutdown processing complete.
     pub const SHST_COMPLETE: u32 = 2 << 2;
 }
 

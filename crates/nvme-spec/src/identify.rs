@@ -20,10 +20,20 @@ pub const IDENTIFY_DATA_LEN: usize = 4096;
 pub enum DecodeError {
     /// The buffer is shorter than the structure requires.
     #[error("buffer too short: need {need}, got {got}")]
-    Short { need: usize, got: usize },
+    Short {
+        /// Bytes the structure needs.
+        need: usize,
+        /// Bytes the buffer held.
+        got: usize,
+    },
     /// A field holds a value the structure cannot carry.
     #[error("invalid field {field}: {reason}")]
-    Invalid { field: &'static str, reason: String },
+    Invalid {
+        /// The field's name as the spec spells it.
+        field: &'static str,
+        /// What is wrong with its value.
+        reason: String,
+    },
 }
 
 /// Return `Err(Short)` unless `b` holds at least `need` bytes.
@@ -198,15 +208,23 @@ pub mod lpa {
 
 /// Optional NVM Command Support (ONCS) bits.
 pub mod oncs {
+    /// Compare command supported (bit 0).
     pub const COMPARE: u16 = 1 << 0;
+    /// Write Uncorrectable command supported (bit 1).
     pub const WRITE_UNCORRECTABLE: u16 = 1 << 1;
+    /// Dataset Management command supported (bit 2).
     pub const DSM: u16 = 1 << 2;
+    /// Write Zeroes command supported (bit 3).
     pub const WRITE_ZEROES: u16 = 1 << 3;
     /// Save field in Set Features / Select field in Get Features.
     pub const SAVE_SELECT: u16 = 1 << 4;
+    /// Reservations supported (bit 5): the four reservation commands and the related features.
     pub const RESERVATIONS: u16 = 1 << 5;
+    /// Timestamp feature supported (bit 6).
     pub const TIMESTAMP: u16 = 1 << 6;
+    /// Verify command supported (bit 7).
     pub const VERIFY: u16 = 1 << 7;
+    /// Copy command supported (bit 8).
     pub const COPY: u16 = 1 << 8;
 }
 
@@ -747,8 +765,11 @@ pub mod ebof_vs {
     /// The storage behind an ebof namespace.
     #[derive(Clone, Copy, Debug, PartialEq, Eq)]
     pub enum Backend {
+        /// RAM backend: the data lives in the target's memory and is lost when it stops.
         Ram,
+        /// A regular file.
         File,
+        /// A block device.
         Block,
     }
 
@@ -997,9 +1018,13 @@ pub fn decode_ns_list(b: &[u8]) -> Vec<u32> {
 
 /// Namespace Identifier Type (NIDT) values.
 pub mod nidt {
+    /// IEEE Extended Unique Identifier, 8 bytes.
     pub const EUI64: u8 = 0x01;
+    /// Namespace Globally Unique Identifier, 16 bytes.
     pub const NGUID: u8 = 0x02;
+    /// Namespace UUID, 16 bytes.
     pub const UUID: u8 = 0x03;
+    /// Command Set Identifier (CSI), 1 byte.
     pub const CSI: u8 = 0x04;
 }
 

@@ -10,7 +10,9 @@ pub struct CommandId(pub u16);
 pub struct QueueId(pub u16);
 
 impl QueueId {
+    /// The admin queue, QID 0.
     pub const ADMIN: QueueId = QueueId(0);
+    /// True for the admin queue (QID 0).
     pub fn is_admin(self) -> bool {
         self.0 == 0
     }
@@ -23,8 +25,10 @@ pub struct ControllerId(pub u16);
 impl ControllerId {
     /// The value a host puts in Connect data to ask for a dynamically allocated controller.
     pub const DYNAMIC: ControllerId = ControllerId(0xFFFF);
-    /// Lowest and highest controller ids we allocate (Linux: NVME_CNTLID_MIN/MAX).
+    /// Lowest controller id allocated (Linux: NVME_CNTLID_MIN).
     pub const MIN: u16 = 1;
+    /// Highest controller id allocated (Linux: NVME_CNTLID_MAX; FFF0h and above are reserved,
+    /// FFFFh is [`Self::DYNAMIC`]).
     pub const MAX: u16 = 0xFFEF;
 }
 
@@ -33,6 +37,7 @@ impl ControllerId {
 pub struct NamespaceId(pub u32);
 
 impl NamespaceId {
+    /// NSID FFFFFFFFh: all namespaces (Flush, Get Log Page, Get/Set Features, ...).
     pub const BROADCAST: NamespaceId = NamespaceId(0xFFFF_FFFF);
     /// True for a value that can name one namespace (1..=0xFFFFFFFE).
     pub fn is_valid_single(self) -> bool {
@@ -46,12 +51,14 @@ impl NamespaceId {
 pub struct ZeroBased<T>(pub T);
 
 impl ZeroBased<u16> {
+    /// The real count (wire value + 1, 1..=65536).
     pub fn count(self) -> u32 {
         u32::from(self.0) + 1
     }
 }
 
 impl ZeroBased<u32> {
+    /// The real count (wire value + 1, 1..=2^32).
     pub fn count(self) -> u64 {
         u64::from(self.0) + 1
     }

@@ -50,6 +50,9 @@
 //! assert_eq!(cqe.status.name(), "Connect Invalid Parameters");
 //! ```
 
+#![forbid(unsafe_code)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 pub mod ana;
 pub mod cqe;
 pub mod discovery;

@@ -9,39 +9,57 @@ use crate::{le64, put16, put32, put64};
 
 /// Reservation types (RTYPE, Reservation Acquire / Release CDW10 bits 15:8).
 pub mod rtype {
+    /// Write Exclusive: only the holder may write; anyone may read.
     pub const WRITE_EXCLUSIVE: u8 = 1;
+    /// Exclusive Access: only the holder may read or write.
     pub const EXCLUSIVE_ACCESS: u8 = 2;
+    /// Write Exclusive - Registrants Only: every registrant may write; anyone may read.
     pub const WRITE_EXCLUSIVE_REG_ONLY: u8 = 3;
+    /// Exclusive Access - Registrants Only: only registrants may read or write.
     pub const EXCLUSIVE_ACCESS_REG_ONLY: u8 = 4;
+    /// Write Exclusive - All Registrants: every registrant is a holder; anyone may read.
     pub const WRITE_EXCLUSIVE_ALL_REGS: u8 = 5;
+    /// Exclusive Access - All Registrants: every registrant is a holder; only registrants have access.
     pub const EXCLUSIVE_ACCESS_ALL_REGS: u8 = 6;
 }
 
 /// Reservation Register Action (RREGA, CDW10 bits 2:0).
 pub mod rrega {
+    /// Register Reservation Key: register NRKEY for this host.
     pub const REGISTER: u8 = 0;
+    /// Unregister Reservation Key: remove this host's registration (CRKEY must match unless IEKEY).
     pub const UNREGISTER: u8 = 1;
+    /// Replace Reservation Key: change this host's key from CRKEY to NRKEY.
     pub const REPLACE: u8 = 2;
 }
 
 /// Reservation Acquire Action (RACQA, CDW10 bits 2:0).
 pub mod racqa {
+    /// Acquire: take the reservation of type RTYPE, if no other host holds one.
     pub const ACQUIRE: u8 = 0;
+    /// Preempt: remove the registrations (and reservation) of the hosts holding key PRKEY.
     pub const PREEMPT: u8 = 1;
+    /// Preempt and Abort: as Preempt, and abort the preempted hosts' outstanding commands.
     pub const PREEMPT_AND_ABORT: u8 = 2;
 }
 
 /// Reservation Release Action (RRELA, CDW10 bits 2:0).
 pub mod rrela {
+    /// Release: give up the reservation this host holds (RTYPE must match).
     pub const RELEASE: u8 = 0;
+    /// Clear: release the reservation and remove every registration of the namespace.
     pub const CLEAR: u8 = 1;
 }
 
 /// Change Persist Through Power Loss State (CPTPL, Reservation Register CDW10 bits 31:30).
 pub mod cptpl {
+    /// No change to the PTPL state.
     pub const NO_CHANGE: u8 = 0b00;
+    /// Reserved value; rejected with Invalid Field in Command.
     pub const RESERVED: u8 = 0b01;
+    /// Set PTPL to 0: reservations are released and registrations cleared on power loss.
     pub const CLEAR: u8 = 0b10;
+    /// Set PTPL to 1: reservations and registrations persist through power loss.
     pub const SET: u8 = 0b11;
 }
 
@@ -49,11 +67,17 @@ pub mod cptpl {
 pub mod rescap {
     /// Persist Through Power Loss supported.
     pub const PTPL: u8 = 1 << 0;
+    /// Write Exclusive ([`super::rtype::WRITE_EXCLUSIVE`]) supported.
     pub const WRITE_EXCLUSIVE: u8 = 1 << 1;
+    /// Exclusive Access ([`super::rtype::EXCLUSIVE_ACCESS`]) supported.
     pub const EXCLUSIVE_ACCESS: u8 = 1 << 2;
+    /// Write Exclusive - Registrants Only supported.
     pub const WRITE_EXCLUSIVE_REG_ONLY: u8 = 1 << 3;
+    /// Exclusive Access - Registrants Only supported.
     pub const EXCLUSIVE_ACCESS_REG_ONLY: u8 = 1 << 4;
+    /// Write Exclusive - All Registrants supported.
     pub const WRITE_EXCLUSIVE_ALL_REGS: u8 = 1 << 5;
+    /// Exclusive Access - All Registrants supported.
     pub const EXCLUSIVE_ACCESS_ALL_REGS: u8 = 1 << 6;
     /// Ignore Existing Key behaves as NVMe 1.3 and later define it.
     pub const IEKEY: u8 = 1 << 7;
@@ -75,9 +99,13 @@ pub mod notify_mask {
 
 /// Reservation Notification log page types (byte 8 of the page).
 pub mod log_type {
+    /// Empty Log Page: no notification is pending.
     pub const EMPTY: u8 = 0;
+    /// Registration Preempted: another host preempted this host's registration.
     pub const REGISTRATION_PREEMPTED: u8 = 1;
+    /// Reservation Released: the reservation this host was registered under was released.
     pub const RESERVATION_RELEASED: u8 = 2;
+    /// Reservation Preempted: the reservation this host was registered under was preempted.
     pub const RESERVATION_PREEMPTED: u8 = 3;
 }
 
@@ -95,6 +123,7 @@ pub struct ResvCdw10 {
 }
 
 impl ResvCdw10 {
+    /// Split CDW10 into its fields; the reserved bits 7:4 and 29:16 are ignored.
     pub fn from_cdw10(v: u32) -> ResvCdw10 {
         ResvCdw10 {
             action: (v & 0x7) as u8,
@@ -104,6 +133,7 @@ impl ResvCdw10 {
         }
     }
 
+    /// Build CDW10 from the fields; values wider than their field are masked.
     pub fn to_cdw10(self) -> u32 {
         u32::from(self.action & 0x7)
             | (u32::from(self.iekey) << 3)
@@ -142,6 +172,7 @@ impl ResvKeys {
         Ok(ResvKeys { crkey, second })
     }
 
+    /// The 16-byte Register/Acquire buffer (CRKEY at byte 0, the second key at byte 8).
     pub fn encode(&self) -> [u8; 16] {
         let mut b = [0u8; 16];
         put64(&mut b, 0, self.crkey);
@@ -157,6 +188,7 @@ pub struct RegisteredCtrl {
     pub cntlid: u16,
     /// Holds the reservation (RCSTS bit 0).
     pub holds: bool,
+    /// Reservation Key (RKEY) this controller's host registered.
     pub rkey: u64,
     /// 128-bit host identifier.
     pub hostid: [u8; 16],
@@ -171,6 +203,7 @@ pub struct ResvStatusExt {
     pub rtype: u8,
     /// Persist Through Power Loss State.
     pub ptpls: bool,
+    /// Registered Controller Extended Data Structures, one per registrant (REGCTL counts them).
     pub regs: Vec<RegisteredCtrl>,
 }
 
@@ -249,12 +282,15 @@ pub struct ResvNotificationLog {
     pub log_type: u8,
     /// Number of Available Log Pages after this one (saturates at 255).
     pub available: u8,
+    /// Namespace ID the notification is about.
     pub nsid: u32,
 }
 
 impl ResvNotificationLog {
+    /// Length of the log page in bytes.
     pub const LEN: usize = 64;
 
+    /// Write the page into `out`: count at byte 0, type at 8, available at 9, NSID at 12.
     pub fn encode(&self, out: &mut [u8; Self::LEN]) {
         out.fill(0);
         put64(out, 0, self.count);
@@ -263,6 +299,7 @@ impl ResvNotificationLog {
         put32(out, 12, self.nsid);
     }
 
+    /// Decode the first 16 bytes of `b`; fewer than 16 is [`ShortData`].
     pub fn decode(b: &[u8]) -> Result<ResvNotificationLog, ShortData> {
         if b.len() < 16 {
             return Err(ShortData);

@@ -69,6 +69,7 @@ impl Sqe {
     pub fn cid(&self) -> CommandId {
         CommandId(le16(&self.0, 2))
     }
+    /// Set the Command Identifier (CID), bytes 2..4.
     pub fn set_cid(&mut self, cid: CommandId) {
         put16(&mut self.0, 2, cid.0);
     }
@@ -76,6 +77,7 @@ impl Sqe {
     pub fn nsid(&self) -> NamespaceId {
         NamespaceId(le32(&self.0, 4))
     }
+    /// Set the Namespace Identifier (NSID), bytes 4..8.
     pub fn set_nsid(&mut self, nsid: NamespaceId) {
         put32(&mut self.0, 4, nsid.0);
     }
@@ -83,6 +85,7 @@ impl Sqe {
     pub fn fctype(&self) -> u8 {
         self.0[4]
     }
+    /// Set the Fabrics Command Type (FCTYPE), byte 4 (opcode 7Fh only).
     pub fn set_fctype(&mut self, fctype: u8) {
         self.0[4] = fctype;
     }
@@ -125,24 +128,31 @@ impl Sqe {
     pub fn cdw(&self, n: usize) -> u32 {
         le32(&self.0, n * 4)
     }
+    /// Set Command Dword `n` (n in 0..16) to `v`.
     pub fn set_cdw(&mut self, n: usize, v: u32) {
         put32(&mut self.0, n * 4, v);
     }
+    /// Command Dword 10 (bytes 40..44): first command-specific dword.
     pub fn cdw10(&self) -> u32 {
         self.cdw(10)
     }
+    /// Command Dword 11 (bytes 44..48).
     pub fn cdw11(&self) -> u32 {
         self.cdw(11)
     }
+    /// Command Dword 12 (bytes 48..52); NLB, FUA, DEAC for the NVM I/O commands.
     pub fn cdw12(&self) -> u32 {
         self.cdw(12)
     }
+    /// Command Dword 13 (bytes 52..56).
     pub fn cdw13(&self) -> u32 {
         self.cdw(13)
     }
+    /// Command Dword 14 (bytes 56..60).
     pub fn cdw14(&self) -> u32 {
         self.cdw(14)
     }
+    /// Command Dword 15 (bytes 60..64).
     pub fn cdw15(&self) -> u32 {
         self.cdw(15)
     }
@@ -150,6 +160,7 @@ impl Sqe {
     pub fn slba(&self) -> u64 {
         le64(&self.0, 40)
     }
+    /// Set the Starting LBA (CDW10 | CDW11 << 32, bytes 40..48).
     pub fn set_slba(&mut self, slba: u64) {
         put64(&mut self.0, 40, slba);
     }

@@ -2,9 +2,13 @@
 
 /// Status Code Type values.
 pub mod sct {
+    /// Generic Command Status (SCT 0h): errors that apply to any command.
     pub const GENERIC: u8 = 0;
+    /// Command Specific Status (SCT 1h): meaning depends on the opcode (and FCTYPE).
     pub const COMMAND_SPECIFIC: u8 = 1;
+    /// Media and Data Integrity Errors (SCT 2h).
     pub const MEDIA: u8 = 2;
+    /// Path Related Status (SCT 3h): the host may retry on another path.
     pub const PATH: u8 = 3;
 }
 
@@ -79,6 +83,7 @@ const fn media(sc: u8) -> Status {
 }
 
 impl Status {
+    /// Successful Completion (SCT 0h, SC 00h).
     pub const SUCCESS: Status = Status {
         sct: 0,
         sc: 0,
@@ -86,15 +91,22 @@ impl Status {
         dnr: false,
     };
     // Generic command status (SCT 0).
+    /// Invalid Command Opcode (SC 01h).
     pub const INVALID_OPCODE: Status = generic(0x01);
+    /// Invalid Field in Command (SC 02h); the error log's parameter location names the field.
     pub const INVALID_FIELD: Status = generic(0x02);
+    /// Command ID Conflict (SC 03h): the CID is already in use on this submission queue.
     pub const CMDID_CONFLICT: Status = generic(0x03);
+    /// Data Transfer Error (SC 04h): moving the command's data to or from the host failed.
     pub const DATA_XFER_ERROR: Status = generic(0x04);
+    /// Internal Error (SC 06h): the controller failed for a reason not covered by another status.
     pub const INTERNAL: Status = generic(0x06);
+    /// Command Abort Requested (SC 07h): aborted by an Abort command; DNR clear.
     pub const ABORT_REQ: Status = Status {
         dnr: false,
         ..generic(0x07)
     };
+    /// Command Aborted due to SQ Deletion (SC 08h): the queue went away (disconnect); DNR clear.
     pub const ABORT_SQ_DELETED: Status = Status {
         dnr: false,
         ..generic(0x08)
@@ -108,44 +120,75 @@ impl Status {
     };
     /// Command Aborted due to Missing Fused Command (the pair was not well formed).
     pub const ABORTED_FUSED_MISSING: Status = generic(0x0A);
+    /// Invalid Namespace or Format (SC 0Bh): the NSID is not an active namespace, or is invalid
+    /// for the command.
     pub const INVALID_NS: Status = generic(0x0B);
+    /// Command Sequence Error (SC 0Ch): the command is not allowed in the current state (e.g.
+    /// before Connect, or a fused command out of order).
     pub const CMD_SEQ_ERROR: Status = generic(0x0C);
+    /// Invalid SGL Segment Descriptor (SC 0Dh).
     pub const SGL_INVALID_LAST: Status = generic(0x0D);
+    /// Invalid Number of SGL Descriptors (SC 0Eh).
     pub const SGL_INVALID_COUNT: Status = generic(0x0E);
+    /// Data SGL Length Invalid (SC 0Fh): the SGL's length does not match the command's data.
     pub const SGL_INVALID_DATA: Status = generic(0x0F);
+    /// SGL Descriptor Type Invalid (SC 11h): a descriptor type or subtype the transport does not
+    /// accept.
     pub const SGL_INVALID_TYPE: Status = generic(0x11);
+    /// SGL Offset Invalid (SC 16h): an in-capsule data offset out of range.
     pub const SGL_INVALID_OFFSET: Status = generic(0x16);
+    /// Host Identifier Inconsistent Format (SC 18h): the Host Identifier does not match the format
+    /// (64 or 128 bit) in use.
     pub const HOST_ID_INCONSISTENT: Status = generic(0x18);
+    /// Keep Alive Timer Expired (SC 19h): the controller's keep-alive timer ran out.
     pub const KA_EXPIRED: Status = generic(0x19);
     /// Command Aborted due to Preempt and Abort.
     pub const PREEMPT_ABORT: Status = generic(0x1B);
+    /// Command Interrupted (SC 21h): the command could not complete now and may succeed if
+    /// resubmitted; DNR clear.
     pub const CMD_INTERRUPTED: Status = Status {
         dnr: false,
         ..generic(0x21)
     };
+    /// Transient Transport Error (SC 22h): a transport failure that a retry may get past; DNR clear.
     pub const TRANSIENT_TRANSPORT: Status = Status {
         dnr: false,
         ..generic(0x22)
     };
+    /// Namespace is Write Protected (SC 20h): a write-type command on a write-protected namespace.
     pub const NS_WRITE_PROTECTED: Status = generic(0x20);
+    /// LBA Out of Range (SC 80h): the LBA range exceeds the namespace size (NSZE).
     pub const LBA_RANGE: Status = generic(0x80);
+    /// Capacity Exceeded (SC 81h): the namespace has no capacity left for the command.
     pub const CAP_EXCEEDED: Status = generic(0x81);
     /// Reservation Conflict (NVMe Base 2.0 8.19).
     pub const RESERVATION_CONFLICT: Status = generic(0x83);
+    /// Namespace Not Ready (SC 82h): the namespace cannot serve commands for now; DNR clear.
     pub const NS_NOT_READY: Status = Status {
         dnr: false,
         ..generic(0x82)
     };
     // Command specific status (SCT 1).
+    /// Invalid Queue Identifier (SC 01h; for Connect, a QID above the number of I/O queues).
     pub const INVALID_QID: Status = specific(0x01);
+    /// Invalid Queue Size (SC 02h): e.g. a Connect SQSIZE of zero or above CAP.MQES.
     pub const INVALID_QSIZE: Status = specific(0x02);
+    /// Abort Command Limit Exceeded (SC 03h): more outstanding Aborts than ACL allows.
     pub const ABORT_LIMIT: Status = specific(0x03);
+    /// Asynchronous Event Request Limit Exceeded (SC 05h): more outstanding AERs than AERL allows.
     pub const ASYNC_LIMIT: Status = specific(0x05);
+    /// Invalid Firmware Slot (SC 06h).
     pub const INVALID_FW_SLOT: Status = specific(0x06);
+    /// Invalid Log Page (SC 09h): the log identifier is unsupported.
     pub const INVALID_LOG_PAGE: Status = specific(0x09);
+    /// Invalid Format (SC 0Ah): the LBA format or metadata settings are unsupported.
     pub const INVALID_FORMAT: Status = specific(0x0A);
+    /// Feature Identifier Not Saveable (SC 0Dh): Set Features with SV set for a feature that
+    /// cannot be saved.
     pub const FEATURE_NOT_SAVEABLE: Status = specific(0x0D);
+    /// Feature Not Changeable (SC 0Eh).
     pub const FEATURE_NOT_CHANGEABLE: Status = specific(0x0E);
+    /// Feature Not Namespace Specific (SC 0Fh): an NSID given for a controller-wide feature.
     pub const FEATURE_NOT_PER_NS: Status = specific(0x0F);
     /// Connect: Incompatible Format (RECFMT not supported).
     pub const CONNECT_INCOMPATIBLE_FORMAT: Status = specific(0x80);
@@ -153,29 +196,41 @@ impl Status {
     pub const CONNECT_CTRL_BUSY: Status = specific(0x81);
     /// Connect: Invalid Parameters; DW0 carries IPO/IATTR.
     pub const CONNECT_INVALID_PARAM: Status = specific(0x82);
+    /// Connect: Restart Discovery (SC 83h): the subsystem is not reachable this way any more; the
+    /// host should read the discovery log again.
     pub const CONNECT_RESTART_DISC: Status = specific(0x83);
     /// Connect: Invalid Host (host not allowed to access the subsystem).
     pub const CONNECT_INVALID_HOST: Status = specific(0x84);
     /// Authentication Required: a command other than AUTH_Send / AUTH_Receive on a queue
     /// that has not completed its required authentication (NVMe Base 2.x, Figure 103).
     pub const AUTH_REQUIRED: Status = specific(0x91);
-    /// Dataset Management / Write: Attempted write to read-only range.
+    /// Conflicting Attributes (SC 80h for Dataset Management, Read, Write): the command's
+    /// attributes conflict with each other or with the namespace.
     pub const CONFLICTING_ATTRS: Status = specific(0x80);
     /// Copy: Command Size Limit Exceeded (NR above MSRC, a range above MSSRL, the total above
     /// MCL; NVM Command Set 1.0 Figure 33).
     pub const CMD_SIZE_LIMIT: Status = specific(0x83);
     // Media and data integrity errors (SCT 2).
+    /// Write Fault (SCT 2h, SC 80h): the write failed in the backing store.
     pub const WRITE_FAULT: Status = media(0x80);
+    /// Unrecovered Read Error (SCT 2h, SC 81h): the read failed in the backing store.
     pub const UNRECOVERED_READ: Status = media(0x81);
     /// Compare (and fused Compare-and-Write): the data differ. Retrying cannot help.
     pub const COMPARE_FAILURE: Status = Status {
         dnr: true,
         ..media(0x85)
     };
+    /// Access Denied (SCT 2h, SC 86h): access to the data is prohibited (e.g. security state).
     pub const ACCESS_DENIED: Status = media(0x86);
     // Path related status (SCT 3), DNR clear: the host retries on another path.
+    /// Asymmetric Access Persistent Loss (SCT 3h, SC 01h): the namespace is in ANA Persistent Loss
+    /// state on this controller.
     pub const ANA_PERSISTENT_LOSS: Status = path(0x01);
+    /// Asymmetric Access Inaccessible (SCT 3h, SC 02h): the namespace is ANA Inaccessible through
+    /// this controller.
     pub const ANA_INACCESSIBLE: Status = path(0x02);
+    /// Asymmetric Access Transition (SCT 3h, SC 03h): the namespace's ANA state is changing; retry
+    /// later.
     pub const ANA_TRANSITION: Status = path(0x03);
     /// Controller Pathing Error (SCT 3h, SC 60h), DNR clear: this path's controller is gone
     /// (removed listener, reset); a multipath host fails the command over to another path.
@@ -186,6 +241,7 @@ impl Status {
         Status { dnr, ..self }
     }
 
+    /// True for Successful Completion (SCT 0, SC 0), whatever More and DNR say.
     pub fn is_success(&self) -> bool {
         self.sct == 0 && self.sc == 0
     }

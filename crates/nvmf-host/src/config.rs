@@ -94,7 +94,10 @@ impl std::str::FromStr for Transport {
 /// with nvme-cli's (libnvme ≤ 1.15) key derivation). `Debug` shows no key material.
 #[derive(Clone, Debug)]
 pub struct TlsKey {
+    /// The configured PSK (`NVMeTLSkey-1:HH:<base64>:`): its transform (HH) and key bytes.
     pub key: nvmf_tls::psk::ConfiguredPsk,
+    /// The PSK identity to offer instead of the derived version-0 one (nvme-cli's
+    /// `--tls-key-identity`).
     pub identity: Option<String>,
     /// How the PSK is derived for a version-0 identity: nvme-cli <= 2.15's encoding (default)
     /// or RFC 8446's HkdfLabel (what SPDK's target expects).
@@ -147,7 +150,10 @@ impl TlsKey {
 /// `Debug` shows no key material.
 #[derive(Clone, Debug)]
 pub struct DhchapKeys {
+    /// The host's secret (`DHHC-1:…`): proves the host's identity to the controller.
     pub host: nvme_auth::DhchapSecret,
+    /// The controller's secret: when set, the host also challenges the controller
+    /// (bidirectional authentication).
     pub ctrl: Option<nvme_auth::DhchapSecret>,
 }
 
@@ -205,7 +211,9 @@ impl HostConfig {
 /// The host's identity as the system knows it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HostIdentity {
+    /// Host NQN (`/etc/nvme/hostnqn` or given), sent in every Connect.
     pub hostnqn: String,
+    /// Host Identifier (`/etc/nvme/hostid` or given), 128 bits, sent in every Connect.
     pub hostid: [u8; 16],
 }
 

@@ -395,12 +395,15 @@ impl Controller {
         Controller::connect(self.addr, &self.subnqn, &self.cfg).await
     }
 
+    /// The target address this controller was connected at.
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }
+    /// NQN of the subsystem the controller belongs to.
     pub fn subnqn(&self) -> &str {
         &self.subnqn
     }
+    /// The configuration the controller was connected with.
     pub fn config(&self) -> &HostConfig {
         &self.cfg
     }
@@ -412,6 +415,7 @@ impl Controller {
     pub fn cap_raw(&self) -> u64 {
         self.cap
     }
+    /// The CAP property, decoded (MQES, TO, command sets).
     pub fn cap(&self) -> Cap {
         Cap::from_u64(self.cap)
     }

@@ -30,6 +30,7 @@ pub struct DiscoveryLog {
     pub numrec: u64,
     /// Record Format (RECFMT).
     pub recfmt: u16,
+    /// The entries read (as many as the page held, at most NUMREC).
     pub entries: Vec<DiscoveryLogEntry>,
 }
 

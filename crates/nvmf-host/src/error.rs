@@ -23,7 +23,12 @@ pub enum HostError {
     /// the Connect data (1) or the SQE (0) (NVMe-oF 1.1, 3.3). The message says what the
     /// rejection means (see [`connect_rejection_reason`]).
     #[error("connect rejected: {}", connect_rejection_reason(*status, *dw0))]
-    ConnectRejected { status: Status, dw0: u32 },
+    ConnectRejected {
+        /// The Connect response's status.
+        status: Status,
+        /// The Connect response's DW0 (IPO and IATTR for Invalid Parameters).
+        dw0: u32,
+    },
     /// A socket error (connect refused, reset, ...). The OS error is part of the message, not a
     /// `source()`, so it is printed once.
     #[error("transport: {0}")]
@@ -34,11 +39,21 @@ pub enum HostError {
     Protocol(Box<ProtocolError>),
     /// The controller terminated the connection with a C2HTermReq.
     #[error("controller terminated the connection (C2HTermReq fes {fes:#x} fei {fei:#x})")]
-    TermReq { fes: u16, fei: u32 },
+    TermReq {
+        /// Fatal Error Status (FES) of the C2HTermReq.
+        fes: u16,
+        /// Fatal Error Information (FEI): e.g. the offset of the offending header field.
+        fei: u32,
+    },
     /// A well-formed PDU that makes no sense in our state: a response for a command ID that is
     /// not outstanding, data beyond the command's length, an R2T for a read...
     #[error("unexpected PDU from controller: {reason} (cid {cid})")]
-    UnexpectedPdu { reason: &'static str, cid: u16 },
+    UnexpectedPdu {
+        /// What was wrong with it.
+        reason: &'static str,
+        /// The command ID the PDU named.
+        cid: u16,
+    },
     /// Initialize Connection negotiation failed (the controller refused what we asked for).
     #[error("connection negotiation failed: {0}")]
     Negotiation(String),

@@ -63,6 +63,7 @@ pub struct IoQueueOptions {
 }
 
 impl IoQueueOptions {
+    /// Options for I/O queue `qid` with `entries` SQ entries; everything else off or default.
     pub fn new(qid: u16, entries: u16) -> IoQueueOptions {
         IoQueueOptions {
             qid,
@@ -73,18 +74,22 @@ impl IoQueueOptions {
             busy_poll: false,
         }
     }
+    /// Set [`IoQueueOptions::busy_poll`].
     pub fn busy_poll(mut self, on: bool) -> Self {
         self.busy_poll = on;
         self
     }
+    /// Set [`IoQueueOptions::dissqfc`].
     pub fn dissqfc(mut self, on: bool) -> Self {
         self.dissqfc = on;
         self
     }
+    /// Set [`IoQueueOptions::max_io`] (bytes; 0: the default).
     pub fn max_io(mut self, bytes: usize) -> Self {
         self.max_io = bytes;
         self
     }
+    /// Set [`IoQueueOptions::prealloc`] (bytes per slot).
     pub fn prealloc(mut self, bytes: usize) -> Self {
         self.prealloc = bytes;
         self
@@ -226,6 +231,7 @@ fn write_sqe(nsid: NamespaceId, slba: u64, nlb: u32, fua: bool) -> Result<Sqe> {
 }
 
 impl IoQueue {
+    /// The queue's QID.
     pub fn qid(&self) -> QueueId {
         self.q.qid()
     }

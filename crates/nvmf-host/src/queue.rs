@@ -72,9 +72,11 @@ pub struct Completion<'a> {
 }
 
 impl Completion<'_> {
+    /// The command's completion status.
     pub fn status(&self) -> Status {
         self.cqe.status
     }
+    /// True if the command completed with Successful Completion.
     pub fn is_success(&self) -> bool {
         self.cqe.status.is_success()
     }

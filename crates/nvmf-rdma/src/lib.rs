@@ -18,6 +18,8 @@
 //!   through `rdma-mummy-sys`, which loads them with `dlopen` on first use — a machine without
 //!   rdma-core builds and runs everything else.
 
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 #[cfg(feature = "verbs")]
 pub mod verbs;
 pub mod wire;

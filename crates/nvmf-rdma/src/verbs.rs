@@ -25,11 +25,14 @@ use std::sync::{Arc, Mutex, OnceLock};
 #[derive(Debug, thiserror::Error)]
 #[error("{op}: {err}")]
 pub struct Error {
+    /// The librdmacm or libibverbs function that failed.
     pub op: &'static str,
+    /// The OS error it reported (errno).
     #[source]
     pub err: io::Error,
 }
 
+/// The result of a verb.
 pub type Result<T> = std::result::Result<T, Error>;
 
 fn last(op: &'static str) -> Error {
@@ -121,20 +124,35 @@ impl Drop for EventChannel {
 /// What a CM event is about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CmEventKind {
+    /// `rdma_resolve_addr` finished: the id is bound to a local device.
     AddrResolved,
+    /// Address resolution failed.
     AddrError,
+    /// `rdma_resolve_route` finished: the id can connect.
     RouteResolved,
+    /// Route resolution failed.
     RouteError,
+    /// A peer asks to connect (listener side); the event carries the new id.
     ConnectRequest,
+    /// The peer answered a connect on an id without a QP (not used with our QPs).
     ConnectResponse,
+    /// An error happened while the connection was being established.
     ConnectError,
+    /// The peer did not respond to a connect (or the remote endpoint is unreachable).
     Unreachable,
+    /// The peer rejected the connect; private data carries the NVMe/RDMA reject status.
     Rejected,
+    /// The connection is established.
     Established,
+    /// The connection was disconnected (by either side).
     Disconnected,
+    /// The RDMA device behind the id was removed: everything on it must be released.
     DeviceRemoval,
+    /// The QP left its timewait state and its number can be reused.
     TimewaitExit,
+    /// The id's local address changed (e.g. a bonding fail-over).
     AddrChange,
+    /// An event type this layer does not name (the raw `rdma_cm_event_type`).
     Other(u32),
 }
 
@@ -163,6 +181,7 @@ impl CmEventKind {
 
 /// One CM event, copied out of librdmacm (the event itself is acknowledged at once).
 pub struct CmEvent {
+    /// What happened.
     pub kind: CmEventKind,
     /// The event's status (an errno for error events; for `Rejected`, the reject reason).
     pub status: i32,
@@ -173,8 +192,9 @@ pub struct CmEvent {
     pub new_id: Option<CmId>,
     /// Private data of a connect request, response or reject.
     pub private_data: Vec<u8>,
-    /// The peer's responder resources (IRD) and initiator depth (ORD), on connect requests.
+    /// RDMA READs the peer can serve for us at once (its IRD), on connect requests.
     pub responder_resources: u8,
+    /// RDMA READs the peer may initiate against us at once (its ORD), on connect requests.
     pub initiator_depth: u8,
 }
 
@@ -189,6 +209,7 @@ impl EventChannel {
         Ok(Arc::new(ch))
     }
 
+    /// The channel's file descriptor (non-blocking): readable when an event is pending.
     pub fn fd(&self) -> RawFd {
         // SAFETY: the channel is valid for our lifetime.
         unsafe { (*self.0.as_ptr()).fd }
@@ -278,7 +299,9 @@ pub struct ConnParams {
     pub responder_resources: u8,
     /// RDMA READs we may have outstanding against the peer.
     pub initiator_depth: u8,
+    /// Transport retries on a lost or unacknowledged packet (0..=7).
     pub retry_count: u8,
+    /// Retries after a receiver-not-ready NAK (0..=7; 7 means without limit).
     pub rnr_retry_count: u8,
 }
 
@@ -695,43 +718,59 @@ pub const POST_BATCH: usize = 32;
 /// Queue pair capacities.
 #[derive(Clone, Copy, Debug)]
 pub struct QpCaps {
+    /// Send queue depth (work requests outstanding at once).
     pub max_send_wr: u32,
+    /// Receive queue depth.
     pub max_recv_wr: u32,
+    /// Scatter/gather entries per send work request.
     pub max_send_sge: u32,
+    /// Largest payload of an inline SEND, in bytes.
     pub max_inline_data: u32,
 }
 
 /// A local memory segment (registered, or copied by an inline send).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Sge {
+    /// Start of the segment in local memory.
     pub addr: *const u8,
+    /// Segment length in bytes.
     pub len: u32,
+    /// Local key of the memory region holding the segment (unused by inline sends).
     pub lkey: u32,
 }
 
 /// A receive buffer to post.
 #[derive(Clone, Copy, Debug)]
 pub struct RecvWr {
+    /// Caller's identifier, given back in the receive's [`Wc`].
     pub wr_id: u64,
+    /// Start of the buffer in local memory.
     pub addr: *mut u8,
+    /// Buffer length in bytes: the largest message it can receive.
     pub len: u32,
+    /// Local key of the memory region holding the buffer.
     pub lkey: u32,
 }
 
 /// What a send-queue work request does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SendOp {
+    /// SEND the local segment to the peer's next posted receive.
     Send,
     /// SEND, and invalidate the peer's `rkey` (the host asked with a keyed SGL subtype Fh).
     SendInvalidate(u32),
     /// RDMA WRITE the local segments to the peer's (addr, rkey).
     Write {
+        /// Peer's memory address (remote virtual address).
         addr: u64,
+        /// Peer's remote key for that memory.
         rkey: u32,
     },
     /// RDMA READ the peer's (addr, rkey) into the local segments.
     Read {
+        /// Peer's memory address (remote virtual address).
         addr: u64,
+        /// Peer's remote key for that memory.
         rkey: u32,
     },
 }
@@ -739,11 +778,15 @@ pub enum SendOp {
 /// A send-queue work request.
 #[derive(Clone, Copy, Debug)]
 pub struct SendWr {
+    /// Caller's identifier, given back in the request's [`Wc`].
     pub wr_id: u64,
+    /// The operation.
     pub op: SendOp,
     /// The local memory: NVMe/RDMA moves each command's data, and each capsule, as one
     /// segment (no allocation per work request).
     pub sge: Sge,
+    /// Ask for a completion ([`Wc`]) when this request is done; unsignaled requests complete
+    /// silently.
     pub signaled: bool,
     /// Copy the data into the WR (small SENDs: no registration needed).
     pub inline: bool,
@@ -836,20 +879,25 @@ unsafe impl Send for Mr {}
 unsafe impl Sync for Mr {}
 
 impl Mr {
+    /// Local key: names this registration in local work requests ([`Sge::lkey`]).
     pub fn lkey(&self) -> u32 {
         // SAFETY: valid MR.
         unsafe { (*self.mr.as_ptr()).lkey }
     }
+    /// Remote key: lets the peer access this memory by RDMA READ or WRITE.
     pub fn rkey(&self) -> u32 {
         // SAFETY: valid MR.
         unsafe { (*self.mr.as_ptr()).rkey }
     }
+    /// Start of the registered memory.
     pub fn addr(&self) -> *mut u8 {
         self.addr
     }
+    /// Length of the registered memory in bytes.
     pub fn len(&self) -> usize {
         self.len
     }
+    /// True for a zero-length registration.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
@@ -877,6 +925,7 @@ pub struct CompChannel {
 unsafe impl Send for CompChannel {}
 
 impl CompChannel {
+    /// The channel's file descriptor: readable when a CQ on it has a completion event.
     pub fn fd(&self) -> RawFd {
         // SAFETY: valid channel.
         unsafe { (*self.ch.as_ptr()).fd }
@@ -915,27 +964,38 @@ impl Drop for CompChannel {
 /// One work completion, copied out.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Wc {
+    /// The `wr_id` of the work request this completes.
     pub wr_id: u64,
     /// 0 is success (`IBV_WC_SUCCESS`).
     pub status: u32,
+    /// The kind of work request completed.
     pub opcode: WcOp,
+    /// Bytes transferred: meaningful for receives and RDMA READs only.
     pub byte_len: u32,
+    /// Number of the local QP the work request was posted to.
     pub qp_num: u32,
     /// The rkey the peer invalidated with its SEND (receive completions).
     pub invalidated_rkey: Option<u32>,
 }
 
+/// The kind of work request a completion is for (`ibv_wc_opcode`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum WcOp {
+    /// A SEND (with or without invalidate).
     #[default]
     Send,
+    /// An RDMA WRITE.
     Write,
+    /// An RDMA READ.
     Read,
+    /// A receive (the peer's SEND arrived).
     Recv,
+    /// Any other opcode (atomics, memory window binds, ...).
     Other,
 }
 
 impl Wc {
+    /// True when the work request succeeded (`IBV_WC_SUCCESS`).
     pub fn ok(&self) -> bool {
         self.status == sys::ibv_wc_status::IBV_WC_SUCCESS
     }

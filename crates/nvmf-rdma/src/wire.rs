@@ -98,12 +98,15 @@ impl std::fmt::Display for RejectStatus {
 /// The decoded private data of a CM Connect Request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CmRequest {
+    /// Record format (RECFMT); only 0 ([`RECFMT_1_0`]) is defined.
     pub recfmt: u16,
+    /// NVMe queue ID (QID) the RDMA queue pair will carry: 0 for the admin queue.
     pub qid: u16,
     /// Host receive queue size (responses the host can take at once).
     pub hrqsize: u16,
     /// Host send queue size, 0's based.
     pub hsqsize: u16,
+    /// Controller ID (CNTLID) the queue is for, as the host gives it in the Connect data.
     pub cntlid: u16,
 }
 
@@ -111,6 +114,7 @@ pub struct CmRequest {
 #[derive(Clone, Copy, Debug, Error, PartialEq, Eq)]
 #[error("RDMA CM request refused: {status}")]
 pub struct CmRequestError {
+    /// The reject status the request fails with.
     pub status: RejectStatus,
 }
 
@@ -225,13 +229,22 @@ pub enum DataDesc {
     /// In the host's memory: RDMA READ / WRITE at `addr` with `key`; `invalidate`: the host
     /// asks that the key be invalidated with the response (send with invalidate).
     Keyed {
+        /// Host memory address of the data (remote virtual address of the RDMA transfer).
         addr: u64,
+        /// Data length in bytes (24 bits on the wire, at most [`KEYED_LEN_MAX`]).
         len: u32,
+        /// Remote key (rkey) of the host's memory region.
         key: u32,
+        /// Send the response with invalidate of `key` (subtype Fh).
         invalidate: bool,
     },
     /// In the capsule, at `offset` of its data.
-    InCapsule { offset: u64, len: u32 },
+    InCapsule {
+        /// Offset of the data from the start of the capsule's data (SGL address field).
+        offset: u64,
+        /// Data length in bytes.
+        len: u32,
+    },
 }
 
 /// An SGL the RDMA transport does not take; the NVMe status to fail the command with.

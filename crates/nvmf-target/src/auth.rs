@@ -63,6 +63,7 @@ pub trait AuthSession: Send {
     fn send(&mut self, payload: &[u8]) -> Result<(), AuthCmdError>;
     /// The message AUTH_Receive returns (at most `al` bytes are sent).
     fn receive(&mut self, al: u32) -> Result<Vec<u8>, AuthCmdError>;
+    /// Where the exchange stands: the queue is ungated only once this is `Succeeded`.
     fn progress(&self) -> AuthProgress;
     /// Why the exchange failed, in words, for the log (never a secret).
     fn failure(&self) -> Option<String> {

@@ -22,6 +22,7 @@ pub enum ControllerKind {
     /// The subsystem as it is now: the control plane stores each new snapshot here
     /// ([`Controller::set_subsystem`]), so admin commands see namespaces added and removed.
     Io(ArcSwap<Subsystem>),
+    /// A discovery controller (connected to the discovery NQN): serves the discovery log page.
     Discovery,
 }
 
@@ -82,9 +83,13 @@ pub struct CtrlState {
 /// A controller, shared by its queues.
 #[derive(Debug)]
 pub struct Controller {
+    /// Controller ID allocated at admin Connect, unique within the target.
     pub cntlid: ControllerId,
+    /// I/O or discovery controller (and, for I/O, its subsystem).
     pub kind: ControllerKind,
+    /// Host NQN from the admin queue's Connect data.
     pub hostnqn: String,
+    /// Host Identifier (HOSTID) from the admin queue's Connect data; I/O queues must match it.
     pub hostid: [u8; 16],
     /// Local address of the listener the admin queue came in through (set once at Connect).
     local: std::sync::OnceLock<std::net::SocketAddr>,
@@ -109,6 +114,9 @@ pub struct Controller {
 }
 
 impl Controller {
+    /// A controller for host `hostnqn`/`hostid`, with write cache enabled and no I/O queue
+    /// connected; `kato` `None` disables the keep-alive timer, `max_qid` is the highest I/O
+    /// queue id it accepts.
     pub fn new(
         cntlid: ControllerId,
         kind: ControllerKind,
@@ -158,6 +166,8 @@ impl Controller {
         let _ = self.local.set(a);
     }
 
+    /// Lock the mutable state (CC, CSTS, features, error log, events); a poisoned lock is taken
+    /// over rather than panicking.
     pub fn state(&self) -> MutexGuard<'_, CtrlState> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -378,6 +388,7 @@ impl Controller {
         }
     }
 
+    /// True for a discovery controller.
     pub fn is_discovery(&self) -> bool {
         matches!(self.kind, ControllerKind::Discovery)
     }
@@ -387,6 +398,7 @@ impl Controller {
         self.wce.load(Ordering::Relaxed)
     }
 
+    /// Enable or disable the volatile write cache (Set Features 06h, WCE bit).
     pub fn set_wce(&self, on: bool) {
         self.wce.store(on, Ordering::Relaxed);
     }
@@ -445,6 +457,7 @@ impl Controller {
         q.iter().filter(|b| **b).count()
     }
 
+    /// Mark I/O queue `qid` as no longer connected, so a new Connect may take it.
     pub fn release_qid(&self, qid: u16) {
         let mut q = self.qids.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(slot) = q.get_mut(usize::from(qid)) {

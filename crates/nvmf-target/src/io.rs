@@ -13,20 +13,27 @@ use std::sync::atomic::Ordering;
 /// What to do on the backend.
 #[derive(Clone, Debug)]
 pub enum IoOp {
+    /// Read `len` bytes at `offset` into the slot buffer (or stream them from the backend).
     Read,
+    /// Write the slot buffer's `len` bytes at `offset`.
     Write {
+        /// Flush after writing (FUA set, or the volatile write cache is off).
         fua: bool,
     },
+    /// Flush this namespace's backend.
     Flush,
     /// Flush every namespace of the subsystem (NSID FFFFFFFFh).
     FlushAll(Arc<Subsystem>),
+    /// Write zeroes over the range.
     WriteZeroes {
+        /// The host allows deallocation instead (DEAC, CDW12 bit 25).
         deallocate: bool,
         /// Flush before completing (FUA, or the volatile write cache is off).
         fua: bool,
     },
     /// Dataset Management deallocate; `nr` 16-byte ranges are in the slot buffer.
     Deallocate {
+        /// Number of ranges (NR + 1).
         nr: u32,
     },
     /// Compare the range with the host data in the slot buffer ([`crate::cmds`]).
@@ -36,12 +43,15 @@ pub enum IoOp {
     /// Copy: `nr` validated 32-byte source range descriptors (format 0) are in the slot buffer;
     /// `offset`/`len` are the destination.
     Copy {
+        /// Number of source ranges (NR + 1).
         nr: u32,
+        /// Flush after writing (FUA set, or the volatile write cache is off).
         fua: bool,
     },
     /// Fused Compare-and-Write under the namespace gate: the slot buffer holds the Compare's
     /// data then the Write's ([`crate::cmds::compare_and_write`]).
     CompareWrite {
+        /// Flush after writing (FUA set, or the volatile write cache is off).
         fua: bool,
     },
 }
@@ -83,9 +93,15 @@ impl std::ops::Deref for NsRef {
 /// A prepared backend operation; `offset`/`len` in bytes, validated against the namespace.
 #[derive(Clone, Debug)]
 pub struct IoRequest {
+    /// What to do.
     pub op: IoOp,
+    /// The queue's handle on the namespace it runs on.
     pub ns: Arc<NsRef>,
+    /// Byte offset in the namespace (SLBA × block size; for Copy, the destination's; 0 for
+    /// flushes and deallocation).
     pub offset: u64,
+    /// Byte length (block count × block size; for Copy, the destination's; 0 for flushes and
+    /// deallocation).
     pub len: u64,
 }
 

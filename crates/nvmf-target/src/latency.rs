@@ -109,6 +109,8 @@ pub struct LatencySnapshot {
 }
 
 impl LatencyHistogram {
+    /// The counts and sum now; buckets are read one by one, so concurrent records may be
+    /// partly included.
     pub fn snapshot(&self) -> LatencySnapshot {
         LatencySnapshot {
             buckets: self
@@ -122,6 +124,7 @@ impl LatencyHistogram {
 }
 
 impl LatencySnapshot {
+    /// Number of commands counted (sum of all buckets).
     pub fn count(&self) -> u64 {
         self.buckets.iter().sum()
     }

@@ -134,6 +134,9 @@
 //! assert_eq!(completions[1].dw0 & 0xFFFF, u32::from(queue.controller().unwrap().cntlid.0));
 //! ```
 
+#![forbid(unsafe_code)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 mod admin;
 pub mod ana;
 pub mod auth;

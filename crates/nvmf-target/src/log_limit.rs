@@ -31,6 +31,7 @@ fn epoch() -> Instant {
 }
 
 impl RateLimit {
+    /// A limiter logging at most one line per `window` (plus the count suppressed meanwhile).
     pub const fn new(window: Duration) -> RateLimit {
         RateLimit {
             window_ms: window.as_millis() as u64,

@@ -49,10 +49,13 @@ pub const ADMIN_INLINE_DATA: u32 = 8192;
 /// One namespace: a backend with an LBA format and identifiers.
 #[derive(Debug)]
 pub struct Namespace {
+    /// Namespace ID (NSID), unique within its subsystem; never 0 or FFFFFFFFh.
     pub nsid: u32,
+    /// The storage the namespace reads and writes.
     pub backend: Arc<dyn Backend>,
     /// LBA data size in bytes (512 or 4096).
     pub block_size: u32,
+    /// Namespace UUID, reported as the NIDT UUID descriptor of Identify CNS 03h.
     pub uuid: [u8; 16],
     /// Set when the control plane removed the namespace: commands still in flight on it fail
     /// with Invalid Namespace (later ones find no namespace at all).
@@ -69,6 +72,8 @@ pub struct Namespace {
 }
 
 impl Namespace {
+    /// A namespace `nsid` over `backend` with LBA data size `block_size`, in ANA group 1,
+    /// not removed, with empty counters and reservations.
     pub fn new(nsid: u32, backend: Arc<dyn Backend>, block_size: u32, uuid: [u8; 16]) -> Namespace {
         Namespace {
             nsid,
@@ -154,19 +159,26 @@ pub struct NsStats {
 /// with [`Target::update_subsystem`]. A controller keeps the snapshot it connected with.
 #[derive(Clone, Debug)]
 pub struct Subsystem {
+    /// NVM Subsystem NQN (SUBNQN), what hosts connect to.
     pub nqn: String,
+    /// Serial Number (Identify Controller SN, ASCII, at most 20 bytes).
     pub serial: String,
+    /// Model Number (Identify Controller MN, ASCII, at most 40 bytes).
     pub model: String,
+    /// Any host NQN may connect; `hosts` is then not consulted.
     pub allow_any_host: bool,
+    /// Host NQNs allowed to connect when `allow_any_host` is false.
     pub hosts: Vec<String>,
     /// Sorted by nsid.
     pub namespaces: Vec<Arc<Namespace>>,
 }
 
 impl Subsystem {
+    /// May the host with NQN `hostnqn` connect?
     pub fn host_allowed(&self, hostnqn: &str) -> bool {
         self.allow_any_host || self.hosts.iter().any(|h| h == hostnqn)
     }
+    /// The namespace `nsid`, if the subsystem has it (binary search).
     pub fn namespace(&self, nsid: u32) -> Option<&Arc<Namespace>> {
         self.namespaces
             .binary_search_by_key(&nsid, |n| n.nsid)
@@ -200,6 +212,7 @@ fn changed_namespaces(old: &Subsystem, new: &Subsystem) -> Vec<u32> {
 /// A listener as the discovery log reports it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ListenerInfo {
+    /// Listening socket address (TRADDR and TRSVCID of the discovery log entry).
     pub addr: SocketAddr,
     /// Port ID in the discovery log (1-based position).
     pub portid: u16,
@@ -272,6 +285,7 @@ pub struct Target {
     pub events: EventCounters,
     /// NVMe listeners, as the discovery log lists them (replaced whole by the control plane).
     listeners: ArcSwap<Vec<ListenerInfo>>,
+    /// Limits on queues, namespaces and controllers applied at Connect.
     pub limits: TargetLimits,
     /// Discovery log generation counter.
     pub genctr: AtomicU64,
@@ -291,6 +305,8 @@ struct Registry {
 }
 
 impl Target {
+    /// A target serving `subsystems` (their namespaces sorted by NSID here) on `listeners`,
+    /// with no controller yet; `now` is the power-on time for SMART.
     pub fn new(
         mut subsystems: Vec<Subsystem>,
         listeners: Vec<ListenerInfo>,
@@ -508,6 +524,7 @@ impl Target {
             .count()
     }
 
+    /// The discovery log generation counter (GENCTR): bumped when the log's content changes.
     pub fn discovery_genctr(&self) -> u64 {
         self.genctr.load(Ordering::Relaxed)
     }

@@ -81,7 +81,12 @@ pub enum QueueRole {
     /// QID 0 of a controller.
     Admin,
     /// An I/O queue; `epoch` is the controller's I/O epoch at Connect.
-    Io { qid: u16, epoch: u32 },
+    Io {
+        /// The queue's QID (1..=the controller's `max_qid`).
+        qid: u16,
+        /// The controller's I/O epoch at Connect: the queue closes when it moves on.
+        epoch: u32,
+    },
 }
 
 /// What the transport must do after [`Queue::handle_command`] / [`Queue::handle_h2c_data`].
@@ -90,10 +95,20 @@ pub enum Disposition {
     /// A completion is queued; call [`Queue::drain_completions`].
     Done,
     /// Ask the host for `len` bytes of data for command `cccid` with an R2T whose TTAG is `ttag`.
-    NeedData { ttag: u16, cccid: u16, len: u32 },
+    NeedData {
+        /// Transfer tag for the R2T (the command's slot).
+        ttag: u16,
+        /// Command Capsule CID of the command the data is for.
+        cccid: u16,
+        /// Bytes of data to ask for.
+        len: u32,
+    },
     /// Backend I/O is ready in `slot`: run it ([`Queue::io_request`]) then
     /// [`Queue::complete_io`].
-    Execute { slot: u16 },
+    Execute {
+        /// The slot holding the command's [`IoRequest`](crate::IoRequest).
+        slot: u16,
+    },
     /// The command is outstanding without work to do (Asynchronous Event Request).
     Parked,
     /// More data PDUs are expected for this command.
@@ -109,8 +124,11 @@ pub enum C2hData<'a> {
     /// A read not executed yet (backends that do not block): the transport reads `len` bytes at
     /// byte `offset` of `backend` straight into its send buffer.
     Read {
+        /// The namespace's backend to read from.
         backend: &'a Arc<dyn Backend>,
+        /// Byte offset in the backend.
         offset: u64,
+        /// Bytes to read.
         len: usize,
     },
 }
@@ -124,6 +142,7 @@ impl C2hData<'_> {
         }
     }
 
+    /// True when the command returns no data.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -188,14 +207,17 @@ impl Queue {
         self.session.set_discovery_only(v);
     }
 
+    /// What the queue is now: unconnected, admin or I/O.
     pub fn role(&self) -> QueueRole {
         self.session.role()
     }
 
+    /// The controller the queue belongs to (`None` before Connect).
     pub fn controller(&self) -> Option<&Arc<Controller>> {
         self.session.ctrl()
     }
 
+    /// The queue's QID: 0 for the admin queue and before Connect.
     pub fn qid(&self) -> u16 {
         self.session.qid()
     }

@@ -59,9 +59,11 @@ pub fn is_reservation_opcode(op: u8) -> bool {
 /// A host's relation to the reservation on a namespace.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Role {
+    /// Holds the reservation (for the All Registrants types: any registrant).
     Holder,
     /// Registered, not holding the reservation.
     Registrant,
+    /// Not registered with the namespace.
     NonRegistrant,
 }
 
@@ -100,13 +102,16 @@ pub fn access_allowed(t: u8, role: Role, class: CmdClass) -> bool {
 /// One registration.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Registrant {
+    /// The registered host.
     pub host: HostId,
+    /// Its Reservation Key (RKEY).
     pub key: u64,
 }
 
 /// The reservation held on a namespace.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Reservation {
+    /// Reservation type ([`nvme_spec::resv::rtype`]).
     pub rtype: u8,
     /// The host that holds it (for the All Registrants types: the one that acquired it; every
     /// registrant holds such a reservation).
@@ -116,7 +121,9 @@ pub struct Reservation {
 /// A notification for the controllers of `host` (Reservation Notification log page type).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Notice {
+    /// The host to notify (every controller of it).
     pub host: HostId,
+    /// Reservation Notification log page type ([`nvme_spec::resv::log_type`]).
     pub log_type: u8,
 }
 
@@ -134,6 +141,7 @@ pub struct Outcome {
 pub struct ResvTable {
     /// Registrants in registration order.
     pub regs: Vec<Registrant>,
+    /// The reservation held, if any.
     pub reservation: Option<Reservation>,
     /// Reservation generation (PRGEN).
     pub generation: u32,
@@ -150,6 +158,7 @@ impl ResvTable {
         !self.regs.is_empty() || self.reservation.is_some()
     }
 
+    /// The registration of `host`, if it is registered.
     pub fn registrant(&self, host: &HostId) -> Option<&Registrant> {
         self.regs.iter().find(|r| &r.host == host)
     }
@@ -556,10 +565,12 @@ pub trait ResvStore: Send + Sync + std::fmt::Debug {
 /// fsync the directory.
 #[derive(Debug, Clone)]
 pub struct FileStore {
+    /// The state file.
     pub path: PathBuf,
 }
 
 impl FileStore {
+    /// A store at `path` (nothing is read or written until used).
     pub fn new(path: impl Into<PathBuf>) -> FileStore {
         FileStore { path: path.into() }
     }

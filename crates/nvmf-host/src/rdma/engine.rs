@@ -33,6 +33,7 @@ const SQHD_DISABLED: u16 = 0xFFFF;
 /// Shape of one queue.
 #[derive(Clone, Copy, Debug)]
 pub struct EngineConfig {
+    /// The queue's QID (0: admin).
     pub qid: QueueId,
     /// SQ entries (HSQSIZE + 1); `entries - 1` slots, `entries` posted receives (HRQSIZE).
     pub entries: u16,
@@ -46,16 +47,22 @@ pub struct EngineConfig {
 /// A SEND to post: `len` bytes at `offset` of the control region, signaled, `wr_id` as given.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SendDesc {
+    /// Work request id to post with (the slot index).
     pub wr_id: u64,
+    /// Byte offset of the capsule in the control region.
     pub offset: usize,
+    /// Bytes to send (the SQE, plus in-capsule data).
     pub len: usize,
 }
 
 /// A receive to post: `len` bytes at `offset` of the control region.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RecvDesc {
+    /// Work request id to post with ([`RECV_WR_BIT`] | receive buffer index).
     pub wr_id: u64,
+    /// Byte offset of the receive buffer in the control region.
     pub offset: usize,
+    /// Size of the receive buffer in bytes.
     pub len: usize,
 }
 
@@ -182,9 +189,11 @@ impl RdmaEngine {
         self.data.as_ptr() as u64 + (idx * self.cfg.stride) as u64
     }
 
+    /// The queue's QID.
     pub fn qid(&self) -> QueueId {
         self.cfg.qid
     }
+    /// Commands outstanding now.
     pub fn in_flight(&self) -> usize {
         self.in_flight
     }
@@ -192,6 +201,7 @@ impl RdmaEngine {
     pub fn capacity(&self) -> usize {
         self.slots.len()
     }
+    /// Largest write sent as in-capsule data, in bytes (0: never).
     pub fn icd_max(&self) -> usize {
         self.cfg.icd_max
     }
@@ -199,6 +209,8 @@ impl RdmaEngine {
     pub fn max_transfer(&self) -> usize {
         self.cfg.stride
     }
+    /// SQ flow control in force: false once the Connect response carried SQHD FFFFh after
+    /// the host asked for DISSQFC.
     pub fn flow_control(&self) -> bool {
         self.flow_control
     }
@@ -298,6 +310,7 @@ impl RdmaEngine {
     pub fn pending_sends(&self) -> &[SendDesc] {
         &self.sends
     }
+    /// Forget the SENDs returned by [`RdmaEngine::pending_sends`] (they were posted).
     pub fn clear_sends(&mut self) {
         self.sends.clear();
     }
@@ -305,6 +318,7 @@ impl RdmaEngine {
     pub fn pending_recvs(&self) -> &[RecvDesc] {
         &self.recvs
     }
+    /// Forget the receives returned by [`RdmaEngine::pending_recvs`] (they were posted).
     pub fn clear_recvs(&mut self) {
         self.recvs.clear();
     }
