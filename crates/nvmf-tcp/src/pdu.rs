@@ -1036,6 +1036,10 @@ pub fn encode_pdu(out: &mut Vec<u8>, pdu: &Pdu<'_>, dig: Digests, pda: u8) {
 }
 
 #[cfg(test)]
+#[path = "pdu_diff.rs"]
+mod diff;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use nvme_spec::{CommandId, Status};
@@ -1523,6 +1527,84 @@ mod tests {
         let mut out = Vec::new();
         assert!(!encode_c2h_data_head(&mut out, dig, 0, &d, 512));
         assert!(out.is_empty());
+    }
+
+    /// Hot-path timing of [`decode_header`] alone (issue 24): 10M headers of each common type,
+    /// digests off and on. `cargo test --release -p nvmf-tcp -- --ignored --nocapture`.
+    #[test]
+    #[ignore = "timing, run in release by hand"]
+    fn decode_header_timing() {
+        use std::hint::black_box;
+        use std::time::Instant;
+        const N: u32 = 10_000_000;
+        let data = [0x5Au8; 4096];
+        let d = DataHdr {
+            cccid: 7,
+            ttag: 3,
+            datao: 0,
+            datal: 0,
+            last: true,
+            success: false,
+        };
+        for dig in [Digests::NONE, Digests::BOTH] {
+            let mut sqe = Sqe::new(0x01, CommandId(7));
+            sqe.set_sgl_transport(4096);
+            let mut icd_sqe = Sqe::new(0x01, CommandId(8));
+            icd_sqe.set_sgl_icd(4096);
+            let cases: Vec<(&str, Role, Vec<u8>)> = vec![
+                ("CapsuleCmd", Role::Target, {
+                    let mut o = Vec::new();
+                    encode_capsule_cmd(&mut o, dig, 0, &sqe, &[]);
+                    o
+                }),
+                ("CapsuleCmd+4K ICD", Role::Target, {
+                    let mut o = Vec::new();
+                    encode_capsule_cmd(&mut o, dig, 0, &icd_sqe, &data);
+                    o
+                }),
+                ("H2CData 4K", Role::Target, {
+                    let mut o = Vec::new();
+                    encode_h2c_data(&mut o, dig, 0, &d, &data);
+                    o
+                }),
+                ("CapsuleResp", Role::Host, {
+                    let mut o = Vec::new();
+                    let cqe = Cqe::new(CommandId(7), nvme_spec::QueueId(1), Status::SUCCESS);
+                    encode_capsule_resp(&mut o, dig, &cqe);
+                    o
+                }),
+                ("C2HData 4K", Role::Host, {
+                    let mut o = Vec::new();
+                    encode_c2h_data(&mut o, dig, 0, &d, &data);
+                    o
+                }),
+                ("R2T", Role::Host, {
+                    let mut o = Vec::new();
+                    let r = R2t {
+                        cccid: 7,
+                        ttag: 3,
+                        r2to: 0,
+                        r2tl: 4096,
+                    };
+                    encode_r2t(&mut o, dig, &r);
+                    o
+                }),
+            ];
+            for (name, role, buf) in cases {
+                let l = lim(role, Some(dig), 0);
+                assert!(decode_header(&buf, &l).unwrap().is_some(), "{name}");
+                let start = Instant::now();
+                for _ in 0..N {
+                    let r = decode_header(black_box(&buf), black_box(&l));
+                    black_box(&r);
+                }
+                let ns = start.elapsed().as_secs_f64() * 1e9 / f64::from(N);
+                println!(
+                    "decode_header {name:<18} hd={} dd={}: {ns:6.2} ns/header",
+                    dig.hdgst, dig.ddgst
+                );
+            }
+        }
     }
 
     #[test]
