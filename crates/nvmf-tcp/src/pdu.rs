@@ -400,17 +400,19 @@ pub fn carries_digests(ty: u8) -> bool {
     )
 }
 
-#[inline]
+// Always inlined: with the parts of `decode_header` inlined into it, plain `#[inline]` left
+// `le32` out of line there (a call per field read on the data path).
+#[inline(always)]
 fn le16(b: &[u8], off: usize) -> u16 {
     u16::from_le_bytes([b[off], b[off + 1]])
 }
 
-#[inline]
+#[inline(always)]
 fn le32(b: &[u8], off: usize) -> u32 {
     u32::from_le_bytes([b[off], b[off + 1], b[off + 2], b[off + 3]])
 }
 
-#[inline]
+#[inline(always)]
 fn le64(b: &[u8], off: usize) -> u64 {
     let mut a = [0u8; 8];
     a.copy_from_slice(&b[off..off + 8]);
@@ -436,8 +438,9 @@ fn put32(b: &mut [u8], off: usize, v: u32) {
 /// The steps, in the order of the module docs' table: the PDU type, `check_common_header`
 /// (sequence, HLEN, HDGSTF), `framing` (PLEN, PDO, DDGSTF: where the data is) and
 /// `check_data_limits`, all from the common header alone; then, once the whole header is here,
-/// `check_header_digest` and `decode_psh`. Each part is `#[inline]` and called once, so this
-/// is still one function in the compiled code (it is on every PDU of the data path).
+/// `check_header_digest` and `decode_psh`. Each part is called once and `#[inline(always)]`, so
+/// this is still one function in the compiled code, as it is on every PDU of the data path
+/// (with plain `#[inline]` a release build kept `decode_psh` out of line).
 pub fn decode_header(buf: &[u8], lim: &DecodeLimits) -> Result<Option<FrameHeader>, ProtocolError> {
     let Some(ch) = buf.get(..CH_LEN) else {
         return Ok(None);
@@ -553,7 +556,7 @@ impl CommonHeader {
 
 /// Sequence (only ICReq/ICResp and TermReq before the IC exchange, no ICReq/ICResp after it),
 /// HLEN and HDGSTF. (The type itself was checked by [`rx_hlen`].)
-#[inline]
+#[inline(always)]
 fn check_common_header(c: &CommonHeader, established: bool) -> Result<(), Reject> {
     use pdu_type as t;
     let is_ic = c.ty == t::IC_REQ || c.ty == t::IC_RESP;
@@ -598,7 +601,7 @@ impl DataSpan {
 }
 
 /// PLEN, PDO and DDGSTF of the type, and from them where the data is.
-#[inline]
+#[inline(always)]
 fn framing(c: &CommonHeader, pda: u8) -> Result<DataSpan, Reject> {
     use pdu_type as t;
     match c.ty {
@@ -655,7 +658,7 @@ fn frame_without_data(c: &CommonHeader) -> Result<DataSpan, Reject> {
 
 /// CapsuleCmd, H2CData, C2HData: data if PLEN goes past the header, at the PDO the negotiated
 /// HDGST and PDA give, followed by a data digest if negotiated.
-#[inline]
+#[inline(always)]
 fn frame_with_data(c: &CommonHeader, pda: u8) -> Result<DataSpan, Reject> {
     if c.plen < c.header_len {
         return Err(Reject::field(fei::PLEN, "PLEN smaller than the header"));
@@ -735,7 +738,7 @@ fn check_header_digest(h: &[u8], c: &CommonHeader) -> Result<(), Reject> {
 }
 
 /// The PDU-specific header of each type, from the whole header `h`; `data_len` from [`framing`].
-#[inline]
+#[inline(always)]
 fn decode_psh(h: &[u8], c: &CommonHeader, data_len: usize) -> Result<Pdu<'static>, Reject> {
     use pdu_type as t;
     match c.ty {
@@ -752,7 +755,7 @@ fn decode_psh(h: &[u8], c: &CommonHeader, data_len: usize) -> Result<Pdu<'static
 }
 
 /// ICReq/ICResp: PFV 0, PDA ≤ 31; ICResp MAXH2CDATA ≥ 4096 and a multiple of 4.
-#[inline]
+#[inline(always)]
 fn decode_ic(h: &[u8], ty: u8) -> Result<Pdu<'static>, Reject> {
     let pfv = le16(h, 8);
     if pfv != 0 {
@@ -810,7 +813,7 @@ fn decode_term_req(h: &[u8], ty: u8) -> Pdu<'static> {
 }
 
 /// CapsuleCmd: the SQE; with in-capsule data, SGL1 must describe exactly that data.
-#[inline]
+#[inline(always)]
 fn decode_capsule_cmd(h: &[u8], data_len: usize) -> Result<Pdu<'static>, Reject> {
     let mut sqe = Sqe([0; 64]);
     sqe.0.copy_from_slice(&h[CH_LEN..HLEN_CAPSULE_CMD]);
@@ -1656,14 +1659,9 @@ mod tests {
         assert!(out.is_empty());
     }
 
-    /// Hot-path timing of [`decode_header`] alone (issue 24): 10M headers of each common type,
-    /// digests off and on. `cargo test --release -p nvmf-tcp -- --ignored --nocapture`.
-    #[test]
-    #[ignore = "timing, run in release by hand"]
-    fn decode_header_timing() {
-        use std::hint::black_box;
-        use std::time::Instant;
-        const N: u32 = 10_000_000;
+    /// Valid headers of each common data-path type, digests off and on, with the receiving role:
+    /// the inputs of the timing loops.
+    pub(super) fn timing_headers() -> Vec<(String, Role, Digests, Vec<u8>)> {
         let data = [0x5Au8; 4096];
         let d = DataHdr {
             cccid: 7,
@@ -1673,64 +1671,70 @@ mod tests {
             last: true,
             success: false,
         };
+        let r2t = R2t {
+            cccid: 7,
+            ttag: 3,
+            r2to: 0,
+            r2tl: 4096,
+        };
+        let cqe = Cqe::new(CommandId(7), nvme_spec::QueueId(1), Status::SUCCESS);
+        let mut sqe = Sqe::new(0x01, CommandId(7));
+        sqe.set_sgl_transport(4096);
+        let mut icd_sqe = Sqe::new(0x01, CommandId(8));
+        icd_sqe.set_sgl_icd(4096);
+        let mut out = Vec::new();
         for dig in [Digests::NONE, Digests::BOTH] {
-            let mut sqe = Sqe::new(0x01, CommandId(7));
-            sqe.set_sgl_transport(4096);
-            let mut icd_sqe = Sqe::new(0x01, CommandId(8));
-            icd_sqe.set_sgl_icd(4096);
-            let cases: Vec<(&str, Role, Vec<u8>)> = vec![
-                ("CapsuleCmd", Role::Target, {
-                    let mut o = Vec::new();
-                    encode_capsule_cmd(&mut o, dig, 0, &sqe, &[]);
-                    o
-                }),
-                ("CapsuleCmd+4K ICD", Role::Target, {
-                    let mut o = Vec::new();
-                    encode_capsule_cmd(&mut o, dig, 0, &icd_sqe, &data);
-                    o
-                }),
-                ("H2CData 4K", Role::Target, {
-                    let mut o = Vec::new();
-                    encode_h2c_data(&mut o, dig, 0, &d, &data);
-                    o
-                }),
-                ("CapsuleResp", Role::Host, {
-                    let mut o = Vec::new();
-                    let cqe = Cqe::new(CommandId(7), nvme_spec::QueueId(1), Status::SUCCESS);
-                    encode_capsule_resp(&mut o, dig, &cqe);
-                    o
-                }),
-                ("C2HData 4K", Role::Host, {
-                    let mut o = Vec::new();
-                    encode_c2h_data(&mut o, dig, 0, &d, &data);
-                    o
-                }),
-                ("R2T", Role::Host, {
-                    let mut o = Vec::new();
-                    let r = R2t {
-                        cccid: 7,
-                        ttag: 3,
-                        r2to: 0,
-                        r2tl: 4096,
-                    };
-                    encode_r2t(&mut o, dig, &r);
-                    o
-                }),
-            ];
-            for (name, role, buf) in cases {
-                let l = lim(role, Some(dig), 0);
-                assert!(decode_header(&buf, &l).unwrap().is_some(), "{name}");
-                let start = Instant::now();
-                for _ in 0..N {
-                    let r = decode_header(black_box(&buf), black_box(&l));
-                    black_box(&r);
-                }
-                let ns = start.elapsed().as_secs_f64() * 1e9 / f64::from(N);
-                println!(
-                    "decode_header {name:<18} hd={} dd={}: {ns:6.2} ns/header",
-                    dig.hdgst, dig.ddgst
-                );
-            }
+            let mut add = |name: &str, role: Role, enc: &dyn Fn(&mut Vec<u8>)| {
+                let mut o = Vec::new();
+                enc(&mut o);
+                let name = format!("{name:<18} hd={} dd={}", dig.hdgst, dig.ddgst);
+                out.push((name, role, dig, o));
+            };
+            add("CapsuleCmd", Role::Target, &|o| {
+                encode_capsule_cmd(o, dig, 0, &sqe, &[])
+            });
+            add("CapsuleCmd+4K ICD", Role::Target, &|o| {
+                encode_capsule_cmd(o, dig, 0, &icd_sqe, &data)
+            });
+            add("H2CData 4K", Role::Target, &|o| {
+                encode_h2c_data(o, dig, 0, &d, &data)
+            });
+            add("CapsuleResp", Role::Host, &|o| {
+                encode_capsule_resp(o, dig, &cqe)
+            });
+            add("C2HData 4K", Role::Host, &|o| {
+                encode_c2h_data(o, dig, 0, &d, &data)
+            });
+            add("R2T", Role::Host, &|o| encode_r2t(o, dig, &r2t));
+        }
+        out
+    }
+
+    /// Nanoseconds per call of `decode` on `buf`, over `n` calls.
+    pub(super) fn ns_per_header<R>(
+        decode: impl Fn(&[u8], &DecodeLimits) -> R,
+        buf: &[u8],
+        l: &DecodeLimits,
+        n: u32,
+    ) -> f64 {
+        use std::hint::black_box;
+        let start = std::time::Instant::now();
+        for _ in 0..n {
+            black_box(decode(black_box(buf), black_box(l)));
+        }
+        start.elapsed().as_secs_f64() * 1e9 / f64::from(n)
+    }
+
+    /// Hot-path timing of [`decode_header`] alone (issue 24): 10M headers of each common type,
+    /// digests off and on. `cargo test --release -p nvmf-tcp -- --ignored --nocapture`.
+    #[test]
+    #[ignore = "timing, run in release by hand"]
+    fn decode_header_timing() {
+        for (name, role, dig, buf) in timing_headers() {
+            let l = lim(role, Some(dig), 0);
+            assert!(decode_header(&buf, &l).unwrap().is_some(), "{name}");
+            let ns = ns_per_header(decode_header, &buf, &l, 10_000_000);
+            println!("decode_header {name}: {ns:6.2} ns/header");
         }
     }
 

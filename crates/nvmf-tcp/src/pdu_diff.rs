@@ -844,3 +844,56 @@ fn structured_generator_coverage() {
         println!("{n:>8} {k}");
     }
 }
+
+/// A/B timing of the split decoder against the frozen copy, interleaved so that both see the
+/// same machine load: 5 rounds of 2M headers each, median per side.
+/// `cargo test --release -p nvmf-tcp --lib -- --ignored --nocapture vs_reference`.
+#[test]
+#[ignore = "timing, run in release by hand"]
+fn decode_header_vs_reference_timing() {
+    use super::tests::{ns_per_header, timing_headers};
+    // NaN for a side that did not run.
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+    };
+    // PDU_TIMING_CASE=<substring of the name> times only the matching headers.
+    let case = std::env::var("PDU_TIMING_CASE").unwrap_or_default();
+    for (name, role, dig, buf) in timing_headers() {
+        if !name.contains(&case) {
+            continue;
+        }
+        let lim = DecodeLimits {
+            role,
+            digests: Some(dig),
+            pda: 0,
+            max_icd: 8192,
+            max_data: 65536,
+        };
+        assert_eq!(
+            decode_header(&buf, &lim),
+            decode_header_reference(&buf, &lim)
+        );
+        // PDU_TIMING_ONLY=split|reference runs one side, PDU_TIMING_N sets the calls per round
+        // (for counting instructions under `valgrind --tool=callgrind`).
+        let only = std::env::var("PDU_TIMING_ONLY").unwrap_or_default();
+        let n = std::env::var("PDU_TIMING_N").map_or(2_000_000, |v| v.parse().unwrap());
+        let (mut new, mut old) = (Vec::new(), Vec::new());
+        for round in 0..5 {
+            // Alternate which side goes first, so neither always runs on a warmer machine.
+            for side in [round % 2, 1 - round % 2] {
+                if side == 0 && only != "reference" {
+                    new.push(ns_per_header(decode_header, &buf, &lim, n));
+                }
+                if side == 1 && only != "split" {
+                    old.push(ns_per_header(decode_header_reference, &buf, &lim, n));
+                }
+            }
+        }
+        println!(
+            "{name}: split {:6.2} ns, reference {:6.2} ns",
+            median(new),
+            median(old)
+        );
+    }
+}
