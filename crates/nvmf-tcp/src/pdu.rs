@@ -438,9 +438,9 @@ fn put32(b: &mut [u8], off: usize, v: u32) {
 /// The steps, in the order of the module docs' table: the PDU type, `check_common_header`
 /// (sequence, HLEN, HDGSTF), `framing` (PLEN, PDO, DDGSTF: where the data is) and
 /// `check_data_limits`, all from the common header alone; then, once the whole header is here,
-/// `check_header_digest` and `decode_psh`. Each part is called once and `#[inline(always)]`, so
-/// this is still one function in the compiled code, as it is on every PDU of the data path
-/// (with plain `#[inline]` a release build kept `decode_psh` out of line).
+/// `check_header_digest`, `check_psh` and `read_psh`. Each part is called once and
+/// `#[inline(always)]`, so this is still one function in the compiled code, as it is on every
+/// PDU of the data path (with plain `#[inline]` a release build kept the PSH part out of line).
 pub fn decode_header(buf: &[u8], lim: &DecodeLimits) -> Result<Option<FrameHeader>, ProtocolError> {
     let Some(ch) = buf.get(..CH_LEN) else {
         return Ok(None);
@@ -469,9 +469,9 @@ pub fn decode_header(buf: &[u8], lim: &DecodeLimits) -> Result<Option<FrameHeade
         return Ok(None);
     };
     check_header_digest(h, &c).map_err(reject)?;
-    let pdu = decode_psh(h, &c, data.len).map_err(reject)?;
+    check_psh(h, &c, data.len).map_err(reject)?;
     Ok(Some(FrameHeader {
-        pdu,
+        pdu: read_psh(h, &c),
         plen: c.plen,
         header_len: c.header_len,
         data_off: data.off,
@@ -737,139 +737,175 @@ fn check_header_digest(h: &[u8], c: &CommonHeader) -> Result<(), Reject> {
     Ok(())
 }
 
-/// The PDU-specific header of each type, from the whole header `h`; `data_len` from [`framing`].
+/// The checks on the PDU-specific header of each type, in the whole header `h`; `data_len` is
+/// from `framing`. [`read_psh`] then reads the fields: checking first and building the [`Pdu`]
+/// last lets the compiler build it in place (a `Result<Pdu, _>` in between cost a copy of the
+/// SQE per CapsuleCmd).
 #[inline(always)]
-fn decode_psh(h: &[u8], c: &CommonHeader, data_len: usize) -> Result<Pdu<'static>, Reject> {
+fn check_psh(h: &[u8], c: &CommonHeader, data_len: usize) -> Result<(), Reject> {
     use pdu_type as t;
     match c.ty {
-        t::IC_REQ | t::IC_RESP => decode_ic(h, c.ty),
-        t::H2C_TERM_REQ | t::C2H_TERM_REQ => Ok(decode_term_req(h, c.ty)),
-        t::CAPSULE_CMD => decode_capsule_cmd(h, data_len),
-        t::CAPSULE_RESP => Ok(decode_capsule_resp(h)),
-        t::H2C_DATA => decode_h2c_data(h, c.flags, data_len),
-        t::C2H_DATA => decode_c2h_data(h, c.flags, data_len),
-        t::R2T => decode_r2t(h),
+        t::IC_REQ | t::IC_RESP => check_ic(h, c.ty),
+        t::H2C_TERM_REQ | t::C2H_TERM_REQ | t::CAPSULE_RESP => Ok(()),
+        t::CAPSULE_CMD => check_capsule_cmd(h, data_len),
+        t::H2C_DATA => check_h2c_data(h, c.flags, data_len),
+        t::C2H_DATA => check_c2h_data(h, c.flags, data_len),
+        t::R2T => check_r2t(h),
         // rx_hlen() accepted only the types above.
         _ => Err(Reject::field(fei::PDU_TYPE, "PDU type not valid")),
     }
 }
 
+/// The PDU-specific header of each type, once [`check_psh`] has passed (data slices empty, filled
+/// in by [`FrameHeader::decode_body`]).
+#[inline(always)]
+fn read_psh(h: &[u8], c: &CommonHeader) -> Pdu<'static> {
+    use pdu_type as t;
+    match c.ty {
+        t::IC_REQ => Pdu::IcReq(IcReq {
+            pfv: le16(h, 8),
+            hpda: h[10],
+            digests: Digests::from_bits(h[11]),
+            maxr2t: le32(h, 12),
+        }),
+        t::IC_RESP => Pdu::IcResp(IcResp {
+            pfv: le16(h, 8),
+            cpda: h[10],
+            digests: Digests::from_bits(h[11]),
+            maxh2cdata: le32(h, 12),
+        }),
+        t::H2C_TERM_REQ => Pdu::H2cTermReq(read_term_req(h)),
+        t::C2H_TERM_REQ => Pdu::C2hTermReq(read_term_req(h)),
+        t::CAPSULE_CMD => {
+            let mut sqe = Sqe([0; 64]);
+            sqe.0.copy_from_slice(&h[CH_LEN..HLEN_CAPSULE_CMD]);
+            Pdu::CapsuleCmd { sqe, data: &[] }
+        }
+        t::CAPSULE_RESP => {
+            let mut cqe = [0u8; 16];
+            cqe.copy_from_slice(&h[CH_LEN..HLEN_CAPSULE_RESP]);
+            Pdu::CapsuleResp(Cqe::decode(&cqe))
+        }
+        t::H2C_DATA => Pdu::H2cData {
+            hdr: read_data_hdr(h, c.flags, le16(h, 10), false),
+            data: &[],
+        },
+        t::C2H_DATA => Pdu::C2hData {
+            hdr: read_data_hdr(h, c.flags, 0, c.has(flags::SUCCESS)),
+            data: &[],
+        },
+        // R2T: check_psh() let no other type through.
+        _ => Pdu::R2t(R2t {
+            cccid: le16(h, 8),
+            ttag: le16(h, 10),
+            r2to: le32(h, 12),
+            r2tl: le32(h, 16),
+        }),
+    }
+}
+
 /// ICReq/ICResp: PFV 0, PDA ≤ 31; ICResp MAXH2CDATA ≥ 4096 and a multiple of 4.
 #[inline(always)]
-fn decode_ic(h: &[u8], ty: u8) -> Result<Pdu<'static>, Reject> {
-    let pfv = le16(h, 8);
-    if pfv != 0 {
+fn check_ic(h: &[u8], ty: u8) -> Result<(), Reject> {
+    if le16(h, 8) != 0 {
         return Err(Reject::new(
             Fes::UnsupportedParameter,
             fei::PFV,
             "PFV not supported",
         ));
     }
-    let pda = h[10];
-    if pda > MAX_PDA {
+    if h[10] > MAX_PDA {
         return Err(Reject::new(
             Fes::UnsupportedParameter,
             fei::PDA,
             "PDA above 31",
         ));
     }
-    let digests = Digests::from_bits(h[11]);
-    let v = le32(h, 12);
-    if ty == pdu_type::IC_REQ {
-        return Ok(Pdu::IcReq(IcReq {
-            pfv,
-            hpda: pda,
-            digests,
-            maxr2t: v,
-        }));
-    }
-    if v < MIN_MAXH2CDATA || !v.is_multiple_of(4) {
+    let maxh2cdata = le32(h, 12);
+    if ty == pdu_type::IC_RESP && (maxh2cdata < MIN_MAXH2CDATA || !maxh2cdata.is_multiple_of(4)) {
         return Err(Reject::field(
             fei::MAXR2T_MAXH2CDATA,
             "MAXH2CDATA below 4096 or not a multiple of 4",
         ));
     }
-    Ok(Pdu::IcResp(IcResp {
-        pfv,
-        cpda: pda,
-        digests,
-        maxh2cdata: v,
-    }))
+    Ok(())
 }
 
 /// H2CTermReq/C2HTermReq: FES and FEI (the echoed header is borrowed by `decode_body`).
 #[inline(always)]
-fn decode_term_req(h: &[u8], ty: u8) -> Pdu<'static> {
-    let t = TermReq {
+fn read_term_req(h: &[u8]) -> TermReq<'static> {
+    TermReq {
         fes: le16(h, 8),
         fei: le32(h, 10),
         hdr: &[],
-    };
-    if ty == pdu_type::H2C_TERM_REQ {
-        Pdu::H2cTermReq(t)
-    } else {
-        Pdu::C2hTermReq(t)
     }
 }
 
-/// CapsuleCmd: the SQE; with in-capsule data, SGL1 must describe exactly that data.
+/// CapsuleCmd with in-capsule data: SGL1 (SQE bytes 24..40) must describe exactly that data.
 #[inline(always)]
-fn decode_capsule_cmd(h: &[u8], data_len: usize) -> Result<Pdu<'static>, Reject> {
-    let mut sqe = Sqe([0; 64]);
-    sqe.0.copy_from_slice(&h[CH_LEN..HLEN_CAPSULE_CMD]);
-    if data_len > 0 {
-        if sqe.sgl_type() != nvme_spec::sqe::SGL_ICD {
-            return Err(Reject::field(
-                fei::SGL_TYPE,
-                "in-capsule data without an in-capsule SGL",
-            ));
-        }
-        if le64(h, fei::SGL_ADDR as usize) != 0 {
-            return Err(Reject::new(
-                Fes::UnsupportedParameter,
-                fei::SGL_ADDR,
-                "in-capsule data offset not 0",
-            ));
-        }
-        if usize::try_from(sqe.sgl_len()).ok() != Some(data_len) {
-            return Err(Reject::field(
-                fei::SGL_LEN,
-                "SGL length differs from in-capsule data",
-            ));
-        }
+fn check_capsule_cmd(h: &[u8], data_len: usize) -> Result<(), Reject> {
+    if data_len == 0 {
+        return Ok(());
     }
-    Ok(Pdu::CapsuleCmd { sqe, data: &[] })
-}
-
-/// CapsuleResp: the CQE.
-#[inline(always)]
-fn decode_capsule_resp(h: &[u8]) -> Pdu<'static> {
-    let mut c = [0u8; 16];
-    c.copy_from_slice(&h[CH_LEN..HLEN_CAPSULE_RESP]);
-    Pdu::CapsuleResp(Cqe::decode(&c))
+    if h[fei::SGL_TYPE as usize] != nvme_spec::sqe::SGL_ICD {
+        return Err(Reject::field(
+            fei::SGL_TYPE,
+            "in-capsule data without an in-capsule SGL",
+        ));
+    }
+    if le64(h, fei::SGL_ADDR as usize) != 0 {
+        return Err(Reject::new(
+            Fes::UnsupportedParameter,
+            fei::SGL_ADDR,
+            "in-capsule data offset not 0",
+        ));
+    }
+    if usize::try_from(le32(h, fei::SGL_LEN as usize)).ok() != Some(data_len) {
+        return Err(Reject::field(
+            fei::SGL_LEN,
+            "SGL length differs from in-capsule data",
+        ));
+    }
+    Ok(())
 }
 
 /// H2CData: no SUCCESS flag, then the data header checks.
 #[inline(always)]
-fn decode_h2c_data(h: &[u8], flags: u8, data_len: usize) -> Result<Pdu<'static>, Reject> {
+fn check_h2c_data(h: &[u8], flags: u8, data_len: usize) -> Result<(), Reject> {
     if flags & flags::SUCCESS != 0 {
         return Err(Reject::field(fei::FLAGS, "SUCCESS flag on H2CData"));
     }
-    let d = read_data_hdr(h, flags, le16(h, 10), false);
-    check_data_hdr(&d, data_len)?;
-    Ok(Pdu::H2cData { hdr: d, data: &[] })
+    check_datao_datal(h, data_len)
 }
 
 /// C2HData: SUCCESS only with LAST_PDU, then the data header checks.
 #[inline(always)]
-fn decode_c2h_data(h: &[u8], flags: u8, data_len: usize) -> Result<Pdu<'static>, Reject> {
-    let success = flags & flags::SUCCESS != 0;
-    if success && flags & flags::LAST_PDU == 0 {
+fn check_c2h_data(h: &[u8], flags: u8, data_len: usize) -> Result<(), Reject> {
+    if flags & flags::SUCCESS != 0 && flags & flags::LAST_PDU == 0 {
         return Err(Reject::field(fei::FLAGS, "SUCCESS without LAST_PDU"));
     }
-    let d = read_data_hdr(h, flags, 0, success);
-    check_data_hdr(&d, data_len)?;
-    Ok(Pdu::C2hData { hdr: d, data: &[] })
+    check_datao_datal(h, data_len)
+}
+
+/// H2CData/C2HData DATAL non-zero and equal to the data PLEN frames; DATAO + DATAL within 32
+/// bits.
+#[inline(always)]
+fn check_datao_datal(h: &[u8], data_len: usize) -> Result<(), Reject> {
+    let (datao, datal) = (le32(h, 12), le32(h, 16));
+    if datal == 0 || usize::try_from(datal).ok() != Some(data_len) {
+        return Err(Reject::field(
+            fei::DATAL,
+            "DATAL is 0 or does not match PLEN",
+        ));
+    }
+    if datao.checked_add(datal).is_none() {
+        return Err(Reject::new(
+            Fes::DataTransferOutOfRange,
+            0,
+            "DATAO + DATAL overflows",
+        ));
+    }
+    Ok(())
 }
 
 /// The H2CData/C2HData header fields (TTAG and SUCCESS as the type defines them).
@@ -885,41 +921,17 @@ fn read_data_hdr(h: &[u8], flags: u8, ttag: u16, success: bool) -> DataHdr {
     }
 }
 
-/// DATAL non-zero and equal to the data PLEN frames; DATAO + DATAL within 32 bits.
-#[inline(always)]
-fn check_data_hdr(d: &DataHdr, data_len: usize) -> Result<(), Reject> {
-    if d.datal == 0 || usize::try_from(d.datal).ok() != Some(data_len) {
-        return Err(Reject::field(
-            fei::DATAL,
-            "DATAL is 0 or does not match PLEN",
-        ));
-    }
-    if d.datao.checked_add(d.datal).is_none() {
-        return Err(Reject::new(
-            Fes::DataTransferOutOfRange,
-            0,
-            "DATAO + DATAL overflows",
-        ));
-    }
-    Ok(())
-}
-
 /// R2T: R2TL non-zero, R2TO + R2TL within 32 bits.
 #[inline(always)]
-fn decode_r2t(h: &[u8]) -> Result<Pdu<'static>, Reject> {
-    let r = R2t {
-        cccid: le16(h, 8),
-        ttag: le16(h, 10),
-        r2to: le32(h, 12),
-        r2tl: le32(h, 16),
-    };
-    if r.r2tl == 0 || r.r2to.checked_add(r.r2tl).is_none() {
+fn check_r2t(h: &[u8]) -> Result<(), Reject> {
+    let (r2to, r2tl) = (le32(h, 12), le32(h, 16));
+    if r2tl == 0 || r2to.checked_add(r2tl).is_none() {
         return Err(Reject::field(
             fei::DATAL,
             "R2TL is 0 or R2TO + R2TL overflows",
         ));
     }
-    Ok(Pdu::R2t(r))
+    Ok(())
 }
 
 /// Decode one PDU at the start of `buf` without role state: `Ok(None)` until it is complete.
