@@ -400,17 +400,19 @@ pub fn carries_digests(ty: u8) -> bool {
     )
 }
 
-#[inline]
+// Always inlined: with the parts of `decode_header` inlined into it, plain `#[inline]` left
+// `le32` out of line there (a call per field read on the data path).
+#[inline(always)]
 fn le16(b: &[u8], off: usize) -> u16 {
     u16::from_le_bytes([b[off], b[off + 1]])
 }
 
-#[inline]
+#[inline(always)]
 fn le32(b: &[u8], off: usize) -> u32 {
     u32::from_le_bytes([b[off], b[off + 1], b[off + 2], b[off + 3]])
 }
 
-#[inline]
+#[inline(always)]
 fn le64(b: &[u8], off: usize) -> u64 {
     let mut a = [0u8; 8];
     a.copy_from_slice(&b[off..off + 8]);
@@ -432,13 +434,18 @@ fn put32(b: &mut [u8], off: usize, v: u32) {
 /// `Ok(None)`: the header (HLEN + HDGST bytes of the type) is not complete yet. `Ok(Some(h))`: the
 /// header is valid; the PDU is complete once `buf.len() >= h.plen`. See the module docs for the
 /// checks and their FES/FEI.
+///
+/// The steps, in the order of the module docs' table: the PDU type, `check_common_header`
+/// (sequence, HLEN, HDGSTF), `framing` (PLEN, PDO, DDGSTF: where the data is) and
+/// `check_data_limits`, all from the common header alone; then, once the whole header is here,
+/// `check_header_digest`, `check_psh` and `read_psh`. Each part is called once and
+/// `#[inline(always)]`, so this is still one function in the compiled code, as it is on every
+/// PDU of the data path (with plain `#[inline]` a release build kept the PSH part out of line).
 pub fn decode_header(buf: &[u8], lim: &DecodeLimits) -> Result<Option<FrameHeader>, ProtocolError> {
-    use pdu_type as t;
     let Some(ch) = buf.get(..CH_LEN) else {
         return Ok(None);
     };
-    let ty = ch[0];
-    let Some(hlen) = rx_hlen(lim.role, ty) else {
+    let Some(hlen) = rx_hlen(lim.role, ch[0]) else {
         return Err(ProtocolError::new(
             Fes::InvalidHeaderField,
             fei::PDU_TYPE,
@@ -446,160 +453,260 @@ pub fn decode_header(buf: &[u8], lim: &DecodeLimits) -> Result<Option<FrameHeade
             "PDU type unknown or not valid in this direction",
         ));
     };
-    let established = lim.digests.is_some();
-    let dig = lim.digests.unwrap_or(Digests::NONE);
-    let dgst_type = carries_digests(ty);
-    let hdgst = dgst_type && dig.hdgst;
-    let header_len = hlen + if hdgst { DIGEST_LEN } else { 0 };
+    let c = CommonHeader::parse(ch, hlen, lim.digests);
     // Everything the 8-byte common header decides is judged as soon as it is here, before
     // waiting for the rest of the header (a peer that sends a bad CH and stalls gets its
-    // TermReq at once). These errors echo as much of the header as has arrived.
-    let early = &buf[..buf.len().min(header_len).min(TERM_REQ_MAX_ECHO)];
-    let err =
-        |fes: Fes, fei: u32, reason: &'static str| ProtocolError::new(fes, fei, early, reason);
+    // TermReq at once). These errors echo as much of the header as has arrived; once the whole
+    // header is here that is HLEN + HDGST bytes (at most 128), which the later errors echo too.
+    let echo = &buf[..buf.len().min(c.header_len).min(TERM_REQ_MAX_ECHO)];
+    let reject = |r: Reject| r.echoing(echo);
 
-    let is_ic = ty == t::IC_REQ || ty == t::IC_RESP;
-    let is_term = ty == t::H2C_TERM_REQ || ty == t::C2H_TERM_REQ;
+    check_common_header(&c, lim.digests.is_some()).map_err(reject)?;
+    let data = framing(&c, lim.pda).map_err(reject)?;
+    check_data_limits(c.ty, data.len, lim).map_err(reject)?;
+
+    let Some(h) = buf.get(..c.header_len) else {
+        return Ok(None);
+    };
+    check_header_digest(h, &c).map_err(reject)?;
+    check_psh(h, &c, data.len).map_err(reject)?;
+    Ok(Some(FrameHeader {
+        pdu: read_psh(h, &c),
+        plen: c.plen,
+        header_len: c.header_len,
+        data_off: data.off,
+        data_len: data.len,
+        ddgst: data.ddgst,
+    }))
+}
+
+/// A fatal header error before the echoed header is attached: [`decode_header`] turns it into a
+/// [`ProtocolError`] carrying as much of the header as has arrived.
+#[derive(Clone, Copy, Debug)]
+struct Reject {
+    fes: Fes,
+    fei: u32,
+    reason: &'static str,
+}
+
+impl Reject {
+    #[inline(always)]
+    fn new(fes: Fes, fei: u32, reason: &'static str) -> Reject {
+        Reject { fes, fei, reason }
+    }
+    /// FES 01h Invalid PDU Header Field, the most common one.
+    #[inline(always)]
+    fn field(fei: u32, reason: &'static str) -> Reject {
+        Reject::new(Fes::InvalidHeaderField, fei, reason)
+    }
+    #[inline(always)]
+    fn echoing(self, hdr: &[u8]) -> ProtocolError {
+        ProtocolError::new(self.fes, self.fei, hdr, self.reason)
+    }
+}
+
+/// The common header of a PDU whose type is legal for the receiving role, with what follows from
+/// the type and the negotiated digests. Nothing but the type is checked yet.
+#[derive(Clone, Copy, Debug)]
+struct CommonHeader {
+    ty: u8,
+    flags: u8,
+    /// The HLEN byte as received.
+    hlen_field: u8,
+    /// The fixed HLEN of the type.
+    hlen: usize,
+    pdo: usize,
+    plen: usize,
+    /// Negotiated digests ([`Digests::NONE`] before the IC exchange).
+    dig: Digests,
+    /// The type carries digests once negotiated ([`carries_digests`]).
+    dgst_type: bool,
+    /// A header digest follows the PSH.
+    hdgst: bool,
+    /// HLEN + HDGST.
+    header_len: usize,
+}
+
+impl CommonHeader {
+    #[inline(always)]
+    fn parse(ch: &[u8], hlen: usize, digests: Option<Digests>) -> CommonHeader {
+        let ty = ch[0];
+        let dig = digests.unwrap_or(Digests::NONE);
+        let dgst_type = carries_digests(ty);
+        let hdgst = dgst_type && dig.hdgst;
+        CommonHeader {
+            ty,
+            flags: ch[1],
+            hlen_field: ch[2],
+            hlen,
+            pdo: usize::from(ch[3]),
+            plen: usize::try_from(le32(ch, 4)).unwrap_or(usize::MAX),
+            dig,
+            dgst_type,
+            hdgst,
+            header_len: hlen + if hdgst { DIGEST_LEN } else { 0 },
+        }
+    }
+
+    #[inline(always)]
+    fn has(&self, flag: u8) -> bool {
+        self.flags & flag != 0
+    }
+}
+
+/// Sequence (only ICReq/ICResp and TermReq before the IC exchange, no ICReq/ICResp after it),
+/// HLEN and HDGSTF. (The type itself was checked by [`rx_hlen`].)
+#[inline(always)]
+fn check_common_header(c: &CommonHeader, established: bool) -> Result<(), Reject> {
+    use pdu_type as t;
+    let is_ic = c.ty == t::IC_REQ || c.ty == t::IC_RESP;
+    let is_term = c.ty == t::H2C_TERM_REQ || c.ty == t::C2H_TERM_REQ;
     if !established && !is_ic && !is_term {
-        return Err(err(
+        return Err(Reject::new(
             Fes::PduSequenceError,
             0,
             "PDU before the ICReq/ICResp exchange",
         ));
     }
     if established && is_ic {
-        return Err(err(Fes::PduSequenceError, 0, "second ICReq/ICResp"));
+        return Err(Reject::new(Fes::PduSequenceError, 0, "second ICReq/ICResp"));
     }
-
-    let flags = ch[1];
-    let pdo = usize::from(ch[3]);
-    let plen = usize::try_from(le32(ch, 4)).unwrap_or(usize::MAX);
-    if usize::from(ch[2]) != hlen {
-        return Err(err(
-            Fes::InvalidHeaderField,
-            fei::HLEN,
-            "HLEN does not match the PDU type",
-        ));
+    if usize::from(c.hlen_field) != c.hlen {
+        return Err(Reject::field(fei::HLEN, "HLEN does not match the PDU type"));
     }
-    if dgst_type && (flags & flags::HDGSTF != 0) != hdgst {
-        return Err(err(
-            Fes::InvalidHeaderField,
+    if c.dgst_type && c.has(flags::HDGSTF) != c.hdgst {
+        return Err(Reject::field(
             fei::FLAGS,
             "HDGSTF does not match negotiation",
         ));
     }
-    // Framing: PLEN, PDO, DDGSTF, and where the data is.
-    let (data_off, data_len, ddgst) = match ty {
-        t::IC_REQ | t::IC_RESP => {
-            if plen != HLEN_IC {
-                return Err(err(
-                    Fes::InvalidHeaderField,
-                    fei::PLEN,
-                    "ICReq/ICResp PLEN is not 128",
-                ));
-            }
-            if pdo != 0 {
-                return Err(err(Fes::InvalidHeaderField, fei::PDO, "PDO must be 0"));
-            }
-            (0, 0, false)
-        }
-        t::H2C_TERM_REQ | t::C2H_TERM_REQ => {
-            if !(HLEN_TERM..=TERM_REQ_MAX_PLEN).contains(&plen) {
-                return Err(err(
-                    Fes::InvalidHeaderField,
-                    fei::PLEN,
-                    "TermReq PLEN out of range",
-                ));
-            }
-            // The echoed header is carried without a data PDO (SPDK sends 0); tolerate HLEN too.
-            if pdo != 0 && pdo != HLEN_TERM {
-                return Err(err(
-                    Fes::InvalidHeaderField,
-                    fei::PDO,
-                    "TermReq PDO invalid",
-                ));
-            }
-            (0, 0, false)
-        }
-        t::CAPSULE_RESP | t::R2T => {
-            if plen != header_len {
-                return Err(err(
-                    Fes::InvalidHeaderField,
-                    fei::PLEN,
-                    "PLEN must be HLEN + HDGST",
-                ));
-            }
-            if pdo != 0 {
-                return Err(err(Fes::InvalidHeaderField, fei::PDO, "PDO must be 0"));
-            }
-            if flags & flags::DDGSTF != 0 {
-                return Err(err(
-                    Fes::InvalidHeaderField,
-                    fei::FLAGS,
-                    "DDGSTF set on a PDU without data",
-                ));
-            }
-            (0, 0, false)
-        }
-        // CapsuleCmd, H2CData, C2HData.
-        _ => {
-            if plen < header_len {
-                return Err(err(
-                    Fes::InvalidHeaderField,
-                    fei::PLEN,
-                    "PLEN smaller than the header",
-                ));
-            }
-            if plen == header_len {
-                if pdo != 0 {
-                    return Err(err(
-                        Fes::InvalidHeaderField,
-                        fei::PDO,
-                        "PDO must be 0 without data",
-                    ));
-                }
-                if flags & flags::DDGSTF != 0 {
-                    return Err(err(
-                        Fes::InvalidHeaderField,
-                        fei::FLAGS,
-                        "DDGSTF set on a PDU without data",
-                    ));
-                }
-                (0, 0, false)
-            } else {
-                if pdo != data_pdo(hlen, hdgst, lim.pda) || pdo > plen {
-                    return Err(err(
-                        Fes::InvalidHeaderField,
-                        fei::PDO,
-                        "PDO does not match HLEN, HDGST and PDA",
-                    ));
-                }
-                if (flags & flags::DDGSTF != 0) != dig.ddgst {
-                    return Err(err(
-                        Fes::InvalidHeaderField,
-                        fei::FLAGS,
-                        "DDGSTF does not match negotiation",
-                    ));
-                }
-                let ddgst_len = if dig.ddgst { DIGEST_LEN } else { 0 };
-                let data_len = match plen.checked_sub(pdo + ddgst_len) {
-                    Some(n) if n > 0 => n,
-                    _ => {
-                        return Err(err(
-                            Fes::InvalidHeaderField,
-                            fei::PLEN,
-                            "PLEN too small for PDO and digest",
-                        ));
-                    }
-                };
-                (pdo, data_len, dig.ddgst)
-            }
-        }
-    };
+    Ok(())
+}
 
-    // Limits that follow from PLEN alone.
+/// Where a PDU's data is: offset (PDO), length, and whether a data digest follows it.
+#[derive(Clone, Copy, Debug)]
+struct DataSpan {
+    off: usize,
+    len: usize,
+    ddgst: bool,
+}
+
+impl DataSpan {
+    /// A PDU without data.
+    const NONE: DataSpan = DataSpan {
+        off: 0,
+        len: 0,
+        ddgst: false,
+    };
+}
+
+/// PLEN, PDO and DDGSTF of the type, and from them where the data is.
+#[inline(always)]
+fn framing(c: &CommonHeader, pda: u8) -> Result<DataSpan, Reject> {
+    use pdu_type as t;
+    match c.ty {
+        t::IC_REQ | t::IC_RESP => frame_ic(c),
+        t::H2C_TERM_REQ | t::C2H_TERM_REQ => frame_term_req(c),
+        t::CAPSULE_RESP | t::R2T => frame_without_data(c),
+        // CapsuleCmd, H2CData, C2HData.
+        _ => frame_with_data(c, pda),
+    }
+}
+
+/// ICReq/ICResp: PLEN 128, no data.
+#[inline(always)]
+fn frame_ic(c: &CommonHeader) -> Result<DataSpan, Reject> {
+    if c.plen != HLEN_IC {
+        return Err(Reject::field(fei::PLEN, "ICReq/ICResp PLEN is not 128"));
+    }
+    if c.pdo != 0 {
+        return Err(Reject::field(fei::PDO, "PDO must be 0"));
+    }
+    Ok(DataSpan::NONE)
+}
+
+/// TermReq: HLEN plus up to 128 echoed bytes, which are not data.
+#[inline(always)]
+fn frame_term_req(c: &CommonHeader) -> Result<DataSpan, Reject> {
+    if !(HLEN_TERM..=TERM_REQ_MAX_PLEN).contains(&c.plen) {
+        return Err(Reject::field(fei::PLEN, "TermReq PLEN out of range"));
+    }
+    // The echoed header is carried without a data PDO (SPDK sends 0); tolerate HLEN too.
+    if c.pdo != 0 && c.pdo != HLEN_TERM {
+        return Err(Reject::field(fei::PDO, "TermReq PDO invalid"));
+    }
+    Ok(DataSpan::NONE)
+}
+
+/// CapsuleResp, R2T: never data, so PLEN is HLEN + HDGST, PDO 0 and no DDGSTF.
+#[inline(always)]
+fn frame_without_data(c: &CommonHeader) -> Result<DataSpan, Reject> {
+    if c.plen != c.header_len {
+        return Err(Reject::field(fei::PLEN, "PLEN must be HLEN + HDGST"));
+    }
+    if c.pdo != 0 {
+        return Err(Reject::field(fei::PDO, "PDO must be 0"));
+    }
+    if c.has(flags::DDGSTF) {
+        return Err(Reject::field(
+            fei::FLAGS,
+            "DDGSTF set on a PDU without data",
+        ));
+    }
+    Ok(DataSpan::NONE)
+}
+
+/// CapsuleCmd, H2CData, C2HData: data if PLEN goes past the header, at the PDO the negotiated
+/// HDGST and PDA give, followed by a data digest if negotiated.
+#[inline(always)]
+fn frame_with_data(c: &CommonHeader, pda: u8) -> Result<DataSpan, Reject> {
+    if c.plen < c.header_len {
+        return Err(Reject::field(fei::PLEN, "PLEN smaller than the header"));
+    }
+    if c.plen == c.header_len {
+        if c.pdo != 0 {
+            return Err(Reject::field(fei::PDO, "PDO must be 0 without data"));
+        }
+        if c.has(flags::DDGSTF) {
+            return Err(Reject::field(
+                fei::FLAGS,
+                "DDGSTF set on a PDU without data",
+            ));
+        }
+        return Ok(DataSpan::NONE);
+    }
+    if c.pdo != data_pdo(c.hlen, c.hdgst, pda) || c.pdo > c.plen {
+        return Err(Reject::field(
+            fei::PDO,
+            "PDO does not match HLEN, HDGST and PDA",
+        ));
+    }
+    if c.has(flags::DDGSTF) != c.dig.ddgst {
+        return Err(Reject::field(
+            fei::FLAGS,
+            "DDGSTF does not match negotiation",
+        ));
+    }
+    let ddgst_len = if c.dig.ddgst { DIGEST_LEN } else { 0 };
+    match c.plen.checked_sub(c.pdo + ddgst_len) {
+        Some(len) if len > 0 => Ok(DataSpan {
+            off: c.pdo,
+            len,
+            ddgst: c.dig.ddgst,
+        }),
+        _ => Err(Reject::field(
+            fei::PLEN,
+            "PLEN too small for PDO and digest",
+        )),
+    }
+}
+
+/// The limits that follow from PLEN alone: in-capsule data and data PDU DATA sizes.
+#[inline(always)]
+fn check_data_limits(ty: u8, data_len: usize, lim: &DecodeLimits) -> Result<(), Reject> {
+    use pdu_type as t;
     if ty == t::CAPSULE_CMD && data_len > usize::try_from(lim.max_icd).unwrap_or(usize::MAX) {
-        return Err(err(
+        return Err(Reject::new(
             Fes::DataTransferLimitExceeded,
             0,
             "in-capsule data exceeds the limit",
@@ -608,188 +715,223 @@ pub fn decode_header(buf: &[u8], lim: &DecodeLimits) -> Result<Option<FrameHeade
     if (ty == t::H2C_DATA || ty == t::C2H_DATA)
         && data_len > usize::try_from(lim.max_data).unwrap_or(usize::MAX)
     {
-        return Err(err(
+        return Err(Reject::new(
             Fes::DataTransferLimitExceeded,
             0,
             "DATAL exceeds the negotiated maximum",
         ));
     }
+    Ok(())
+}
 
-    let Some(h) = buf.get(..header_len) else {
-        return Ok(None);
-    };
-    let echo = &h[..header_len.min(TERM_REQ_MAX_ECHO)];
-    let err = |fes: Fes, fei: u32, reason: &'static str| ProtocolError::new(fes, fei, echo, reason);
-    if hdgst && le32(h, hlen) != digest::crc32c(&h[..hlen]) {
-        return Err(err(Fes::HeaderDigestError, 0, "header digest mismatch"));
+/// HDGST, if negotiated for the type, over the HLEN bytes of `h` (the whole header).
+#[inline(always)]
+fn check_header_digest(h: &[u8], c: &CommonHeader) -> Result<(), Reject> {
+    if c.hdgst && le32(h, c.hlen) != digest::crc32c(&h[..c.hlen]) {
+        return Err(Reject::new(
+            Fes::HeaderDigestError,
+            0,
+            "header digest mismatch",
+        ));
     }
+    Ok(())
+}
 
-    let data_hdr = |h: &[u8], ttag: u16, success: bool| DataHdr {
+/// The checks on the PDU-specific header of each type, in the whole header `h`; `data_len` is
+/// from `framing`. [`read_psh`] then reads the fields: checking first and building the [`Pdu`]
+/// last lets the compiler build it in place (a `Result<Pdu, _>` in between cost a copy of the
+/// SQE per CapsuleCmd).
+#[inline(always)]
+fn check_psh(h: &[u8], c: &CommonHeader, data_len: usize) -> Result<(), Reject> {
+    use pdu_type as t;
+    match c.ty {
+        t::IC_REQ | t::IC_RESP => check_ic(h, c.ty),
+        t::H2C_TERM_REQ | t::C2H_TERM_REQ | t::CAPSULE_RESP => Ok(()),
+        t::CAPSULE_CMD => check_capsule_cmd(h, data_len),
+        t::H2C_DATA => check_h2c_data(h, c.flags, data_len),
+        t::C2H_DATA => check_c2h_data(h, c.flags, data_len),
+        t::R2T => check_r2t(h),
+        // rx_hlen() accepted only the types above.
+        _ => Err(Reject::field(fei::PDU_TYPE, "PDU type not valid")),
+    }
+}
+
+/// The PDU-specific header of each type, once [`check_psh`] has passed (data slices empty, filled
+/// in by [`FrameHeader::decode_body`]).
+#[inline(always)]
+fn read_psh(h: &[u8], c: &CommonHeader) -> Pdu<'static> {
+    use pdu_type as t;
+    match c.ty {
+        t::IC_REQ => Pdu::IcReq(IcReq {
+            pfv: le16(h, 8),
+            hpda: h[10],
+            digests: Digests::from_bits(h[11]),
+            maxr2t: le32(h, 12),
+        }),
+        t::IC_RESP => Pdu::IcResp(IcResp {
+            pfv: le16(h, 8),
+            cpda: h[10],
+            digests: Digests::from_bits(h[11]),
+            maxh2cdata: le32(h, 12),
+        }),
+        t::H2C_TERM_REQ => Pdu::H2cTermReq(read_term_req(h)),
+        t::C2H_TERM_REQ => Pdu::C2hTermReq(read_term_req(h)),
+        t::CAPSULE_CMD => {
+            let mut sqe = Sqe([0; 64]);
+            sqe.0.copy_from_slice(&h[CH_LEN..HLEN_CAPSULE_CMD]);
+            Pdu::CapsuleCmd { sqe, data: &[] }
+        }
+        t::CAPSULE_RESP => {
+            let mut cqe = [0u8; 16];
+            cqe.copy_from_slice(&h[CH_LEN..HLEN_CAPSULE_RESP]);
+            Pdu::CapsuleResp(Cqe::decode(&cqe))
+        }
+        t::H2C_DATA => Pdu::H2cData {
+            hdr: read_data_hdr(h, c.flags, le16(h, 10), false),
+            data: &[],
+        },
+        t::C2H_DATA => Pdu::C2hData {
+            hdr: read_data_hdr(h, c.flags, 0, c.has(flags::SUCCESS)),
+            data: &[],
+        },
+        // R2T: check_psh() let no other type through.
+        _ => Pdu::R2t(R2t {
+            cccid: le16(h, 8),
+            ttag: le16(h, 10),
+            r2to: le32(h, 12),
+            r2tl: le32(h, 16),
+        }),
+    }
+}
+
+/// ICReq/ICResp: PFV 0, PDA ≤ 31; ICResp MAXH2CDATA ≥ 4096 and a multiple of 4.
+#[inline(always)]
+fn check_ic(h: &[u8], ty: u8) -> Result<(), Reject> {
+    if le16(h, 8) != 0 {
+        return Err(Reject::new(
+            Fes::UnsupportedParameter,
+            fei::PFV,
+            "PFV not supported",
+        ));
+    }
+    if h[10] > MAX_PDA {
+        return Err(Reject::new(
+            Fes::UnsupportedParameter,
+            fei::PDA,
+            "PDA above 31",
+        ));
+    }
+    let maxh2cdata = le32(h, 12);
+    if ty == pdu_type::IC_RESP && (maxh2cdata < MIN_MAXH2CDATA || !maxh2cdata.is_multiple_of(4)) {
+        return Err(Reject::field(
+            fei::MAXR2T_MAXH2CDATA,
+            "MAXH2CDATA below 4096 or not a multiple of 4",
+        ));
+    }
+    Ok(())
+}
+
+/// H2CTermReq/C2HTermReq: FES and FEI (the echoed header is borrowed by `decode_body`).
+#[inline(always)]
+fn read_term_req(h: &[u8]) -> TermReq<'static> {
+    TermReq {
+        fes: le16(h, 8),
+        fei: le32(h, 10),
+        hdr: &[],
+    }
+}
+
+/// CapsuleCmd with in-capsule data: SGL1 (SQE bytes 24..40) must describe exactly that data.
+#[inline(always)]
+fn check_capsule_cmd(h: &[u8], data_len: usize) -> Result<(), Reject> {
+    if data_len == 0 {
+        return Ok(());
+    }
+    if h[fei::SGL_TYPE as usize] != nvme_spec::sqe::SGL_ICD {
+        return Err(Reject::field(
+            fei::SGL_TYPE,
+            "in-capsule data without an in-capsule SGL",
+        ));
+    }
+    if le64(h, fei::SGL_ADDR as usize) != 0 {
+        return Err(Reject::new(
+            Fes::UnsupportedParameter,
+            fei::SGL_ADDR,
+            "in-capsule data offset not 0",
+        ));
+    }
+    if usize::try_from(le32(h, fei::SGL_LEN as usize)).ok() != Some(data_len) {
+        return Err(Reject::field(
+            fei::SGL_LEN,
+            "SGL length differs from in-capsule data",
+        ));
+    }
+    Ok(())
+}
+
+/// H2CData: no SUCCESS flag, then the data header checks.
+#[inline(always)]
+fn check_h2c_data(h: &[u8], flags: u8, data_len: usize) -> Result<(), Reject> {
+    if flags & flags::SUCCESS != 0 {
+        return Err(Reject::field(fei::FLAGS, "SUCCESS flag on H2CData"));
+    }
+    check_datao_datal(h, data_len)
+}
+
+/// C2HData: SUCCESS only with LAST_PDU, then the data header checks.
+#[inline(always)]
+fn check_c2h_data(h: &[u8], flags: u8, data_len: usize) -> Result<(), Reject> {
+    if flags & flags::SUCCESS != 0 && flags & flags::LAST_PDU == 0 {
+        return Err(Reject::field(fei::FLAGS, "SUCCESS without LAST_PDU"));
+    }
+    check_datao_datal(h, data_len)
+}
+
+/// H2CData/C2HData DATAL non-zero and equal to the data PLEN frames; DATAO + DATAL within 32
+/// bits.
+#[inline(always)]
+fn check_datao_datal(h: &[u8], data_len: usize) -> Result<(), Reject> {
+    let (datao, datal) = (le32(h, 12), le32(h, 16));
+    if datal == 0 || usize::try_from(datal).ok() != Some(data_len) {
+        return Err(Reject::field(
+            fei::DATAL,
+            "DATAL is 0 or does not match PLEN",
+        ));
+    }
+    if datao.checked_add(datal).is_none() {
+        return Err(Reject::new(
+            Fes::DataTransferOutOfRange,
+            0,
+            "DATAO + DATAL overflows",
+        ));
+    }
+    Ok(())
+}
+
+/// The H2CData/C2HData header fields (TTAG and SUCCESS as the type defines them).
+#[inline(always)]
+fn read_data_hdr(h: &[u8], flags: u8, ttag: u16, success: bool) -> DataHdr {
+    DataHdr {
         cccid: le16(h, 8),
         ttag,
         datao: le32(h, 12),
         datal: le32(h, 16),
         last: flags & flags::LAST_PDU != 0,
         success,
-    };
-    let check_data_hdr = |d: &DataHdr| -> Result<(), ProtocolError> {
-        if d.datal == 0 || usize::try_from(d.datal).ok() != Some(data_len) {
-            return Err(err(
-                Fes::InvalidHeaderField,
-                fei::DATAL,
-                "DATAL is 0 or does not match PLEN",
-            ));
-        }
-        if d.datao.checked_add(d.datal).is_none() {
-            return Err(err(
-                Fes::DataTransferOutOfRange,
-                0,
-                "DATAO + DATAL overflows",
-            ));
-        }
-        Ok(())
-    };
+    }
+}
 
-    let pdu: Pdu<'static> = match ty {
-        t::IC_REQ | t::IC_RESP => {
-            let pfv = le16(h, 8);
-            if pfv != 0 {
-                return Err(err(
-                    Fes::UnsupportedParameter,
-                    fei::PFV,
-                    "PFV not supported",
-                ));
-            }
-            let pda = h[10];
-            if pda > MAX_PDA {
-                return Err(err(Fes::UnsupportedParameter, fei::PDA, "PDA above 31"));
-            }
-            let digests = Digests::from_bits(h[11]);
-            let v = le32(h, 12);
-            if ty == t::IC_REQ {
-                Pdu::IcReq(IcReq {
-                    pfv,
-                    hpda: pda,
-                    digests,
-                    maxr2t: v,
-                })
-            } else {
-                if v < MIN_MAXH2CDATA || !v.is_multiple_of(4) {
-                    return Err(err(
-                        Fes::InvalidHeaderField,
-                        fei::MAXR2T_MAXH2CDATA,
-                        "MAXH2CDATA below 4096 or not a multiple of 4",
-                    ));
-                }
-                Pdu::IcResp(IcResp {
-                    pfv,
-                    cpda: pda,
-                    digests,
-                    maxh2cdata: v,
-                })
-            }
-        }
-        t::H2C_TERM_REQ => Pdu::H2cTermReq(TermReq {
-            fes: le16(h, 8),
-            fei: le32(h, 10),
-            hdr: &[],
-        }),
-        t::C2H_TERM_REQ => Pdu::C2hTermReq(TermReq {
-            fes: le16(h, 8),
-            fei: le32(h, 10),
-            hdr: &[],
-        }),
-        t::CAPSULE_CMD => {
-            let mut sqe = Sqe([0; 64]);
-            sqe.0.copy_from_slice(&h[CH_LEN..HLEN_CAPSULE_CMD]);
-            if data_len > 0 {
-                if sqe.sgl_type() != nvme_spec::sqe::SGL_ICD {
-                    return Err(err(
-                        Fes::InvalidHeaderField,
-                        fei::SGL_TYPE,
-                        "in-capsule data without an in-capsule SGL",
-                    ));
-                }
-                if le64(h, fei::SGL_ADDR as usize) != 0 {
-                    return Err(err(
-                        Fes::UnsupportedParameter,
-                        fei::SGL_ADDR,
-                        "in-capsule data offset not 0",
-                    ));
-                }
-                if usize::try_from(sqe.sgl_len()).ok() != Some(data_len) {
-                    return Err(err(
-                        Fes::InvalidHeaderField,
-                        fei::SGL_LEN,
-                        "SGL length differs from in-capsule data",
-                    ));
-                }
-            }
-            Pdu::CapsuleCmd { sqe, data: &[] }
-        }
-        t::CAPSULE_RESP => {
-            let mut c = [0u8; 16];
-            c.copy_from_slice(&h[CH_LEN..HLEN_CAPSULE_RESP]);
-            Pdu::CapsuleResp(Cqe::decode(&c))
-        }
-        t::H2C_DATA => {
-            if flags & flags::SUCCESS != 0 {
-                return Err(err(
-                    Fes::InvalidHeaderField,
-                    fei::FLAGS,
-                    "SUCCESS flag on H2CData",
-                ));
-            }
-            let d = data_hdr(h, le16(h, 10), false);
-            check_data_hdr(&d)?;
-            Pdu::H2cData { hdr: d, data: &[] }
-        }
-        t::C2H_DATA => {
-            let success = flags & flags::SUCCESS != 0;
-            if success && flags & flags::LAST_PDU == 0 {
-                return Err(err(
-                    Fes::InvalidHeaderField,
-                    fei::FLAGS,
-                    "SUCCESS without LAST_PDU",
-                ));
-            }
-            let d = data_hdr(h, 0, success);
-            check_data_hdr(&d)?;
-            Pdu::C2hData { hdr: d, data: &[] }
-        }
-        t::R2T => {
-            let r = R2t {
-                cccid: le16(h, 8),
-                ttag: le16(h, 10),
-                r2to: le32(h, 12),
-                r2tl: le32(h, 16),
-            };
-            if r.r2tl == 0 || r.r2to.checked_add(r.r2tl).is_none() {
-                return Err(err(
-                    Fes::InvalidHeaderField,
-                    fei::DATAL,
-                    "R2TL is 0 or R2TO + R2TL overflows",
-                ));
-            }
-            Pdu::R2t(r)
-        }
-        _ => {
-            // rx_hlen() accepted only the types above.
-            return Err(err(
-                Fes::InvalidHeaderField,
-                fei::PDU_TYPE,
-                "PDU type not valid",
-            ));
-        }
-    };
-    Ok(Some(FrameHeader {
-        pdu,
-        plen,
-        header_len,
-        data_off,
-        data_len,
-        ddgst,
-    }))
+/// R2T: R2TL non-zero, R2TO + R2TL within 32 bits.
+#[inline(always)]
+fn check_r2t(h: &[u8]) -> Result<(), Reject> {
+    let (r2to, r2tl) = (le32(h, 12), le32(h, 16));
+    if r2tl == 0 || r2to.checked_add(r2tl).is_none() {
+        return Err(Reject::field(
+            fei::DATAL,
+            "R2TL is 0 or R2TO + R2TL overflows",
+        ));
+    }
+    Ok(())
 }
 
 /// Decode one PDU at the start of `buf` without role state: `Ok(None)` until it is complete.
@@ -1034,6 +1176,10 @@ pub fn encode_pdu(out: &mut Vec<u8>, pdu: &Pdu<'_>, dig: Digests, pda: u8) {
         Pdu::R2t(r) => encode_r2t(out, dig, r),
     }
 }
+
+#[cfg(test)]
+#[path = "pdu_diff.rs"]
+mod diff;
 
 #[cfg(test)]
 mod tests {
@@ -1523,6 +1669,85 @@ mod tests {
         let mut out = Vec::new();
         assert!(!encode_c2h_data_head(&mut out, dig, 0, &d, 512));
         assert!(out.is_empty());
+    }
+
+    /// Valid headers of each common data-path type, digests off and on, with the receiving role:
+    /// the inputs of the timing loops.
+    pub(super) fn timing_headers() -> Vec<(String, Role, Digests, Vec<u8>)> {
+        let data = [0x5Au8; 4096];
+        let d = DataHdr {
+            cccid: 7,
+            ttag: 3,
+            datao: 0,
+            datal: 0,
+            last: true,
+            success: false,
+        };
+        let r2t = R2t {
+            cccid: 7,
+            ttag: 3,
+            r2to: 0,
+            r2tl: 4096,
+        };
+        let cqe = Cqe::new(CommandId(7), nvme_spec::QueueId(1), Status::SUCCESS);
+        let mut sqe = Sqe::new(0x01, CommandId(7));
+        sqe.set_sgl_transport(4096);
+        let mut icd_sqe = Sqe::new(0x01, CommandId(8));
+        icd_sqe.set_sgl_icd(4096);
+        let mut out = Vec::new();
+        for dig in [Digests::NONE, Digests::BOTH] {
+            let mut add = |name: &str, role: Role, enc: &dyn Fn(&mut Vec<u8>)| {
+                let mut o = Vec::new();
+                enc(&mut o);
+                let name = format!("{name:<18} hd={} dd={}", dig.hdgst, dig.ddgst);
+                out.push((name, role, dig, o));
+            };
+            add("CapsuleCmd", Role::Target, &|o| {
+                encode_capsule_cmd(o, dig, 0, &sqe, &[])
+            });
+            add("CapsuleCmd+4K ICD", Role::Target, &|o| {
+                encode_capsule_cmd(o, dig, 0, &icd_sqe, &data)
+            });
+            add("H2CData 4K", Role::Target, &|o| {
+                encode_h2c_data(o, dig, 0, &d, &data)
+            });
+            add("CapsuleResp", Role::Host, &|o| {
+                encode_capsule_resp(o, dig, &cqe)
+            });
+            add("C2HData 4K", Role::Host, &|o| {
+                encode_c2h_data(o, dig, 0, &d, &data)
+            });
+            add("R2T", Role::Host, &|o| encode_r2t(o, dig, &r2t));
+        }
+        out
+    }
+
+    /// Nanoseconds per call of `decode` on `buf`, over `n` calls.
+    pub(super) fn ns_per_header<R>(
+        decode: impl Fn(&[u8], &DecodeLimits) -> R,
+        buf: &[u8],
+        l: &DecodeLimits,
+        n: u32,
+    ) -> f64 {
+        use std::hint::black_box;
+        let start = std::time::Instant::now();
+        for _ in 0..n {
+            black_box(decode(black_box(buf), black_box(l)));
+        }
+        start.elapsed().as_secs_f64() * 1e9 / f64::from(n)
+    }
+
+    /// Hot-path timing of [`decode_header`] alone (issue 24): 10M headers of each common type,
+    /// digests off and on. `cargo test --release -p nvmf-tcp -- --ignored --nocapture`.
+    #[test]
+    #[ignore = "timing, run in release by hand"]
+    fn decode_header_timing() {
+        for (name, role, dig, buf) in timing_headers() {
+            let l = lim(role, Some(dig), 0);
+            assert!(decode_header(&buf, &l).unwrap().is_some(), "{name}");
+            let ns = ns_per_header(decode_header, &buf, &l, 10_000_000);
+            println!("decode_header {name}: {ns:6.2} ns/header");
+        }
     }
 
     #[test]
