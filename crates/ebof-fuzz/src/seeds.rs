@@ -479,7 +479,7 @@ fn auth_messages() -> Vec<Vec<u8>> {
         Challenge, DhchapDescriptor, Failure, Message, Negotiate, Reply, Success1,
     };
     use nvme_auth::{DhGroup, FailureReason, HashId};
-    vec![
+    [
         Message::Negotiate(Negotiate {
             t_id: 1,
             sc_c: 0,

@@ -214,11 +214,11 @@ impl Session {
             0 => self.honest(feat),
             1 => {
                 self.clean = false;
-                self.to_target(payload, feat);
+                self.send_to_target(payload, feat);
             }
             2 => {
                 self.clean = false;
-                self.to_host(payload, feat);
+                self.send_to_host(payload, feat);
             }
             3 => {
                 if let Some(mut p) = self.pending.take() {
@@ -233,7 +233,7 @@ impl Session {
                 let (al, rest) = al_from(payload);
                 if let Some(mut b) = self.receive(al, feat) {
                     patch(&mut b, rest);
-                    self.to_host(&b, feat);
+                    self.send_to_host(&b, feat);
                 }
             }
             5 => {
@@ -261,7 +261,7 @@ impl Session {
                 if !self.host_sent.is_empty() {
                     let i = usize::from(payload.first().copied().unwrap_or(0));
                     let m = self.host_sent[i % self.host_sent.len()].clone();
-                    self.to_target(&m, feat);
+                    self.send_to_target(&m, feat);
                 }
             }
             _ => {
@@ -274,13 +274,13 @@ impl Session {
 
     fn honest(&mut self, feat: &mut Features) {
         if let Some(p) = self.pending.take() {
-            self.to_target(&p, feat);
+            self.send_to_target(&p, feat);
             return;
         }
         match self.host.state() {
             HostState::AwaitingChallenge | HostState::AwaitingSuccess1 => {
                 if let Some(b) = self.receive(RECEIVE_ALLOC_LEN, feat) {
-                    self.to_host(&b, feat);
+                    self.send_to_host(&b, feat);
                 }
             }
             HostState::Idle | HostState::Authenticated | HostState::Failed => {
@@ -314,7 +314,7 @@ impl Session {
     }
 
     /// An AUTH_Send from the host with `payload`.
-    fn to_target(&mut self, payload: &[u8], feat: &mut Features) {
+    fn send_to_target(&mut self, payload: &[u8], feat: &mut Features) {
         codec(payload, feat);
         let before = self.target.state();
         let r = self.target.on_send(payload);
@@ -409,7 +409,7 @@ impl Session {
     }
 
     /// AUTH_Receive data `b` to the host.
-    fn to_host(&mut self, b: &[u8], feat: &mut Features) {
+    fn send_to_host(&mut self, b: &[u8], feat: &mut Features) {
         codec(b, feat);
         let before = self.host.state();
         let r = match before {
