@@ -54,6 +54,16 @@ impl Features {
         self.add(kind, fnv1a(s.as_bytes()));
     }
 
+    /// Record the variant of an enum (the leading word of its `Debug` form): an error's kind
+    /// without the values it carries.
+    pub fn add_variant(&mut self, kind: u8, v: &impl std::fmt::Debug) {
+        let d = format!("{v:?}");
+        let end = d
+            .find(|c: char| !c.is_ascii_alphanumeric())
+            .unwrap_or(d.len());
+        self.add_str(kind, &d[..end]);
+    }
+
     /// The features recorded, in order, with repetitions.
     pub fn as_slice(&self) -> &[u64] {
         &self.0

@@ -65,14 +65,6 @@ const F_HOST_FAIL: u8 = 6;
 const F_RECEIVE: u8 = 7;
 const F_SECRET: u8 = 8;
 
-/// The leading word of a `Debug` form (an enum variant's name), for features.
-fn variant(d: &impl std::fmt::Debug) -> String {
-    format!("{d:?}")
-        .chars()
-        .take_while(|c| c.is_ascii_alphanumeric())
-        .collect()
-}
-
 /// A deterministic random source (SplitMix64), so every input replays the same exchange.
 struct Rng(u64);
 
@@ -342,7 +334,7 @@ impl Session {
                 }
             }
             Err(f) => {
-                feat.add_str(F_TARGET_FAIL, &variant(&f.cause));
+                feat.add_variant(F_TARGET_FAIL, &f.cause);
                 assert!(!f.to_string().is_empty());
                 assert!(!self.target.is_authenticated(), "authenticated after {f}");
                 assert!(
@@ -452,7 +444,7 @@ impl Session {
                 }
             }
             Err(e) => {
-                feat.add_str(F_HOST_FAIL, &variant(&e.kind));
+                feat.add_variant(F_HOST_FAIL, &e.kind);
                 assert!(!e.to_string().is_empty());
                 if !matches!(
                     before,
@@ -567,7 +559,7 @@ fn codec(b: &[u8], feat: &mut Features) {
             }
         }
         Err(e) => {
-            feat.add_str(F_DECODE_ERR, &variant(&e));
+            feat.add_variant(F_DECODE_ERR, &e);
             assert!(!e.to_string().is_empty());
             let _ = e.failure_reason();
         }
@@ -703,7 +695,7 @@ fn secret_text(p: &[u8], feat: &mut Features) {
             );
         }
         Err(e) => {
-            feat.add_str(F_SECRET, &variant(&e));
+            feat.add_variant(F_SECRET, &e);
             assert!(!e.to_string().is_empty());
         }
     }

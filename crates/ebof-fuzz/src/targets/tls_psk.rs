@@ -37,14 +37,6 @@ const F_RESOLVE: u8 = 2;
 const F_KEY: u8 = 3;
 const F_AGREE: u8 = 4;
 
-/// The leading word of a `Debug` form (an enum variant's name), for features.
-fn variant(d: &impl std::fmt::Debug) -> String {
-    format!("{d:?}")
-        .chars()
-        .take_while(|c| c.is_ascii_alphanumeric())
-        .collect()
-}
-
 pub fn run(data: &[u8], feat: &mut Features) {
     let [mode, bytes @ ..] = data else {
         return;
@@ -89,7 +81,7 @@ fn identity(bytes: &[u8], preferred: Derivation, feat: &mut Features) {
             );
         }
         Err(e) => {
-            feat.add_str(F_ID, &variant(e));
+            feat.add_variant(F_ID, &e);
             assert!(!e.to_string().is_empty());
             if let IdentityError::TooLong(n) = e {
                 assert_eq!(*n, bytes.len());
@@ -106,7 +98,7 @@ fn identity(bytes: &[u8], preferred: Derivation, feat: &mut Features) {
             assert_eq!(psk.key().len(), id.hash.len());
         }
         Err(e) => {
-            feat.add_str(F_RESOLVE, &variant(&e));
+            feat.add_variant(F_RESOLVE, &e);
             match e {
                 ResolveError::Identity(ie) => assert_eq!(parsed, Err(ie)),
                 ResolveError::NoKey { .. } => panic!("a key was configured for every host"),
@@ -120,7 +112,7 @@ fn interchange(bytes: &[u8], feat: &mut Features) {
     let text = String::from_utf8_lossy(bytes);
     match ConfiguredPsk::parse(&text) {
         Ok(k) => {
-            feat.add_str(F_KEY, &variant(&k.transform()));
+            feat.add_variant(F_KEY, &k.transform());
             let len_ok = match k.transform() {
                 KeyTransform::None => k.key().len() == 32 || k.key().len() == 48,
                 KeyTransform::Sha256 => k.key().len() == 32,
@@ -133,7 +125,7 @@ fn interchange(bytes: &[u8], feat: &mut Features) {
             assert_eq!(ConfiguredPsk::parse(&out), Ok(k), "export → parse");
         }
         Err(e) => {
-            feat.add_str(F_KEY, &variant(&e));
+            feat.add_variant(F_KEY, &e);
             assert!(!e.to_string().is_empty());
         }
     }
@@ -171,7 +163,7 @@ fn agreement(mode: u8, bytes: &[u8], feat: &mut Features) {
     let (id, host_psk) = match configured.host_identity(hostnqn, subnqn, version, host_derivation) {
         Ok(v) => v,
         Err(e) => {
-            feat.add_str(F_AGREE, &variant(&e));
+            feat.add_variant(F_AGREE, &e);
             assert!(
                 matches!(e, PskError::Nqn(_) | PskError::ContextTooLong { .. }),
                 "host derivation failed: {e}"
@@ -211,7 +203,7 @@ fn agreement(mode: u8, bytes: &[u8], feat: &mut Features) {
         }
         Err(e) => {
             // Only the context limit of the preferred derivation may stop the target.
-            feat.add_str(F_AGREE, &variant(&e));
+            feat.add_variant(F_AGREE, &e);
             assert!(
                 !must_agree || preferred != host_derivation,
                 "the target refused the host's own identity: {e}"
