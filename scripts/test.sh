@@ -35,7 +35,7 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 step "cargo test"
 cargo test --workspace --locked
 # Every fuzz target: replay fuzz/corpus/<target>/, then mutate for EBOF_FUZZ_SECS (default 30)
-# per target, two at a time (docs/fuzzing.md). Built with the test profile cargo test just used.
+# per target (the three small decoders share one such slot), two at a time (docs/fuzzing.md). Built with the test profile cargo test just used.
 step "fuzz (${EBOF_FUZZ_SECS:-30} s per target)"
 cargo run --locked --profile test -q -p ebof-fuzz -- run
 if [ "${EBOF_SKIP_INTEROP:-0}" != 1 ]; then

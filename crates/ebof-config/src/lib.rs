@@ -22,7 +22,8 @@
 //! - `model` — the typed values ([`Config`], [`Subsystem`], [`Namespace`],
 //!   [`BackendChoice`], …), defaults and derived identifiers.
 //! - `raw` — serde mirror of the file (`deny_unknown_fields`), converted to
-//!   the typed values with error paths.
+//!   the typed values with error paths; [`NamespaceFields`] and
+//!   [`Namespace::from_fields`] also serve the management API's namespace add.
 //! - `validate` — [`Config::validate`]: ranges, names, uniqueness.
 //! - `parse` — notations shared by file and command line: [`parse_size`],
 //!   [`parse_core_list`], [`parse_listener`], [`check_nqn`].
@@ -134,6 +135,7 @@ pub use parse::{
     MAX_CORE_ID, MODEL_MAX_LEN, NQN_MAX_LEN, SERIAL_MAX_LEN, check_id_text, check_nqn, format_size,
     parse_core_list, parse_io_engine, parse_listener, parse_size,
 };
+pub use raw::{NamespaceFields, SizeField};
 pub use security::{HostSecurity, SecretSource, TlsMode, parse_tls_mode};
 pub use validate::SERIAL_PREFIX_MAX_LEN;
 

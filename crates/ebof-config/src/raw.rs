@@ -162,55 +162,67 @@ struct RawSubsystem {
     hosts: Vec<String>,
     /// `[[subsystems.namespaces]]`.
     #[serde(default)]
-    namespaces: Vec<RawNamespace>,
+    namespaces: Vec<NamespaceFields>,
 }
 
-/// `[[subsystems.namespaces]]`.
-#[derive(Debug, Default, Deserialize)]
+/// The fields of one namespace as written: a `[[subsystems.namespaces]]` table of the file, or
+/// what a management API request to add a namespace says. Every field optional and loosely
+/// typed; [`Namespace::from_fields`] turns them into a [`Namespace`] for both, so the file and
+/// the API accept the same namespaces and refuse the same ones with the same codes and field
+/// paths.
+#[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawNamespace {
+pub struct NamespaceFields {
     /// NSID; default: position + 1.
-    nsid: Option<i64>,
+    pub nsid: Option<i64>,
     /// "ram" | "file" | "block"; required.
-    backend: Option<String>,
+    pub backend: Option<String>,
     /// Integer bytes or "1G"-style string.
-    size: Option<RawSize>,
+    pub size: Option<SizeField>,
     /// File or device path.
-    path: Option<String>,
+    pub path: Option<String>,
     /// 512 or 4096; default 512.
-    block_size: Option<i64>,
+    pub block_size: Option<i64>,
     /// Namespace UUID; default derived from (nqn, nsid).
-    uuid: Option<String>,
+    pub uuid: Option<String>,
     /// O_DIRECT for file and block backends; default false.
-    direct: Option<bool>,
+    pub direct: Option<bool>,
     /// ANA group; default 1.
-    ana_group: Option<i64>,
+    pub ana_group: Option<i64>,
 }
 
 /// A size as written: an integer or a string with a unit.
-#[derive(Debug)]
-enum RawSize {
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SizeField {
+    /// Bytes (a negative number is refused).
     Int(i64),
+    /// `4096`, `512M`, `1G`, … as [`crate::parse_size`] reads it.
     Str(String),
 }
 
-impl<'de> Deserialize<'de> for RawSize {
+impl From<u64> for SizeField {
+    /// Bytes as the TOML reader gives them: beyond `i64`, the digits, for `parse_size` to judge.
+    fn from(v: u64) -> SizeField {
+        i64::try_from(v).map_or_else(|_| SizeField::Str(v.to_string()), SizeField::Int)
+    }
+}
+
+impl<'de> Deserialize<'de> for SizeField {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct V;
         impl Visitor<'_> for V {
-            type Value = RawSize;
+            type Value = SizeField;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("a size: integer bytes or a string such as \"1G\"")
             }
-            fn visit_i64<E: de::Error>(self, v: i64) -> Result<RawSize, E> {
-                Ok(RawSize::Int(v))
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<SizeField, E> {
+                Ok(SizeField::Int(v))
             }
-            fn visit_u64<E: de::Error>(self, v: u64) -> Result<RawSize, E> {
-                // Beyond i64: keep the digits and let parse_size judge them.
-                Ok(RawSize::Str(v.to_string()))
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<SizeField, E> {
+                Ok(SizeField::from(v))
             }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<RawSize, E> {
-                Ok(RawSize::Str(v.to_owned()))
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<SizeField, E> {
+                Ok(SizeField::Str(v.to_owned()))
             }
         }
         d.deserialize_any(V)
@@ -519,7 +531,7 @@ fn convert_subsystem(
         .namespaces
         .into_iter()
         .enumerate()
-        .map(|(j, ns)| convert_namespace(ns, &format!("{path}.namespaces[{j}]"), j, &nqn))
+        .map(|(j, ns)| Namespace::from_fields(ns, &format!("{path}.namespaces[{j}]"), j, &nqn))
         .collect::<Result<_, _>>()?;
     Ok(Subsystem {
         serial: raw
@@ -533,133 +545,143 @@ fn convert_subsystem(
     })
 }
 
-fn convert_namespace(
-    raw: RawNamespace,
-    path: &str,
-    position: usize,
-    nqn: &str,
-) -> Result<Namespace, ConfigError> {
-    let nsid = match raw.nsid {
-        Some(n) => int(
-            n,
-            &format!("{path}.nsid"),
-            codes::INVALID_NSID,
-            "1..=4294967294",
-        )?,
-        None => u32::try_from(position + 1).map_err(|_| {
-            ConfigError::new(
+impl Namespace {
+    /// The one constructor of a namespace from what was written, for the configuration file and
+    /// the management API alike: notation, representability and which fields a backend takes
+    /// are checked here (errors name `{path}.{field}`, e.g. `subsystems[0].namespaces[1].size`),
+    /// ranges and uniqueness by [`Config::validate`] once the namespace is in a configuration.
+    /// Without `nsid` the namespace is numbered `position + 1`; without `uuid` it gets
+    /// [`derived_uuid`] of (`nqn`, NSID).
+    pub fn from_fields(
+        raw: NamespaceFields,
+        path: &str,
+        position: usize,
+        nqn: &str,
+    ) -> Result<Namespace, ConfigError> {
+        let nsid = match raw.nsid {
+            Some(n) => int(
+                n,
+                &format!("{path}.nsid"),
                 codes::INVALID_NSID,
-                format!("{path}.nsid"),
-                "too many namespaces",
-            )
-        })?,
-    };
-    let block_size = match raw.block_size {
-        Some(b) => int(
-            b,
-            &format!("{path}.block_size"),
-            codes::INVALID_BLOCK_SIZE,
-            "512 or 4096",
-        )?,
-        None => DEFAULT_BLOCK_SIZE,
-    };
-    let size_path = format!("{path}.size");
-    let size = raw
-        .size
-        .map(|s| match s {
-            RawSize::Int(v) => u64::try_from(v).map_err(|_| {
+                "1..=4294967294",
+            )?,
+            None => u32::try_from(position + 1).map_err(|_| {
                 ConfigError::new(
-                    codes::INVALID_SIZE,
-                    &size_path,
-                    format!("size {v} is negative"),
+                    codes::INVALID_NSID,
+                    format!("{path}.nsid"),
+                    "too many namespaces",
                 )
-            }),
-            RawSize::Str(s) => parse_size(&s).map_err(|e| e.at(&size_path)),
-        })
-        .transpose()?;
-    let path_path = format!("{path}.path");
-    let backend_path = format!("{path}.backend");
-    let backend = required(
-        raw.backend,
-        &backend_path,
-        "backend (\"ram\", \"file\" or \"block\")",
-    )?;
-    let forbidden = |field: &str, why: &str| {
-        ConfigError::new(
-            codes::FORBIDDEN_FIELD,
-            format!("{path}.{field}"),
-            format!("backend \"{backend}\" does not take `{field}`: {why}"),
-        )
-    };
-    let backend = match backend.as_str() {
-        "ram" => {
-            if raw.path.is_some() {
-                return Err(forbidden("path", "RAM namespaces have no backing file"));
+            })?,
+        };
+        let block_size = match raw.block_size {
+            Some(b) => int(
+                b,
+                &format!("{path}.block_size"),
+                codes::INVALID_BLOCK_SIZE,
+                "512 or 4096",
+            )?,
+            None => DEFAULT_BLOCK_SIZE,
+        };
+        let size_path = format!("{path}.size");
+        let size = raw
+            .size
+            .map(|s| match s {
+                SizeField::Int(v) => u64::try_from(v).map_err(|_| {
+                    ConfigError::new(
+                        codes::INVALID_SIZE,
+                        &size_path,
+                        format!("size {v} is negative"),
+                    )
+                }),
+                SizeField::Str(s) => parse_size(&s).map_err(|e| e.at(&size_path)),
+            })
+            .transpose()?;
+        let path_path = format!("{path}.path");
+        let backend_path = format!("{path}.backend");
+        let backend = required(
+            raw.backend,
+            &backend_path,
+            "backend (\"ram\", \"file\" or \"block\")",
+        )?;
+        let forbidden = |field: &str, why: &str| {
+            ConfigError::new(
+                codes::FORBIDDEN_FIELD,
+                format!("{path}.{field}"),
+                format!("backend \"{backend}\" does not take `{field}`: {why}"),
+            )
+        };
+        let backend = match backend.as_str() {
+            "ram" => {
+                if raw.path.is_some() {
+                    return Err(forbidden("path", "RAM namespaces have no backing file"));
+                }
+                if raw.direct.is_some() {
+                    return Err(forbidden(
+                        "direct",
+                        "RAM namespaces have no page cache to bypass",
+                    ));
+                }
+                let size = required(size, &size_path, "size (for backend \"ram\")")?;
+                BackendChoice::Ram { size }
             }
-            if raw.direct.is_some() {
-                return Err(forbidden(
-                    "direct",
-                    "RAM namespaces have no page cache to bypass",
-                ));
-            }
-            let size = required(size, &size_path, "size (for backend \"ram\")")?;
-            BackendChoice::Ram { size }
-        }
-        "file" => BackendChoice::File {
-            path: PathBuf::from(required(
-                raw.path,
-                &path_path,
-                "path (for backend \"file\")",
-            )?),
-            size,
-        },
-        "block" => {
-            if size.is_some() {
-                return Err(forbidden("size", "the size is the block device's"));
-            }
-            BackendChoice::Block {
+            "file" => BackendChoice::File {
                 path: PathBuf::from(required(
                     raw.path,
                     &path_path,
-                    "path (for backend \"block\")",
+                    "path (for backend \"file\")",
                 )?),
+                size,
+            },
+            "block" => {
+                if size.is_some() {
+                    return Err(forbidden("size", "the size is the block device's"));
+                }
+                BackendChoice::Block {
+                    path: PathBuf::from(required(
+                        raw.path,
+                        &path_path,
+                        "path (for backend \"block\")",
+                    )?),
+                }
             }
-        }
-        other => {
-            return Err(ConfigError::new(
-                codes::INVALID_BACKEND,
-                backend_path,
-                format!(
-                    "unknown backend {} (expected \"ram\", \"file\" or \"block\")",
-                    quote(other)
-                ),
-            ));
-        }
-    };
-    let uuid = match raw.uuid {
-        Some(u) => *uuid::Uuid::parse_str(u.trim())
-            .map_err(|e| {
-                ConfigError::new(
-                    codes::INVALID_UUID,
-                    format!("{path}.uuid"),
-                    format!("{} is not a UUID: {e}", quote(&u)),
-                )
-            })?
-            .as_bytes(),
-        None => derived_uuid(nqn, nsid),
-    };
-    let ana_group = match raw.ana_group {
-        Some(g) => crate::ana::check_ana_group(g).map_err(|e| e.at(format!("{path}.ana_group")))?,
-        None => crate::ana::DEFAULT_ANA_GROUP,
-    };
-    Ok(Namespace {
-        nsid,
-        backend,
-        block_size,
-        uuid,
-        direct: raw.direct.unwrap_or(false),
-        ana_group,
-    })
+            other => {
+                return Err(ConfigError::new(
+                    codes::INVALID_BACKEND,
+                    backend_path,
+                    format!(
+                        "unknown backend {} (expected \"ram\", \"file\" or \"block\")",
+                        quote(other)
+                    ),
+                ));
+            }
+        };
+        let uuid = match raw.uuid {
+            Some(u) => *uuid::Uuid::parse_str(u.trim())
+                .map_err(|e| {
+                    ConfigError::new(
+                        codes::INVALID_UUID,
+                        format!("{path}.uuid"),
+                        format!("{} is not a UUID: {e}", quote(&u)),
+                    )
+                })?
+                .as_bytes(),
+            None => derived_uuid(nqn, nsid),
+        };
+        let ana_group = match raw.ana_group {
+            Some(g) => {
+                crate::ana::check_ana_group(g).map_err(|e| e.at(format!("{path}.ana_group")))?
+            }
+            None => crate::ana::DEFAULT_ANA_GROUP,
+        };
+        Ok(Namespace {
+            nsid,
+            backend,
+            block_size,
+            uuid,
+            direct: raw.direct.unwrap_or(false),
+            ana_group,
+        })
+    }
 }
 
 #[cfg(test)]

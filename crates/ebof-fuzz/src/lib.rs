@@ -8,7 +8,8 @@
 //! coverage-guided, for runs of hours). See `docs/fuzzing.md` and ADR 0007.
 //!
 //! **What it is not**: no product code. Every target drives the real sans-IO seams (the PDU
-//! decoder, `ConnCore`, `ebof-config`, `nvmf-host`'s `QueueCore`), never a copy.
+//! decoder, `ConnCore`, `ebof-config`, `nvmf-host`'s `QueueCore`, `nvme-auth`'s state machines,
+//! the `nvmf-rdma` and `nvmf-tls` decoders), never a copy.
 //!
 //! **Targets** ([`TARGETS`]):
 //! - [`targets::pdu`]: arbitrary bytes into the stateless and both stateful PDU decoders;
@@ -23,6 +24,13 @@
 //! - [`targets::host_queue`]: arbitrary controller PDUs into the host queue engine with
 //!   reads, writes (in-capsule and R2T) and admin commands outstanding, and the payload
 //!   decoders the host applies to what comes back.
+//! - [`targets::auth`]: DH-HMAC-CHAP payloads into the AUTH message codec and into a target
+//!   and a host state machine that otherwise talk honestly; round trips, no authentication
+//!   without the keys, an honest exchange always succeeds.
+//! - [`targets::rdma_wire`]: bytes into the NVMe/RDMA CM private data and keyed SGL decoders;
+//!   round trips, agreement with `nvme-spec`'s SGL length.
+//! - [`targets::tls_psk`]: bytes into the PSK identity parser, the target's identity lookup
+//!   and the key interchange format; round trips, host ↔ target agreement on the TLS PSK.
 
 pub mod driver;
 pub mod mutate;
@@ -46,6 +54,16 @@ impl Features {
         self.add(kind, fnv1a(s.as_bytes()));
     }
 
+    /// Record the variant of an enum (the leading word of its `Debug` form): an error's kind
+    /// without the values it carries.
+    pub fn add_variant(&mut self, kind: u8, v: &impl std::fmt::Debug) {
+        let d = format!("{v:?}");
+        let end = d
+            .find(|c: char| !c.is_ascii_alphanumeric())
+            .unwrap_or(d.len());
+        self.add_str(kind, &d[..end]);
+    }
+
     /// The features recorded, in order, with repetitions.
     pub fn as_slice(&self) -> &[u64] {
         &self.0
@@ -67,11 +85,17 @@ pub fn fnv1a(b: &[u8]) -> u64 {
 }
 
 /// A fuzz target: its name (also its corpus directory and its libFuzzer binary), the
-/// function, and the largest input worth generating.
+/// function, the largest input worth generating, and its share of the time.
 pub struct Target {
     pub name: &'static str,
     pub run: fn(&[u8], &mut Features),
     pub max_len: usize,
+    /// In a run of every target, this one mutates for `--secs / time_div`: 1 for the layer
+    /// targets; 2 for `auth` and 4 for the two stateless decoders (microseconds an execution),
+    /// so that the three of them share the slot the fifth layer target leaves free (two run at
+    /// a time) and the run takes no longer. A run that names its targets gives each the whole
+    /// `--secs`.
+    pub time_div: u32,
 }
 
 /// Every target, in the order the driver runs them.
@@ -80,26 +104,49 @@ pub const TARGETS: &[Target] = &[
         name: "pdu",
         run: targets::pdu::run,
         max_len: 16 * 1024,
+        time_div: 1,
     },
     Target {
         name: "target_conn",
         run: targets::target_conn::run,
         max_len: 64 * 1024,
+        time_div: 1,
     },
     Target {
         name: "config_text",
         run: targets::config_text::run,
         max_len: 8 * 1024,
+        time_div: 1,
     },
     Target {
         name: "config_struct",
         run: targets::config_struct::run,
         max_len: 4 * 1024,
+        time_div: 1,
     },
     Target {
         name: "host_queue",
         run: targets::host_queue::run,
         max_len: 64 * 1024,
+        time_div: 1,
+    },
+    Target {
+        name: "auth",
+        run: targets::auth::run,
+        max_len: 16 * 1024,
+        time_div: 2,
+    },
+    Target {
+        name: "rdma_wire",
+        run: targets::rdma_wire::run,
+        max_len: 4 * 1024 + 1,
+        time_div: 4,
+    },
+    Target {
+        name: "tls_psk",
+        run: targets::tls_psk::run,
+        max_len: 1024,
+        time_div: 4,
     },
 ];
 

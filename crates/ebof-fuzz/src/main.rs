@@ -7,7 +7,8 @@
 //! ebof-fuzz list                                               the targets
 //! ```
 //!
-//! `--secs` defaults to `EBOF_FUZZ_SECS`, else 30 (per target); `--jobs` to 2 (targets run in
+//! `--secs` defaults to `EBOF_FUZZ_SECS`, else 30 (per target; in a run of every target the
+//! small decoders get a half or a quarter of it, see `Target::time_div`); `--jobs` to 2 (targets run in
 //! parallel, one per thread); `--seed` to `EBOF_FUZZ_SEED`, else the clock. Exit status 1 if a
 //! target failed.
 
@@ -90,6 +91,7 @@ fn run(args: &[String]) -> ExitCode {
             s => names.push(s.to_string()),
         }
     }
+    let every = names.is_empty() || names.iter().any(|n| n == "all");
     let targets = match pick_targets(&names) {
         Ok(t) => t,
         Err(e) => {
@@ -103,8 +105,13 @@ fn run(args: &[String]) -> ExitCode {
         corpus_root: driver::default_corpus_root(),
         crash_dir: driver::default_crash_dir(),
     };
+    let share = if every {
+        " (the small decoders a half or a quarter of it)"
+    } else {
+        ""
+    };
     println!(
-        "fuzzing {} target(s), {secs} s each after replaying the corpus, {jobs} at a time; EBOF_FUZZ_SEED={seed}",
+        "fuzzing {} target(s), {secs} s each{share} after replaying the corpus, {jobs} at a time; EBOF_FUZZ_SEED={seed}",
         targets.len()
     );
     let next = AtomicUsize::new(0);
@@ -115,6 +122,14 @@ fn run(args: &[String]) -> ExitCode {
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
                     let Some(t) = targets.get(i) else { break };
+                    let opts = Options {
+                        time: if every {
+                            opts.time / t.time_div.max(1)
+                        } else {
+                            opts.time
+                        },
+                        ..opts.clone()
+                    };
                     match driver::fuzz(t, &opts) {
                         Ok(r) => println!("{r}"),
                         Err(c) => {

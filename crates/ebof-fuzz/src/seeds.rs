@@ -34,6 +34,15 @@ pub fn all() -> Vec<(&'static str, String, Vec<u8>)> {
     for (name, bytes) in host_queue_seeds() {
         v.push(("host_queue", name, bytes));
     }
+    for (name, bytes) in auth_seeds() {
+        v.push(("auth", name, bytes));
+    }
+    for (name, bytes) in rdma_wire_seeds() {
+        v.push(("rdma_wire", name, bytes));
+    }
+    for (name, bytes) in tls_psk_seeds() {
+        v.push(("tls_psk", name, bytes));
+    }
     v
 }
 
@@ -443,4 +452,230 @@ fn host_queue_seeds() -> Vec<(String, Vec<u8>)> {
             host_answers(0x08 | 0x20, false),
         ),
     ]
+}
+
+// ----------------------------------------------------------------------------------------
+// auth
+
+/// One operation of [`crate::targets::auth`]: `[op, len LE16, payload]`.
+fn auth_op(b: &mut Vec<u8>, op: u8, payload: &[u8]) {
+    b.push(op);
+    b.extend_from_slice(&(payload.len() as u16).to_le_bytes());
+    b.extend_from_slice(payload);
+}
+
+/// `steps` honest steps with `mode` and `keys`.
+fn auth_honest(mode: u8, keys: u8, steps: usize) -> Vec<u8> {
+    let mut b = vec![mode, keys];
+    for _ in 0..steps {
+        auth_op(&mut b, 0, &[]);
+    }
+    b
+}
+
+/// One of each message, as typed values encode it.
+fn auth_messages() -> Vec<Vec<u8>> {
+    use nvme_auth::msg::{
+        Challenge, DhchapDescriptor, Failure, Message, Negotiate, Reply, Success1,
+    };
+    use nvme_auth::{DhGroup, FailureReason, HashId};
+    [
+        Message::Negotiate(Negotiate {
+            t_id: 1,
+            sc_c: 0,
+            napd: 2,
+            dhchap: Some(DhchapDescriptor {
+                hash_ids: vec![1, 2, 3],
+                dh_group_ids: vec![0, 1, 2, 3, 4, 5],
+            }),
+        }),
+        Message::Challenge(Challenge {
+            t_id: 1,
+            hash: HashId::Sha256,
+            dh_group: DhGroup::Null,
+            seqnum: 7,
+            challenge: pattern(32, 1),
+            dh_value: Vec::new(),
+        }),
+        Message::Challenge(Challenge {
+            t_id: 1,
+            hash: HashId::Sha512,
+            dh_group: DhGroup::Ffdhe2048,
+            seqnum: 7,
+            challenge: pattern(64, 2),
+            dh_value: pattern(256, 3),
+        }),
+        Message::Reply(Reply {
+            t_id: 1,
+            response: pattern(48, 4),
+            challenge: Some(pattern(48, 5)),
+            seqnum: 9,
+            dh_value: Vec::new(),
+        }),
+        Message::Success1(Success1 {
+            t_id: 1,
+            hl: 32,
+            response: Some(pattern(32, 6)),
+        }),
+        Message::Success2 { t_id: 1 },
+        Message::Failure1(Failure::new(1, FailureReason::HashUnusable)),
+        Message::Failure2(Failure::new(1, FailureReason::Failed)),
+    ]
+    .iter()
+    .map(Message::encode)
+    .collect()
+}
+
+fn auth_seeds() -> Vec<(String, Vec<u8>)> {
+    use nvme_auth::{DhchapSecret, KeyTransform};
+    let mut forged = vec![0x00, 0x00];
+    auth_op(&mut forged, 0, &[]); // negotiate queued
+    auth_op(&mut forged, 3, &[4, 1]); // its T_ID patched
+    auth_op(&mut forged, 0, &[]);
+    for m in auth_messages() {
+        auth_op(&mut forged, 1, &m);
+        auth_op(&mut forged, 2, &m);
+    }
+    auth_op(&mut forged, 0, &[]);
+    auth_op(&mut forged, 4, &[0x10, 0x00, 6, 0x20]); // AL 16, HL patched
+    auth_op(&mut forged, 5, &[]);
+    auth_op(&mut forged, 7, &[0x08, 0x00]);
+    auth_op(&mut forged, 8, &[0]);
+    auth_op(&mut forged, 6, &[]);
+    let mut codec = vec![0x40, 0x05];
+    for kind in 0..7u8 {
+        let mut p = vec![kind, 0, kind, 1, 3, 6];
+        p.extend(pattern(200, kind));
+        auth_op(&mut codec, 9, &p);
+    }
+    for (t, len) in [(KeyTransform::None, 32), (KeyTransform::Sha512, 64)] {
+        if let Ok(s) = DhchapSecret::from_key(t, &pattern(len, 7)) {
+            auth_op(&mut codec, 9, s.encode().as_bytes());
+        }
+    }
+    let cdw10 = nvme_auth::msg::command_cdw10();
+    let mut cmd = cdw10.to_le_bytes().to_vec();
+    cmd.extend_from_slice(&4096u32.to_le_bytes());
+    auth_op(&mut codec, 9, &cmd);
+    vec![
+        ("oneway-null".into(), auth_honest(0x00, 0x00, 8)),
+        ("bidi-sha384".into(), auth_honest(0x46, 0x05, 10)),
+        ("bidi-ffdhe2048".into(), auth_honest(0x70, 0x0f, 6)),
+        ("reauth".into(), auth_honest(0x01, 0x02, 16)),
+        ("no-common-hash".into(), auth_honest(0x0c, 0x00, 8)),
+        ("wrong-host-key".into(), auth_honest(0x00, 0x10, 8)),
+        ("wrong-ctrl-key".into(), auth_honest(0x40, 0x20, 10)),
+        ("bidi-no-ctrl-key".into(), auth_honest(0xc0, 0x00, 8)),
+        ("forged".into(), forged),
+        ("codec".into(), codec),
+    ]
+}
+
+// ----------------------------------------------------------------------------------------
+// rdma_wire
+
+fn rdma_wire_seeds() -> Vec<(String, Vec<u8>)> {
+    use nvmf_rdma::wire::{CmRequest, RejectStatus, encode_accept, encode_reject, set_keyed_sgl};
+    let request = |qid, hrqsize, hsqsize| {
+        let mut b = CmRequest {
+            recfmt: 0,
+            qid,
+            hrqsize,
+            hsqsize,
+            cntlid: 0xffff,
+        }
+        .encode()
+        .to_vec();
+        // The CM pads the Linux host's 32 bytes to 56; then whole capsules follow.
+        b.resize(64, 0);
+        b
+    };
+    let capsules = || {
+        let mut b = Vec::new();
+        let mut r = rw(io::READ, 1, 1, 0, 8, 512);
+        set_keyed_sgl(&mut r, 0x7f00_1234_5000, 4096, 0xdead_beef, false);
+        b.extend_from_slice(r.as_bytes());
+        let mut w = rw(io::WRITE, 2, 1, 8, 8, 512);
+        set_keyed_sgl(&mut w, 0x7f00_1234_6000, 4096, 0x1234_5678, true);
+        b.extend_from_slice(w.as_bytes());
+        let mut i = rw(io::WRITE, 3, 1, 16, 1, 512);
+        i.set_sgl_icd(512);
+        b.extend_from_slice(i.as_bytes());
+        let mut f = sqe(io::FLUSH, 4);
+        set_keyed_sgl(&mut f, 0, 0, 0, false);
+        b.extend_from_slice(f.as_bytes());
+        // NVMe/TCP's transport data block: refused here.
+        b.extend_from_slice(identify(5, cns::CTRL, 0).as_bytes());
+        b
+    };
+    let mut admin = vec![0x2a];
+    admin.extend(request(0, 32, 31));
+    admin.extend(capsules());
+    let mut io_queue = vec![0x2a];
+    io_queue.extend(request(1, 128, 127));
+    io_queue.extend(capsules());
+    let mut accept = vec![0x00];
+    accept.extend_from_slice(&encode_accept(128));
+    let mut reject = vec![0x15];
+    reject.extend_from_slice(&encode_reject(RejectStatus::InvalidHsqsize));
+    vec![
+        ("admin".into(), admin),
+        ("io".into(), io_queue),
+        ("accept".into(), accept),
+        ("reject".into(), reject),
+    ]
+}
+
+// ----------------------------------------------------------------------------------------
+// tls_psk
+
+fn tls_psk_seeds() -> Vec<(String, Vec<u8>)> {
+    use nvmf_tls::psk::{ConfiguredPsk, Derivation, IdentityVersion, KeyTransform};
+    const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:host1";
+    const SUB: &str = "nqn.2026-11.io.ebof:disk1";
+    let with_mode = |mode: u8, bytes: &[u8]| {
+        let mut b = vec![mode];
+        b.extend_from_slice(bytes);
+        b
+    };
+    let mut v = vec![(
+        "identity-v0".into(),
+        with_mode(0x03, format!("NVMe0R01 {HOST} {SUB}").as_bytes()),
+    )];
+    for (name, t, len) in [
+        ("00", KeyTransform::None, 48),
+        ("01", KeyTransform::Sha256, 32),
+        ("02", KeyTransform::Sha384, 48),
+    ] {
+        let key = pattern(len, 0x42);
+        let Ok(k) = ConfiguredPsk::new(t, &key) else {
+            continue;
+        };
+        v.push((
+            format!("interchange-{name}"),
+            with_mode(0x03, k.to_interchange().as_bytes()),
+        ));
+        if let Ok((id, _)) = k.host_identity(HOST, SUB, IdentityVersion::V1, Derivation::Compat) {
+            v.push((
+                format!("identity-v1-{name}"),
+                with_mode(0x03, id.to_string().as_bytes()),
+            ));
+        }
+        // Agreement: the key, then the NQNs (mode bits: transform, version 1, host on the RFC
+        // encoding, target preferring it, 48-byte key for 00). Version 1: a transformed key's
+        // digest tells the target the host's encoding, so it may prefer the other one.
+        let (mode, v1_preferred) = match t {
+            KeyTransform::None => (0x20, 0x10),
+            KeyTransform::Sha256 => (0x01, 0x00),
+            KeyTransform::Sha384 => (0x02, 0x00),
+        };
+        let mut b = key.clone();
+        b.extend_from_slice(format!("{HOST} {SUB}").as_bytes());
+        v.push((
+            format!("agree-v1-{name}"),
+            with_mode(mode | 0x04 | 0x08 | v1_preferred, &b),
+        ));
+        v.push((format!("agree-v0-{name}"), with_mode(mode, &b)));
+    }
+    v
 }

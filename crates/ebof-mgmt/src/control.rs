@@ -208,29 +208,15 @@ impl Control {
                     .find(|n| !cfg.subsystems[si].namespaces.iter().any(|x| x.nsid == *n))
                     .unwrap_or(1),
             };
-            let mut ns = ebof_config::Namespace::with_defaults(nqn, nsid, backend_choice(req)?);
-            if let Some(b) = req.block_size {
-                ns.block_size = b;
-            }
-            if let Some(u) = &req.uuid {
-                ns.uuid = *uuid::Uuid::parse_str(u.trim())
-                    .map_err(|e| {
-                        ApiError::new(
-                            cfg_codes::INVALID_UUID,
-                            "uuid",
-                            format!("{u:?} is not a UUID: {e}"),
-                        )
-                    })?
-                    .as_bytes();
-            }
-            ns.direct = req.direct.unwrap_or(false);
-            if let Some(g) = req.ana_group {
-                ns.ana_group = g;
-            }
+            // The namespace is built as the configuration file builds one (same checks, codes
+            // and field paths: `subsystems[{si}].namespaces[{ni}].…`, as validation reports).
             let ni = cfg.subsystems[si].namespaces.len();
+            let field = format!("subsystems[{si}].namespaces[{ni}]");
+            let ns =
+                ebof_config::Namespace::from_fields(namespace_fields(req, nsid), &field, ni, nqn)
+                    .map_err(|e| ApiError::from_config(&e, ""))?;
             cfg.subsystems[si].namespaces.push(ns.clone());
             check(cfg)?;
-            let field = format!("subsystems[{si}].namespaces[{ni}]");
             let opened = build::open_namespace(
                 &ns,
                 cfg.target.ram_huge_pages,
@@ -627,48 +613,19 @@ fn listen_error(addr: &std::net::SocketAddr, e: &ebof_runtime::server::ServerErr
     ApiError::new(codes::LISTEN_FAILED, "address", format!("{addr}: {msg}"))
 }
 
-/// The backend a request names, with the fields each kind takes.
-fn backend_choice(req: &NamespaceRequest) -> Result<BackendChoice, ApiError> {
-    let missing = |f: &str, kind: &str| {
-        ApiError::new(
-            cfg_codes::MISSING_FIELD,
-            f,
-            format!("a {kind} namespace needs {f}"),
-        )
-    };
-    let forbidden = |f: &str, kind: &str| {
-        ApiError::new(
-            cfg_codes::FORBIDDEN_FIELD,
-            f,
-            format!("a {kind} namespace takes no {f}"),
-        )
-    };
-    let path = || req.path.as_ref().map(PathBuf::from);
-    match req.backend.as_str() {
-        "ram" => {
-            if req.path.is_some() {
-                return Err(forbidden("path", "ram"));
-            }
-            let size = req.size.ok_or_else(|| missing("size", "ram"))?;
-            Ok(BackendChoice::Ram { size })
-        }
-        "file" => Ok(BackendChoice::File {
-            path: path().ok_or_else(|| missing("path", "file"))?,
-            size: req.size,
-        }),
-        "block" => {
-            if req.size.is_some() {
-                return Err(forbidden("size", "block"));
-            }
-            Ok(BackendChoice::Block {
-                path: path().ok_or_else(|| missing("path", "block"))?,
-            })
-        }
-        other => Err(ApiError::new(
-            cfg_codes::INVALID_BACKEND,
-            "backend",
-            format!("unknown backend {other:?}: ram, file or block"),
-        )),
+/// What a request says about the namespace, as the configuration file would say it (the
+/// NSID already chosen). `direct: false` is the default and passes as absent: API clients send
+/// defaults, and the file refuses `direct` of any value on a RAM namespace.
+fn namespace_fields(req: &NamespaceRequest, nsid: u32) -> ebof_config::NamespaceFields {
+    ebof_config::NamespaceFields {
+        nsid: Some(i64::from(nsid)),
+        backend: Some(req.backend.clone()),
+        size: req.size.map(ebof_config::SizeField::from),
+        path: req.path.clone(),
+        block_size: req.block_size.map(i64::from),
+        uuid: req.uuid.clone(),
+        direct: req.direct.filter(|&d| d),
+        ana_group: req.ana_group.map(i64::from),
     }
 }
 
@@ -715,4 +672,205 @@ pub fn write_config(cfg: &Config, path: &Path) -> Result<u64, String> {
         let _ = std::fs::remove_file(&tmp);
     }
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NQN: &str = "nqn.2026-11.io.ebof:t";
+    const TOML: &str = "[[listeners]]\naddress = \"127.0.0.1\"\nport = 0\n\
+                        [[subsystems]]\nnqn = \"nqn.2026-11.io.ebof:t\"\n\
+                        [[subsystems.namespaces]]\nbackend = \"ram\"\nsize = \"1M\"\n";
+
+    fn control() -> Control {
+        let cfg = Config::from_toml_str(TOML).unwrap();
+        let target = Arc::new(build::build_target(&cfg).unwrap());
+        Control::new(target, cfg, None)
+    }
+
+    fn ram(size: u64) -> NamespaceRequest {
+        NamespaceRequest {
+            backend: "ram".into(),
+            size: Some(size),
+            ..Default::default()
+        }
+    }
+
+    /// The configuration file with `req` as its second namespace (NSID `nsid`).
+    fn as_file(req: &NamespaceRequest, nsid: u32) -> String {
+        let mut t = format!("{TOML}[[subsystems.namespaces]]\nnsid = {nsid}\n");
+        t += &format!("backend = {:?}\n", req.backend);
+        match req.size {
+            // TOML integers are i64: a larger size is written as text.
+            Some(v) if i64::try_from(v).is_err() => t += &format!("size = \"{v}\"\n"),
+            Some(v) => t += &format!("size = {v}\n"),
+            None => {}
+        }
+        if let Some(v) = &req.path {
+            t += &format!("path = {v:?}\n");
+        }
+        if let Some(v) = req.block_size {
+            t += &format!("block_size = {v}\n");
+        }
+        if let Some(v) = &req.uuid {
+            t += &format!("uuid = {v:?}\n");
+        }
+        if let Some(v) = req.direct {
+            t += &format!("direct = {v}\n");
+        }
+        if let Some(v) = req.ana_group {
+            t += &format!("ana_group = {v}\n");
+        }
+        t
+    }
+
+    /// A namespace added through the API is the one the file would give, defaults included.
+    #[test]
+    fn an_added_namespace_is_the_one_the_file_gives() {
+        let c = control();
+        let dir = tempfile::tempdir().unwrap();
+        let img = dir.path().join("disk.img").display().to_string();
+        let requests = [
+            NamespaceRequest {
+                nsid: Some(5),
+                block_size: Some(4096),
+                uuid: Some(" 0b5e3c1a-7f2d-4c9e-9a41-2f6c8e1d3b57 ".into()),
+                ana_group: Some(2),
+                ..ram(2 << 20)
+            },
+            ram(1 << 20),
+            NamespaceRequest {
+                backend: "file".into(),
+                path: Some(img),
+                size: Some(1 << 20),
+                direct: Some(false),
+                ..Default::default()
+            },
+        ];
+        for (i, req) in requests.iter().enumerate() {
+            let added = c.add_namespace(NQN, req).unwrap();
+            let nsid = added.namespace.nsid;
+            let file = Config::from_toml_str(&as_file(req, nsid)).unwrap();
+            assert_eq!(
+                c.running().subsystems[0].namespaces[i + 1],
+                file.subsystems[0].namespaces[1],
+                "{req:?}"
+            );
+        }
+        // Without an NSID: the lowest free one (the file numbers by position instead).
+        assert_eq!(c.running().subsystems[0].namespaces[2].nsid, 2);
+    }
+
+    /// A refused namespace gets the code and field path the file gets for it, and changes
+    /// nothing.
+    #[test]
+    fn a_refused_namespace_gets_the_file_s_code_and_path() {
+        let c = control();
+        let before = c.running();
+        let cases = [
+            (
+                NamespaceRequest {
+                    size: None,
+                    ..ram(0)
+                },
+                cfg_codes::MISSING_FIELD,
+                "size",
+            ),
+            (
+                NamespaceRequest {
+                    path: Some("/tmp/x".into()),
+                    ..ram(1 << 20)
+                },
+                cfg_codes::FORBIDDEN_FIELD,
+                "path",
+            ),
+            (
+                NamespaceRequest {
+                    direct: Some(true),
+                    ..ram(1 << 20)
+                },
+                cfg_codes::FORBIDDEN_FIELD,
+                "direct",
+            ),
+            (
+                NamespaceRequest {
+                    backend: "block".into(),
+                    path: Some("/dev/null".into()),
+                    ..ram(1 << 20)
+                },
+                cfg_codes::FORBIDDEN_FIELD,
+                "size",
+            ),
+            (
+                NamespaceRequest {
+                    backend: "file".into(),
+                    ..Default::default()
+                },
+                cfg_codes::MISSING_FIELD,
+                "path",
+            ),
+            (
+                NamespaceRequest {
+                    backend: "tape".into(),
+                    ..ram(1 << 20)
+                },
+                cfg_codes::INVALID_BACKEND,
+                "backend",
+            ),
+            (
+                NamespaceRequest {
+                    uuid: Some("not-a-uuid".into()),
+                    ..ram(1 << 20)
+                },
+                cfg_codes::INVALID_UUID,
+                "uuid",
+            ),
+            (
+                NamespaceRequest {
+                    block_size: Some(520),
+                    ..ram(1 << 20)
+                },
+                cfg_codes::INVALID_BLOCK_SIZE,
+                "block_size",
+            ),
+            (ram(1000), cfg_codes::INVALID_SIZE, "size"),
+            (ram(u64::MAX), cfg_codes::INVALID_SIZE, "size"),
+            (
+                NamespaceRequest {
+                    nsid: Some(0),
+                    ..ram(1 << 20)
+                },
+                cfg_codes::INVALID_NSID,
+                "nsid",
+            ),
+            (
+                NamespaceRequest {
+                    ana_group: Some(0),
+                    ..ram(1 << 20)
+                },
+                cfg_codes::INVALID_ANA_GROUP,
+                "ana_group",
+            ),
+        ];
+        for (req, code, field) in cases {
+            let e = c.add_namespace(NQN, &req).unwrap_err();
+            assert_eq!(e.code, code, "{req:?}: {e}");
+            assert_eq!(
+                e.path,
+                format!("subsystems[0].namespaces[1].{field}"),
+                "{req:?}"
+            );
+            assert!(e.message.len() > 10, "{e}");
+            let nsid = req.nsid.unwrap_or(2);
+            let f = Config::from_toml_str(&as_file(&req, nsid)).unwrap_err();
+            assert_eq!(
+                (f.code, f.path.as_str()),
+                (code, e.path.as_str()),
+                "{req:?}"
+            );
+        }
+        assert_eq!(c.running(), before);
+        assert_eq!(c.target.subsystems()[0].namespaces.len(), 1);
+    }
 }

@@ -1,7 +1,10 @@
 //! The fuzz targets, one module each (see the crate docs).
 
+pub mod auth;
 pub mod config_struct;
 pub mod config_text;
 pub mod host_queue;
 pub mod pdu;
+pub mod rdma_wire;
 pub mod target_conn;
+pub mod tls_psk;

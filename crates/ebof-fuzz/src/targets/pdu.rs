@@ -11,7 +11,8 @@
 //!   every later call fails with the same error; fed in `chunk`-byte pieces it produces exactly
 //!   the events and the error of the whole-buffer run (split invariance). The target role
 //!   issues an R2T for each command without in-capsule data, so H2CData gets checked against
-//!   real R2T windows.
+//!   real R2T windows; the C2HTermReq it sends for an error is 24..=152 bytes and decodes on
+//!   the host side with the error's FES and FEI.
 
 use crate::Features;
 use nvmf_tcp::pdu::{self, encode_pdu};
@@ -162,6 +163,36 @@ fn check_echo(e: &ProtocolError, pdu: &[u8]) {
     );
 }
 
+/// The C2HTermReq the target sends for `e` is 24..=152 bytes and decodes on the host side as
+/// a C2HTermReq with `e`'s FES and FEI (whatever the digests: TermReqs never carry them).
+fn check_term_req(term: &[u8], e: &ProtocolError) {
+    assert!(
+        (pdu::HLEN_TERM..=pdu::TERM_REQ_MAX_PLEN).contains(&term.len()),
+        "C2HTermReq of {} bytes",
+        term.len()
+    );
+    let lim = DecodeLimits {
+        role: Role::Host,
+        digests: Some(Digests::BOTH),
+        pda: 0,
+        max_icd: 0,
+        max_data: 0,
+    };
+    match decode_frame(term, &lim) {
+        Ok(Some(f)) => {
+            assert_eq!(f.len, term.len(), "C2HTermReq PLEN");
+            match f.pdu {
+                Pdu::C2hTermReq(t) => {
+                    assert_eq!((t.fes, t.fei), (e.fes as u16, e.fei), "FES/FEI");
+                    assert_eq!(t.hdr, e.header(), "echoed header");
+                }
+                other => panic!("C2HTermReq decodes as {other:?}"),
+            }
+        }
+        other => panic!("C2HTermReq does not decode: {other:?}"),
+    }
+}
+
 /// Run a [`TargetConn`] over `bytes` offered in `chunk`-byte pieces.
 fn target_events<'a>(
     bytes: &'a [u8],
@@ -200,7 +231,9 @@ fn target_events<'a>(
                 feat.add_str(F_ERR, e.reason);
                 let again = conn.decode_one(&bytes[pos..avail], &mut out);
                 assert_eq!(again, Err(e.clone()), "errors are sticky");
-                conn.encode_term_req(&mut out, &e);
+                let mut term = Vec::new();
+                conn.encode_term_req(&mut term, &e);
+                check_term_req(&term, &e);
                 check_echo(&e, &bytes[pos..]);
                 steps.push(Step::Error(e.fes, e.fei, e.reason));
                 break;
