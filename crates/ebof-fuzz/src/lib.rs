@@ -51,6 +51,7 @@ impl Features {
         &self.0
     }
 
+    /// Forget the features recorded (before each run).
     pub fn clear(&mut self) {
         self.0.clear();
     }
@@ -69,8 +70,11 @@ pub fn fnv1a(b: &[u8]) -> u64 {
 /// A fuzz target: its name (also its corpus directory and its libFuzzer binary), the
 /// function, and the largest input worth generating.
 pub struct Target {
+    /// Name: the corpus directory `fuzz/corpus/<name>/` and the libFuzzer binary.
     pub name: &'static str,
+    /// Runs one input, recording its outcome features; panics on a bug.
     pub run: fn(&[u8], &mut Features),
+    /// Largest input the driver generates, in bytes (mutations never grow an input past it).
     pub max_len: usize,
 }
 
