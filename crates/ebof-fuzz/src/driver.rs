@@ -31,26 +31,36 @@ pub fn default_crash_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/fuzz-crashes")
 }
 
+/// How the driver runs each target.
 #[derive(Clone, Debug)]
 pub struct Options {
     /// Time spent mutating after the replay.
     pub time: Duration,
     /// Seed of the mutation RNG (printed, so a run can be repeated).
     pub seed: u64,
+    /// Directory holding one corpus directory per target ([`default_corpus_root`]).
     pub corpus_root: PathBuf,
+    /// Directory crash reproducers are written under, one subdirectory per target
+    /// ([`default_crash_dir`]).
     pub crash_dir: PathBuf,
 }
 
 /// What one target's run did.
 #[derive(Debug)]
 pub struct Report {
+    /// Name of the target.
     pub target: &'static str,
+    /// Corpus files replayed.
     pub seeds: usize,
+    /// Runs of the target in all, replay included.
     pub execs: u64,
     /// Inputs kept for showing new outcome features.
     pub kept: usize,
+    /// Distinct outcome features seen, replay included.
     pub features: usize,
+    /// Wall-clock time of the whole run, replay included.
     pub elapsed: Duration,
+    /// Longest single run of the target.
     pub slowest: Duration,
 }
 
@@ -75,8 +85,11 @@ impl std::fmt::Display for Report {
 /// A failing input.
 #[derive(Debug)]
 pub struct Crash {
+    /// Name of the target.
     pub target: &'static str,
+    /// The panic message, or why the corpus could not be read.
     pub message: String,
+    /// The input that failed (empty when the corpus could not be read).
     pub input: Vec<u8>,
     /// Where the input was saved (`None` if it could not be written).
     pub path: Option<PathBuf>,

@@ -69,6 +69,7 @@ impl Features {
         &self.0
     }
 
+    /// Forget the features recorded (before each run).
     pub fn clear(&mut self) {
         self.0.clear();
     }
@@ -87,8 +88,11 @@ pub fn fnv1a(b: &[u8]) -> u64 {
 /// A fuzz target: its name (also its corpus directory and its libFuzzer binary), the
 /// function, the largest input worth generating, and its share of the time.
 pub struct Target {
+    /// Name: the corpus directory `fuzz/corpus/<name>/` and the libFuzzer binary.
     pub name: &'static str,
+    /// Runs one input, recording its outcome features; panics on a bug.
     pub run: fn(&[u8], &mut Features),
+    /// Largest input the driver generates, in bytes (mutations never grow an input past it).
     pub max_len: usize,
     /// In a run of every target, this one mutates for `--secs / time_div`: 1 for the layer
     /// targets; 2 for `auth` and 4 for the two stateless decoders (microseconds an execution),

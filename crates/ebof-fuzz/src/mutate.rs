@@ -11,10 +11,13 @@
 pub struct Rng(u64);
 
 impl Rng {
+    /// A generator started from `seed` (its lowest bit is forced to 1: the state must not
+    /// be 0).
     pub fn new(seed: u64) -> Rng {
         Rng(seed | 1)
     }
 
+    /// The next 64 pseudo-random bits.
     pub fn next_u64(&mut self) -> u64 {
         let mut x = self.0;
         x ^= x >> 12;
@@ -29,6 +32,7 @@ impl Rng {
         (self.next_u64() % n.max(1) as u64) as usize
     }
 
+    /// True with probability `1 / one_in`.
     pub fn chance(&mut self, one_in: usize) -> bool {
         self.below(one_in) == 0
     }

@@ -38,6 +38,9 @@
 //! drivers/nvme/host/auth.c, drivers/nvme/target/auth.c, fabrics-cmd-auth.c) and SPDK
 //! (lib/nvme/nvme_auth.c): see the module docs of [`chap`], [`msg`] and [`secret`].
 
+#![forbid(unsafe_code)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 pub mod chap;
 pub mod config;
 pub mod dh;

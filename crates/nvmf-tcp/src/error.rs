@@ -37,11 +37,13 @@ impl Fes {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("NVMe/TCP protocol error {fes:?} (fei {fei}): {reason}")]
 pub struct ProtocolError {
+    /// Fatal Error Status to send in the TermReq.
     pub fes: Fes,
     /// Fatal Error Information: for FES 01h/06h the byte offset of the offending field; else 0.
     pub fei: u32,
     /// Up to 128 bytes of the offending PDU header (copied into the TermReq), `hdr_len` valid.
     pub hdr: [u8; 128],
+    /// How many bytes of `hdr` are the echoed header (0..=128).
     pub hdr_len: u8,
     /// Human-readable reason for logs.
     pub reason: &'static str,
@@ -63,6 +65,7 @@ impl ProtocolError {
             reason,
         }
     }
+    /// The echoed header: the first `hdr_len` bytes of `hdr`.
     pub fn header(&self) -> &[u8] {
         &self.hdr[..usize::from(self.hdr_len)]
     }

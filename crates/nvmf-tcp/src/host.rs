@@ -7,6 +7,7 @@ use nvme_spec::{Cqe, Sqe};
 /// What the host asks for in ICReq.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HostConnConfig {
+    /// Digests to request in ICReq; the controller may enable fewer, never more.
     pub digests: Digests,
     /// HPDA to request (0's based dwords; 0 = no alignment).
     pub hpda: u8,
@@ -35,21 +36,36 @@ impl Default for HostConnConfig {
 pub enum HostEvent<'a> {
     /// ICResp received: negotiated parameters.
     Established {
+        /// CPDA (0..=31, 0's based dwords): alignment of the data in the PDUs the host sends.
         cpda: u8,
+        /// Digests the controller enabled; used on every later PDU.
         digests: Digests,
+        /// MAXH2CDATA: the most data bytes one H2CData PDU may carry (≥ 4096, a multiple of 4).
         maxh2cdata: u32,
     },
+    /// A CapsuleResp: the command's completion queue entry.
     Response(Cqe),
+    /// A C2HData PDU whose data passed its digest (if any).
     C2hData {
+        /// CCCID: the command the data belongs to.
         cccid: u16,
+        /// DATAO: offset of `data` in the command's data, in bytes.
         datao: u32,
+        /// The data (DATAL bytes, never empty).
         data: &'a [u8],
+        /// LAST_PDU: the command's last C2HData.
         last: bool,
+        /// SUCCESS: the command completed successfully and no CapsuleResp follows.
         success: bool,
     },
+    /// An R2T: the controller asks for `r2tl` bytes of command `cccid`'s data at `r2to`,
+    /// to be sent in H2CData PDUs carrying `ttag`.
     R2t(R2t),
+    /// The controller terminated the connection (C2HTermReq). Log and close.
     TermReq {
+        /// Fatal Error Status, raw (see [`crate::Fes::from_u16`]).
         fes: u16,
+        /// Fatal Error Information: for FES 01h/06h the byte offset of the offending field.
         fei: u32,
     },
     /// A C2HData PDU whose data failed its data digest (non-fatal: NVMe/TCP 1.0 transport error handling, see
@@ -57,10 +73,15 @@ pub enum HostEvent<'a> {
     /// failed with Transient Transport Error: when `success` is set no CapsuleResp follows, so
     /// fail it now; otherwise fail it when its CapsuleResp arrives (whatever status that carries).
     C2hDataDigestError {
+        /// CCCID: the command to fail.
         cccid: u16,
+        /// DATAO of the lost data, in bytes.
         datao: u32,
+        /// DATAL of the lost data, in bytes.
         datal: u32,
+        /// LAST_PDU was set.
         last: bool,
+        /// SUCCESS was set: no CapsuleResp follows.
         success: bool,
     },
 }
@@ -89,6 +110,7 @@ pub struct HostConn {
 }
 
 impl HostConn {
+    /// A connection in its initial state; nothing is sent until [`HostConn::encode_icreq`].
     pub fn new(cfg: HostConnConfig) -> HostConn {
         HostConn {
             cfg,
@@ -249,6 +271,7 @@ impl HostConn {
         self.digests
     }
 
+    /// MAXH2CDATA from ICResp: the most data bytes per H2CData PDU (4096 before Established).
     pub fn maxh2cdata(&self) -> u32 {
         self.maxh2cdata
     }

@@ -70,6 +70,8 @@
 // violation never allocates; it is returned once per connection at most, so the larger `Result`
 // on the hot path costs nothing measurable, while boxing would allocate.
 #![allow(clippy::result_large_err)]
+#![forbid(unsafe_code)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod digest;
 pub mod error;

@@ -69,14 +69,23 @@ use nvme_spec::{Cqe, Sqe};
 
 /// PDU types (CH byte 0).
 pub mod pdu_type {
+    /// 00h ICReq: Initialize Connection Request, host to controller, the first PDU.
     pub const IC_REQ: u8 = 0x00;
+    /// 01h ICResp: Initialize Connection Response, controller to host.
     pub const IC_RESP: u8 = 0x01;
+    /// 02h H2CTermReq: the host terminates the connection after a fatal error.
     pub const H2C_TERM_REQ: u8 = 0x02;
+    /// 03h C2HTermReq: the controller terminates the connection after a fatal error.
     pub const C2H_TERM_REQ: u8 = 0x03;
+    /// 04h CapsuleCmd: a command capsule (SQE, optionally in-capsule data), host to controller.
     pub const CAPSULE_CMD: u8 = 0x04;
+    /// 05h CapsuleResp: a response capsule (CQE), controller to host.
     pub const CAPSULE_RESP: u8 = 0x05;
+    /// 06h H2CData: host-to-controller data answering an R2T.
     pub const H2C_DATA: u8 = 0x06;
+    /// 07h C2HData: controller-to-host data of a command (reads).
     pub const C2H_DATA: u8 = 0x07;
+    /// 09h R2T: Ready to Transfer, the controller asks for a range of a command's data.
     pub const R2T: u8 = 0x09;
 }
 
@@ -92,24 +101,32 @@ pub mod flags {
     pub const SUCCESS: u8 = 1 << 3;
 }
 
-/// Common header length.
+/// Common header (CH) length in bytes: PDU-Type, FLAGS, HLEN, PDO, PLEN.
 pub const CH_LEN: usize = 8;
-/// Fixed HLEN per type.
+/// HLEN of ICReq and ICResp, in bytes (their PLEN is the same: they carry no data or digests).
 pub const HLEN_IC: usize = 128;
+/// HLEN of H2CTermReq and C2HTermReq, in bytes; the echoed header follows it.
 pub const HLEN_TERM: usize = 24;
+/// HLEN of CapsuleCmd, in bytes: the 8-byte CH and the 64-byte SQE.
 pub const HLEN_CAPSULE_CMD: usize = 72;
+/// HLEN of CapsuleResp, in bytes: the 8-byte CH and the 16-byte CQE.
 pub const HLEN_CAPSULE_RESP: usize = 24;
+/// HLEN of H2CData and C2HData, in bytes.
 pub const HLEN_DATA: usize = 24;
+/// HLEN of R2T, in bytes.
 pub const HLEN_R2T: usize = 24;
-/// Digest length.
+/// Length in bytes of a header digest (HDGST) or data digest (DDGST): one CRC32C.
 pub const DIGEST_LEN: usize = 4;
-/// Largest header a TermReq may echo.
+/// Most bytes of the offending PDU header a TermReq may echo.
 pub const TERM_REQ_MAX_ECHO: usize = 128;
 
 /// Negotiated digests (ICReq/ICResp DGST byte: bit0 header, bit1 data).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Digests {
+    /// Header digest (HDGST): a CRC32C after the HLEN header bytes of every CapsuleCmd,
+    /// CapsuleResp, H2CData, C2HData and R2T (ICReq/ICResp and TermReqs never carry digests).
     pub hdgst: bool,
+    /// Data digest (DDGST): a CRC32C after the data of every PDU that carries data (not over PAD).
     pub ddgst: bool,
 }
 
@@ -120,6 +137,7 @@ pub struct IcReq {
     pub pfv: u16,
     /// Host PDU Data Alignment (HPDA), 0's based dwords (0..=31).
     pub hpda: u8,
+    /// Digests the host asks for (DGST byte: HDGST_ENABLE, DDGST_ENABLE).
     pub digests: Digests,
     /// Maximum outstanding R2Ts per command (MAXR2T), 0's based.
     pub maxr2t: u32,
@@ -128,9 +146,12 @@ pub struct IcReq {
 /// ICResp PDU-specific fields.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct IcResp {
+    /// PDU Format Version (PFV), must be 0.
     pub pfv: u16,
-    /// Controller PDU Data Alignment (CPDA), 0's based dwords.
+    /// Controller PDU Data Alignment (CPDA), 0's based dwords (0..=31): the alignment the host
+    /// must use for the data of the PDUs it sends.
     pub cpda: u8,
+    /// Digests the controller enabled (DGST byte); a subset of those the host asked for.
     pub digests: Digests,
     /// Maximum H2C data bytes per H2CData PDU (MAXH2CDATA), ≥ 4096.
     pub maxh2cdata: u32,
@@ -156,35 +177,65 @@ pub struct DataHdr {
     pub ttag: u16,
     /// Data Offset (DATAO) within the command's data.
     pub datao: u32,
-    /// Data Length (DATAL).
+    /// Data Length (DATAL): bytes of data in this PDU. Ignored when encoding (the length of the
+    /// data slice is used).
     pub datal: u32,
+    /// LAST_PDU flag: the last data PDU of the transfer (C2HData: of the command's data;
+    /// H2CData: of the R2T).
     pub last: bool,
-    /// C2HData SUCCESS flag.
+    /// C2HData SUCCESS flag: the command completed successfully and no CapsuleResp follows
+    /// (only with `last`; never set on H2CData).
     pub success: bool,
 }
 
 /// R2T fields.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct R2t {
+    /// Command Capsule CID (CCCID): the command whose data is requested.
     pub cccid: u16,
+    /// Transfer Tag (TTAG), chosen by the controller; the host echoes it in its H2CData PDUs.
     pub ttag: u16,
-    /// R2T Offset (R2TO).
+    /// R2T Offset (R2TO): where the requested range starts in the command's data, in bytes.
     pub r2to: u32,
-    /// R2T Length (R2TL).
+    /// R2T Length (R2TL): bytes requested, never 0.
     pub r2tl: u32,
 }
 
 /// A decoded, validated PDU borrowing its data from the input buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Pdu<'a> {
+    /// ICReq (00h), host to controller.
     IcReq(IcReq),
+    /// ICResp (01h), controller to host.
     IcResp(IcResp),
+    /// H2CTermReq (02h), host to controller.
     H2cTermReq(TermReq<'a>),
+    /// C2HTermReq (03h), controller to host.
     C2hTermReq(TermReq<'a>),
-    CapsuleCmd { sqe: Sqe, data: &'a [u8] },
+    /// CapsuleCmd (04h), host to controller.
+    CapsuleCmd {
+        /// The 64-byte submission queue entry.
+        sqe: Sqe,
+        /// In-capsule data, empty if none.
+        data: &'a [u8],
+    },
+    /// CapsuleResp (05h), controller to host: the completion queue entry.
     CapsuleResp(Cqe),
-    H2cData { hdr: DataHdr, data: &'a [u8] },
-    C2hData { hdr: DataHdr, data: &'a [u8] },
+    /// H2CData (06h), host to controller.
+    H2cData {
+        /// The PDU-specific header.
+        hdr: DataHdr,
+        /// The data, DATAL bytes (without PAD and DDGST).
+        data: &'a [u8],
+    },
+    /// C2HData (07h), controller to host.
+    C2hData {
+        /// The PDU-specific header.
+        hdr: DataHdr,
+        /// The data, DATAL bytes (without PAD and DDGST).
+        data: &'a [u8],
+    },
+    /// R2T (09h), controller to host.
     R2t(R2t),
 }
 
@@ -290,6 +341,7 @@ pub struct DecodeLimits {
 /// One whole, validated PDU.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Frame<'a> {
+    /// The decoded PDU; its data borrows from the input.
     pub pdu: Pdu<'a>,
     /// PLEN: bytes of the input this PDU occupies.
     pub len: usize,

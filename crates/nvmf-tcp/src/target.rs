@@ -42,29 +42,51 @@ impl Default for TargetConnConfig {
 pub enum TargetEvent<'a> {
     /// ICReq accepted; the ICResp has already been appended to `out`.
     Established {
+        /// HPDA (0..=31, 0's based dwords): alignment of the data in the C2HData PDUs the target
+        /// sends, honoured by [`TargetConn`].
         hpda: u8,
+        /// Digests the host asked for; all are enabled (echoed in ICResp).
         digests: Digests,
+        /// MAXR2T (0's based): the host accepts at most MAXR2T + 1 outstanding R2Ts per command.
         maxr2t: u32,
     },
     /// A command capsule. `icd` is the in-capsule data (empty if none); when non-empty the SGL
     /// has been checked to be an in-capsule descriptor whose length equals `icd.len()`.
-    Command { sqe: Sqe, icd: &'a [u8] },
+    Command {
+        /// The 64-byte submission queue entry.
+        sqe: Sqe,
+        /// In-capsule data, empty if none.
+        icd: &'a [u8],
+    },
     /// H2CData for an R2T this connection issued: TTAG, CCCID, offset and length already checked
     /// against that R2T. `last` is true when the R2T's window is complete (the tag is then free).
     H2cData {
+        /// CCCID: the command the data belongs to (matches the R2T's).
         cccid: u16,
+        /// TTAG: the R2T's transfer tag.
         ttag: u16,
+        /// DATAO: offset of `data` in the command's data, in bytes.
         datao: u32,
+        /// The data (DATAL bytes, never empty).
         data: &'a [u8],
+        /// The R2T's window is complete and its tag is free.
         last: bool,
     },
     /// The host terminated the connection (H2CTermReq). Log and close.
-    TermReq { fes: u16, fei: u32 },
+    TermReq {
+        /// Fatal Error Status, raw (see [`crate::Fes::from_u16`]).
+        fes: u16,
+        /// Fatal Error Information: for FES 01h/06h the byte offset of the offending field.
+        fei: u32,
+    },
     /// A command capsule whose in-capsule data failed its data digest (non-fatal: NVMe/TCP 1.0
     /// transport error handling, see [`crate::pdu`] docs). The header (and so the SQE) is intact: the
     /// controller must complete the command with Transient Transport Error
     /// (`Status::TRANSIENT_TRANSPORT`) without executing it.
-    CommandDataDigestError { sqe: Sqe },
+    CommandDataDigestError {
+        /// The submission queue entry of the command to fail.
+        sqe: Sqe,
+    },
     /// An H2CData PDU whose data failed its data digest. Its header was valid and has been
     /// checked against the R2T exactly like [`TargetEvent::H2cData`], and the R2T window has
     /// advanced by `datal` bytes (`last`: the window is complete and the tag is free). The data
@@ -72,10 +94,15 @@ pub enum TargetEvent<'a> {
     /// Transport Error once the transfer is over (`last`) — further H2CData for the same tag may
     /// still arrive and must be accepted and dropped.
     H2cDataDigestError {
+        /// CCCID: the command to fail.
         cccid: u16,
+        /// TTAG: the R2T's transfer tag.
         ttag: u16,
+        /// DATAO of the lost data, in bytes.
         datao: u32,
+        /// DATAL of the lost data, in bytes.
         datal: u32,
+        /// The R2T's window is complete and its tag is free.
         last: bool,
     },
 }
@@ -116,6 +143,7 @@ pub struct TargetConn {
 }
 
 impl TargetConn {
+    /// A connection waiting for the host's ICReq.
     pub fn new(cfg: TargetConnConfig) -> TargetConn {
         TargetConn {
             cfg,

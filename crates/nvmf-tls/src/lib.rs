@@ -83,6 +83,8 @@
 //! callbacks per role), `conn` (the sans-IO session), `ffi` (the libssl calls the `openssl`
 //! crate lacks), `error`.
 
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 pub mod client;
 pub mod conn;
 pub mod error;
