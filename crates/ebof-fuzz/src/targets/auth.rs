@@ -82,6 +82,8 @@ impl RandomSource for Rng {
     }
 }
 
+/// One input: `[mode, keys, ops...]` (see the module docs): payloads through the message
+/// codec, and an exchange between a target and a host that the ops perturb.
 pub fn run(data: &[u8], feat: &mut Features) {
     let [mode, keys, ops @ ..] = data else {
         return;

@@ -18,6 +18,7 @@ use toml::{Table, Value};
 
 const F_OVERRIDE: u8 = 23;
 
+/// One input: a configuration built from the bytes, then overrides (see the module docs).
 pub fn run(data: &[u8], feat: &mut Features) {
     let mut u = Unstructured::new(data);
     let Ok(doc) = document(&mut u) else {

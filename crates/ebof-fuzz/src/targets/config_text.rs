@@ -48,6 +48,8 @@ const CODES: &[&str] = &[
     codes::CONFLICTING_OVERRIDES,
 ];
 
+/// One input: the bytes as configuration text; what is accepted validates and survives emit
+/// and parse, what is refused carries a known code (see the module docs).
 pub fn run(data: &[u8], feat: &mut Features) {
     check_text(&String::from_utf8_lossy(data), feat);
 }

@@ -37,8 +37,11 @@ const MAX_SUBMITS: usize = 64;
 
 /// One kind of command the queue keeps outstanding.
 pub struct Kind {
+    /// Its name, for reports.
     pub name: &'static str,
+    /// Which way its data moves.
     pub dir: DataDir,
+    /// Its data length in bytes.
     pub len: usize,
     sqe: fn() -> Sqe,
     decode: fn(&[u8]),
@@ -148,13 +151,19 @@ pub const KINDS: &[Kind] = &[
 
 /// Queue parameters from the mode byte.
 pub struct Setup {
+    /// Header and data digests of the connection.
     pub digests: Digests,
+    /// SQ flow control on (off: a DISSQFC queue, where C2HData SUCCESS may replace a response).
     pub flow_control: bool,
+    /// Queue entries (SQSIZE + 1).
     pub entries: u16,
+    /// The in-capsule data limit in bytes: writes up to it go in the capsule, longer ones by
+    /// R2T.
     pub icd_max: usize,
 }
 
 impl Setup {
+    /// The set-up a mode byte picks.
     pub fn from_byte(mode: u8) -> Setup {
         Setup {
             digests: Digests {
@@ -244,6 +253,8 @@ impl Harness {
     }
 }
 
+/// One input: a host queue set up from the mode byte with commands outstanding, fed the
+/// rest as controller PDUs in `chunk`-byte reads (see the module docs).
 pub fn run(data: &[u8], feat: &mut Features) {
     let [mode, chunk, bytes @ ..] = data else {
         return;

@@ -29,6 +29,8 @@ const F_PDU: u8 = 1;
 const F_ERR: u8 = 2;
 const F_EVENT: u8 = 3;
 
+/// One input: decode the bytes as NVMe/TCP PDUs in chunks of every size, for both roles,
+/// checking that chunking does not change the result and that errors stick.
 pub fn run(data: &[u8], feat: &mut Features) {
     let [mode, chunk, bytes @ ..] = data else {
         return;

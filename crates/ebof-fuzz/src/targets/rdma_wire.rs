@@ -37,6 +37,8 @@ const F_CHECK: u8 = 2;
 const F_REP: u8 = 3;
 const F_SGL: u8 = 4;
 
+/// One input: decode NVMe/RDMA CM private data and keyed SGLs, checking fields against the
+/// bytes and that every accepted value round-trips.
 pub fn run(data: &[u8], feat: &mut Features) {
     let [mode, bytes @ ..] = data else {
         return;

@@ -36,8 +36,11 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// The subsystem the fuzzed target serves.
 pub const NQN: &str = "nqn.2026-11.io.ebof:fuzz";
+/// The host NQN the connection prefixes use in Connect.
 pub const HOSTNQN: &str = "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-0000000000f2";
+/// The well-known discovery subsystem NQN.
 pub const DISCOVERY_NQN: &str = "nqn.2014-08.org.nvmexpress.discovery";
 const NS_SIZE: u64 = 1 << 20;
 /// Commands (PDUs) looked at per input at most; bounds the work of one execution.
@@ -123,12 +126,19 @@ pub fn conn_config() -> TargetConnConfig {
 /// Which queue the fuzz bytes go to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
+    /// No prefix: the bytes are the whole connection, from the ICReq on.
     Raw,
+    /// After ICReq and an admin Connect: the bytes are commands to the admin queue.
     Admin,
-    Io { dissqfc: bool },
+    /// After an admin queue is enabled and an I/O Connect: the bytes go to the I/O queue.
+    Io {
+        /// Connect asked for SQ flow control disabled (C2HData SUCCESS may replace responses).
+        dissqfc: bool,
+    },
 }
 
 impl Mode {
+    /// The mode a selector byte picks (its two low bits).
     pub fn from_byte(b: u8) -> Mode {
         match b & 3 {
             0 => Mode::Raw,
@@ -144,6 +154,7 @@ const CHUNKS: [usize; 8] = [usize::MAX, 1, 7, 64, 1000, 4096, 100, 8192];
 
 /// One simulated connection with its checker.
 pub struct Conn {
+    /// The target's connection core under test.
     pub core: ConnCore,
     /// The host side's decoder of the target's output.
     host: HostConn,
@@ -168,6 +179,7 @@ pub struct Conn {
 }
 
 impl Conn {
+    /// A connection to `target` accepted at `now`, whose host side expects `digests`.
     pub fn new(target: Arc<Target>, now: Instant, digests: Digests) -> Conn {
         let cfg = conn_config();
         let core = ConnCore::new(target, cfg, local(), now);
@@ -205,6 +217,7 @@ impl Conn {
         }
     }
 
+    /// The target closed the connection (protocol error, termination).
     pub fn is_closed(&self) -> bool {
         self.closed
     }
@@ -477,7 +490,9 @@ pub fn enable(h: &HostConn, cid: u16) -> Vec<u8> {
 /// A target, the admin connection (kept so the controller lives) and the connection the fuzz
 /// bytes go to, after the prefix of `mode`.
 pub struct Session {
+    /// The admin queue's connection in I/O mode (kept so the controller lives).
     pub admin: Option<Conn>,
+    /// The connection the fuzz bytes go to.
     pub conn: Conn,
     /// Digests of the prefix's ICReq (what an encoder for seeds must use).
     pub digests: Digests,
@@ -488,6 +503,7 @@ pub struct Session {
 const PREFIX_CID: u16 = 0xFFF0;
 
 impl Session {
+    /// A fresh target and the connections of the mode `mode_byte` picks, prefix already run.
     pub fn new(mode_byte: u8, feat: &mut Features) -> Session {
         let now = Instant::now();
         let target = new_target(now);
@@ -570,6 +586,8 @@ fn connect_cntlid(out: &[u8], digests: Digests) -> u16 {
     panic!("no Connect response in the prefix output");
 }
 
+/// One input: a whole target connection in the mode its first byte picks, fed the rest in
+/// chunks, with the host-side checks of everything the target sends back.
 pub fn run(data: &[u8], feat: &mut Features) {
     let [mode, chunk, bytes @ ..] = data else {
         return;

@@ -37,6 +37,8 @@ const F_RESOLVE: u8 = 2;
 const F_KEY: u8 = 3;
 const F_AGREE: u8 = 4;
 
+/// One input: parse PSK identities and configured keys, checking that accepted text is kept
+/// exactly and that host and target derive the same identity and PSK.
 pub fn run(data: &[u8], feat: &mut Features) {
     let [mode, bytes @ ..] = data else {
         return;
