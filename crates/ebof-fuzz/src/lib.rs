@@ -32,6 +32,8 @@
 //! - [`targets::tls_psk`]: bytes into the PSK identity parser, the target's identity lookup
 //!   and the key interchange format; round trips, host ↔ target agreement on the TLS PSK.
 
+#![forbid(unsafe_code)]
+
 pub mod driver;
 pub mod mutate;
 pub mod seeds;

@@ -12,6 +12,8 @@
 //! parallel, one per thread); `--seed` to `EBOF_FUZZ_SEED`, else the clock. Exit status 1 if a
 //! target failed.
 
+#![forbid(unsafe_code)]
+
 use ebof_fuzz::driver::{self, Options};
 use ebof_fuzz::{Features, TARGETS, Target};
 use std::process::ExitCode;
