@@ -57,7 +57,7 @@ impl ServerConfig {
             cores,
             tcp: TargetConnConfig::default(),
             poll: std::time::Duration::from_micros(100),
-            handshake_timeout: std::time::Duration::from_secs(5),
+            handshake_timeout: crate::conn::DEFAULT_HANDSHAKE_TIMEOUT,
             caps: ConnCaps {
                 total: 16_384,
                 per_address: 4_096,

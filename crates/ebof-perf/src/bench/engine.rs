@@ -200,23 +200,16 @@ impl Builtin {
                 Rw::RandRead => RwMode::RandRead,
                 Rw::RandWrite => RwMode::RandWrite,
             },
-            mix: 50,
             bs: st.bs,
             qd: st.qd,
             queues: Some(st.queues),
-            cores: None,
             runtime: st.runtime,
             ramp: st.ramp,
             range: Some(range),
-            dissqfc: false,
-            verify: false,
-            flush_every: 0,
-            flush_at_end: false,
-            fua: false,
-            verify_log: None,
-            busy_poll: true,
             rate_iops: rate,
             passes: st.passes,
+            // The rest as `ebof perf` runs by default: no verify, flush or FUA, busy polling.
+            ..PerfOptions::default()
         }
     }
 
