@@ -252,6 +252,12 @@ impl Queue {
                 id.ioccsz = 0;
                 id.iorcsz = 0;
                 id.oaes = identify::oaes::DISC_CHANGE;
+                // DCTYPE (TP 8010): 1 = Direct Discovery Controller, 2 = Central.
+                id.dctype = if self.session.target().central().is_some() {
+                    2
+                } else {
+                    1
+                };
             }
         }
         id

@@ -58,6 +58,23 @@ fn entry(l: &ListenerInfo, sub: u8, nqn: &str, flags: u16) -> DiscoveryLogEntry 
     }
 }
 
+/// The source of a Central Discovery Controller's entries (TP 8010): what the members of the
+/// fleet would show each host. Set with [`crate::Target::set_central`]; the target then reports
+/// DCTYPE 2 (CDC) and serves, after its own subsystems, the entries this gives for the host.
+///
+/// Implemented outside the sans-IO core (the CDC keeps connections to its members); every
+/// method is called on a reactor thread and must return at once.
+pub trait CentralDiscovery: Send + Sync + std::fmt::Debug {
+    /// A host connected to the discovery service (Fabrics Connect on the discovery NQN): the
+    /// CDC should have its view ready soon.
+    fn host_seen(&self, hostnqn: &str);
+    /// The member entries host `hostnqn` may see (NVM subsystem entries, SUBTYPE 2), or `None`
+    /// while the first fetch for this host is still running: the host's discovery controller
+    /// then keeps CSTS.RDY at 0, so the host waits (within CAP.TO) instead of reading a
+    /// partial log. The CDC must answer `Some` within a bounded time.
+    fn entries(&self, hostnqn: &str) -> Option<std::sync::Arc<Vec<DiscoveryLogEntry>>>;
+}
+
 impl Queue {
     /// The full discovery log page for the host of `ctrl`.
     pub(crate) fn discovery_log(&self, ctrl: &Controller) -> Vec<u8> {
@@ -73,6 +90,11 @@ impl Queue {
             for l in listeners.iter() {
                 entries.push(entry(l, subtype::NVME, &s.nqn, 0));
             }
+        }
+        if let Some(c) = t.central()
+            && let Some(more) = c.entries(&ctrl.hostnqn)
+        {
+            entries.extend(more.iter().cloned());
         }
         // The current discovery subsystem, reachable where this host is connected.
         let here = listeners

@@ -198,6 +198,9 @@ impl Queue {
             };
         }
         if ctrl.is_discovery() {
+            if let Some(c) = target.central() {
+                c.host_seen(&d.hostnqn);
+            }
             connected!(debug);
         } else {
             connected!(info);
@@ -280,6 +283,19 @@ impl Queue {
         }
     }
 
+    /// CSTS as the host reads it: a Central Discovery Controller holds RDY at 0 while the
+    /// first view of the host's entries is being fetched ([`crate::CentralDiscovery`]).
+    fn csts(&self, ctrl: &Controller) -> u32 {
+        let csts = ctrl.state().csts;
+        if ctrl.is_discovery()
+            && let Some(c) = self.session.target().central()
+            && c.entries(&ctrl.hostnqn).is_none()
+        {
+            return csts & !nvme_spec::fabrics::csts::RDY;
+        }
+        csts
+    }
+
     fn property_get(&self, sqe: &Sqe) -> CmdResult {
         let p = PropertyCmd::from_sqe(sqe).map_err(|_| CmdError::at(Status::INVALID_FIELD, 40))?;
         let Some(ctrl) = self.session.ctrl() else {
@@ -289,7 +305,7 @@ impl Queue {
             (prop::CAP, true) => self.cap(),
             (prop::VS, false) => u64::from(NVME_VERSION),
             (prop::CC, false) => u64::from(ctrl.state().cc),
-            (prop::CSTS, false) => u64::from(ctrl.state().csts),
+            (prop::CSTS, false) => u64::from(self.csts(&ctrl)),
             // CRTO: CRWMT/CRIMT in 500 ms units, same as CAP.TO.
             (prop::CRTO, false) => u64::from(CAP_TO) | (u64::from(CAP_TO) << 16),
             _ => return Err(CmdError::at(Status::INVALID_FIELD, 44)),

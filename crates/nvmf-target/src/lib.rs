@@ -157,6 +157,7 @@ pub mod reservation;
 mod resv_cmd;
 
 pub use controller::{Controller, ControllerKind};
+pub use discovery::CentralDiscovery;
 pub use io::{FailureClass, IoOp, IoRequest, NsRef, backend_status, execute_io, io_status};
 pub use model::{
     ADMIN_QUEUE_MAX, EventCounters, ListenerInfo, ListenerTls, Namespace, Subsystem, Target,

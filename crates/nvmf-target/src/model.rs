@@ -296,6 +296,8 @@ pub struct Target {
     pub ana: crate::ana::AnaTable,
     /// Who must authenticate ([`Target::set_auth_policy`]); read at Connect only.
     auth: Mutex<Option<Arc<dyn crate::auth::AuthPolicy>>>,
+    /// Set when this target is a Central Discovery Controller ([`Target::set_central`]).
+    central: Mutex<Option<Arc<dyn crate::discovery::CentralDiscovery>>>,
 }
 
 #[derive(Debug, Default)]
@@ -330,7 +332,23 @@ impl Target {
             }),
             ana: crate::ana::AnaTable::new(),
             auth: Mutex::new(None),
+            central: Mutex::new(None),
         }
+    }
+
+    /// Make this target a Central Discovery Controller fed by `c` (DCTYPE 2), or, with
+    /// `None`, a Direct Discovery Controller again (DCTYPE 1). The discovery log changes.
+    pub fn set_central(&self, c: Option<Arc<dyn crate::discovery::CentralDiscovery>>) {
+        *self.central.lock().unwrap_or_else(|e| e.into_inner()) = c;
+        self.discovery_log_changed();
+    }
+
+    /// The Central Discovery Controller's source of entries, when this target is one.
+    pub fn central(&self) -> Option<Arc<dyn crate::discovery::CentralDiscovery>> {
+        self.central
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Set (or clear) the authentication policy: queues connected from now on follow it.
