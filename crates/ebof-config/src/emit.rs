@@ -78,6 +78,20 @@ impl Config {
             if self.transport(d) != crate::Transport::Tcp {
                 let _ = writeln!(out, "transport = {}", string(self.transport(d).name()));
             }
+        } else if self.discovery_settings != crate::model::DiscoverySettings::default() {
+            out.push_str("\n[discovery]\n");
+        }
+        if let Some(m) = self.discovery_settings.mdns {
+            let _ = writeln!(out, "mdns = {m}");
+        }
+        if !self.discovery_settings.referrals.is_empty() {
+            let list: Vec<String> = self
+                .discovery_settings
+                .referrals
+                .iter()
+                .map(|r| string(&r.to_string()))
+                .collect();
+            let _ = writeln!(out, "referrals = [{}]", list.join(", "));
         }
         if self.management != crate::model::Management::default() {
             out.push_str("\n[management]\n");

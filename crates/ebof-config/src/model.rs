@@ -50,6 +50,8 @@ pub struct Config {
     pub listeners: Vec<Listener>,
     /// Optional dedicated discovery listener (`[discovery]`), usually port 8009.
     pub discovery: Option<Listener>,
+    /// The discovery service's settings (`[discovery] mdns`, `referrals`).
+    pub discovery_settings: DiscoverySettings,
     /// The exported NVM subsystems (`[[subsystems]]`). At least one.
     pub subsystems: Vec<Subsystem>,
     /// The management API (`[management]`).
@@ -64,6 +66,17 @@ pub struct Config {
     pub listener_tls: Vec<(Listener, crate::TlsMode)>,
     /// Listeners on NVMe/RDMA (`transport = "rdma"`); every other listener is NVMe/TCP.
     pub rdma_listeners: Vec<Listener>,
+}
+
+/// The discovery service's settings (`[discovery]` keys other than the listener's).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DiscoverySettings {
+    /// Publish discovery listeners over mDNS (`mdns = true|false`); `None`: every listener
+    /// not on a loopback address.
+    pub mdns: Option<bool>,
+    /// Discovery services hosts are referred to (`referrals`), served as discovery log
+    /// entries of subtype 1.
+    pub referrals: Vec<Listener>,
 }
 
 /// Default port of `[metrics] listen` when only an address is given.
@@ -435,6 +448,7 @@ impl Config {
                 address: IpAddr::V4(Ipv4Addr::LOCALHOST),
                 port: DEFAULT_PORT,
             }],
+            discovery_settings: DiscoverySettings::default(),
             discovery: Some(Listener {
                 address: IpAddr::V4(Ipv4Addr::LOCALHOST),
                 port: DEFAULT_DISCOVERY_PORT,

@@ -32,8 +32,8 @@ pub(crate) struct RawConfig {
     /// `[[listeners]]`: I/O (and discovery) listeners.
     #[serde(default)]
     listeners: Vec<RawListener>,
-    /// `[discovery]`: optional dedicated discovery listener.
-    discovery: Option<RawListener>,
+    /// `[discovery]`: optional dedicated discovery listener, mDNS and referrals.
+    discovery: Option<RawDiscovery>,
     /// `[[subsystems]]`: exported subsystems.
     #[serde(default)]
     subsystems: Vec<RawSubsystem>,
@@ -120,6 +120,83 @@ struct RawListener {
     tls: Option<String>,
     /// "tcp" (default) | "rdma".
     transport: Option<String>,
+}
+
+/// `[discovery]`: a dedicated discovery listener (when `address` is set) and the discovery
+/// service's settings.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDiscovery {
+    /// IP literal of a dedicated discovery listener.
+    address: Option<String>,
+    /// Its TCP port; default 8009.
+    port: Option<i64>,
+    /// Not allowed here (discovery is answered on every listener).
+    tls: Option<String>,
+    /// "tcp" (default) | "rdma".
+    transport: Option<String>,
+    /// Publish the discovery listeners over mDNS (TP 8009); absent: every listener that is
+    /// not on a loopback address.
+    mdns: Option<bool>,
+    /// Other discovery services to refer hosts to, `ADDR[:PORT]` (port 8009 by default).
+    referrals: Option<Vec<String>>,
+}
+
+/// `[discovery]`: the dedicated listener (if any, RDMA ones also pushed on `rdma`) and the
+/// discovery settings.
+fn convert_discovery(
+    d: RawDiscovery,
+    rdma: &mut Vec<Listener>,
+) -> Result<(Option<Listener>, crate::model::DiscoverySettings), ConfigError> {
+    if d.tls.is_some() {
+        return Err(ConfigError::new(
+            codes::INVALID_TLS_MODE,
+            "discovery.tls",
+            "set tls on a [[listeners]] entry (discovery is answered on every listener)",
+        ));
+    }
+    let mut referrals = Vec::new();
+    for (i, r) in d.referrals.unwrap_or_default().iter().enumerate() {
+        let at = format!("discovery.referrals[{i}]");
+        let l = parse_listener(r, DEFAULT_DISCOVERY_PORT).map_err(|e| e.at(at.clone()))?;
+        if referrals.contains(&l) {
+            return Err(ConfigError::new(
+                codes::INVALID_ADDRESS,
+                at,
+                format!("referral {l} is listed twice"),
+            ));
+        }
+        referrals.push(l);
+    }
+    let settings = crate::model::DiscoverySettings {
+        mdns: d.mdns,
+        referrals,
+    };
+    let listener = match d.address {
+        None if d.port.is_some() || d.transport.is_some() => {
+            return Err(ConfigError::new(
+                codes::INVALID_ADDRESS,
+                "discovery.address",
+                "a dedicated discovery listener needs an address (port and transport alone do not make one)",
+            ));
+        }
+        None => None,
+        Some(address) => {
+            let mut l = RawListener {
+                address: Some(address),
+                port: d.port,
+                tls: None,
+                transport: d.transport,
+            };
+            let transport = take_transport(&mut l, "discovery")?;
+            let l = convert_listener(l, "discovery", DEFAULT_DISCOVERY_PORT)?;
+            if transport == Transport::Rdma {
+                rdma.push(l);
+            }
+            Some(l)
+        }
+    };
+    Ok((listener, settings))
 }
 
 /// The transport of a raw listener at `path`; an RDMA listener may not ask for TLS (TLS is
@@ -351,23 +428,9 @@ impl RawConfig {
             }
             listeners.push(listener);
         }
-        let discovery = match self.discovery {
-            Some(l) if l.tls.is_some() => {
-                return Err(ConfigError::new(
-                    codes::INVALID_TLS_MODE,
-                    "discovery.tls",
-                    "set tls on a [[listeners]] entry (discovery is answered on every listener)",
-                ));
-            }
-            Some(mut l) => {
-                let transport = take_transport(&mut l, "discovery")?;
-                let d = convert_listener(l, "discovery", DEFAULT_DISCOVERY_PORT)?;
-                if transport == Transport::Rdma {
-                    rdma_listeners.push(d);
-                }
-                Some(d)
-            }
-            None => None,
+        let (discovery, discovery_settings) = match self.discovery {
+            Some(d) => convert_discovery(d, &mut rdma_listeners)?,
+            None => (None, crate::model::DiscoverySettings::default()),
         };
         let subsystems = self
             .subsystems
@@ -388,6 +451,7 @@ impl RawConfig {
             target,
             listeners,
             discovery,
+            discovery_settings,
             subsystems,
             management,
             metrics,

@@ -357,3 +357,42 @@ fn load_errors_name_the_file() {
         "{shown}"
     );
 }
+
+#[test]
+fn discovery_settings_parse_and_round_trip() {
+    let base = "[[listeners]]\naddress = \"10.0.0.1\"\n\n[[subsystems]]\nnqn = \"nqn.2026-11.io.ebof:a\"\nallow_any_host = true\n[[subsystems.namespaces]]\nnsid = 1\nbackend = \"ram\"\nsize = \"1M\"\n";
+    // Settings without a dedicated listener.
+    let text = format!(
+        "{base}\n[discovery]\nmdns = false\nreferrals = [\"10.0.0.2\", \"[fd00::3]:4430\"]\n"
+    );
+    let c = Config::from_toml_str(&text).unwrap();
+    assert_eq!(c.discovery, None);
+    assert_eq!(c.discovery_settings.mdns, Some(false));
+    let r: Vec<String> = c
+        .discovery_settings
+        .referrals
+        .iter()
+        .map(|l| l.to_string())
+        .collect();
+    assert_eq!(r, ["10.0.0.2:8009", "[fd00::3]:4430"]);
+    let back = Config::from_toml_str(&c.to_toml_string()).unwrap();
+    assert_eq!(back, c);
+    // With a dedicated listener.
+    let text = format!("{base}\n[discovery]\naddress = \"10.0.0.1\"\nmdns = true\n");
+    let c = Config::from_toml_str(&text).unwrap();
+    assert!(c.discovery.is_some());
+    assert_eq!(c.discovery_settings.mdns, Some(true));
+    assert_eq!(Config::from_toml_str(&c.to_toml_string()).unwrap(), c);
+    // Errors name their field.
+    for (bad, field) in [
+        (
+            "referrals = [\"10.0.0.2\", \"10.0.0.2:8009\"]",
+            "discovery.referrals[1]",
+        ),
+        ("referrals = [\"nowhere\"]", "discovery.referrals[0]"),
+        ("port = 8009", "discovery.address"),
+    ] {
+        let e = Config::from_toml_str(&format!("{base}\n[discovery]\n{bad}\n")).unwrap_err();
+        assert_eq!(e.path, field, "{bad}: {e}");
+    }
+}
