@@ -1069,4 +1069,34 @@ mod tests {
             ]
         );
     }
+
+    #[test]
+    fn the_mode_is_set_in_the_running_configuration_and_saved() {
+        let toml = "[[listeners]]\naddress = \"127.0.0.1\"\nport = 0\n[[subsystems]]\nnqn = \"nqn.2026-11.io.ebof:t\"\n[[subsystems.namespaces]]\nbackend = \"ram\"\nsize = \"1M\"\n";
+        let cfg = Config::from_toml_str(toml).unwrap();
+        let target = Arc::new(crate::build::build_target(&cfg).unwrap());
+        let c = Control::new(target, cfg, None);
+        // A responder: loopback only, so `auto` publishes nothing and opens no socket.
+        c.attach_mdns(Arc::new(Responder::new()));
+        let v = c.mdns();
+        assert_eq!(v.mode, "auto");
+        assert_eq!(v.records.len(), 1);
+        assert_eq!(v.records[0].state, "skipped");
+        let v = c.set_mdns(&MdnsRequest { mode: "off".into() }).unwrap();
+        assert_eq!(v.mode, "off");
+        assert!(v.records.is_empty());
+        assert_eq!(c.running().discovery_settings.mdns, Some(false));
+        assert!(c.running().to_toml_string().contains("mdns = false"));
+        let e = c
+            .set_mdns(&MdnsRequest {
+                mode: "sometimes".into(),
+            })
+            .unwrap_err();
+        assert_eq!(
+            (e.code.as_str(), e.path.as_str()),
+            (codes::BAD_REQUEST, "mode")
+        );
+        assert_eq!(c.running().discovery_settings.mdns, Some(false));
+        assert_eq!(c.state().mdns.unwrap().mode, "off");
+    }
 }
