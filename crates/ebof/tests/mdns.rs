@@ -101,6 +101,7 @@ impl Drop for Link {
 #[derive(Debug)]
 enum Seen {
     Resolved {
+        name: String,
         port: u16,
         addrs: Vec<IpAddr>,
         txt: BTreeMap<String, String>,
@@ -137,6 +138,7 @@ fn browse_in(ns: &str) -> (mpsc::Receiver<(String, Seen)>, mpsc::Sender<()>) {
                         r.get_addresses().iter().map(|a| a.to_ip_addr()).collect();
                     addrs.sort();
                     let seen = Seen::Resolved {
+                        name: r.get_fullname().to_string(),
                         port: r.get_port(),
                         addrs,
                         txt,
@@ -159,27 +161,40 @@ fn browse_in(ns: &str) -> (mpsc::Receiver<(String, Seen)>, mpsc::Sender<()>) {
     (rx, stop_tx)
 }
 
-/// Wait (bounded) for the browser to report `want` about an instance whose name contains
-/// `needle`; returns what it saw.
-fn wait_for(rx: &mpsc::Receiver<(String, Seen)>, needle: &str, removed: bool, log: &Path) -> Seen {
-    let deadline = Instant::now() + WAIT;
-    let mut others = Vec::new();
-    while let Some(left) = deadline.checked_duration_since(Instant::now()) {
-        match rx.recv_timeout(left) {
-            Ok((name, seen)) => {
-                if name.contains(needle) && matches!(seen, Seen::Removed) == removed {
-                    return seen;
-                }
-                others.push((name, seen));
+/// What the browser reported, in order; events not yet waited for stay in `pending`, so
+/// the order in which two records change does not matter.
+struct Browser {
+    rx: mpsc::Receiver<(String, Seen)>,
+    pending: Vec<(String, Seen)>,
+}
+
+impl Browser {
+    /// Wait (bounded) for the browser to report an instance whose name contains `needle` as
+    /// resolved (or removed); returns what it saw.
+    fn wait_for(&mut self, needle: &str, removed: bool, log: &Path) -> Seen {
+        let hit = |(name, seen): &(String, Seen)| {
+            name.contains(needle) && matches!(seen, Seen::Removed) == removed
+        };
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Some(i) = self.pending.iter().position(hit) {
+                return self.pending.remove(i).1;
             }
-            Err(_) => break,
+            let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+                break;
+            };
+            match self.rx.recv_timeout(left) {
+                Ok(ev) => self.pending.push(ev),
+                Err(_) => break,
+            }
         }
+        panic!(
+            "the browser did not see {needle} {} within {WAIT:?}; it saw {:?}\nserve log:\n{}",
+            if removed { "removed" } else { "resolved" },
+            self.pending,
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
     }
-    panic!(
-        "the browser did not see {needle} {} within {WAIT:?}; it saw {others:?}\nserve log:\n{}",
-        if removed { "removed" } else { "resolved" },
-        std::fs::read_to_string(log).unwrap_or_default()
-    );
 }
 
 fn ctl(sock: &Path, args: &[&str]) -> common::Output {
@@ -192,6 +207,7 @@ fn ctl(sock: &Path, args: &[&str]) -> common::Output {
 
 fn check_record(seen: &Seen, port: u16, addr: &str) {
     let Seen::Resolved {
+        name,
         port: p,
         addrs,
         txt,
@@ -200,6 +216,9 @@ fn check_record(seen: &Seen, port: u16, addr: &str) {
         panic!("{seen:?}");
     };
     assert_eq!(*p, port);
+    // ebof-<machine>-<address>-<port>._nvme-disc._tcp.local.
+    let tail = format!("-{}-{port}.{SERVICE}", addr.replace('.', "-"));
+    assert!(name.starts_with("ebof-") && name.ends_with(&tail), "{name}");
     assert_eq!(addrs, &[addr.parse::<IpAddr>().unwrap()]);
     assert_eq!(txt.get("p").map(String::as_str), Some("tcp"), "{txt:?}");
     assert_eq!(
@@ -236,6 +255,10 @@ fn discovery_listeners_are_published_and_withdrawn_over_mdns() {
     let log = dir.path().join("serve.log");
     let cfg_file = dir.path().join("saved.toml");
     let (rx, stop_browser) = browse_in(&link.browser_ns);
+    let mut browser = Browser {
+        rx,
+        pending: Vec::new(),
+    };
     let io = format!("{}:4420", link.server_ip);
     let disc = format!("{}:8009", link.server_ip);
     let mut serve = Serve(
@@ -252,32 +275,11 @@ fn discovery_listeners_are_published_and_withdrawn_over_mdns() {
             .expect("spawn ebof serve"),
     );
     // Both listeners (auto mode: neither is on loopback) resolve with port, address and TXT.
-    let mut got = BTreeMap::new();
-    let deadline = Instant::now() + WAIT;
-    while got.len() < 2 && Instant::now() < deadline {
-        if let Ok((name, seen @ Seen::Resolved { .. })) =
-            rx.recv_timeout(Duration::from_millis(200))
-        {
-            got.insert(name, seen);
-        }
-    }
-    let find = |port: u16| {
-        got.iter()
-            .find(|(n, _)| n.ends_with(&format!("-{port}.{SERVICE}")))
-            .unwrap_or_else(|| {
-                panic!(
-                    "no record for port {port}: {got:?}\nserve log:\n{}",
-                    std::fs::read_to_string(&log).unwrap_or_default()
-                )
-            })
-    };
     let dash = link.server_ip.replace('.', "-");
-    let (n_io, r_io) = find(4420);
-    let (n_disc, r_disc) = find(8009);
-    assert!(n_disc.contains(&format!("{dash}-8009")), "{n_disc}");
-    assert!(n_io.contains(&format!("{dash}-4420")), "{n_io}");
-    check_record(r_io, 4420, &link.server_ip);
-    check_record(r_disc, 8009, &link.server_ip);
+    let r_io = browser.wait_for(&format!("{dash}-4420"), false, &log);
+    check_record(&r_io, 4420, &link.server_ip);
+    let r_disc = browser.wait_for(&format!("{dash}-8009"), false, &log);
+    check_record(&r_disc, 8009, &link.server_ip);
     // The API shows both, announced.
     let o = ctl(&sock, &["mdns", "--json"]);
     let v: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
@@ -293,31 +295,31 @@ fn discovery_listeners_are_published_and_withdrawn_over_mdns() {
     // A listener added live is published; removed, its record is withdrawn.
     let extra = format!("{}:4421", link.server_ip);
     ctl(&sock, &["listener", "add", &extra]);
-    let added = wait_for(&rx, &format!("{dash}-4421"), false, &log);
+    let added = browser.wait_for(&format!("{dash}-4421"), false, &log);
     check_record(&added, 4421, &link.server_ip);
     ctl(&sock, &["listener", "remove", &extra]);
-    wait_for(&rx, &format!("{dash}-4421"), true, &log);
+    browser.wait_for(&format!("{dash}-4421"), true, &log);
 
     // `mdns off` withdraws every record; show says off; `on` publishes it again.
     ctl(&sock, &["mdns", "off"]);
-    wait_for(&rx, &format!("{dash}-8009"), true, &log);
-    wait_for(&rx, &format!("{dash}-4420"), true, &log);
+    browser.wait_for(&format!("{dash}-8009"), true, &log);
+    browser.wait_for(&format!("{dash}-4420"), true, &log);
     let show = ctl(&sock, &["show"]).stdout;
     assert!(show.contains("mdns: off"), "{show}");
     ctl(&sock, &["mdns", "on"]);
-    let again = wait_for(&rx, &format!("{dash}-8009"), false, &log);
+    let again = browser.wait_for(&format!("{dash}-8009"), false, &log);
     check_record(&again, 8009, &link.server_ip);
     ctl(&sock, &["save", cfg_file.to_str().unwrap()]);
     let saved = std::fs::read_to_string(&cfg_file).unwrap();
     assert!(saved.contains("mdns = true"), "{saved}");
 
-    wait_for(&rx, &format!("{dash}-4420"), false, &log);
+    browser.wait_for(&format!("{dash}-4420"), false, &log);
 
     // Shutdown withdraws them too.
     // SAFETY: kill on our own child's pid.
     unsafe { libc::kill(serve.0.id() as libc::pid_t, libc::SIGTERM) };
-    wait_for(&rx, &format!("{dash}-8009"), true, &log);
-    wait_for(&rx, &format!("{dash}-4420"), true, &log);
+    browser.wait_for(&format!("{dash}-8009"), true, &log);
+    browser.wait_for(&format!("{dash}-4420"), true, &log);
     let status = serve.0.wait().unwrap();
     assert!(status.success(), "serve exited {status}");
     let _ = stop_browser.send(());
