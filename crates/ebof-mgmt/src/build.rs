@@ -173,6 +173,7 @@ pub fn build_target(cfg: &Config) -> Result<Target, String> {
             allow_any_host: s.allow_any_host,
             hosts: s.hosts.clone(),
             namespaces,
+            ns_hosts: Default::default(),
         });
     }
     let t = &cfg.target;

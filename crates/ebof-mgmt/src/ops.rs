@@ -307,6 +307,7 @@ pub fn add_subsystem(
         allow_any_host: req.allow_any_host.unwrap_or(true),
         hosts: Vec::new(),
         namespaces: Vec::new(),
+        ns_hosts: Default::default(),
     });
     let view = subsystem_view(&new);
     t.update_table(|table| {
@@ -402,6 +403,7 @@ mod tests {
             allow_any_host: allow_any,
             hosts: vec![],
             namespaces: vec![Arc::new(Namespace::new(1, ram, 512, [7; 16]))],
+            ns_hosts: Default::default(),
         };
         Target::new(vec![s], vec![], TargetLimits::default(), Instant::now())
     }

@@ -126,6 +126,8 @@ impl Queue {
             return Err(CmdError::connect_param(connect_data_off::CNTLID, true));
         }
         let kato_ms = cmd.kato;
+        // The subsystem snapshot the controller's view was computed from.
+        let mut base = None;
         let (kind, kato, max_qid) = if d.subnqn == DISCOVERY_NQN {
             let kato = if kato_ms == 0 {
                 Some(DISCOVERY_DEFAULT_KATO)
@@ -148,8 +150,10 @@ impl Queue {
                 return Err(e);
             }
             let kato = (kato_ms != 0).then(|| ms(kato_ms));
+            let view = sub.view(&d.hostnqn);
+            base = Some(sub);
             (
-                ControllerKind::Io(arc_swap::ArcSwap::new(sub)),
+                ControllerKind::Io(arc_swap::ArcSwap::new(view)),
                 kato,
                 self.session.target().limits.max_io_queues,
             )
@@ -167,10 +171,12 @@ impl Queue {
         // The subsystem may have been removed or changed (Target::update_table,
         // update_subsystem) between our lookup and the registration; a change reaches the
         // controllers registered before its swap, so one more lookup after registering closes
-        // the gap.
-        if let Some(s) = ctrl.subsystem() {
+        // the gap. (The controller holds its host's view of `base`.)
+        if let Some(s) = &base {
             match target.subsystem(&s.nqn) {
-                Some(now) if !Arc::ptr_eq(&now, &s) => ctrl.set_subsystem(now, &[]),
+                Some(now) if !Arc::ptr_eq(&now, s) => {
+                    ctrl.set_subsystem(now.view(&ctrl.hostnqn), &[])
+                }
                 _ => {}
             }
         }
