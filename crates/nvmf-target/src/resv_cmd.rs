@@ -103,9 +103,9 @@ impl Queue {
         Ok((0, 0))
     }
 
-    /// Send each notice to every controller of its host on this subsystem that sees `nsid`. (Commands of hosts
-    /// preempted with Preempt and Abort need nothing more here: every later access check sees
-    /// them unregistered; see ADR 0012.)
+    /// Send each notice to every controller of its host on this subsystem that sees `nsid`.
+    /// (Commands of hosts preempted with Preempt and Abort need nothing more here: every later
+    /// access check sees them unregistered; see ADR 0012.)
     fn deliver_resv_outcome(&self, ctrl: &Arc<Controller>, nsid: u32, out: Outcome) {
         if out.notices.is_empty() {
             return;
