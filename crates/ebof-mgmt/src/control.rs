@@ -229,6 +229,10 @@ impl Control {
                 .update_subsystem(nqn, |s| {
                     let mut n = s.clone();
                     n.namespaces.push(opened.clone());
+                    // Masked from the start: no host outside the list ever sees it.
+                    if let Some(hosts) = &ns.hosts {
+                        n.ns_hosts.insert(nsid, hosts.clone());
+                    }
                     Ok::<_, ApiError>(n)
                 })
                 .map_err(|e| update_error(nqn, e))?;
@@ -559,14 +563,14 @@ pub(crate) fn check(cfg: &Config) -> Result<(), ApiError> {
     }
 }
 
-fn subsystem_index(cfg: &Config, nqn: &str) -> Result<usize, ApiError> {
+pub(crate) fn subsystem_index(cfg: &Config, nqn: &str) -> Result<usize, ApiError> {
     cfg.subsystems
         .iter()
         .position(|s| s.nqn == nqn)
         .ok_or_else(|| ops::unknown_subsystem(nqn))
 }
 
-fn namespace_index(cfg: &Config, si: usize, nsid: u32) -> Result<usize, ApiError> {
+pub(crate) fn namespace_index(cfg: &Config, si: usize, nsid: u32) -> Result<usize, ApiError> {
     cfg.subsystems[si]
         .namespaces
         .iter()
@@ -574,7 +578,7 @@ fn namespace_index(cfg: &Config, si: usize, nsid: u32) -> Result<usize, ApiError
         .ok_or_else(|| unknown_namespace(&cfg.subsystems[si].nqn, nsid))
 }
 
-fn unknown_namespace(nqn: &str, nsid: u32) -> ApiError {
+pub(crate) fn unknown_namespace(nqn: &str, nsid: u32) -> ApiError {
     ApiError::new(
         codes::UNKNOWN_NAMESPACE,
         "nsid",
@@ -582,7 +586,7 @@ fn unknown_namespace(nqn: &str, nsid: u32) -> ApiError {
     )
 }
 
-fn parse_nsid(s: &str) -> Result<u32, ApiError> {
+pub(crate) fn parse_nsid(s: &str) -> Result<u32, ApiError> {
     s.parse::<u32>()
         .ok()
         .filter(|n| (1..=ebof_config::NSID_MAX).contains(n))
@@ -598,7 +602,7 @@ fn parse_nsid(s: &str) -> Result<u32, ApiError> {
         })
 }
 
-fn update_error(nqn: &str, e: UpdateError<ApiError>) -> ApiError {
+pub(crate) fn update_error(nqn: &str, e: UpdateError<ApiError>) -> ApiError {
     match e {
         UpdateError::UnknownSubsystem => ops::unknown_subsystem(nqn),
         UpdateError::Rejected(e) => e,
@@ -626,11 +630,14 @@ fn namespace_fields(req: &NamespaceRequest, nsid: u32) -> ebof_config::Namespace
         uuid: req.uuid.clone(),
         direct: req.direct.filter(|&d| d),
         ana_group: req.ana_group.map(i64::from),
+        hosts: req.hosts.clone(),
     }
 }
 
-fn namespace_view(n: &Namespace, c: &ebof_config::Namespace) -> NamespaceView {
-    ops::namespace_view(n, c.backend.path().map(|p| p.display().to_string()))
+pub(crate) fn namespace_view(n: &Namespace, c: &ebof_config::Namespace) -> NamespaceView {
+    let mut v = ops::namespace_view(n, c.backend.path().map(|p| p.display().to_string()));
+    v.hosts = c.hosts.clone();
+    v
 }
 
 /// Write `cfg` as TOML to `path` atomically: a temporary file beside it, written and synced,

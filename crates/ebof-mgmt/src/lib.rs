@@ -21,6 +21,7 @@ pub mod auth;
 pub mod build;
 pub mod client;
 pub mod control;
+pub mod masking;
 pub mod metrics;
 pub mod ops;
 pub mod security;

@@ -23,7 +23,11 @@ pub(crate) fn subsystem_view(s: &Subsystem) -> SubsystemView {
         namespaces: s
             .namespaces
             .iter()
-            .map(|n| namespace_view(n, None))
+            .map(|n| {
+                let mut v = namespace_view(n, None);
+                v.hosts = s.ns_host_list(n.nsid).map(<[String]>::to_vec);
+                v
+            })
             .collect(),
     }
 }
@@ -41,6 +45,7 @@ pub(crate) fn namespace_view(n: &Namespace, path: Option<String>) -> NamespaceVi
         path,
         reservation: reservation_view(n),
         ana_group: n.ana_group(),
+        hosts: None,
     }
 }
 
