@@ -171,17 +171,10 @@ impl Queue {
         // The subsystem may have been removed or changed (Target::update_table,
         // update_subsystem) between our lookup and the registration; a change reaches the
         // controllers registered before its swap, so one more lookup after registering closes
-        // the gap. (The controller holds its host's view of `base`.)
-        if let Some(s) = &base {
-            match target.subsystem(&s.nqn) {
-                Some(now) if !Arc::ptr_eq(&now, s) => {
-                    ctrl.set_subsystem(now.view(&ctrl.hostnqn), &[])
-                }
-                _ => {}
-            }
-        }
-        if let Some(s) = ctrl.subsystem()
-            && target.subsystem(&s.nqn).is_none()
+        // the gap. (The controller holds its host's view of `base`; the check is serialised
+        // with the writers, so it cannot install a view older than theirs.)
+        if let Some(s) = &base
+            && !target.settle_connect(&ctrl, s)
         {
             ctrl.kill();
             return Err(CmdError::connect_param(connect_data_off::SUBNQN, true));

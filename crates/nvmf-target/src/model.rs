@@ -482,6 +482,23 @@ impl Target {
         Ok(new)
     }
 
+    /// Connect registered `ctrl` with its host's view of `base`: if the subsystem changed
+    /// since `base` was looked up, give the controller its host's view of the current one.
+    /// Serialised with the writers, so a view computed here never overwrites a newer one.
+    /// False when the subsystem is gone (the Connect then fails).
+    pub(crate) fn settle_connect(&self, ctrl: &Controller, base: &Arc<Subsystem>) -> bool {
+        let _w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        match self.subsystem(&base.nqn) {
+            None => false,
+            Some(now) => {
+                if !Arc::ptr_eq(&now, base) {
+                    ctrl.set_subsystem(now.view(&ctrl.hostnqn), &[]);
+                }
+                true
+            }
+        }
+    }
+
     /// A namespace of `nqn` changed in place (its size): connected controllers of the
     /// subsystem whose host can see it are told with a Namespace Attribute Changed event.
     pub fn namespace_changed(&self, nqn: &str, nsid: u32) {
