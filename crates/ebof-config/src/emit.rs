@@ -151,6 +151,10 @@ impl Config {
                     string(&uuid::Uuid::from_bytes(ns.uuid).to_string())
                 );
                 let _ = writeln!(out, "ana_group = {}", ns.ana_group);
+                if let Some(hosts) = &ns.hosts {
+                    let hosts: Vec<String> = hosts.iter().map(|h| string(h)).collect();
+                    let _ = writeln!(out, "hosts = [{}]", hosts.join(", "));
+                }
             }
         }
         crate::ana::emit(&mut out, self);

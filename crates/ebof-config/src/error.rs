@@ -46,7 +46,7 @@ pub mod codes {
     pub const DUPLICATE_SERIAL: &str = "duplicate-serial";
     /// Model number too long, empty or not printable ASCII.
     pub const INVALID_MODEL: &str = "invalid-model";
-    /// A host NQN listed twice in one subsystem.
+    /// A host NQN listed twice in one subsystem, or in one namespace's `hosts`.
     pub const DUPLICATE_HOST: &str = "duplicate-host";
     /// `allow_any_host = true` together with a non-empty `hosts` list.
     pub const CONFLICTING_HOSTS: &str = "conflicting-hosts";

@@ -138,7 +138,7 @@ pub use parse::{
 };
 pub use raw::{NamespaceFields, SizeField};
 pub use security::{HostSecurity, SecretSource, TlsMode, parse_tls_mode};
-pub use validate::SERIAL_PREFIX_MAX_LEN;
+pub use validate::{SERIAL_PREFIX_MAX_LEN, check_ns_hosts};
 
 impl Config {
     /// Parses and validates a configuration written in TOML. Defaults are

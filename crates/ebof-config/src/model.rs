@@ -318,6 +318,11 @@ pub struct Namespace {
     pub direct: bool,
     /// ANA group (`ana_group`, 1..=[`crate::ANA_GROUP_MAX`]). Default 1.
     pub ana_group: u32,
+    /// Per-host masking (`hosts`): `None` (absent) makes the namespace visible to every host
+    /// the subsystem admits; `Some(list)` only to the host NQNs listed (none for an empty
+    /// list). Each an NQN, none twice. A listed host the subsystem does not admit is allowed
+    /// (it simply never connects).
+    pub hosts: Option<Vec<String>>,
 }
 
 /// The storage behind a namespace. Opening it is the backend crate's job.
@@ -423,6 +428,7 @@ impl Namespace {
             uuid: derived_uuid(subsystem_nqn, nsid),
             direct: false,
             ana_group: crate::DEFAULT_ANA_GROUP,
+            hosts: None,
         }
     }
 }

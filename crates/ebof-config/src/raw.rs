@@ -266,6 +266,8 @@ pub struct NamespaceFields {
     pub direct: Option<bool>,
     /// ANA group; default 1.
     pub ana_group: Option<i64>,
+    /// Host NQNs that may see the namespace; absent: every host the subsystem admits.
+    pub hosts: Option<Vec<String>>,
 }
 
 /// A size as written: an integer or a string with a unit.
@@ -744,6 +746,7 @@ impl Namespace {
             uuid,
             direct: raw.direct.unwrap_or(false),
             ana_group,
+            hosts: raw.hosts,
         })
     }
 }

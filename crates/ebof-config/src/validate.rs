@@ -341,6 +341,9 @@ fn validate_subsystems(subsystems: &[Subsystem], max_namespaces: u32) -> Result<
                     ),
                 ));
             }
+            if let Some(hosts) = &ns.hosts {
+                check_ns_hosts(&at("hosts"), hosts)?;
+            }
             if ns.block_size != 512 && ns.block_size != 4096 {
                 return Err(ConfigError::new(
                     codes::INVALID_BLOCK_SIZE,
@@ -415,6 +418,24 @@ fn validate_subsystems(subsystems: &[Subsystem], max_namespaces: u32) -> Result<
                     ),
                 ));
             }
+        }
+    }
+    Ok(())
+}
+
+/// Check a namespace's host list (`[[subsystems.namespaces]] hosts`, or the hosts an API
+/// request attaches): each entry an NQN, none twice. Errors name `{path}[H]`, the offending
+/// entry (`path` is the list's own path, e.g. `subsystems[0].namespaces[1].hosts`).
+pub fn check_ns_hosts(path: &str, hosts: &[String]) -> Result<(), ConfigError> {
+    for (h, host) in hosts.iter().enumerate() {
+        let at = format!("{path}[{h}]");
+        check_nqn(host).map_err(|e| e.at(&at))?;
+        if hosts[..h].contains(host) {
+            return Err(ConfigError::new(
+                codes::DUPLICATE_HOST,
+                at,
+                format!("host {} is listed twice", quote(host)),
+            ));
         }
     }
     Ok(())

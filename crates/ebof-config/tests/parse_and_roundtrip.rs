@@ -48,6 +48,7 @@ fn embedded_default_validates_and_matches_its_doc() {
             uuid: derived_uuid(DEFAULT_NQN, 1),
             direct: false,
             ana_group: 1,
+            hosts: None,
         }]
     );
 }
@@ -227,6 +228,7 @@ fn full_document_parses_to_expected_values() {
                     uuid: derived_uuid("nqn.2026-11.io.ebof:a", 1),
                     direct: false,
                     ana_group: 1,
+                    hosts: None,
                 },
                 Namespace {
                     nsid: 7,
@@ -241,6 +243,7 @@ fn full_document_parses_to_expected_values() {
                     ],
                     direct: true,
                     ana_group: 2,
+                    hosts: None,
                 },
                 Namespace {
                     nsid: 3,
@@ -252,6 +255,7 @@ fn full_document_parses_to_expected_values() {
                     uuid: derived_uuid("nqn.2026-11.io.ebof:a", 3),
                     direct: false,
                     ana_group: 1,
+                    hosts: None,
                 },
             ],
         }
@@ -308,6 +312,7 @@ fn round_trip_of_awkward_values() {
         uuid: [0xff; 16],
         direct: true,
         ana_group: 1,
+        hosts: None,
     });
     c.subsystems[0].namespaces.push(Namespace {
         nsid: 2,
@@ -316,6 +321,7 @@ fn round_trip_of_awkward_values() {
         uuid: [1; 16],
         direct: false,
         ana_group: 1,
+        hosts: None,
     });
     c.listeners.push(Listener {
         address: "fe80::1".parse().unwrap(),

@@ -48,6 +48,12 @@ pub mod routes {
     /// `GET`: what is published over mDNS ([`super::MdnsView`]); `PUT`
     /// [`super::MdnsRequest`]: switch publishing on, off or to auto.
     pub const MDNS: &str = "/v1/mdns";
+    /// Per-host namespace masking: `PUT` [`super::NamespaceHostsRequest`] restricts the
+    /// namespace to exactly those hosts; `POST` [`super::HostRequest`] attaches one more host;
+    /// `DELETE` makes it visible to every host the subsystem admits again.
+    pub const NAMESPACE_HOSTS: &str = "/v1/subsystems/{nqn}/namespaces/{nsid}/hosts";
+    /// `DELETE`: detach a host from a namespace (the namespace disappears from its view).
+    pub const NAMESPACE_HOST: &str = "/v1/subsystems/{nqn}/namespaces/{nsid}/hosts/{hostnqn}";
 
     /// `route` with each `{name}` replaced by the percent-encoded value, in order.
     pub fn fill(route: &str, values: &[&str]) -> String {
@@ -121,6 +127,9 @@ pub mod codes {
     pub const INTERNAL: &str = "internal";
     /// The management API on TCP: no `Authorization: Bearer TOKEN`, or not the right token.
     pub const UNAUTHORIZED: &str = "unauthorized";
+    /// Attach or detach of one host on a namespace that is visible to every host (restrict it
+    /// to a host list first: `PUT …/namespaces/{nsid}/hosts`, `ebof ctl ns mask`).
+    pub const NAMESPACE_NOT_MASKED: &str = "namespace-not-masked";
 }
 
 /// An API error: a stable code, the field path of the request that is wrong (empty when the
@@ -178,7 +187,8 @@ impl ApiError {
             | ebof_config::codes::DUPLICATE_UUID
             | ebof_config::codes::DUPLICATE_LISTENER
             | codes::LISTEN_FAILED
-            | codes::SHRINK_NOT_CONFIRMED => 409,
+            | codes::SHRINK_NOT_CONFIRMED
+            | codes::NAMESPACE_NOT_MASKED => 409,
             _ => 400,
         }
     }
@@ -295,6 +305,10 @@ pub struct NamespaceView {
     /// Reservations (NVMe Base 2.0 8.19), when a host registered or PTPL is on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reservation: Option<ReservationView>,
+    /// Per-host masking: the host NQNs that see the namespace (possibly none); absent when
+    /// every host the subsystem admits sees it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hosts: Option<Vec<String>>,
 }
 
 /// A namespace's reservation state.
@@ -542,6 +556,19 @@ pub struct NamespaceRequest {
     /// ANA group (1..=32; default 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ana_group: Option<u32>,
+    /// Only these host NQNs see the namespace (from the moment it is added); absent: every
+    /// host the subsystem admits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hosts: Option<Vec<String>>,
+}
+
+/// `PUT /v1/subsystems/{nqn}/namespaces/{nsid}/hosts`: the hosts that may see the namespace
+/// (an empty list hides it from every host).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NamespaceHostsRequest {
+    /// Host NQNs, each once.
+    pub hosts: Vec<String>,
 }
 
 /// Answer of `POST …/namespaces` and `PUT …/size`.

@@ -152,6 +152,14 @@ fn load_reservations(path: &Path, field: &str) -> Result<NsReservations, String>
     ))
 }
 
+/// The per-host masking of a configured subsystem: the NSIDs that have a `hosts` list.
+pub fn ns_hosts(s: &ebof_config::Subsystem) -> std::collections::BTreeMap<u32, Vec<String>> {
+    s.namespaces
+        .iter()
+        .filter_map(|n| n.hosts.clone().map(|h| (n.nsid, h)))
+        .collect()
+}
+
 /// Open every backend and build the target model. Nothing is started on failure.
 pub fn build_target(cfg: &Config) -> Result<Target, String> {
     let mut subsystems = Vec::new();
@@ -173,6 +181,7 @@ pub fn build_target(cfg: &Config) -> Result<Target, String> {
             allow_any_host: s.allow_any_host,
             hosts: s.hosts.clone(),
             namespaces,
+            ns_hosts: ns_hosts(s),
         });
     }
     let t = &cfg.target;

@@ -191,6 +191,65 @@ impl Client {
         )
     }
 
+    /// `PUT …/namespaces/{nsid}/hosts`: only `hosts` see namespace `nsid` of `nqn`.
+    pub fn set_namespace_hosts(
+        &self,
+        nqn: &str,
+        nsid: &str,
+        hosts: &[String],
+    ) -> Result<NamespaceChanged, ClientError> {
+        let body = to_json(&crate::api::NamespaceHostsRequest {
+            hosts: hosts.to_vec(),
+        });
+        self.json(
+            Method::PUT,
+            &routes::fill(routes::NAMESPACE_HOSTS, &[nqn, nsid]),
+            Some(body),
+        )
+    }
+
+    /// `DELETE …/namespaces/{nsid}/hosts`: namespace `nsid` of `nqn` visible to every host
+    /// the subsystem admits again.
+    pub fn unmask_namespace(&self, nqn: &str, nsid: &str) -> Result<NamespaceChanged, ClientError> {
+        self.json(
+            Method::DELETE,
+            &routes::fill(routes::NAMESPACE_HOSTS, &[nqn, nsid]),
+            None,
+        )
+    }
+
+    /// `POST …/namespaces/{nsid}/hosts`: host `hostnqn` sees namespace `nsid` of `nqn` too.
+    pub fn attach_namespace_host(
+        &self,
+        nqn: &str,
+        nsid: &str,
+        hostnqn: &str,
+    ) -> Result<NamespaceChanged, ClientError> {
+        let body = to_json(&HostRequest {
+            hostnqn: hostnqn.into(),
+        });
+        self.json(
+            Method::POST,
+            &routes::fill(routes::NAMESPACE_HOSTS, &[nqn, nsid]),
+            Some(body),
+        )
+    }
+
+    /// `DELETE …/namespaces/{nsid}/hosts/{hostnqn}`: host `hostnqn` no longer sees namespace
+    /// `nsid` of `nqn`.
+    pub fn detach_namespace_host(
+        &self,
+        nqn: &str,
+        nsid: &str,
+        hostnqn: &str,
+    ) -> Result<NamespaceChanged, ClientError> {
+        self.json(
+            Method::DELETE,
+            &routes::fill(routes::NAMESPACE_HOST, &[nqn, nsid, hostnqn]),
+            None,
+        )
+    }
+
     /// Resize namespace `nsid` of `nqn`.
     pub fn resize_namespace(
         &self,

@@ -234,6 +234,10 @@ impl Control {
                 .update_subsystem(nqn, |s| {
                     let mut n = s.clone();
                     n.namespaces.push(opened.clone());
+                    // Masked from the start: no host outside the list ever sees it.
+                    if let Some(hosts) = &ns.hosts {
+                        n.ns_hosts.insert(nsid, hosts.clone());
+                    }
                     Ok::<_, ApiError>(n)
                 })
                 .map_err(|e| update_error(nqn, e))?;
@@ -570,14 +574,14 @@ pub(crate) fn check(cfg: &Config) -> Result<(), ApiError> {
     }
 }
 
-fn subsystem_index(cfg: &Config, nqn: &str) -> Result<usize, ApiError> {
+pub(crate) fn subsystem_index(cfg: &Config, nqn: &str) -> Result<usize, ApiError> {
     cfg.subsystems
         .iter()
         .position(|s| s.nqn == nqn)
         .ok_or_else(|| ops::unknown_subsystem(nqn))
 }
 
-fn namespace_index(cfg: &Config, si: usize, nsid: u32) -> Result<usize, ApiError> {
+pub(crate) fn namespace_index(cfg: &Config, si: usize, nsid: u32) -> Result<usize, ApiError> {
     cfg.subsystems[si]
         .namespaces
         .iter()
@@ -585,7 +589,7 @@ fn namespace_index(cfg: &Config, si: usize, nsid: u32) -> Result<usize, ApiError
         .ok_or_else(|| unknown_namespace(&cfg.subsystems[si].nqn, nsid))
 }
 
-fn unknown_namespace(nqn: &str, nsid: u32) -> ApiError {
+pub(crate) fn unknown_namespace(nqn: &str, nsid: u32) -> ApiError {
     ApiError::new(
         codes::UNKNOWN_NAMESPACE,
         "nsid",
@@ -593,7 +597,7 @@ fn unknown_namespace(nqn: &str, nsid: u32) -> ApiError {
     )
 }
 
-fn parse_nsid(s: &str) -> Result<u32, ApiError> {
+pub(crate) fn parse_nsid(s: &str) -> Result<u32, ApiError> {
     s.parse::<u32>()
         .ok()
         .filter(|n| (1..=ebof_config::NSID_MAX).contains(n))
@@ -609,7 +613,7 @@ fn parse_nsid(s: &str) -> Result<u32, ApiError> {
         })
 }
 
-fn update_error(nqn: &str, e: UpdateError<ApiError>) -> ApiError {
+pub(crate) fn update_error(nqn: &str, e: UpdateError<ApiError>) -> ApiError {
     match e {
         UpdateError::UnknownSubsystem => ops::unknown_subsystem(nqn),
         UpdateError::Rejected(e) => e,
@@ -637,11 +641,14 @@ fn namespace_fields(req: &NamespaceRequest, nsid: u32) -> ebof_config::Namespace
         uuid: req.uuid.clone(),
         direct: req.direct.filter(|&d| d),
         ana_group: req.ana_group.map(i64::from),
+        hosts: req.hosts.clone(),
     }
 }
 
-fn namespace_view(n: &Namespace, c: &ebof_config::Namespace) -> NamespaceView {
-    ops::namespace_view(n, c.backend.path().map(|p| p.display().to_string()))
+pub(crate) fn namespace_view(n: &Namespace, c: &ebof_config::Namespace) -> NamespaceView {
+    let mut v = ops::namespace_view(n, c.backend.path().map(|p| p.display().to_string()));
+    v.hosts = c.hosts.clone();
+    v
 }
 
 /// Write `cfg` as TOML to `path` atomically: a temporary file beside it, written and synced,

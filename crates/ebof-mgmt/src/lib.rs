@@ -22,6 +22,7 @@ pub mod auth;
 pub mod build;
 pub mod client;
 pub mod control;
+pub mod masking;
 pub mod mdns;
 pub mod metrics;
 pub mod ops;

@@ -23,7 +23,11 @@ pub(crate) fn subsystem_view(s: &Subsystem) -> SubsystemView {
         namespaces: s
             .namespaces
             .iter()
-            .map(|n| namespace_view(n, None))
+            .map(|n| {
+                let mut v = namespace_view(n, None);
+                v.hosts = s.ns_host_list(n.nsid).map(<[String]>::to_vec);
+                v
+            })
             .collect(),
     }
 }
@@ -41,6 +45,7 @@ pub(crate) fn namespace_view(n: &Namespace, path: Option<String>) -> NamespaceVi
         path,
         reservation: reservation_view(n),
         ana_group: n.ana_group(),
+        hosts: None,
     }
 }
 
@@ -308,6 +313,7 @@ pub fn add_subsystem(
         allow_any_host: req.allow_any_host.unwrap_or(true),
         hosts: Vec::new(),
         namespaces: Vec::new(),
+        ns_hosts: Default::default(),
     });
     let view = subsystem_view(&new);
     t.update_table(|table| {
@@ -403,6 +409,7 @@ mod tests {
             allow_any_host: allow_any,
             hosts: vec![],
             namespaces: vec![Arc::new(Namespace::new(1, ram, 512, [7; 16]))],
+            ns_hosts: Default::default(),
         };
         Target::new(vec![s], vec![], TargetLimits::default(), Instant::now())
     }

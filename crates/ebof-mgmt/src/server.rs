@@ -258,6 +258,13 @@ pub fn router(ctx: Ctx) -> Router {
         .route(routes::SAVE, post(post_save))
         .route(routes::ANA, put(put_ana))
         .route(routes::MDNS, get(get_mdns).put(put_mdns))
+        .route(
+            routes::NAMESPACE_HOSTS,
+            put(put_namespace_hosts)
+                .post(post_namespace_host)
+                .delete(delete_namespace_hosts),
+        )
+        .route(routes::NAMESPACE_HOST, delete(delete_namespace_host))
         .fallback(unknown_endpoint)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(ctx)
@@ -618,6 +625,51 @@ async fn put_namespace_size(
         (_, Err(e)) => return json::<()>(Err(bad_body(e))),
     };
     blocking(move || c.resize_namespace(&nqn, &nsid, &req)).await
+}
+
+async fn put_namespace_hosts(
+    State(c): State<Ctx>,
+    path: PathArg<(String, String)>,
+    body: Body<api::NamespaceHostsRequest>,
+) -> Response {
+    let (Path((nqn, nsid)), axum::Json(req)) = match (path, body) {
+        (Ok(p), Ok(b)) => (p, b),
+        (Err(e), _) => return json::<()>(Err(bad_path(e))),
+        (_, Err(e)) => return json::<()>(Err(bad_body(e))),
+    };
+    blocking(move || c.set_namespace_hosts(&nqn, &nsid, &req.hosts)).await
+}
+
+async fn post_namespace_host(
+    State(c): State<Ctx>,
+    path: PathArg<(String, String)>,
+    body: Body<HostRequest>,
+) -> Response {
+    let (Path((nqn, nsid)), axum::Json(req)) = match (path, body) {
+        (Ok(p), Ok(b)) => (p, b),
+        (Err(e), _) => return json::<()>(Err(bad_path(e))),
+        (_, Err(e)) => return json::<()>(Err(bad_body(e))),
+    };
+    blocking(move || c.attach_namespace_host(&nqn, &nsid, &req.hostnqn)).await
+}
+
+async fn delete_namespace_hosts(State(c): State<Ctx>, path: PathArg<(String, String)>) -> Response {
+    let Path((nqn, nsid)) = match path {
+        Ok(p) => p,
+        Err(e) => return json::<()>(Err(bad_path(e))),
+    };
+    blocking(move || c.unmask_namespace(&nqn, &nsid)).await
+}
+
+async fn delete_namespace_host(
+    State(c): State<Ctx>,
+    path: PathArg<(String, String, String)>,
+) -> Response {
+    let Path((nqn, nsid, host)) = match path {
+        Ok(p) => p,
+        Err(e) => return json::<()>(Err(bad_path(e))),
+    };
+    blocking(move || c.detach_namespace_host(&nqn, &nsid, &host)).await
 }
 
 async fn post_listener(State(c): State<Ctx>, body: Body<ListenerRequest>) -> Response {

@@ -33,6 +33,7 @@ fn target(backend: Arc<dyn Backend>) -> Arc<Target> {
         allow_any_host: true,
         hosts: Vec::new(),
         namespaces: vec![Arc::new(Namespace::new(1, backend, 512, [0x22; 16]))],
+        ns_hosts: Default::default(),
     };
     Arc::new(Target::new(
         vec![sub],

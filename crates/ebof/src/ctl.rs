@@ -129,6 +129,32 @@ pub enum NsCmd {
         /// ANA group, 1 to 32 (default 1).
         #[arg(long, value_name = "GROUP")]
         ana_group: Option<u32>,
+        /// Only this host sees the namespace (repeat for more hosts; default: every host the
+        /// subsystem admits). No other host ever sees it, not even briefly.
+        #[arg(long = "host", value_name = "HOSTNQN")]
+        hosts: Vec<String>,
+    },
+    /// Restrict namespace NSID of NQN to exactly the hosts HOSTNQN… (none: hidden from every
+    /// host). Hosts that lose or gain it get a Namespace Attribute Changed event.
+    Mask {
+        nqn: String,
+        nsid: String,
+        hostnqns: Vec<String>,
+    },
+    /// Make namespace NSID of NQN visible to every host the subsystem admits again.
+    Unmask { nqn: String, nsid: String },
+    /// Let HOSTNQN see masked namespace NSID of NQN too.
+    Attach {
+        nqn: String,
+        nsid: String,
+        hostnqn: String,
+    },
+    /// Hide masked namespace NSID of NQN from HOSTNQN (its I/O there fails with Invalid
+    /// Namespace, as for a namespace that does not exist).
+    Detach {
+        nqn: String,
+        nsid: String,
+        hostnqn: String,
     },
     /// Remove namespace NSID of NQN (commands in flight on it fail with Invalid Namespace).
     Remove { nqn: String, nsid: String },
@@ -444,9 +470,11 @@ fn ns(c: &Client, json: bool, cmd: NsCmd) -> Result<()> {
             uuid,
             direct,
             ana_group,
+            hosts,
         } => {
             let mut req = ebof_mgmt::api::NamespaceRequest {
                 ana_group,
+                hosts: (!hosts.is_empty()).then_some(hosts),
                 nsid,
                 block_size: block_size.and_then(|b| b.parse().ok()),
                 uuid,
@@ -485,6 +513,30 @@ fn ns(c: &Client, json: bool, cmd: NsCmd) -> Result<()> {
                 );
             }
         }
+        NsCmd::Mask {
+            nqn,
+            nsid,
+            hostnqns,
+        } => {
+            let r = c.set_namespace_hosts(&nqn, &nsid, &hostnqns).map_err(err)?;
+            print_ns_hosts(json, &r)?;
+        }
+        NsCmd::Unmask { nqn, nsid } => {
+            let r = c.unmask_namespace(&nqn, &nsid).map_err(err)?;
+            print_ns_hosts(json, &r)?;
+        }
+        NsCmd::Attach { nqn, nsid, hostnqn } => {
+            let r = c
+                .attach_namespace_host(&nqn, &nsid, &hostnqn)
+                .map_err(err)?;
+            print_ns_hosts(json, &r)?;
+        }
+        NsCmd::Detach { nqn, nsid, hostnqn } => {
+            let r = c
+                .detach_namespace_host(&nqn, &nsid, &hostnqn)
+                .map_err(err)?;
+            print_ns_hosts(json, &r)?;
+        }
         NsCmd::Remove { nqn, nsid } => {
             let r = c.remove_namespace(&nqn, &nsid).map_err(err)?;
             if json {
@@ -517,6 +569,31 @@ fn ns(c: &Client, json: bool, cmd: NsCmd) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Who sees a namespace after a masking change, as `ebof ctl ns mask/unmask/attach/detach`
+/// report it.
+fn print_ns_hosts(json: bool, r: &ebof_mgmt::api::NamespaceChanged) -> Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(r)?);
+    } else {
+        println!(
+            "namespace {} of {} is visible to {}",
+            r.namespace.nsid,
+            r.subsystem,
+            ns_hosts_text(r.namespace.hosts.as_deref())
+        );
+    }
+    Ok(())
+}
+
+/// A namespace's host list in words.
+fn ns_hosts_text(hosts: Option<&[String]>) -> String {
+    match hosts {
+        None => "every host of the subsystem".to_string(),
+        Some([]) => "no host".to_string(),
+        Some(h) => h.join(", "),
+    }
 }
 
 /// Paths are resolved by the server, whose working directory may differ: send them absolute.
@@ -588,6 +665,15 @@ pub fn show_text(s: &State) -> String {
             ]);
         }
         table(&mut out, "  ", &rows);
+        for n in &sub.namespaces {
+            if let Some(h) = &n.hosts {
+                out.push_str(&format!(
+                    "  nsid {} masked: visible to {}\n",
+                    n.nsid,
+                    ns_hosts_text(Some(h))
+                ));
+            }
+        }
         for n in &sub.namespaces {
             if let Some(r) = &n.reservation {
                 out.push_str(&format!(

@@ -288,6 +288,7 @@ mod tests {
                     Arc::new(Namespace::new(nsid, b, 512, [nsid as u8; 16]).with_ana_group(g))
                 })
                 .collect(),
+            ns_hosts: Default::default(),
         }
     }
 

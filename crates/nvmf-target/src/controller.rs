@@ -19,8 +19,10 @@ pub const ERROR_LOG_ENTRIES: usize = 64;
 /// I/O controller for a subsystem, or a discovery controller.
 #[derive(Debug)]
 pub enum ControllerKind {
-    /// The subsystem as it is now: the control plane stores each new snapshot here
-    /// ([`Controller::set_subsystem`]), so admin commands see namespaces added and removed.
+    /// The subsystem as it is now, as the controller's host sees it ([`Subsystem::view`]:
+    /// without the namespaces masked from the host): the control plane stores each new view
+    /// here ([`Controller::set_subsystem`]), so admin commands see namespaces added and
+    /// removed, attached and detached.
     Io(ArcSwap<Subsystem>),
     /// A discovery controller (connected to the discovery NQN): serves the discovery log page.
     Discovery,
@@ -195,8 +197,9 @@ impl Controller {
         let ControllerKind::Io(s) = &self.kind else {
             return;
         };
-        // A namespace changed in place (resized) keeps the snapshot: queues' handles stay valid.
-        let replaced = !Arc::ptr_eq(&s.load(), &new);
+        // A namespace changed in place (resized), or a new snapshot (or host view) with the
+        // same namespaces, keeps queues' handles valid.
+        let replaced = !crate::model::same_namespaces(&s.load(), &new);
         s.store(new);
         if changed.is_empty() {
             return;

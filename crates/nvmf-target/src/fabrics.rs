@@ -126,6 +126,8 @@ impl Queue {
             return Err(CmdError::connect_param(connect_data_off::CNTLID, true));
         }
         let kato_ms = cmd.kato;
+        // The subsystem snapshot the controller's view was computed from.
+        let mut base = None;
         let (kind, kato, max_qid) = if d.subnqn == DISCOVERY_NQN {
             let kato = if kato_ms == 0 {
                 Some(DISCOVERY_DEFAULT_KATO)
@@ -148,8 +150,10 @@ impl Queue {
                 return Err(e);
             }
             let kato = (kato_ms != 0).then(|| ms(kato_ms));
+            let view = sub.view(&d.hostnqn);
+            base = Some(sub);
             (
-                ControllerKind::Io(arc_swap::ArcSwap::new(sub)),
+                ControllerKind::Io(arc_swap::ArcSwap::new(view)),
                 kato,
                 self.session.target().limits.max_io_queues,
             )
@@ -167,15 +171,10 @@ impl Queue {
         // The subsystem may have been removed or changed (Target::update_table,
         // update_subsystem) between our lookup and the registration; a change reaches the
         // controllers registered before its swap, so one more lookup after registering closes
-        // the gap.
-        if let Some(s) = ctrl.subsystem() {
-            match target.subsystem(&s.nqn) {
-                Some(now) if !Arc::ptr_eq(&now, &s) => ctrl.set_subsystem(now, &[]),
-                _ => {}
-            }
-        }
-        if let Some(s) = ctrl.subsystem()
-            && target.subsystem(&s.nqn).is_none()
+        // the gap. (The controller holds its host's view of `base`; the check is serialised
+        // with the writers, so it cannot install a view older than theirs.)
+        if let Some(s) = &base
+            && !target.settle_connect(&ctrl, s)
         {
             ctrl.kill();
             return Err(CmdError::connect_param(connect_data_off::SUBNQN, true));
@@ -305,7 +304,7 @@ impl Queue {
             (prop::CAP, true) => self.cap(),
             (prop::VS, false) => u64::from(NVME_VERSION),
             (prop::CC, false) => u64::from(ctrl.state().cc),
-            (prop::CSTS, false) => u64::from(self.csts(&ctrl)),
+            (prop::CSTS, false) => u64::from(self.csts(ctrl)),
             // CRTO: CRWMT/CRIMT in 500 ms units, same as CAP.TO.
             (prop::CRTO, false) => u64::from(CAP_TO) | (u64::from(CAP_TO) << 16),
             _ => return Err(CmdError::at(Status::INVALID_FIELD, 44)),

@@ -92,6 +92,7 @@
 //!     allow_any_host: true,
 //!     hosts: vec![],
 //!     namespaces: vec![Arc::new(Namespace::new(1, ram, 512, [7; 16]))],
+//!     ns_hosts: Default::default(),
 //! };
 //! let target = Arc::new(Target::new(vec![subsystem], vec![], TargetLimits::default(), now));
 //! let mut queue = Queue::new(target, "127.0.0.1:4420".parse().unwrap(), now);

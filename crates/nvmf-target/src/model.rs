@@ -4,7 +4,7 @@ use crate::controller::Controller;
 use arc_swap::ArcSwap;
 use ebof_backend::Backend;
 use nvme_spec::ControllerId;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -171,6 +171,11 @@ pub struct Subsystem {
     pub hosts: Vec<String>,
     /// Sorted by nsid.
     pub namespaces: Vec<Arc<Namespace>>,
+    /// Per-host namespace masking: a namespace with an entry here is visible only to the
+    /// host NQNs listed (none, for an empty list); a namespace without one is visible to every
+    /// host the subsystem admits. Entries for NSIDs the subsystem does not have are ignored
+    /// ([`Target::update_subsystem`] drops them). See [`Subsystem::view`].
+    pub ns_hosts: BTreeMap<u32, Vec<String>>,
 }
 
 impl Subsystem {
@@ -189,6 +194,39 @@ impl Subsystem {
     pub fn max_nsid(&self) -> u32 {
         self.namespaces.last().map_or(0, |n| n.nsid)
     }
+    /// May host `hostnqn` see namespace `nsid` (masking only: whether the host may connect
+    /// at all is [`Subsystem::host_allowed`])?
+    pub fn ns_visible(&self, nsid: u32, hostnqn: &str) -> bool {
+        self.ns_hosts
+            .get(&nsid)
+            .is_none_or(|hosts| hosts.iter().any(|h| h == hostnqn))
+    }
+    /// The host lists of namespace `nsid` (`None`: visible to every admitted host).
+    pub fn ns_host_list(&self, nsid: u32) -> Option<&[String]> {
+        self.ns_hosts.get(&nsid).map(Vec::as_slice)
+    }
+    /// The subsystem as host `hostnqn` sees it: the same value without the namespaces masked
+    /// from it. This is what an I/O controller of the host holds ([`Controller::subsystem`]),
+    /// so every command (Identify, logs, I/O, reservations) finds exactly the host's
+    /// namespaces with no per-command check. Without masking the snapshot itself is returned
+    /// (the same `Arc`); the namespaces of a view are the subsystem's own `Arc`s.
+    pub fn view(self: &Arc<Self>, hostnqn: &str) -> Arc<Subsystem> {
+        if self.ns_hosts.is_empty() {
+            return self.clone();
+        }
+        let mut v = Subsystem::clone(self);
+        v.namespaces.retain(|n| self.ns_visible(n.nsid, hostnqn));
+        Arc::new(v)
+    }
+}
+
+/// True when `a` and `b` hold the very same namespaces (the same `Arc`s, in order).
+pub(crate) fn same_namespaces(a: &Subsystem, b: &Subsystem) -> bool {
+    a.namespaces.len() == b.namespaces.len()
+        && a.namespaces
+            .iter()
+            .zip(&b.namespaces)
+            .all(|(x, y)| Arc::ptr_eq(x, y))
 }
 
 /// NSIDs that differ between two snapshots of a subsystem: added, removed or replaced.
@@ -392,10 +430,11 @@ impl Target {
     /// either the old or the new subsystem, never a mix, and waits for nothing. When `f` fails
     /// nothing changes.
     ///
-    /// Connected controllers of the subsystem get the new snapshot: namespaces added or
-    /// removed reach their I/O queues before the next command, and a Namespace Attribute
-    /// Changed event tells the host; namespaces no longer present fail their in-flight
-    /// commands. A change of who may connect moves the discovery log generation counter and
+    /// Connected controllers of the subsystem get the new snapshot, filtered for their host
+    /// ([`Subsystem::view`]): namespaces added, removed, attached to or detached from the host
+    /// reach their I/O queues before the next command, and a Namespace Attribute Changed event
+    /// tells the host, with exactly the NSIDs that changed in its view (none: no event);
+    /// namespaces no longer in the subsystem fail their in-flight commands. A change of who may connect moves the discovery log generation counter and
     /// notifies discovery controllers.
     pub fn update_subsystem<E>(
         &self,
@@ -411,12 +450,16 @@ impl Target {
         let mut new = f(&table[i]).map_err(UpdateError::Rejected)?;
         new.nqn = table[i].nqn.clone();
         new.namespaces.sort_by_key(|n| n.nsid);
+        let nsids: Vec<u32> = new.namespaces.iter().map(|n| n.nsid).collect();
+        new.ns_hosts
+            .retain(|nsid, _| nsids.binary_search(nsid).is_ok());
         let new = Arc::new(new);
         let mut next: Vec<Arc<Subsystem>> = table.as_ref().clone();
         next[i] = new.clone();
         self.subsystems.store(Arc::new(next));
         let old = &table[i];
-        let changed = changed_namespaces(old, &new);
+        // Only a namespace that leaves the subsystem is removed; one masked from a host is
+        // merely absent from that host's view.
         for n in &old.namespaces {
             if !new.namespaces.iter().any(|m| Arc::ptr_eq(m, n)) {
                 n.removed.store(true, Ordering::Relaxed);
@@ -424,7 +467,13 @@ impl Target {
         }
         for c in self.controllers() {
             if !c.is_discovery() && c.subnqn() == new.nqn {
-                c.set_subsystem(new.clone(), &changed);
+                // Each host's Changed Namespace List is the difference of *its* views.
+                let view = new.view(&c.hostnqn);
+                let changed = c
+                    .subsystem()
+                    .map(|cur| changed_namespaces(&cur, &view))
+                    .unwrap_or_default();
+                c.set_subsystem(view, &changed);
             }
         }
         if old.hosts != new.hosts || old.allow_any_host != new.allow_any_host {
@@ -433,15 +482,36 @@ impl Target {
         Ok(new)
     }
 
+    /// Connect registered `ctrl` with its host's view of `base`: if the subsystem changed
+    /// since `base` was looked up, give the controller its host's view of the current one.
+    /// Serialised with the writers, so a view computed here never overwrites a newer one.
+    /// False when the subsystem is gone (the Connect then fails).
+    pub(crate) fn settle_connect(&self, ctrl: &Controller, base: &Arc<Subsystem>) -> bool {
+        let _w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        match self.subsystem(&base.nqn) {
+            None => false,
+            Some(now) => {
+                if !Arc::ptr_eq(&now, base) {
+                    ctrl.set_subsystem(now.view(&ctrl.hostnqn), &[]);
+                }
+                true
+            }
+        }
+    }
+
     /// A namespace of `nqn` changed in place (its size): connected controllers of the
-    /// subsystem are told with a Namespace Attribute Changed event.
+    /// subsystem whose host can see it are told with a Namespace Attribute Changed event.
     pub fn namespace_changed(&self, nqn: &str, nsid: u32) {
         let Some(sub) = self.subsystem(nqn) else {
             return;
         };
         for c in self.controllers() {
             if !c.is_discovery() && c.subnqn() == nqn {
-                c.set_subsystem(sub.clone(), &[nsid]);
+                let view = sub.view(&c.hostnqn);
+                // A host that cannot see the namespace is not told.
+                if view.namespace(nsid).is_some() {
+                    c.set_subsystem(view, &[nsid]);
+                }
             }
         }
     }

@@ -103,9 +103,9 @@ impl Queue {
         Ok((0, 0))
     }
 
-    /// Send each notice to every controller of its host on this subsystem. (Commands of hosts
-    /// preempted with Preempt and Abort need nothing more here: every later access check sees
-    /// them unregistered; see ADR 0012.)
+    /// Send each notice to every controller of its host on this subsystem that sees `nsid`.
+    /// (Commands of hosts preempted with Preempt and Abort need nothing more here: every later
+    /// access check sees them unregistered; see ADR 0012.)
     fn deliver_resv_outcome(&self, ctrl: &Arc<Controller>, nsid: u32, out: Outcome) {
         if out.notices.is_empty() {
             return;
@@ -113,10 +113,14 @@ impl Queue {
         let subnqn = ctrl.subnqn();
         let ctrls = self.session.target().controllers();
         for n in &out.notices {
-            for c in ctrls
-                .iter()
-                .filter(|c| !c.is_discovery() && c.hostid == n.host && c.subnqn() == subnqn)
-            {
+            // A host the namespace is masked from (it may have registered before being
+            // detached) is not told: the namespace does not exist for it.
+            for c in ctrls.iter().filter(|c| {
+                !c.is_discovery()
+                    && c.hostid == n.host
+                    && c.subsystem()
+                        .is_some_and(|s| s.nqn == subnqn && s.namespace(nsid).is_some())
+            }) {
                 c.reservation_notice(nsid, n.log_type);
             }
         }

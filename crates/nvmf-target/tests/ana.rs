@@ -36,6 +36,7 @@ fn target() -> Arc<Target> {
         allow_any_host: true,
         hosts: vec![],
         namespaces: vec![ns(1, 1), ns(2, 2), ns(3, 2)],
+        ns_hosts: Default::default(),
     };
     let listeners = vec![
         ListenerInfo {

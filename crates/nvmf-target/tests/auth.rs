@@ -95,6 +95,7 @@ fn target() -> Arc<Target> {
         allow_any_host: true,
         hosts: vec![],
         namespaces: vec![Arc::new(Namespace::new(1, b, 512, [1; 16]))],
+        ns_hosts: Default::default(),
     };
     let t = Arc::new(Target::new(
         vec![sub],

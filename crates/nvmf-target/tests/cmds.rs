@@ -33,6 +33,7 @@ fn target(size: u64) -> (Arc<Target>, Arc<dyn Backend>) {
         allow_any_host: true,
         hosts: vec![],
         namespaces: vec![Arc::new(Namespace::new(1, ram.clone(), BS, [3; 16]))],
+        ns_hosts: Default::default(),
     };
     let t = Target::new(vec![sub], vec![], TargetLimits::default(), Instant::now());
     (Arc::new(t), ram)
@@ -251,6 +252,7 @@ fn verify_reads_a_file_backend() {
         allow_any_host: true,
         hosts: vec![],
         namespaces: vec![Arc::new(Namespace::new(1, file, BS, [4; 16]))],
+        ns_hosts: Default::default(),
     };
     let t = Arc::new(Target::new(
         vec![sub],
@@ -739,6 +741,7 @@ fn write_zeroes_honours_fua_and_the_write_cache() {
         allow_any_host: true,
         hosts: vec![],
         namespaces: vec![Arc::new(Namespace::new(1, counting.clone(), BS, [4; 16]))],
+        ns_hosts: Default::default(),
     };
     let t = Arc::new(Target::new(
         vec![sub],

@@ -104,6 +104,7 @@ pub fn new_target(now: Instant) -> Arc<Target> {
         allow_any_host: true,
         hosts: Vec::new(),
         namespaces: vec![Arc::new(ns1), Arc::new(ns2)],
+        ns_hosts: Default::default(),
     };
     Arc::new(Target::new(
         vec![sub],

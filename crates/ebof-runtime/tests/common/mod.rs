@@ -84,6 +84,7 @@ pub fn subsystem(nqn: &str, backend: Arc<dyn Backend>, hosts: Option<Vec<String>
         allow_any_host: hosts.is_none(),
         hosts: hosts.unwrap_or_default(),
         namespaces: vec![Arc::new(Namespace::new(1, backend, 512, [0x11; 16]))],
+        ns_hosts: Default::default(),
     }
 }
 

@@ -33,6 +33,7 @@ fn target() -> Arc<Target> {
         allow_any_host: true,
         hosts: vec![],
         namespaces: vec![Arc::new(Namespace::new(1, ram, 512, [7; 16]))],
+        ns_hosts: Default::default(),
     };
     Arc::new(Target::new(
         vec![sub],

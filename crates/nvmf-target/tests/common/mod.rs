@@ -42,6 +42,8 @@ pub struct Host {
     pub now: Instant,
     pub subnqn: String,
     pub hostnqn: String,
+    /// Host Identifier sent in Connect data.
+    pub hostid: [u8; 16],
 }
 
 impl Host {
@@ -52,6 +54,7 @@ impl Host {
             now,
             subnqn: subnqn.into(),
             hostnqn: hostnqn.into(),
+            hostid: [3; 16],
         }
     }
 
@@ -83,7 +86,7 @@ impl Host {
         .to_sqe(CommandId(1));
         sqe.set_sgl_icd(1024);
         let data = ConnectData {
-            hostid: [3; 16],
+            hostid: self.hostid,
             cntlid: ControllerId(cntlid),
             subnqn: self.subnqn.clone(),
             hostnqn: self.hostnqn.clone(),
