@@ -501,7 +501,7 @@ fn decode_entry(b: &[u8], at: usize, format: EntryFormat) -> Result<DimEntry, Di
     if format == EntryFormat::Extended {
         log.eflags = 0;
         let tel = le32(e, 1024) as usize;
-        if tel < EXT_ENTRY_FIXED_LEN || tel % 4 != 0 || tel > e.len() {
+        if tel < EXT_ENTRY_FIXED_LEN || !tel.is_multiple_of(4) || tel > e.len() {
             return Err(DimError::new(K::Tel, base + off::E_TEL));
         }
         let numexat = le16(e, 1028);
