@@ -258,13 +258,21 @@ impl DimEntry {
             + self
                 .attrs
                 .iter()
-                .map(|a| EXAT_HEADER_LEN + pad4(a.value.len()))
+                .map(|a| EXAT_HEADER_LEN + pad4(exat_value(a).len()))
                 .sum::<usize>()
     }
 }
 
 fn pad4(n: usize) -> usize {
     n.div_ceil(4) * 4
+}
+
+/// Longest attribute value the encoder sends (EXATLEN is 16 bits and a multiple of 4); a
+/// longer value is cut.
+pub const EXAT_MAX_LEN: usize = 0xFFFC;
+
+fn exat_value(a: &ExtAttr) -> &[u8] {
+    &a.value[..a.value.len().min(EXAT_MAX_LEN)]
 }
 
 /// A DIM command's data: the entity and its discovery information entries.
@@ -377,15 +385,16 @@ impl DimData {
             put16(&mut b, at + 1028, e.attrs.len() as u16);
             let mut p = at + EXT_ENTRY_FIXED_LEN;
             for a in &e.attrs {
-                let len = pad4(a.value.len());
+                let val = exat_value(a);
+                let len = pad4(val.len());
                 put16(&mut b, p, a.exattype);
                 put16(&mut b, p + 2, len as u16);
                 let v = &mut b[p + 4..p + 4 + len];
                 if a.exattype == exattype::SYMNAME {
                     // ASCII strings are space padded (NVMe Base 2.0, 1.5).
-                    put_ascii(v, &String::from_utf8_lossy(&a.value));
+                    put_ascii(v, &String::from_utf8_lossy(val));
                 } else {
-                    v[..a.value.len()].copy_from_slice(&a.value);
+                    v[..val.len()].copy_from_slice(val);
                 }
                 p += EXAT_HEADER_LEN + len;
             }
