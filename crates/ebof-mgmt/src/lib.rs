@@ -23,6 +23,7 @@ pub mod client;
 pub mod control;
 pub mod metrics;
 pub mod ops;
+pub mod referrals;
 pub mod security;
 pub mod server;
 

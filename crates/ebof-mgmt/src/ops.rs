@@ -119,6 +119,8 @@ pub fn state(t: &Target) -> State {
             })
             .collect(),
         ana: crate::ana::views(t),
+        referrals: crate::referrals::list(t),
+        registrations: crate::referrals::registrations(t),
     }
 }
 
