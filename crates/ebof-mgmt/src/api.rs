@@ -54,6 +54,13 @@ pub mod routes {
     pub const NAMESPACE_HOSTS: &str = "/v1/subsystems/{nqn}/namespaces/{nsid}/hosts";
     /// `DELETE`: detach a host from a namespace (the namespace disappears from its view).
     pub const NAMESPACE_HOST: &str = "/v1/subsystems/{nqn}/namespaces/{nsid}/hosts/{hostnqn}";
+    /// `GET`: the referrals served ([`super::Referrals`]); `POST` [`super::ReferralRequest`]:
+    /// add one.
+    pub const REFERRALS: &str = "/v1/discovery/referrals";
+    /// `DELETE`: stop referring hosts to `ADDR:PORT`.
+    pub const REFERRAL: &str = "/v1/discovery/referrals/{address}";
+    /// `GET`: the DIM registrations hosts made (`Vec<`[`super::DimRegistrationView`]`>`).
+    pub const REGISTRATIONS: &str = "/v1/discovery/registrations";
 
     /// `route` with each `{name}` replaced by the percent-encoded value, in order.
     pub fn fill(route: &str, values: &[&str]) -> String {
@@ -130,6 +137,12 @@ pub mod codes {
     /// Attach or detach of one host on a namespace that is visible to every host (restrict it
     /// to a host list first: `PUT …/namespaces/{nsid}/hosts`, `ebof ctl ns mask`).
     pub const NAMESPACE_NOT_MASKED: &str = "namespace-not-masked";
+    /// The referral is served already.
+    pub const DUPLICATE_REFERRAL: &str = "duplicate-referral";
+    /// No referral to this address.
+    pub const UNKNOWN_REFERRAL: &str = "unknown-referral";
+    /// As many referrals as the discovery log serves (`nvmf_target::MAX_REFERRALS`).
+    pub const TOO_MANY_REFERRALS: &str = "too-many-referrals";
 }
 
 /// An API error: a stable code, the field path of the request that is wrong (empty when the
@@ -222,6 +235,75 @@ pub struct State {
     /// mDNS (TP 8009): the mode and the records published.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mdns: Option<MdnsView>,
+    /// Discovery services hosts are referred to (`ADDR:PORT`, in discovery log order).
+    #[serde(default)]
+    pub referrals: Vec<String>,
+    /// What hosts registered with Discovery Information Management (TP 8010).
+    #[serde(default)]
+    pub registrations: Vec<DimRegistrationView>,
+}
+
+/// `POST /v1/discovery/referrals`: refer hosts to another discovery service.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReferralRequest {
+    /// `ADDR:PORT` or `ADDR` (port 8009) of the other discovery controller (NVMe/TCP).
+    pub address: String,
+}
+
+/// The referrals served, answer of `GET`, `POST` and `DELETE` on the referral routes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Referrals {
+    /// `ADDR:PORT` of each, in discovery log order.
+    pub referrals: Vec<String>,
+    /// False when the request changed nothing (a `GET`).
+    pub changed: bool,
+    /// The discovery log's generation counter after the request.
+    pub genctr: u64,
+}
+
+/// One discovery information entry of a registration.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DimEntryView {
+    /// `tcp`, `rdma`, `fc` or the TRTYPE number.
+    pub transport: String,
+    /// TRADDR (the connection's source address when the host left it empty).
+    pub address: String,
+    /// TRSVCID (often empty for a host).
+    pub service: String,
+    /// The entry's NQN.
+    pub nqn: String,
+}
+
+/// A DIM registration as `GET /v1/discovery/registrations` and `GET /v1/state` show it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DimRegistrationView {
+    /// HOSTNQN of the connection that registered.
+    pub host: String,
+    /// Its HOSTID (UUID form).
+    pub hostid: String,
+    /// `host`, `ddc` or `cdc`.
+    pub entity_type: String,
+    /// The entity's NQN.
+    pub entity: String,
+    /// Entity name (e.g. the host name).
+    pub name: String,
+    /// Entity version (e.g. the OS).
+    pub version: String,
+    /// Symbolic name, when sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub symname: Option<String>,
+    /// Transport entries.
+    pub entries: Vec<DimEntryView>,
+    /// The discovery listener address it came in on.
+    pub local: String,
+    /// The host's address on that connection, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer: Option<String>,
+    /// Seconds since the first registration.
+    pub registered_secs_ago: u64,
+    /// Seconds since the last registration or update.
+    pub updated_secs_ago: u64,
 }
 
 /// The ANA state of one group on one listener.

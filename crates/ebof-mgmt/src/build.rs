@@ -194,6 +194,7 @@ pub fn build_target(cfg: &Config) -> Result<Target, String> {
     };
     let target = Target::new(subsystems, listener_infos(cfg), limits, Instant::now());
     crate::ana::apply_config(cfg, &target)?;
+    crate::referrals::apply_config(cfg, &target)?;
     Ok(target)
 }
 

@@ -304,6 +304,33 @@ impl Client {
         self.json(Method::PUT, routes::MDNS, Some(to_json(req)))
     }
 
+    /// The referrals served.
+    pub fn referrals(&self) -> Result<crate::api::Referrals, ClientError> {
+        self.json(Method::GET, routes::REFERRALS, None)
+    }
+
+    /// Refer hosts to the discovery service at `address` (`ADDR[:PORT]`, port 8009).
+    pub fn add_referral(&self, address: &str) -> Result<crate::api::Referrals, ClientError> {
+        let req = crate::api::ReferralRequest {
+            address: address.to_string(),
+        };
+        self.json(Method::POST, routes::REFERRALS, Some(to_json(&req)))
+    }
+
+    /// Stop referring hosts to `address`.
+    pub fn remove_referral(&self, address: &str) -> Result<crate::api::Referrals, ClientError> {
+        self.json(
+            Method::DELETE,
+            &routes::fill(routes::REFERRAL, &[address]),
+            None,
+        )
+    }
+
+    /// The DIM registrations hosts made.
+    pub fn registrations(&self) -> Result<Vec<crate::api::DimRegistrationView>, ClientError> {
+        self.json(Method::GET, routes::REGISTRATIONS, None)
+    }
+
     /// Write the running configuration.
     pub fn save(&self, req: &SaveRequest) -> Result<Saved, ClientError> {
         self.json(Method::POST, routes::SAVE, Some(to_json(req)))

@@ -26,6 +26,7 @@ pub mod masking;
 pub mod mdns;
 pub mod metrics;
 pub mod ops;
+pub mod referrals;
 pub mod security;
 pub mod server;
 

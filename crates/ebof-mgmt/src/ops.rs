@@ -125,6 +125,8 @@ pub fn state(t: &Target) -> State {
             .collect(),
         ana: crate::ana::views(t),
         mdns: None,
+        referrals: crate::referrals::list(t),
+        registrations: crate::referrals::registrations(t),
     }
 }
 

@@ -265,6 +265,9 @@ pub fn router(ctx: Ctx) -> Router {
                 .delete(delete_namespace_hosts),
         )
         .route(routes::NAMESPACE_HOST, delete(delete_namespace_host))
+        .route(routes::REFERRALS, get(get_referrals).post(post_referral))
+        .route(routes::REFERRAL, delete(delete_referral))
+        .route(routes::REGISTRATIONS, get(get_registrations))
         .fallback(unknown_endpoint)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(ctx)
@@ -711,6 +714,28 @@ async fn put_mdns(State(c): State<Ctx>, body: Body<api::MdnsRequest>) -> Respons
         Ok(axum::Json(r)) => blocking(move || c.set_mdns(&r)).await,
         Err(e) => json::<()>(Err(bad_body(e))),
     }
+}
+
+async fn get_referrals(State(c): State<Ctx>) -> Response {
+    json::<_>(Ok(c.referrals()))
+}
+
+async fn post_referral(State(c): State<Ctx>, body: Body<api::ReferralRequest>) -> Response {
+    match body {
+        Ok(axum::Json(r)) => blocking(move || c.add_referral(&r)).await,
+        Err(e) => json::<()>(Err(bad_body(e))),
+    }
+}
+
+async fn delete_referral(State(c): State<Ctx>, path: PathArg<String>) -> Response {
+    match path {
+        Ok(Path(addr)) => blocking(move || c.remove_referral(&addr)).await,
+        Err(e) => json::<()>(Err(bad_path(e))),
+    }
+}
+
+async fn get_registrations(State(c): State<Ctx>) -> Response {
+    json::<_>(Ok(c.registrations()))
 }
 
 async fn post_save(State(c): State<Ctx>, body: Body<SaveRequest>) -> Response {

@@ -89,6 +89,17 @@ pub enum CtlCmd {
         #[arg(value_parser = ["on", "off", "auto"])]
         mode: Option<String>,
     },
+    /// Referrals: other discovery services the discovery log points hosts to (SUBTYPE 1
+    /// entries; persistent discovery connections get a Discovery Log Page Change event).
+    Referral {
+        #[command(subcommand)]
+        cmd: ReferralCmd,
+    },
+    /// Discovery Information Management: what hosts registered (`nvme dim`, nvme-stas).
+    Dim {
+        #[command(subcommand)]
+        cmd: DimCmd,
+    },
     /// Write the running configuration as TOML (default: the file `ebof serve` was started
     /// with), atomically; a restart with it serves the same.
     Save {
@@ -185,6 +196,23 @@ pub enum ListenerCmd {
         #[arg(long)]
         disconnect: bool,
     },
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum ReferralCmd {
+    /// Refer hosts to the discovery service at ADDR[:PORT] (port 8009 by default).
+    Add { address: String },
+    /// Stop referring hosts to ADDR[:PORT].
+    Remove { address: String },
+    /// The referrals served.
+    List,
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum DimCmd {
+    /// The registrations hosts made with DIM (they last until the host deregisters or ebof
+    /// restarts).
+    List,
 }
 
 #[derive(clap::Subcommand, Debug)]
@@ -425,6 +453,30 @@ pub fn run(a: CtlArgs) -> Result<()> {
                 println!("{}", serde_json::to_string_pretty(&v)?);
             } else {
                 print!("{}", mdns_text(&v));
+            }
+        }
+        CtlCmd::Referral { cmd } => {
+            let r = match cmd {
+                ReferralCmd::Add { address } => c.add_referral(&address),
+                ReferralCmd::Remove { address } => c.remove_referral(&address),
+                ReferralCmd::List => c.referrals(),
+            }
+            .map_err(err)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                print!("{}", referrals_text(&r.referrals));
+                if r.changed {
+                    println!("discovery log generation {}", r.genctr);
+                }
+            }
+        }
+        CtlCmd::Dim { cmd: DimCmd::List } => {
+            let r = c.registrations().map_err(err)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                print!("{}", registrations_text(&r));
             }
         }
         CtlCmd::Save { file } => {
@@ -756,6 +808,71 @@ pub fn show_text(s: &State) -> String {
         }
         table(&mut out, "  ", &rows);
     }
+    out.push_str(&referrals_text(&s.referrals));
+    out.push_str(&registrations_text(&s.registrations));
+    out
+}
+
+/// The referrals, one line each.
+pub fn referrals_text(r: &[String]) -> String {
+    if r.is_empty() {
+        return "referrals: none\n".into();
+    }
+    let mut out = "referrals (discovery log SUBTYPE 1)\n".to_string();
+    for a in r {
+        out.push_str(&format!("  {a}\n"));
+    }
+    out
+}
+
+/// The DIM registrations as a table.
+pub fn registrations_text(r: &[ebof_mgmt::api::DimRegistrationView]) -> String {
+    if r.is_empty() {
+        return "dim registrations: none\n".into();
+    }
+    let mut out = "dim registrations\n".to_string();
+    let mut rows = vec![row(&[
+        "HOSTNQN",
+        "TYPE",
+        "ENTITY",
+        "NAME",
+        "VERSION",
+        "ADDRESSES",
+        "AGE",
+    ])];
+    for g in r {
+        let addrs: Vec<String> = g
+            .entries
+            .iter()
+            .map(|e| {
+                let a = if e.service.is_empty() {
+                    e.address.clone()
+                } else {
+                    format!("{}:{}", e.address, e.service)
+                };
+                format!("{} {a}", e.transport)
+            })
+            .collect();
+        let entity = if g.entity == g.host {
+            "=".to_string()
+        } else {
+            g.entity.clone()
+        };
+        let name = match &g.symname {
+            Some(s) => format!("{} ({s})", g.name),
+            None => g.name.clone(),
+        };
+        rows.push(vec![
+            g.host.clone(),
+            g.entity_type.clone(),
+            entity,
+            name,
+            g.version.clone(),
+            addrs.join(", "),
+            format!("{}s", g.updated_secs_ago),
+        ]);
+    }
+    table(&mut out, "  ", &rows);
     out
 }
 
