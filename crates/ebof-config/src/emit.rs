@@ -115,6 +115,14 @@ impl Config {
             out.push_str("\n[metrics]\n");
             let _ = writeln!(out, "listen = {}", string(&m.to_string()));
         }
+        if let Some(c) = &self.cdc {
+            out.push_str("\n[cdc]\n");
+            let list: Vec<String> = c.members.iter().map(|m| string(&m.to_string())).collect();
+            let _ = writeln!(out, "members = [{}]", list.join(", "));
+            if let Some(n) = &c.hostnqn {
+                let _ = writeln!(out, "hostnqn = {}", string(n));
+            }
+        }
         for s in &self.subsystems {
             out.push_str("\n[[subsystems]]\n");
             let _ = writeln!(out, "nqn = {}", string(&s.nqn));
