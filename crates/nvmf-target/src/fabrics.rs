@@ -305,7 +305,7 @@ impl Queue {
             (prop::CAP, true) => self.cap(),
             (prop::VS, false) => u64::from(NVME_VERSION),
             (prop::CC, false) => u64::from(ctrl.state().cc),
-            (prop::CSTS, false) => u64::from(self.csts(&ctrl)),
+            (prop::CSTS, false) => u64::from(self.csts(ctrl)),
             // CRTO: CRWMT/CRIMT in 500 ms units, same as CAP.TO.
             (prop::CRTO, false) => u64::from(CAP_TO) | (u64::from(CAP_TO) << 16),
             _ => return Err(CmdError::at(Status::INVALID_FIELD, 44)),
