@@ -232,6 +232,28 @@ impl Client {
         self.json(Method::PUT, routes::ANA, Some(to_json(req)))
     }
 
+    /// The Central Discovery Controller and its members.
+    pub fn cdc(&self) -> Result<crate::api::CdcView, ClientError> {
+        self.json(Method::GET, routes::CDC, None)
+    }
+
+    /// Add a member (`ADDR[:PORT]`) to the Central Discovery Controller.
+    pub fn add_cdc_member(&self, address: &str) -> Result<crate::api::CdcMemberView, ClientError> {
+        let req = crate::api::CdcMemberRequest {
+            address: address.to_string(),
+        };
+        self.json(Method::POST, routes::CDC_MEMBERS, Some(to_json(&req)))
+    }
+
+    /// Remove member `address` from the Central Discovery Controller.
+    pub fn remove_cdc_member(&self, address: &str) -> Result<crate::api::CdcView, ClientError> {
+        self.json(
+            Method::DELETE,
+            &routes::fill(routes::CDC_MEMBER, &[address]),
+            None,
+        )
+    }
+
     /// Write the running configuration.
     pub fn save(&self, req: &SaveRequest) -> Result<Saved, ClientError> {
         self.json(Method::POST, routes::SAVE, Some(to_json(req)))

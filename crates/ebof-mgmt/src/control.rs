@@ -32,6 +32,8 @@ pub struct Control {
     running: Mutex<Config>,
     listeners: std::sync::OnceLock<ListenerControl>,
     config_file: Option<PathBuf>,
+    /// The Central Discovery Controller, when this box runs one ([`Control::attach_cdc`]).
+    pub(crate) cdc: std::sync::OnceLock<Arc<ebof_cdc::Cdc>>,
 }
 
 impl Control {
@@ -44,6 +46,7 @@ impl Control {
             running: Mutex::new(running),
             listeners: std::sync::OnceLock::new(),
             config_file,
+            cdc: std::sync::OnceLock::new(),
         }
     }
 
@@ -114,6 +117,8 @@ impl Control {
                 transport: cfg.transport(d).name().into(),
             });
         }
+        drop(cfg);
+        s.cdc = self.cdc_view();
         s
     }
 
