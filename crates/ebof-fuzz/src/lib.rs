@@ -31,6 +31,8 @@
 //!   round trips, agreement with `nvme-spec`'s SGL length.
 //! - [`targets::tls_psk`]: bytes into the PSK identity parser, the target's identity lookup
 //!   and the key interchange format; round trips, host ↔ target agreement on the TLS PSK.
+//! - [`targets::dim`]: bytes into the Discovery Information Management decoder (TP 8010);
+//!   offsets of refusals inside the data, stable round trips of what is accepted.
 
 #![forbid(unsafe_code)]
 
@@ -152,6 +154,12 @@ pub const TARGETS: &[Target] = &[
         name: "tls_psk",
         run: targets::tls_psk::run,
         max_len: 1024,
+        time_div: 4,
+    },
+    Target {
+        name: "dim",
+        run: targets::dim::run,
+        max_len: 8 * 1024,
         time_div: 4,
     },
 ];

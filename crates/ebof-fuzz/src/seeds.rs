@@ -43,6 +43,9 @@ pub fn all() -> Vec<(&'static str, String, Vec<u8>)> {
     for (name, bytes) in tls_psk_seeds() {
         v.push(("tls_psk", name, bytes));
     }
+    for (name, bytes) in dim_seeds() {
+        v.push(("dim", name, bytes));
+    }
     v
 }
 
@@ -319,6 +322,33 @@ fn io_cmds() -> Vec<Cmd> {
     ]
 }
 
+/// DIM register (in-capsule), update (through R2T) and deregister of a discovery
+/// controller entity, then the log.
+fn dim_cmds() -> Vec<Cmd> {
+    use nvme_spec::dim::{DimData, DimTask, EntityType};
+    let dim = |cid: u16, task: DimTask| {
+        let mut s = sqe(admin::DISCOVERY_INFO_MGMT, cid);
+        s.set_cdw(10, task.cdw10());
+        s
+    };
+    let data = |name: &str| {
+        DimData::discovery_controller(
+            EntityType::Ddc,
+            "nqn.2026-11.io.ebof:box2",
+            name,
+            "ebof",
+            &[std::net::SocketAddr::from(([10, 77, 0, 12], 8009))],
+        )
+        .encode()
+    };
+    vec![
+        with_data(dim(1, DimTask::Register), data("box2"), true),
+        with_data(dim(2, DimTask::Update), data("box2b"), false),
+        with_data(dim(3, DimTask::Deregister), data(""), true),
+        cmd(get_log(4, 0x70, 4096)),
+    ]
+}
+
 fn target_conn_seeds() -> Vec<(String, Vec<u8>)> {
     let h = host_encoder(Digests::NONE);
     let mut raw = icreq(Digests::NONE);
@@ -352,6 +382,7 @@ fn target_conn_seeds() -> Vec<(String, Vec<u8>)> {
             "discovery".into(),
             script(1 | 0x10, None, vec![cmd(get_log(1, 0x70, 4096))]),
         ),
+        ("discovery-dim".into(), script(1 | 0x10, None, dim_cmds())),
         ("io".into(), script(2, None, io_cmds())),
         ("io-digests".into(), script(2 | 4 | 8, None, io_cmds())),
         ("io-dissqfc".into(), script(3, None, io_cmds())),
@@ -677,5 +708,43 @@ fn tls_psk_seeds() -> Vec<(String, Vec<u8>)> {
         ));
         v.push((format!("agree-v0-{name}"), with_mode(mode, &b)));
     }
+    v
+}
+
+// ----------------------------------------------------------------------------------------
+// dim
+
+fn dim_seeds() -> Vec<(String, Vec<u8>)> {
+    use nvme_spec::dim::{DimData, EntityType, EntryFormat};
+    const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-000000000001";
+    let host = DimData::host(
+        HOST,
+        [0x11; 16],
+        "host1",
+        "Linux 6.12",
+        Some("rack-3"),
+        None,
+    );
+    let mut ddc = DimData::discovery_controller(
+        EntityType::Ddc,
+        "nqn.2014-08.org.nvmexpress.discovery",
+        "box1",
+        "ebof",
+        &[
+            std::net::SocketAddr::from(([10, 77, 0, 11], 8009)),
+            "[fd00::11]:8009"
+                .parse()
+                .unwrap_or(std::net::SocketAddr::from(([0; 4], 8009))),
+        ],
+    );
+    let mut v = vec![
+        ("host-libnvme".into(), host.encode()),
+        ("ddc-extended".into(), ddc.encode()),
+    ];
+    ddc.format = EntryFormat::Basic;
+    v.push(("ddc-basic".into(), ddc.encode()));
+    let mut other = host.encode();
+    other[1024 + 256 + 5] = b'X';
+    v.push(("host-other-nqn".into(), other));
     v
 }

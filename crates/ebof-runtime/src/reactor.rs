@@ -655,6 +655,7 @@ impl Reactor {
         let mut core = ConnCore::new(self.target.clone(), self.tcp, local, now);
         core.set_handshake_timeout(now, self.handshake_timeout);
         core.queue.set_discovery_only(discovery_only);
+        core.queue.set_peer(peer);
         conns[i] = Some(Conn {
             span,
             s: ConnState {

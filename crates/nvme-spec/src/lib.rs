@@ -55,6 +55,7 @@
 
 pub mod ana;
 pub mod cqe;
+pub mod dim;
 pub mod discovery;
 pub mod fabrics;
 pub mod identify;

@@ -38,6 +38,10 @@ pub mod admin {
     pub const DIRECTIVE_SEND: u8 = 0x19;
     /// Directive Receive: read the data of a directive.
     pub const DIRECTIVE_RECV: u8 = 0x1A;
+    /// Discovery Information Management (TP 8010): a host or discovery controller registers,
+    /// updates or deregisters its discovery information with a discovery controller
+    /// (see [`crate::dim`]).
+    pub const DISCOVERY_INFO_MGMT: u8 = 0x21;
     /// Fabrics command: the command type is FCTYPE in SQE byte 4 (see [`super::fctype`]);
     /// valid on admin and I/O queues.
     pub const FABRICS: u8 = 0x7F;

@@ -190,6 +190,12 @@ impl Status {
     pub const FEATURE_NOT_CHANGEABLE: Status = specific(0x0E);
     /// Feature Not Namespace Specific (SC 0Fh): an NSID given for a controller-wide feature.
     pub const FEATURE_NOT_PER_NS: Status = specific(0x0F);
+    /// Invalid Discovery Information (TP 8010, SCT 1h SC 2Fh): the discovery information of
+    /// a Discovery Information Management command does not apply to its entity type.
+    pub const INVALID_DISCOVERY_INFO: Status = specific(0x2F);
+    /// Insufficient Discovery Resources (TP 8010, SCT 1h SC 32h): a registration holds more
+    /// discovery information entries than the discovery controller has room for.
+    pub const INSUFFICIENT_DISCOVERY_RESOURCES: Status = specific(0x32);
     /// Connect: Incompatible Format (RECFMT not supported).
     pub const CONNECT_INCOMPATIBLE_FORMAT: Status = specific(0x80);
     /// Connect: Controller Busy (e.g. QID already in use).
@@ -303,6 +309,8 @@ impl Status {
             (1, 0x09) => "Invalid Log Page",
             (1, 0x0D) => "Feature Identifier Not Saveable",
             (1, 0x0E) => "Feature Not Changeable",
+            (1, 0x2F) => "Invalid Discovery Information",
+            (1, 0x32) => "Insufficient Discovery Resources",
             (1, 0x80) => "Connect Incompatible Format / Conflicting Attributes",
             (1, 0x81) => "Connect Controller Busy",
             (1, 0x82) => "Connect Invalid Parameters",

@@ -31,6 +31,17 @@ impl Queue {
     pub(crate) fn admin_host_data_len(&self, sqe: &Sqe) -> Result<u32, CmdError> {
         Ok(match sqe.opcode() {
             admin::SET_FEATURES if (sqe.cdw10() & 0xFF) as u8 == feature::HOST_ID => 16,
+            admin::DISCOVERY_INFO_MGMT => {
+                // Discovery controllers only; elsewhere the opcode does not exist.
+                if !self.session.ctrl().is_some_and(|c| c.is_discovery()) {
+                    return Err(CmdError::at(Status::INVALID_OPCODE, 0));
+                }
+                let len = sqe.sgl_data_len();
+                if len > crate::discovery::MAX_DIM_DATA {
+                    return Err(CmdError::at(Status::INSUFFICIENT_DISCOVERY_RESOURCES, 32));
+                }
+                len
+            }
             _ => 0,
         })
     }
@@ -76,9 +87,77 @@ impl Queue {
             // Abort: we complete commands promptly and never abort them; DW0 bit 0 = 1
             // reports "command not aborted", which the spec allows.
             admin::ABORT if !disc => Ok((1, 0)),
+            admin::DISCOVERY_INFO_MGMT if disc => self.execute_dim(&ctrl, sqe, buf),
             _ => Err(CmdError::at(Status::INVALID_OPCODE, 0)),
         };
         Exec::Done(r)
+    }
+
+    // ---------------------------------------------------------------- DIM
+
+    /// Discovery Information Management (TP 8010): register, update or deregister the
+    /// sender's discovery information in the target's registry.
+    fn execute_dim(&mut self, ctrl: &Arc<Controller>, sqe: &Sqe, data: &[u8]) -> CmdResult {
+        use nvme_spec::dim::{DimData, DimTask, EntityType, off};
+        let task =
+            DimTask::from_cdw10(sqe.cdw10()).ok_or(CmdError::at(Status::INVALID_FIELD, 40))?;
+        let d = DimData::decode(data).map_err(|e| CmdError::in_data(e.status(), e.offset))?;
+        if d.etype == EntityType::Host && d.eid != ctrl.hostnqn {
+            // A host registers itself, under the NQN it connected with.
+            return Err(CmdError::in_data(Status::INVALID_DISCOVERY_INFO, off::EID));
+        }
+        if task != DimTask::Deregister && d.entries.len() > crate::discovery::MAX_DIM_ENTRIES {
+            return Err(CmdError::in_data(
+                Status::INSUFFICIENT_DISCOVERY_RESOURCES,
+                off::NUMENT,
+            ));
+        }
+        let peer = self.session.peer();
+        let entries = d
+            .entries
+            .iter()
+            .map(|e| {
+                let mut l = e.log.clone();
+                if l.traddr.is_empty()
+                    && let Some(p) = peer
+                {
+                    l.traddr = p.ip().to_string();
+                    l.adrfam = if p.is_ipv4() {
+                        nvme_spec::discovery::adrfam::IPV4
+                    } else {
+                        nvme_spec::discovery::adrfam::IPV6
+                    };
+                }
+                l
+            })
+            .collect();
+        let now = self.now();
+        let reg = crate::discovery::DimRegistration {
+            hostnqn: ctrl.hostnqn.clone(),
+            hostid: ctrl.hostid,
+            entity_type: d.etype,
+            entity_nqn: d.eid,
+            name: d.ename,
+            version: d.ever,
+            symname: d.entries.iter().find_map(|e| e.symname()),
+            entries,
+            local: self.session.local(),
+            peer,
+            registered: now,
+            updated: now,
+        };
+        self.session
+            .target()
+            .dim_apply(task, reg)
+            .map_err(|r| match r {
+                crate::model::DimRefusal::Unknown => {
+                    CmdError::in_data(Status::INVALID_FIELD, off::EID)
+                }
+                crate::model::DimRefusal::Full => {
+                    CmdError::in_data(Status::INSUFFICIENT_DISCOVERY_RESOURCES, off::EID)
+                }
+            })?;
+        Ok((0, 0))
     }
 
     // ---------------------------------------------------------------- Identify

@@ -8,10 +8,13 @@ use crate::model::ADMIN_QUEUE_MAX;
 use crate::queue::Queue;
 use crate::{ListenerInfo, ListenerTls};
 use nvme_spec::DISCOVERY_NQN;
+use nvme_spec::dim::EntityType;
 use nvme_spec::discovery::{
     CNTLID_DYNAMIC, DiscoveryLogEntry, adrfam, eflags, encode_discovery_log, rdma_tsas, subtype,
     tcp_sectype, treq,
 };
+use std::net::SocketAddr;
+use std::time::Instant;
 
 /// TREQ (secure channel bits) and TSAS security type of a listener with TLS `tls`.
 fn security(tls: ListenerTls) -> (u8, u8) {
@@ -73,7 +76,161 @@ pub trait CentralDiscovery: Send + Sync + std::fmt::Debug {
     /// then keeps CSTS.RDY at 0, so the host waits (within CAP.TO) instead of reading a
     /// partial log. The CDC must answer `Some` within a bounded time.
     fn entries(&self, hostnqn: &str) -> Option<std::sync::Arc<Vec<DiscoveryLogEntry>>>;
+    /// A host or discovery controller registered (or updated) its discovery information with
+    /// this target by DIM ([`crate::Target::dim_registrations`]); called after the registry
+    /// changed, from the reactor thread that ran the command.
+    fn registered(&self, reg: &DimRegistration) {
+        let _ = reg;
+    }
+    /// A registration was removed by DIM deregister.
+    fn deregistered(&self, reg: &DimRegistration) {
+        let _ = reg;
+    }
 }
+
+/// Most referrals a target serves ([`crate::Target::set_referrals`]).
+pub const MAX_REFERRALS: usize = 64;
+
+/// A referral to another discovery service: served as a discovery log entry of SUBTYPE 1 on
+/// every discovery controller of the target.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Referral {
+    /// The other discovery controller's address (TRADDR, TRSVCID, ADRFAM).
+    pub addr: SocketAddr,
+    /// Its transport (TRTYPE, TSAS).
+    pub transport: Transport,
+}
+
+impl Referral {
+    /// A referral to the NVMe/TCP discovery controller at `addr`.
+    pub fn tcp(addr: SocketAddr) -> Referral {
+        Referral {
+            addr,
+            transport: Transport::Tcp,
+        }
+    }
+
+    /// The discovery log entry (SUBTYPE 1) for this referral, listed at position `index`
+    /// (0-based) of the referral list.
+    ///
+    /// SUBNQN is the well-known discovery NQN (the referred service may have a unique NQN,
+    /// but a host connects to the well-known one anywhere). TREQ is "not specified": we do
+    /// not know the other service's secure channel policy, and a host then tries plain TCP
+    /// first. PORTID is `index + 1`, stable while the list is. EFLAGS is 0: whether the
+    /// referred controller keeps persistent connections is for its own SUBTYPE 3 entry to
+    /// say (nvme-discoverd prefers that entry and only falls back to ours).
+    pub fn log_entry(&self, index: usize) -> DiscoveryLogEntry {
+        let (mut qptype, mut prtype, mut cms) = (tcp_sectype::NONE, 0, 0);
+        if self.transport == Transport::Rdma {
+            (qptype, prtype, cms) = (
+                rdma_tsas::QPTYPE_CONNECTED,
+                rdma_tsas::PRTYPE_NOT_SPECIFIED,
+                rdma_tsas::CMS_RDMA_CM,
+            );
+        }
+        DiscoveryLogEntry {
+            trtype: self.transport.trtype(),
+            adrfam: if self.addr.is_ipv4() {
+                adrfam::IPV4
+            } else {
+                adrfam::IPV6
+            },
+            subtype: subtype::REFERRAL,
+            treq: treq::NOT_SPECIFIED,
+            portid: u16::try_from(index + 1).unwrap_or(u16::MAX),
+            cntlid: CNTLID_DYNAMIC,
+            asqsz: ADMIN_QUEUE_MAX as u16,
+            eflags: 0,
+            trsvcid: self.addr.port().to_string(),
+            subnqn: DISCOVERY_NQN.to_string(),
+            traddr: self.addr.ip().to_string(),
+            tcp_sectype: qptype,
+            rdma_prtype: prtype,
+            rdma_cms: cms,
+        }
+    }
+}
+
+/// Why [`crate::Target::set_referrals`] refused a list.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ReferralError {
+    /// More than [`MAX_REFERRALS`].
+    #[error("{0} referrals, at most {MAX_REFERRALS} are served")]
+    TooMany(usize),
+    /// The same address twice.
+    #[error("referral {0} is listed twice")]
+    Duplicate(SocketAddr),
+}
+
+/// Most DIM registrations one host NQN may hold (distinct entity NQNs); a further
+/// registration fails with Insufficient Discovery Resources.
+pub const MAX_DIM_PER_HOST: usize = 8;
+/// Most DIM registrations the target holds in total.
+pub const MAX_DIM_TOTAL: usize = 1024;
+/// Most discovery information entries one registration may carry.
+pub const MAX_DIM_ENTRIES: usize = 16;
+/// Largest DIM data accepted (bytes): room for [`MAX_DIM_ENTRIES`] extended entries with a
+/// few attributes each.
+pub const MAX_DIM_DATA: u32 = 32 * 1024;
+
+/// What a host (or a discovery controller announcing itself) registered with DIM (TP 8010).
+///
+/// Registrations are keyed by the NQN of the host that sent the command (its Connect
+/// HOSTNQN) and the entity NQN (EID). TP 8010 makes a registration the host's until it
+/// deregisters: it outlives the discovery connection that made it (nvme-stas registers once
+/// per connection and deregisters on shutdown), and is replaced by the next registration of
+/// the same key. The registry is bounded ([`MAX_DIM_PER_HOST`], [`MAX_DIM_TOTAL`]) and lives
+/// in memory only: a restart forgets it, and hosts register again when they reconnect.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DimRegistration {
+    /// HOSTNQN of the connection that sent the registration.
+    pub hostnqn: String,
+    /// HOSTID of that connection.
+    pub hostid: [u8; 16],
+    /// Who the information describes (ETYPE).
+    pub entity_type: EntityType,
+    /// The entity's NQN (EID).
+    pub entity_nqn: String,
+    /// Entity name (ENAME, e.g. the host name).
+    pub name: String,
+    /// Entity version (EVER, e.g. "Linux 6.12").
+    pub version: String,
+    /// The symbolic name of the first entry that has one (libnvme: `hostsymname`).
+    pub symname: Option<String>,
+    /// Transport entries. An entry sent with an empty TRADDR ("the address of this
+    /// connection", what libnvme sends) carries the connection's source address when the
+    /// transport reported it ([`crate::Queue::set_peer`]).
+    pub entries: Vec<DiscoveryLogEntry>,
+    /// The discovery controller address the registration came in on.
+    pub local: SocketAddr,
+    /// The source address of that connection, when known.
+    pub peer: Option<SocketAddr>,
+    /// When the entity first registered (the queue's clock).
+    pub registered: Instant,
+    /// When it last registered or updated.
+    pub updated: Instant,
+}
+
+/// EFLAGS of our own entry (SUBTYPE 3, current discovery subsystem): EPCSD only.
+///
+/// EPCSD says this discovery controller supports explicit persistent connections (we keep
+/// them, with KATO, and raise Discovery Log Page Change on them). Hosts read it here and
+/// nowhere else: libnvme's `--persistent=auto` and nvme-discoverd keep the connection only
+/// when the self entry carries EPCSD, and otherwise disconnect and re-poll every 15 minutes.
+///
+/// DUPRETINFO is left clear although TP 8014 allows it on SUBTYPE 3 entries: nvme-discoverd
+/// before nvme-cli PR #4000 (`discoverd/src/dlp.c`) skips every entry carrying DUPRETINFO
+/// before it looks at the subtype, so a self entry with both flags is never seen, EPCSD
+/// falls back to 0 and the daemon polls instead of staying connected. DUPRETINFO only helps
+/// a host avoid a second connection to another port of the same discovery subsystem, and we
+/// list a single self entry (the port the host came in on), which nvme-cli 2.x already
+/// recognises as "already connected" by its address. With EPCSD alone: nvme-discoverd before
+/// and after PR #4000 and current libnvme (self entry found by SUBTYPE) honour EPCSD;
+/// nvme-cli 2.x `nvme discover --persistent` / `connect-all --persistent` keep the
+/// connection because the well-known discovery NQN never needs EPCSD there; nvme-stas keeps
+/// its discovery connections whatever the flags (it reads only NCC). Linux nvmet sets no
+/// EFLAGS at all, so every one of these hosts already copes with DUPRETINFO clear.
+pub const CURRENT_DISCOVERY_EFLAGS: u16 = eflags::EPCSD;
 
 impl Queue {
     /// The full discovery log page for the host of `ctrl`.
@@ -96,6 +253,9 @@ impl Queue {
         {
             entries.extend(more.iter().cloned());
         }
+        for (i, r) in t.referrals().iter().enumerate() {
+            entries.push(r.log_entry(i));
+        }
         // The current discovery subsystem, reachable where this host is connected.
         let here = listeners
             .iter()
@@ -111,7 +271,7 @@ impl Queue {
             &here,
             subtype::CURRENT_DISCOVERY,
             DISCOVERY_NQN,
-            eflags::EPCSD | eflags::DUPRETINFO,
+            CURRENT_DISCOVERY_EFLAGS,
         ));
         encode_discovery_log(t.discovery_genctr(), &entries)
     }

@@ -32,6 +32,16 @@ impl CmdError {
             dw0: 0,
         }
     }
+    /// A fault in the command's data at byte `offset` of it: the Error Information log
+    /// points at the data pointer (SQE byte 24) and DW0 carries the offset, as Connect's IPO
+    /// does for the Connect data.
+    pub fn in_data(status: Status, offset: u32) -> CmdError {
+        CmdError {
+            status,
+            loc: 24,
+            dw0: offset,
+        }
+    }
     /// Connect Invalid Parameters: `ipo` is the offset of the bad field, in the Connect data
     /// when `in_data`, else in the SQE.
     pub fn connect_param(ipo: u16, in_data: bool) -> CmdError {

@@ -157,7 +157,10 @@ pub mod reservation;
 mod resv_cmd;
 
 pub use controller::{Controller, ControllerKind};
-pub use discovery::CentralDiscovery;
+pub use discovery::{
+    CURRENT_DISCOVERY_EFLAGS, CentralDiscovery, DimRegistration, MAX_DIM_DATA, MAX_DIM_ENTRIES,
+    MAX_DIM_PER_HOST, MAX_DIM_TOTAL, MAX_REFERRALS, Referral, ReferralError,
+};
 pub use io::{FailureClass, IoOp, IoRequest, NsRef, backend_status, execute_io, io_status};
 pub use model::{
     ADMIN_QUEUE_MAX, EventCounters, ListenerInfo, ListenerTls, Namespace, Subsystem, Target,

@@ -298,6 +298,19 @@ pub struct Target {
     auth: Mutex<Option<Arc<dyn crate::auth::AuthPolicy>>>,
     /// Set when this target is a Central Discovery Controller ([`Target::set_central`]).
     central: Mutex<Option<Arc<dyn crate::discovery::CentralDiscovery>>>,
+    /// Referrals served by the discovery controllers ([`Target::set_referrals`]).
+    referrals: ArcSwap<Vec<crate::discovery::Referral>>,
+    /// DIM registrations by (host NQN, entity NQN) ([`Target::dim_registrations`]).
+    dim: Mutex<std::collections::BTreeMap<(String, String), crate::discovery::DimRegistration>>,
+}
+
+/// Why a DIM task changed nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DimRefusal {
+    /// Update or deregister of an entity this host has not registered.
+    Unknown,
+    /// The host or the target holds as many registrations as it may.
+    Full,
 }
 
 #[derive(Debug, Default)]
@@ -333,7 +346,102 @@ impl Target {
             ana: crate::ana::AnaTable::new(),
             auth: Mutex::new(None),
             central: Mutex::new(None),
+            referrals: ArcSwap::from_pointee(Vec::new()),
+            dim: Mutex::new(Default::default()),
         }
+    }
+
+    /// The referrals the discovery controllers serve (a snapshot).
+    pub fn referrals(&self) -> Arc<Vec<crate::discovery::Referral>> {
+        self.referrals.load_full()
+    }
+
+    /// Serve `list` as the referrals (SUBTYPE 1 entries, in this order). When the list differs
+    /// from the current one the discovery log changes (GENCTR moves, Discovery Log Page Change
+    /// to the discovery controllers that asked for it) and `Ok(true)` is returned; the same
+    /// list again changes nothing. Refused, changing nothing, with more than
+    /// [`crate::MAX_REFERRALS`] entries or an address twice.
+    pub fn set_referrals(
+        &self,
+        list: Vec<crate::discovery::Referral>,
+    ) -> Result<bool, crate::discovery::ReferralError> {
+        use crate::discovery::{MAX_REFERRALS, ReferralError};
+        if list.len() > MAX_REFERRALS {
+            return Err(ReferralError::TooMany(list.len()));
+        }
+        for (i, r) in list.iter().enumerate() {
+            if list[..i].iter().any(|o| o.addr == r.addr) {
+                return Err(ReferralError::Duplicate(r.addr));
+            }
+        }
+        let _w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+        if **self.referrals.load() == list {
+            return Ok(false);
+        }
+        self.referrals.store(Arc::new(list));
+        drop(_w);
+        self.discovery_log_changed();
+        Ok(true)
+    }
+
+    /// Every DIM registration held, sorted by host NQN then entity NQN.
+    pub fn dim_registrations(&self) -> Vec<crate::discovery::DimRegistration> {
+        self.dim
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    /// Apply a DIM task for `reg` (built from the command): register adds or replaces (the
+    /// first registration time is kept), update replaces an existing one, deregister removes
+    /// it. The Central Discovery Controller source, if any, is told afterwards.
+    pub(crate) fn dim_apply(
+        &self,
+        task: nvme_spec::dim::DimTask,
+        mut reg: crate::discovery::DimRegistration,
+    ) -> Result<(), DimRefusal> {
+        use crate::discovery::{MAX_DIM_PER_HOST, MAX_DIM_TOTAL};
+        use nvme_spec::dim::DimTask;
+        let key = (reg.hostnqn.clone(), reg.entity_nqn.clone());
+        let mut m = self.dim.lock().unwrap_or_else(|e| e.into_inner());
+        let gone = match task {
+            DimTask::Register | DimTask::Update => {
+                match m.get(&key) {
+                    Some(old) => reg.registered = old.registered,
+                    None if task == DimTask::Update => return Err(DimRefusal::Unknown),
+                    None => {
+                        let mine = m.keys().filter(|k| k.0 == reg.hostnqn).count();
+                        if m.len() >= MAX_DIM_TOTAL || mine >= MAX_DIM_PER_HOST {
+                            return Err(DimRefusal::Full);
+                        }
+                    }
+                }
+                m.insert(key, reg.clone());
+                false
+            }
+            DimTask::Deregister => {
+                reg = m.remove(&key).ok_or(DimRefusal::Unknown)?;
+                true
+            }
+        };
+        drop(m);
+        tracing::info!(
+            task = task.name(),
+            host = %reg.hostnqn,
+            entity = %reg.entity_nqn,
+            etype = reg.entity_type.name(),
+            "discovery information management"
+        );
+        if let Some(c) = self.central() {
+            if gone {
+                c.deregistered(&reg);
+            } else {
+                c.registered(&reg);
+            }
+        }
+        Ok(())
     }
 
     /// Make this target a Central Discovery Controller fed by `c` (DCTYPE 2), or, with

@@ -202,6 +202,12 @@ impl Queue {
         self.session.set_tls_peer(hostnqn, subnqn);
     }
 
+    /// The host's address on this connection (the socket's peer): a DIM registration that
+    /// leaves TRADDR empty ("use the address of this connection") records it.
+    pub fn set_peer(&mut self, addr: SocketAddr) {
+        self.session.set_peer(addr);
+    }
+
     /// Mark the queue as accepted on a dedicated discovery listener.
     pub fn set_discovery_only(&mut self, v: bool) {
         self.session.set_discovery_only(v);

@@ -38,6 +38,8 @@ pub(crate) struct Session {
     tls_peer: Option<(String, String)>,
     /// When this queue last wrote the controller's keep-alive timestamp.
     touched: Option<Instant>,
+    /// The host's address on this connection, when the transport reported it.
+    peer: Option<SocketAddr>,
 }
 
 impl Session {
@@ -54,6 +56,7 @@ impl Session {
             transport: Transport::Tcp,
             tls_peer: None,
             touched: None,
+            peer: None,
         }
     }
 
@@ -120,6 +123,16 @@ impl Session {
 
     pub(super) fn set_tls_peer(&mut self, hostnqn: String, subnqn: String) {
         self.tls_peer = Some((hostnqn, subnqn));
+    }
+
+    /// The host's address on this connection, if known.
+    #[inline]
+    pub(crate) fn peer(&self) -> Option<SocketAddr> {
+        self.peer
+    }
+
+    pub(super) fn set_peer(&mut self, addr: SocketAddr) {
+        self.peer = Some(addr);
     }
 
     /// This connection's row in the target's ANA table.
