@@ -31,6 +31,9 @@
 
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod announce;
+pub use announce::{AnnounceConfig, Announcer};
+
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -39,7 +42,7 @@ use std::time::{Duration, Instant, SystemTime};
 use nvme_spec::discovery::{DiscoveryLogEntry, subtype};
 use nvme_spec::log::lid;
 use nvmf_host::{Controller, HostConfig};
-use nvmf_target::{CentralDiscovery, Target};
+use nvmf_target::{CentralDiscovery, DimRegistration, Target};
 use tokio::sync::mpsc;
 
 /// The port of a member's discovery service when none is given (the NVMe-oF discovery port).
@@ -142,6 +145,9 @@ pub struct MemberStatus {
     pub entries: usize,
     /// When what this member shows some host last changed.
     pub last_change: Option<SystemTime>,
+    /// It announced itself (a DIM registration as a discovery controller), rather than
+    /// being configured or added through the API.
+    pub announced: bool,
 }
 
 /// A request to the CDC's thread.
@@ -152,6 +158,10 @@ enum Cmd {
     Add(SocketAddr),
     /// Stop the member task.
     Remove(SocketAddr),
+    /// Discovery services announced by DIM (pull registration): members unless already.
+    Announce(Vec<SocketAddr>),
+    /// Announced discovery services withdrawn by DIM deregister.
+    Withdraw(Vec<SocketAddr>),
     /// Stop everything.
     Stop,
 }
@@ -159,6 +169,8 @@ enum Cmd {
 /// One member as the CDC knows it.
 #[derive(Debug, Default)]
 struct Member {
+    /// Added by a DIM registration of the member itself rather than configured.
+    announced: bool,
     connected: bool,
     /// Its entries count in the views (connected, or lost and not yet failed to reconnect).
     live: bool,
@@ -309,6 +321,45 @@ impl CentralDiscovery for Shared {
         self.touch(&mut st, hostnqn);
         st.hosts.get(hostnqn).and_then(|h| h.view.clone())
     }
+
+    fn registered(&self, reg: &DimRegistration) {
+        let addrs = announced_addrs(reg);
+        if !addrs.is_empty() {
+            let _ = self.tx.send(Cmd::Announce(addrs));
+        }
+    }
+
+    fn deregistered(&self, reg: &DimRegistration) {
+        let addrs = announced_addrs(reg);
+        if !addrs.is_empty() {
+            let _ = self.tx.send(Cmd::Withdraw(addrs));
+        }
+    }
+}
+
+/// The NVMe/TCP discovery services a discovery controller announced with DIM (TP 8010 pull
+/// registration: ETYPE DDC, one transport entry per discovery port).
+fn announced_addrs(reg: &DimRegistration) -> Vec<SocketAddr> {
+    if reg.entity_type != nvme_spec::dim::EntityType::Ddc {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for e in &reg.entries {
+        if e.trtype != nvme_spec::discovery::trtype::TCP {
+            continue;
+        }
+        let (Ok(ip), Ok(port)) = (
+            e.traddr.trim().parse::<std::net::IpAddr>(),
+            e.trsvcid.trim().parse::<u16>(),
+        ) else {
+            continue;
+        };
+        let a = SocketAddr::new(ip, port);
+        if !out.contains(&a) {
+            out.push(a);
+        }
+    }
+    out
 }
 
 /// A running Central Discovery Controller (see the crate docs). Stopped by [`Cdc::stop`] or
@@ -409,6 +460,7 @@ impl Cdc {
                     last_error: m.last_error.clone(),
                     entries: if m.live { distinct.len() } else { 0 },
                     last_change: m.last_change,
+                    announced: m.announced,
                 }
             })
             .collect()
@@ -467,6 +519,37 @@ async fn run(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Cmd>) {
                 Some(Cmd::Remove(a)) => {
                     if let Some(t) = tasks.remove(&a) {
                         t.abort();
+                    }
+                }
+                Some(Cmd::Announce(addrs)) => {
+                    let mut st = shared.lock();
+                    for a in addrs {
+                        if st.members.contains_key(&a) {
+                            continue;
+                        }
+                        tracing::info!(member = %a, "central discovery: member announced itself");
+                        st.members.insert(a, Member { announced: true, ..Member::default() });
+                        tasks.insert(a, tokio::spawn(member_loop(shared.clone(), a)));
+                    }
+                }
+                Some(Cmd::Withdraw(addrs)) => {
+                    let changed = {
+                        let mut st = shared.lock();
+                        let mut any = false;
+                        for a in addrs {
+                            if st.members.get(&a).is_some_and(|m| m.announced) {
+                                tracing::info!(member = %a, "central discovery: announced member withdrawn");
+                                st.members.remove(&a);
+                                if let Some(t) = tasks.remove(&a) {
+                                    t.abort();
+                                }
+                                any = true;
+                            }
+                        }
+                        any && st.recompute_all()
+                    };
+                    if changed {
+                        shared.changed();
                     }
                 }
                 Some(Cmd::Stop) | None => break,

@@ -386,3 +386,41 @@ async fn a_first_time_host_waits_for_a_member_that_does_not_answer() {
     assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
     cdc.stop();
 }
+
+#[tokio::test]
+async fn a_member_announces_itself_by_dim() {
+    let a = Box1::start(vec![subsystem("nqn.2026-11.io.example:a-1", None)]);
+    let (c, cdc) = cdc(&[]);
+    let (h, mut ev) = persistent(c.addr, HOST1).await;
+    assert!(nqns(&h.discovery_log().await.unwrap()).is_empty());
+    let t0 = Instant::now();
+    let ann = ebof_cdc::Announcer::start(ebof_cdc::AnnounceConfig {
+        cdc: c.addr,
+        nqn: "nqn.2026-11.io.example:box-a".into(),
+        addrs: vec![a.addr],
+        name: "box-a".into(),
+        backoff_max: Duration::from_millis(400),
+    })
+    .unwrap();
+    until(&h, &mut ev, &["nqn.2026-11.io.example:a-1"]).await;
+    eprintln!(
+        "announced member in the host's view after {:?}",
+        t0.elapsed()
+    );
+    let st = cdc.members();
+    assert_eq!(st.len(), 1);
+    assert!(st[0].announced && st[0].address == a.addr, "{st:?}");
+    // The registration is in the CDC target's DIM registry too.
+    assert!(
+        c.target
+            .dim_registrations()
+            .iter()
+            .any(|r| r.entity_nqn == "nqn.2026-11.io.example:box-a")
+    );
+    // Stopping the announcement deregisters: the member leaves.
+    ann.stop();
+    until(&h, &mut ev, &[]).await;
+    assert!(cdc.members().is_empty());
+    h.disconnect().await;
+    cdc.stop();
+}

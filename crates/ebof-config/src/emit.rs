@@ -93,6 +93,9 @@ impl Config {
                 .collect();
             let _ = writeln!(out, "referrals = [{}]", list.join(", "));
         }
+        if let Some(c) = &self.discovery_settings.cdc {
+            let _ = writeln!(out, "cdc = {}", string(&c.to_string()));
+        }
         if self.management != crate::model::Management::default() {
             out.push_str("\n[management]\n");
             if let Some(p) = &self.management.socket {

@@ -91,6 +91,9 @@ pub struct DiscoverySettings {
     /// Discovery services hosts are referred to (`referrals`), served as discovery log
     /// entries of subtype 1.
     pub referrals: Vec<Listener>,
+    /// A Central Discovery Controller this box announces its discovery service to (`cdc`,
+    /// TP 8010 pull registration with DIM).
+    pub cdc: Option<Listener>,
 }
 
 /// Default port of `[metrics] listen` when only an address is given.

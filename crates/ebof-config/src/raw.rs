@@ -176,6 +176,9 @@ struct RawDiscovery {
     mdns: Option<bool>,
     /// Other discovery services to refer hosts to, `ADDR[:PORT]` (port 8009 by default).
     referrals: Option<Vec<String>>,
+    /// A Central Discovery Controller to announce this box's discovery service to (DIM pull
+    /// registration), `ADDR[:PORT]` (port 8009 by default).
+    cdc: Option<String>,
 }
 
 /// `[discovery]`: the dedicated listener (if any, RDMA ones also pushed on `rdma`) and the
@@ -204,9 +207,16 @@ fn convert_discovery(
         }
         referrals.push(l);
     }
+    let cdc = match &d.cdc {
+        Some(c) => {
+            Some(parse_listener(c, DEFAULT_DISCOVERY_PORT).map_err(|e| e.at("discovery.cdc"))?)
+        }
+        None => None,
+    };
     let settings = crate::model::DiscoverySettings {
         mdns: d.mdns,
         referrals,
+        cdc,
     };
     let listener = match d.address {
         None if d.port.is_some() || d.transport.is_some() => {

@@ -412,6 +412,21 @@ fn cdc_and_pool_box_parse_and_round_trip() {
     assert_eq!(m, ["10.0.0.11:8009", "10.0.0.12:4420", "[fd00::13]:8009"]);
     assert_eq!(cdc.hostnqn.as_deref(), Some("nqn.2026-11.io.example:cdc"));
     assert_eq!(Config::from_toml_str(&c.to_toml_string()).unwrap(), c);
+    // A member announcing itself to a CDC.
+    let c = Config::from_toml_str(
+        "[[listeners]]\naddress = \"10.0.0.11\"\n[discovery]\ncdc = \"10.0.0.1\"\n",
+    )
+    .unwrap();
+    assert_eq!(
+        c.discovery_settings.cdc.map(|l| l.to_string()).as_deref(),
+        Some("10.0.0.1:8009")
+    );
+    assert_eq!(Config::from_toml_str(&c.to_toml_string()).unwrap(), c);
+    let e = Config::from_toml_str(
+        "[[listeners]]\naddress = \"10.0.0.11\"\n[discovery]\ncdc = \"cdc-box\"\n",
+    )
+    .unwrap_err();
+    assert_eq!(e.path, "discovery.cdc");
     // An empty member list is a CDC too (members are added at run time).
     let c = Config::from_toml_str("[[listeners]]\naddress = \"10.0.0.1\"\n[cdc]\n").unwrap();
     assert_eq!(c.cdc.as_ref().map(|c| c.members.len()), Some(0));

@@ -724,6 +724,9 @@ pub struct CdcMemberView {
     /// When what it shows some host last changed (seconds since the Unix epoch).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_change: Option<u64>,
+    /// It announced itself by DIM (pull registration) rather than being configured.
+    #[serde(default)]
+    pub announced: bool,
 }
 
 /// `POST /v1/cdc/members`.

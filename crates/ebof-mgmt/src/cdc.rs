@@ -16,6 +16,7 @@ fn member_view(m: &ebof_cdc::MemberStatus) -> CdcMemberView {
             .last_change
             .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
             .map(|d| d.as_secs()),
+        announced: m.announced,
     }
 }
 

@@ -380,6 +380,10 @@ pub fn run(a: ServeArgs) -> Result<()> {
         Some((_, control)) => control.attach_server(handle.listener_control(), &bound),
         None => ebof_mgmt::build::settle_bound_ports(&mut cfg, &bound, &target),
     }
+    let announcer = match &cfg.discovery_settings.cdc {
+        Some(c) => Some(start_announcer(&cfg, c.socket_addr(), &handle.bound)?),
+        None => None,
+    };
     tracing::info!(
         listeners = %join(&bound),
         cores = %join(&cores),
@@ -399,6 +403,9 @@ pub fn run(a: ServeArgs) -> Result<()> {
     tracing::info!("shutting down: flushing namespaces");
     if let Some((m, _)) = mgmt {
         m.stop();
+    }
+    if let Some(a) = &announcer {
+        a.stop();
     }
     if let Some(c) = &cdc {
         c.stop();
@@ -422,6 +429,40 @@ fn start_cdc(target: &Arc<nvmf_target::Target>, c: &ebof_config::Cdc) -> Result<
     tracing::info!(members = %join(&members), %hostnqn, "central discovery controller");
     ebof_cdc::Cdc::start(target, ebof_cdc::CdcConfig::new(members, hostnqn))
         .context("central discovery controller")
+}
+
+/// Announce this box's discovery service to the CDC at `cdc` (`[discovery] cdc`): the bound
+/// dedicated discovery listener if there is one (NVMe/TCP), else every NVMe/TCP listener.
+fn start_announcer(
+    cfg: &Config,
+    cdc: SocketAddr,
+    tcp_bound: &[SocketAddr],
+) -> Result<ebof_cdc::Announcer> {
+    let tcp_io = cfg
+        .listeners
+        .iter()
+        .filter(|l| cfg.transport(l) == ebof_config::Transport::Tcp)
+        .count();
+    let addrs: Vec<SocketAddr> = match tcp_bound.get(tcp_io) {
+        Some(d) => vec![*d],
+        None => tcp_bound.to_vec(),
+    };
+    let Some(first) = addrs.first() else {
+        bail!("[discovery] cdc: no NVMe/TCP discovery listener to announce");
+    };
+    let nqn = format!("nqn.2026-11.io.ebof:ddc:{first}");
+    let name = std::fs::read_to_string("/etc/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "ebof".into());
+    tracing::info!(%cdc, addresses = %join(&addrs), %nqn, "announcing to the central discovery controller");
+    ebof_cdc::Announcer::start(ebof_cdc::AnnounceConfig {
+        cdc,
+        nqn,
+        addrs,
+        name,
+        backoff_max: std::time::Duration::from_secs(10),
+    })
+    .context("announcing to the central discovery controller")
 }
 
 fn init_tracing() {

@@ -141,3 +141,58 @@ fn a_pool_box_starts_empty_and_is_provisioned_live() {
     let o = ebof(&["serve", "--pool", "--config", "/nonexistent.toml"]);
     assert!(!o.ok && o.stderr.contains("--pool"), "{}", o.stderr);
 }
+
+#[test]
+fn a_member_announces_itself_to_the_cdc() {
+    let dir = tempfile::tempdir().unwrap();
+    let cdc: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let member: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let cdc_file = dir.path().join("cdc.toml");
+    std::fs::write(
+        &cdc_file,
+        format!(
+            "[[listeners]]\naddress = \"127.0.0.1\"\nport = {}\n\n[management]\nenabled = false\n\n[cdc]\nmembers = []\n",
+            cdc.port()
+        ),
+    )
+    .unwrap();
+    let _c = Target::spawn(
+        &[
+            "serve",
+            "--config",
+            cdc_file.to_str().unwrap(),
+            "--cores",
+            "0",
+        ],
+        cdc,
+        Stdio::null(),
+    );
+    let nqn = "nqn.2026-11.io.example:announced";
+    let m_file = dir.path().join("member.toml");
+    std::fs::write(
+        &m_file,
+        format!(
+            "[[listeners]]\naddress = \"127.0.0.1\"\nport = {}\n\n[discovery]\ncdc = \"{cdc}\"\n\n[management]\nenabled = false\n\n[[subsystems]]\nnqn = \"{nqn}\"\nallow_any_host = true\n[[subsystems.namespaces]]\nbackend = \"ram\"\nsize = \"16M\"\n",
+            member.port()
+        ),
+    )
+    .unwrap();
+    let m = Target::spawn(
+        &[
+            "serve",
+            "--config",
+            m_file.to_str().unwrap(),
+            "--cores",
+            "0",
+        ],
+        member,
+        Stdio::null(),
+    );
+    let port = cdc.port().to_string();
+    discover_until(&port, "the announced member's subsystem", |out| {
+        out.contains(nqn)
+    });
+    // The member stops: it deregisters (or its connection drops), and leaves the view.
+    drop(m);
+    discover_until(&port, "the member gone", |out| !out.contains(nqn));
+}
