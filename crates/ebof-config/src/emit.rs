@@ -93,6 +93,9 @@ impl Config {
                 .collect();
             let _ = writeln!(out, "referrals = [{}]", list.join(", "));
         }
+        if let Some(c) = &self.discovery_settings.cdc {
+            let _ = writeln!(out, "cdc = {}", string(&c.to_string()));
+        }
         if self.management != crate::model::Management::default() {
             out.push_str("\n[management]\n");
             if let Some(p) = &self.management.socket {
@@ -114,6 +117,14 @@ impl Config {
         if let Some(m) = &self.metrics {
             out.push_str("\n[metrics]\n");
             let _ = writeln!(out, "listen = {}", string(&m.to_string()));
+        }
+        if let Some(c) = &self.cdc {
+            out.push_str("\n[cdc]\n");
+            let list: Vec<String> = c.members.iter().map(|m| string(&m.to_string())).collect();
+            let _ = writeln!(out, "members = [{}]", list.join(", "));
+            if let Some(n) = &c.hostnqn {
+                let _ = writeln!(out, "hostnqn = {}", string(n));
+            }
         }
         for s in &self.subsystems {
             out.push_str("\n[[subsystems]]\n");

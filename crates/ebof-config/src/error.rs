@@ -32,7 +32,7 @@ pub mod codes {
     pub const INVALID_PORT: &str = "invalid-port";
     /// Two listeners that would bind the same address and port.
     pub const DUPLICATE_LISTENER: &str = "duplicate-listener";
-    /// No `[[subsystems]]` at all.
+    /// No `[[subsystems]]` at all (no longer an error: kept for compatibility of the code list).
     pub const NO_SUBSYSTEMS: &str = "no-subsystems";
     /// A subsystem or host NQN that is not a valid NVMe Qualified Name.
     pub const INVALID_NQN: &str = "invalid-nqn";

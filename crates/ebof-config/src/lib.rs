@@ -125,7 +125,7 @@ pub use ana::{
 };
 pub use error::{ConfigError, codes};
 pub use model::{
-    BackendChoice, Config, DEFAULT_BLOCK_SIZE, DEFAULT_DISCOVERY_PORT, DEFAULT_FILE_SIZE,
+    BackendChoice, Cdc, Config, DEFAULT_BLOCK_SIZE, DEFAULT_DISCOVERY_PORT, DEFAULT_FILE_SIZE,
     DEFAULT_MANAGEMENT_PORT, DEFAULT_METRICS_PORT, DEFAULT_MODEL, DEFAULT_NQN, DEFAULT_PORT,
     DEFAULT_RAM_SIZE, DEFAULT_SERIAL_PREFIX, DISCOVERY_NQN, DiscoverySettings, IoEngine, Listener,
     Management, NSID_MAX, Namespace, Subsystem, TargetTuning, Transport, derived_serial,

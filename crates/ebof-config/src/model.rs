@@ -52,7 +52,8 @@ pub struct Config {
     pub discovery: Option<Listener>,
     /// The discovery service's settings (`[discovery] mdns`, `referrals`).
     pub discovery_settings: DiscoverySettings,
-    /// The exported NVM subsystems (`[[subsystems]]`). At least one.
+    /// The exported NVM subsystems (`[[subsystems]]`). May be empty (a pool box, provisioned
+    /// at run time through the management API, or a Central Discovery Controller).
     pub subsystems: Vec<Subsystem>,
     /// The management API (`[management]`).
     pub management: Management,
@@ -66,6 +67,19 @@ pub struct Config {
     pub listener_tls: Vec<(Listener, crate::TlsMode)>,
     /// Listeners on NVMe/RDMA (`transport = "rdma"`); every other listener is NVMe/TCP.
     pub rdma_listeners: Vec<Listener>,
+    /// `[cdc]`: run as a Central Discovery Controller over these members (TP 8010).
+    pub cdc: Option<Cdc>,
+}
+
+/// `[cdc]`: this box is a Central Discovery Controller: its discovery service shows each host
+/// the NVM subsystems every member's discovery service would show that host.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Cdc {
+    /// The members' discovery services (`members = ["ADDR[:PORT]", …]`, port 8009 by default).
+    pub members: Vec<Listener>,
+    /// The host NQN of the CDC's own persistent connections to its members (`hostnqn`);
+    /// `None`: derived from the machine (see the CDC runtime).
+    pub hostnqn: Option<String>,
 }
 
 /// The discovery service's settings (`[discovery]` keys other than the listener's).
@@ -77,6 +91,9 @@ pub struct DiscoverySettings {
     /// Discovery services hosts are referred to (`referrals`), served as discovery log
     /// entries of subtype 1.
     pub referrals: Vec<Listener>,
+    /// A Central Discovery Controller this box announces its discovery service to (`cdc`,
+    /// TP 8010 pull registration with DIM).
+    pub cdc: Option<Listener>,
 }
 
 /// Default port of `[metrics] listen` when only an address is given.
@@ -466,6 +483,7 @@ impl Config {
             hosts: Vec::new(),
             listener_tls: Vec::new(),
             rdma_listeners: Vec::new(),
+            cdc: None,
         }
     }
 }

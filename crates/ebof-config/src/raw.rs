@@ -47,6 +47,42 @@ pub(crate) struct RawConfig {
     /// `[[hosts]]`: per-host secrets.
     #[serde(default)]
     hosts: Vec<crate::security::RawHost>,
+    /// `[cdc]`: run as a Central Discovery Controller.
+    cdc: Option<RawCdc>,
+}
+
+/// `[cdc]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCdc {
+    /// The members' discovery services, `ADDR[:PORT]` (port 8009 by default).
+    members: Option<Vec<String>>,
+    /// The host NQN of the CDC's connections to its members.
+    hostnqn: Option<String>,
+}
+
+/// `[cdc]` as typed values: every member parsed (`cdc.members[i]`), none twice.
+fn convert_cdc(c: RawCdc) -> Result<crate::model::Cdc, ConfigError> {
+    let mut members = Vec::new();
+    for (i, m) in c.members.unwrap_or_default().iter().enumerate() {
+        let at = format!("cdc.members[{i}]");
+        let l = parse_listener(m, DEFAULT_DISCOVERY_PORT).map_err(|e| e.at(at.clone()))?;
+        if members.contains(&l) {
+            return Err(ConfigError::new(
+                codes::INVALID_ADDRESS,
+                at,
+                format!("member {l} is listed twice"),
+            ));
+        }
+        members.push(l);
+    }
+    if let Some(n) = &c.hostnqn {
+        crate::parse::check_nqn(n).map_err(|e| e.at("cdc.hostnqn"))?;
+    }
+    Ok(crate::model::Cdc {
+        members,
+        hostnqn: c.hostnqn,
+    })
 }
 
 /// `[management]`.
@@ -140,6 +176,9 @@ struct RawDiscovery {
     mdns: Option<bool>,
     /// Other discovery services to refer hosts to, `ADDR[:PORT]` (port 8009 by default).
     referrals: Option<Vec<String>>,
+    /// A Central Discovery Controller to announce this box's discovery service to (DIM pull
+    /// registration), `ADDR[:PORT]` (port 8009 by default).
+    cdc: Option<String>,
 }
 
 /// `[discovery]`: the dedicated listener (if any, RDMA ones also pushed on `rdma`) and the
@@ -168,9 +207,16 @@ fn convert_discovery(
         }
         referrals.push(l);
     }
+    let cdc = match &d.cdc {
+        Some(c) => {
+            Some(parse_listener(c, DEFAULT_DISCOVERY_PORT).map_err(|e| e.at("discovery.cdc"))?)
+        }
+        None => None,
+    };
     let settings = crate::model::DiscoverySettings {
         mdns: d.mdns,
         referrals,
+        cdc,
     };
     let listener = match d.address {
         None if d.port.is_some() || d.transport.is_some() => {
@@ -449,6 +495,7 @@ impl RawConfig {
         };
         let ana = crate::ana::convert(self.ana)?;
         let hosts = crate::security::convert(self.hosts)?;
+        let cdc = self.cdc.map(convert_cdc).transpose()?;
         Ok(Config {
             target,
             listeners,
@@ -461,6 +508,7 @@ impl RawConfig {
             hosts,
             listener_tls,
             rdma_listeners,
+            cdc,
         })
     }
 }

@@ -251,13 +251,8 @@ fn validate_listeners(
 }
 
 fn validate_subsystems(subsystems: &[Subsystem], max_namespaces: u32) -> Result<(), ConfigError> {
-    if subsystems.is_empty() {
-        return Err(ConfigError::new(
-            codes::NO_SUBSYSTEMS,
-            "subsystems",
-            "at least one [[subsystems]] entry is required",
-        ));
-    }
+    // No subsystem is fine: a pool box provisioned at run time, or a Central Discovery
+    // Controller.
     let mut nqns: HashMap<&str, usize> = HashMap::new();
     let mut serials: HashMap<&str, usize> = HashMap::new();
     let mut paths: HashMap<&Path, String> = HashMap::new();

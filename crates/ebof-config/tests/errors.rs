@@ -79,10 +79,28 @@ fn each_rule_reports_code_and_path() {
             "listeners",
         ),
         (
-            "no subsystems",
-            "[[listeners]]\naddress = \"127.0.0.1\"\n".into(),
-            codes::NO_SUBSYSTEMS,
-            "subsystems",
+            "cdc member not an address",
+            "[[listeners]]\naddress = \"127.0.0.1\"\n[cdc]\nmembers = [\"10.0.0.1:8009\", \"box-2\"]\n".into(),
+            codes::INVALID_ADDRESS,
+            "cdc.members[1]",
+        ),
+        (
+            "cdc member twice",
+            "[[listeners]]\naddress = \"127.0.0.1\"\n[cdc]\nmembers = [\"10.0.0.1\", \"10.0.0.1:8009\"]\n".into(),
+            codes::INVALID_ADDRESS,
+            "cdc.members[1]",
+        ),
+        (
+            "cdc hostnqn",
+            "[[listeners]]\naddress = \"127.0.0.1\"\n[cdc]\nhostnqn = \"cdc\"\n".into(),
+            codes::INVALID_NQN,
+            "cdc.hostnqn",
+        ),
+        (
+            "cdc unknown key",
+            "[[listeners]]\naddress = \"127.0.0.1\"\n[cdc]\nmember = []\n".into(),
+            codes::UNKNOWN_FIELD,
+            "cdc.member",
         ),
         // --- target
         (

@@ -402,3 +402,39 @@ fn discovery_settings_parse_and_round_trip() {
         assert_eq!(e.path, field, "{bad}: {e}");
     }
 }
+
+#[test]
+fn cdc_and_pool_box_parse_and_round_trip() {
+    // A pool box: listeners and nothing else.
+    let pool = Config::from_toml_str("[[listeners]]\naddress = \"10.0.0.1\"\n").unwrap();
+    assert!(pool.subsystems.is_empty());
+    assert_eq!(pool.cdc, None);
+    assert_eq!(Config::from_toml_str(&pool.to_toml_string()).unwrap(), pool);
+    // A CDC.
+    let text = "[[listeners]]\naddress = \"10.0.0.1\"\n[discovery]\naddress = \"10.0.0.1\"\n\n[cdc]\nmembers = [\"10.0.0.11\", \"10.0.0.12:4420\", \"[fd00::13]\"]\nhostnqn = \"nqn.2026-11.io.example:cdc\"\n";
+    let c = Config::from_toml_str(text).unwrap();
+    let cdc = c.cdc.clone().unwrap();
+    let m: Vec<String> = cdc.members.iter().map(|l| l.to_string()).collect();
+    assert_eq!(m, ["10.0.0.11:8009", "10.0.0.12:4420", "[fd00::13]:8009"]);
+    assert_eq!(cdc.hostnqn.as_deref(), Some("nqn.2026-11.io.example:cdc"));
+    assert_eq!(Config::from_toml_str(&c.to_toml_string()).unwrap(), c);
+    // A member announcing itself to a CDC.
+    let c = Config::from_toml_str(
+        "[[listeners]]\naddress = \"10.0.0.11\"\n[discovery]\ncdc = \"10.0.0.1\"\n",
+    )
+    .unwrap();
+    assert_eq!(
+        c.discovery_settings.cdc.map(|l| l.to_string()).as_deref(),
+        Some("10.0.0.1:8009")
+    );
+    assert_eq!(Config::from_toml_str(&c.to_toml_string()).unwrap(), c);
+    let e = Config::from_toml_str(
+        "[[listeners]]\naddress = \"10.0.0.11\"\n[discovery]\ncdc = \"cdc-box\"\n",
+    )
+    .unwrap_err();
+    assert_eq!(e.path, "discovery.cdc");
+    // An empty member list is a CDC too (members are added at run time).
+    let c = Config::from_toml_str("[[listeners]]\naddress = \"10.0.0.1\"\n[cdc]\n").unwrap();
+    assert_eq!(c.cdc.as_ref().map(|c| c.members.len()), Some(0));
+    assert_eq!(Config::from_toml_str(&c.to_toml_string()).unwrap(), c);
+}

@@ -61,6 +61,12 @@ pub mod routes {
     pub const REFERRAL: &str = "/v1/discovery/referrals/{address}";
     /// `GET`: the DIM registrations hosts made (`Vec<`[`super::DimRegistrationView`]`>`).
     pub const REGISTRATIONS: &str = "/v1/discovery/registrations";
+    /// `GET`: the Central Discovery Controller's members ([`super::CdcView`]).
+    pub const CDC: &str = "/v1/cdc";
+    /// `POST` [`super::CdcMemberRequest`]: add a member to the Central Discovery Controller.
+    pub const CDC_MEMBERS: &str = "/v1/cdc/members";
+    /// `DELETE`: remove member `{address}` (`ADDR:PORT`) from the Central Discovery Controller.
+    pub const CDC_MEMBER: &str = "/v1/cdc/members/{address}";
 
     /// `route` with each `{name}` replaced by the percent-encoded value, in order.
     pub fn fill(route: &str, values: &[&str]) -> String {
@@ -143,6 +149,12 @@ pub mod codes {
     pub const UNKNOWN_REFERRAL: &str = "unknown-referral";
     /// As many referrals as the discovery log serves (`nvmf_target::MAX_REFERRALS`).
     pub const TOO_MANY_REFERRALS: &str = "too-many-referrals";
+    /// A Central Discovery Controller request to a box that is not one (no `[cdc]`).
+    pub const NOT_A_CDC: &str = "not-a-cdc";
+    /// No Central Discovery Controller member with this address.
+    pub const UNKNOWN_MEMBER: &str = "unknown-member";
+    /// The address is already a member of the Central Discovery Controller.
+    pub const DUPLICATE_MEMBER: &str = "duplicate-member";
 }
 
 /// An API error: a stable code, the field path of the request that is wrong (empty when the
@@ -188,7 +200,9 @@ impl ApiError {
             | codes::UNKNOWN_HOST
             | codes::UNKNOWN_CONTROLLER
             | codes::UNKNOWN_NAMESPACE
-            | codes::UNKNOWN_LISTENER => 404,
+            | codes::UNKNOWN_LISTENER
+            | codes::UNKNOWN_MEMBER
+            | codes::NOT_A_CDC => 404,
             codes::UNAUTHORIZED => 401,
             codes::METHOD_NOT_ALLOWED => 405,
             codes::INTERNAL | codes::SAVE_FAILED => 500,
@@ -200,8 +214,9 @@ impl ApiError {
             | ebof_config::codes::DUPLICATE_UUID
             | ebof_config::codes::DUPLICATE_LISTENER
             | codes::LISTEN_FAILED
-            | codes::SHRINK_NOT_CONFIRMED
-            | codes::NAMESPACE_NOT_MASKED => 409,
+            | codes::NAMESPACE_NOT_MASKED
+            | codes::DUPLICATE_MEMBER
+            | codes::SHRINK_NOT_CONFIRMED => 409,
             _ => 400,
         }
     }
@@ -241,6 +256,9 @@ pub struct State {
     /// What hosts registered with Discovery Information Management (TP 8010).
     #[serde(default)]
     pub registrations: Vec<DimRegistrationView>,
+    /// The Central Discovery Controller, when this box is one (`[cdc]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cdc: Option<CdcView>,
 }
 
 /// `POST /v1/discovery/referrals`: refer hosts to another discovery service.
@@ -844,4 +862,43 @@ mod tests {
         ];
         assert_eq!(uuid_string(&u), "12345678-9abc-def0-0123-456789abcdef");
     }
+}
+
+/// `GET /v1/cdc`: the Central Discovery Controller and its members.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CdcView {
+    /// The host NQN of its connections to the members.
+    pub hostnqn: String,
+    /// Hosts it keeps a view for.
+    pub hosts: usize,
+    /// Its members, in address order.
+    pub members: Vec<CdcMemberView>,
+}
+
+/// One member of the Central Discovery Controller.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CdcMemberView {
+    /// `ADDR:PORT` of the member's discovery service.
+    pub address: String,
+    /// The persistent discovery connection is up.
+    pub connected: bool,
+    /// Why the last connection attempt or read failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    /// Distinct NVM subsystem entries it shows over every known host.
+    pub entries: usize,
+    /// When what it shows some host last changed (seconds since the Unix epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_change: Option<u64>,
+    /// It announced itself by DIM (pull registration) rather than being configured.
+    #[serde(default)]
+    pub announced: bool,
+}
+
+/// `POST /v1/cdc/members`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CdcMemberRequest {
+    /// `ADDR[:PORT]` of the member's discovery service (port 8009 by default).
+    pub address: String,
 }

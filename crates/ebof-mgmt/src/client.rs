@@ -326,6 +326,28 @@ impl Client {
         )
     }
 
+    /// The Central Discovery Controller and its members.
+    pub fn cdc(&self) -> Result<crate::api::CdcView, ClientError> {
+        self.json(Method::GET, routes::CDC, None)
+    }
+
+    /// Add a member (`ADDR[:PORT]`) to the Central Discovery Controller.
+    pub fn add_cdc_member(&self, address: &str) -> Result<crate::api::CdcMemberView, ClientError> {
+        let req = crate::api::CdcMemberRequest {
+            address: address.to_string(),
+        };
+        self.json(Method::POST, routes::CDC_MEMBERS, Some(to_json(&req)))
+    }
+
+    /// Remove member `address` from the Central Discovery Controller.
+    pub fn remove_cdc_member(&self, address: &str) -> Result<crate::api::CdcView, ClientError> {
+        self.json(
+            Method::DELETE,
+            &routes::fill(routes::CDC_MEMBER, &[address]),
+            None,
+        )
+    }
+
     /// The DIM registrations hosts made.
     pub fn registrations(&self) -> Result<Vec<crate::api::DimRegistrationView>, ClientError> {
         self.json(Method::GET, routes::REGISTRATIONS, None)

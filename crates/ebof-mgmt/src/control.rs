@@ -34,6 +34,8 @@ pub struct Control {
     config_file: Option<PathBuf>,
     /// The mDNS responder, once serve attaches it ([`Control::attach_mdns`]).
     pub(crate) mdns: std::sync::OnceLock<Arc<crate::mdns::Responder>>,
+    /// The Central Discovery Controller, when this box runs one ([`Control::attach_cdc`]).
+    pub(crate) cdc: std::sync::OnceLock<Arc<ebof_cdc::Cdc>>,
 }
 
 impl Control {
@@ -47,6 +49,7 @@ impl Control {
             listeners: std::sync::OnceLock::new(),
             config_file,
             mdns: std::sync::OnceLock::new(),
+            cdc: std::sync::OnceLock::new(),
         }
     }
 
@@ -119,6 +122,8 @@ impl Control {
             });
         }
         s.mdns = Some(mdns);
+        drop(cfg);
+        s.cdc = self.cdc_view();
         s
     }
 

@@ -20,6 +20,7 @@ pub mod ana;
 pub mod api;
 pub mod auth;
 pub mod build;
+pub mod cdc;
 pub mod client;
 pub mod control;
 pub mod masking;

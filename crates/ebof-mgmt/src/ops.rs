@@ -127,6 +127,7 @@ pub fn state(t: &Target) -> State {
         mdns: None,
         referrals: crate::referrals::list(t),
         registrations: crate::referrals::registrations(t),
+        cdc: None,
     }
 }
 

@@ -268,6 +268,9 @@ pub fn router(ctx: Ctx) -> Router {
         .route(routes::REFERRALS, get(get_referrals).post(post_referral))
         .route(routes::REFERRAL, delete(delete_referral))
         .route(routes::REGISTRATIONS, get(get_registrations))
+        .route(routes::CDC, get(get_cdc))
+        .route(routes::CDC_MEMBERS, post(post_cdc_member))
+        .route(routes::CDC_MEMBER, delete(delete_cdc_member))
         .fallback(unknown_endpoint)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(ctx)
@@ -744,6 +747,24 @@ async fn post_save(State(c): State<Ctx>, body: Body<SaveRequest>) -> Response {
         Err(e) => return json::<()>(Err(bad_body(e))),
     };
     blocking(move || c.save(&req)).await
+}
+
+async fn get_cdc(State(c): State<Ctx>) -> Response {
+    blocking(move || c.cdc()).await
+}
+
+async fn post_cdc_member(State(c): State<Ctx>, body: Body<api::CdcMemberRequest>) -> Response {
+    match body {
+        Ok(axum::Json(r)) => blocking(move || c.add_cdc_member(&r)).await,
+        Err(e) => json::<()>(Err(bad_body(e))),
+    }
+}
+
+async fn delete_cdc_member(State(c): State<Ctx>, path: PathArg<String>) -> Response {
+    match path {
+        Ok(Path(addr)) => blocking(move || c.remove_cdc_member(&addr)).await,
+        Err(e) => json::<()>(Err(bad_path(e))),
+    }
 }
 
 async fn unknown_endpoint(uri: axum::http::Uri) -> Response {

@@ -106,6 +106,22 @@ pub enum CtlCmd {
         /// Where to write.
         file: Option<PathBuf>,
     },
+    /// Central Discovery Controller (a box with `[cdc]`): its members, the discovery services
+    /// whose subsystems it shows each host.
+    Cdc {
+        #[command(subcommand)]
+        cmd: CdcCmd,
+    },
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum CdcCmd {
+    /// The members: connected or not, last error, entries, last change.
+    List,
+    /// Add the discovery service at ADDR[:PORT] (port 8009 by default) as a member.
+    Add { address: String },
+    /// Remove member ADDR[:PORT]: its subsystems leave every host's view.
+    Remove { address: String },
 }
 
 #[derive(clap::Subcommand, Debug)]
@@ -493,6 +509,32 @@ pub fn run(a: CtlArgs) -> Result<()> {
                 );
             }
         }
+        CtlCmd::Cdc { cmd } => match cmd {
+            CdcCmd::List => {
+                let v = c.cdc().map_err(err)?;
+                if json {
+                    println!("{}", serde_json::to_string_pretty(&v)?);
+                } else {
+                    print!("{}", cdc_text(&v));
+                }
+            }
+            CdcCmd::Add { address } => {
+                let m = c.add_cdc_member(&address).map_err(err)?;
+                if json {
+                    println!("{}", serde_json::to_string_pretty(&m)?);
+                } else {
+                    println!("{} is a member", m.address);
+                }
+            }
+            CdcCmd::Remove { address } => {
+                let v = c.remove_cdc_member(&address).map_err(err)?;
+                if json {
+                    println!("{}", serde_json::to_string_pretty(&v)?);
+                } else {
+                    println!("{address} is no longer a member ({} left)", v.members.len());
+                }
+            }
+        },
         CtlCmd::Disconnect { cntlid } => {
             let d = c.disconnect(&cntlid).map_err(err)?;
             if json {
@@ -781,6 +823,9 @@ pub fn show_text(s: &State) -> String {
     if let Some(m) = &s.mdns {
         out.push_str(&mdns_text(m));
     }
+    if let Some(v) = &s.cdc {
+        out.push_str(&cdc_text(v));
+    }
     if s.controllers.is_empty() {
         out.push_str("controllers: none connected\n");
     } else {
@@ -917,6 +962,42 @@ pub fn mdns_text(m: &ebof_mgmt::api::MdnsView) -> String {
             r.reason.as_deref().unwrap_or_default()
         ));
     }
+    out
+}
+
+/// The Central Discovery Controller's members as `ebof ctl cdc list` and `show` print them.
+pub fn cdc_text(v: &ebof_mgmt::api::CdcView) -> String {
+    let mut out = format!(
+        "central discovery controller (host NQN {}, {} host view(s))\n",
+        v.hostnqn, v.hosts
+    );
+    if v.members.is_empty() {
+        out.push_str("  no members\n");
+        return out;
+    }
+    let mut rows = vec![row(&[
+        "MEMBER",
+        "STATE",
+        "ENTRIES",
+        "LAST CHANGE",
+        "LAST ERROR",
+    ])];
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    for m in &v.members {
+        rows.push(vec![
+            m.address.clone(),
+            if m.connected { "connected" } else { "down" }.to_string(),
+            m.entries.to_string(),
+            m.last_change.map_or_else(
+                || "-".to_string(),
+                |t| format!("{}s ago", now.saturating_sub(t)),
+            ),
+            m.last_error.clone().unwrap_or_else(|| "-".into()),
+        ]);
+    }
+    table(&mut out, "  ", &rows);
     out
 }
 

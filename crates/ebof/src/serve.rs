@@ -63,6 +63,15 @@ pub struct ServeArgs {
     /// Print the effective configuration as TOML and exit.
     #[arg(long)]
     pub print_config: bool,
+    /// A pool box: start without the embedded default's subsystem (subsystems are added at
+    /// run time with `ebof ctl subsystem add`). Without --config only.
+    #[arg(long, conflicts_with = "config")]
+    pub pool: bool,
+    /// Run as a Central Discovery Controller over the discovery service at ADDR[:PORT] (port
+    /// 8009 by default; repeatable; adds to `[cdc] members`). Without --config, implies
+    /// --pool unless a namespace is asked for.
+    #[arg(long, value_name = "ADDR[:PORT]")]
+    pub cdc_member: Vec<String>,
 }
 
 /// Build the effective configuration from file/default plus overrides.
@@ -78,9 +87,21 @@ pub fn effective_config(a: &ServeArgs) -> Result<Config> {
             if !a.listen.is_empty() {
                 c.discovery = None;
             }
+            // A pool box or a CDC is no storage box unless a namespace is asked for.
+            if a.pool || (!a.cdc_member.is_empty() && a.ram.is_none() && a.file.is_none()) {
+                c.subsystems.clear();
+            }
             c
         }
     };
+    for m in &a.cdc_member {
+        let l = ebof_config::parse_listener(m, ebof_cdc::DEFAULT_MEMBER_PORT)
+            .map_err(|e| anyhow::anyhow!("{}", e.at("--cdc-member")))?;
+        let c = cfg.cdc.get_or_insert_with(Default::default);
+        if !c.members.contains(&l) {
+            c.members.push(l);
+        }
+    }
     let o = Overrides {
         listen: a.listen.clone(),
         discovery_listen: a.discovery_listen.clone(),
@@ -233,6 +254,16 @@ pub fn run(a: ServeArgs) -> Result<()> {
     }
     target.set_auth_policy(auth);
     let tls = ebof_mgmt::security::tls_acceptor(&cfg).map_err(anyhow::Error::msg)?;
+    // The CDC first: the discovery service is central from the first host on.
+    let cdc = match &cfg.cdc {
+        Some(c) => Some(Arc::new(start_cdc(&target, c)?)),
+        None => None,
+    };
+    if cfg.subsystems.is_empty() {
+        tracing::info!(
+            "no subsystems: add them at run time (`ebof ctl subsystem add`, `ebof ctl ns add`)"
+        );
+    }
     for (s, sc) in target.subsystems().iter().zip(&cfg.subsystems) {
         let hosts = if s.allow_any_host {
             "any".to_string()
@@ -342,6 +373,9 @@ pub fn run(a: ServeArgs) -> Result<()> {
             }
         })
         .collect();
+    if let (Some((_, control)), Some(cdc)) = (&mgmt, &cdc) {
+        control.attach_cdc(cdc.clone());
+    }
     match &mgmt {
         Some((_, control)) => control.attach_server(handle.listener_control(), &bound),
         None => ebof_mgmt::build::settle_bound_ports(&mut cfg, &bound, &target),
@@ -355,6 +389,10 @@ pub fn run(a: ServeArgs) -> Result<()> {
             mdns.apply_config(|| cfg.clone());
         }
     }
+    let announcer = match &cfg.discovery_settings.cdc {
+        Some(c) => Some(start_announcer(&cfg, c.socket_addr(), &handle.bound)?),
+        None => None,
+    };
     tracing::info!(
         listeners = %join(&bound),
         cores = %join(&cores),
@@ -377,6 +415,12 @@ pub fn run(a: ServeArgs) -> Result<()> {
     }
     // Goodbye packets before the listeners close, so hosts forget them first.
     mdns.shutdown();
+    if let Some(a) = &announcer {
+        a.stop();
+    }
+    if let Some(c) = &cdc {
+        c.stop();
+    }
     handle.stop();
     for s in target.subsystems().iter() {
         for n in &s.namespaces {
@@ -387,6 +431,49 @@ pub fn run(a: ServeArgs) -> Result<()> {
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Start the Central Discovery Controller of `[cdc]` on `target`.
+fn start_cdc(target: &Arc<nvmf_target::Target>, c: &ebof_config::Cdc) -> Result<ebof_cdc::Cdc> {
+    let members: Vec<SocketAddr> = c.members.iter().map(|m| m.socket_addr()).collect();
+    let hostnqn = c.hostnqn.clone().unwrap_or_else(ebof_cdc::default_hostnqn);
+    tracing::info!(members = %join(&members), %hostnqn, "central discovery controller");
+    ebof_cdc::Cdc::start(target, ebof_cdc::CdcConfig::new(members, hostnqn))
+        .context("central discovery controller")
+}
+
+/// Announce this box's discovery service to the CDC at `cdc` (`[discovery] cdc`): the bound
+/// dedicated discovery listener if there is one (NVMe/TCP), else every NVMe/TCP listener.
+fn start_announcer(
+    cfg: &Config,
+    cdc: SocketAddr,
+    tcp_bound: &[SocketAddr],
+) -> Result<ebof_cdc::Announcer> {
+    let tcp_io = cfg
+        .listeners
+        .iter()
+        .filter(|l| cfg.transport(l) == ebof_config::Transport::Tcp)
+        .count();
+    let addrs: Vec<SocketAddr> = match tcp_bound.get(tcp_io) {
+        Some(d) => vec![*d],
+        None => tcp_bound.to_vec(),
+    };
+    let Some(first) = addrs.first() else {
+        bail!("[discovery] cdc: no NVMe/TCP discovery listener to announce");
+    };
+    let nqn = format!("nqn.2026-11.io.ebof:ddc:{first}");
+    let name = std::fs::read_to_string("/etc/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "ebof".into());
+    tracing::info!(%cdc, addresses = %join(&addrs), %nqn, "announcing to the central discovery controller");
+    ebof_cdc::Announcer::start(ebof_cdc::AnnounceConfig {
+        cdc,
+        nqn,
+        addrs,
+        name,
+        backoff_max: std::time::Duration::from_secs(10),
+    })
+    .context("announcing to the central discovery controller")
 }
 
 fn init_tracing() {

@@ -5,7 +5,9 @@
 //! Fabrics Connect on QID 0 (SQSIZE 31, CNTLID FFFFh, KATO), Property Get CAP and VS, Property Set
 //! CC (EN=1, IOSQES 6, IOCQES 4, CSS per CAP), poll CSTS.RDY for up to CAP.TO × 500 ms, Identify
 //! Controller, then (I/O controllers) Set Features Number of Queues and Asynchronous Event
-//! Configuration. After that the admin queue belongs to a background task on the tokio runtime
+//! Configuration; a persistent discovery controller (KATO set, events asked for) gets
+//! Asynchronous Event Configuration for Discovery Log Page Change notices (TP 8010's
+//! persistent discovery connection). After that the admin queue belongs to a background task on the tokio runtime
 //! that called [`Controller::connect`]; admin commands reach it through a channel, keep-alives
 //! are sent every KATO/2, and one Asynchronous Event Request is kept outstanding.
 //!
@@ -354,7 +356,11 @@ impl Controller {
             backlog: VecDeque::new(),
             keep_alive: (cfg.kato_ms > 0)
                 .then(|| Duration::from_millis(u64::from(cfg.kato_ms) / 2)),
-            aer: cfg.async_events && !discovery && id.aerl != u8::MAX,
+            // A discovery controller gets an AER only when it can report Discovery Log Page
+            // Change (a persistent discovery connection: keep-alive and events asked for).
+            aer: cfg.async_events
+                && id.aerl != u8::MAX
+                && (!discovery || (cfg.kato_ms > 0 && id.oaes & oaes::DISC_CHANGE != 0)),
             timeout: cfg.admin_timeout,
         };
         let task = tokio::spawn(task.run());
@@ -371,6 +377,16 @@ impl Controller {
             events: Some(ev_rx),
             task: Some(task),
         };
+        if discovery
+            && cfg.async_events
+            && cfg.kato_ms > 0
+            && ctrl.id.oaes & oaes::DISC_CHANGE != 0
+            && let Err(e) = ctrl
+                .set_features(feature::ASYNC_EVENT, oaes::DISC_CHANGE)
+                .await
+        {
+            tracing::debug!(error = %e, "Set Features Asynchronous Event Configuration (discovery) failed");
+        }
         if !discovery {
             if cfg.io_queues > 0 {
                 match ctrl.set_num_queues(cfg.io_queues).await {

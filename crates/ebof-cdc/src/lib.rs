@@ -1,0 +1,878 @@
+//! A Central Discovery Controller (NVMe TP 8010): one discovery service that shows each host
+//! the NVM subsystems every member of the fleet would show *that host*.
+//!
+//! [`Cdc::start`] installs itself on a [`Target`] as its [`CentralDiscovery`] (the target then
+//! reports DCTYPE 2) and runs on its own thread with a single-threaded tokio runtime:
+//!
+//! - for every member it keeps a persistent discovery connection (the CDC's own host NQN,
+//!   keep-alive, Discovery Log Page Change enabled with Set Features Asynchronous Event
+//!   Configuration, one Asynchronous Event Request outstanding — [`nvmf_host`] does that for a
+//!   discovery controller connected with a KATO and events), and reconnects with a bounded
+//!   exponential backoff when it drops;
+//! - members apply their own host lists, so the CDC reads each member's log *as each host*
+//!   (a short discovery connection with that host's NQN, like `nvme discover`), for every host
+//!   it knows (hosts that connected to the CDC's discovery service, at most
+//!   [`CdcConfig::max_hosts`], forgotten after [`CdcConfig::host_idle`] without a connection),
+//!   and caches the result per (member, host). It reads again for every known host when the
+//!   member raises Discovery Log Page Change or its persistent connection comes back;
+//! - only NVM subsystem entries (SUBTYPE 2) are kept from members (their current-discovery and
+//!   referral entries point at the members, which a host of the CDC never needs); an entry two
+//!   members both return identically is shown once;
+//! - a member whose connection is lost keeps its entries until a reconnect fails, then they
+//!   leave every view, and come back when it does;
+//! - whenever any host's view changes the target's discovery generation counter moves and its
+//!   discovery controllers get a Discovery Log Page Change event
+//!   ([`Target::discovery_log_changed`]).
+//!
+//! A host seen for the first time has no view until the first reads complete (each bounded by
+//! [`CdcConfig::fetch_timeout`], so a member that does not answer delays it by at most that):
+//! meanwhile [`CentralDiscovery::entries`] answers `None` and the target holds CSTS.RDY at 0.
+//! Every [`CentralDiscovery`] method only takes a short lock and returns at once.
+
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
+pub mod announce;
+pub use announce::{AnnounceConfig, Announcer};
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant, SystemTime};
+
+use nvme_spec::discovery::{DiscoveryLogEntry, subtype};
+use nvme_spec::log::lid;
+use nvmf_host::{Controller, HostConfig};
+use nvmf_target::{CentralDiscovery, DimRegistration, Target};
+use tokio::sync::mpsc;
+
+/// The port of a member's discovery service when none is given (the NVMe-oF discovery port).
+pub const DEFAULT_MEMBER_PORT: u16 = 8009;
+
+/// Host NQN of the CDC's connections when nothing better is known.
+const FALLBACK_HOSTNQN: &str = "nqn.2026-11.io.ebof:cdc";
+
+/// How many per-host reads of one member run at once.
+const FETCH_PARALLEL: usize = 16;
+
+/// First reconnect delay; doubled after every failure up to [`CdcConfig::backoff_max`].
+const BACKOFF_MIN: Duration = Duration::from_millis(250);
+
+/// How a CDC runs.
+#[derive(Clone, Debug)]
+pub struct CdcConfig {
+    /// The members' discovery services.
+    pub members: Vec<SocketAddr>,
+    /// The host NQN of the CDC's persistent connections to its members ([`default_hostnqn`]).
+    pub hostnqn: String,
+    /// Keep Alive Timeout of the persistent connections (default 30 s).
+    pub kato: Duration,
+    /// Bound on one read of a member's log (connect, read, disconnect): default 2 s. A first-time
+    /// host waits at most about this long for its view.
+    pub fetch_timeout: Duration,
+    /// Longest delay between two reconnect attempts to a member (default 10 s).
+    pub backoff_max: Duration,
+    /// Hosts remembered at most (default 1024); the one seen least recently is forgotten first.
+    pub max_hosts: usize,
+    /// A host with no discovery connection to the CDC for this long is forgotten (default
+    /// 15 min); it gets a fresh view when it comes back.
+    pub host_idle: Duration,
+}
+
+impl CdcConfig {
+    /// Defaults for members `members` and host NQN `hostnqn`.
+    pub fn new(members: Vec<SocketAddr>, hostnqn: String) -> CdcConfig {
+        CdcConfig {
+            members,
+            hostnqn,
+            kato: Duration::from_secs(30),
+            fetch_timeout: Duration::from_secs(2),
+            backoff_max: Duration::from_secs(10),
+            max_hosts: 1024,
+            host_idle: Duration::from_secs(15 * 60),
+        }
+    }
+}
+
+/// A stable host NQN for the CDC's own connections: the machine's `/etc/machine-id` as a UUID
+/// NQN (`nqn.2014-08.org.nvmexpress:uuid:…`), else `nqn.2026-11.io.ebof:cdc`.
+pub fn default_hostnqn() -> String {
+    std::fs::read_to_string("/etc/machine-id")
+        .ok()
+        .and_then(|s| machine_id_nqn(s.trim()))
+        .unwrap_or_else(|| FALLBACK_HOSTNQN.to_string())
+}
+
+/// `nqn.2014-08.org.nvmexpress:uuid:` + the 32 hex digits of a machine id as a UUID.
+fn machine_id_nqn(id: &str) -> Option<String> {
+    if id.len() != 32 || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    let h = id.to_ascii_lowercase();
+    Some(format!(
+        "nqn.2014-08.org.nvmexpress:uuid:{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    ))
+}
+
+/// A Host Identifier for `hostnqn`, the same every time (two FNV-1a hashes): the CDC reads a
+/// member's log on behalf of a host whose real Host Identifier it does not know.
+fn derived_hostid(hostnqn: &str) -> [u8; 16] {
+    let fnv = |seed: u64| {
+        hostnqn.bytes().fold(seed, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01B3)
+        })
+    };
+    let mut id = [0u8; 16];
+    id[..8].copy_from_slice(&fnv(0xcbf2_9ce4_8422_2325).to_be_bytes());
+    id[8..].copy_from_slice(&fnv(0x6c62_272e_07bb_0142).to_be_bytes());
+    id
+}
+
+/// What [`Cdc::members`] says of one member.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemberStatus {
+    /// The member's discovery service.
+    pub address: SocketAddr,
+    /// The persistent discovery connection is up.
+    pub connected: bool,
+    /// Why the last connection attempt or read failed (cleared on a successful connect).
+    pub last_error: Option<String>,
+    /// Distinct NVM subsystem entries of this member over every known host's view.
+    pub entries: usize,
+    /// When what this member shows some host last changed.
+    pub last_change: Option<SystemTime>,
+    /// It announced itself (a DIM registration as a discovery controller), rather than
+    /// being configured or added through the API.
+    pub announced: bool,
+}
+
+/// A request to the CDC's thread.
+enum Cmd {
+    /// Read every member's log for this new host.
+    HostSeen(String),
+    /// Start the member task of this (already recorded) member.
+    Add(SocketAddr),
+    /// Stop the member task.
+    Remove(SocketAddr),
+    /// Discovery services announced by DIM (pull registration): members unless already.
+    Announce(Vec<SocketAddr>),
+    /// Announced discovery services withdrawn by DIM deregister.
+    Withdraw(Vec<SocketAddr>),
+    /// Stop everything.
+    Stop,
+}
+
+/// One member as the CDC knows it.
+#[derive(Debug, Default)]
+struct Member {
+    /// Added by a DIM registration of the member itself rather than configured.
+    announced: bool,
+    connected: bool,
+    /// Its entries count in the views (connected, or lost and not yet failed to reconnect).
+    live: bool,
+    last_error: Option<String>,
+    last_change: Option<SystemTime>,
+    /// The member's NVM subsystem entries as each host would see them.
+    logs: HashMap<String, Vec<DiscoveryLogEntry>>,
+}
+
+/// One host that connected to the CDC.
+#[derive(Debug)]
+struct Host {
+    last_seen: Instant,
+    /// `None` until the first reads for this host are done.
+    view: Option<Arc<Vec<DiscoveryLogEntry>>>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    members: BTreeMap<SocketAddr, Member>,
+    hosts: HashMap<String, Host>,
+}
+
+impl State {
+    /// The union of the live members' entries for `host`, in member order, each entry once.
+    fn union(&self, host: &str) -> Vec<DiscoveryLogEntry> {
+        let mut out: Vec<DiscoveryLogEntry> = Vec::new();
+        for m in self.members.values().filter(|m| m.live) {
+            for e in m.logs.get(host).into_iter().flatten() {
+                if !out.contains(e) {
+                    out.push(e.clone());
+                }
+            }
+        }
+        out
+    }
+
+    /// Recompute the view of every host that has one; true when any changed.
+    fn recompute_all(&mut self) -> bool {
+        let names: Vec<String> = self.hosts.keys().cloned().collect();
+        let mut changed = false;
+        for h in names {
+            changed |= self.recompute(&h, false);
+        }
+        changed
+    }
+
+    /// Recompute the view of `host` (created when `first`); true when an existing view changed.
+    fn recompute(&mut self, host: &str, first: bool) -> bool {
+        let next = self.union(host);
+        let Some(h) = self.hosts.get_mut(host) else {
+            return false;
+        };
+        match &h.view {
+            Some(v) if **v == next => false,
+            Some(_) => {
+                h.view = Some(Arc::new(next));
+                true
+            }
+            None if first => {
+                h.view = Some(Arc::new(next));
+                false
+            }
+            None => false,
+        }
+    }
+}
+
+/// What the target's reactors and the CDC's thread share.
+#[derive(Debug)]
+struct Shared {
+    cfg: CdcConfig,
+    st: Mutex<State>,
+    tx: mpsc::UnboundedSender<Cmd>,
+    target: Weak<Target>,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.st.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Note `hostnqn` as seen; a new host is recorded (forgetting the least recently seen one
+    /// past the bound) and its first reads are started.
+    fn touch(&self, st: &mut State, hostnqn: &str) {
+        let now = Instant::now();
+        if let Some(h) = st.hosts.get_mut(hostnqn) {
+            h.last_seen = now;
+            return;
+        }
+        if st.hosts.len() >= self.cfg.max_hosts.max(1)
+            && let Some(old) = st
+                .hosts
+                .iter()
+                .min_by_key(|(_, h)| h.last_seen)
+                .map(|(n, _)| n.clone())
+        {
+            forget_host(st, &old);
+        }
+        st.hosts.insert(
+            hostnqn.to_string(),
+            Host {
+                last_seen: now,
+                view: None,
+            },
+        );
+        let _ = self.tx.send(Cmd::HostSeen(hostnqn.to_string()));
+    }
+
+    /// A host's view changed: move the CDC's generation counter and tell its hosts.
+    fn changed(&self) {
+        if let Some(t) = self.target.upgrade() {
+            t.discovery_log_changed();
+        }
+    }
+
+    fn host_config(&self, hostnqn: &str) -> HostConfig {
+        let t = self.cfg.fetch_timeout;
+        HostConfig {
+            hostnqn: hostnqn.to_string(),
+            hostid: derived_hostid(hostnqn),
+            kato_ms: 0,
+            io_queues: 0,
+            async_events: false,
+            connect_timeout: t,
+            admin_timeout: t,
+            shutdown_timeout: t,
+            ..HostConfig::default()
+        }
+    }
+}
+
+fn forget_host(st: &mut State, host: &str) {
+    st.hosts.remove(host);
+    for m in st.members.values_mut() {
+        m.logs.remove(host);
+    }
+}
+
+impl CentralDiscovery for Shared {
+    fn host_seen(&self, hostnqn: &str) {
+        let mut st = self.lock();
+        self.touch(&mut st, hostnqn);
+    }
+
+    fn entries(&self, hostnqn: &str) -> Option<Arc<Vec<DiscoveryLogEntry>>> {
+        let mut st = self.lock();
+        self.touch(&mut st, hostnqn);
+        st.hosts.get(hostnqn).and_then(|h| h.view.clone())
+    }
+
+    fn registered(&self, reg: &DimRegistration) {
+        let addrs = announced_addrs(reg);
+        if !addrs.is_empty() {
+            let _ = self.tx.send(Cmd::Announce(addrs));
+        }
+    }
+
+    fn deregistered(&self, reg: &DimRegistration) {
+        let addrs = announced_addrs(reg);
+        if !addrs.is_empty() {
+            let _ = self.tx.send(Cmd::Withdraw(addrs));
+        }
+    }
+}
+
+/// The NVMe/TCP discovery services a discovery controller announced with DIM (TP 8010 pull
+/// registration: ETYPE DDC, one transport entry per discovery port).
+fn announced_addrs(reg: &DimRegistration) -> Vec<SocketAddr> {
+    if reg.entity_type != nvme_spec::dim::EntityType::Ddc {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for e in &reg.entries {
+        if e.trtype != nvme_spec::discovery::trtype::TCP {
+            continue;
+        }
+        let (Ok(ip), Ok(port)) = (
+            e.traddr.trim().parse::<std::net::IpAddr>(),
+            e.trsvcid.trim().parse::<u16>(),
+        ) else {
+            continue;
+        };
+        let a = SocketAddr::new(ip, port);
+        if !out.contains(&a) {
+            out.push(a);
+        }
+    }
+    out
+}
+
+/// A running Central Discovery Controller (see the crate docs). Stopped by [`Cdc::stop`] or
+/// when dropped.
+#[derive(Debug)]
+pub struct Cdc {
+    shared: Arc<Shared>,
+    thread: Mutex<Option<(std::thread::JoinHandle<()>, std::sync::mpsc::Receiver<()>)>>,
+}
+
+/// How long [`Cdc::stop`] waits for the CDC's thread.
+const STOP_WAIT: Duration = Duration::from_secs(3);
+
+impl Cdc {
+    /// Start a CDC over `cfg.members` and make it `target`'s [`CentralDiscovery`].
+    pub fn start(target: &Arc<Target>, cfg: CdcConfig) -> std::io::Result<Cdc> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mut st = State::default();
+        for m in &cfg.members {
+            st.members.insert(*m, Member::default());
+        }
+        let shared = Arc::new(Shared {
+            cfg,
+            st: Mutex::new(st),
+            tx,
+            target: Arc::downgrade(target),
+        });
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let s = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("ebof-cdc".into())
+            .spawn(move || {
+                rt.block_on(run(s, rx));
+                let _ = done_tx.send(());
+            })?;
+        target.set_central(Some(shared.clone()));
+        tracing::info!(
+            members = shared.cfg.members.len(),
+            hostnqn = %shared.cfg.hostnqn,
+            "central discovery controller started"
+        );
+        Ok(Cdc {
+            shared,
+            thread: Mutex::new(Some((thread, done_rx))),
+        })
+    }
+
+    /// The host NQN of the CDC's connections to its members.
+    pub fn hostnqn(&self) -> &str {
+        &self.shared.cfg.hostnqn
+    }
+
+    /// Add member `addr`; false if it is already one.
+    pub fn add_member(&self, addr: SocketAddr) -> bool {
+        let mut st = self.shared.lock();
+        if st.members.contains_key(&addr) {
+            return false;
+        }
+        st.members.insert(addr, Member::default());
+        let _ = self.shared.tx.send(Cmd::Add(addr));
+        true
+    }
+
+    /// Remove member `addr` (its entries leave every view at once); false if it is not one.
+    pub fn remove_member(&self, addr: SocketAddr) -> bool {
+        let changed = {
+            let mut st = self.shared.lock();
+            if st.members.remove(&addr).is_none() {
+                return false;
+            }
+            st.recompute_all()
+        };
+        let _ = self.shared.tx.send(Cmd::Remove(addr));
+        if changed {
+            self.shared.changed();
+        }
+        true
+    }
+
+    /// Every member, in address order.
+    pub fn members(&self) -> Vec<MemberStatus> {
+        let st = self.shared.lock();
+        st.members
+            .iter()
+            .map(|(a, m)| {
+                let mut distinct: Vec<&DiscoveryLogEntry> = Vec::new();
+                for e in m.logs.values().flatten() {
+                    if !distinct.contains(&e) {
+                        distinct.push(e);
+                    }
+                }
+                MemberStatus {
+                    address: *a,
+                    connected: m.connected,
+                    last_error: m.last_error.clone(),
+                    entries: if m.live { distinct.len() } else { 0 },
+                    last_change: m.last_change,
+                    announced: m.announced,
+                }
+            })
+            .collect()
+    }
+
+    /// How many hosts the CDC keeps views for.
+    pub fn known_hosts(&self) -> usize {
+        self.shared.lock().hosts.len()
+    }
+
+    /// Stop: the target is no longer a CDC, the member connections close; waits at most 3 s.
+    pub fn stop(&self) {
+        let Some((thread, done)) = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take()
+        else {
+            return;
+        };
+        if let Some(t) = self.shared.target.upgrade() {
+            t.set_central(None);
+        }
+        let _ = self.shared.tx.send(Cmd::Stop);
+        match done.recv_timeout(STOP_WAIT) {
+            Ok(()) => {
+                let _ = thread.join();
+            }
+            Err(_) => tracing::warn!("central discovery controller did not stop in time"),
+        }
+    }
+}
+
+impl Drop for Cdc {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// The CDC's thread: member tasks, first reads of new hosts, forgetting idle hosts.
+async fn run(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Cmd>) {
+    let mut tasks: HashMap<SocketAddr, tokio::task::JoinHandle<()>> = HashMap::new();
+    let mut firsts = tokio::task::JoinSet::new();
+    for m in shared.cfg.members.clone() {
+        tasks.insert(m, tokio::spawn(member_loop(shared.clone(), m)));
+    }
+    let mut gc = tokio::time::interval(Duration::from_secs(30).min(shared.cfg.host_idle));
+    gc.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            cmd = rx.recv() => match cmd {
+                Some(Cmd::HostSeen(h)) => {
+                    firsts.spawn(first_reads(shared.clone(), h));
+                }
+                Some(Cmd::Add(a)) => {
+                    if let Some(old) = tasks.insert(a, tokio::spawn(member_loop(shared.clone(), a))) {
+                        old.abort();
+                    }
+                }
+                Some(Cmd::Remove(a)) => {
+                    if let Some(t) = tasks.remove(&a) {
+                        t.abort();
+                    }
+                }
+                Some(Cmd::Announce(addrs)) => {
+                    let mut st = shared.lock();
+                    for a in addrs {
+                        if st.members.contains_key(&a) {
+                            continue;
+                        }
+                        tracing::info!(member = %a, "central discovery: member announced itself");
+                        st.members.insert(a, Member { announced: true, ..Member::default() });
+                        tasks.insert(a, tokio::spawn(member_loop(shared.clone(), a)));
+                    }
+                }
+                Some(Cmd::Withdraw(addrs)) => {
+                    let changed = {
+                        let mut st = shared.lock();
+                        let mut any = false;
+                        for a in addrs {
+                            if st.members.get(&a).is_some_and(|m| m.announced) {
+                                tracing::info!(member = %a, "central discovery: announced member withdrawn");
+                                st.members.remove(&a);
+                                if let Some(t) = tasks.remove(&a) {
+                                    t.abort();
+                                }
+                                any = true;
+                            }
+                        }
+                        any && st.recompute_all()
+                    };
+                    if changed {
+                        shared.changed();
+                    }
+                }
+                Some(Cmd::Stop) | None => break,
+            },
+            Some(_) = firsts.join_next(), if !firsts.is_empty() => {}
+            _ = gc.tick() => forget_idle_hosts(&shared),
+        }
+    }
+    for (_, t) in tasks.drain() {
+        t.abort();
+    }
+    firsts.abort_all();
+    // Let the aborted tasks drop their connections (closing the sockets).
+    tokio::task::yield_now().await;
+}
+
+/// Forget hosts idle for longer than `host_idle` that have no discovery connection to the CDC.
+fn forget_idle_hosts(shared: &Shared) {
+    let connected: HashSet<String> = match shared.target.upgrade() {
+        Some(t) => t
+            .controllers()
+            .iter()
+            .filter(|c| c.is_discovery())
+            .map(|c| c.hostnqn.clone())
+            .collect(),
+        None => return,
+    };
+    let now = Instant::now();
+    let mut st = shared.lock();
+    let idle: Vec<String> = st
+        .hosts
+        .iter_mut()
+        .filter_map(|(n, h)| {
+            if connected.contains(n) {
+                h.last_seen = now;
+                None
+            } else {
+                (now.duration_since(h.last_seen) > shared.cfg.host_idle).then(|| n.clone())
+            }
+        })
+        .collect();
+    for h in idle {
+        tracing::debug!(host = %h, "central discovery: idle host forgotten");
+        forget_host(&mut st, &h);
+    }
+}
+
+/// Read member `addr`'s log as `host` (NVM subsystem entries only), bounded by `fetch_timeout`.
+async fn fetch(
+    shared: &Shared,
+    addr: SocketAddr,
+    host: &str,
+) -> Result<Vec<DiscoveryLogEntry>, String> {
+    let cfg = shared.host_config(host);
+    match tokio::time::timeout(shared.cfg.fetch_timeout, nvmf_host::discover(addr, &cfg)).await {
+        Ok(Ok(log)) => Ok(log
+            .entries
+            .into_iter()
+            .filter(|e| e.subtype == subtype::NVME)
+            .collect()),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err(format!(
+            "no discovery log within {} ms",
+            shared.cfg.fetch_timeout.as_millis()
+        )),
+    }
+}
+
+/// Store what member `addr` shows each host; true when the member's entries changed for any.
+fn store(
+    st: &mut State,
+    addr: SocketAddr,
+    results: Vec<(String, Result<Vec<DiscoveryLogEntry>, String>)>,
+) -> bool {
+    let Some(m) = st.members.get_mut(&addr) else {
+        return false;
+    };
+    let mut changed = false;
+    for (host, r) in results {
+        match r {
+            Ok(entries) => {
+                if m.logs.get(&host) != Some(&entries) {
+                    changed = true;
+                    m.logs.insert(host, entries);
+                }
+            }
+            Err(e) => {
+                // Keep what was read last time: a stale view beats an empty one.
+                tracing::debug!(member = %addr, %host, error = %e, "central discovery: read failed");
+                m.last_error = Some(e);
+            }
+        }
+    }
+    if changed {
+        m.last_change = Some(SystemTime::now());
+    }
+    changed
+}
+
+/// Read member `addr`'s log for every host in `hosts`, a few at a time.
+async fn read_for_hosts(
+    shared: &Arc<Shared>,
+    addr: SocketAddr,
+    hosts: Vec<String>,
+) -> Vec<(String, Result<Vec<DiscoveryLogEntry>, String>)> {
+    let mut out = Vec::with_capacity(hosts.len());
+    for chunk in hosts.chunks(FETCH_PARALLEL) {
+        let mut set = tokio::task::JoinSet::new();
+        for h in chunk {
+            let (s, h) = (shared.clone(), h.clone());
+            set.spawn(async move {
+                let r = fetch(&s, addr, &h).await;
+                (h, r)
+            });
+        }
+        while let Some(r) = set.join_next().await {
+            if let Ok(r) = r {
+                out.push(r);
+            }
+        }
+    }
+    out
+}
+
+/// Read member `addr` again for every known host and update the views.
+async fn refresh_member(shared: &Arc<Shared>, addr: SocketAddr) {
+    let hosts: Vec<String> = shared.lock().hosts.keys().cloned().collect();
+    if hosts.is_empty() {
+        return;
+    }
+    let results = read_for_hosts(shared, addr, hosts).await;
+    let changed = {
+        let mut st = shared.lock();
+        store(&mut st, addr, results) && st.recompute_all()
+    };
+    if changed {
+        tracing::debug!(member = %addr, "central discovery: views changed");
+        shared.changed();
+    }
+}
+
+/// A new host: read every live member's log as it (in parallel, each bounded), then give it
+/// its first view.
+async fn first_reads(shared: Arc<Shared>, host: String) {
+    let members: Vec<SocketAddr> = shared
+        .lock()
+        .members
+        .iter()
+        .filter(|(_, m)| m.live)
+        .map(|(a, _)| *a)
+        .collect();
+    let mut set = tokio::task::JoinSet::new();
+    for a in members {
+        let (s, h) = (shared.clone(), host.clone());
+        set.spawn(async move {
+            let r = fetch(&s, a, &h).await;
+            (a, h, r)
+        });
+    }
+    let mut results = Vec::new();
+    while let Some(r) = set.join_next().await {
+        if let Ok(r) = r {
+            results.push(r);
+        }
+    }
+    let mut st = shared.lock();
+    for (a, h, r) in results {
+        store(&mut st, a, vec![(h, r)]);
+    }
+    st.recompute(&host, true);
+}
+
+/// The persistent discovery connection to member `addr`, for as long as it is a member.
+async fn member_loop(shared: Arc<Shared>, addr: SocketAddr) {
+    let mut backoff = BACKOFF_MIN;
+    let cfg = HostConfig {
+        hostnqn: shared.cfg.hostnqn.clone(),
+        hostid: derived_hostid(&shared.cfg.hostnqn),
+        kato_ms: u32::try_from(shared.cfg.kato.as_millis())
+            .unwrap_or(u32::MAX)
+            .max(1000),
+        io_queues: 0,
+        async_events: true,
+        connect_timeout: shared.cfg.fetch_timeout,
+        admin_timeout: shared.cfg.fetch_timeout.max(Duration::from_secs(1)),
+        shutdown_timeout: shared.cfg.fetch_timeout,
+        ..HostConfig::default()
+    };
+    loop {
+        match Controller::connect(addr, nvme_spec::DISCOVERY_NQN, &cfg).await {
+            Ok(mut ctrl) => {
+                backoff = BACKOFF_MIN;
+                let Some(mut events) = ctrl.take_events() else {
+                    return;
+                };
+                {
+                    let mut st = shared.lock();
+                    let Some(m) = st.members.get_mut(&addr) else {
+                        return;
+                    };
+                    m.connected = true;
+                    m.last_error = None;
+                    let was_live = std::mem::replace(&mut m.live, true);
+                    if !was_live {
+                        m.last_change = Some(SystemTime::now());
+                    }
+                }
+                tracing::info!(member = %addr, "central discovery: member connected");
+                // Reading the log also arms the Discovery Log Page Change event.
+                if let Err(e) = ctrl.discovery_log().await {
+                    tracing::debug!(member = %addr, error = %e, "central discovery: member log read failed");
+                }
+                refresh_member(&shared, addr).await;
+                while let Some(ev) = events.recv().await {
+                    if ev.log_page != lid::DISCOVERY {
+                        continue;
+                    }
+                    tracing::debug!(member = %addr, "central discovery: member log changed");
+                    // Re-arm the event first, so a change during the reads is not missed.
+                    if let Err(e) = ctrl.discovery_log().await {
+                        tracing::debug!(member = %addr, error = %e, "central discovery: member log read failed");
+                    }
+                    refresh_member(&shared, addr).await;
+                }
+                // The admin queue is gone: try again at once; the entries stay until that fails.
+                ctrl.disconnect().await;
+                let mut st = shared.lock();
+                let Some(m) = st.members.get_mut(&addr) else {
+                    return;
+                };
+                m.connected = false;
+                m.last_error = Some("connection lost".into());
+                tracing::warn!(member = %addr, "central discovery: member connection lost");
+            }
+            Err(e) => {
+                let changed = {
+                    let mut st = shared.lock();
+                    let Some(m) = st.members.get_mut(&addr) else {
+                        return;
+                    };
+                    m.connected = false;
+                    m.last_error = Some(e.to_string());
+                    let was_live = std::mem::replace(&mut m.live, false);
+                    if was_live {
+                        m.logs.clear();
+                        m.last_change = Some(SystemTime::now());
+                        tracing::warn!(member = %addr, error = %e, "central discovery: member gone");
+                    }
+                    was_live && st.recompute_all()
+                };
+                if changed {
+                    shared.changed();
+                }
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(shared.cfg.backoff_max.max(BACKOFF_MIN));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn machine_id_becomes_a_uuid_nqn() {
+        assert_eq!(
+            machine_id_nqn("0123456789ABCDEF0123456789abcdef").as_deref(),
+            Some("nqn.2014-08.org.nvmexpress:uuid:01234567-89ab-cdef-0123-456789abcdef")
+        );
+        assert_eq!(machine_id_nqn("short"), None);
+        assert_eq!(machine_id_nqn(&"g".repeat(32)), None);
+        assert!(nvme_spec::is_valid_nqn(&default_hostnqn()));
+    }
+
+    #[test]
+    fn hostid_is_stable_and_differs_per_host() {
+        assert_eq!(derived_hostid("nqn.a:1"), derived_hostid("nqn.a:1"));
+        assert_ne!(derived_hostid("nqn.a:1"), derived_hostid("nqn.a:2"));
+    }
+
+    fn e(nqn: &str, port: &str) -> DiscoveryLogEntry {
+        DiscoveryLogEntry {
+            subtype: subtype::NVME,
+            subnqn: nqn.into(),
+            traddr: "10.0.0.1".into(),
+            trsvcid: port.into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn union_keeps_live_members_in_order_once() {
+        let a: SocketAddr = "10.0.0.1:8009".parse().unwrap();
+        let b: SocketAddr = "10.0.0.2:8009".parse().unwrap();
+        let mut st = State::default();
+        for (addr, entries) in [
+            (a, vec![e("nqn.x:1", "4420"), e("nqn.x:s", "4420")]),
+            (b, vec![e("nqn.x:s", "4420"), e("nqn.x:2", "4420")]),
+        ] {
+            let mut m = Member {
+                live: true,
+                ..Default::default()
+            };
+            m.logs.insert("nqn.h:1".into(), entries);
+            st.members.insert(addr, m);
+        }
+        st.hosts.insert(
+            "nqn.h:1".into(),
+            Host {
+                last_seen: Instant::now(),
+                view: None,
+            },
+        );
+        let names: Vec<String> = st.union("nqn.h:1").into_iter().map(|e| e.subnqn).collect();
+        assert_eq!(names, ["nqn.x:1", "nqn.x:s", "nqn.x:2"]);
+        assert!(st.union("nqn.h:other").is_empty());
+        // First view: created, no change reported; then a member goes away: changed.
+        assert!(!st.recompute("nqn.h:1", true));
+        assert_eq!(st.hosts["nqn.h:1"].view.as_ref().map(|v| v.len()), Some(3));
+        st.members.get_mut(&a).unwrap().live = false;
+        assert!(st.recompute_all());
+        assert_eq!(st.hosts["nqn.h:1"].view.as_ref().map(|v| v.len()), Some(2));
+        assert!(!st.recompute_all());
+    }
+}

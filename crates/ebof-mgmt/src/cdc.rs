@@ -1,0 +1,230 @@
+//! The Central Discovery Controller through the API: its members' state, and live member
+//! add/remove kept in step with the running configuration (`[cdc] members`).
+
+use crate::api::{ApiError, CdcMemberRequest, CdcMemberView, CdcView, codes};
+use crate::control::Control;
+use std::sync::Arc;
+
+/// The API view of one member.
+fn member_view(m: &ebof_cdc::MemberStatus) -> CdcMemberView {
+    CdcMemberView {
+        address: m.address.to_string(),
+        connected: m.connected,
+        last_error: m.last_error.clone(),
+        entries: m.entries,
+        last_change: m
+            .last_change
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map(|d| d.as_secs()),
+        announced: m.announced,
+    }
+}
+
+/// The API view of a running CDC.
+pub fn view(c: &ebof_cdc::Cdc) -> CdcView {
+    CdcView {
+        hostnqn: c.hostnqn().to_string(),
+        hosts: c.known_hosts(),
+        members: c.members().iter().map(member_view).collect(),
+    }
+}
+
+fn not_a_cdc() -> ApiError {
+    ApiError::new(
+        codes::NOT_A_CDC,
+        "",
+        "this box is not a Central Discovery Controller (no [cdc] in its configuration)",
+    )
+}
+
+/// `ADDR[:PORT]` of a member (port 8009 by default), errors at `path`.
+fn parse_member(address: &str, path: &str) -> Result<std::net::SocketAddr, ApiError> {
+    ebof_config::parse_listener(address, ebof_cdc::DEFAULT_MEMBER_PORT)
+        .map(|l| l.socket_addr())
+        .map_err(|e| ApiError::from_config(&e.at(path), path))
+}
+
+impl Control {
+    /// This box runs a Central Discovery Controller (started by `ebof serve` from `[cdc]`).
+    pub fn attach_cdc(&self, cdc: Arc<ebof_cdc::Cdc>) {
+        let _ = self.cdc.set(cdc);
+    }
+
+    /// The CDC's view, when this box is one.
+    pub fn cdc_view(&self) -> Option<CdcView> {
+        self.cdc.get().map(|c| view(c))
+    }
+
+    /// `GET /v1/cdc`.
+    pub fn cdc(&self) -> Result<CdcView, ApiError> {
+        self.cdc_view().ok_or_else(not_a_cdc)
+    }
+
+    /// `POST /v1/cdc/members`: add a member (recorded in `[cdc] members`).
+    pub fn add_cdc_member(&self, req: &CdcMemberRequest) -> Result<CdcMemberView, ApiError> {
+        let cdc = self.cdc.get().ok_or_else(not_a_cdc)?.clone();
+        let addr = parse_member(&req.address, "address")?;
+        self.change(|cfg| {
+            let c = cfg.cdc.as_mut().ok_or_else(not_a_cdc)?;
+            if c.members.iter().any(|m| m.socket_addr() == addr) {
+                return Err(ApiError::new(
+                    codes::DUPLICATE_MEMBER,
+                    "address",
+                    format!("{addr} is already a member"),
+                ));
+            }
+            c.members.push(ebof_config::Listener {
+                address: addr.ip(),
+                port: addr.port(),
+            });
+            cfg.validate()
+                .map_err(|e| ApiError::from_config(&e, "address"))?;
+            cdc.add_member(addr);
+            Ok(())
+        })?;
+        cdc.members()
+            .iter()
+            .find(|m| m.address == addr)
+            .map(member_view)
+            .ok_or_else(|| ApiError::new(codes::INTERNAL, "", "member vanished"))
+    }
+
+    /// `DELETE /v1/cdc/members/{address}`: remove a member; its entries leave every host's
+    /// view at once. Returns the CDC as it is now.
+    pub fn remove_cdc_member(&self, address: &str) -> Result<CdcView, ApiError> {
+        let cdc = self.cdc.get().ok_or_else(not_a_cdc)?.clone();
+        let addr = parse_member(address, "address")?;
+        self.change(|cfg| {
+            let c = cfg.cdc.as_mut().ok_or_else(not_a_cdc)?;
+            let before = c.members.len();
+            c.members.retain(|m| m.socket_addr() != addr);
+            if c.members.len() == before {
+                return Err(ApiError::new(
+                    codes::UNKNOWN_MEMBER,
+                    "address",
+                    format!("{addr} is not a member (see `ebof ctl cdc list`)"),
+                ));
+            }
+            cdc.remove_member(addr);
+            Ok(())
+        })?;
+        Ok(view(&cdc))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{NamespaceRequest, SubsystemRequest};
+    use crate::client::{Client, ClientError};
+    use ebof_config::Config;
+
+    fn control(toml: &str) -> (Arc<Control>, Arc<nvmf_target::Target>) {
+        let cfg = Config::from_toml_str(toml).unwrap();
+        let target = Arc::new(crate::build::build_target(&cfg).unwrap());
+        (Arc::new(Control::new(target.clone(), cfg, None)), target)
+    }
+
+    /// A pool box starts with no subsystems; the API provisions it.
+    #[test]
+    fn a_pool_box_is_provisioned_through_the_api() {
+        let (c, target) = control("[[listeners]]\naddress = \"127.0.0.1\"\nport = 0\n");
+        assert!(c.state().subsystems.is_empty());
+        assert!(target.subsystems().is_empty());
+        c.add_subsystem(&SubsystemRequest {
+            nqn: "nqn.2026-11.io.ebof:pool-1".into(),
+            serial: None,
+            model: None,
+            allow_any_host: Some(true),
+        })
+        .unwrap();
+        c.add_namespace(
+            "nqn.2026-11.io.ebof:pool-1",
+            &NamespaceRequest {
+                backend: "ram".into(),
+                size: Some(1 << 20),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(target.subsystems().len(), 1);
+        let saved = Config::from_toml_str(&c.running().to_toml_string()).unwrap();
+        assert_eq!(saved.subsystems.len(), 1);
+        assert_eq!(saved.subsystems[0].namespaces.len(), 1);
+        // And back to empty: still a valid configuration.
+        c.remove_subsystem("nqn.2026-11.io.ebof:pool-1").unwrap();
+        assert!(
+            Config::from_toml_str(&c.running().to_toml_string())
+                .unwrap()
+                .subsystems
+                .is_empty()
+        );
+        assert_eq!(c.cdc().unwrap_err().code, codes::NOT_A_CDC);
+        assert!(c.state().cdc.is_none());
+    }
+
+    #[test]
+    fn cdc_members_are_added_and_removed_live_and_saved() {
+        let (c, target) =
+            control("[[listeners]]\naddress = \"127.0.0.1\"\nport = 0\n[cdc]\nmembers = []\n");
+        let mut cfg = ebof_cdc::CdcConfig::new(vec![], "nqn.2026-11.io.example:cdc".into());
+        cfg.backoff_max = std::time::Duration::from_millis(300);
+        let cdc = Arc::new(ebof_cdc::Cdc::start(&target, cfg).unwrap());
+        c.attach_cdc(cdc.clone());
+        let token = crate::Token::new("t0k3n-0123456789").unwrap();
+        let l = crate::server::bind_api_tcp("127.0.0.1:0".parse().unwrap(), token.clone()).unwrap();
+        let srv = crate::server::start(c.clone(), None, None, Some(l)).unwrap();
+        let api = Client::tcp(srv.api_addr.unwrap().to_string(), Some(token));
+
+        // Nobody listens on port 9 of loopback: the member is there, not connected.
+        let m = api.add_cdc_member("127.0.0.1:9").unwrap();
+        assert_eq!(m.address, "127.0.0.1:9");
+        let m = api.add_cdc_member("127.0.0.2").unwrap();
+        assert_eq!(m.address, "127.0.0.2:8009");
+        for (bad, code) in [
+            ("127.0.0.1:9", codes::DUPLICATE_MEMBER),
+            ("box-3", ebof_config::codes::INVALID_ADDRESS),
+        ] {
+            match api.add_cdc_member(bad) {
+                Err(ClientError::Api(e)) => {
+                    assert_eq!((e.code.as_str(), e.path.as_str()), (code, "address"), "{e}")
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        let saved = Config::from_toml_str(&c.running().to_toml_string()).unwrap();
+        let members: Vec<String> = saved
+            .cdc
+            .unwrap()
+            .members
+            .iter()
+            .map(|m| m.to_string())
+            .collect();
+        assert_eq!(members, ["127.0.0.1:9", "127.0.0.2:8009"]);
+        // The state shows the members; a refused connection is an error there.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            let v = api.state().unwrap().cdc.unwrap();
+            assert_eq!(v.members.len(), 2);
+            if v.members
+                .iter()
+                .any(|m| m.address == "127.0.0.1:9" && m.last_error.is_some())
+            {
+                assert!(v.members.iter().all(|m| !m.connected));
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "{v:?}");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let v = api.remove_cdc_member("127.0.0.1:9").unwrap();
+        assert_eq!(v.members.len(), 1);
+        match api.remove_cdc_member("127.0.0.1:9") {
+            Err(ClientError::Api(e)) => assert_eq!(e.code, codes::UNKNOWN_MEMBER),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(api.cdc().unwrap().members.len(), 1);
+        assert_eq!(c.running().cdc.unwrap().members.len(), 1);
+        srv.stop();
+        cdc.stop();
+    }
+}
