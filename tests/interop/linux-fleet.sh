@@ -37,6 +37,8 @@
 #   EBOF_INTEROP_STRICT=1  a skipped step (feature missing) fails the scenario
 #   EBOF_FLEET_SEE_SECS    bound on each wait for the host to follow a change (default 60)
 #   RUST_LOG               passed to `ebof serve` (default info)
+#   EBOF_FLEET_MDNS=avahi  reference run of (a): the guest's avahi publishes the boxes' records
+#                          itself (checks the step and nvme-stas, not ebof's mDNS)
 # Exit status: 0 passed, 77 skipped (no `ebof serve`/`ctl` and not EBOF_INTEROP_STRICT), else failed.
 # shellcheck disable=SC2317 # host_on_* are called indirectly
 set -uo pipefail
@@ -243,7 +245,7 @@ host_step "start three boxes and the CDC" start_fleet || { check_after 1; die "t
 vm_env "NQN_PREFIX=$NQN_PREFIX" "BOX_IPS=${BOX_IPS[*]}" "CDC_IP=$CDC_IP" "IO_PORT=$IO_PORT" \
 	"DISC_PORT=$DISC_PORT" "MASK_NQN=$MASK_NQN" "HOST_A=$HOST_A" "HOST_A_ID=$HOST_A_ID" \
 	"HOST_B=$HOST_B" "HOST_B_ID=$HOST_B_ID" "CDC_SKIP=$CDC_SKIP" "MASK_SKIP=$MASK_SKIP" \
-	"SEE_SECS=${EBOF_FLEET_SEE_SECS:-60}" "STRICT=${EBOF_INTEROP_STRICT:-}"
+	"SEE_SECS=${EBOF_FLEET_SEE_SECS:-60}" "MDNS_REFERENCE=${EBOF_FLEET_MDNS:-}"
 vm_run "$INTEROP_DIR/linux-fleet.guest.sh" "${EBOF_INTEROP_TIMEOUT:-720}"
 rc=$?
 check_after "$rc" || rc=$?
