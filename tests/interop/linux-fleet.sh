@@ -120,10 +120,13 @@ EOF
 
 cdc_config() {
 	cat <<EOF
-# written by tests/interop/linux-fleet.sh: the Central Discovery Controller (no subsystems)
-[discovery]
+# written by tests/interop/linux-fleet.sh: the Central Discovery Controller (no subsystems; its
+# one listener, on the discovery port, answers discovery as every listener does)
+[[listeners]]
 address = "$CDC_IP"
 port = $DISC_PORT
+
+[discovery]
 mdns = false
 
 [cdc]
