@@ -469,8 +469,11 @@ dim_box() {
 		[[ -n $dc ]] || fail "no persistent discovery controller on box 2 after nvme discover -p"
 	fi
 	echo "box 2's discovery controller: $dc (dctype $(<"/sys/class/nvme/$dc/dctype")${made:+, made here})"
-	dim deregister "$dc" # stafd may have registered already (it registers with every DDC it connects)
-	! registered 2 || fail "box 2 still lists the host after nvme dim -t deregister"
+	if registered 2; then # stafd registers with every DDC it connects
+		echo "box 2 lists the host already (stafd registered): deregister first"
+		dim deregister "$dc"
+		! registered 2 || fail "box 2 still lists the host after nvme dim -t deregister"
+	fi
 	dim register "$dc"
 	registered 2 || { echo "$CTL_OUT"; fail "box 2's ebof ctl show does not list the host after nvme dim -t register"; }
 	echo "box 2 lists the registration"
@@ -516,8 +519,14 @@ DB_ARGS=("--db=$DB" --num=4000 --value_size=256 --compression_type=none --thread
 	--statistics=0 --disable_wal=0 --sync=0 --cache_size=1048576 --seed=4420)
 
 lvm_db() {
-	[[ -n $(pid_of stafd) ]] || fail "stafd does not run (the previous steps failed)"
-	all_connected "${BOX_NQNS[@]}" || fail "not every box is connected: $(missing_nqns "${BOX_NQNS[@]}")"
+	if ! all_connected "${BOX_NQNS[@]}"; then
+		# (b) failed: connect the boxes directly, so that this step still runs
+		echo "NOTE: (b) left $(missing_nqns "${BOX_NQNS[@]}") unconnected: connecting every box directly"
+		stas_stop
+		local ip
+		for ip in "${BOX_IPS[@]}"; do run -t 120 nvme connect-all -t tcp -a "$ip" -s "$DISC_PORT"; done
+		wait_for "$SEE" all_connected "${BOX_NQNS[@]}" || fail "boxes not connected: $(missing_nqns "${BOX_NQNS[@]}")"
+	fi
 	lvm_setup
 	local devs
 	devs=$(box_devs)
