@@ -45,6 +45,9 @@ pub mod routes {
     pub const SAVE: &str = "/v1/save";
     /// `PUT` [`super::AnaRequest`]: set the ANA state of a group on a listener.
     pub const ANA: &str = "/v1/ana";
+    /// `GET`: what is published over mDNS ([`super::MdnsView`]); `PUT`
+    /// [`super::MdnsRequest`]: switch publishing on, off or to auto.
+    pub const MDNS: &str = "/v1/mdns";
 
     /// `route` with each `{name}` replaced by the percent-encoded value, in order.
     pub fn fill(route: &str, values: &[&str]) -> String {
@@ -206,6 +209,9 @@ pub struct State {
     /// ANA states that are not optimized, by listener and group (every other pair is).
     #[serde(default)]
     pub ana: Vec<AnaView>,
+    /// mDNS (TP 8009): the mode and the records published.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mdns: Option<MdnsView>,
 }
 
 /// The ANA state of one group on one listener.
@@ -622,6 +628,57 @@ pub fn hex(b: &[u8]) -> String {
 /// Text form of a UUID.
 pub fn uuid_string(u: &[u8; 16]) -> String {
     uuid::Uuid::from_bytes(*u).hyphenated().to_string()
+}
+
+/// `PUT /v1/mdns`: publish the discovery listeners over mDNS (`on`: every one, loopback ones
+/// too), none of them (`off`), or every one not on a loopback address (`auto`, the default).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MdnsRequest {
+    /// `on`, `off` or `auto` (`[discovery] mdns = true`, `false`, or absent).
+    pub mode: String,
+}
+
+/// What the mDNS responder publishes (`GET /v1/mdns`, `state.mdns`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MdnsView {
+    /// `on`, `off` or `auto`.
+    pub mode: String,
+    /// One record per discovery listener the mode selects (in `off` mode: none).
+    #[serde(default)]
+    pub records: Vec<MdnsRecordView>,
+    /// The responder's own failure (its socket, its thread), if any: publishing is best
+    /// effort, NVMe is served regardless.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// One DNS-SD service instance (TP 8009) for one discovery listener.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MdnsRecordView {
+    /// `ADDR:PORT` of the listener.
+    pub listener: String,
+    /// `tcp` or `rdma`.
+    pub transport: String,
+    /// Service type, e.g. `_nvme-disc._tcp.local.`.
+    pub service: String,
+    /// Service instance name (unique per machine, address and port).
+    pub instance: String,
+    /// Host name of the SRV record (unique per machine, address and port).
+    pub host: String,
+    /// The addresses in the host's A/AAAA records, with the interface each is published on
+    /// (`ADDR%IFACE`).
+    #[serde(default)]
+    pub addresses: Vec<String>,
+    /// TXT record, `key=value` strings.
+    #[serde(default)]
+    pub txt: Vec<String>,
+    /// `announced` (on the wire), `probing` (registered, not yet announced), `skipped`
+    /// (the mode leaves it out) or `failed`.
+    pub state: String,
+    /// Why it is skipped or failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 #[cfg(test)]

@@ -232,6 +232,19 @@ impl Client {
         self.json(Method::PUT, routes::ANA, Some(to_json(req)))
     }
 
+    /// What is published over mDNS.
+    pub fn mdns(&self) -> Result<crate::api::MdnsView, ClientError> {
+        self.json(Method::GET, routes::MDNS, None)
+    }
+
+    /// Set the mDNS mode (`on`, `off` or `auto`).
+    pub fn set_mdns(
+        &self,
+        req: &crate::api::MdnsRequest,
+    ) -> Result<crate::api::MdnsView, ClientError> {
+        self.json(Method::PUT, routes::MDNS, Some(to_json(req)))
+    }
+
     /// Write the running configuration.
     pub fn save(&self, req: &SaveRequest) -> Result<Saved, ClientError> {
         self.json(Method::POST, routes::SAVE, Some(to_json(req)))

@@ -32,6 +32,8 @@ pub struct Control {
     running: Mutex<Config>,
     listeners: std::sync::OnceLock<ListenerControl>,
     config_file: Option<PathBuf>,
+    /// The mDNS responder, once serve attaches it ([`Control::attach_mdns`]).
+    pub(crate) mdns: std::sync::OnceLock<Arc<crate::mdns::Responder>>,
 }
 
 impl Control {
@@ -44,6 +46,7 @@ impl Control {
             running: Mutex::new(running),
             listeners: std::sync::OnceLock::new(),
             config_file,
+            mdns: std::sync::OnceLock::new(),
         }
     }
 
@@ -90,6 +93,7 @@ impl Control {
     /// `GET /v1/state`: the target's state, with the namespaces' paths and the discovery
     /// listener from the running configuration.
     pub fn state(&self) -> State {
+        let mdns = self.mdns();
         let cfg = self.lock();
         let mut s = ops::state(&self.target);
         for sv in &mut s.subsystems {
@@ -114,6 +118,7 @@ impl Control {
                 transport: cfg.transport(d).name().into(),
             });
         }
+        s.mdns = Some(mdns);
         s
     }
 
@@ -358,7 +363,7 @@ impl Control {
         let l = ebof_config::parse_listener(&req.address, default_port)
             .map_err(|e| ApiError::from_config(&e, "address"))?;
         let control = self.listener_control()?;
-        self.change(|cfg| {
+        let added = self.change(|cfg| {
             if req.discovery {
                 if let Some(d) = &cfg.discovery {
                     return Err(ApiError::new(
@@ -408,7 +413,10 @@ impl Control {
                 tls: "off".into(),
                 transport: "tcp".into(),
             })
-        })
+        })?;
+        // Publish it over mDNS if the mode asks for it.
+        self.sync_mdns();
+        Ok(added)
     }
 
     /// `DELETE /v1/listeners/{address}`: close the listening socket. Connections that came in
@@ -422,7 +430,7 @@ impl Control {
             .map_err(|e| ApiError::from_config(&e, "address"))?;
         let addr = l.socket_addr();
         let control = self.listener_control()?;
-        self.change(|cfg| {
+        let removed = self.change(|cfg| {
             if cfg.transport(&l) == ebof_config::Transport::Rdma {
                 return Err(ApiError::new(
                     codes::UNSUPPORTED,
@@ -501,7 +509,10 @@ impl Control {
                 },
                 disconnected,
             })
-        })
+        })?;
+        // Withdraw its mDNS record (goodbye packets).
+        self.sync_mdns();
+        Ok(removed)
     }
 
     fn listener_control(&self) -> Result<&ListenerControl, ApiError> {

@@ -4,7 +4,8 @@
 //! socket, owner-only, and optionally on TCP with a bearer token: [`auth`]), its typed vocabulary ([`api`]: requests, responses, [`api::ApiError`]
 //! with stable codes and field paths), what each request does to the target ([`ops`]), the
 //! Prometheus exposition ([`metrics`]), the server ([`server`]) and the blocking client that
-//! `ebof ctl` uses ([`client`]).
+//! `ebof ctl` uses ([`client`]); the mDNS responder that publishes the discovery listeners
+//! (NVMe TP 8009, [`mdns`]), kept in step with listener and mode changes by [`Control`].
 //!
 //! **What it is not**: no protocol logic and nothing on the data path. It runs on one thread
 //! with its own tokio runtime and reaches the target through `Arc<nvmf_target::Target>` only:
@@ -21,6 +22,7 @@ pub mod auth;
 pub mod build;
 pub mod client;
 pub mod control;
+pub mod mdns;
 pub mod metrics;
 pub mod ops;
 pub mod security;

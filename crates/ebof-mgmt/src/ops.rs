@@ -119,6 +119,7 @@ pub fn state(t: &Target) -> State {
             })
             .collect(),
         ana: crate::ana::views(t),
+        mdns: None,
     }
 }
 

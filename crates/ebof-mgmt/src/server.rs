@@ -257,6 +257,7 @@ pub fn router(ctx: Ctx) -> Router {
         .route(routes::LISTENER, delete(delete_listener))
         .route(routes::SAVE, post(post_save))
         .route(routes::ANA, put(put_ana))
+        .route(routes::MDNS, get(get_mdns).put(put_mdns))
         .fallback(unknown_endpoint)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(ctx)
@@ -645,6 +646,17 @@ async fn delete_listener(
 async fn put_ana(State(c): State<Ctx>, body: Body<api::AnaRequest>) -> Response {
     match body {
         Ok(axum::Json(r)) => blocking(move || c.set_ana(&r)).await,
+        Err(e) => json::<()>(Err(bad_body(e))),
+    }
+}
+
+async fn get_mdns(State(c): State<Ctx>) -> Response {
+    json(Ok(c.mdns()))
+}
+
+async fn put_mdns(State(c): State<Ctx>, body: Body<api::MdnsRequest>) -> Response {
+    match body {
+        Ok(axum::Json(r)) => blocking(move || c.set_mdns(&r)).await,
         Err(e) => json::<()>(Err(bad_body(e))),
     }
 }

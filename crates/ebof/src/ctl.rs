@@ -82,6 +82,13 @@ pub enum CtlCmd {
         #[command(subcommand)]
         cmd: AnaCmd,
     },
+    /// mDNS (TP 8009): show what is published, or publish every discovery listener (on),
+    /// none (off), or every one not on a loopback address (auto, the default). Saved as
+    /// `[discovery] mdns` by `ebof ctl save`.
+    Mdns {
+        #[arg(value_parser = ["on", "off", "auto"])]
+        mode: Option<String>,
+    },
     /// Write the running configuration as TOML (default: the file `ebof serve` was started
     /// with), atomically; a restart with it serves the same.
     Save {
@@ -381,6 +388,19 @@ pub fn run(a: CtlArgs) -> Result<()> {
                 );
             }
         }
+        CtlCmd::Mdns { mode } => {
+            let v = match mode {
+                Some(mode) => c
+                    .set_mdns(&ebof_mgmt::api::MdnsRequest { mode })
+                    .map_err(err)?,
+                None => c.mdns().map_err(err)?,
+            };
+            if json {
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else {
+                print!("{}", mdns_text(&v));
+            }
+        }
         CtlCmd::Save { file } => {
             let req = ebof_mgmt::api::SaveRequest {
                 path: file.map(|f| absolute(&f).display().to_string()),
@@ -620,6 +640,9 @@ pub fn show_text(s: &State) -> String {
         }
         table(&mut out, "  ", &rows);
     }
+    if let Some(m) = &s.mdns {
+        out.push_str(&mdns_text(m));
+    }
     if s.controllers.is_empty() {
         out.push_str("controllers: none connected\n");
     } else {
@@ -646,6 +669,50 @@ pub fn show_text(s: &State) -> String {
             ]);
         }
         table(&mut out, "  ", &rows);
+    }
+    out
+}
+
+/// The mDNS section of `ebof ctl show` (and `ebof ctl mdns`).
+pub fn mdns_text(m: &ebof_mgmt::api::MdnsView) -> String {
+    let mut out = format!("mdns: {}", m.mode);
+    if let Some(e) = &m.error {
+        out.push_str(&format!("  error: {e}"));
+    }
+    out.push('\n');
+    if m.records.is_empty() {
+        return out;
+    }
+    let mut rows = vec![row(&[
+        "LISTENER",
+        "STATE",
+        "SERVICE",
+        "INSTANCE",
+        "ADDRESSES",
+        "TXT",
+    ])];
+    for r in &m.records {
+        rows.push(vec![
+            r.listener.clone(),
+            r.state.clone(),
+            r.service.clone(),
+            r.instance.clone(),
+            if r.addresses.is_empty() {
+                "-".into()
+            } else {
+                r.addresses.join(",")
+            },
+            r.txt.join(" "),
+        ]);
+    }
+    table(&mut out, "  ", &rows);
+    for r in m.records.iter().filter(|r| r.reason.is_some()) {
+        out.push_str(&format!(
+            "  {} {}: {}\n",
+            r.listener,
+            r.state,
+            r.reason.as_deref().unwrap_or_default()
+        ));
     }
     out
 }

@@ -346,6 +346,15 @@ pub fn run(a: ServeArgs) -> Result<()> {
         Some((_, control)) => control.attach_server(handle.listener_control(), &bound),
         None => ebof_mgmt::build::settle_bound_ports(&mut cfg, &bound, &target),
     }
+    // mDNS (TP 8009): best effort, NVMe is served whatever it says. With the management API
+    // the control plane keeps it in step with listener and mode changes.
+    let mdns = Arc::new(ebof_mgmt::mdns::Responder::new());
+    match &mgmt {
+        Some((_, control)) => control.attach_mdns(mdns.clone()),
+        None => {
+            mdns.apply_config(|| cfg.clone());
+        }
+    }
     tracing::info!(
         listeners = %join(&bound),
         cores = %join(&cores),
@@ -366,6 +375,8 @@ pub fn run(a: ServeArgs) -> Result<()> {
     if let Some((m, _)) = mgmt {
         m.stop();
     }
+    // Goodbye packets before the listeners close, so hosts forget them first.
+    mdns.shutdown();
     handle.stop();
     for s in target.subsystems().iter() {
         for n in &s.namespaces {
