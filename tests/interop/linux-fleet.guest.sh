@@ -302,6 +302,10 @@ wait_all() {
 		tail -n 30 "$X/stafd-$PHASE.log" || true
 		echo "---- stacd log (last 30 lines) ----"
 		tail -n 30 "$X/stacd-$PHASE.log" || true
+		if [[ $PHASE == a ]]; then
+			echo "---- what avahi sees of _nvme-disc._tcp ----"
+			timeout 15 avahi-browse -rtp _nvme-disc._tcp || true
+		fi
 		fail "$what: not connected after $SEE s: $(missing_nqns "$@")"
 	fi
 	seen "$what: every subsystem connected after stafd/stacd started" "$STAS_T0"
