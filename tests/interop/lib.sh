@@ -63,8 +63,13 @@ VM_INITRAMFS_MODULES=(virtio_pci virtio_console 9pnet_virtio 9p overlay)
 VM_FLAVOUR=${VM_FLAVOUR:-${EBOF_VM_FLAVOUR:-bookworm}}
 # the trixie guest's packages (the root filesystem is rebuilt when this list changes). busybox:
 # guest-init's poweroff; libssl3t64: a bookworm-built ebof linking libssl.so.3 runs in the guest.
+# linux-fleet: nvme-stas (stafd/stacd) with avahi-daemon (+ avahi-utils' avahi-browse) on dbus, and
+# udev (systemd-udevd run by hand: nvme-stas follows the kernel's events through libudev;
+# systemd-standalone-sysusers satisfies udev without pulling systemd), lvm2, xfsprogs and
+# rocksdb-tools (db_bench).
 VM_TRIXIE_PACKAGES=(nvme-cli ktls-utils keyutils fio kmod iproute2 e2fsprogs util-linux procps
-	busybox libssl3t64 openssl jq coreutils gawk sed grep)
+	busybox libssl3t64 openssl jq coreutils gawk sed grep
+	nvme-stas avahi-daemon avahi-utils dbus udev systemd-standalone-sysusers lvm2 xfsprogs rocksdb-tools)
 
 RUN_DIR='' X='' NS='' INTEROP_NAME='' VM_KERNEL='' VM_KDIR='' VM_INITRD='' VM_KVER=''
 VM_ROOTFS=/ VM_MODDIR=''
