@@ -130,12 +130,17 @@ pub struct DiscoveryListener {
     pub transport: Transport,
 }
 
-/// Every listener of `cfg` that answers discovery: the `[[listeners]]` entries, then the
-/// dedicated `[discovery]` listener.
+/// The listeners published as discovery services: the dedicated `[discovery]` listener when
+/// there is one (as SPDK publishes only its discovery listeners: a host that found the box
+/// once should not keep two discovery controllers to it), else every `[[listeners]]` entry
+/// (each answers discovery too).
 pub fn discovery_listeners(cfg: &Config) -> Vec<DiscoveryListener> {
-    cfg.listeners
-        .iter()
-        .chain(cfg.discovery.iter())
+    let chosen: Vec<&ebof_config::Listener> = match &cfg.discovery {
+        Some(d) => vec![d],
+        None => cfg.listeners.iter().collect(),
+    };
+    chosen
+        .into_iter()
         .map(|l| DiscoveryListener {
             addr: l.socket_addr(),
             transport: cfg.transport(l),
@@ -386,6 +391,11 @@ pub fn interfaces() -> std::io::Result<Vec<Interface>> {
 struct Events {
     /// Full names (lower case) announced on the wire.
     announced: BTreeSet<String>,
+    /// Addresses the responder found after start (an interface that got its carrier late):
+    /// it announces every record on such an interface as it adds it.
+    late_ips: BTreeSet<IpAddr>,
+    /// What is registered now (a copy of the shell's `published`, for the log thread).
+    registered: BTreeMap<String, Record>,
     /// The latest error of the responder itself.
     error: Option<String>,
 }
@@ -594,6 +604,10 @@ impl Responder {
             }
         }
         sh.plan = plan;
+        self.events
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .registered = sh.published.clone();
         self.view_locked(&sh)
     }
 
@@ -606,6 +620,7 @@ impl Responder {
             sd.disable_interface(IfKind::All)
                 .map_err(|e| e.to_string())?;
             let monitor = sd.monitor().map_err(|e| e.to_string())?;
+            let sd2 = sd.clone();
             let events = self.events.clone();
             if let Ok(mut ev) = events.lock() {
                 *ev = Events::default();
@@ -620,6 +635,29 @@ impl Responder {
                             DaemonEvent::Announce(name, addrs) => {
                                 tracing::debug!(%name, %addrs, "mDNS: announced");
                                 e.announced.insert(name.to_lowercase());
+                            }
+                            DaemonEvent::IpAdd(ip) => {
+                                // mdns-sd brings only services with automatic addresses up
+                                // on an interface it finds late (no carrier at start: a tap
+                                // whose VM starts later); ours list their address, so
+                                // registering them again announces them there.
+                                e.late_ips.insert(ip);
+                                let again: Vec<Record> = e
+                                    .registered
+                                    .values()
+                                    .filter(|r| r.addresses.iter().any(|(_, a)| *a == ip))
+                                    .cloned()
+                                    .collect();
+                                drop(e);
+                                for r in again {
+                                    match register(&sd2, &r) {
+                                        Ok(()) => tracing::info!(%ip, instance = %r.instance, "mDNS: interface came up; announced"),
+                                        Err(err) => tracing::warn!(%ip, instance = %r.instance, error = %err, "mDNS: announcing on a new interface failed"),
+                                    }
+                                }
+                            }
+                            DaemonEvent::IpDel(ip) => {
+                                e.late_ips.remove(&ip);
                             }
                             DaemonEvent::Error(err) => {
                                 tracing::warn!(error = %err, "mDNS responder");
@@ -669,7 +707,9 @@ impl Responder {
                             ("failed", Some(why.clone()))
                         } else if !sh.published.contains_key(&key) {
                             ("failed", sh.error.clone())
-                        } else if ev.announced.contains(&key) {
+                        } else if ev.announced.contains(&key)
+                            || r.addresses.iter().any(|(_, ip)| ev.late_ips.contains(ip))
+                        {
                             ("announced", None)
                         } else {
                             ("probing", None)
@@ -740,6 +780,12 @@ fn register(sd: &ServiceDaemon, r: &Record) -> Result<(), String> {
         &txt[..],
     )
     .map_err(|e| format!("bad record: {e}"))?;
+    // No probing (RFC 6762 8.1): the names are unique by construction (machine, address and
+    // port), and mdns-sd leaves a record probing for good when the interface only gets its
+    // carrier after the record was registered (a tap whose VM starts later): the record is
+    // then never announced nor answered. Conflicts are still reported (`NameChange`).
+    let mut info = info;
+    info.set_requires_probe(false);
     sd.register(info)
         .map_err(|e| format!("the responder refused the record: {e}"))
 }
@@ -1050,24 +1096,18 @@ mod tests {
     }
 
     #[test]
-    fn discovery_listeners_are_every_listener_then_the_dedicated_one() {
-        let cfg = Config::from_toml_str(
-            "[[listeners]]\naddress = \"10.0.0.1\"\n[[listeners]]\naddress = \"10.0.0.1\"\nport = 4421\ntransport = \"rdma\"\n[discovery]\naddress = \"10.0.0.1\"\n[[subsystems]]\nnqn = \"nqn.2026-11.io.ebof:a\"\nallow_any_host = true\n[[subsystems.namespaces]]\nnsid = 1\nbackend = \"ram\"\nsize = \"1M\"\n",
-        )
-        .unwrap();
-        let l = discovery_listeners(&cfg);
-        let s: Vec<String> = l
-            .iter()
-            .map(|l| format!("{} {:?}", l.addr, l.transport))
-            .collect();
-        assert_eq!(
-            s,
-            [
-                "10.0.0.1:4420 Tcp",
-                "10.0.0.1:4421 Rdma",
-                "10.0.0.1:8009 Tcp"
-            ]
-        );
+    fn the_dedicated_discovery_listener_is_published_else_every_listener() {
+        let base = "[[listeners]]\naddress = \"10.0.0.1\"\n[[listeners]]\naddress = \"10.0.0.1\"\nport = 4421\ntransport = \"rdma\"\n[[subsystems]]\nnqn = \"nqn.2026-11.io.ebof:a\"\nallow_any_host = true\n[[subsystems.namespaces]]\nnsid = 1\nbackend = \"ram\"\nsize = \"1M\"\n";
+        let names = |toml: &str| -> Vec<String> {
+            let cfg = Config::from_toml_str(toml).unwrap();
+            discovery_listeners(&cfg)
+                .iter()
+                .map(|l| format!("{} {:?}", l.addr, l.transport))
+                .collect()
+        };
+        assert_eq!(names(base), ["10.0.0.1:4420 Tcp", "10.0.0.1:4421 Rdma"]);
+        let with_disc = format!("{base}[discovery]\naddress = \"10.0.0.1\"\n");
+        assert_eq!(names(&with_disc), ["10.0.0.1:8009 Tcp"]);
     }
 
     #[test]

@@ -45,17 +45,19 @@ struct Link {
     server_ns: String,
     browser_ns: String,
     server_ip: String,
+    browser_dev: String,
 }
 
 impl Link {
     fn new() -> Link {
         let id = std::process::id();
-        let l = Link {
+        let mut l = Link {
             server_ns: format!("ebof-mdns-s{id}"),
             browser_ns: format!("ebof-mdns-b{id}"),
             // 10.213.x.y: a private pair inside namespaces this test made; x from the pid
             // so that two runs at once do not share a subnet (each has its own link anyway).
             server_ip: format!("10.213.{}.1", id % 250),
+            browser_dev: String::new(),
         };
         let browser_ip = format!("10.213.{}.2", id % 250);
         let (a, b) = (
@@ -83,10 +85,25 @@ impl Link {
             (&l.browser_ns, &b, &browser_ip),
         ] {
             ip_ok(&["-n", ns, "addr", "add", &format!("{addr}/24"), "dev", dev]);
-            ip_ok(&["-n", ns, "link", "set", dev, "up"]);
             ip_ok(&["-n", ns, "link", "set", "lo", "up"]);
         }
+        // The server's end is up but has no carrier until the browser's end comes up
+        // (`Link::connect`), as a tap before its VM starts.
+        ip_ok(&["-n", &l.server_ns, "link", "set", &a, "up"]);
+        l.browser_dev = b;
         l
+    }
+
+    /// Bring the browser's end up: the server's end gets its carrier.
+    fn connect(&self) {
+        ip_ok(&[
+            "-n",
+            &self.browser_ns,
+            "link",
+            "set",
+            &self.browser_dev,
+            "up",
+        ]);
     }
 }
 
@@ -205,6 +222,13 @@ fn ctl(sock: &Path, args: &[&str]) -> common::Output {
     o
 }
 
+/// `ebof ctl ARGS` answered (serve is up).
+fn ctl_ok(sock: &Path, args: &[&str]) -> bool {
+    let mut a = vec!["ctl", "--socket", sock.to_str().unwrap()];
+    a.extend_from_slice(args);
+    ebof(&a).ok
+}
+
 fn check_record(seen: &Seen, port: u16, addr: &str) {
     let Seen::Resolved {
         name,
@@ -254,17 +278,11 @@ fn discovery_listeners_are_published_and_withdrawn_over_mdns() {
     let sock = dir.path().join("ebof.sock");
     let log = dir.path().join("serve.log");
     let cfg_file = dir.path().join("saved.toml");
-    let (rx, stop_browser) = browse_in(&link.browser_ns);
-    let mut browser = Browser {
-        rx,
-        pending: Vec::new(),
-    };
     let io = format!("{}:4420", link.server_ip);
-    let disc = format!("{}:8009", link.server_ip);
     let mut serve = Serve(
         Command::new("ip")
             .args(["netns", "exec", &link.server_ns, EBOF, "serve"])
-            .args(["--listen", &io, "--discovery-listen", &disc])
+            .args(["--listen", &io])
             .args(["--ram", "16M", "--cores", "0", "--mgmt-socket"])
             .arg(&sock)
             .env("EBOF_LOG", "info,mdns_sd=warn")
@@ -274,13 +292,28 @@ fn discovery_listeners_are_published_and_withdrawn_over_mdns() {
             .spawn()
             .expect("spawn ebof serve"),
     );
-    // Both listeners (auto mode: neither is on loopback) resolve with port, address and TXT.
+    // Serve publishes while its interface has no carrier yet (the tap of a VM that starts
+    // later); once the link comes up the record must still be announced and answered.
+    let ready = Instant::now();
+    while !sock.exists() || !ctl_ok(&sock, &["mdns"]) {
+        assert!(
+            ready.elapsed() < Duration::from_secs(30),
+            "serve did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    link.connect();
+    // The browser starts once its link is up (a host boots after the boxes).
+    let (rx, stop_browser) = browse_in(&link.browser_ns);
+    let mut browser = Browser {
+        rx,
+        pending: Vec::new(),
+    };
+    // The listener (auto mode: not on loopback) resolves with port, address and TXT.
     let dash = link.server_ip.replace('.', "-");
     let r_io = browser.wait_for(&format!("{dash}-4420"), false, &log);
     check_record(&r_io, 4420, &link.server_ip);
-    let r_disc = browser.wait_for(&format!("{dash}-8009"), false, &log);
-    check_record(&r_disc, 8009, &link.server_ip);
-    // The API shows both, announced.
+    // The API shows it, announced.
     let o = ctl(&sock, &["mdns", "--json"]);
     let v: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
     assert_eq!(v["mode"], "auto", "{v}");
@@ -290,7 +323,7 @@ fn discovery_listeners_are_published_and_withdrawn_over_mdns() {
         .iter()
         .map(|r| r["state"].as_str().unwrap())
         .collect();
-    assert_eq!(states, ["announced", "announced"], "{v}");
+    assert_eq!(states, ["announced"], "{v}");
 
     // A listener added live is published; removed, its record is withdrawn.
     let extra = format!("{}:4421", link.server_ip);
@@ -302,24 +335,27 @@ fn discovery_listeners_are_published_and_withdrawn_over_mdns() {
 
     // `mdns off` withdraws every record; show says off; `on` publishes it again.
     ctl(&sock, &["mdns", "off"]);
-    browser.wait_for(&format!("{dash}-8009"), true, &log);
     browser.wait_for(&format!("{dash}-4420"), true, &log);
     let show = ctl(&sock, &["show"]).stdout;
     assert!(show.contains("mdns: off"), "{show}");
     ctl(&sock, &["mdns", "on"]);
-    let again = browser.wait_for(&format!("{dash}-8009"), false, &log);
-    check_record(&again, 8009, &link.server_ip);
+    let again = browser.wait_for(&format!("{dash}-4420"), false, &log);
+    check_record(&again, 4420, &link.server_ip);
     ctl(&sock, &["save", cfg_file.to_str().unwrap()]);
     let saved = std::fs::read_to_string(&cfg_file).unwrap();
     assert!(saved.contains("mdns = true"), "{saved}");
 
-    browser.wait_for(&format!("{dash}-4420"), false, &log);
+    // A dedicated discovery listener is published alone: the I/O listener's record goes.
+    let disc = format!("{}:8009", link.server_ip);
+    ctl(&sock, &["listener", "add", &disc, "--discovery"]);
+    let d = browser.wait_for(&format!("{dash}-8009"), false, &log);
+    check_record(&d, 8009, &link.server_ip);
+    browser.wait_for(&format!("{dash}-4420"), true, &log);
 
-    // Shutdown withdraws them too.
+    // Shutdown withdraws it too.
     // SAFETY: kill on our own child's pid.
     unsafe { libc::kill(serve.0.id() as libc::pid_t, libc::SIGTERM) };
     browser.wait_for(&format!("{dash}-8009"), true, &log);
-    browser.wait_for(&format!("{dash}-4420"), true, &log);
     let status = serve.0.wait().unwrap();
     assert!(status.success(), "serve exited {status}");
     let _ = stop_browser.send(());

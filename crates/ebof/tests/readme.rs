@@ -149,3 +149,111 @@ fn readme_host_examples_run_against_the_default_serve() {
     assert!(!o.ok);
     assert!(!o.stderr.contains("trying"), "{}", o.stderr);
 }
+
+/// The README's fleet example, as written: its configuration files (box 2's derived from box
+/// 1's as the comment says) and its commands, in its order: box 1 announces itself to a CDC
+/// that is not up yet, the CDC lists box 2, `ebof discover` against the CDC sees both boxes,
+/// and a subsystem added on box 2 reaches it. Needs root (the sockets are under /run/ebof);
+/// servers are killed by PID.
+#[test]
+fn readme_fleet_example_runs() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIP readme_fleet_example: the README's sockets are under /run/ebof (root)");
+        return;
+    }
+    for a in ["127.0.0.10:8009", "127.0.0.11:8009", "127.0.0.12:8009"] {
+        if TcpListener::bind(a).is_err() {
+            eprintln!("SKIP readme_fleet_example: {a} is in use on this machine");
+            return;
+        }
+    }
+    let section = &README[README.find("## The fleet").expect("a Fleet section")..];
+    let block = |name: &str| -> String {
+        let at = section
+            .find(&format!("```toml\n# {name}"))
+            .unwrap_or_else(|| panic!("no {name} block"));
+        let body = &section[at + "```toml\n".len()..];
+        body[..body.find("```").expect("closing fence")].to_string()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let box1 = block("fleet-box1.toml");
+    let box2 = box1
+        .replace("127.0.0.11", "127.0.0.12")
+        .replace("box1", "box2")
+        .lines()
+        .filter(|l| !l.starts_with("cdc = "))
+        .collect::<Vec<_>>()
+        .join("\n");
+    for (name, text) in [
+        ("fleet-cdc.toml", block("fleet-cdc.toml")),
+        ("fleet-box1.toml", box1),
+        ("fleet-box2.toml", box2),
+    ] {
+        std::fs::write(dir.path().join(name), text).unwrap();
+    }
+    let cmds: Vec<Vec<String>> = readme_block("## The fleet", "sh")
+        .lines()
+        .filter(|l| l.starts_with("ebof "))
+        .map(|l| words(l).into_iter().filter(|w| w != "&").collect())
+        .collect();
+    struct Kill(Vec<std::process::Child>);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            for c in &mut self.0 {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+    let mut servers = Kill(Vec::new());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let mut ran = 0;
+    for w in cmds {
+        let args: Vec<&str> = w.iter().skip(1).map(String::as_str).collect();
+        if w[1] == "serve" {
+            let c = Command::new(EBOF)
+                .args(&args)
+                .current_dir(dir.path())
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("spawn ebof serve");
+            servers.0.push(c);
+            ran += 1;
+            continue;
+        }
+        // Each later command is retried (bounded) until the fleet has converged on what it
+        // shows: the boxes come up, announce, and the CDC reads them.
+        let expect: &[&str] = match w[1].as_str() {
+            "discover" => &["nqn.2026-11.io.ebof:box1", "nqn.2026-11.io.ebof:box2"],
+            "ctl" if args.contains(&"list") => &["127.0.0.11:8009", "127.0.0.12:8009"],
+            _ => &[],
+        };
+        loop {
+            let o = ebof(&args);
+            if o.ok && expect.iter().all(|e| o.stdout.contains(e)) {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "README fleet example {w:?}: {}{}",
+                o.stdout,
+                o.stderr
+            );
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+        ran += 1;
+    }
+    assert_eq!(ran, 6, "the README's fleet example has six commands");
+    // The subsystem added last on box 2 reaches the CDC's log.
+    loop {
+        let o = ebof(&["discover", "-a", "127.0.0.10", "-s", "8009"]);
+        if o.ok && o.stdout.contains("nqn.2026-11.io.ebof:box2-b") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{}", o.stdout);
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}

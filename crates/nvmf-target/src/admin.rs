@@ -42,7 +42,16 @@ impl Queue {
                 }
                 len
             }
-            _ => 0,
+            admin::IDENTIFY
+            | admin::GET_LOG_PAGE
+            | admin::GET_FEATURES
+            | admin::SET_FEATURES
+            | admin::KEEP_ALIVE
+            | admin::ASYNC_EVENT_REQUEST
+            | admin::ABORT => 0,
+            // An opcode we do not implement is Invalid Command Opcode whatever data it
+            // carries (not Data SGL Length Invalid for data we would not have taken).
+            _ => return Err(CmdError::at(Status::INVALID_OPCODE, 0)),
         })
     }
 

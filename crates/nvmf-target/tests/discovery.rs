@@ -522,3 +522,20 @@ fn dim_bad_payloads() {
     assert_eq!(h.cmd(sqe, &good).0.status, Status::INVALID_FIELD);
     assert!(t.dim_registrations().is_empty());
 }
+
+/// An admin opcode we do not implement is Invalid Command Opcode even when it carries
+/// in-capsule data (not Data SGL Length Invalid, which told stafd "registration error" when
+/// DIM did not exist yet).
+#[test]
+fn unknown_admin_opcodes_with_data_are_invalid_opcode() {
+    let t = target();
+    for (sub, first) in [(DISCOVERY_NQN, 0x7Fu8), (NQN, 0x7F), (NQN, 0x0D)] {
+        let mut h = Host::new(&t, addr("10.77.0.1:4420"), sub, HOSTNQN);
+        assert!(h.connect(0, 0xFFFF).status.is_success());
+        h.enable();
+        let mut sqe = Sqe::new(first, CommandId(9));
+        sqe.set_sgl_icd(64);
+        let (c, _) = h.cmd(sqe, &[0u8; 64]);
+        assert_eq!(c.status, Status::INVALID_OPCODE, "{sub} {first:#x}");
+    }
+}
