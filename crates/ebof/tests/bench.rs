@@ -15,13 +15,30 @@ const NQN: &str = "nqn.2026-11.io.ebof:bench";
 /// Steps of ~2-3 s at scale 1 become 200-300 ms.
 const SCALE: &str = "0.1";
 
-fn serve() -> Target {
+/// `ebof serve` for one test, its log kept in a file so that a failure can show it.
+struct Served {
+    t: Target,
+    _dir: tempfile::TempDir,
+    log: std::path::PathBuf,
+}
+
+impl std::ops::Deref for Served {
+    type Target = Target;
+    fn deref(&self) -> &Target {
+        &self.t
+    }
+}
+
+fn serve() -> Served {
     let addr = format!("127.0.0.1:{}", common::free_port());
-    Target::spawn(
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("serve.log");
+    let t = Target::spawn(
         &["serve", "--listen", &addr, "--ram", "64M", "--nqn", NQN],
         addr.parse().unwrap(),
-        std::process::Stdio::null(),
-    )
+        std::process::Stdio::from(std::fs::File::create(&log).unwrap()),
+    );
+    Served { t, _dir: dir, log }
 }
 
 /// `ebof bench quick` against `t`, writing into `out` (without the destroy-data consent).
@@ -40,7 +57,7 @@ fn quick_args<'a>(port: &'a str, out: &'a Path) -> Vec<&'a str> {
     ]
 }
 
-fn run_quick(t: &Target, out: &Path, extra: &[&str]) -> common::Output {
+fn run_quick(t: &Served, out: &Path, extra: &[&str]) -> common::Output {
     let port = t.port();
     let mut args = quick_args(&port, out);
     args.extend([
@@ -52,7 +69,15 @@ fn run_quick(t: &Target, out: &Path, extra: &[&str]) -> common::Output {
     ]);
     args.extend(extra);
     let o = ebof(&args);
-    assert!(o.ok, "bench quick failed: {}\n{}", o.stdout, o.stderr);
+    assert!(
+        o.ok,
+        "bench quick failed: {}\n{}\nthe target (pid {}, alive: {}) logged:\n{}",
+        o.stdout,
+        o.stderr,
+        t.pid(),
+        std::path::Path::new(&format!("/proc/{}", t.pid())).exists(),
+        std::fs::read_to_string(&t.log).unwrap_or_default()
+    );
     o
 }
 

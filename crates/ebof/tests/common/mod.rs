@@ -102,8 +102,14 @@ impl Target {
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
             if let Ok(s) = TcpStream::connect_timeout(&addr, Duration::from_millis(200)) {
-                // A socket connected to itself is not a server.
+                // A socket connected to itself is not a server; nor is another process that
+                // holds the port while ours failed to bind it and exited.
                 if s.local_addr().ok() != Some(addr) {
+                    if let Ok(Some(st)) = t.child.try_wait() {
+                        panic!(
+                            "ebof {args:?} exited ({st}) while something else answers on {addr}"
+                        );
+                    }
                     return t;
                 }
             }
