@@ -529,7 +529,7 @@ fn dim_bad_payloads() {
 #[test]
 fn unknown_admin_opcodes_with_data_are_invalid_opcode() {
     let t = target();
-    for (sub, first) in [(DISCOVERY_NQN, 0x7Fu8), (NQN, 0x7F), (NQN, 0x0D)] {
+    for (sub, first) in [(DISCOVERY_NQN, 0xC1u8), (NQN, 0xC1), (NQN, 0x0D)] {
         let mut h = Host::new(&t, addr("10.77.0.1:4420"), sub, HOSTNQN);
         assert!(h.connect(0, 0xFFFF).status.is_success());
         h.enable();
