@@ -88,6 +88,50 @@ pub mod codes {
     pub const INVALID_SECRET: &str = "invalid-secret";
     /// A secret given both inline and as a file.
     pub const CONFLICTING_SECRETS: &str = "conflicting-secrets";
+
+    /// Every code above (for checks that a refusal carries a known code).
+    pub const ALL: &[&str] = &[
+        IO,
+        PARSE,
+        UNKNOWN_FIELD,
+        INVALID_TYPE,
+        MISSING_FIELD,
+        FORBIDDEN_FIELD,
+        INVALID_TUNING,
+        INVALID_CORES,
+        NO_LISTENERS,
+        INVALID_ADDRESS,
+        INVALID_PORT,
+        DUPLICATE_LISTENER,
+        NO_SUBSYSTEMS,
+        INVALID_NQN,
+        RESERVED_NQN,
+        DUPLICATE_NQN,
+        INVALID_SERIAL,
+        DUPLICATE_SERIAL,
+        INVALID_MODEL,
+        DUPLICATE_HOST,
+        CONFLICTING_HOSTS,
+        INVALID_NSID,
+        DUPLICATE_NSID,
+        TOO_MANY_NAMESPACES,
+        INVALID_BACKEND,
+        INVALID_BLOCK_SIZE,
+        INVALID_SIZE,
+        INVALID_PATH,
+        DUPLICATE_PATH,
+        INVALID_UUID,
+        DUPLICATE_UUID,
+        CONFLICTING_OVERRIDES,
+        INVALID_ANA_GROUP,
+        INVALID_ANA_STATE,
+        UNKNOWN_ANA_LISTENER,
+        DUPLICATE_ANA,
+        INVALID_TLS_MODE,
+        INVALID_TRANSPORT,
+        INVALID_SECRET,
+        CONFLICTING_SECRETS,
+    ];
 }
 
 /// A configuration error: what is wrong, where, and a stable code to match on.

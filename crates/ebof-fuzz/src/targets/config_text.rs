@@ -13,40 +13,8 @@ const F_OK: u8 = 20;
 const F_CODE: u8 = 21;
 const F_PATH: u8 = 22;
 
-/// Every stable code (`ebof_config::codes`).
-const CODES: &[&str] = &[
-    codes::IO,
-    codes::PARSE,
-    codes::UNKNOWN_FIELD,
-    codes::INVALID_TYPE,
-    codes::MISSING_FIELD,
-    codes::FORBIDDEN_FIELD,
-    codes::INVALID_TUNING,
-    codes::INVALID_CORES,
-    codes::NO_LISTENERS,
-    codes::INVALID_ADDRESS,
-    codes::INVALID_PORT,
-    codes::DUPLICATE_LISTENER,
-    codes::NO_SUBSYSTEMS,
-    codes::INVALID_NQN,
-    codes::RESERVED_NQN,
-    codes::DUPLICATE_NQN,
-    codes::INVALID_SERIAL,
-    codes::DUPLICATE_SERIAL,
-    codes::INVALID_MODEL,
-    codes::DUPLICATE_HOST,
-    codes::CONFLICTING_HOSTS,
-    codes::INVALID_NSID,
-    codes::DUPLICATE_NSID,
-    codes::INVALID_BACKEND,
-    codes::INVALID_BLOCK_SIZE,
-    codes::INVALID_SIZE,
-    codes::INVALID_PATH,
-    codes::DUPLICATE_PATH,
-    codes::INVALID_UUID,
-    codes::DUPLICATE_UUID,
-    codes::CONFLICTING_OVERRIDES,
-];
+/// Every stable code a refusal may carry (`ebof_config::codes::ALL`).
+const CODES: &[&str] = codes::ALL;
 
 /// One input: the bytes as configuration text; what is accepted validates and survives emit
 /// and parse, what is refused carries a known code (see the module docs).
