@@ -781,9 +781,8 @@ fn register(sd: &ServiceDaemon, r: &Record) -> Result<(), String> {
     )
     .map_err(|e| format!("bad record: {e}"))?;
     // No probing (RFC 6762 8.1): the names are unique by construction (machine, address and
-    // port), and mdns-sd leaves a record probing for good when the interface only gets its
-    // carrier after the record was registered (a tap whose VM starts later): the record is
-    // then never announced nor answered. Conflicts are still reported (`NameChange`).
+    // port), so probing would only delay the first answer. Conflicts are still reported
+    // (`NameChange`). A late interface is handled by registering again (`IpAdd` above).
     let mut info = info;
     info.set_requires_probe(false);
     sd.register(info)
