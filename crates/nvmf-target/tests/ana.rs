@@ -11,7 +11,7 @@ use nvme_spec::identify::{
 use nvme_spec::log::{aen, lid};
 use nvme_spec::opcode::{admin, feature, io};
 use nvme_spec::{CommandId, NamespaceId, Sqe, Status};
-use nvmf_target::{Disposition, ListenerInfo, Namespace, Subsystem, Target};
+use nvmf_target::{ListenerInfo, Namespace, Subsystem, Target};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
@@ -110,22 +110,6 @@ impl Host {
         assert!(c.status.is_success(), "{c:?}");
         assert_eq!(d.len(), len as usize);
         d
-    }
-
-    /// Park an AER; `Some(dw0)` if it completed at once.
-    fn aer(&mut self) -> Option<u32> {
-        let sqe = Sqe::new(admin::ASYNC_EVENT_REQUEST, CommandId(6));
-        match self.q.handle_command(&sqe, &[], self.now) {
-            Disposition::Parked => None,
-            Disposition::Done => Some(self.drain()[0].0.dw0),
-            d => panic!("unexpected {d:?}"),
-        }
-    }
-
-    /// Events delivered to parked AERs now.
-    fn events(&mut self) -> Vec<u32> {
-        self.q.deliver_events();
-        self.drain().into_iter().map(|(c, _)| c.dw0).collect()
     }
 
     fn rw(&mut self, opc: u8, nsid: u32) -> Status {

@@ -70,8 +70,6 @@ trait DiscHost {
     fn csts(&mut self) -> u32;
     fn dim(&mut self, task: DimTask, data: &[u8]) -> Cqe;
     fn enable_disc_events(&mut self);
-    fn aer(&mut self) -> Option<u32>;
-    fn events(&mut self) -> Vec<u32>;
 }
 
 impl DiscHost for Host {
@@ -136,20 +134,6 @@ impl DiscHost for Host {
         sqe.set_cdw(10, u32::from(feature::ASYNC_EVENT));
         sqe.set_cdw(11, aen::CFG_DISC_CHANGE);
         assert!(self.cmd(sqe, &[]).0.status.is_success());
-    }
-
-    fn aer(&mut self) -> Option<u32> {
-        let sqe = Sqe::new(admin::ASYNC_EVENT_REQUEST, CommandId(8));
-        match self.q.handle_command(&sqe, &[], self.now) {
-            Disposition::Parked => None,
-            Disposition::Done => Some(self.drain()[0].0.dw0),
-            d => panic!("unexpected {d:?}"),
-        }
-    }
-
-    fn events(&mut self) -> Vec<u32> {
-        self.q.deliver_events();
-        self.drain().into_iter().map(|(c, _)| c.dw0).collect()
     }
 }
 

@@ -13,7 +13,7 @@ use nvme_spec::log::{ChangedNsList, SmartLog, aen, lid};
 use nvme_spec::opcode::{admin, feature, io};
 use nvme_spec::resv::{ResvCdw10, ResvKeys, racqa, rrega, rtype};
 use nvme_spec::{CommandId, NamespaceId, Sqe, Status};
-use nvmf_target::{Disposition, Namespace, Subsystem, Target};
+use nvmf_target::{Namespace, Subsystem, Target};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -108,22 +108,6 @@ impl Host {
         let (s, d) = self.log(lid::CHANGED_NS, 0, ChangedNsList::LEN as u32);
         assert!(s.is_success(), "{s:?}");
         ChangedNsList::decode(&d).unwrap().nsids
-    }
-
-    /// Park an AER; `Some(dw0)` if it completed at once.
-    fn aer(&mut self) -> Option<u32> {
-        let sqe = Sqe::new(admin::ASYNC_EVENT_REQUEST, CommandId(6));
-        match self.q.handle_command(&sqe, &[], self.now) {
-            Disposition::Parked => None,
-            Disposition::Done => Some(self.drain()[0].0.dw0),
-            d => panic!("unexpected {d:?}"),
-        }
-    }
-
-    /// Events delivered to parked AERs now.
-    fn events(&mut self) -> Vec<u32> {
-        self.q.deliver_events();
-        self.drain().into_iter().map(|(c, _)| c.dw0).collect()
     }
 
     fn rw(&mut self, opc: u8, nsid: u32) -> Status {

@@ -62,6 +62,23 @@ impl Host {
         drain(&mut self.q)
     }
 
+    /// Park an Asynchronous Event Request; `Some(dw0)` if it completed at once (an event was
+    /// waiting).
+    pub fn aer(&mut self) -> Option<u32> {
+        let sqe = Sqe::new(admin::ASYNC_EVENT_REQUEST, CommandId(6));
+        match self.q.handle_command(&sqe, &[], self.now) {
+            Disposition::Parked => None,
+            Disposition::Done => Some(self.drain()[0].0.dw0),
+            d => panic!("unexpected {d:?}"),
+        }
+    }
+
+    /// Events delivered to parked AERs now (their completions' Dword 0).
+    pub fn events(&mut self) -> Vec<u32> {
+        self.q.deliver_events();
+        self.drain().into_iter().map(|(c, _)| c.dw0).collect()
+    }
+
     /// Send one command; `data` goes in-capsule. Returns its completion and data.
     pub fn cmd(&mut self, sqe: Sqe, data: &[u8]) -> (Cqe, Vec<u8>) {
         match self.q.handle_command(&sqe, data, self.now) {
