@@ -110,22 +110,6 @@ impl Host {
         ChangedNsList::decode(&d).unwrap().nsids
     }
 
-    fn rw(&mut self, opc: u8, nsid: u32) -> Status {
-        let mut sqe = Sqe::new(opc, CommandId(7));
-        sqe.set_nsid(NamespaceId(nsid));
-        sqe.set_slba(0);
-        sqe.set_nlb(1);
-        let data = vec![0xA5u8; 512];
-        let data: &[u8] = if opc == io::WRITE {
-            sqe.set_sgl_icd(512);
-            &data
-        } else {
-            sqe.set_sgl_transport(512);
-            &[]
-        };
-        self.cmd(sqe, data).0.status
-    }
-
     fn resv(&mut self, op: u8, nsid: u32, c: ResvCdw10, k: ResvKeys) -> Status {
         let mut sqe = Sqe::new(op, CommandId(8));
         sqe.set_nsid(NamespaceId(nsid));

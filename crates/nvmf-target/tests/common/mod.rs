@@ -79,6 +79,26 @@ impl Host {
         self.drain().into_iter().map(|(c, _)| c.dw0).collect()
     }
 
+    /// One-block I/O command `opc` at LBA 0 of `nsid` (a Write carries 512 bytes in-capsule, a
+    /// Read asks for 512; others carry no data); its status.
+    pub fn rw(&mut self, opc: u8, nsid: u32) -> nvme_spec::Status {
+        let mut sqe = Sqe::new(opc, CommandId(7));
+        sqe.set_nsid(nvme_spec::NamespaceId(nsid));
+        sqe.set_slba(0);
+        sqe.set_nlb(1);
+        let data = vec![0xA5u8; 512];
+        let data: &[u8] = if opc == nvme_spec::opcode::io::WRITE {
+            sqe.set_sgl_icd(512);
+            &data
+        } else {
+            if opc == nvme_spec::opcode::io::READ {
+                sqe.set_sgl_transport(512);
+            }
+            &[]
+        };
+        self.cmd(sqe, data).0.status
+    }
+
     /// Send one command; `data` goes in-capsule. Returns its completion and data.
     pub fn cmd(&mut self, sqe: Sqe, data: &[u8]) -> (Cqe, Vec<u8>) {
         match self.q.handle_command(&sqe, data, self.now) {
