@@ -100,7 +100,7 @@ async fn run(cfg: AnnounceConfig, mut stop: watch::Receiver<bool>) {
         admin_timeout: Duration::from_secs(5),
         ..HostConfig::default()
     };
-    let mut backoff = Duration::from_millis(250);
+    let mut backoff = crate::BACKOFF_MIN;
     loop {
         let attempt = async {
             let mut c = Controller::connect(cfg.cdc, nvme_spec::DISCOVERY_NQN, &host).await?;
@@ -115,7 +115,7 @@ async fn run(cfg: AnnounceConfig, mut stop: watch::Receiver<bool>) {
         match r {
             Ok((events, c)) => {
                 tracing::info!(cdc = %cfg.cdc, "announced to the central discovery controller");
-                backoff = Duration::from_millis(250);
+                backoff = crate::BACKOFF_MIN;
                 let mut events = events;
                 let lost = async {
                     match events.as_mut() {
@@ -148,6 +148,6 @@ async fn run(cfg: AnnounceConfig, mut stop: watch::Receiver<bool>) {
             _ = tokio::time::sleep(backoff) => {}
             _ = stop.changed() => return,
         }
-        backoff = (backoff * 2).min(cfg.backoff_max.max(Duration::from_millis(250)));
+        backoff = (backoff * 2).min(cfg.backoff_max.max(crate::BACKOFF_MIN));
     }
 }
