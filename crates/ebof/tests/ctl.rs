@@ -5,33 +5,17 @@
 mod common;
 
 use common::served::{
-    HOST_A, HOST_B, NQN, Served, ctl, ctl_at, perf_args_at, perf_on, serve, state,
+    HOST_A, HOST_B, NQN, Served, ctl, ctl_at, perf_args_at, perf_on, rejected, serve, serve_file,
+    state,
 };
 use common::{EBOF, Output, Target, ebof, free_port};
 use ebof_mgmt::Client;
 use serde_json::Value;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-/// `ebof ctl ARGS` must fail with exactly one error line carrying `code`, and change nothing.
-fn rejected(s: &Served, args: &[&str], code: &str) {
-    let before = state(s);
-    let o = ctl(s, args);
-    assert!(!o.ok, "{args:?} succeeded: {}", o.stdout);
-    assert_eq!(o.stderr.lines().count(), 1, "{args:?}: {}", o.stderr);
-    assert!(
-        o.stderr.contains(&format!("({code})")),
-        "{args:?}: {}",
-        o.stderr
-    );
-    let mut after = state(s);
-    // Controllers come and go with the tests' own perf runs, not with the request.
-    after["controllers"] = before["controllers"].clone();
-    assert_eq!(before, after, "{args:?} changed the state");
-}
 
 /// `ebof perf` arguments against `s` as `hostnqn`, JSON output.
 fn perf_args(s: &Served, hostnqn: &str, extra: &[&str]) -> Vec<String> {
@@ -720,30 +704,6 @@ fn listeners_added_and_removed_live() {
         &["listener", "remove", &format!("127.0.0.1:{}", s.t.port())],
         "no-listeners",
     );
-}
-
-/// Serve `config` (a file) with a management socket in `dir`; returns the socket.
-fn serve_file(config: &Path, dir: &Path, addr: SocketAddr) -> (Target, PathBuf) {
-    let sock = dir.join("ebof.sock");
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(dir.join("serve.log"))
-        .unwrap();
-    let t = Target::spawn(
-        &[
-            "serve",
-            "-c",
-            config.to_str().unwrap(),
-            "--cores",
-            "0",
-            "--mgmt-socket",
-            sock.to_str().unwrap(),
-        ],
-        addr,
-        Stdio::from(log),
-    );
-    (t, sock)
 }
 
 #[test]

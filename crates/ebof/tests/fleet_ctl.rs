@@ -6,31 +6,10 @@
 
 mod common;
 
-use common::served::{NQN, ctl_at};
-use common::{Target, ebof, free_port};
+use common::served::{NQN, ctl_at, serve_file};
+use common::{ebof, free_port};
 use serde_json::Value;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
-
-fn serve_file(config: &Path, dir: &Path, addr: SocketAddr) -> (Target, PathBuf) {
-    let sock = dir.join("ebof.sock");
-    let log = std::fs::File::create(dir.join("serve.log")).unwrap();
-    let t = Target::spawn(
-        &[
-            "serve",
-            "-c",
-            config.to_str().unwrap(),
-            "--cores",
-            "0",
-            "--mgmt-socket",
-            sock.to_str().unwrap(),
-        ],
-        addr,
-        Stdio::from(log),
-    );
-    (t, sock)
-}
 
 /// `ebof discover --json` against `port`: the records' (subtype, traddr:trsvcid) and GENCTR.
 fn discover(port: u16) -> (u64, Vec<(String, String)>) {

@@ -99,3 +99,44 @@ pub fn perf_on(port: &str, nsid: u32, extra: &[&str]) -> Output {
     let a = perf_args_at(port, HOST_A, &e);
     ebof(&a.iter().map(String::as_str).collect::<Vec<_>>())
 }
+
+/// `ebof ctl ARGS` must fail with exactly one error line carrying `code`, and change nothing.
+pub fn rejected(s: &Served, args: &[&str], code: &str) {
+    let before = state(s);
+    let o = ctl(s, args);
+    assert!(!o.ok, "{args:?} succeeded: {}", o.stdout);
+    assert_eq!(o.stderr.lines().count(), 1, "{args:?}: {}", o.stderr);
+    assert!(
+        o.stderr.contains(&format!("({code})")),
+        "{args:?}: {}",
+        o.stderr
+    );
+    let mut after = state(s);
+    // Controllers come and go with the tests' own perf runs, not with the request.
+    after["controllers"] = before["controllers"].clone();
+    assert_eq!(before, after, "{args:?} changed the state");
+}
+
+/// Serve `config` (a file) with a management socket in `dir`; returns the socket.
+pub fn serve_file(config: &Path, dir: &Path, addr: SocketAddr) -> (Target, PathBuf) {
+    let sock = dir.join("ebof.sock");
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("serve.log"))
+        .unwrap();
+    let t = Target::spawn(
+        &[
+            "serve",
+            "-c",
+            config.to_str().unwrap(),
+            "--cores",
+            "0",
+            "--mgmt-socket",
+            sock.to_str().unwrap(),
+        ],
+        addr,
+        Stdio::from(log),
+    );
+    (t, sock)
+}
