@@ -153,6 +153,7 @@ mod io_cmd;
 pub mod latency;
 pub mod log_limit;
 mod model;
+pub mod qos;
 mod queue;
 pub mod reservation;
 mod resv_cmd;

@@ -69,6 +69,9 @@ pub struct Namespace {
     /// What makes fused Compare-and-Write atomic against every other command on the namespace
     /// ([`crate::gate`]).
     pub gate: crate::gate::Gate,
+    /// Per-namespace QoS limits and their shared budgets ([`crate::qos`]); unlimited unless
+    /// set.
+    pub qos: crate::qos::NsQos,
 }
 
 impl Namespace {
@@ -85,6 +88,7 @@ impl Namespace {
             resv: Default::default(),
             ana_group: 1,
             gate: crate::gate::Gate::default(),
+            qos: crate::qos::NsQos::default(),
         }
     }
     /// The namespace with reservations persisted through `store` (PTPL capable), starting

@@ -15,6 +15,7 @@
 //! | `Slots` | `queue/slots.rs` | slot table, free list, completion list, SQHD and SQ flow control, parked AERs; the completion funnel (`finish`) |
 //! | [`NsCache`] | `queue/ns_cache.rs` | the queue's namespace handles (sorted, binary search) and the namespace generation they were checked at |
 //! | `Pairs`, `GateWaits` | `queue/fused.rs` | fused pairs; commands deferred behind a namespace gate and gate entries held for streamed reads |
+//! | `Throttle` | `queue/throttle.rs` | QoS: the queue's token buckets on limited namespaces, commands waiting for their budget, the driver's next wake-up |
 //! | [`crate::auth::QueueAuth`] | `auth.rs` | the authentication exchange and the gate it keeps |
 //! | `StatsBatch` | `io.rs` | SMART counters not yet published |
 //!
@@ -38,6 +39,7 @@ mod fused;
 mod ns_cache;
 mod session;
 mod slots;
+mod throttle;
 pub use fused::CAW_DRAIN_TIMEOUT;
 use fused::{GateWaits, Pairs};
 pub(crate) use ns_cache::NsCache;
@@ -167,6 +169,8 @@ pub struct Queue {
     stats: StatsBatch,
     /// Time of the command being handled (sans-IO: given by the driver).
     now: Instant,
+    /// QoS: this queue's buckets on limited namespaces and its throttled commands.
+    throttle: throttle::Throttle,
 }
 
 impl Queue {
@@ -181,6 +185,7 @@ impl Queue {
             auth: crate::auth::QueueAuth::default(),
             stats: StatsBatch::default(),
             now,
+            throttle: throttle::Throttle::default(),
         }
     }
 
@@ -248,6 +253,7 @@ impl Queue {
     /// down (its admin queue decides). Returns true if this connection must close.
     pub fn poll_timers(&mut self, now: Instant) -> bool {
         self.stats.publish();
+        self.throttle.publish();
         self.deliver_events();
         self.session.check_keep_alive(now);
         self.should_close()
@@ -534,6 +540,12 @@ impl Queue {
                     slot.io = Some(req);
                     return self.fused_ready(idx);
                 }
+                // QoS: one relaxed load of a line only the control plane writes.
+                if req.ns.qos.on() && self.qos_admit(idx, &req) {
+                    self.slots[idx].io = Some(req);
+                    return Disposition::Parked;
+                }
+                let slot = &mut self.slots[idx];
                 let inside = !req.op.gated() || fused::enter_gate(slot, &req);
                 slot.io = Some(req);
                 if !inside {

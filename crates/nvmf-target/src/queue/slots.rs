@@ -48,6 +48,9 @@ pub(super) enum SlotState {
     Deferred,
     /// One command of a fused pair with all its data, waiting for the other.
     FusedWait,
+    /// I/O prepared, waiting for its namespace's QoS budget:
+    /// [`super::Queue::retry_throttled`].
+    Throttled,
 }
 
 /// A slot's part in a fused operation (one byte: the pairing lives in `fused::Pairs`, so the
