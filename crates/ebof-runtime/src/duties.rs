@@ -13,6 +13,8 @@
 //! | after each batch, while any command is deferred | retry commands deferred at a namespace gate (a fused Compare-and-Write also times out its drain here) | [`after_batch`] → [`Queue::retry_deferred`] |
 //! | after each batch | drain completions into the transport's output | [`after_batch`] → [`Driver::flush`] |
 //! | every loop round | while [`Driver::keep_hot`] (commands deferred): retry again and do not sleep | the run loop, through [`after_batch`] |
+//! | after each batch, and when [`next_wake`] comes | release commands held by their namespace's QoS limits whose tokens have accrued | [`after_batch`] → [`Queue::retry_throttled`] |
+//! | before sleeping | sleep no longer than [`next_wake`] (QoS waits: a timer, not a spin) | the run loop |
 //! | offloaded I/O done | complete the slot, drain completions | [`io_done`] |
 //! | each tick (500 ms) | timers: keep-alive expiry, AER delivery, counters published; close when the controller is gone or reset | [`on_tick`] → [`Queue::poll_timers`] |
 //! | each tick | handshake deadline (`[target] handshake_timeout_ms`) until Fabrics Connect; then, if the host must authenticate, [`AUTH_TIMEOUT`] from Connect | [`on_tick`] → [`Deadlines`] |
@@ -130,10 +132,16 @@ impl Duties {
         offload: &mut dyn FnMut(&mut Queue, u16),
     ) -> bool {
         self.execute(q, offload);
-        if !q.has_deferred() {
+        let throttled = q.has_throttled();
+        if !throttled && !q.has_deferred() {
             return false;
         }
-        q.retry_deferred(now, &mut self.to_execute);
+        if throttled {
+            q.retry_throttled(now, &mut self.to_execute);
+        }
+        if q.has_deferred() {
+            q.retry_deferred(now, &mut self.to_execute);
+        }
         let any = !self.to_execute.is_empty();
         self.execute(q, offload);
         any
@@ -187,6 +195,14 @@ pub fn after_batch<D: Driver>(
 /// `CAW_DRAIN_TIMEOUT`).
 pub fn keep_hot<D: Driver>(d: &mut D) -> bool {
     d.parts().0.has_deferred()
+}
+
+/// When the run loop must come back to this queue without input: the earliest instant a
+/// command held by its namespace's QoS limits may run ([`nvmf_target::qos`]). The loop sleeps
+/// until then (it does not spin: a throttled command may wait milliseconds or seconds) and
+/// calls [`after_batch`], which releases it.
+pub fn next_wake<D: Driver>(d: &mut D) -> Option<Instant> {
+    d.parts().0.next_wake()
 }
 
 /// Offloaded I/O of `slot` finished with `status` (its buffer back): complete and flush.

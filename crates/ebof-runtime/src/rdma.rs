@@ -379,8 +379,13 @@ struct Queues {
     devs: Vec<(usize, DevCtx)>,
     conns: Vec<Option<RdmaConn>>,
     /// Queues with commands deferred at a namespace gate: their duties run every round and
-    /// the thread does not sleep while there are any (`crate::duties::keep_hot`).
+    /// the thread does not sleep while there are any (`crate::duties::keep_hot`). Queues
+    /// with commands held by QoS limits are listed too; they only need a timer.
     hot: Vec<usize>,
+    /// A queue in `hot` has deferred commands: poll without sleeping.
+    spin: bool,
+    /// Earliest QoS wake-up of the queues in `hot` (`crate::duties::next_wake`).
+    wake: Option<Instant>,
     /// Bumped per admitted queue (tags its work requests and CM events).
     generation: u32,
 }
@@ -478,11 +483,17 @@ impl Queues {
     fn run_hot(&mut self, engine: &mut Engine) -> bool {
         let mut work = false;
         let mut k = 0;
+        let now = Instant::now();
+        let mut spin = false;
+        let mut wake: Option<Instant> = None;
         while k < self.hot.len() {
             let i = self.hot[k];
             let keep = match self.conns.get_mut(i) {
                 Some(Some(c)) if c.ending.is_none() => {
-                    if let Some(d) = Self::mem_of(&mut self.devs, c.dev) {
+                    let due = duties::next_wake(&mut c.core).is_some_and(|w| now >= w);
+                    if (due || duties::keep_hot(&mut c.core))
+                        && let Some(d) = Self::mem_of(&mut self.devs, c.dev)
+                    {
                         let _e = c.span.clone().entered();
                         let g = u64::from(c.generation);
                         let mut n = 0usize;
@@ -494,7 +505,13 @@ impl Queues {
                         c.offloaded += n;
                         post(c, i);
                     }
-                    c.hot = duties::keep_hot(&mut c.core);
+                    let deferred = duties::keep_hot(&mut c.core);
+                    let w = duties::next_wake(&mut c.core);
+                    spin |= deferred;
+                    if let Some(w) = w {
+                        wake = Some(wake.map_or(w, |x| x.min(w)));
+                    }
+                    c.hot = deferred || w.is_some();
                     c.hot
                 }
                 Some(Some(c)) => {
@@ -509,6 +526,8 @@ impl Queues {
                 self.hot.swap_remove(k);
             }
         }
+        self.spin = spin;
+        self.wake = wake;
         work
     }
 
@@ -635,13 +654,15 @@ impl RdmaThread {
         };
         loop {
             let now = Instant::now();
-            let timeout = if pace.spinning(now, !qs.hot.is_empty()) {
+            let timeout = if pace.spinning(now, qs.spin) {
                 Duration::ZERO
             } else if qs.arm_all() || ready.comp {
                 ready.comp = true;
                 Duration::ZERO
             } else {
-                pace.sleep(now, MAX_SLEEP)
+                let t = pace.sleep(now, MAX_SLEEP);
+                qs.wake
+                    .map_or(t, |w| t.min(w.saturating_duration_since(now)))
             };
             if let Err(e) = self.poll.poll(&mut events, Some(timeout))
                 && e.kind() != std::io::ErrorKind::Interrupted
@@ -1054,7 +1075,10 @@ fn complete(
     }
     c.offloaded += offloaded;
     post(c, i);
-    if !c.hot && c.ending.is_none() && duties::keep_hot(&mut c.core) {
+    if !c.hot
+        && c.ending.is_none()
+        && (duties::keep_hot(&mut c.core) || duties::next_wake(&mut c.core).is_some())
+    {
         c.hot = true;
         hot.push(i);
     }

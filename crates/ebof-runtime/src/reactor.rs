@@ -184,6 +184,9 @@ struct ConnState {
     /// Counted in the reactor's number of ending connections.
     end_counted: bool,
     in_ready: bool,
+    /// Commands wait for their namespace's QoS budget: service the connection at this
+    /// instant (`crate::duties::next_wake`), listed in `Table::throttled`.
+    wake: Option<Instant>,
     /// Plain, TLS, or not decided yet ([`crate::tls`]).
     tls: ConnTls,
     /// This connection's place under the connection caps (given back on drop).
@@ -201,6 +204,9 @@ struct Table {
     ready: Vec<usize>,
     /// Connections that have ended and wait to be retired.
     ending: usize,
+    /// Connections with QoS-throttled commands (their `wake` is set; stale entries are dropped
+    /// by [`Table::wake_due`]).
+    throttled: Vec<usize>,
     /// Bumped per registered connection (tags its offloaded I/O).
     generation: u64,
 }
@@ -231,6 +237,13 @@ impl Table {
     /// first.
     fn sleep(&self, until_tick: Duration, now: Instant) -> Duration {
         let mut t = until_tick;
+        for &i in &self.throttled {
+            if let Some(Some(c)) = self.conns.get(i)
+                && let Some(w) = c.s.wake
+            {
+                t = t.min(w.saturating_duration_since(now));
+            }
+        }
         if self.ending == 0 {
             return t;
         }
@@ -247,6 +260,32 @@ impl Table {
             }
         }
         t
+    }
+
+    /// Connections whose QoS wake-up has come join the ready list (their throttled commands
+    /// are released by the duties when serviced).
+    fn wake_due(&mut self, now: Instant) {
+        let mut k = 0;
+        while k < self.throttled.len() {
+            let i = self.throttled[k];
+            let Some(Some(c)) = self.conns.get_mut(i) else {
+                self.throttled.swap_remove(k);
+                continue;
+            };
+            let c = &mut c.s;
+            match c.wake {
+                Some(w) if c.ending.is_none() => {
+                    if w <= now && !c.in_ready && !c.blocked {
+                        c.in_ready = true;
+                        self.ready.push(i);
+                    }
+                    k += 1;
+                }
+                _ => {
+                    self.throttled.swap_remove(k);
+                }
+            }
+        }
     }
 
     /// The tick duties of every live connection (`crate::duties::on_tick`): those that must
@@ -400,6 +439,9 @@ impl Reactor {
         let mut trim_due = false;
         loop {
             let now = Instant::now();
+            if !t.throttled.is_empty() {
+                t.wake_due(now);
+            }
             let spinning = pace.spinning(now, !t.ready.is_empty());
             let timeout = if spinning {
                 Duration::ZERO
@@ -502,6 +544,11 @@ impl Reactor {
                 Some(Some(c)) => {
                     let (did, keep) = self.service(c, i, iov, engine);
                     work |= did;
+                    let wake = c.s.core.queue.next_wake();
+                    if wake.is_some() && c.s.wake.is_none() {
+                        t.throttled.push(i);
+                    }
+                    c.s.wake = wake;
                     if c.s.ending.is_some() && !c.s.end_counted {
                         c.s.end_counted = true;
                         t.ending += 1;
@@ -669,6 +716,7 @@ impl Reactor {
                 ending: None,
                 end_counted: false,
                 in_ready: true,
+                wake: None,
                 tls,
                 _admitted: admitted,
             },
@@ -701,7 +749,8 @@ impl Reactor {
                 }
             }
         }
-        if c.core.queue.has_deferred() {
+        let due = c.wake.is_some_and(|w| Instant::now() >= w);
+        if c.core.queue.has_deferred() || due {
             let generation = c.generation;
             let mut offloaded = 0usize;
             work |= c.core.run_duties(Instant::now(), &mut |q, slot| {
