@@ -166,6 +166,7 @@ impl Config {
                     let hosts: Vec<String> = hosts.iter().map(|h| string(h)).collect();
                     let _ = writeln!(out, "hosts = [{}]", hosts.join(", "));
                 }
+                crate::qos::emit(&mut out, &ns.qos);
             }
         }
         crate::ana::emit(&mut out, self);

@@ -88,6 +88,8 @@ pub mod codes {
     pub const INVALID_SECRET: &str = "invalid-secret";
     /// A secret given both inline and as a file.
     pub const CONFLICTING_SECRETS: &str = "conflicting-secrets";
+    /// A QoS limit (`qos = { iops = … }`) that is negative or too large.
+    pub const INVALID_QOS: &str = "invalid-qos";
 
     /// Every code above (for checks that a refusal carries a known code).
     pub const ALL: &[&str] = &[
@@ -131,6 +133,7 @@ pub mod codes {
         INVALID_TRANSPORT,
         INVALID_SECRET,
         CONFLICTING_SECRETS,
+        INVALID_QOS,
     ];
 }
 

@@ -114,6 +114,7 @@ mod error;
 mod model;
 mod overrides;
 mod parse;
+mod qos;
 mod raw;
 mod security;
 mod validate;
@@ -136,6 +137,7 @@ pub use parse::{
     MAX_CORE_ID, MODEL_MAX_LEN, NQN_MAX_LEN, SERIAL_MAX_LEN, check_id_text, check_nqn, format_size,
     parse_core_list, parse_io_engine, parse_listener, parse_size,
 };
+pub use qos::{QOS_IOPS_MAX, QOS_MBPS_MAX, Qos, QosFields, check_qos_value};
 pub use raw::{NamespaceFields, SizeField};
 pub use security::{HostSecurity, SecretSource, TlsMode, parse_tls_mode};
 pub use validate::{SERIAL_PREFIX_MAX_LEN, check_ns_hosts};

@@ -340,6 +340,8 @@ pub struct Namespace {
     /// list). Each an NQN, none twice. A listed host the subsystem does not admit is allowed
     /// (it simply never connects).
     pub hosts: Option<Vec<String>>,
+    /// QoS limits (`qos = { … }`, [`crate::Qos`]); default: unlimited.
+    pub qos: crate::qos::Qos,
 }
 
 /// The storage behind a namespace. Opening it is the backend crate's job.
@@ -446,6 +448,7 @@ impl Namespace {
             direct: false,
             ana_group: crate::DEFAULT_ANA_GROUP,
             hosts: None,
+            qos: crate::qos::Qos::default(),
         }
     }
 }

@@ -314,6 +314,8 @@ pub struct NamespaceFields {
     pub ana_group: Option<i64>,
     /// Host NQNs that may see the namespace; absent: every host the subsystem admits.
     pub hosts: Option<Vec<String>>,
+    /// QoS limits (`qos = { iops = …, mbps = … }`); absent: unlimited.
+    pub qos: Option<crate::qos::QosFields>,
 }
 
 /// A size as written: an integer or a string with a unit.
@@ -795,6 +797,10 @@ impl Namespace {
             direct: raw.direct.unwrap_or(false),
             ana_group,
             hosts: raw.hosts,
+            qos: match &raw.qos {
+                Some(q) => q.check(&format!("{path}.qos"))?,
+                None => crate::qos::Qos::default(),
+            },
         })
     }
 }

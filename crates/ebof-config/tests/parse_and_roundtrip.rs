@@ -49,6 +49,7 @@ fn embedded_default_validates_and_matches_its_doc() {
             direct: false,
             ana_group: 1,
             hosts: None,
+            qos: Default::default(),
         }]
     );
 }
@@ -229,6 +230,7 @@ fn full_document_parses_to_expected_values() {
                     direct: false,
                     ana_group: 1,
                     hosts: None,
+                    qos: Default::default(),
                 },
                 Namespace {
                     nsid: 7,
@@ -244,6 +246,7 @@ fn full_document_parses_to_expected_values() {
                     direct: true,
                     ana_group: 2,
                     hosts: None,
+                    qos: Default::default(),
                 },
                 Namespace {
                     nsid: 3,
@@ -256,6 +259,7 @@ fn full_document_parses_to_expected_values() {
                     direct: false,
                     ana_group: 1,
                     hosts: None,
+                    qos: Default::default(),
                 },
             ],
         }
@@ -313,6 +317,7 @@ fn round_trip_of_awkward_values() {
         direct: true,
         ana_group: 1,
         hosts: None,
+        qos: Default::default(),
     });
     c.subsystems[0].namespaces.push(Namespace {
         nsid: 2,
@@ -322,6 +327,7 @@ fn round_trip_of_awkward_values() {
         direct: false,
         ana_group: 1,
         hosts: None,
+        qos: Default::default(),
     });
     c.listeners.push(Listener {
         address: "fe80::1".parse().unwrap(),
