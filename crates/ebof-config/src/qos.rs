@@ -103,10 +103,15 @@ pub fn check_qos_value(v: i64, path: &str, max: u64) -> Result<u64, ConfigError>
 }
 
 impl QosFields {
-    /// The limits, each checked (errors name `{path}.{key}`).
+    /// The limits, each checked (errors name `{path}.{key}`, or `{key}` for an empty path).
     pub fn check(&self, path: &str) -> Result<Qos, ConfigError> {
         let one = |v: Option<i64>, key: &str, max: u64| {
-            v.map_or(Ok(0), |v| check_qos_value(v, &format!("{path}.{key}"), max))
+            let field = if path.is_empty() {
+                key.to_string()
+            } else {
+                format!("{path}.{key}")
+            };
+            v.map_or(Ok(0), |v| check_qos_value(v, &field, max))
         };
         Ok(Qos {
             iops: one(self.iops, "iops", QOS_IOPS_MAX)?,

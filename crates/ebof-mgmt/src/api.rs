@@ -54,6 +54,8 @@ pub mod routes {
     pub const NAMESPACE_HOSTS: &str = "/v1/subsystems/{nqn}/namespaces/{nsid}/hosts";
     /// `DELETE`: detach a host from a namespace (the namespace disappears from its view).
     pub const NAMESPACE_HOST: &str = "/v1/subsystems/{nqn}/namespaces/{nsid}/hosts/{hostnqn}";
+    /// `PUT`: set a namespace's QoS limits ([`super::QosRequest`]); `DELETE`: remove them.
+    pub const NAMESPACE_QOS: &str = "/v1/subsystems/{nqn}/namespaces/{nsid}/qos";
     /// `GET`: the referrals served ([`super::Referrals`]); `POST` [`super::ReferralRequest`]:
     /// add one.
     pub const REFERRALS: &str = "/v1/discovery/referrals";
@@ -409,6 +411,40 @@ pub struct NamespaceView {
     /// every host the subsystem admits sees it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hosts: Option<Vec<String>>,
+    /// QoS limits and how much commands waited for them; absent when the namespace has no
+    /// limit and nothing ever waited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qos: Option<QosView>,
+}
+
+/// A namespace's QoS limits (0: unlimited; MB are 10^6 bytes) and their effect so far.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QosView {
+    /// Commands per second, both directions.
+    #[serde(default)]
+    pub iops: u64,
+    /// MB/s, both directions.
+    #[serde(default)]
+    pub mbps: u64,
+    /// Read commands per second.
+    #[serde(default)]
+    pub read_iops: u64,
+    /// Write commands per second.
+    #[serde(default)]
+    pub write_iops: u64,
+    /// MB/s read.
+    #[serde(default)]
+    pub read_mbps: u64,
+    /// MB/s written.
+    #[serde(default)]
+    pub write_mbps: u64,
+    /// Commands that waited for the limits since the target started (published by each queue
+    /// at least every 500 ms).
+    #[serde(default)]
+    pub waited: u64,
+    /// Their total wait, in microseconds.
+    #[serde(default)]
+    pub wait_us: u64,
 }
 
 /// A namespace's reservation state.
@@ -669,6 +705,32 @@ pub struct NamespaceRequest {
 pub struct NamespaceHostsRequest {
     /// Host NQNs, each once.
     pub hosts: Vec<String>,
+}
+
+/// `PUT /v1/subsystems/{nqn}/namespaces/{nsid}/qos`: the namespace's QoS limits, as a whole
+/// (a key not given is unlimited; 0 is unlimited; MB are 10^6 bytes). The keys of the
+/// configuration's `qos = { … }`, checked the same way (code `invalid-qos`, field the key).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QosRequest {
+    /// Commands per second, both directions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iops: Option<i64>,
+    /// MB/s, both directions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mbps: Option<i64>,
+    /// Read commands per second.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_iops: Option<i64>,
+    /// Write commands per second.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub write_iops: Option<i64>,
+    /// MB/s read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_mbps: Option<i64>,
+    /// MB/s written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub write_mbps: Option<i64>,
 }
 
 /// Answer of `POST …/namespaces` and `PUT …/size`.

@@ -100,6 +100,9 @@ pub fn open_namespace(
         ));
     }
     let ns = Namespace::new(n.nsid, backend, n.block_size, n.uuid).with_ana_group(n.ana_group);
+    if !n.qos.is_unlimited() {
+        ns.qos.set(crate::qos::limits(&n.qos));
+    }
     match reservation_state_path(n, state_dir) {
         Some(path) => Ok(ns.with_reservations(load_reservations(&path, field)?)),
         None => Ok(ns),

@@ -218,6 +218,34 @@ impl Client {
         )
     }
 
+    /// `PUT …/namespaces/{nsid}/qos`: namespace `nsid` of `nqn` gets the limits `req`
+    /// (replacing any it had; a key not given is unlimited).
+    pub fn set_namespace_qos(
+        &self,
+        nqn: &str,
+        nsid: &str,
+        req: &crate::api::QosRequest,
+    ) -> Result<NamespaceChanged, ClientError> {
+        self.json(
+            Method::PUT,
+            &routes::fill(routes::NAMESPACE_QOS, &[nqn, nsid]),
+            Some(to_json(req)),
+        )
+    }
+
+    /// `DELETE …/namespaces/{nsid}/qos`: namespace `nsid` of `nqn` unlimited again.
+    pub fn clear_namespace_qos(
+        &self,
+        nqn: &str,
+        nsid: &str,
+    ) -> Result<NamespaceChanged, ClientError> {
+        self.json(
+            Method::DELETE,
+            &routes::fill(routes::NAMESPACE_QOS, &[nqn, nsid]),
+            None,
+        )
+    }
+
     /// `POST …/namespaces/{nsid}/hosts`: host `hostnqn` sees namespace `nsid` of `nqn` too.
     pub fn attach_namespace_host(
         &self,

@@ -647,6 +647,7 @@ fn namespace_fields(req: &NamespaceRequest, nsid: u32) -> ebof_config::Namespace
         direct: req.direct.filter(|&d| d),
         ana_group: req.ana_group.map(i64::from),
         hosts: req.hosts.clone(),
+        qos: None,
     }
 }
 

@@ -44,6 +44,13 @@ struct NsClassLabels {
     class: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct NsQosLabels {
+    subsystem: String,
+    nsid: String,
+    limit: String,
+}
+
 /// Latency histograms of one kind (reads or writes) of every namespace, as they are at scrape
 /// time: the buckets were counted by the queues, so they are encoded as they are.
 #[derive(Debug)]
@@ -136,6 +143,23 @@ pub fn render(t: &Target) -> Result<String, std::fmt::Error> {
         "Backend failures by class (no_space, read_only, media, ...)",
         berr.clone(),
     );
+    let qos_waited = counter_family(
+        &mut reg,
+        "namespace_qos_waited_commands",
+        "Commands that waited for the namespace's QoS limits",
+    );
+    let qos_wait = Family::<NsLabels, Counter<f64, std::sync::atomic::AtomicU64>>::default();
+    reg.register(
+        "namespace_qos_wait_seconds",
+        "Total time commands waited for the namespace's QoS limits, seconds",
+        qos_wait.clone(),
+    );
+    let qos_limit = Family::<NsQosLabels, Gauge>::default();
+    reg.register(
+        "namespace_qos_limit",
+        "QoS limits set on the namespace (iops: commands/s; mbps: 10^6 bytes/s)",
+        qos_limit.clone(),
+    );
     let mut read_lat = Vec::new();
     let mut write_lat = Vec::new();
     for s in t.subsystems().iter() {
@@ -144,6 +168,30 @@ pub fn render(t: &Target) -> Result<String, std::fmt::Error> {
                 subsystem: s.nqn.clone(),
                 nsid: n.nsid.to_string(),
             };
+            let (waited, wait) = n.qos.waits();
+            if waited > 0 {
+                qos_waited.get_or_create(&l).inc_by(waited);
+                qos_wait.get_or_create(&l).inc_by(wait.as_secs_f64());
+            }
+            let lim = crate::qos::qos_view(n).unwrap_or_default();
+            for (limit, v) in [
+                ("iops", lim.iops),
+                ("mbps", lim.mbps),
+                ("read_iops", lim.read_iops),
+                ("write_iops", lim.write_iops),
+                ("read_mbps", lim.read_mbps),
+                ("write_mbps", lim.write_mbps),
+            ] {
+                if v > 0 {
+                    qos_limit
+                        .get_or_create(&NsQosLabels {
+                            subsystem: s.nqn.clone(),
+                            nsid: n.nsid.to_string(),
+                            limit: limit.to_string(),
+                        })
+                        .set(i64::try_from(v).unwrap_or(i64::MAX));
+                }
+            }
             size.get_or_create(&l)
                 .set(i64::try_from(n.backend.size()).unwrap_or(i64::MAX));
             for c in nvmf_target::FailureClass::ALL {

@@ -46,6 +46,7 @@ pub(crate) fn namespace_view(n: &Namespace, path: Option<String>) -> NamespaceVi
         reservation: reservation_view(n),
         ana_group: n.ana_group(),
         hosts: None,
+        qos: crate::qos::qos_view(n),
     }
 }
 

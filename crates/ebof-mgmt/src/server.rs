@@ -265,6 +265,10 @@ pub fn router(ctx: Ctx) -> Router {
                 .delete(delete_namespace_hosts),
         )
         .route(routes::NAMESPACE_HOST, delete(delete_namespace_host))
+        .route(
+            routes::NAMESPACE_QOS,
+            put(put_namespace_qos).delete(delete_namespace_qos),
+        )
         .route(routes::REFERRALS, get(get_referrals).post(post_referral))
         .route(routes::REFERRAL, delete(delete_referral))
         .route(routes::REGISTRATIONS, get(get_registrations))
@@ -665,6 +669,27 @@ async fn delete_namespace_hosts(State(c): State<Ctx>, path: PathArg<(String, Str
         Err(e) => return json::<()>(Err(bad_path(e))),
     };
     blocking(move || c.unmask_namespace(&nqn, &nsid)).await
+}
+
+async fn put_namespace_qos(
+    State(c): State<Ctx>,
+    path: PathArg<(String, String)>,
+    body: Body<api::QosRequest>,
+) -> Response {
+    let (Path((nqn, nsid)), axum::Json(req)) = match (path, body) {
+        (Ok(p), Ok(b)) => (p, b),
+        (Err(e), _) => return json::<()>(Err(bad_path(e))),
+        (_, Err(e)) => return json::<()>(Err(bad_body(e))),
+    };
+    blocking(move || c.set_namespace_qos(&nqn, &nsid, &req)).await
+}
+
+async fn delete_namespace_qos(State(c): State<Ctx>, path: PathArg<(String, String)>) -> Response {
+    let Path((nqn, nsid)) = match path {
+        Ok(p) => p,
+        Err(e) => return json::<()>(Err(bad_path(e))),
+    };
+    blocking(move || c.clear_namespace_qos(&nqn, &nsid)).await
 }
 
 async fn delete_namespace_host(

@@ -195,6 +195,35 @@ pub enum NsCmd {
         #[arg(long)]
         shrink: bool,
     },
+    /// Set the QoS limits of namespace NSID of NQN, live, for the namespace as a whole (every
+    /// queue, core and host). The limits given replace the whole set: a limit not given is
+    /// unlimited, 0 is unlimited, and no limit at all (or --clear) removes QoS. Commands over
+    /// a limit wait in the target; none fails. MB are 10^6 bytes.
+    Qos {
+        nqn: String,
+        nsid: String,
+        /// Commands per second, reads and writes together.
+        #[arg(long, value_name = "N", allow_negative_numbers = true)]
+        iops: Option<i64>,
+        /// MB/s, reads and writes together.
+        #[arg(long, value_name = "N", allow_negative_numbers = true)]
+        mbps: Option<i64>,
+        /// Read commands per second.
+        #[arg(long, value_name = "N", allow_negative_numbers = true)]
+        read_iops: Option<i64>,
+        /// Write commands per second.
+        #[arg(long, value_name = "N", allow_negative_numbers = true)]
+        write_iops: Option<i64>,
+        /// MB/s read.
+        #[arg(long, value_name = "N", allow_negative_numbers = true)]
+        read_mbps: Option<i64>,
+        /// MB/s written.
+        #[arg(long, value_name = "N", allow_negative_numbers = true)]
+        write_mbps: Option<i64>,
+        /// Remove every limit.
+        #[arg(long, conflicts_with_all = ["iops", "mbps", "read_iops", "write_iops", "read_mbps", "write_mbps"])]
+        clear: bool,
+    },
 }
 
 #[derive(clap::Subcommand, Debug)]
@@ -661,8 +690,75 @@ fn ns(c: &Client, json: bool, cmd: NsCmd) -> Result<()> {
                 );
             }
         }
+        NsCmd::Qos {
+            nqn,
+            nsid,
+            iops,
+            mbps,
+            read_iops,
+            write_iops,
+            read_mbps,
+            write_mbps,
+            clear,
+        } => {
+            let req = ebof_mgmt::api::QosRequest {
+                iops,
+                mbps,
+                read_iops,
+                write_iops,
+                read_mbps,
+                write_mbps,
+            };
+            let r = if clear {
+                c.clear_namespace_qos(&nqn, &nsid).map_err(err)?
+            } else {
+                c.set_namespace_qos(&nqn, &nsid, &req).map_err(err)?
+            };
+            if json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                println!(
+                    "namespace {} of {}: QoS {}",
+                    r.namespace.nsid,
+                    r.subsystem,
+                    qos_text(r.namespace.qos.as_ref())
+                );
+            }
+        }
     }
     Ok(())
+}
+
+/// A namespace's QoS limits as `ebof ctl show` and `ebof ctl ns qos` print them.
+fn qos_text(q: Option<&ebof_mgmt::api::QosView>) -> String {
+    let Some(q) = q else {
+        return "unlimited".to_string();
+    };
+    let set: Vec<String> = [
+        ("iops", q.iops),
+        ("mbps", q.mbps),
+        ("read_iops", q.read_iops),
+        ("write_iops", q.write_iops),
+        ("read_mbps", q.read_mbps),
+        ("write_mbps", q.write_mbps),
+    ]
+    .iter()
+    .filter(|(_, v)| *v > 0)
+    .map(|(k, v)| format!("{k} {v}"))
+    .collect();
+    let limits = if set.is_empty() {
+        "unlimited".to_string()
+    } else {
+        set.join(", ")
+    };
+    if q.waited == 0 {
+        return limits;
+    }
+    format!(
+        "{limits} ({} commands waited, {:.3} s in all)",
+        q.waited,
+        q.wait_us as f64 / 1e6
+    )
 }
 
 /// Who sees a namespace after a masking change, as `ebof ctl ns mask/unmask/attach/detach`
@@ -765,6 +861,15 @@ pub fn show_text(s: &State) -> String {
                     "  nsid {} masked: visible to {}\n",
                     n.nsid,
                     ns_hosts_text(Some(h))
+                ));
+            }
+        }
+        for n in &sub.namespaces {
+            if n.qos.is_some() {
+                out.push_str(&format!(
+                    "  nsid {} qos: {}\n",
+                    n.nsid,
+                    qos_text(n.qos.as_ref())
                 ));
             }
         }

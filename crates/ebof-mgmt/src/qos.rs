@@ -1,0 +1,111 @@
+//! Per-namespace QoS through the management API (ADR 0020): limits on IOPS and bandwidth,
+//! total and per direction (`[[subsystems.namespaces]] qos = { … }` of the configuration),
+//! changed while hosts do I/O.
+//!
+//! [`Control::set_namespace_qos`] replaces the namespace's limits as a whole (a key not given
+//! is unlimited), [`Control::clear_namespace_qos`] removes them. Each change is checked as the
+//! configuration file is (code `invalid-qos`, the key as field), recorded in the running
+//! configuration (autosaved when configured) and applied to the live namespace at once: its
+//! queues pick the new limits up at their next command, and commands already waiting under the
+//! old limits are released within `nvmf_target::qos::RECHECK`. The namespace is otherwise
+//! untouched (no event to hosts: QoS is not visible in NVMe).
+
+use crate::api::{ApiError, NamespaceChanged, QosRequest, QosView};
+use crate::control::{
+    Control, check, namespace_index, namespace_view, parse_nsid, subsystem_index, unknown_namespace,
+};
+use nvmf_target::Namespace;
+use nvmf_target::qos::QosLimits;
+
+/// The data path's limits for the configuration's.
+pub fn limits(q: &ebof_config::Qos) -> QosLimits {
+    QosLimits {
+        iops: q.iops,
+        mbps: q.mbps,
+        read_iops: q.read_iops,
+        write_iops: q.write_iops,
+        read_mbps: q.read_mbps,
+        write_mbps: q.write_mbps,
+    }
+}
+
+/// What the API shows of `n`'s QoS: `None` when it has no limit and nothing waited.
+pub(crate) fn qos_view(n: &Namespace) -> Option<QosView> {
+    let l = n.qos.limits();
+    let (waited, wait) = n.qos.waits();
+    if l.is_unlimited() && waited == 0 {
+        return None;
+    }
+    Some(QosView {
+        iops: l.iops,
+        mbps: l.mbps,
+        read_iops: l.read_iops,
+        write_iops: l.write_iops,
+        read_mbps: l.read_mbps,
+        write_mbps: l.write_mbps,
+        waited,
+        wait_us: u64::try_from(wait.as_micros()).unwrap_or(u64::MAX),
+    })
+}
+
+impl Control {
+    /// `PUT /v1/subsystems/{nqn}/namespaces/{nsid}/qos`: namespace `nsid` of `nqn` gets the
+    /// limits `req` (replacing any it had; a key not given is unlimited). Errors: a bad value
+    /// (`invalid-qos`, field the key), an unknown subsystem or namespace.
+    pub fn set_namespace_qos(
+        &self,
+        nqn: &str,
+        nsid: &str,
+        req: &QosRequest,
+    ) -> Result<NamespaceChanged, ApiError> {
+        let fields = ebof_config::QosFields {
+            iops: req.iops,
+            mbps: req.mbps,
+            read_iops: req.read_iops,
+            write_iops: req.write_iops,
+            read_mbps: req.read_mbps,
+            write_mbps: req.write_mbps,
+        };
+        let q = fields
+            .check("")
+            .map_err(|e| ApiError::from_config(&e, ""))?;
+        self.change_ns_qos(nqn, nsid, q)
+    }
+
+    /// `DELETE /v1/subsystems/{nqn}/namespaces/{nsid}/qos`: namespace `nsid` of `nqn` is
+    /// unlimited again.
+    pub fn clear_namespace_qos(&self, nqn: &str, nsid: &str) -> Result<NamespaceChanged, ApiError> {
+        self.change_ns_qos(nqn, nsid, ebof_config::Qos::default())
+    }
+
+    fn change_ns_qos(
+        &self,
+        nqn: &str,
+        nsid: &str,
+        q: ebof_config::Qos,
+    ) -> Result<NamespaceChanged, ApiError> {
+        let nsid = parse_nsid(nsid)?;
+        self.change(|cfg| {
+            let si = subsystem_index(cfg, nqn)?;
+            let ni = namespace_index(cfg, si, nsid)?;
+            let live = self
+                .target
+                .subsystem(nqn)
+                .and_then(|s| s.namespace(nsid).cloned())
+                .ok_or_else(|| unknown_namespace(nqn, nsid))?;
+            cfg.subsystems[si].namespaces[ni].qos = q;
+            check(cfg)?;
+            live.qos.set(limits(&q));
+            tracing::info!(
+                subsystem = nqn,
+                nsid,
+                qos = %q.inline_table(),
+                "namespace QoS limits changed by the management API"
+            );
+            Ok(NamespaceChanged {
+                subsystem: nqn.to_string(),
+                namespace: namespace_view(&live, &cfg.subsystems[si].namespaces[ni]),
+            })
+        })
+    }
+}
