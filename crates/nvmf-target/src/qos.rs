@@ -164,9 +164,12 @@ pub struct QosShared {
 }
 
 impl QosShared {
-    /// Nanoseconds from the epoch to `now` (the epoch is the first instant seen).
+    /// Nanoseconds from the epoch to `now`. The epoch is a second before the first instant
+    /// seen, so a new budget starts with its [`BURST`] of credit, as an idle one has.
     fn ns(&self, now: Instant) -> u64 {
-        let epoch = *self.epoch.get_or_init(|| now);
+        let epoch = *self
+            .epoch
+            .get_or_init(|| now.checked_sub(Duration::from_secs(1)).unwrap_or(now));
         u64::try_from(now.saturating_duration_since(epoch).as_nanos()).unwrap_or(u64::MAX)
     }
 

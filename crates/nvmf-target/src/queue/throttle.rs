@@ -101,7 +101,9 @@ impl Queue {
             local,
             generation,
         });
-        t.wake = Some(t.wake.map_or(until, |w| w.min(until)));
+        // Back at the latest after RECHECK: a limit lifted meanwhile releases it then.
+        let until_or_recheck = until.min(now + RECHECK);
+        t.wake = Some(t.wake.map_or(until_or_recheck, |w| w.min(until_or_recheck)));
         self.slots[idx].state = SlotState::Throttled;
         true
     }
