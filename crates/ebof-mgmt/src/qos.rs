@@ -109,3 +109,112 @@ impl Control {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::codes;
+    use crate::build;
+    use ebof_config::Config;
+    use std::sync::Arc;
+
+    const NQN: &str = "nqn.2026-11.io.ebof:t";
+    const TOML: &str = "[[listeners]]\naddress = \"127.0.0.1\"\nport = 0\n\
+                        [[subsystems]]\nnqn = \"nqn.2026-11.io.ebof:t\"\n\
+                        [[subsystems.namespaces]]\nbackend = \"ram\"\nsize = \"1M\"\n\
+                        qos = { write_mbps = 7 }\n";
+
+    fn control(file: Option<std::path::PathBuf>) -> Control {
+        let mut cfg = Config::from_toml_str(TOML).unwrap();
+        cfg.management.autosave = file.is_some();
+        let target = Arc::new(build::build_target(&cfg).unwrap());
+        Control::new(target, cfg, file)
+    }
+
+    fn live(c: &Control) -> QosLimits {
+        c.target
+            .subsystem(NQN)
+            .unwrap()
+            .namespace(1)
+            .unwrap()
+            .qos
+            .limits()
+    }
+
+    #[test]
+    fn limits_from_the_file_then_set_live_saved_and_cleared() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("ebof.toml");
+        let c = control(Some(file.clone()));
+        assert_eq!(live(&c).write_mbps, 7);
+        let req = QosRequest {
+            iops: Some(1000),
+            read_mbps: Some(50),
+            ..Default::default()
+        };
+        let r = c.set_namespace_qos(NQN, "1", &req).unwrap();
+        let v = r.namespace.qos.unwrap();
+        // The whole set is replaced: write_mbps is gone.
+        assert_eq!((v.iops, v.read_mbps, v.write_mbps), (1000, 50, 0));
+        assert_eq!(
+            live(&c),
+            QosLimits {
+                iops: 1000,
+                read_mbps: 50,
+                ..Default::default()
+            }
+        );
+        let saved = std::fs::read_to_string(&file).unwrap();
+        assert!(
+            saved.contains("qos = { iops = 1000, read_mbps = 50 }"),
+            "{saved}"
+        );
+        let r = c.clear_namespace_qos(NQN, "1").unwrap();
+        assert_eq!(r.namespace.qos, None);
+        assert!(live(&c).is_unlimited());
+        assert!(c.running().subsystems[0].namespaces[0].qos.is_unlimited());
+        assert!(!std::fs::read_to_string(&file).unwrap().contains("qos"));
+    }
+
+    #[test]
+    fn bad_requests_name_their_field_and_change_nothing() {
+        let c = control(None);
+        let before = c.running();
+        let bad = QosRequest {
+            mbps: Some(-1),
+            ..Default::default()
+        };
+        let ok = QosRequest {
+            iops: Some(5),
+            ..Default::default()
+        };
+        let cases = [
+            (
+                c.set_namespace_qos(NQN, "1", &bad),
+                ebof_config::codes::INVALID_QOS,
+                "mbps",
+            ),
+            (
+                c.set_namespace_qos(NQN, "2", &ok),
+                codes::UNKNOWN_NAMESPACE,
+                "nsid",
+            ),
+            (
+                c.set_namespace_qos(NQN, "0", &ok),
+                ebof_config::codes::INVALID_NSID,
+                "nsid",
+            ),
+            (
+                c.clear_namespace_qos("nqn.2026-11.io.ebof:none", "1"),
+                codes::UNKNOWN_SUBSYSTEM,
+                "nqn",
+            ),
+        ];
+        for (r, code, path) in cases {
+            let e = r.unwrap_err();
+            assert_eq!((e.code.as_str(), e.path.as_str()), (code, path), "{e}");
+        }
+        assert_eq!(c.running(), before);
+        assert_eq!(live(&c).write_mbps, 7);
+    }
+}
