@@ -409,6 +409,28 @@ pub struct NamespaceView {
     /// every host the subsystem admits sees it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hosts: Option<Vec<String>>,
+    /// Thin provisioned (Identify Namespace NSFEAT bit 0): space is taken as blocks are
+    /// written and given back on deallocate (file namespaces; RAM ones not pinned for RDMA).
+    #[serde(default)]
+    pub thin: bool,
+    /// Bytes the backend holds now (NUSE × block size for a thin namespace; a block device
+    /// counts its whole size); `size` is the capacity (NSZE, NCAP, NVMCAP).
+    #[serde(default)]
+    pub allocated_bytes: u64,
+    /// The file system under a file namespace (what the namespace can still grow into).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filesystem: Option<FsSpaceView>,
+}
+
+/// Size and free space of the file system holding a file namespace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FsSpaceView {
+    /// Bytes in all.
+    pub total_bytes: u64,
+    /// Bytes still available to allocate.
+    pub available_bytes: u64,
+    /// The file system's id (`statvfs` f_fsid), the same for namespaces that share it.
+    pub fsid: u64,
 }
 
 /// A namespace's reservation state.

@@ -730,6 +730,86 @@ fn row(cells: &[&str]) -> Vec<String> {
     cells.iter().map(|s| s.to_string()).collect()
 }
 
+/// The USED column: what a thin namespace holds, with its share of the size (`-` for a
+/// namespace that is not thin: it always holds its whole size).
+fn used_text(n: &ebof_mgmt::api::NamespaceView) -> String {
+    if !n.thin {
+        return "-".into();
+    }
+    let pct = if n.size == 0 {
+        0.0
+    } else {
+        n.allocated_bytes.min(n.size) as f64 * 100.0 / n.size as f64
+    };
+    format!("{} ({pct:.0}%)", approx_size(n.allocated_bytes))
+}
+
+/// `bytes` to three significant figures with a binary suffix (`33.5M`, `912K`, `0`): for
+/// figures that are not configured sizes (allocation, free space).
+fn approx_size(bytes: u64) -> String {
+    const UNITS: [&str; 7] = ["", "K", "M", "G", "T", "P", "E"];
+    let mut v = bytes as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        bytes.to_string()
+    } else if v < 10.0 {
+        format!("{v:.2}{}", UNITS[u])
+    } else if v < 100.0 {
+        format!("{v:.1}{}", UNITS[u])
+    } else {
+        format!("{v:.0}{}", UNITS[u])
+    }
+}
+
+/// One line per file system under file namespaces: its free space, shared by every namespace
+/// on it (a thin namespace can grow only into that).
+fn filesystems_text(s: &State, out: &mut String) {
+    let mut rows = vec![row(&[
+        "NAMESPACES",
+        "FS SIZE",
+        "FS FREE",
+        "PROVISIONED",
+        "USED",
+    ])];
+    let mut groups: Vec<(ebof_mgmt::api::FsSpaceView, Vec<String>, u64, u64)> = Vec::new();
+    for sub in &s.subsystems {
+        for n in &sub.namespaces {
+            let Some(fs) = n.filesystem else { continue };
+            let who = format!("{}:{}", sub.nqn, n.nsid);
+            // One row per file system (some report no id: their size tells them apart).
+            match groups
+                .iter_mut()
+                .find(|g| (g.0.fsid, g.0.total_bytes) == (fs.fsid, fs.total_bytes))
+            {
+                Some(g) => {
+                    g.1.push(who);
+                    g.2 += n.size;
+                    g.3 += n.allocated_bytes;
+                }
+                None => groups.push((fs, vec![who], n.size, n.allocated_bytes)),
+            }
+        }
+    }
+    if groups.is_empty() {
+        return;
+    }
+    out.push_str("file systems\n");
+    for (fs, who, provisioned, used) in groups {
+        rows.push(vec![
+            who.join(", "),
+            approx_size(fs.total_bytes),
+            approx_size(fs.available_bytes),
+            approx_size(provisioned),
+            approx_size(used),
+        ]);
+    }
+    table(out, "  ", &rows);
+}
+
 pub fn show_text(s: &State) -> String {
     let mut out = String::new();
     for sub in &s.subsystems {
@@ -745,13 +825,14 @@ pub fn show_text(s: &State) -> String {
             sub.nqn, sub.serial, sub.model
         ));
         let mut rows = vec![row(&[
-            "NSID", "BACKEND", "SIZE", "BLOCK", "ANAGRP", "UUID", "PATH",
+            "NSID", "BACKEND", "SIZE", "USED", "BLOCK", "ANAGRP", "UUID", "PATH",
         ])];
         for n in &sub.namespaces {
             rows.push(vec![
                 n.nsid.to_string(),
                 n.backend.clone(),
                 format_size(n.size),
+                used_text(n),
                 n.block_size.to_string(),
                 n.ana_group.to_string(),
                 n.uuid.clone(),
@@ -789,6 +870,7 @@ pub fn show_text(s: &State) -> String {
             }
         }
     }
+    filesystems_text(s, &mut out);
     out.push_str("listeners\n");
     let mut rows = vec![row(&["ADDRESS", "PORTID", "KIND", "TRANSPORT", "TLS"])];
     for l in &s.listeners {
