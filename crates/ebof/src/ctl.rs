@@ -747,6 +747,11 @@ fn used_text(n: &ebof_mgmt::api::NamespaceView) -> String {
 /// `bytes` to three significant figures with a binary suffix (`33.5M`, `912K`, `0`): for
 /// figures that are not configured sizes (allocation, free space).
 fn approx_size(bytes: u64) -> String {
+    // A round figure as the configuration writes it (`1G`, `256M`), else rounded.
+    let exact = format_size(bytes);
+    if exact.len() <= 5 {
+        return exact;
+    }
     const UNITS: [&str; 7] = ["", "K", "M", "G", "T", "P", "E"];
     let mut v = bytes as f64;
     let mut u = 0;
