@@ -353,6 +353,50 @@ impl Client {
         self.json(Method::GET, routes::REGISTRATIONS, None)
     }
 
+    /// `POST /v1/subsystems/{nqn}/namespaces/{nsid}/snapshots`: snapshot a file namespace.
+    pub fn snapshot_namespace(
+        &self,
+        nqn: &str,
+        nsid: &str,
+        name: &str,
+    ) -> Result<crate::api::SnapshotView, ClientError> {
+        let req = crate::api::SnapshotRequest {
+            name: name.to_string(),
+        };
+        self.json(
+            Method::POST,
+            &routes::fill(routes::NAMESPACE_SNAPSHOTS, &[nqn, nsid]),
+            Some(to_json(&req)),
+        )
+    }
+
+    /// `GET /v1/snapshots`: every snapshot.
+    pub fn snapshots(&self) -> Result<Vec<crate::api::SnapshotView>, ClientError> {
+        self.json(Method::GET, routes::SNAPSHOTS, None)
+    }
+
+    /// `DELETE /v1/snapshots/{name}`.
+    pub fn delete_snapshot(&self, name: &str) -> Result<crate::api::SnapshotDeleted, ClientError> {
+        self.json(
+            Method::DELETE,
+            &routes::fill(routes::SNAPSHOT, &[name]),
+            None,
+        )
+    }
+
+    /// `POST /v1/snapshots/{name}/clones`: a writable clone added as a namespace.
+    pub fn clone_snapshot(
+        &self,
+        name: &str,
+        req: &crate::api::CloneRequest,
+    ) -> Result<crate::api::CloneMade, ClientError> {
+        self.json(
+            Method::POST,
+            &routes::fill(routes::SNAPSHOT_CLONES, &[name]),
+            Some(to_json(req)),
+        )
+    }
+
     /// Write the running configuration.
     pub fn save(&self, req: &SaveRequest) -> Result<Saved, ClientError> {
         self.json(Method::POST, routes::SAVE, Some(to_json(req)))

@@ -36,6 +36,8 @@ pub struct Control {
     pub(crate) mdns: std::sync::OnceLock<Arc<crate::mdns::Responder>>,
     /// The Central Discovery Controller, when this box runs one ([`Control::attach_cdc`]).
     pub(crate) cdc: std::sync::OnceLock<Arc<ebof_cdc::Cdc>>,
+    /// Where snapshots are looked for ([`crate::snapshots`]).
+    pub(crate) snapshots_book: crate::snapshots::Book,
 }
 
 impl Control {
@@ -43,7 +45,9 @@ impl Control {
     /// `config_file` is where `save` writes by default and autosave writes. Listener changes
     /// are refused until [`Control::attach_server`].
     pub fn new(target: Arc<Target>, running: Config, config_file: Option<PathBuf>) -> Control {
+        let snapshots_book = crate::snapshots::Book::new(&running);
         Control {
+            snapshots_book,
             target,
             running: Mutex::new(running),
             listeners: std::sync::OnceLock::new(),
@@ -61,7 +65,7 @@ impl Control {
         build::settle_bound_ports(&mut self.lock(), bound, &self.target);
     }
 
-    fn lock(&self) -> MutexGuard<'_, Config> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Config> {
         self.running.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -124,6 +128,7 @@ impl Control {
         s.mdns = Some(mdns);
         drop(cfg);
         s.cdc = self.cdc_view();
+        s.snapshots = self.snapshots();
         s
     }
 
