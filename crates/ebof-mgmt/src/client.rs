@@ -19,6 +19,9 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 /// Bound on one request, connection included.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// Bound on a snapshot or clone request: where the file system has no reflinks the data is
+/// copied, which takes time in proportion to the namespace's size.
+pub const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(3600);
 
 /// Why a request failed.
 #[derive(Debug, thiserror::Error)]
@@ -363,10 +366,11 @@ impl Client {
         let req = crate::api::SnapshotRequest {
             name: name.to_string(),
         };
-        self.json(
+        self.json_within(
             Method::POST,
             &routes::fill(routes::NAMESPACE_SNAPSHOTS, &[nqn, nsid]),
             Some(to_json(&req)),
+            SNAPSHOT_TIMEOUT,
         )
     }
 
@@ -390,10 +394,11 @@ impl Client {
         name: &str,
         req: &crate::api::CloneRequest,
     ) -> Result<crate::api::CloneMade, ClientError> {
-        self.json(
+        self.json_within(
             Method::POST,
             &routes::fill(routes::SNAPSHOT_CLONES, &[name]),
             Some(to_json(req)),
+            SNAPSHOT_TIMEOUT,
         )
     }
 
@@ -427,7 +432,17 @@ impl Client {
         uri: &str,
         body: Option<String>,
     ) -> Result<T, ClientError> {
-        let (status, bytes) = self.request(method, uri, body)?;
+        self.json_within(method, uri, body, REQUEST_TIMEOUT)
+    }
+
+    fn json_within<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        uri: &str,
+        body: Option<String>,
+        timeout: Duration,
+    ) -> Result<T, ClientError> {
+        let (status, bytes) = self.request_within(method, uri, body, timeout)?;
         if (200..300).contains(&status) {
             serde_json::from_slice(&bytes)
                 .map_err(|e| self.transport(format!("unexpected answer to {uri}: {e}")))
@@ -448,16 +463,24 @@ impl Client {
         uri: &str,
         body: Option<String>,
     ) -> Result<(u16, Vec<u8>), ClientError> {
+        self.request_within(method, uri, body, REQUEST_TIMEOUT)
+    }
+
+    fn request_within(
+        &self,
+        method: Method,
+        uri: &str,
+        body: Option<String>,
+        timeout: Duration,
+    ) -> Result<(u16, Vec<u8>), ClientError> {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .map_err(|e| self.transport(format!("runtime: {e}")))?;
         rt.block_on(async {
-            tokio::time::timeout(REQUEST_TIMEOUT, self.exchange(method, uri, body))
+            tokio::time::timeout(timeout, self.exchange(method, uri, body))
                 .await
-                .unwrap_or_else(|_| {
-                    Err(self.transport(format!("no answer within {REQUEST_TIMEOUT:?}")))
-                })
+                .unwrap_or_else(|_| Err(self.transport(format!("no answer within {timeout:?}"))))
         })
     }
 

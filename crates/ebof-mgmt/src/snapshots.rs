@@ -45,6 +45,10 @@ pub const MANIFEST_VERSION: u32 = 1;
 pub const NAME_MAX: usize = 64;
 /// Longest wait for the origin's commands in flight to drain before a snapshot gives up.
 pub const HOLD_TIMEOUT: Duration = Duration::from_secs(5);
+/// Most flushes of the origin before its writes are held (see [`PRE_FLUSH_QUICK`]).
+pub const PRE_FLUSH_PASSES: u32 = 3;
+/// A flush this quick left little dirty data: hold the writes now.
+pub const PRE_FLUSH_QUICK: Duration = Duration::from_millis(10);
 /// The catalogue of snapshot directories in `[target] state_dir`.
 pub const CATALOGUE: &str = "snapshot-dirs.json";
 
@@ -593,16 +597,24 @@ impl Control {
         let undo = Undo(vec![data.clone()]);
         let src = File::open(&origin)
             .map_err(|e| io_error(&e, "nsid", format!("cannot open {}", origin.display())))?;
-        // Flush first, outside the hold: the reflink then has little dirty data to write.
-        if let Err(e) = live.backend.flush() {
-            return Err(ApiError::new(
-                codes::SNAPSHOT_FAILED,
-                "nsid",
-                format!(
-                    "flush of {} failed: {e}; nothing was made",
-                    origin.display()
-                ),
-            ));
+        // Flush first, outside the hold: FICLONE writes back the dirty pages of the file while
+        // the writes are held, so the less is dirty then, the shorter the hold. A flush that
+        // took long means writes dirtied pages meanwhile: flush again, a few times at most.
+        for _ in 0..PRE_FLUSH_PASSES {
+            let t = Instant::now();
+            if let Err(e) = live.backend.flush() {
+                return Err(ApiError::new(
+                    codes::SNAPSHOT_FAILED,
+                    "nsid",
+                    format!(
+                        "flush of {} failed: {e}; nothing was made",
+                        origin.display()
+                    ),
+                ));
+            }
+            if t.elapsed() < PRE_FLUSH_QUICK {
+                break;
+            }
         }
         let Some(held) = hold(&live.gate, HOLD_TIMEOUT) else {
             return Err(ApiError::new(
