@@ -46,7 +46,7 @@ impl Control {
     /// are refused until [`Control::attach_server`].
     pub fn new(target: Arc<Target>, running: Config, config_file: Option<PathBuf>) -> Control {
         let snapshots_book = crate::snapshots::Book::new(&running);
-        Control {
+        let c = Control {
             snapshots_book,
             target,
             running: Mutex::new(running),
@@ -54,7 +54,12 @@ impl Control {
             config_file,
             mdns: std::sync::OnceLock::new(),
             cdc: std::sync::OnceLock::new(),
+        };
+        let found = c.snapshots().len();
+        if found > 0 {
+            tracing::info!(snapshots = found, "snapshots found");
         }
+        c
     }
 
     /// The NVMe/TCP server is up: `listeners` reaches its reactors, `bound` are the addresses

@@ -497,10 +497,18 @@ impl Control {
                 tracing::warn!("snapshot manifest: {w}");
             }
         }
-        for f in &all {
-            book.dirs.insert(f.dir.clone());
-        }
+        let new: BTreeSet<PathBuf> = all
+            .iter()
+            .map(|f| f.dir.clone())
+            .filter(|d| !book.dirs.contains(d))
+            .collect();
         drop(book);
+        // A directory found through a namespace of the configuration goes into the catalogue
+        // too: the snapshot is then found after its origin is gone.
+        for d in new {
+            self.snapshots_book
+                .remember(&d, cfg.target.state_dir.as_deref());
+        }
         all.sort_by(|a, b| a.manifest.name.cmp(&b.manifest.name));
         all
     }
@@ -1014,6 +1022,152 @@ mod tests {
             .collect();
         assert!(left.is_empty(), "{left:?}");
         assert!(scan_dir(&d.join("missing")).0.is_empty());
+    }
+
+    #[test]
+    fn the_hold_waits_for_commands_inside_and_gives_up_cleanly() {
+        let g = Gate::default();
+        assert!(g.enter(), "a command inside");
+        assert!(
+            hold(&g, Duration::from_millis(30)).is_none(),
+            "it never drains"
+        );
+        assert!(!g.is_locked(), "a failed hold opens the gate again");
+        g.exit(1);
+        let h = hold(&g, Duration::from_millis(30)).expect("drained");
+        assert!(!g.enter(), "commands wait while held");
+        drop(h);
+        assert!(g.enter(), "and go on after");
+        g.exit(1);
+    }
+
+    const NQN: &str = "nqn.2026-11.io.ebof:unit";
+
+    fn control(dir: &Path) -> Control {
+        let toml = format!(
+            "[[listeners]]\naddress = \"127.0.0.1\"\nport = 0\n[[subsystems]]\nnqn = \"{NQN}\"\n\
+             [[subsystems.namespaces]]\nbackend = \"file\"\npath = {:?}\nsize = \"1M\"\n\
+             [[subsystems.namespaces]]\nbackend = \"ram\"\nsize = \"1M\"\n",
+            dir.join("a.img").display().to_string()
+        );
+        let cfg = Config::from_toml_str(&toml).unwrap();
+        let target = std::sync::Arc::new(crate::build::build_target(&cfg).unwrap());
+        Control::new(target, cfg, None)
+    }
+
+    fn snap(c: &Control, nsid: &str, name: &str) -> Result<SnapshotView, ApiError> {
+        c.snapshot_namespace(NQN, nsid, &SnapshotRequest { name: name.into() })
+    }
+
+    #[test]
+    fn snapshot_clone_and_delete_through_the_control_plane() {
+        use std::os::unix::fs::FileExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let c = control(dir);
+        let origin = dir.join("a.img");
+        File::options()
+            .write(true)
+            .open(&origin)
+            .unwrap()
+            .write_all_at(b"point in time", 4096)
+            .unwrap();
+        let v = snap(&c, "1", "s").unwrap();
+        assert!(v.method == "reflink" || v.method == "copy", "{v:?}");
+        assert_eq!((v.size, v.block_size, v.origin.nsid), (1 << 20, 512, 1));
+        assert_eq!(
+            std::fs::read(&v.path).unwrap(),
+            std::fs::read(&origin).unwrap()
+        );
+        assert_eq!(c.snapshots(), vec![v.clone()]);
+        assert_eq!(c.state().snapshots, vec![v.clone()]);
+
+        let code = |r: Result<SnapshotView, ApiError>| r.unwrap_err().code;
+        assert_eq!(code(snap(&c, "1", "s")), codes::DUPLICATE_SNAPSHOT);
+        assert_eq!(code(snap(&c, "2", "r")), codes::SNAPSHOT_UNSUPPORTED);
+        assert_eq!(code(snap(&c, "9", "x")), codes::UNKNOWN_NAMESPACE);
+        assert_eq!(code(snap(&c, "0", "x")), ebof_config::codes::INVALID_NSID);
+        assert_eq!(code(snap(&c, "1", "a/b")), codes::INVALID_SNAPSHOT_NAME);
+        let e = c
+            .snapshot_namespace(
+                "nqn.2026-11.io.ebof:none",
+                "1",
+                &SnapshotRequest { name: "x".into() },
+            )
+            .unwrap_err();
+        assert_eq!(e.code, codes::UNKNOWN_SUBSYSTEM);
+
+        // Overwritten after the snapshot; the clone has the old data.
+        File::options()
+            .write(true)
+            .open(&origin)
+            .unwrap()
+            .write_all_at(b"later writes!", 4096)
+            .unwrap();
+        let req = CloneRequest {
+            subsystem: NQN.into(),
+            ..Default::default()
+        };
+        let made = c.clone_snapshot("s", &req).unwrap();
+        assert_eq!(made.added.namespace.nsid, 3);
+        let clone = PathBuf::from(made.added.namespace.path.clone().unwrap());
+        assert_eq!(clone, dir.join("unit-ns3-s.img"));
+        let mut b = [0u8; 13];
+        File::open(&clone)
+            .unwrap()
+            .read_exact_at(&mut b, 4096)
+            .unwrap();
+        assert_eq!(&b, b"point in time");
+        assert_ne!(
+            made.added.namespace.uuid, v.origin.uuid,
+            "a clone is another namespace"
+        );
+
+        // Refused clones leave no file and no namespace.
+        let files = |d: &Path| std::fs::read_dir(d).unwrap().count();
+        let before = (files(dir), c.state().subsystems[0].namespaces.len());
+        let taken = CloneRequest {
+            path: Some(clone.display().to_string()),
+            ..req.clone()
+        };
+        assert_eq!(
+            c.clone_snapshot("s", &taken).unwrap_err().code,
+            codes::FILE_EXISTS
+        );
+        let used = CloneRequest {
+            nsid: Some(1),
+            ..req.clone()
+        };
+        let e = c.clone_snapshot("s", &used).unwrap_err();
+        assert_eq!(
+            (e.code.as_str(), e.path.as_str()),
+            (ebof_config::codes::DUPLICATE_NSID, "nsid")
+        );
+        assert_eq!(
+            c.clone_snapshot("nope", &req).unwrap_err().code,
+            codes::UNKNOWN_SNAPSHOT
+        );
+        // Adding fails after the file was made (a bad UUID): the file is removed again.
+        let bad_uuid = CloneRequest {
+            uuid: Some("not-a-uuid".into()),
+            ..req.clone()
+        };
+        assert!(c.clone_snapshot("s", &bad_uuid).is_err());
+        assert_eq!(
+            before,
+            (files(dir), c.state().subsystems[0].namespaces.len())
+        );
+
+        // Deleted: gone from the list, its files removed, the clone stays.
+        let d = c.delete_snapshot("s").unwrap();
+        assert_eq!(d.path, v.path);
+        assert!(c.snapshots().is_empty());
+        assert!(!Path::new(&v.path).exists());
+        assert!(clone.exists());
+        assert_eq!(
+            c.delete_snapshot("s").unwrap_err().code,
+            codes::UNKNOWN_SNAPSHOT
+        );
     }
 
     #[test]

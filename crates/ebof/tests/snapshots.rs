@@ -213,6 +213,15 @@ fn fs_type(p: &Path) -> String {
     String::from_utf8_lossy(&o.stdout).trim().to_string()
 }
 
+/// How a snapshot is made on the file system of `dir`.
+fn expected_method(dir: &Path) -> &'static str {
+    if matches!(fs_type(dir).as_str(), "xfs" | "btrfs") {
+        "reflink"
+    } else {
+        "copy"
+    }
+}
+
 #[test]
 fn snapshot_overwrite_clone_delete_restart() {
     let tmp = tempfile::tempdir().unwrap();
@@ -234,11 +243,7 @@ fn snapshot_overwrite_clone_delete_restart() {
     // Run 1, snapshot, run 2.
     write_run(&port, 1, &log1, &run);
     let s1 = ctl_json(&sock, &["ns", "snapshot", NQN, "1", "s1"]);
-    let expected = if matches!(fs_type(dir).as_str(), "xfs" | "btrfs") {
-        "reflink"
-    } else {
-        "copy"
-    };
+    let expected = expected_method(dir);
     assert_eq!(s1["method"], expected, "{s1}");
     assert_eq!(s1["size"], 32 << 20);
     assert_eq!(s1["origin"]["nsid"], 1);
@@ -482,9 +487,20 @@ fn a_snapshot_under_a_write_workload_holds_no_torn_block() {
         let a: Vec<&str> = args.iter().map(String::as_str).collect();
         ebof(&a)
     });
-    // Wait (bounded) until the run writes: its log grows past the header.
+    // Wait (bounded) until the run writes: the namespace's write counter moves (queues
+    // publish it every 1024 commands and on their tick).
+    let client = ebof_mgmt::Client::new(&sock);
+    let writes = || {
+        client
+            .stats()
+            .unwrap()
+            .namespaces
+            .iter()
+            .find(|n| n.nsid == 1)
+            .map_or(0, |n| n.write_commands)
+    };
     let deadline = Instant::now() + Duration::from_secs(30);
-    while std::fs::metadata(&log).map_or(0, |m| m.len()) < 4096 {
+    while writes() == 0 {
         assert!(Instant::now() < deadline, "perf did not start writing");
         assert!(!run.is_finished(), "perf ended early");
         std::thread::sleep(Duration::from_millis(20));
@@ -503,6 +519,16 @@ fn a_snapshot_under_a_write_workload_holds_no_torn_block() {
          write latency max {} us, p99 {} us",
         perf["write"]["latency_us"]["max"], perf["write"]["latency_us"]["p99"]
     );
+    // The snapshots were taken while the run wrote: a copy holds writes for tens of ms, and
+    // the run's slowest write waited for one (a reflink is too quick to tell).
+    let held = *pauses.iter().max().unwrap() as f64;
+    if expected_method(dir) == "copy" {
+        let max = perf["write"]["latency_us"]["max"].as_f64().unwrap();
+        assert!(
+            max >= held / 2.0,
+            "no write waited for a snapshot: max {max} us, held {held} us"
+        );
+    }
     // Each snapshot, cloned and read back with the run's log: every block is one the run
     // wrote (of a generation it was given) or never written, none torn, none foreign.
     for i in 0..3 {
