@@ -669,7 +669,7 @@ fn ns(c: &Client, json: bool, cmd: NsCmd) -> Result<()> {
                     req.path = Some(absolute(&b).display().to_string());
                 }
                 _ => anyhow::bail!(
-                    "say what backs the namespace: --ram SIZE, --file PATH or --block DEV"
+                    "say what backs the namespace: --ram SIZE, --file PATH, --block DEV or --from-snapshot NAME"
                 ),
             }
             let r = c.add_namespace(&nqn, &req).map_err(err)?;
