@@ -126,6 +126,7 @@
 compile_error!("ebof-backend uses Linux-only interfaces (fallocate modes, block-device ioctls)");
 
 mod aligned;
+pub mod clone;
 mod file;
 mod ram;
 mod sys;

@@ -177,3 +177,13 @@ pub(crate) fn fs_space(file: &File) -> io::Result<crate::FsSpace> {
         fsid: u64::from(st.f_fsid),
     })
 }
+
+/// `ioctl(dst, FICLONE, src)`: make `dst` share all of `src`'s extents (a reflink), replacing
+/// its content. Both on the same file system, which must support it (XFS with `reflink=1`,
+/// btrfs); elsewhere `EOPNOTSUPP`, `EXDEV`, `EINVAL` or `ENOTTY`.
+pub(crate) fn ficlone(dst: &File, src: &File) -> io::Result<()> {
+    let s = src.as_raw_fd();
+    // SAFETY: FICLONE takes the source descriptor as its integer argument, no memory; both
+    // descriptors are kept open by the borrows.
+    retry(|| unsafe { libc::ioctl(dst.as_raw_fd(), libc::FICLONE, s) }).map(drop)
+}

@@ -135,6 +135,7 @@ pub fn state(t: &Target) -> State {
         referrals: crate::referrals::list(t),
         registrations: crate::referrals::registrations(t),
         cdc: None,
+        snapshots: Vec::new(),
     }
 }
 
