@@ -114,6 +114,9 @@ fn rejected(sock: &Path, dir: &Path, args: &[&str], code: &str, field: &str) {
     }
     let mut after = state(sock);
     after["controllers"] = before["controllers"].clone();
+    let mut before = before;
+    common::served::without_usage(&mut before);
+    common::served::without_usage(&mut after);
     assert_eq!(before, after, "{args:?} changed the state");
     assert_eq!(files, files_under(dir), "{args:?} left files behind");
 }

@@ -133,6 +133,30 @@ impl Target {
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
+
+    /// How the server process is doing, for failure messages: `running (R)`, `sleeping (S)`,
+    /// … or `exited (zombie)` (its /proc entry stays until it is reaped, so existence alone
+    /// says nothing), with its listening state on the test's port.
+    pub fn describe(&self) -> String {
+        let pid = self.child.id();
+        let state = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| {
+                // pid (comm) STATE …; comm may hold spaces, so split after the last ')'.
+                let rest = s.rsplit_once(')')?.1.trim_start().to_string();
+                rest.split_whitespace().next().map(str::to_string)
+            });
+        let state = match state.as_deref() {
+            Some("Z") => "exited (zombie)".to_string(),
+            Some(st) => format!("alive ({st})"),
+            None => "gone".to_string(),
+        };
+        format!(
+            "pid {pid} {state}, listening on port {}: {}",
+            self.addr.port(),
+            listens(pid, self.addr.port())
+        )
+    }
 }
 
 /// Whether process `pid` holds a TCP socket listening on `port` (any address): its
