@@ -18,6 +18,14 @@ if ! command -v fio >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get 
         { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends fio >/dev/null; } ||
         echo "warning: could not install fio; the fio engine test will be skipped"
 fi
+# xfsprogs for the reflink snapshot test (crates/ebof/tests/snapshots.rs makes a loop-mounted
+# XFS with reflink=1 as root; without mkfs.xfs that test says SKIPPED).
+if ! command -v mkfs.xfs >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    step "apt-get install xfsprogs"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends xfsprogs >/dev/null ||
+        { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends xfsprogs >/dev/null; } ||
+        echo "warning: could not install xfsprogs; the XFS reflink snapshot test will be skipped"
+fi
 # OpenSSL headers and pkg-config (the TLS crate); the openssl and gnutls command-line tools
 # are independent TLS peers for nvmf-tls's interop tests (skipped, saying so, without them).
 . scripts/build-deps.sh

@@ -486,6 +486,17 @@ impl Backend for FileBackend {
         }
     }
 
+    fn thin(&self) -> bool {
+        matches!(self.target, Target::RegularFile)
+    }
+
+    fn fs_space(&self) -> Option<crate::FsSpace> {
+        match self.target {
+            Target::RegularFile => crate::sys::fs_space(&self.file).ok(),
+            Target::BlockDevice { .. } => None,
+        }
+    }
+
     fn raw_io(&self) -> Option<RawIo> {
         Some(RawIo {
             fd: self.file.as_raw_fd(),

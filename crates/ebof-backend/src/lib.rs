@@ -126,6 +126,7 @@
 compile_error!("ebof-backend uses Linux-only interfaces (fallocate modes, block-device ioctls)");
 
 mod aligned;
+pub mod clone;
 mod file;
 mod ram;
 mod sys;
@@ -219,6 +220,22 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     /// size), for statistics; best effort.
     fn allocated_bytes(&self) -> u64;
 
+    /// Whether the backend is thin provisioned: space is taken as blocks are first written and
+    /// given back on deallocate, so [`allocated_bytes`](Backend::allocated_bytes) is what the
+    /// namespace really uses (Identify Namespace NSFEAT bit 0, NUSE). RAM: yes until it is
+    /// pinned for DMA (then deallocation zero-fills in place); regular files: yes (sparse,
+    /// hole punching); block devices: no. The default is `false`.
+    fn thin(&self) -> bool {
+        false
+    }
+
+    /// The file system the backend's file lives on (regular files, `fstatvfs`); `None`
+    /// (the default) for other backends or if it cannot be read. One system call: for the
+    /// management plane, not the data path.
+    fn fs_space(&self) -> Option<FsSpace> {
+        None
+    }
+
     /// For backends that are one file descriptor (file, block): what an I/O engine needs to
     /// submit reads, writes and syncs itself (io_uring) instead of calling
     /// [`read`](Backend::read)/[`write`](Backend::write)/[`flush`](Backend::flush), with the
@@ -226,6 +243,17 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     fn raw_io(&self) -> Option<RawIo> {
         None
     }
+}
+
+/// Size and free space of the file system under a file backend ([`Backend::fs_space`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FsSpace {
+    /// Bytes the file system holds in all (`f_blocks × f_frsize`).
+    pub total_bytes: u64,
+    /// Bytes an unprivileged writer can still allocate (`f_bavail × f_frsize`).
+    pub available_bytes: u64,
+    /// The file system's id (`f_fsid`): equal for backends on the same file system.
+    pub fsid: u64,
 }
 
 /// The descriptor behind a file or block backend ([`Backend::raw_io`]).

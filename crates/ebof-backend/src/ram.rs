@@ -591,6 +591,10 @@ impl Backend for RamBackend {
     fn allocated_bytes(&self) -> u64 {
         self.written_pages.load(Ordering::Relaxed) << self.page_shift
     }
+
+    fn thin(&self) -> bool {
+        !self.pinned.load(Ordering::Relaxed)
+    }
 }
 
 impl fmt::Debug for RamBackend {

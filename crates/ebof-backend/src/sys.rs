@@ -160,3 +160,30 @@ pub(crate) fn direct_io_granularity(file: &File) -> Option<u32> {
         _ => None,
     }
 }
+
+/// Size and free space of the file system holding `fd` (`fstatvfs`).
+// statvfs's fields are `fsblkcnt_t`/`c_ulong`: u64 on 64-bit Linux, narrower elsewhere.
+#[allow(clippy::useless_conversion)]
+pub(crate) fn fs_space(file: &File) -> io::Result<crate::FsSpace> {
+    // SAFETY: an all-zero statvfs is a valid value of the plain C struct.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: fstatvfs writes only into the struct we pass, on a descriptor kept open by the
+    // `&File` borrow.
+    retry(|| unsafe { libc::fstatvfs(file.as_raw_fd(), &mut st) })?;
+    let frsize = u64::from(st.f_frsize);
+    Ok(crate::FsSpace {
+        total_bytes: u64::from(st.f_blocks).saturating_mul(frsize),
+        available_bytes: u64::from(st.f_bavail).saturating_mul(frsize),
+        fsid: u64::from(st.f_fsid),
+    })
+}
+
+/// `ioctl(dst, FICLONE, src)`: make `dst` share all of `src`'s extents (a reflink), replacing
+/// its content. Both on the same file system, which must support it (XFS with `reflink=1`,
+/// btrfs); elsewhere `EOPNOTSUPP`, `EXDEV`, `EINVAL` or `ENOTTY`.
+pub(crate) fn ficlone(dst: &File, src: &File) -> io::Result<()> {
+    let s = src.as_raw_fd();
+    // SAFETY: FICLONE takes the source descriptor as its integer argument, no memory; both
+    // descriptors are kept open by the borrows.
+    retry(|| unsafe { libc::ioctl(dst.as_raw_fd(), libc::FICLONE, s) }).map(drop)
+}

@@ -69,6 +69,16 @@ pub mod routes {
     pub const CDC_MEMBERS: &str = "/v1/cdc/members";
     /// `DELETE`: remove member `{address}` (`ADDR:PORT`) from the Central Discovery Controller.
     pub const CDC_MEMBER: &str = "/v1/cdc/members/{address}";
+    /// `POST` [`super::SnapshotRequest`]: take a snapshot of a file namespace
+    /// ([`super::SnapshotView`]).
+    pub const NAMESPACE_SNAPSHOTS: &str = "/v1/subsystems/{nqn}/namespaces/{nsid}/snapshots";
+    /// `GET`: every snapshot the target knows (`Vec<`[`super::SnapshotView`]`>`).
+    pub const SNAPSHOTS: &str = "/v1/snapshots";
+    /// `DELETE`: delete a snapshot (its file and manifest; clones made from it stay).
+    pub const SNAPSHOT: &str = "/v1/snapshots/{name}";
+    /// `POST` [`super::CloneRequest`]: a writable clone of the snapshot, added as a new file
+    /// namespace ([`super::CloneMade`]).
+    pub const SNAPSHOT_CLONES: &str = "/v1/snapshots/{name}/clones";
 
     /// `route` with each `{name}` replaced by the percent-encoded value, in order.
     pub fn fill(route: &str, values: &[&str]) -> String {
@@ -157,6 +167,23 @@ pub mod codes {
     pub const UNKNOWN_MEMBER: &str = "unknown-member";
     /// The address is already a member of the Central Discovery Controller.
     pub const DUPLICATE_MEMBER: &str = "duplicate-member";
+    /// A snapshot name outside the allowed alphabet (`[A-Za-z0-9._-]`, starting with a letter
+    /// or digit, at most 64 characters).
+    pub const INVALID_SNAPSHOT_NAME: &str = "invalid-snapshot-name";
+    /// A snapshot with this name exists already (names are unique in a target).
+    pub const DUPLICATE_SNAPSHOT: &str = "duplicate-snapshot";
+    /// No snapshot with this name.
+    pub const UNKNOWN_SNAPSHOT: &str = "unknown-snapshot";
+    /// The namespace cannot be snapshotted: RAM and block namespaces (only file namespaces).
+    pub const SNAPSHOT_UNSUPPORTED: &str = "snapshot-unsupported";
+    /// The namespace's commands in flight did not drain in time for the snapshot (nothing made).
+    pub const SNAPSHOT_BUSY: &str = "snapshot-busy";
+    /// The file system is full (`ENOSPC`/`EDQUOT`) while copying or cloning (nothing made).
+    pub const NO_SPACE: &str = "no-space";
+    /// The snapshot or clone file could not be written (the message names the file and error).
+    pub const SNAPSHOT_FAILED: &str = "snapshot-failed";
+    /// The clone's file exists already (it is never overwritten).
+    pub const FILE_EXISTS: &str = "file-exists";
 }
 
 /// An API error: a stable code, the field path of the request that is wrong (empty when the
@@ -204,7 +231,11 @@ impl ApiError {
             | codes::UNKNOWN_NAMESPACE
             | codes::UNKNOWN_LISTENER
             | codes::UNKNOWN_MEMBER
+            | codes::UNKNOWN_SNAPSHOT
             | codes::NOT_A_CDC => 404,
+            codes::NO_SPACE => 507,
+            codes::SNAPSHOT_BUSY => 503,
+            codes::SNAPSHOT_FAILED => 500,
             codes::UNAUTHORIZED => 401,
             codes::METHOD_NOT_ALLOWED => 405,
             codes::INTERNAL | codes::SAVE_FAILED => 500,
@@ -218,6 +249,8 @@ impl ApiError {
             | codes::LISTEN_FAILED
             | codes::NAMESPACE_NOT_MASKED
             | codes::DUPLICATE_MEMBER
+            | codes::DUPLICATE_SNAPSHOT
+            | codes::FILE_EXISTS
             | codes::SHRINK_NOT_CONFIRMED => 409,
             _ => 400,
         }
@@ -261,6 +294,9 @@ pub struct State {
     /// The Central Discovery Controller, when this box is one (`[cdc]`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cdc: Option<CdcView>,
+    /// Snapshots of namespaces (by name).
+    #[serde(default)]
+    pub snapshots: Vec<SnapshotView>,
 }
 
 /// `POST /v1/discovery/referrals`: refer hosts to another discovery service.
@@ -411,6 +447,17 @@ pub struct NamespaceView {
     /// every host the subsystem admits sees it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hosts: Option<Vec<String>>,
+    /// Thin provisioned (Identify Namespace NSFEAT bit 0): space is taken as blocks are
+    /// written and given back on deallocate (file namespaces; RAM ones not pinned for RDMA).
+    #[serde(default)]
+    pub thin: bool,
+    /// Bytes the backend holds now (NUSE × block size for a thin namespace; a block device
+    /// counts its whole size); `size` is the capacity (NSZE, NCAP, NVMCAP).
+    #[serde(default)]
+    pub allocated_bytes: u64,
+    /// The file system under a file namespace (what the namespace can still grow into).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filesystem: Option<FsSpaceView>,
     /// QoS limits and how much commands waited for them; absent when the namespace has no
     /// limit and nothing ever waited.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -445,6 +492,17 @@ pub struct QosView {
     /// Their total wait, in microseconds.
     #[serde(default)]
     pub wait_us: u64,
+}
+
+/// Size and free space of the file system holding a file namespace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FsSpaceView {
+    /// Bytes in all.
+    pub total_bytes: u64,
+    /// Bytes still available to allocate.
+    pub available_bytes: u64,
+    /// The file system's id (`statvfs` f_fsid), the same for namespaces that share it.
+    pub fsid: u64,
 }
 
 /// A namespace's reservation state.
@@ -963,4 +1021,98 @@ pub struct CdcMemberView {
 pub struct CdcMemberRequest {
     /// `ADDR[:PORT]` of the member's discovery service (port 8009 by default).
     pub address: String,
+}
+
+/// `POST /v1/subsystems/{nqn}/namespaces/{nsid}/snapshots`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SnapshotRequest {
+    /// Name, unique in the target: `[A-Za-z0-9._-]`, a letter or digit first, 1 to 64
+    /// characters.
+    pub name: String,
+}
+
+/// Where a snapshot was taken from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotOrigin {
+    /// Subsystem NQN.
+    pub subsystem: String,
+    /// Namespace ID.
+    pub nsid: u32,
+    /// Namespace UUID (text form).
+    pub uuid: String,
+    /// The namespace's file when the snapshot was taken.
+    pub path: String,
+}
+
+/// A snapshot, as listed and as answered when taken.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotView {
+    /// Its name.
+    pub name: String,
+    /// The namespace it is a copy of.
+    pub origin: SnapshotOrigin,
+    /// Bytes.
+    pub size: u64,
+    /// Logical block size of the origin, bytes.
+    pub block_size: u32,
+    /// When it was taken, seconds since the Unix epoch.
+    pub created: u64,
+    /// `reflink` (extents shared with the origin) or `copy` (no reflink on that file system).
+    pub method: String,
+    /// The snapshot's data file (read-only by convention; clones are made from it).
+    pub path: String,
+    /// How long the origin's I/O was held while the snapshot was made, microseconds.
+    #[serde(default)]
+    pub pause_us: u64,
+    /// How long taking the snapshot took in all (flush, hold, clone, sync), microseconds.
+    #[serde(default)]
+    pub duration_us: u64,
+}
+
+/// Answer of `DELETE /v1/snapshots/{name}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotDeleted {
+    /// Its name.
+    pub name: String,
+    /// The data file removed.
+    pub path: String,
+}
+
+/// `POST /v1/snapshots/{name}/clones`: a new file namespace whose data starts as the
+/// snapshot's.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CloneRequest {
+    /// The subsystem that gets the namespace.
+    pub subsystem: String,
+    /// NSID; default the lowest free one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nsid: Option<u32>,
+    /// The clone's file (never overwritten); default beside the snapshot's directory, named
+    /// after the subsystem, NSID and snapshot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// UUID in text form; default derived from the subsystem NQN and NSID.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uuid: Option<String>,
+    /// ANA group (1..=32; default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ana_group: Option<u32>,
+    /// Only these host NQNs see the namespace; absent: every host the subsystem admits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hosts: Option<Vec<String>>,
+}
+
+/// Answer of `POST /v1/snapshots/{name}/clones`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CloneMade {
+    /// The snapshot it was made from.
+    pub snapshot: String,
+    /// `reflink` or `copy`.
+    pub method: String,
+    /// How long making the file took, microseconds.
+    pub duration_us: u64,
+    /// The namespace added.
+    pub added: NamespaceChanged,
 }

@@ -19,6 +19,9 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 /// Bound on one request, connection included.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// Bound on a snapshot or clone request: where the file system has no reflinks the data is
+/// copied, which takes time in proportion to the namespace's size.
+pub const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(3600);
 
 /// Why a request failed.
 #[derive(Debug, thiserror::Error)]
@@ -381,6 +384,52 @@ impl Client {
         self.json(Method::GET, routes::REGISTRATIONS, None)
     }
 
+    /// `POST /v1/subsystems/{nqn}/namespaces/{nsid}/snapshots`: snapshot a file namespace.
+    pub fn snapshot_namespace(
+        &self,
+        nqn: &str,
+        nsid: &str,
+        name: &str,
+    ) -> Result<crate::api::SnapshotView, ClientError> {
+        let req = crate::api::SnapshotRequest {
+            name: name.to_string(),
+        };
+        self.json_within(
+            Method::POST,
+            &routes::fill(routes::NAMESPACE_SNAPSHOTS, &[nqn, nsid]),
+            Some(to_json(&req)),
+            SNAPSHOT_TIMEOUT,
+        )
+    }
+
+    /// `GET /v1/snapshots`: every snapshot.
+    pub fn snapshots(&self) -> Result<Vec<crate::api::SnapshotView>, ClientError> {
+        self.json(Method::GET, routes::SNAPSHOTS, None)
+    }
+
+    /// `DELETE /v1/snapshots/{name}`.
+    pub fn delete_snapshot(&self, name: &str) -> Result<crate::api::SnapshotDeleted, ClientError> {
+        self.json(
+            Method::DELETE,
+            &routes::fill(routes::SNAPSHOT, &[name]),
+            None,
+        )
+    }
+
+    /// `POST /v1/snapshots/{name}/clones`: a writable clone added as a namespace.
+    pub fn clone_snapshot(
+        &self,
+        name: &str,
+        req: &crate::api::CloneRequest,
+    ) -> Result<crate::api::CloneMade, ClientError> {
+        self.json_within(
+            Method::POST,
+            &routes::fill(routes::SNAPSHOT_CLONES, &[name]),
+            Some(to_json(req)),
+            SNAPSHOT_TIMEOUT,
+        )
+    }
+
     /// Write the running configuration.
     pub fn save(&self, req: &SaveRequest) -> Result<Saved, ClientError> {
         self.json(Method::POST, routes::SAVE, Some(to_json(req)))
@@ -411,7 +460,17 @@ impl Client {
         uri: &str,
         body: Option<String>,
     ) -> Result<T, ClientError> {
-        let (status, bytes) = self.request(method, uri, body)?;
+        self.json_within(method, uri, body, REQUEST_TIMEOUT)
+    }
+
+    fn json_within<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        uri: &str,
+        body: Option<String>,
+        timeout: Duration,
+    ) -> Result<T, ClientError> {
+        let (status, bytes) = self.request_within(method, uri, body, timeout)?;
         if (200..300).contains(&status) {
             serde_json::from_slice(&bytes)
                 .map_err(|e| self.transport(format!("unexpected answer to {uri}: {e}")))
@@ -432,16 +491,24 @@ impl Client {
         uri: &str,
         body: Option<String>,
     ) -> Result<(u16, Vec<u8>), ClientError> {
+        self.request_within(method, uri, body, REQUEST_TIMEOUT)
+    }
+
+    fn request_within(
+        &self,
+        method: Method,
+        uri: &str,
+        body: Option<String>,
+        timeout: Duration,
+    ) -> Result<(u16, Vec<u8>), ClientError> {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .map_err(|e| self.transport(format!("runtime: {e}")))?;
         rt.block_on(async {
-            tokio::time::timeout(REQUEST_TIMEOUT, self.exchange(method, uri, body))
+            tokio::time::timeout(timeout, self.exchange(method, uri, body))
                 .await
-                .unwrap_or_else(|_| {
-                    Err(self.transport(format!("no answer within {REQUEST_TIMEOUT:?}")))
-                })
+                .unwrap_or_else(|_| Err(self.transport(format!("no answer within {timeout:?}"))))
         })
     }
 

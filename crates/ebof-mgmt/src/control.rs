@@ -36,6 +36,8 @@ pub struct Control {
     pub(crate) mdns: std::sync::OnceLock<Arc<crate::mdns::Responder>>,
     /// The Central Discovery Controller, when this box runs one ([`Control::attach_cdc`]).
     pub(crate) cdc: std::sync::OnceLock<Arc<ebof_cdc::Cdc>>,
+    /// Where snapshots are looked for ([`crate::snapshots`]).
+    pub(crate) snapshots_book: crate::snapshots::Book,
 }
 
 impl Control {
@@ -43,14 +45,21 @@ impl Control {
     /// `config_file` is where `save` writes by default and autosave writes. Listener changes
     /// are refused until [`Control::attach_server`].
     pub fn new(target: Arc<Target>, running: Config, config_file: Option<PathBuf>) -> Control {
-        Control {
+        let snapshots_book = crate::snapshots::Book::new(&running);
+        let c = Control {
+            snapshots_book,
             target,
             running: Mutex::new(running),
             listeners: std::sync::OnceLock::new(),
             config_file,
             mdns: std::sync::OnceLock::new(),
             cdc: std::sync::OnceLock::new(),
+        };
+        let found = c.snapshots().len();
+        if found > 0 {
+            tracing::info!(snapshots = found, "snapshots found");
         }
+        c
     }
 
     /// The NVMe/TCP server is up: `listeners` reaches its reactors, `bound` are the addresses
@@ -61,7 +70,7 @@ impl Control {
         build::settle_bound_ports(&mut self.lock(), bound, &self.target);
     }
 
-    fn lock(&self) -> MutexGuard<'_, Config> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Config> {
         self.running.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -124,6 +133,7 @@ impl Control {
         s.mdns = Some(mdns);
         drop(cfg);
         s.cdc = self.cdc_view();
+        s.snapshots = self.snapshots();
         s
     }
 

@@ -31,6 +31,7 @@ pub mod qos;
 pub mod referrals;
 pub mod security;
 pub mod server;
+pub mod snapshots;
 
 pub use api::{ApiError, State, Stats};
 pub use auth::{Token, TokenFileError, load_token_file, read_token_file};

@@ -125,6 +125,12 @@ pub fn render(t: &Target) -> Result<String, std::fmt::Error> {
         "Namespace capacity in bytes",
         size.clone(),
     );
+    let allocated = Family::<NsLabels, Gauge>::default();
+    reg.register(
+        "namespace_allocated_bytes",
+        "Bytes the namespace's backend holds (thin namespaces: what was written and not deallocated)",
+        allocated.clone(),
+    );
     let st = ops::stats(t);
     for n in &st.namespaces {
         let l = NsLabels {
@@ -194,6 +200,9 @@ pub fn render(t: &Target) -> Result<String, std::fmt::Error> {
             }
             size.get_or_create(&l)
                 .set(i64::try_from(n.backend.size()).unwrap_or(i64::MAX));
+            allocated
+                .get_or_create(&l)
+                .set(i64::try_from(n.backend.allocated_bytes()).unwrap_or(i64::MAX));
             for c in nvmf_target::FailureClass::ALL {
                 let v =
                     n.stats.backend_errors[c as usize].load(std::sync::atomic::Ordering::Relaxed);

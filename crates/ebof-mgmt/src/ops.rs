@@ -46,6 +46,13 @@ pub(crate) fn namespace_view(n: &Namespace, path: Option<String>) -> NamespaceVi
         reservation: reservation_view(n),
         ana_group: n.ana_group(),
         hosts: None,
+        thin: n.backend.thin(),
+        allocated_bytes: n.backend.allocated_bytes(),
+        filesystem: n.backend.fs_space().map(|f| api::FsSpaceView {
+            total_bytes: f.total_bytes,
+            available_bytes: f.available_bytes,
+            fsid: f.fsid,
+        }),
         qos: crate::qos::qos_view(n),
     }
 }
@@ -129,6 +136,7 @@ pub fn state(t: &Target) -> State {
         referrals: crate::referrals::list(t),
         registrations: crate::referrals::registrations(t),
         cdc: None,
+        snapshots: Vec::new(),
     }
 }
 

@@ -275,6 +275,10 @@ pub fn router(ctx: Ctx) -> Router {
         .route(routes::CDC, get(get_cdc))
         .route(routes::CDC_MEMBERS, post(post_cdc_member))
         .route(routes::CDC_MEMBER, delete(delete_cdc_member))
+        .route(routes::NAMESPACE_SNAPSHOTS, post(post_namespace_snapshot))
+        .route(routes::SNAPSHOTS, get(get_snapshots))
+        .route(routes::SNAPSHOT, delete(delete_snapshot))
+        .route(routes::SNAPSHOT_CLONES, post(post_snapshot_clone))
         .fallback(unknown_endpoint)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(ctx)
@@ -790,6 +794,44 @@ async fn delete_cdc_member(State(c): State<Ctx>, path: PathArg<String>) -> Respo
         Ok(Path(addr)) => blocking(move || c.remove_cdc_member(&addr)).await,
         Err(e) => json::<()>(Err(bad_path(e))),
     }
+}
+
+async fn post_namespace_snapshot(
+    State(c): State<Ctx>,
+    path: PathArg<(String, String)>,
+    body: Body<api::SnapshotRequest>,
+) -> Response {
+    let (Path((nqn, nsid)), axum::Json(req)) = match (path, body) {
+        (Ok(p), Ok(b)) => (p, b),
+        (Err(e), _) => return json::<()>(Err(bad_path(e))),
+        (_, Err(e)) => return json::<()>(Err(bad_body(e))),
+    };
+    blocking(move || c.snapshot_namespace(&nqn, &nsid, &req)).await
+}
+
+async fn get_snapshots(State(c): State<Ctx>) -> Response {
+    blocking(move || Ok(c.snapshots())).await
+}
+
+async fn delete_snapshot(State(c): State<Ctx>, path: PathArg<String>) -> Response {
+    let Path(name) = match path {
+        Ok(p) => p,
+        Err(e) => return json::<()>(Err(bad_path(e))),
+    };
+    blocking(move || c.delete_snapshot(&name)).await
+}
+
+async fn post_snapshot_clone(
+    State(c): State<Ctx>,
+    path: PathArg<String>,
+    body: Body<api::CloneRequest>,
+) -> Response {
+    let (Path(name), axum::Json(req)) = match (path, body) {
+        (Ok(p), Ok(b)) => (p, b),
+        (Err(e), _) => return json::<()>(Err(bad_path(e))),
+        (_, Err(e)) => return json::<()>(Err(bad_body(e))),
+    };
+    blocking(move || c.clone_snapshot(&name, &req)).await
 }
 
 async fn unknown_endpoint(uri: axum::http::Uri) -> Response {

@@ -112,6 +112,20 @@ pub enum CtlCmd {
         #[command(subcommand)]
         cmd: CdcCmd,
     },
+    /// Snapshots of file namespaces (take one with `ebof ctl ns snapshot`, clone one with
+    /// `ebof ctl ns add NQN --from-snapshot NAME`).
+    Snapshot {
+        #[command(subcommand)]
+        cmd: SnapshotCmd,
+    },
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum SnapshotCmd {
+    /// Every snapshot: name, origin, size, block size, when, how (reflink or copy), file.
+    List,
+    /// Delete snapshot NAME (its file and manifest; clones made from it stay).
+    Delete { name: String },
 }
 
 #[derive(clap::Subcommand, Debug)]
@@ -160,6 +174,15 @@ pub enum NsCmd {
         /// subsystem admits). No other host ever sees it, not even briefly.
         #[arg(long = "host", value_name = "HOSTNQN")]
         hosts: Vec<String>,
+        /// A writable clone of snapshot NAME (a new file, reflinked where the file system
+        /// can; --file says where, default beside the snapshot's directory; never an
+        /// existing file).
+        #[arg(
+            long,
+            value_name = "NAME",
+            conflicts_with_all = ["ram", "block", "size", "block_size", "direct"]
+        )]
+        from_snapshot: Option<String>,
     },
     /// Restrict namespace NSID of NQN to exactly the hosts HOSTNQN… (none: hidden from every
     /// host). Hosts that lose or gain it get a Namespace Attribute Changed event.
@@ -223,6 +246,15 @@ pub enum NsCmd {
         /// Remove every limit.
         #[arg(long, conflicts_with_all = ["iops", "mbps", "read_iops", "write_iops", "read_mbps", "write_mbps"])]
         clear: bool,
+    },
+    /// Take snapshot NAME of file namespace NSID of NQN: a crash-consistent point-in-time copy
+    /// (every command acknowledged before is in it), by reflink where the file system can
+    /// (XFS reflink=1, btrfs), else by a copy during which writes wait.
+    Snapshot {
+        nqn: String,
+        nsid: String,
+        /// Unique in the target: A-Z a-z 0-9 . _ -, a letter or digit first, at most 64.
+        name: String,
     },
 }
 
@@ -427,6 +459,26 @@ pub fn run(a: CtlArgs) -> Result<()> {
             }
         }
         CtlCmd::Ns { cmd } => ns(&c, json, cmd)?,
+        CtlCmd::Snapshot {
+            cmd: SnapshotCmd::List,
+        } => {
+            let l = c.snapshots().map_err(err)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&l)?);
+            } else {
+                print!("{}", snapshots_text(&l));
+            }
+        }
+        CtlCmd::Snapshot {
+            cmd: SnapshotCmd::Delete { name },
+        } => {
+            let r = c.delete_snapshot(&name).map_err(err)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                println!("snapshot {} deleted ({} removed)", r.name, r.path);
+            }
+        }
         CtlCmd::Listener { cmd } => {
             let kind = |l: &ebof_mgmt::api::ListenerView| {
                 if l.discovery { "discovery" } else { "NVMe/TCP" }
@@ -594,7 +646,34 @@ fn ns(c: &Client, json: bool, cmd: NsCmd) -> Result<()> {
             direct,
             ana_group,
             hosts,
+            from_snapshot,
         } => {
+            if let Some(name) = from_snapshot {
+                let req = ebof_mgmt::api::CloneRequest {
+                    subsystem: nqn,
+                    nsid,
+                    path: file.map(|f| absolute(&f).display().to_string()),
+                    uuid,
+                    ana_group,
+                    hosts: (!hosts.is_empty()).then_some(hosts),
+                };
+                let r = c.clone_snapshot(&name, &req).map_err(err)?;
+                if json {
+                    println!("{}", serde_json::to_string_pretty(&r)?);
+                } else {
+                    println!(
+                        "namespace {} added to {} from snapshot {} ({}, {} in {:.3} s, file {})",
+                        r.added.namespace.nsid,
+                        r.added.subsystem,
+                        r.snapshot,
+                        format_size(r.added.namespace.size),
+                        r.method,
+                        r.duration_us as f64 / 1e6,
+                        r.added.namespace.path.clone().unwrap_or_default()
+                    );
+                }
+                return Ok(());
+            }
             let mut req = ebof_mgmt::api::NamespaceRequest {
                 ana_group,
                 hosts: (!hosts.is_empty()).then_some(hosts),
@@ -619,7 +698,7 @@ fn ns(c: &Client, json: bool, cmd: NsCmd) -> Result<()> {
                     req.path = Some(absolute(&b).display().to_string());
                 }
                 _ => anyhow::bail!(
-                    "say what backs the namespace: --ram SIZE, --file PATH or --block DEV"
+                    "say what backs the namespace: --ram SIZE, --file PATH, --block DEV or --from-snapshot NAME"
                 ),
             }
             let r = c.add_namespace(&nqn, &req).map_err(err)?;
@@ -666,6 +745,25 @@ fn ns(c: &Client, json: bool, cmd: NsCmd) -> Result<()> {
                 println!("{}", serde_json::to_string_pretty(&r)?);
             } else {
                 println!("namespace {} removed from {}", r.nsid, r.subsystem);
+            }
+        }
+        NsCmd::Snapshot { nqn, nsid, name } => {
+            let v = c.snapshot_namespace(&nqn, &nsid, &name).map_err(err)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else {
+                println!(
+                    "snapshot {} of namespace {} of {} taken ({}, {}: I/O held {:.3} ms, {:.3} s \
+                     in all) in {}",
+                    v.name,
+                    v.origin.nsid,
+                    v.origin.subsystem,
+                    format_size(v.size),
+                    v.method,
+                    v.pause_us as f64 / 1e3,
+                    v.duration_us as f64 / 1e6,
+                    v.path
+                );
             }
         }
         NsCmd::Resize {
@@ -826,6 +924,91 @@ fn row(cells: &[&str]) -> Vec<String> {
     cells.iter().map(|s| s.to_string()).collect()
 }
 
+/// The USED column: what a thin namespace holds, with its share of the size (`-` for a
+/// namespace that is not thin: it always holds its whole size).
+fn used_text(n: &ebof_mgmt::api::NamespaceView) -> String {
+    if !n.thin {
+        return "-".into();
+    }
+    let pct = if n.size == 0 {
+        0.0
+    } else {
+        n.allocated_bytes.min(n.size) as f64 * 100.0 / n.size as f64
+    };
+    format!("{} ({pct:.0}%)", approx_size(n.allocated_bytes))
+}
+
+/// `bytes` to three significant figures with a binary suffix (`33.5M`, `912K`, `0`): for
+/// figures that are not configured sizes (allocation, free space).
+fn approx_size(bytes: u64) -> String {
+    // A round figure as the configuration writes it (`1G`, `256M`), else rounded.
+    let exact = format_size(bytes);
+    if exact.len() <= 5 {
+        return exact;
+    }
+    const UNITS: [&str; 7] = ["", "K", "M", "G", "T", "P", "E"];
+    let mut v = bytes as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        bytes.to_string()
+    } else if v < 10.0 {
+        format!("{v:.2}{}", UNITS[u])
+    } else if v < 100.0 {
+        format!("{v:.1}{}", UNITS[u])
+    } else {
+        format!("{v:.0}{}", UNITS[u])
+    }
+}
+
+/// One line per file system under file namespaces: its free space, shared by every namespace
+/// on it (a thin namespace can grow only into that).
+fn filesystems_text(s: &State, out: &mut String) {
+    let mut rows = vec![row(&[
+        "NAMESPACES",
+        "FS SIZE",
+        "FS FREE",
+        "PROVISIONED",
+        "USED",
+    ])];
+    let mut groups: Vec<(ebof_mgmt::api::FsSpaceView, Vec<String>, u64, u64)> = Vec::new();
+    for sub in &s.subsystems {
+        for n in &sub.namespaces {
+            let Some(fs) = n.filesystem else { continue };
+            let who = format!("{}:{}", sub.nqn, n.nsid);
+            // One row per file system (some report no id: their size tells them apart).
+            match groups
+                .iter_mut()
+                .find(|g| (g.0.fsid, g.0.total_bytes) == (fs.fsid, fs.total_bytes))
+            {
+                Some(g) => {
+                    g.1.push(who);
+                    g.2 += n.size;
+                    g.3 += n.allocated_bytes;
+                }
+                None => groups.push((fs, vec![who], n.size, n.allocated_bytes)),
+            }
+        }
+    }
+    if groups.is_empty() {
+        return;
+    }
+    out.push_str("file systems\n");
+    for (fs, who, provisioned, used) in groups {
+        rows.push(vec![
+            who.join(", "),
+            approx_size(fs.total_bytes),
+            approx_size(fs.available_bytes),
+            approx_size(provisioned),
+            approx_size(used),
+        ]);
+    }
+    table(out, "  ", &rows);
+}
+
 pub fn show_text(s: &State) -> String {
     let mut out = String::new();
     for sub in &s.subsystems {
@@ -841,13 +1024,14 @@ pub fn show_text(s: &State) -> String {
             sub.nqn, sub.serial, sub.model
         ));
         let mut rows = vec![row(&[
-            "NSID", "BACKEND", "SIZE", "BLOCK", "ANAGRP", "UUID", "PATH",
+            "NSID", "BACKEND", "SIZE", "USED", "BLOCK", "ANAGRP", "UUID", "PATH",
         ])];
         for n in &sub.namespaces {
             rows.push(vec![
                 n.nsid.to_string(),
                 n.backend.clone(),
                 format_size(n.size),
+                used_text(n),
                 n.block_size.to_string(),
                 n.ana_group.to_string(),
                 n.uuid.clone(),
@@ -894,6 +1078,7 @@ pub fn show_text(s: &State) -> String {
             }
         }
     }
+    filesystems_text(s, &mut out);
     out.push_str("listeners\n");
     let mut rows = vec![row(&["ADDRESS", "PORTID", "KIND", "TRANSPORT", "TLS"])];
     for l in &s.listeners {
@@ -960,7 +1145,66 @@ pub fn show_text(s: &State) -> String {
     }
     out.push_str(&referrals_text(&s.referrals));
     out.push_str(&registrations_text(&s.registrations));
+    if !s.snapshots.is_empty() {
+        out.push_str(&snapshots_text(&s.snapshots));
+    }
     out
+}
+
+/// The snapshots as a table (`ebof ctl snapshot list`, `ebof ctl show`).
+pub fn snapshots_text(l: &[ebof_mgmt::api::SnapshotView]) -> String {
+    if l.is_empty() {
+        return "snapshots: none\n".into();
+    }
+    let mut out = "snapshots\n".to_string();
+    let mut rows = vec![row(&[
+        "NAME",
+        "SUBSYSTEM",
+        "NSID",
+        "UUID",
+        "SIZE",
+        "BLOCK",
+        "CREATED",
+        "METHOD",
+        "PATH",
+    ])];
+    for v in l {
+        rows.push(vec![
+            v.name.clone(),
+            v.origin.subsystem.clone(),
+            v.origin.nsid.to_string(),
+            v.origin.uuid.clone(),
+            format_size(v.size),
+            v.block_size.to_string(),
+            utc_text(v.created),
+            v.method.clone(),
+            v.path.clone(),
+        ]);
+    }
+    table(&mut out, "  ", &rows);
+    out
+}
+
+/// Seconds since the Unix epoch as `YYYY-MM-DDTHH:MM:SSZ` (proleptic Gregorian, UTC).
+pub fn utc_text(secs: u64) -> String {
+    let days = i64::try_from(secs / 86_400).unwrap_or(0);
+    let rem = secs % 86_400;
+    // Civil from days (H. Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    )
 }
 
 /// The referrals, one line each.
@@ -1247,4 +1491,14 @@ pub fn start_management(
         "management API"
     );
     Ok(Some((server, control)))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn utc_text_is_iso_8601() {
+        assert_eq!(super::utc_text(0), "1970-01-01T00:00:00Z");
+        assert_eq!(super::utc_text(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(super::utc_text(1_790_000_000), "2026-09-21T14:13:20Z");
+    }
 }

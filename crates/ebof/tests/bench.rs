@@ -71,11 +71,10 @@ fn run_quick(t: &Served, out: &Path, extra: &[&str]) -> common::Output {
     let o = ebof(&args);
     assert!(
         o.ok,
-        "bench quick failed: {}\n{}\nthe target (pid {}, alive: {}) logged:\n{}",
+        "bench quick failed: {}\n{}\nthe target ({}) logged:\n{}",
         o.stdout,
         o.stderr,
-        t.pid(),
-        std::path::Path::new(&format!("/proc/{}", t.pid())).exists(),
+        t.describe(),
         std::fs::read_to_string(&t.log).unwrap_or_default()
     );
     o

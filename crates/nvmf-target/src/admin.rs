@@ -7,7 +7,7 @@ use crate::model::{ADMIN_QUEUE_MAX, Namespace, Subsystem};
 use crate::queue::{Exec, Queue, Transport};
 use nvme_spec::identify::{
     self, IDENTIFY_DATA_LEN, IdentifyController, IdentifyControllerNvm, IdentifyNamespace,
-    IdentifyNamespaceCsIndep, IdentifyNamespaceNvm, LbaFormat, NsIdDescriptor, cns, csi,
+    IdentifyNamespaceCsIndep, IdentifyNamespaceNvm, LbaFormat, NsIdDescriptor, cns, csi, nsfeat,
 };
 use nvme_spec::log::{
     ChangedNsList, CmdEffectsLog, ErrorLogEntry, FwSlotLog, SmartLog, copy_log_window, effects, lid,
@@ -639,10 +639,28 @@ impl Queue {
     }
 }
 
-/// Namespace features byte: NGUID/EUI64 never reused (bit 3); deallocated blocks read zero is
-/// reported through DLFEAT.
-fn ns_features(_ns: &Namespace) -> u8 {
-    1 << 3
+/// Namespace features byte: thin provisioning (bit 0) when the backend is sparse
+/// ([`ebof_backend::Backend::thin`]), NGUID/EUI64 never reused (bit 3); deallocated blocks
+/// read zero is reported through DLFEAT.
+fn ns_features(ns: &Namespace) -> u8 {
+    let thin = if ns.backend.thin() { nsfeat::THINP } else { 0 };
+    thin | nsfeat::UIDREUSE
+}
+
+/// Namespace Utilization: the blocks the backend really holds when it is thin provisioned
+/// (its allocated bytes, rounded up to whole blocks, never more than `blocks`), else every
+/// block. Read when a host asks (Identify), never on the data path.
+fn ns_utilization(ns: &Namespace, blocks: u64) -> u64 {
+    if !ns.backend.thin() {
+        return blocks;
+    }
+    used_blocks(ns.backend.allocated_bytes(), ns.block_size, blocks)
+}
+
+/// `allocated` bytes as whole blocks of `block_size`, capped at `blocks` (a file may hold
+/// blocks past the namespace's end after a shrink, or preallocated by its file system).
+fn used_blocks(allocated: u64, block_size: u32, blocks: u64) -> u64 {
+    allocated.div_ceil(u64::from(block_size.max(1))).min(blocks)
 }
 
 /// Identify Namespace data for `ns`.
@@ -657,8 +675,9 @@ pub fn identify_namespace(ns: &Namespace) -> IdentifyNamespace {
     };
     IdentifyNamespace {
         nsze: blocks,
+        // Thin or not, every block can be written: the capacity is the size.
         ncap: blocks,
-        nuse: blocks,
+        nuse: ns_utilization(ns, blocks),
         nsfeat: ns_features(ns),
         nlbaf: 0,
         flbas: 0,
@@ -708,4 +727,24 @@ fn smart_log(list: &[&Arc<Namespace>], target: &crate::model::Target, errors: u6
     log.power_on_hours = u128::from(target.started.elapsed().as_secs() / 3600);
     log.num_err_log_entries = u128::from(errors);
     log
+}
+
+#[cfg(test)]
+mod tests {
+    use super::used_blocks;
+
+    #[test]
+    fn utilization_is_allocated_bytes_in_whole_blocks_capped_at_the_size() {
+        // Nothing written: nothing used.
+        assert_eq!(used_blocks(0, 512, 1000), 0);
+        // 32 MiB of a 64 MiB namespace, 4K blocks.
+        assert_eq!(used_blocks(32 << 20, 4096, 16384), 8192);
+        // A partly used block counts as used.
+        assert_eq!(used_blocks(4096 + 1, 4096, 100), 2);
+        // 4 KiB file-system blocks under 512-byte LBAs.
+        assert_eq!(used_blocks(4096, 512, 100), 8);
+        // Blocks past the end (after a shrink) or preallocated: never more than the size.
+        assert_eq!(used_blocks(1 << 30, 512, 2048), 2048);
+        assert_eq!(used_blocks(u64::MAX, 512, u64::MAX), u64::MAX / 512 + 1);
+    }
 }

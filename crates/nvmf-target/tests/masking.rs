@@ -79,15 +79,6 @@ fn connect(t: &Arc<Target>, hostnqn: &str, hostid: u8) -> H {
 }
 
 impl Host {
-    fn identify(&mut self, cns_v: u8, nsid: u32) -> (Status, Vec<u8>) {
-        let mut sqe = Sqe::new(admin::IDENTIFY, CommandId(4));
-        sqe.set_nsid(NamespaceId(nsid));
-        sqe.set_cdw(10, u32::from(cns_v));
-        sqe.set_sgl_transport(4096);
-        let (c, d) = self.cmd(sqe, &[]);
-        (c.status, d)
-    }
-
     fn log(&mut self, log_id: u8, nsid: u32, len: u32) -> (Status, Vec<u8>) {
         let mut sqe = Sqe::new(admin::GET_LOG_PAGE, CommandId(5));
         sqe.set_nsid(NamespaceId(nsid));

@@ -104,13 +104,14 @@ impl Target {
             if let Ok(s) = TcpStream::connect_timeout(&addr, Duration::from_millis(200)) {
                 // A socket connected to itself is not a server; nor is another process that
                 // holds the port while ours failed to bind it and exited.
-                if s.local_addr().ok() != Some(addr) {
-                    if let Ok(Some(st)) = t.child.try_wait() {
-                        panic!(
-                            "ebof {args:?} exited ({st}) while something else answers on {addr}"
-                        );
-                    }
+                // And the listening socket must be the child's own: something else that
+                // answered the probe and went away would leave the test connecting to a port
+                // nobody listens on yet ("connection refused").
+                if s.local_addr().ok() != Some(addr) && listens(t.child.id(), addr.port()) {
                     return t;
+                }
+                if let Ok(Some(st)) = t.child.try_wait() {
+                    panic!("ebof {args:?} exited ({st}) while something else answers on {addr}");
                 }
             }
             if let Ok(Some(st)) = t.child.try_wait() {
@@ -132,6 +133,62 @@ impl Target {
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
+
+    /// How the server process is doing, for failure messages: `running (R)`, `sleeping (S)`,
+    /// … or `exited (zombie)` (its /proc entry stays until it is reaped, so existence alone
+    /// says nothing), with its listening state on the test's port.
+    pub fn describe(&self) -> String {
+        let pid = self.child.id();
+        let state = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| {
+                // pid (comm) STATE …; comm may hold spaces, so split after the last ')'.
+                let rest = s.rsplit_once(')')?.1.trim_start().to_string();
+                rest.split_whitespace().next().map(str::to_string)
+            });
+        let state = match state.as_deref() {
+            Some("Z") => "exited (zombie)".to_string(),
+            Some(st) => format!("alive ({st})"),
+            None => "gone".to_string(),
+        };
+        format!(
+            "pid {pid} {state}, listening on port {}: {}",
+            self.addr.port(),
+            listens(pid, self.addr.port())
+        )
+    }
+}
+
+/// Whether process `pid` holds a TCP socket listening on `port` (any address): its
+/// `/proc/PID/net/tcp{,6}` LISTEN entries (state 0A) on that port, matched by inode against
+/// the `socket:[INODE]` links in `/proc/PID/fd`.
+fn listens(pid: u32, port: u16) -> bool {
+    let mut inodes = Vec::new();
+    for table in ["tcp", "tcp6"] {
+        let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")) else {
+            continue;
+        };
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let (Some(local), Some(state), Some(inode)) = (f.get(1), f.get(3), f.get(9)) else {
+                continue;
+            };
+            let on_port = local
+                .rsplit_once(':')
+                .and_then(|(_, p)| u16::from_str_radix(p, 16).ok())
+                == Some(port);
+            if on_port && *state == "0A" {
+                inodes.push(format!("socket:[{inode}]"));
+            }
+        }
+    }
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    fds.flatten().any(|e| {
+        std::fs::read_link(e.path())
+            .is_ok_and(|l| inodes.iter().any(|i| l.as_os_str() == i.as_str()))
+    })
 }
 
 impl Drop for Target {

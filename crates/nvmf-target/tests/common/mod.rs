@@ -111,6 +111,16 @@ impl Host {
         v.remove(0)
     }
 
+    /// Identify with CNS `cns_v` for `nsid`: its status and the 4 KiB of data.
+    pub fn identify(&mut self, cns_v: u8, nsid: u32) -> (nvme_spec::Status, Vec<u8>) {
+        let mut sqe = Sqe::new(admin::IDENTIFY, CommandId(4));
+        sqe.set_nsid(nvme_spec::NamespaceId(nsid));
+        sqe.set_cdw(10, u32::from(cns_v));
+        sqe.set_sgl_transport(4096);
+        let (c, d) = self.cmd(sqe, &[]);
+        (c.status, d)
+    }
+
     /// Fabrics Connect of queue `qid` (0: admin, with `cntlid` 0xFFFF).
     pub fn connect(&mut self, qid: u16, cntlid: u16) -> Cqe {
         let mut sqe = ConnectCmd {

@@ -1,0 +1,1178 @@
+//! Snapshots and clones of file namespaces (ADR 0021).
+//!
+//! A snapshot is two files in a `.ebof-snapshots` directory beside its origin's file (same
+//! file system, so a reflink is possible): `NAME.img`, the data, and `NAME.json`, its
+//! [`Manifest`]. The manifest is written last, atomically (temporary file, sync, rename, sync
+//! of the directory): it is what makes a snapshot exist. A data file without one is left over
+//! from a crash and is never listed (its name stays taken until it is removed by hand).
+//!
+//! **Consistency.** Taking one: `fdatasync` of the origin first (outside any hold, so the hold
+//! is short), then the origin's namespace gate ([`nvmf_target::gate`], the mechanism that
+//! makes Compare-and-Write atomic) is closed and drained: every data command that entered it
+//! (including writes in flight in the reactors' io_uring rings or worker pools) has finished
+//! its backend operation, every later one waits, deferred by its queue, without being
+//! acknowledged. Every command acknowledged to a host was inside the gate before (a command
+//! completes only after its backend operation), so it is in the file when `FICLONE` runs;
+//! no write is half in. The gate is opened again as soon as the clone (or the copy fallback)
+//! returns; syncing the new file and writing the manifest happen after.
+//!
+//! **Finding them.** The directories scanned are: `.ebof-snapshots` beside every file
+//! namespace of the running configuration, every directory a snapshot was made in since start,
+//! and the catalogue `snapshot-dirs.json` in `[target] state_dir` (when configured) that
+//! remembers every directory ever used, so a snapshot outlives its origin across restarts.
+
+use crate::api::{
+    self, ApiError, CloneMade, CloneRequest, NamespaceRequest, SnapshotDeleted, SnapshotRequest,
+    SnapshotView, codes,
+};
+use crate::control::{Control, parse_nsid, subsystem_index, unknown_namespace};
+use ebof_backend::clone::{CloneMethod, Fallback, clone_file};
+use ebof_config::{BackendChoice, Config};
+use nvmf_target::gate::Gate;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeSet, HashSet};
+use std::fs::File;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Directory of a namespace's snapshots, beside the namespace's file.
+pub const DIR_NAME: &str = ".ebof-snapshots";
+/// The manifest version this code writes and reads.
+pub const MANIFEST_VERSION: u32 = 1;
+/// Longest snapshot name, in characters.
+pub const NAME_MAX: usize = 64;
+/// Longest wait for the origin's commands in flight to drain before a snapshot gives up.
+pub const HOLD_TIMEOUT: Duration = Duration::from_secs(5);
+/// Most flushes of the origin before its writes are held (see [`PRE_FLUSH_QUICK`]).
+pub const PRE_FLUSH_PASSES: u32 = 3;
+/// A flush this quick left little dirty data: hold the writes now.
+pub const PRE_FLUSH_QUICK: Duration = Duration::from_millis(10);
+/// The catalogue of snapshot directories in `[target] state_dir`.
+pub const CATALOGUE: &str = "snapshot-dirs.json";
+
+/// Check a snapshot name: 1 to [`NAME_MAX`] characters of `A-Z a-z 0-9 . _ -`, the first a
+/// letter or digit (so no hidden file, no `..`, no option look-alike, no path separator).
+pub fn validate_name(name: &str) -> Result<(), ApiError> {
+    let bad = |why: String| {
+        Err(ApiError::new(
+            codes::INVALID_SNAPSHOT_NAME,
+            "name",
+            format!(
+                "{name:?} is not a snapshot name: {why} (allowed: 1 to {NAME_MAX} of A-Z a-z 0-9 \
+                 . _ -, starting with a letter or digit)"
+            ),
+        ))
+    };
+    if name.is_empty() {
+        return bad("it is empty".into());
+    }
+    if name.chars().count() > NAME_MAX {
+        return bad(format!("it has {} characters", name.chars().count()));
+    }
+    if let Some((i, c)) = name
+        .chars()
+        .enumerate()
+        .find(|(_, c)| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+    {
+        let what = if c == '/' || c == '\\' {
+            "a path separator".to_string()
+        } else if c.is_control() {
+            format!("a control character (U+{:04X})", u32::from(c))
+        } else {
+            format!("{c:?}")
+        };
+        return bad(format!("character {} is {what}", i + 1));
+    }
+    if !name.starts_with(|c: char| c.is_ascii_alphanumeric()) {
+        return bad("it does not start with a letter or digit".into());
+    }
+    Ok(())
+}
+
+/// Where a snapshot was taken from, as its manifest records it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ManifestOrigin {
+    /// Subsystem NQN.
+    pub subsystem: String,
+    /// Namespace ID.
+    pub nsid: u32,
+    /// Namespace UUID, text form.
+    pub uuid: String,
+    /// The origin's file.
+    pub path: String,
+}
+
+/// A snapshot's manifest (`NAME.json`, JSON). Unknown fields are ignored (a later ebof may add
+/// some within version 1); a different `version` is refused.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// [`MANIFEST_VERSION`].
+    pub version: u32,
+    /// The snapshot's name (the manifest's file stem).
+    pub name: String,
+    /// The namespace it copies.
+    pub origin: ManifestOrigin,
+    /// Bytes.
+    pub size: u64,
+    /// The origin's logical block size.
+    pub block_size: u32,
+    /// Seconds since the Unix epoch.
+    pub created: u64,
+    /// `reflink` or `copy`.
+    pub method: String,
+    /// The data file, relative to the manifest's directory (`NAME.img`).
+    pub data: String,
+    /// Microseconds the origin's I/O was held.
+    #[serde(default)]
+    pub pause_us: u64,
+    /// Microseconds the whole snapshot took.
+    #[serde(default)]
+    pub duration_us: u64,
+}
+
+impl Manifest {
+    /// The manifest as written (pretty JSON, a final newline).
+    pub fn to_json(&self) -> String {
+        let mut s = serde_json::to_string_pretty(self).unwrap_or_default();
+        s.push('\n');
+        s
+    }
+
+    /// Read a manifest from `text`; `stem` is its file name without `.json`, which must be
+    /// its name. The error says what is wrong.
+    pub fn parse(text: &str, stem: &str) -> Result<Manifest, String> {
+        let v: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+        match v.get("version").and_then(serde_json::Value::as_u64) {
+            Some(n) if n == u64::from(MANIFEST_VERSION) => {}
+            Some(n) => {
+                return Err(format!(
+                    "manifest version {n} is not supported (this ebof reads version \
+                     {MANIFEST_VERSION})"
+                ));
+            }
+            None => return Err("no manifest version".into()),
+        }
+        let m: Manifest =
+            serde_json::from_value(v).map_err(|e| format!("not a snapshot manifest: {e}"))?;
+        validate_name(&m.name).map_err(|e| e.message)?;
+        if m.name != stem {
+            return Err(format!(
+                "it names snapshot {:?}, its file says {stem:?}",
+                m.name
+            ));
+        }
+        if m.data != data_file_name(&m.name) {
+            return Err(format!("unexpected data file {:?}", m.data));
+        }
+        if m.method != CloneMethod::Reflink.as_str() && m.method != CloneMethod::Copy.as_str() {
+            return Err(format!("unknown method {:?}", m.method));
+        }
+        Ok(m)
+    }
+
+    /// The API's view of the snapshot in `dir`.
+    pub fn view(&self, dir: &Path) -> SnapshotView {
+        SnapshotView {
+            name: self.name.clone(),
+            origin: api::SnapshotOrigin {
+                subsystem: self.origin.subsystem.clone(),
+                nsid: self.origin.nsid,
+                uuid: self.origin.uuid.clone(),
+                path: self.origin.path.clone(),
+            },
+            size: self.size,
+            block_size: self.block_size,
+            created: self.created,
+            method: self.method.clone(),
+            path: dir.join(&self.data).display().to_string(),
+            pause_us: self.pause_us,
+            duration_us: self.duration_us,
+        }
+    }
+}
+
+fn data_file_name(name: &str) -> String {
+    format!("{name}.img")
+}
+
+fn manifest_file_name(name: &str) -> String {
+    format!("{name}.json")
+}
+
+/// Write `bytes` as `dir/name` atomically: a temporary file in `dir`, written and synced,
+/// renamed over `name`, then `dir` synced. On failure the temporary file is removed.
+pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<()> {
+    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
+    let result = (|| {
+        let mut f = File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, dir.join(name))?;
+        sync_dir(dir)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// A snapshot found on disk.
+#[derive(Clone, Debug)]
+pub struct Found {
+    /// Its directory.
+    pub dir: PathBuf,
+    /// Its manifest.
+    pub manifest: Manifest,
+}
+
+/// Read every manifest in `dir` (a missing directory has none). Manifests that cannot be
+/// read come back as warnings (`path: why`), the rest as snapshots.
+pub fn scan_dir(dir: &Path) -> (Vec<Found>, Vec<String>) {
+    let (mut found, mut warnings) = (Vec::new(), Vec::new());
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return (found, warnings),
+        Err(e) => {
+            warnings.push(format!("{}: {e}", dir.display()));
+            return (found, warnings);
+        }
+    };
+    let mut names: Vec<String> = entries
+        .filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str().map(str::to_string))
+        .filter(|n| n.ends_with(".json") && !n.starts_with('.'))
+        .collect();
+    names.sort();
+    for n in names {
+        let path = dir.join(&n);
+        let stem = &n[..n.len() - ".json".len()];
+        let parsed = std::fs::read_to_string(&path)
+            .map_err(|e| e.to_string())
+            .and_then(|t| Manifest::parse(&t, stem));
+        match parsed {
+            Ok(manifest) => found.push(Found {
+                dir: dir.to_path_buf(),
+                manifest,
+            }),
+            Err(e) => warnings.push(format!("{}: {e} (skipped)", path.display())),
+        }
+    }
+    (found, warnings)
+}
+
+/// The catalogue of snapshot directories kept in `[target] state_dir`.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Catalogue {
+    version: u32,
+    dirs: BTreeSet<PathBuf>,
+}
+
+/// The control plane's memory of snapshot directories (see the module docs).
+#[derive(Debug, Default)]
+pub(crate) struct Book {
+    inner: Mutex<BookInner>,
+}
+
+#[derive(Debug, Default)]
+struct BookInner {
+    /// Directories used or found since start (and those of the catalogue).
+    dirs: BTreeSet<PathBuf>,
+    /// Manifests already warned about (warned once, not on every list).
+    warned: HashSet<String>,
+}
+
+impl Book {
+    /// The book of a target configured with `cfg`: the catalogue in its `state_dir`, if any.
+    pub(crate) fn new(cfg: &Config) -> Book {
+        let book = Book::default();
+        if let Some(sd) = &cfg.target.state_dir {
+            let path = sd.join(CATALOGUE);
+            match std::fs::read_to_string(&path) {
+                Ok(t) => match serde_json::from_str::<Catalogue>(&t) {
+                    Ok(c) if c.version == MANIFEST_VERSION => {
+                        book.lock().dirs.extend(c.dirs);
+                    }
+                    Ok(c) => tracing::warn!(
+                        path = %path.display(),
+                        version = c.version,
+                        "snapshot catalogue of an unknown version: ignored"
+                    ),
+                    Err(e) => tracing::warn!(
+                        path = %path.display(),
+                        error = %e,
+                        "snapshot catalogue unreadable: ignored"
+                    ),
+                },
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => tracing::warn!(
+                    path = %path.display(),
+                    error = %e,
+                    "snapshot catalogue unreadable: ignored"
+                ),
+            }
+        }
+        book
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BookInner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Remember `dir`; with a `state_dir`, record it in the catalogue there (best effort: a
+    /// failure is logged, the snapshot is made regardless).
+    fn remember(&self, dir: &Path, state_dir: Option<&Path>) {
+        let mut b = self.lock();
+        let mut dirs = b.dirs.clone();
+        dirs.insert(dir.to_path_buf());
+        if let Some(sd) = state_dir {
+            let cat = Catalogue {
+                version: MANIFEST_VERSION,
+                dirs: dirs.clone(),
+            };
+            let text = serde_json::to_string_pretty(&cat).unwrap_or_default();
+            let r = std::fs::create_dir_all(sd)
+                .and_then(|()| write_atomic(sd, CATALOGUE, text.as_bytes()));
+            if let Err(e) = r {
+                tracing::warn!(
+                    state_dir = %sd.display(),
+                    error = %e,
+                    "snapshot catalogue not written: the snapshot is found again after a \
+                     restart only while a file namespace remains in its directory"
+                );
+            }
+        }
+        b.dirs = dirs;
+    }
+}
+
+/// The snapshot directory of a file namespace at `path` (made absolute, so that the server's
+/// working directory does not matter later).
+fn snapshot_dir_of(path: &Path) -> PathBuf {
+    let abs = std::fs::canonicalize(path)
+        .unwrap_or_else(|_| std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf()));
+    let parent = match abs.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    parent.join(DIR_NAME)
+}
+
+/// The origin's gate, closed and drained; opened again when dropped.
+struct Hold<'a>(&'a Gate);
+
+impl Drop for Hold<'_> {
+    fn drop(&mut self) {
+        self.0.unlock();
+    }
+}
+
+/// Close `gate` (waiting for a Compare-and-Write that holds it) and wait until no data
+/// command is inside. `None` after `timeout` (the gate is open again then).
+fn hold(gate: &Gate, timeout: Duration) -> Option<Hold<'_>> {
+    let deadline = Instant::now() + timeout;
+    while !gate.try_lock() {
+        if Instant::now() > deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_micros(50));
+    }
+    let held = Hold(gate);
+    let mut spins = 0u32;
+    while !gate.drained() {
+        if Instant::now() > deadline {
+            return None;
+        }
+        if spins < 2000 {
+            spins += 1;
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(Duration::from_micros(20));
+        }
+    }
+    Some(held)
+}
+
+/// An I/O error while making a snapshot or clone as an API error on `field`.
+fn io_error(e: &io::Error, field: &str, what: String) -> ApiError {
+    let full = matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
+        || e.kind() == io::ErrorKind::StorageFull
+        || e.kind() == io::ErrorKind::QuotaExceeded;
+    if full {
+        ApiError::new(
+            codes::NO_SPACE,
+            field,
+            format!("{what}: the file system is full ({e}); nothing was made"),
+        )
+    } else {
+        ApiError::new(
+            codes::SNAPSHOT_FAILED,
+            field,
+            format!("{what}: {e}; nothing was made"),
+        )
+    }
+}
+
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// Removes the files it names when dropped, unless disarmed: nothing half-made is left.
+struct Undo(Vec<PathBuf>);
+
+impl Undo {
+    fn disarm(mut self) {
+        self.0.clear();
+    }
+}
+
+impl Drop for Undo {
+    fn drop(&mut self) {
+        for p in &self.0 {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+/// Sanitised last part of an NQN for a file name.
+fn nqn_tail(nqn: &str) -> String {
+    let tail = nqn.rsplit(':').next().unwrap_or(nqn);
+    let s: String = tail
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(48)
+        .collect();
+    if s.is_empty() { "ns".into() } else { s }
+}
+
+impl Control {
+    /// Every snapshot directory to look in (see the module docs).
+    fn snapshot_dirs(&self, cfg: &Config) -> BTreeSet<PathBuf> {
+        let mut dirs: BTreeSet<PathBuf> = self.snapshots_book.lock().dirs.clone();
+        for s in &cfg.subsystems {
+            for n in &s.namespaces {
+                if let BackendChoice::File { path, .. } = &n.backend {
+                    dirs.insert(snapshot_dir_of(path));
+                }
+            }
+        }
+        dirs
+    }
+
+    /// Every snapshot, by name (the first found wins a name found twice, with a warning).
+    fn find_all(&self, cfg: &Config) -> Vec<Found> {
+        let mut all: Vec<Found> = Vec::new();
+        let mut warnings = Vec::new();
+        for d in self.snapshot_dirs(cfg) {
+            let (found, w) = scan_dir(&d);
+            warnings.extend(w);
+            for f in found {
+                if let Some(first) = all.iter().find(|x| x.manifest.name == f.manifest.name) {
+                    warnings.push(format!(
+                        "{}: snapshot {} is also in {} (skipped)",
+                        f.dir.display(),
+                        f.manifest.name,
+                        first.dir.display()
+                    ));
+                    continue;
+                }
+                all.push(f);
+            }
+        }
+        let mut book = self.snapshots_book.lock();
+        for w in warnings {
+            if book.warned.insert(w.clone()) {
+                tracing::warn!("snapshot manifest: {w}");
+            }
+        }
+        let new: BTreeSet<PathBuf> = all
+            .iter()
+            .map(|f| f.dir.clone())
+            .filter(|d| !book.dirs.contains(d))
+            .collect();
+        drop(book);
+        // A directory found through a namespace of the configuration goes into the catalogue
+        // too: the snapshot is then found after its origin is gone.
+        for d in new {
+            self.snapshots_book
+                .remember(&d, cfg.target.state_dir.as_deref());
+        }
+        all.sort_by(|a, b| a.manifest.name.cmp(&b.manifest.name));
+        all
+    }
+
+    /// `GET /v1/snapshots`: every snapshot, by name.
+    pub fn snapshots(&self) -> Vec<SnapshotView> {
+        let cfg = self.lock();
+        self.find_all(&cfg)
+            .iter()
+            .map(|f| f.manifest.view(&f.dir))
+            .collect()
+    }
+
+    /// `POST /v1/subsystems/{nqn}/namespaces/{nsid}/snapshots`: a crash-consistent
+    /// point-in-time copy of file namespace `nsid` of `nqn` (see the module docs).
+    pub fn snapshot_namespace(
+        &self,
+        nqn: &str,
+        nsid: &str,
+        req: &SnapshotRequest,
+    ) -> Result<SnapshotView, ApiError> {
+        let started = Instant::now();
+        let nsid = parse_nsid(nsid)?;
+        validate_name(&req.name)?;
+        // The configuration lock serialises snapshots, deletes and namespace changes.
+        let cfg = self.lock();
+        let si = subsystem_index(&cfg, nqn)?;
+        let nc = cfg.subsystems[si]
+            .namespaces
+            .iter()
+            .find(|n| n.nsid == nsid)
+            .ok_or_else(|| unknown_namespace(nqn, nsid))?;
+        let origin = match &nc.backend {
+            BackendChoice::File { path, .. } => path.clone(),
+            other => {
+                return Err(ApiError::new(
+                    codes::SNAPSHOT_UNSUPPORTED,
+                    "nsid",
+                    format!(
+                        "namespace {nsid} of {nqn} is a {} namespace: only file namespaces \
+                         have snapshots",
+                        other.kind()
+                    ),
+                ));
+            }
+        };
+        let live = self
+            .target
+            .subsystem(nqn)
+            .and_then(|s| s.namespace(nsid).cloned())
+            .ok_or_else(|| unknown_namespace(nqn, nsid))?;
+        if let Some(f) = self
+            .find_all(&cfg)
+            .into_iter()
+            .find(|f| f.manifest.name == req.name)
+        {
+            return Err(ApiError::new(
+                codes::DUPLICATE_SNAPSHOT,
+                "name",
+                format!(
+                    "snapshot {} exists already (of {} namespace {}, in {})",
+                    req.name,
+                    f.manifest.origin.subsystem,
+                    f.manifest.origin.nsid,
+                    f.dir.display()
+                ),
+            ));
+        }
+        let dir = snapshot_dir_of(&origin);
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| io_error(&e, "name", format!("cannot create {}", dir.display())))?;
+        let data = dir.join(data_file_name(&req.name));
+        let dst = match File::options().write(true).create_new(true).open(&data) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                return Err(ApiError::new(
+                    codes::DUPLICATE_SNAPSHOT,
+                    "name",
+                    format!(
+                        "{} exists already (left by an earlier snapshot without its manifest? \
+                         remove it or choose another name)",
+                        data.display()
+                    ),
+                ));
+            }
+            Err(e) => {
+                return Err(io_error(
+                    &e,
+                    "name",
+                    format!("cannot create {}", data.display()),
+                ));
+            }
+        };
+        let undo = Undo(vec![data.clone()]);
+        let src = File::open(&origin)
+            .map_err(|e| io_error(&e, "nsid", format!("cannot open {}", origin.display())))?;
+        // Flush first, outside the hold: FICLONE writes back the dirty pages of the file while
+        // the writes are held, so the less is dirty then, the shorter the hold. A flush that
+        // took long means writes dirtied pages meanwhile: flush again, a few times at most.
+        for _ in 0..PRE_FLUSH_PASSES {
+            let t = Instant::now();
+            if let Err(e) = live.backend.flush() {
+                return Err(ApiError::new(
+                    codes::SNAPSHOT_FAILED,
+                    "nsid",
+                    format!(
+                        "flush of {} failed: {e}; nothing was made",
+                        origin.display()
+                    ),
+                ));
+            }
+            if t.elapsed() < PRE_FLUSH_QUICK {
+                break;
+            }
+        }
+        let Some(held) = hold(&live.gate, HOLD_TIMEOUT) else {
+            return Err(ApiError::new(
+                codes::SNAPSHOT_BUSY,
+                "nsid",
+                format!(
+                    "the commands in flight on namespace {nsid} of {nqn} did not finish within \
+                     {} s; nothing was made, try again",
+                    HOLD_TIMEOUT.as_secs()
+                ),
+            ));
+        };
+        let paused = Instant::now();
+        let size = live.backend.size();
+        let cloned = clone_file(&src, &dst, Fallback::Copy);
+        drop(held);
+        let pause = paused.elapsed();
+        let method = cloned.map_err(|e| {
+            io_error(
+                &e,
+                "name",
+                format!("cannot clone {} into {}", origin.display(), data.display()),
+            )
+        })?;
+        dst.sync_all()
+            .map_err(|e| io_error(&e, "name", format!("cannot sync {}", data.display())))?;
+        let mut m = Manifest {
+            version: MANIFEST_VERSION,
+            name: req.name.clone(),
+            origin: ManifestOrigin {
+                subsystem: nqn.to_string(),
+                nsid,
+                uuid: api::uuid_string(&live.uuid),
+                path: origin.display().to_string(),
+            },
+            size,
+            block_size: live.block_size,
+            created: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+            method: method.as_str().to_string(),
+            data: data_file_name(&req.name),
+            pause_us: micros(pause),
+            duration_us: 0,
+        };
+        m.duration_us = micros(started.elapsed());
+        write_atomic(&dir, &manifest_file_name(&req.name), m.to_json().as_bytes()).map_err(
+            |e| {
+                io_error(
+                    &e,
+                    "name",
+                    format!("cannot write the manifest in {}", dir.display()),
+                )
+            },
+        )?;
+        undo.disarm();
+        self.snapshots_book
+            .remember(&dir, cfg.target.state_dir.as_deref());
+        tracing::info!(
+            subsystem = nqn,
+            nsid,
+            snapshot = %req.name,
+            method = method.as_str(),
+            pause_us = m.pause_us,
+            duration_us = m.duration_us,
+            "snapshot taken"
+        );
+        Ok(m.view(&dir))
+    }
+
+    /// `DELETE /v1/snapshots/{name}`: remove the manifest (the snapshot is gone from then on),
+    /// then the data. Clones made from it are files of their own and stay.
+    pub fn delete_snapshot(&self, name: &str) -> Result<SnapshotDeleted, ApiError> {
+        validate_name(name)?;
+        let cfg = self.lock();
+        let f = self
+            .find_all(&cfg)
+            .into_iter()
+            .find(|f| f.manifest.name == name)
+            .ok_or_else(|| unknown_snapshot(name))?;
+        let manifest = f.dir.join(manifest_file_name(name));
+        std::fs::remove_file(&manifest).map_err(|e| {
+            ApiError::new(
+                codes::SNAPSHOT_FAILED,
+                "name",
+                format!("cannot remove {}: {e}", manifest.display()),
+            )
+        })?;
+        let data = f.dir.join(&f.manifest.data);
+        if let Err(e) = std::fs::remove_file(&data)
+            && e.kind() != io::ErrorKind::NotFound
+        {
+            tracing::warn!(path = %data.display(), error = %e, "snapshot data not removed");
+        }
+        let _ = sync_dir(&f.dir);
+        tracing::info!(snapshot = name, "snapshot deleted");
+        Ok(SnapshotDeleted {
+            name: name.to_string(),
+            path: data.display().to_string(),
+        })
+    }
+
+    /// `POST /v1/snapshots/{name}/clones`: copy (reflink) the snapshot into a new file and add
+    /// it as a file namespace exactly as `POST …/namespaces` adds one (events, masking). If
+    /// the namespace cannot be added, the new file is removed.
+    pub fn clone_snapshot(&self, name: &str, req: &CloneRequest) -> Result<CloneMade, ApiError> {
+        let started = Instant::now();
+        validate_name(name)?;
+        let (found, nsid, snap_data) = {
+            let cfg = self.lock();
+            let f = self
+                .find_all(&cfg)
+                .into_iter()
+                .find(|f| f.manifest.name == name)
+                .ok_or_else(|| unknown_snapshot(name))?;
+            let si = subsystem_index(&cfg, &req.subsystem).map_err(|mut e| {
+                e.path = "subsystem".into();
+                e
+            })?;
+            let used = |n: u32| cfg.subsystems[si].namespaces.iter().any(|x| x.nsid == n);
+            let nsid = match req.nsid {
+                Some(n) => {
+                    let n = parse_nsid(&n.to_string())?;
+                    if used(n) {
+                        return Err(ApiError::new(
+                            ebof_config::codes::DUPLICATE_NSID,
+                            "nsid",
+                            format!("{} has a namespace {n} already", req.subsystem),
+                        ));
+                    }
+                    n
+                }
+                None => (1..=ebof_config::NSID_MAX)
+                    .find(|n| !used(*n))
+                    .ok_or_else(|| {
+                        ApiError::new(
+                            ebof_config::codes::INVALID_NSID,
+                            "nsid",
+                            format!("{} has no free namespace id", req.subsystem),
+                        )
+                    })?,
+            };
+            let data = f.dir.join(&f.manifest.data);
+            (f, nsid, data)
+        };
+        let src = File::open(&snap_data)
+            .map_err(|e| io_error(&e, "name", format!("cannot open {}", snap_data.display())))?;
+        let (path, dst) =
+            self.clone_destination(&found, &req.subsystem, nsid, req.path.as_deref())?;
+        let undo = Undo(vec![path.clone()]);
+        let method = clone_file(&src, &dst, Fallback::Copy).map_err(|e| {
+            io_error(
+                &e,
+                "path",
+                format!(
+                    "cannot clone {} into {}",
+                    snap_data.display(),
+                    path.display()
+                ),
+            )
+        })?;
+        dst.sync_all()
+            .map_err(|e| io_error(&e, "path", format!("cannot sync {}", path.display())))?;
+        if let Some(d) = path.parent() {
+            let _ = sync_dir(d);
+        }
+        let add = NamespaceRequest {
+            nsid: Some(nsid),
+            backend: "file".into(),
+            size: Some(found.manifest.size),
+            path: Some(path.display().to_string()),
+            block_size: Some(found.manifest.block_size),
+            uuid: req.uuid.clone(),
+            direct: None,
+            ana_group: req.ana_group,
+            hosts: req.hosts.clone(),
+        };
+        let added = self.add_namespace(&req.subsystem, &add)?;
+        undo.disarm();
+        tracing::info!(
+            snapshot = name,
+            subsystem = %req.subsystem,
+            nsid,
+            path = %path.display(),
+            method = method.as_str(),
+            "clone added as a namespace"
+        );
+        Ok(CloneMade {
+            snapshot: name.to_string(),
+            method: method.as_str().to_string(),
+            duration_us: micros(started.elapsed()),
+            added,
+        })
+    }
+
+    /// The clone's new file, created (never an existing one): `path` as asked, else in the
+    /// directory that holds the snapshot directory, named after subsystem, NSID and snapshot.
+    fn clone_destination(
+        &self,
+        found: &Found,
+        nqn: &str,
+        nsid: u32,
+        path: Option<&str>,
+    ) -> Result<(PathBuf, File), ApiError> {
+        let create = |p: &Path| File::options().write(true).create_new(true).open(p);
+        if let Some(p) = path {
+            if p.is_empty() || p.contains('\0') {
+                return Err(ApiError::new(
+                    ebof_config::codes::INVALID_PATH,
+                    "path",
+                    "the path must be a non-empty path without NUL bytes",
+                ));
+            }
+            let p = PathBuf::from(p);
+            return match create(&p) {
+                Ok(f) => Ok((p, f)),
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Err(ApiError::new(
+                    codes::FILE_EXISTS,
+                    "path",
+                    format!(
+                        "{} exists already: a clone never overwrites a file",
+                        p.display()
+                    ),
+                )),
+                Err(e) => Err(io_error(
+                    &e,
+                    "path",
+                    format!("cannot create {}", p.display()),
+                )),
+            };
+        }
+        let home = found
+            .dir
+            .parent()
+            .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+        let stem = format!("{}-ns{nsid}-{}", nqn_tail(nqn), found.manifest.name);
+        for i in 1..=100u32 {
+            let file = if i == 1 {
+                format!("{stem}.img")
+            } else {
+                format!("{stem}-{i}.img")
+            };
+            let p = home.join(file);
+            match create(&p) {
+                Ok(f) => return Ok((p, f)),
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+                Err(e) => {
+                    return Err(io_error(
+                        &e,
+                        "path",
+                        format!("cannot create {}", p.display()),
+                    ));
+                }
+            }
+        }
+        Err(ApiError::new(
+            codes::FILE_EXISTS,
+            "path",
+            format!(
+                "{}/{stem}.img and 99 numbered variants exist: say where with path",
+                home.display()
+            ),
+        ))
+    }
+}
+
+fn unknown_snapshot(name: &str) -> ApiError {
+    ApiError::new(
+        codes::UNKNOWN_SNAPSHOT,
+        "name",
+        format!("no snapshot named {name} (see `ebof ctl snapshot list`)"),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn manifest(name: &str) -> Manifest {
+        Manifest {
+            version: MANIFEST_VERSION,
+            name: name.into(),
+            origin: ManifestOrigin {
+                subsystem: "nqn.2026-11.io.ebof:t".into(),
+                nsid: 1,
+                uuid: "12345678-9abc-def0-0123-456789abcdef".into(),
+                path: "/srv/ns1.img".into(),
+            },
+            size: 1 << 20,
+            block_size: 512,
+            created: 1_790_000_000,
+            method: "reflink".into(),
+            data: format!("{name}.img"),
+            pause_us: 120,
+            duration_us: 900,
+        }
+    }
+
+    #[test]
+    fn names_allow_only_the_safe_alphabet() {
+        for ok in [
+            "a",
+            "snap-1",
+            "Daily_2026.11.27",
+            "9",
+            &"x".repeat(NAME_MAX),
+        ] {
+            validate_name(ok).unwrap_or_else(|e| panic!("{ok:?}: {e}"));
+        }
+        for (bad, why) in [
+            ("", "empty"),
+            ("..", "start with a letter"),
+            (".hidden", "start with a letter"),
+            ("-opt", "start with a letter"),
+            ("a/b", "path separator"),
+            ("a\\b", "path separator"),
+            ("../etc", "path separator"),
+            ("a\nb", "control character (U+000A)"),
+            ("a\0", "control character (U+0000)"),
+            ("a b", "' '"),
+            ("é", "'é'"),
+            (&"x".repeat(NAME_MAX + 1), "65 characters"),
+        ] {
+            let e = validate_name(bad).unwrap_err();
+            assert_eq!(e.code, codes::INVALID_SNAPSHOT_NAME, "{bad:?}");
+            assert_eq!(e.path, "name");
+            assert!(e.message.contains(why), "{bad:?}: {}", e.message);
+        }
+    }
+
+    #[test]
+    fn a_manifest_round_trips() {
+        let m = manifest("s1");
+        let text = m.to_json();
+        assert_eq!(Manifest::parse(&text, "s1").unwrap(), m);
+        // Fields a later version 1 adds are ignored.
+        let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        v["later"] = serde_json::json!(true);
+        assert_eq!(Manifest::parse(&v.to_string(), "s1").unwrap(), m);
+    }
+
+    #[test]
+    fn a_wrong_manifest_is_refused_with_the_reason() {
+        let m = manifest("s1");
+        let mut v: serde_json::Value = serde_json::from_str(&m.to_json()).unwrap();
+        v["version"] = serde_json::json!(2);
+        let e = Manifest::parse(&v.to_string(), "s1").unwrap_err();
+        assert!(e.contains("manifest version 2 is not supported"), "{e}");
+        assert!(
+            Manifest::parse("{ not json", "s1")
+                .unwrap_err()
+                .contains("not JSON")
+        );
+        assert!(
+            Manifest::parse(r#"{"name":"s1"}"#, "s1")
+                .unwrap_err()
+                .contains("no manifest version")
+        );
+        assert!(
+            Manifest::parse(r#"{"version":1,"name":"s1"}"#, "s1")
+                .unwrap_err()
+                .contains("not a snapshot manifest")
+        );
+        assert!(
+            Manifest::parse(&m.to_json(), "other")
+                .unwrap_err()
+                .contains("its file says")
+        );
+        let mut v: serde_json::Value = serde_json::from_str(&m.to_json()).unwrap();
+        v["data"] = serde_json::json!("../../etc/passwd");
+        assert!(
+            Manifest::parse(&v.to_string(), "s1")
+                .unwrap_err()
+                .contains("unexpected data file")
+        );
+    }
+
+    #[test]
+    fn a_scan_skips_corrupt_manifests_with_a_warning() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        write_atomic(d, "good.json", manifest("good").to_json().as_bytes()).unwrap();
+        std::fs::write(d.join("bad.json"), "{ corrupt").unwrap();
+        std::fs::write(d.join("good.img"), b"").unwrap();
+        std::fs::write(d.join(".tmpfile.json"), "x").unwrap();
+        let (found, warnings) = scan_dir(d);
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].manifest.name, "good");
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(warnings[0].contains("bad.json") && warnings[0].contains("skipped"));
+        // No temporary file is left by the atomic write.
+        let left: Vec<_> = std::fs::read_dir(d)
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.contains(".tmp-"))
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
+        assert!(scan_dir(&d.join("missing")).0.is_empty());
+    }
+
+    #[test]
+    fn the_hold_waits_for_commands_inside_and_gives_up_cleanly() {
+        let g = Gate::default();
+        assert!(g.enter(), "a command inside");
+        assert!(
+            hold(&g, Duration::from_millis(30)).is_none(),
+            "it never drains"
+        );
+        assert!(!g.is_locked(), "a failed hold opens the gate again");
+        g.exit(1);
+        let h = hold(&g, Duration::from_millis(30)).expect("drained");
+        assert!(!g.enter(), "commands wait while held");
+        drop(h);
+        assert!(g.enter(), "and go on after");
+        g.exit(1);
+    }
+
+    const NQN: &str = "nqn.2026-11.io.ebof:unit";
+
+    fn control(dir: &Path) -> Control {
+        let toml = format!(
+            "[[listeners]]\naddress = \"127.0.0.1\"\nport = 0\n[[subsystems]]\nnqn = \"{NQN}\"\n\
+             [[subsystems.namespaces]]\nbackend = \"file\"\npath = {:?}\nsize = \"1M\"\n\
+             [[subsystems.namespaces]]\nbackend = \"ram\"\nsize = \"1M\"\n",
+            dir.join("a.img").display().to_string()
+        );
+        let cfg = Config::from_toml_str(&toml).unwrap();
+        let target = std::sync::Arc::new(crate::build::build_target(&cfg).unwrap());
+        Control::new(target, cfg, None)
+    }
+
+    fn snap(c: &Control, nsid: &str, name: &str) -> Result<SnapshotView, ApiError> {
+        c.snapshot_namespace(NQN, nsid, &SnapshotRequest { name: name.into() })
+    }
+
+    #[test]
+    fn snapshot_clone_and_delete_through_the_control_plane() {
+        use std::os::unix::fs::FileExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let c = control(dir);
+        let origin = dir.join("a.img");
+        File::options()
+            .write(true)
+            .open(&origin)
+            .unwrap()
+            .write_all_at(b"point in time", 4096)
+            .unwrap();
+        let v = snap(&c, "1", "s").unwrap();
+        assert!(v.method == "reflink" || v.method == "copy", "{v:?}");
+        assert_eq!((v.size, v.block_size, v.origin.nsid), (1 << 20, 512, 1));
+        assert_eq!(
+            std::fs::read(&v.path).unwrap(),
+            std::fs::read(&origin).unwrap()
+        );
+        assert_eq!(c.snapshots(), vec![v.clone()]);
+        assert_eq!(c.state().snapshots, vec![v.clone()]);
+
+        let code = |r: Result<SnapshotView, ApiError>| r.unwrap_err().code;
+        assert_eq!(code(snap(&c, "1", "s")), codes::DUPLICATE_SNAPSHOT);
+        assert_eq!(code(snap(&c, "2", "r")), codes::SNAPSHOT_UNSUPPORTED);
+        assert_eq!(code(snap(&c, "9", "x")), codes::UNKNOWN_NAMESPACE);
+        assert_eq!(code(snap(&c, "0", "x")), ebof_config::codes::INVALID_NSID);
+        assert_eq!(code(snap(&c, "1", "a/b")), codes::INVALID_SNAPSHOT_NAME);
+        let e = c
+            .snapshot_namespace(
+                "nqn.2026-11.io.ebof:none",
+                "1",
+                &SnapshotRequest { name: "x".into() },
+            )
+            .unwrap_err();
+        assert_eq!(e.code, codes::UNKNOWN_SUBSYSTEM);
+
+        // Overwritten after the snapshot; the clone has the old data.
+        File::options()
+            .write(true)
+            .open(&origin)
+            .unwrap()
+            .write_all_at(b"later writes!", 4096)
+            .unwrap();
+        let req = CloneRequest {
+            subsystem: NQN.into(),
+            ..Default::default()
+        };
+        let made = c.clone_snapshot("s", &req).unwrap();
+        assert_eq!(made.added.namespace.nsid, 3);
+        let clone = PathBuf::from(made.added.namespace.path.clone().unwrap());
+        assert_eq!(clone, dir.join("unit-ns3-s.img"));
+        let mut b = [0u8; 13];
+        File::open(&clone)
+            .unwrap()
+            .read_exact_at(&mut b, 4096)
+            .unwrap();
+        assert_eq!(&b, b"point in time");
+        assert_ne!(
+            made.added.namespace.uuid, v.origin.uuid,
+            "a clone is another namespace"
+        );
+
+        // Refused clones leave no file and no namespace.
+        let files = |d: &Path| std::fs::read_dir(d).unwrap().count();
+        let before = (files(dir), c.state().subsystems[0].namespaces.len());
+        let taken = CloneRequest {
+            path: Some(clone.display().to_string()),
+            ..req.clone()
+        };
+        assert_eq!(
+            c.clone_snapshot("s", &taken).unwrap_err().code,
+            codes::FILE_EXISTS
+        );
+        let used = CloneRequest {
+            nsid: Some(1),
+            ..req.clone()
+        };
+        let e = c.clone_snapshot("s", &used).unwrap_err();
+        assert_eq!(
+            (e.code.as_str(), e.path.as_str()),
+            (ebof_config::codes::DUPLICATE_NSID, "nsid")
+        );
+        assert_eq!(
+            c.clone_snapshot("nope", &req).unwrap_err().code,
+            codes::UNKNOWN_SNAPSHOT
+        );
+        // Adding fails after the file was made (a bad UUID): the file is removed again.
+        let bad_uuid = CloneRequest {
+            uuid: Some("not-a-uuid".into()),
+            ..req.clone()
+        };
+        assert!(c.clone_snapshot("s", &bad_uuid).is_err());
+        assert_eq!(
+            before,
+            (files(dir), c.state().subsystems[0].namespaces.len())
+        );
+
+        // Deleted: gone from the list, its files removed, the clone stays.
+        let d = c.delete_snapshot("s").unwrap();
+        assert_eq!(d.path, v.path);
+        assert!(c.snapshots().is_empty());
+        assert!(!Path::new(&v.path).exists());
+        assert!(clone.exists());
+        assert_eq!(
+            c.delete_snapshot("s").unwrap_err().code,
+            codes::UNKNOWN_SNAPSHOT
+        );
+    }
+
+    #[test]
+    fn clone_file_names_come_from_the_nqn() {
+        assert_eq!(nqn_tail("nqn.2026-11.io.ebof:vol/1"), "vol_1");
+        assert_eq!(nqn_tail("nqn.2026-11.io.ebof:"), "ns");
+    }
+}
