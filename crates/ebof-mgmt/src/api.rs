@@ -754,6 +754,9 @@ pub struct NamespaceRequest {
     /// host the subsystem admits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hosts: Option<Vec<String>>,
+    /// QoS limits from the moment it is added (as `PUT …/qos` takes them); absent: unlimited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qos: Option<QosRequest>,
 }
 
 /// `PUT /v1/subsystems/{nqn}/namespaces/{nsid}/hosts`: the hosts that may see the namespace

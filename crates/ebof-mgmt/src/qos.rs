@@ -217,4 +217,50 @@ mod tests {
         assert_eq!(c.running(), before);
         assert_eq!(live(&c).write_mbps, 7);
     }
+
+    #[test]
+    fn a_namespace_added_with_limits_is_limited_from_the_start() {
+        let c = control(None);
+        let ram = |qos: QosRequest| crate::api::NamespaceRequest {
+            backend: "ram".into(),
+            size: Some(1 << 20),
+            qos: Some(qos),
+            ..Default::default()
+        };
+        let r = c
+            .add_namespace(
+                NQN,
+                &ram(QosRequest {
+                    write_iops: Some(300),
+                    ..Default::default()
+                }),
+            )
+            .unwrap();
+        assert_eq!(r.namespace.qos.map(|q| q.write_iops), Some(300));
+        let ns = c
+            .target
+            .subsystem(NQN)
+            .unwrap()
+            .namespace(2)
+            .cloned()
+            .unwrap();
+        assert!(ns.qos.on());
+        assert_eq!(ns.qos.limits().write_iops, 300);
+        assert_eq!(c.running().subsystems[0].namespaces[1].qos.write_iops, 300);
+        // A bad limit names its key under the namespace, and nothing is added.
+        let before = c.running();
+        let e = c
+            .add_namespace(
+                NQN,
+                &ram(QosRequest {
+                    iops: Some(-3),
+                    ..Default::default()
+                }),
+            )
+            .unwrap_err();
+        assert_eq!(e.code, ebof_config::codes::INVALID_QOS, "{e}");
+        assert!(e.path.ends_with("qos.iops"), "{e}");
+        assert_eq!(c.running(), before);
+        assert!(c.target.subsystem(NQN).unwrap().namespace(3).is_none());
+    }
 }

@@ -799,6 +799,8 @@ impl Control {
             direct: None,
             ana_group: req.ana_group,
             hosts: req.hosts.clone(),
+            // A clone starts unlimited, like any new namespace (`ns qos` sets limits).
+            qos: None,
         };
         let added = self.add_namespace(&req.subsystem, &add)?;
         undo.disarm();
