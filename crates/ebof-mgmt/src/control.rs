@@ -316,11 +316,7 @@ impl Control {
         self.change(|cfg| {
             let si = subsystem_index(cfg, nqn)?;
             let ni = namespace_index(cfg, si, nsid)?;
-            let live = self
-                .target
-                .subsystem(nqn)
-                .and_then(|s| s.namespace(nsid).cloned())
-                .ok_or_else(|| unknown_namespace(nqn, nsid))?;
+            let live = self.live_namespace(nqn, nsid)?;
             let current = live.backend.size();
             let field = format!("subsystems[{si}].namespaces[{ni}].size");
             if req.size == 0 || !req.size.is_multiple_of(u64::from(live.block_size)) {
@@ -602,6 +598,16 @@ pub(crate) fn namespace_index(cfg: &Config, si: usize, nsid: u32) -> Result<usiz
         .iter()
         .position(|n| n.nsid == nsid)
         .ok_or_else(|| unknown_namespace(&cfg.subsystems[si].nqn, nsid))
+}
+
+impl Control {
+    /// The running namespace `nsid` of `nqn` (what hosts use now), or `unknown-namespace`.
+    pub(crate) fn live_namespace(&self, nqn: &str, nsid: u32) -> Result<Arc<Namespace>, ApiError> {
+        self.target
+            .subsystem(nqn)
+            .and_then(|s| s.namespace(nsid).cloned())
+            .ok_or_else(|| unknown_namespace(nqn, nsid))
+    }
 }
 
 pub(crate) fn unknown_namespace(nqn: &str, nsid: u32) -> ApiError {

@@ -12,7 +12,7 @@
 
 use crate::api::{ApiError, NamespaceChanged, QosRequest, QosView};
 use crate::control::{
-    Control, check, namespace_index, namespace_view, parse_nsid, subsystem_index, unknown_namespace,
+    Control, check, namespace_index, namespace_view, parse_nsid, subsystem_index,
 };
 use nvmf_target::Namespace;
 use nvmf_target::qos::QosLimits;
@@ -88,11 +88,7 @@ impl Control {
         self.change(|cfg| {
             let si = subsystem_index(cfg, nqn)?;
             let ni = namespace_index(cfg, si, nsid)?;
-            let live = self
-                .target
-                .subsystem(nqn)
-                .and_then(|s| s.namespace(nsid).cloned())
-                .ok_or_else(|| unknown_namespace(nqn, nsid))?;
+            let live = self.live_namespace(nqn, nsid)?;
             cfg.subsystems[si].namespaces[ni].qos = q;
             check(cfg)?;
             live.qos.set(limits(&q));

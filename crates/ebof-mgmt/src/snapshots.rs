@@ -25,7 +25,7 @@ use crate::api::{
     self, ApiError, CloneMade, CloneRequest, NamespaceRequest, SnapshotDeleted, SnapshotRequest,
     SnapshotView, codes,
 };
-use crate::control::{Control, parse_nsid, subsystem_index, unknown_namespace};
+use crate::control::{Control, namespace_index, parse_nsid, subsystem_index};
 use ebof_backend::clone::{CloneMethod, Fallback, clone_file};
 use ebof_config::{BackendChoice, Config};
 use nvmf_target::gate::Gate;
@@ -536,11 +536,7 @@ impl Control {
         // The configuration lock serialises snapshots, deletes and namespace changes.
         let cfg = self.lock();
         let si = subsystem_index(&cfg, nqn)?;
-        let nc = cfg.subsystems[si]
-            .namespaces
-            .iter()
-            .find(|n| n.nsid == nsid)
-            .ok_or_else(|| unknown_namespace(nqn, nsid))?;
+        let nc = &cfg.subsystems[si].namespaces[namespace_index(&cfg, si, nsid)?];
         let origin = match &nc.backend {
             BackendChoice::File { path, .. } => path.clone(),
             other => {
@@ -555,11 +551,7 @@ impl Control {
                 ));
             }
         };
-        let live = self
-            .target
-            .subsystem(nqn)
-            .and_then(|s| s.namespace(nsid).cloned())
-            .ok_or_else(|| unknown_namespace(nqn, nsid))?;
+        let live = self.live_namespace(nqn, nsid)?;
         if let Some(f) = self
             .find_all(&cfg)
             .into_iter()
