@@ -1,30 +1,15 @@
 //! Per-host namespace masking in the configuration: `[[subsystems.namespaces]] hosts`, parsed,
 //! validated (NQN syntax, duplicates, with the entry's path) and emitted by `ebof ctl save`.
 
+mod common;
+
 use ebof_config::{Config, check_ns_hosts, codes};
 
 const A: &str = "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-0000000000a1";
 const B: &str = "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-0000000000b2";
 
 fn doc(hosts_line: &str) -> String {
-    format!(
-        r#"
-[[listeners]]
-address = "127.0.0.1"
-
-[[subsystems]]
-nqn = "nqn.2026-11.io.ebof:a"
-
-[[subsystems.namespaces]]
-backend = "ram"
-size = "1M"
-
-[[subsystems.namespaces]]
-backend = "ram"
-size = "1M"
-{hosts_line}
-"#
-    )
+    common::second_namespace_with(hosts_line)
 }
 
 #[test]

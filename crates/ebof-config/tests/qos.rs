@@ -2,27 +2,12 @@
 //! parsed, checked (each key with its path and the `invalid-qos` code, unknown keys refused)
 //! and emitted by `ebof ctl save`.
 
+mod common;
+
 use ebof_config::{Config, Qos, QosFields, codes};
 
 fn doc(qos_line: &str) -> String {
-    format!(
-        r#"
-[[listeners]]
-address = "127.0.0.1"
-
-[[subsystems]]
-nqn = "nqn.2026-11.io.ebof:a"
-
-[[subsystems.namespaces]]
-backend = "ram"
-size = "1M"
-
-[[subsystems.namespaces]]
-backend = "ram"
-size = "1M"
-{qos_line}
-"#
-    )
+    common::second_namespace_with(qos_line)
 }
 
 #[test]
