@@ -18,8 +18,8 @@
 
 mod common;
 
-use common::served::serve_file;
-use common::{Output, ebof, free_port};
+use common::served::{ctl_at as ctl, serve_file, state_at as state};
+use common::{ebof, free_port};
 use serde_json::Value;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -54,22 +54,12 @@ fn config(dir: &Path, a: SocketAddr, files: &[(&Path, &str)]) -> PathBuf {
     cfg
 }
 
-fn ctl(sock: &Path, args: &[&str]) -> Output {
-    let mut a = vec!["ctl", "--socket", sock.to_str().unwrap()];
-    a.extend_from_slice(args);
-    ebof(&a)
-}
-
 fn ctl_json(sock: &Path, args: &[&str]) -> Value {
     let mut a = args.to_vec();
     a.push("--json");
     let o = ctl(sock, &a);
     assert!(o.ok, "ctl {args:?}: {}", o.stderr);
     serde_json::from_str(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", o.stdout))
-}
-
-fn state(sock: &Path) -> Value {
-    ctl_json(sock, &["show"])
 }
 
 /// Every file under `dir` (recursively), sorted: what a refused request must leave unchanged.
@@ -93,31 +83,11 @@ fn files_under(dir: &Path) -> Vec<String> {
     out
 }
 
-/// `ebof ctl ARGS` must fail with one error line carrying `(code)` and the field `path`, and
+/// `ebof ctl ARGS` must fail with one error line carrying `(code)` and the field `field`, and
 /// change neither the state nor a file under `dir`.
 fn rejected(sock: &Path, dir: &Path, args: &[&str], code: &str, field: &str) {
-    let (before, files) = (state(sock), files_under(dir));
-    let o = ctl(sock, args);
-    assert!(!o.ok, "{args:?} succeeded: {}", o.stdout);
-    assert_eq!(o.stderr.lines().count(), 1, "{args:?}: {}", o.stderr);
-    assert!(
-        o.stderr.contains(&format!("({code})")),
-        "{args:?}: {}",
-        o.stderr
-    );
-    if !field.is_empty() {
-        assert!(
-            o.stderr.contains(&format!("{field}: ")),
-            "{args:?}: no field {field}: {}",
-            o.stderr
-        );
-    }
-    let mut after = state(sock);
-    after["controllers"] = before["controllers"].clone();
-    let mut before = before;
-    common::served::without_usage(&mut before);
-    common::served::without_usage(&mut after);
-    assert_eq!(before, after, "{args:?} changed the state");
+    let files = files_under(dir);
+    common::served::rejected_at(sock, args, code, field);
     assert_eq!(files, files_under(dir), "{args:?} left files behind");
 }
 

@@ -71,12 +71,18 @@ pub fn ctl_at(sock: &Path, args: &[&str]) -> Output {
 }
 
 pub fn state(s: &Served) -> Value {
-    let o = ctl(s, &["show", "--json"]);
+    state_at(&s.sock)
+}
+
+/// `ebof ctl --socket SOCK show --json`; on failure with the log of the serve whose socket it
+/// is (`serve.log` beside it, where [`serve`] and [`serve_file`] put both).
+pub fn state_at(sock: &Path) -> Value {
+    let o = ctl_at(sock, &["show", "--json"]);
     assert!(
         o.ok,
         "{}\nserve log:\n{}",
         o.stderr,
-        std::fs::read_to_string(s._dir.path().join("serve.log")).unwrap_or_default()
+        std::fs::read_to_string(sock.with_file_name("serve.log")).unwrap_or_default()
     );
     serde_json::from_str(&o.stdout).unwrap()
 }
@@ -102,8 +108,14 @@ pub fn perf_on(port: &str, nsid: u32, extra: &[&str]) -> Output {
 
 /// `ebof ctl ARGS` must fail with exactly one error line carrying `code`, and change nothing.
 pub fn rejected(s: &Served, args: &[&str], code: &str) {
-    let before = state(s);
-    let o = ctl(s, args);
+    rejected_at(&s.sock, args, code, "");
+}
+
+/// [`rejected`] on the serve behind `sock`; a non-empty `field` must be named too
+/// (`FIELD: …`).
+pub fn rejected_at(sock: &Path, args: &[&str], code: &str, field: &str) {
+    let before = state_at(sock);
+    let o = ctl_at(sock, args);
     assert!(!o.ok, "{args:?} succeeded: {}", o.stdout);
     assert_eq!(o.stderr.lines().count(), 1, "{args:?}: {}", o.stderr);
     assert!(
@@ -111,7 +123,14 @@ pub fn rejected(s: &Served, args: &[&str], code: &str) {
         "{args:?}: {}",
         o.stderr
     );
-    let mut after = state(s);
+    if !field.is_empty() {
+        assert!(
+            o.stderr.contains(&format!("{field}: ")),
+            "{args:?}: no field {field}: {}",
+            o.stderr
+        );
+    }
+    let mut after = state_at(sock);
     // Controllers come and go with the tests' own perf runs, not with the request; so do the
     // bytes the namespaces hold and the file systems' free space.
     after["controllers"] = before["controllers"].clone();
