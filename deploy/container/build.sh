@@ -108,7 +108,7 @@ tar --numeric-owner --owner=0 --group=0 -C "$stage" -rf "$stage/root.tar" usr/lo
 flock -u "$lock"
 
 "${PODMAN[@]}" rmi -f "$IMAGE" >/dev/null 2>&1 || true
-"${PODMAN[@]}" import \
+"${PODMAN[@]}" import --quiet \
 	--change 'ENTRYPOINT ["/usr/local/bin/ebof"]' \
 	--change 'CMD ["--help"]' \
 	--change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
@@ -116,6 +116,6 @@ flock -u "$lock"
 	--message "ebof $version on Debian bookworm (deploy/container/build.sh)" \
 	"$stage/root.tar" "$IMAGE" >/dev/null || die "podman import failed"
 rm -f "$ARCHIVE"
-"${PODMAN[@]}" save --format oci-archive -o "$ARCHIVE" "$IMAGE" || die "podman save failed"
+"${PODMAN[@]}" save --quiet --format oci-archive -o "$ARCHIVE" "$IMAGE" || die "podman save failed"
 log "image $IMAGE: $("${PODMAN[@]}" image inspect --format '{{.Size}}' "$IMAGE" | numfmt --to=iec) (uncompressed)"
 log "OCI archive: $ARCHIVE ($(du -h "$ARCHIVE" | cut -f1)) in $((SECONDS - build_start)) s"
