@@ -334,9 +334,10 @@ fn identity_and_capabilities() {
     let got: Vec<i32> = cc
         .capabilities
         .iter()
-        .filter_map(|c| match &c.r#type {
-            Some(pb::controller_service_capability::Type::Rpc(r)) => Some(r.r#type),
-            None => None,
+        .filter_map(|c| {
+            c.r#type
+                .as_ref()
+                .map(|pb::controller_service_capability::Type::Rpc(r)| r.r#type)
         })
         .collect();
     for want in [
