@@ -315,3 +315,31 @@ fn a_pool_box_provisions_refuses_persists_and_cleans_up() {
     assert!(!saved.contains("[[subsystems]]"), "{saved}");
     assert!(saved.contains("[[pools]]"), "{saved}");
 }
+
+/// The README's pool box configuration loads as written, and `ebof serve --print-config`
+/// keeps its pool.
+#[test]
+fn the_readme_pool_box_loads() {
+    let readme = include_str!("../../../README.md");
+    let at = readme
+        .find("### Storage pools")
+        .expect("README has a Storage pools section");
+    let start = at + readme[at..].find("```toml\n").expect("a toml block") + "```toml\n".len();
+    let text = &readme[start..start + readme[start..].find("```").expect("its end")];
+    let c = ebof_config::Config::from_toml_str(text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    assert!(c.subsystems.is_empty());
+    assert_eq!(c.pools[0].name, "fast");
+    assert_eq!(c.pools[0].size, Some(100 << 30));
+    let tmp = tempfile::tempdir().unwrap();
+    let f = tmp.path().join("ebof.toml");
+    std::fs::write(&f, text).unwrap();
+    let o = ebof(&["serve", "-c", f.to_str().unwrap(), "--print-config"]);
+    assert!(o.ok, "{}", o.stderr);
+    assert!(
+        o.stdout.contains(
+            "[[pools]]\nname = \"fast\"\ndirectory = \"/var/lib/ebof/fast\"\nsize = \"100G\"\n"
+        ),
+        "{}",
+        o.stdout
+    );
+}
