@@ -46,9 +46,20 @@ cargo test --workspace --locked
 # per target (the three small decoders share one such slot), two at a time (docs/fuzzing.md). Built with the test profile cargo test just used.
 step "fuzz (${EBOF_FUZZ_SECS:-30} s per target)"
 cargo run --locked --profile test -q -p ebof-fuzz -- run
+# The Kubernetes deployment files: strict schema and cross-checks, then 22 broken copies that
+# must each be rejected (python3 + PyYAML, installed by the script where missing; ~3 s).
+step "deployment manifests (tests/deploy/check_manifests.py)"
+python3 tests/deploy/check_manifests.py
 if [ "${EBOF_SKIP_INTEROP:-0}" != 1 ]; then
     step "release build for interop"
     cargo build --release --locked -p ebof
+    # The container image (a Debian bookworm root made with mmdebstrap, cached in .vm-cache:
+    # ~1.5 min the first time, ~40 s after) and the systemd unit, both of the release binary.
+    step "container image (deploy/container/build.sh + check.sh)"
+    EBOF_BIN="$PWD/target/release/ebof" deploy/container/build.sh
+    EBOF_BIN="$PWD/target/release/ebof" deploy/container/check.sh
+    step "systemd unit (tests/deploy/check_systemd.sh)"
+    EBOF_BIN="$PWD/target/release/ebof" tests/deploy/check_systemd.sh
     step "Linux interop (QEMU guest)"
     # run-all's default list starts with tmp-checkout: linux-smoke from a clone under /tmp, so the
     # guests must reach the binary wherever the checkout lives (~1 min)
