@@ -170,20 +170,9 @@ set +e
 out=$(run_in csi --help 2>&1)
 rc=$?
 set -e
-if ((rc != 0)) && grep -q "unrecognized subcommand 'csi'" <<<"$out"; then
-	# until `ebof csi` lands on main: the lead removes this fallback
-	log "this ebof has no csi subcommand yet: running \`ebof --help\` instead (temporary fallback)"
-	set +e
-	out=$(run_in --help 2>&1)
-	rc=$?
-	set -e
-	((rc == 0)) || fail "ebof --help in the image ($mode) exited $rc: $out"
-	log "ebof --help ran in the image ($mode)"
-else
-	((rc == 0)) || fail "ebof csi --help in the image ($mode) exited $rc: $out"
-	grep -q -- '--endpoint' <<<"$out" || fail "ebof csi --help does not mention --endpoint: $out"
-	log "ebof csi --help ran in the image ($mode)"
-fi
+((rc == 0)) || fail "ebof csi --help in the image ($mode) exited $rc: $out"
+grep -q -- '--endpoint' <<<"$out" || fail "ebof csi --help does not mention --endpoint: $out"
+log "ebof csi --help ran in the image ($mode)"
 # the tools run too (their libraries are in the image)
 if [[ $mode == podman ]]; then
 	tools_out=$("${PODMAN[@]}" "${run_opts[@]:0:${#global_opts[@]}}" run --rm --pull never --network none \

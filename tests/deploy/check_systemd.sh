@@ -47,12 +47,6 @@ done
 # ---- the example configuration
 if out=$("$EBOF_BIN" serve --config "$CONF" --print-config 2>&1); then
 	log "$CONF: accepted by ebof serve --print-config"
-elif grep -q "unknown field \`pools\`" <<<"$out"; then
-	# until the storage pools work lands on main
-	sed '/^\[\[pools\]\]/,$d' "$CONF" >"$work/ebof.toml"
-	out=$("$EBOF_BIN" serve --config "$work/ebof.toml" --print-config 2>&1) ||
-		fail "$CONF (without [[pools]]): $out"
-	log "$CONF: this ebof has no [[pools]] yet: validated the example without its [[pools]] table"
 else
 	fail "$CONF: ebof serve --print-config: $out"
 fi
