@@ -346,6 +346,20 @@ impl Controller {
             })
     }
 
+    /// Run `f` on box `idx` for its effect: an API error whose code is in `done` means the
+    /// effect is already there (an idempotent retry); any other error names the box and `what`.
+    async fn settle<T, F>(&self, idx: usize, what: &str, done: &[&str], f: F) -> Result<(), Status>
+    where
+        T: Send + 'static,
+        F: FnOnce(&ebof_mgmt::Client) -> Result<T, ClientError> + Send + 'static,
+    {
+        match self.on_box(idx, f).await {
+            Ok(_) => Ok(()),
+            Err(e) if api_code(&e).is_some_and(|c| done.contains(&c)) => Ok(()),
+            Err(e) => Err(self.box_error(idx, what, &e)),
+        }
+    }
+
     /// Read every box's state, in parallel.
     async fn scan(&self) -> Vec<(usize, Result<State, ClientError>)> {
         let mut tasks = Vec::new();
@@ -464,11 +478,11 @@ impl Controller {
 
     async fn remove_subsystem(&self, idx: usize, nqn: &str) -> Result<(), Status> {
         let n = nqn.to_string();
-        match self.on_box(idx, move |c| c.remove_subsystem(&n)).await {
-            Ok(_) => Ok(()),
-            Err(e) if api_code(&e) == Some("unknown-subsystem") => Ok(()),
-            Err(e) => Err(self.box_error(idx, &format!("removing subsystem {nqn}"), &e)),
-        }
+        let what = format!("removing subsystem {nqn}");
+        self.settle(idx, &what, &["unknown-subsystem"], move |c| {
+            c.remove_subsystem(&n)
+        })
+        .await
     }
 
     /// Where a new volume of `size` goes: (box index, pool), or why nowhere.
@@ -946,15 +960,14 @@ impl pb::controller_server::Controller for Controller {
         };
         for h in hosts {
             let (n, hh) = (r.volume_id.clone(), h.clone());
-            match self.on_box(b.idx, move |c| c.deny_host(&n, &hh)).await {
-                Ok(_) => {}
-                Err(e)
-                    if matches!(
-                        api_code(&e),
-                        Some("unknown-host") | Some("unknown-subsystem")
-                    ) => {}
-                Err(e) => return Err(self.box_error(b.idx, "denying the node's host NQN", &e)),
-            }
+            self.settle(
+                b.idx,
+                "denying the node's host NQN",
+                &["unknown-host", "unknown-subsystem"],
+                move |c| c.deny_host(&n, &hh),
+            )
+            .await?;
+
             // Its controllers on this subsystem go too: unpublished means no access.
             for c in b
                 .state
@@ -963,11 +976,13 @@ impl pb::controller_server::Controller for Controller {
                 .filter(|c| c.subsystem == r.volume_id && c.hostnqn == h)
             {
                 let id = c.cntlid.to_string();
-                match self.on_box(b.idx, move |cl| cl.disconnect(&id)).await {
-                    Ok(_) => {}
-                    Err(e) if api_code(&e) == Some("unknown-controller") => {}
-                    Err(e) => return Err(self.box_error(b.idx, "disconnecting the node", &e)),
-                }
+                self.settle(
+                    b.idx,
+                    "disconnecting the node",
+                    &["unknown-controller"],
+                    move |cl| cl.disconnect(&id),
+                )
+                .await?;
             }
         }
         ok(pb::ControllerUnpublishVolumeResponse {})
@@ -1169,11 +1184,13 @@ impl pb::controller_server::Controller for Controller {
         for b in &all {
             if b.state.snapshots.iter().any(|s| s.name == r.snapshot_id) {
                 let id = r.snapshot_id.clone();
-                match self.on_box(b.idx, move |c| c.delete_snapshot(&id)).await {
-                    Ok(_) => {}
-                    Err(e) if api_code(&e) == Some("unknown-snapshot") => {}
-                    Err(e) => return Err(self.box_error(b.idx, "deleting the snapshot", &e)),
-                }
+                self.settle(
+                    b.idx,
+                    "deleting the snapshot",
+                    &["unknown-snapshot"],
+                    move |c| c.delete_snapshot(&id),
+                )
+                .await?;
             }
         }
         ok(pb::DeleteSnapshotResponse {})
