@@ -256,6 +256,12 @@ pub struct FsSpace {
     pub fsid: u64,
 }
 
+/// Size and free space of the file system holding `path` (a file or a directory, e.g. a
+/// storage pool's directory before any namespace is made in it).
+pub fn fs_space_of(path: &std::path::Path) -> io::Result<FsSpace> {
+    sys::fs_space(&std::fs::File::open(path)?)
+}
+
 /// The descriptor behind a file or block backend ([`Backend::raw_io`]).
 ///
 /// Byte `offset` of the backend is byte `offset` of the descriptor; the valid range is

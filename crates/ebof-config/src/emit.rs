@@ -14,7 +14,7 @@ pub(crate) fn string(s: &str) -> String {
 
 /// A size: `"1G"` when a unit divides it, else an integer; a string of
 /// digits when it does not fit TOML's signed 64-bit integers.
-fn size(bytes: u64) -> String {
+pub(crate) fn size(bytes: u64) -> String {
     let formatted = format_size(bytes);
     if formatted.bytes().all(|b| b.is_ascii_digit()) && i64::try_from(bytes).is_ok() {
         formatted
@@ -126,6 +126,7 @@ impl Config {
                 let _ = writeln!(out, "hostnqn = {}", string(n));
             }
         }
+        crate::pool::emit(&mut out, self);
         for s in &self.subsystems {
             out.push_str("\n[[subsystems]]\n");
             let _ = writeln!(out, "nqn = {}", string(&s.nqn));
@@ -146,6 +147,9 @@ impl Config {
                         let _ = writeln!(out, "path = {}", string(&path.to_string_lossy()));
                         if let Some(bytes) = bytes {
                             let _ = writeln!(out, "size = {}", size(*bytes));
+                        }
+                        if let Some(pool) = &ns.pool {
+                            let _ = writeln!(out, "pool = {}", string(pool));
                         }
                     }
                     BackendChoice::Block { path } => {

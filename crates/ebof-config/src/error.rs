@@ -90,6 +90,12 @@ pub mod codes {
     pub const CONFLICTING_SECRETS: &str = "conflicting-secrets";
     /// A QoS limit (`qos = { iops = … }`) that is negative or too large.
     pub const INVALID_QOS: &str = "invalid-qos";
+    /// A pool name outside `[A-Za-z0-9._-]` (1 to 64 characters).
+    pub const INVALID_POOL: &str = "invalid-pool";
+    /// Two `[[pools]]` with the same name.
+    pub const DUPLICATE_POOL: &str = "duplicate-pool";
+    /// A namespace's `pool` (or a request's) names no configured pool.
+    pub const UNKNOWN_POOL: &str = "unknown-pool";
 
     /// Every code above (for checks that a refusal carries a known code).
     pub const ALL: &[&str] = &[
@@ -134,6 +140,9 @@ pub mod codes {
         INVALID_SECRET,
         CONFLICTING_SECRETS,
         INVALID_QOS,
+        INVALID_POOL,
+        DUPLICATE_POOL,
+        UNKNOWN_POOL,
     ];
 }
 

@@ -29,6 +29,7 @@
 //!   [`parse_core_list`], [`parse_listener`], [`check_nqn`].
 //! - `overrides` — [`Overrides`] and [`Config::apply_overrides`].
 //! - `emit` — [`Config::to_toml_string`], the inverse of parsing.
+//! - `pool` — storage pools ([`Pool`], `[[pools]]`) and [`pool_file_name`].
 //! - `error` — [`ConfigError`] and the stable [`codes`].
 //!
 //! # File format
@@ -114,6 +115,7 @@ mod error;
 mod model;
 mod overrides;
 mod parse;
+mod pool;
 mod qos;
 mod raw;
 mod security;
@@ -137,6 +139,7 @@ pub use parse::{
     MAX_CORE_ID, MODEL_MAX_LEN, NQN_MAX_LEN, SERIAL_MAX_LEN, check_id_text, check_nqn, format_size,
     parse_core_list, parse_io_engine, parse_listener, parse_size,
 };
+pub use pool::{POOL_FILE_NAME_MAX, POOL_NAME_MAX, Pool, check_pool_name, pool_file_name};
 pub use qos::{QOS_IOPS_MAX, QOS_MBPS_MAX, Qos, QosFields, check_qos_value};
 pub use raw::{NamespaceFields, SizeField};
 pub use security::{HostSecurity, SecretSource, TlsMode, parse_tls_mode};

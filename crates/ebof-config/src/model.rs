@@ -69,6 +69,8 @@ pub struct Config {
     pub rdma_listeners: Vec<Listener>,
     /// `[cdc]`: run as a Central Discovery Controller over these members (TP 8010).
     pub cdc: Option<Cdc>,
+    /// Storage pools (`[[pools]]`): directories the management API makes file namespaces in.
+    pub pools: Vec<crate::Pool>,
 }
 
 /// `[cdc]`: this box is a Central Discovery Controller: its discovery service shows each host
@@ -342,6 +344,10 @@ pub struct Namespace {
     pub hosts: Option<Vec<String>>,
     /// QoS limits (`qos = { … }`, [`crate::Qos`]); default: unlimited.
     pub qos: crate::qos::Qos,
+    /// The storage pool that owns the namespace's file (`pool = "NAME"`, file namespaces
+    /// only; the file is inside the pool's directory). The pool counts it, and removing the
+    /// namespace through the management API deletes the file. `None`: not in a pool.
+    pub pool: Option<String>,
 }
 
 /// The storage behind a namespace. Opening it is the backend crate's job.
@@ -449,6 +455,7 @@ impl Namespace {
             ana_group: crate::DEFAULT_ANA_GROUP,
             hosts: None,
             qos: crate::qos::Qos::default(),
+            pool: None,
         }
     }
 }
@@ -487,6 +494,7 @@ impl Config {
             listener_tls: Vec::new(),
             rdma_listeners: Vec::new(),
             cdc: None,
+            pools: Vec::new(),
         }
     }
 }

@@ -49,6 +49,9 @@ pub(crate) struct RawConfig {
     hosts: Vec<crate::security::RawHost>,
     /// `[cdc]`: run as a Central Discovery Controller.
     cdc: Option<RawCdc>,
+    /// `[[pools]]`: storage pools.
+    #[serde(default)]
+    pools: Vec<crate::pool::RawPool>,
 }
 
 /// `[cdc]`.
@@ -316,6 +319,8 @@ pub struct NamespaceFields {
     pub hosts: Option<Vec<String>>,
     /// QoS limits (`qos = { iops = …, mbps = … }`); absent: unlimited.
     pub qos: Option<crate::qos::QosFields>,
+    /// The storage pool owning the file (`file` only); absent: none.
+    pub pool: Option<String>,
 }
 
 /// A size as written: an integer or a string with a unit.
@@ -498,6 +503,7 @@ impl RawConfig {
         let ana = crate::ana::convert(self.ana)?;
         let hosts = crate::security::convert(self.hosts)?;
         let cdc = self.cdc.map(convert_cdc).transpose()?;
+        let pools = crate::pool::convert(self.pools)?;
         Ok(Config {
             target,
             listeners,
@@ -511,6 +517,7 @@ impl RawConfig {
             listener_tls,
             rdma_listeners,
             cdc,
+            pools,
         })
     }
 }
@@ -726,6 +733,9 @@ impl Namespace {
                 format!("backend \"{backend}\" does not take `{field}`: {why}"),
             )
         };
+        if raw.pool.is_some() && backend != "file" {
+            return Err(forbidden("pool", "pools hold file namespaces"));
+        }
         let backend = match backend.as_str() {
             "ram" => {
                 if raw.path.is_some() {
@@ -800,6 +810,13 @@ impl Namespace {
             qos: match &raw.qos {
                 Some(q) => q.check(&format!("{path}.qos"))?,
                 None => crate::qos::Qos::default(),
+            },
+            pool: match raw.pool {
+                Some(p) => {
+                    crate::pool::check_pool_name(&p).map_err(|e| e.at(format!("{path}.pool")))?;
+                    Some(p)
+                }
+                None => None,
             },
         })
     }

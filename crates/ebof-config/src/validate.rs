@@ -132,7 +132,8 @@ impl Config {
         validate_subsystems(&self.subsystems, self.target.max_namespaces)?;
         crate::ana::validate(self)?;
         crate::security::validate(self)?;
-        validate_management(&self.management)
+        validate_management(&self.management)?;
+        crate::pool::validate(self)
     }
 }
 

@@ -50,6 +50,7 @@ fn embedded_default_validates_and_matches_its_doc() {
             ana_group: 1,
             hosts: None,
             qos: Default::default(),
+            pool: None,
         }]
     );
 }
@@ -231,6 +232,7 @@ fn full_document_parses_to_expected_values() {
                     ana_group: 1,
                     hosts: None,
                     qos: Default::default(),
+                    pool: None,
                 },
                 Namespace {
                     nsid: 7,
@@ -247,6 +249,7 @@ fn full_document_parses_to_expected_values() {
                     ana_group: 2,
                     hosts: None,
                     qos: Default::default(),
+                    pool: None,
                 },
                 Namespace {
                     nsid: 3,
@@ -260,6 +263,7 @@ fn full_document_parses_to_expected_values() {
                     ana_group: 1,
                     hosts: None,
                     qos: Default::default(),
+                    pool: None,
                 },
             ],
         }
@@ -318,6 +322,7 @@ fn round_trip_of_awkward_values() {
         ana_group: 1,
         hosts: None,
         qos: Default::default(),
+        pool: None,
     });
     c.subsystems[0].namespaces.push(Namespace {
         nsid: 2,
@@ -328,6 +333,7 @@ fn round_trip_of_awkward_values() {
         ana_group: 1,
         hosts: None,
         qos: Default::default(),
+        pool: None,
     });
     c.listeners.push(Listener {
         address: "fe80::1".parse().unwrap(),

@@ -79,6 +79,8 @@ pub mod routes {
     /// `POST` [`super::CloneRequest`]: a writable clone of the snapshot, added as a new file
     /// namespace ([`super::CloneMade`]).
     pub const SNAPSHOT_CLONES: &str = "/v1/snapshots/{name}/clones";
+    /// `GET`: the storage pools (`Vec<`[`super::PoolView`]`>`).
+    pub const POOLS: &str = "/v1/pools";
 
     /// `route` with each `{name}` replaced by the percent-encoded value, in order.
     pub fn fill(route: &str, values: &[&str]) -> String {
@@ -184,6 +186,9 @@ pub mod codes {
     pub const SNAPSHOT_FAILED: &str = "snapshot-failed";
     /// The clone's file exists already (it is never overwritten).
     pub const FILE_EXISTS: &str = "file-exists";
+    /// A storage pool cannot hold the size asked (a namespace added or cloned into it, or one
+    /// of its namespaces grown): the message names the pool, the size and the free bytes.
+    pub const POOL_FULL: &str = "pool-full";
 }
 
 /// An API error: a stable code, the field path of the request that is wrong (empty when the
@@ -232,8 +237,9 @@ impl ApiError {
             | codes::UNKNOWN_LISTENER
             | codes::UNKNOWN_MEMBER
             | codes::UNKNOWN_SNAPSHOT
+            | ebof_config::codes::UNKNOWN_POOL
             | codes::NOT_A_CDC => 404,
-            codes::NO_SPACE => 507,
+            codes::NO_SPACE | codes::POOL_FULL => 507,
             codes::SNAPSHOT_BUSY => 503,
             codes::SNAPSHOT_FAILED => 500,
             codes::UNAUTHORIZED => 401,
@@ -297,6 +303,36 @@ pub struct State {
     /// Snapshots of namespaces (by name).
     #[serde(default)]
     pub snapshots: Vec<SnapshotView>,
+    /// Storage pools (`[[pools]]`), in configuration order.
+    #[serde(default)]
+    pub pools: Vec<PoolView>,
+}
+
+/// A storage pool as `GET /v1/pools` and `GET /v1/state` show it. Sizes in bytes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolView {
+    /// Its name.
+    pub name: String,
+    /// The directory its namespaces' files are made in.
+    pub directory: String,
+    /// `size` of `[[pools]]`: the most it hands out; absent: no cap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size_limit: Option<u64>,
+    /// `size_limit`, else the file system's total bytes.
+    pub capacity_bytes: u64,
+    /// The sizes of its namespaces added up (clones made into it included).
+    pub provisioned_bytes: u64,
+    /// What their files hold now (thin files: the blocks written).
+    pub used_bytes: u64,
+    /// What can still be provisioned: the file system's available bytes less the unwritten
+    /// part of the pool's namespaces (`provisioned - used`, reserved so the pool never
+    /// over-commits the file system), and at most `size_limit - provisioned`; never below 0.
+    pub free_bytes: u64,
+    /// How many namespaces it holds.
+    pub namespaces: u32,
+    /// The file system under the directory (absent when the directory cannot be read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filesystem: Option<FsSpaceView>,
 }
 
 /// `POST /v1/discovery/referrals`: refer hosts to another discovery service.
@@ -730,7 +766,8 @@ pub struct NamespaceRequest {
     /// NSID; default the lowest free one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nsid: Option<u32>,
-    /// `ram`, `file` or `block`.
+    /// `ram`, `file` or `block` (required; may be left out, empty, with `pool`: `file`).
+    #[serde(default)]
     pub backend: String,
     /// Bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -757,6 +794,12 @@ pub struct NamespaceRequest {
     /// QoS limits from the moment it is added (as `PUT …/qos` takes them); absent: unlimited.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub qos: Option<QosRequest>,
+    /// Make the namespace in this storage pool: a sparse file of `size` (required) that the
+    /// box names itself (`path` must be absent; see `ebof_config::pool_file_name`), counted
+    /// against the pool's free bytes (`pool-full` beyond them) and deleted when the namespace
+    /// is removed. `backend` may be left out (it is `file`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<String>,
 }
 
 /// `PUT /v1/subsystems/{nqn}/namespaces/{nsid}/hosts`: the hosts that may see the namespace
@@ -1105,6 +1148,10 @@ pub struct CloneRequest {
     /// Only these host NQNs see the namespace; absent: every host the subsystem admits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hosts: Option<Vec<String>>,
+    /// Make the clone's file in this storage pool (named by the box, as a namespace added to
+    /// the pool; `path` must be absent), counted against its free bytes (`pool-full`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<String>,
 }
 
 /// Answer of `POST /v1/snapshots/{name}/clones`.

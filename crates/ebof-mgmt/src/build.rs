@@ -165,6 +165,7 @@ pub fn ns_hosts(s: &ebof_config::Subsystem) -> std::collections::BTreeMap<u32, V
 
 /// Open every backend and build the target model. Nothing is started on failure.
 pub fn build_target(cfg: &Config) -> Result<Target, String> {
+    crate::pools::ensure_directories(cfg)?;
     let mut subsystems = Vec::new();
     for (si, s) in cfg.subsystems.iter().enumerate() {
         let mut namespaces = Vec::new();

@@ -430,6 +430,11 @@ impl Client {
         )
     }
 
+    /// `GET /v1/pools`: every storage pool with its accounting.
+    pub fn pools(&self) -> Result<Vec<crate::api::PoolView>, ClientError> {
+        self.json(Method::GET, routes::POOLS, None)
+    }
+
     /// Write the running configuration.
     pub fn save(&self, req: &SaveRequest) -> Result<Saved, ClientError> {
         self.json(Method::POST, routes::SAVE, Some(to_json(req)))

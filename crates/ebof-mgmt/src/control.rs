@@ -134,6 +134,7 @@ impl Control {
         drop(cfg);
         s.cdc = self.cdc_view();
         s.snapshots = self.snapshots();
+        s.pools = self.pools();
         s
     }
 
@@ -166,12 +167,23 @@ impl Control {
     /// Remove a subsystem, disconnecting its controllers ([`ops::remove_subsystem`]), and drop it
     /// from the running configuration.
     pub fn remove_subsystem(&self, nqn: &str) -> Result<SubsystemRemoved, ApiError> {
-        self.change(|cfg| {
+        let mut owned = Vec::new();
+        let removed = self.change(|cfg| {
             let si = subsystem_index(cfg, nqn)?;
-            cfg.subsystems.remove(si);
+            let gone = cfg.subsystems.remove(si);
             check(cfg)?;
-            ops::remove_subsystem(&self.target, nqn)
-        })
+            let r = ops::remove_subsystem(&self.target, nqn)?;
+            for n in &gone.namespaces {
+                owned.extend(crate::pools::owned_files(
+                    n,
+                    cfg.target.state_dir.as_deref(),
+                ));
+            }
+            Ok(r)
+        })?;
+        // Its pool namespaces' files go once the removal is committed.
+        crate::pools::delete_files(&owned);
+        Ok(removed)
     }
 
     /// Allow host `hostnqn` on subsystem `nqn` ([`ops::allow_host`]); recorded in the running
@@ -220,7 +232,20 @@ impl Control {
         nqn: &str,
         req: &NamespaceRequest,
     ) -> Result<NamespaceChanged, ApiError> {
-        self.change(|cfg| {
+        self.change(|cfg| self.add_namespace_in(cfg, nqn, req, None))
+    }
+
+    /// [`Control::add_namespace`] on the copy `cfg` of the running configuration (inside
+    /// [`Control::change`]). `prepared`: the pool file the caller made already (a clone into a
+    /// pool, capacity checked by the caller under the same lock), used as it is.
+    pub(crate) fn add_namespace_in(
+        &self,
+        cfg: &mut Config,
+        nqn: &str,
+        req: &NamespaceRequest,
+        prepared: Option<&Path>,
+    ) -> Result<NamespaceChanged, ApiError> {
+        {
             let si = subsystem_index(cfg, nqn)?;
             let nsid = match req.nsid {
                 Some(n) => n,
@@ -232,18 +257,64 @@ impl Control {
             // and field paths: `subsystems[{si}].namespaces[{ni}].…`, as validation reports).
             let ni = cfg.subsystems[si].namespaces.len();
             let field = format!("subsystems[{si}].namespaces[{ni}]");
-            let ns =
-                ebof_config::Namespace::from_fields(namespace_fields(req, nsid), &field, ni, nqn)
-                    .map_err(|e| ApiError::from_config(&e, ""))?;
+            let mut fields = namespace_fields(req, nsid);
+            // In a pool the box names the file, and the pool must hold the size (checked
+            // before the namespace is in the configuration: it is not counted yet).
+            let mut pool_file: Option<(PathBuf, crate::api::PoolView)> = None;
+            if let Some(name) = &req.pool {
+                let pool = crate::pools::requested_pool(cfg, name, &format!("{field}.pool"))?;
+                if req.path.is_some() {
+                    return Err(ApiError::new(
+                        cfg_codes::FORBIDDEN_FIELD,
+                        format!("{field}.path"),
+                        format!(
+                            "a namespace made in pool {name} gets its file from the pool                              (in {}): leave `path` out",
+                            pool.directory.display()
+                        ),
+                    ));
+                }
+                if req.size.is_none() {
+                    return Err(ApiError::new(
+                        cfg_codes::MISSING_FIELD,
+                        format!("{field}.size"),
+                        format!("size is required for a namespace made in pool {name}"),
+                    ));
+                }
+                let path = match prepared {
+                    Some(p) => p.to_path_buf(),
+                    None => pool.file_for(nqn, nsid),
+                };
+                fields.path = Some(path.display().to_string());
+                fields.backend.get_or_insert_with(|| "file".into());
+                let view = crate::pools::pool_view(cfg, &self.target, &pool);
+                pool_file = Some((path, view));
+            }
+            let ns = ebof_config::Namespace::from_fields(fields, &field, ni, nqn)
+                .map_err(|e| ApiError::from_config(&e, ""))?;
             cfg.subsystems[si].namespaces.push(ns.clone());
             check(cfg)?;
+            // Only now (the request is valid, the file is no namespace's): room, then the file.
+            let mut undo_file = None;
+            if let Some((path, view)) = &pool_file
+                && prepared.is_none()
+            {
+                let size = ns.backend.size().unwrap_or(0);
+                crate::pools::ensure_room(view, size, "a namespace", &format!("{field}.size"))?;
+                crate::pools::clear_orphan(path, &format!("{field}.pool"))?;
+                undo_file = Some(path.clone());
+            }
             let opened = build::open_namespace(
                 &ns,
                 cfg.target.ram_huge_pages,
                 cfg.target.state_dir.as_deref(),
                 &field,
             )
-            .map_err(|m| ApiError::new(codes::BACKEND_FAILED, field, m))?;
+            .map_err(|m| {
+                if let Some(p) = &undo_file {
+                    let _ = std::fs::remove_file(p);
+                }
+                ApiError::new(codes::BACKEND_FAILED, field, m)
+            })?;
             let opened = Arc::new(opened);
             self.target
                 .update_subsystem(nqn, |s| {
@@ -261,13 +332,14 @@ impl Control {
                 nsid,
                 backend = ns.backend.kind(),
                 size = opened.backend.size(),
+                pool = ns.pool.as_deref().unwrap_or(""),
                 "namespace added by the management API"
             );
             Ok(NamespaceChanged {
                 subsystem: nqn.to_string(),
                 namespace: namespace_view(&opened, &ns),
             })
-        })
+        }
     }
 
     /// `DELETE /v1/subsystems/{nqn}/namespaces/{nsid}`: detach the namespace. Commands in
@@ -275,11 +347,13 @@ impl Control {
     /// last of them is done (a file or device is left as it is).
     pub fn remove_namespace(&self, nqn: &str, nsid: &str) -> Result<NamespaceRemoved, ApiError> {
         let nsid = parse_nsid(nsid)?;
-        self.change(|cfg| {
+        let mut owned = Vec::new();
+        let removed = self.change(|cfg| {
             let si = subsystem_index(cfg, nqn)?;
             let ni = namespace_index(cfg, si, nsid)?;
-            cfg.subsystems[si].namespaces.remove(ni);
+            let gone = cfg.subsystems[si].namespaces.remove(ni);
             check(cfg)?;
+            owned = crate::pools::owned_files(&gone, cfg.target.state_dir.as_deref());
             let mut removed: Option<Arc<Namespace>> = None;
             self.target
                 .update_subsystem(nqn, |s| {
@@ -300,7 +374,10 @@ impl Control {
                 subsystem: nqn.to_string(),
                 nsid,
             })
-        })
+        })?;
+        // The pool owns the file: deleted once the removal is committed (and saved).
+        crate::pools::delete_files(&owned);
+        Ok(removed)
     }
 
     /// `PUT /v1/subsystems/{nqn}/namespaces/{nsid}/size`: grow (or, when confirmed, shrink)
@@ -340,6 +417,13 @@ impl Control {
                         ebof_config::format_size(current)
                     ),
                 ));
+            }
+            if req.size > current
+                && let Some(name) = cfg.subsystems[si].namespaces[ni].pool.clone()
+                && let Some(pool) = cfg.pool(&name)
+            {
+                let view = crate::pools::pool_view(cfg, &self.target, pool);
+                crate::pools::ensure_room(&view, req.size - current, "a growth", &field)?;
             }
             let ns = &mut cfg.subsystems[si].namespaces[ni];
             match &mut ns.backend {
@@ -655,7 +739,8 @@ fn listen_error(addr: &std::net::SocketAddr, e: &ebof_runtime::server::ServerErr
 fn namespace_fields(req: &NamespaceRequest, nsid: u32) -> ebof_config::NamespaceFields {
     ebof_config::NamespaceFields {
         nsid: Some(i64::from(nsid)),
-        backend: Some(req.backend.clone()),
+        // Absent (empty): `missing-field`, or `file` in a pool.
+        backend: Some(req.backend.clone()).filter(|b| !b.is_empty()),
         size: req.size.map(ebof_config::SizeField::from),
         path: req.path.clone(),
         block_size: req.block_size.map(i64::from),
@@ -671,6 +756,7 @@ fn namespace_fields(req: &NamespaceRequest, nsid: u32) -> ebof_config::Namespace
             read_mbps: q.read_mbps,
             write_mbps: q.write_mbps,
         }),
+        pool: req.pool.clone(),
     }
 }
 

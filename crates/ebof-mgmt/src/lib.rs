@@ -27,6 +27,7 @@ pub mod masking;
 pub mod mdns;
 pub mod metrics;
 pub mod ops;
+pub mod pools;
 pub mod qos;
 pub mod referrals;
 pub mod security;

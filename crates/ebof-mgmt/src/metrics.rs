@@ -95,9 +95,51 @@ fn counter(reg: &mut Registry, name: &str, help: &str, v: u64) {
     reg.register(name, help, c);
 }
 
-/// The whole exposition, as text.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PoolLabels {
+    pool: String,
+}
+
+/// The whole exposition, as text (no storage pools: [`render_with_pools`]).
 pub fn render(t: &Target) -> Result<String, std::fmt::Error> {
+    render_with_pools(t, &[])
+}
+
+/// The whole exposition with the storage pools' gauges (`ebof_pool_capacity_bytes`,
+/// `ebof_pool_provisioned_bytes`, `ebof_pool_free_bytes`, label `pool`).
+pub fn render_with_pools(
+    t: &Target,
+    pools: &[crate::api::PoolView],
+) -> Result<String, std::fmt::Error> {
     let mut reg = Registry::with_prefix("ebof");
+    if !pools.is_empty() {
+        for (name, help, get) in [
+            (
+                "pool_capacity_bytes",
+                "Storage pool capacity: its size cap, else its file system's size",
+                (|p: &crate::api::PoolView| p.capacity_bytes) as fn(&crate::api::PoolView) -> u64,
+            ),
+            (
+                "pool_provisioned_bytes",
+                "Sizes of the storage pool's namespaces added up",
+                |p| p.provisioned_bytes,
+            ),
+            (
+                "pool_free_bytes",
+                "What the storage pool can still provision",
+                |p| p.free_bytes,
+            ),
+        ] {
+            let f = Family::<PoolLabels, Gauge>::default();
+            reg.register(name, help, f.clone());
+            for p in pools {
+                f.get_or_create(&PoolLabels {
+                    pool: p.name.clone(),
+                })
+                .set(i64::try_from(get(p)).unwrap_or(i64::MAX));
+            }
+        }
+    }
     let reads = counter_family(
         &mut reg,
         "namespace_read_commands",

@@ -137,6 +137,7 @@ pub fn state(t: &Target) -> State {
         registrations: crate::referrals::registrations(t),
         cdc: None,
         snapshots: Vec::new(),
+        pools: Vec::new(),
     }
 }
 

@@ -279,6 +279,7 @@ pub fn router(ctx: Ctx) -> Router {
         .route(routes::SNAPSHOTS, get(get_snapshots))
         .route(routes::SNAPSHOT, delete(delete_snapshot))
         .route(routes::SNAPSHOT_CLONES, post(post_snapshot_clone))
+        .route(routes::POOLS, get(get_pools))
         .fallback(unknown_endpoint)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(ctx)
@@ -516,12 +517,17 @@ async fn get_state(State(c): State<Ctx>) -> Response {
     json(Ok(c.state()))
 }
 
+async fn get_pools(State(c): State<Ctx>) -> Response {
+    blocking(move || Ok(c.pools())).await
+}
+
 async fn get_stats(State(c): State<Ctx>) -> Response {
     json(Ok(c.stats()))
 }
 
 async fn get_metrics(State(c): State<Ctx>) -> Response {
-    match metrics::render(&c.target) {
+    let pools = c.pools();
+    match metrics::render_with_pools(&c.target, &pools) {
         Ok(text) => ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], text).into_response(),
         Err(_) => ApiResponse(ApiError::new(
             codes::INTERNAL,

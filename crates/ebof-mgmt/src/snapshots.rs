@@ -723,6 +723,9 @@ impl Control {
     pub fn clone_snapshot(&self, name: &str, req: &CloneRequest) -> Result<CloneMade, ApiError> {
         let started = Instant::now();
         validate_name(name)?;
+        if let Some(pool) = &req.pool {
+            return self.clone_into_pool(name, req, pool, started);
+        }
         let (found, nsid, snap_data) = {
             let cfg = self.lock();
             let f = self
@@ -730,33 +733,7 @@ impl Control {
                 .into_iter()
                 .find(|f| f.manifest.name == name)
                 .ok_or_else(|| unknown_snapshot(name))?;
-            let si = subsystem_index(&cfg, &req.subsystem).map_err(|mut e| {
-                e.path = "subsystem".into();
-                e
-            })?;
-            let used = |n: u32| cfg.subsystems[si].namespaces.iter().any(|x| x.nsid == n);
-            let nsid = match req.nsid {
-                Some(n) => {
-                    let n = parse_nsid(&n.to_string())?;
-                    if used(n) {
-                        return Err(ApiError::new(
-                            ebof_config::codes::DUPLICATE_NSID,
-                            "nsid",
-                            format!("{} has a namespace {n} already", req.subsystem),
-                        ));
-                    }
-                    n
-                }
-                None => (1..=ebof_config::NSID_MAX)
-                    .find(|n| !used(*n))
-                    .ok_or_else(|| {
-                        ApiError::new(
-                            ebof_config::codes::INVALID_NSID,
-                            "nsid",
-                            format!("{} has no free namespace id", req.subsystem),
-                        )
-                    })?,
-            };
+            let nsid = clone_nsid(&cfg, req)?;
             let data = f.dir.join(&f.manifest.data);
             (f, nsid, data)
         };
@@ -793,6 +770,7 @@ impl Control {
             hosts: req.hosts.clone(),
             // A clone starts unlimited, like any new namespace (`ns qos` sets limits).
             qos: None,
+            pool: None,
         };
         let added = self.add_namespace(&req.subsystem, &add)?;
         undo.disarm();
@@ -803,6 +781,107 @@ impl Control {
             path = %path.display(),
             method = method.as_str(),
             "clone added as a namespace"
+        );
+        Ok(CloneMade {
+            snapshot: name.to_string(),
+            method: method.as_str().to_string(),
+            duration_us: micros(started.elapsed()),
+            added,
+        })
+    }
+
+    /// [`Control::clone_snapshot`] into storage pool `pool`: the whole of it under the
+    /// configuration lock (room checked, file made in the pool, namespace added), so no other
+    /// request can take the room or the file name meanwhile.
+    fn clone_into_pool(
+        &self,
+        name: &str,
+        req: &CloneRequest,
+        pool: &str,
+        started: Instant,
+    ) -> Result<CloneMade, ApiError> {
+        if req.path.is_some() {
+            return Err(ApiError::new(
+                ebof_config::codes::FORBIDDEN_FIELD,
+                "path",
+                format!(
+                    "a clone made in pool {pool} gets its file from the pool: leave `path` out"
+                ),
+            ));
+        }
+        let mut method = CloneMethod::Copy;
+        let added = self.change(|cfg| {
+            let found = self
+                .find_all(cfg)
+                .into_iter()
+                .find(|f| f.manifest.name == name)
+                .ok_or_else(|| unknown_snapshot(name))?;
+            let nsid = clone_nsid(cfg, req)?;
+            let p = crate::pools::requested_pool(cfg, pool, "pool")?;
+            let view = crate::pools::pool_view(cfg, &self.target, &p);
+            crate::pools::ensure_room(&view, found.manifest.size, "a clone", "pool")?;
+            let path = p.file_for(&req.subsystem, nsid);
+            if let Some(other) = cfg.subsystems.iter().find_map(|s| {
+                s.namespaces
+                    .iter()
+                    .find(|n| n.backend.path() == Some(path.as_path()))
+                    .map(|n| format!("{} namespace {}", s.nqn, n.nsid))
+            }) {
+                return Err(ApiError::new(
+                    codes::FILE_EXISTS,
+                    "pool",
+                    format!("{} is the file of {other} already", path.display()),
+                ));
+            }
+            crate::pools::clear_orphan(&path, "pool")?;
+            let snap_data = found.dir.join(&found.manifest.data);
+            let src = File::open(&snap_data).map_err(|e| {
+                io_error(&e, "name", format!("cannot open {}", snap_data.display()))
+            })?;
+            let dst = File::options()
+                .write(true)
+                .create_new(true)
+                .open(&path)
+                .map_err(|e| io_error(&e, "pool", format!("cannot create {}", path.display())))?;
+            let undo = Undo(vec![path.clone()]);
+            method = clone_file(&src, &dst, Fallback::Copy).map_err(|e| {
+                io_error(
+                    &e,
+                    "pool",
+                    format!(
+                        "cannot clone {} into {}",
+                        snap_data.display(),
+                        path.display()
+                    ),
+                )
+            })?;
+            dst.sync_all()
+                .map_err(|e| io_error(&e, "pool", format!("cannot sync {}", path.display())))?;
+            let _ = sync_dir(&p.directory);
+            let add = NamespaceRequest {
+                nsid: Some(nsid),
+                backend: "file".into(),
+                size: Some(found.manifest.size),
+                path: None,
+                block_size: Some(found.manifest.block_size),
+                uuid: req.uuid.clone(),
+                direct: None,
+                ana_group: req.ana_group,
+                hosts: req.hosts.clone(),
+                qos: None,
+                pool: Some(pool.to_string()),
+            };
+            let added = self.add_namespace_in(cfg, &req.subsystem, &add, Some(&path))?;
+            undo.disarm();
+            Ok(added)
+        })?;
+        tracing::info!(
+            snapshot = name,
+            subsystem = %req.subsystem,
+            nsid = added.namespace.nsid,
+            pool,
+            method = method.as_str(),
+            "clone added as a namespace in a pool"
         );
         Ok(CloneMade {
             snapshot: name.to_string(),
@@ -880,6 +959,37 @@ impl Control {
                 home.display()
             ),
         ))
+    }
+}
+
+/// The NSID of a clone in `req.subsystem`: as asked (and free), else the lowest free one.
+fn clone_nsid(cfg: &Config, req: &CloneRequest) -> Result<u32, ApiError> {
+    let si = subsystem_index(cfg, &req.subsystem).map_err(|mut e| {
+        e.path = "subsystem".into();
+        e
+    })?;
+    let used = |n: u32| cfg.subsystems[si].namespaces.iter().any(|x| x.nsid == n);
+    match req.nsid {
+        Some(n) => {
+            let n = parse_nsid(&n.to_string())?;
+            if used(n) {
+                return Err(ApiError::new(
+                    ebof_config::codes::DUPLICATE_NSID,
+                    "nsid",
+                    format!("{} has a namespace {n} already", req.subsystem),
+                ));
+            }
+            Ok(n)
+        }
+        None => (1..=ebof_config::NSID_MAX)
+            .find(|n| !used(*n))
+            .ok_or_else(|| {
+                ApiError::new(
+                    ebof_config::codes::INVALID_NSID,
+                    "nsid",
+                    format!("{} has no free namespace id", req.subsystem),
+                )
+            }),
     }
 }
 
