@@ -17,8 +17,15 @@ CLI:
         {"code": "NOT_FOUND", "details": "..."} on stdout and exits 1
     csi_client.py [--endpoint E] serve
         many calls through one process (the Python/gRPC start-up is paid once, which matters in a
-        TCG guest): reads one request a line, `SERVICE METHOD JSON` (JSON optional), and answers
-        each with one line: `OK <response JSON>` or `ERR <CODE> <details JSON string>`
+        TCG guest, where every program started costs a fraction of a second): reads one request a
+        line, `SERVICE METHOD JSON` (JSON optional) or `FLAT PATH` (a JSON file to read, e.g. an
+        `ebof ctl --json` answer), and answers each with
+            OK N              then the response as one JSON line, then N lines `KEY<TAB>VALUE`:
+                              the response flattened (keys are paths like volume.volume_id or
+                              capabilities.0.rpc.type; strings raw with newlines as \n, numbers
+                              and booleans as JSON, empty objects/lists as {} / [])
+            ERR CODE          then the details on one line
+        so that a shell reads it into an associative array without starting a program (jq).
 Environment: CSI_ENDPOINT (default unix:///tmp/csi.sock), CSI_TIMEOUT (seconds per call,
 default 120), CSI_PB_DIR (where csi_pb2.py is; default this file's directory).
 """
@@ -90,6 +97,24 @@ class Client:
         )
 
 
+def flatten(value, prefix=""):
+    """(key, text) pairs of a JSON value: dotted paths, list indices as path elements."""
+    if isinstance(value, dict) and value:
+        for k in sorted(value):
+            yield from flatten(value[k], f"{prefix}.{k}" if prefix else str(k))
+    elif isinstance(value, list) and value:
+        for i, v in enumerate(value):
+            yield from flatten(v, f"{prefix}.{i}" if prefix else str(i))
+    elif isinstance(value, str):
+        yield prefix, value.replace("\\", "\\\\").replace("\n", "\\n").replace("\t", "\\t")
+    else:
+        yield prefix, json.dumps(value)
+
+
+def _one_line(text):
+    return " ".join(str(text).split("\n"))
+
+
 def _serve(client):
     for line in sys.stdin:
         line = line.strip()
@@ -97,16 +122,27 @@ def _serve(client):
             continue
         parts = line.split(None, 2)
         try:
-            if len(parts) < 2:
+            if parts[0] == "FLAT" and len(parts) >= 2:
+                path = line.split(None, 1)[1]
+                try:
+                    with open(path, encoding="utf-8") as f:
+                        resp = json.load(f)
+                except (OSError, ValueError) as e:
+                    raise RpcError("CLIENT_BAD_FILE", f"{path}: {e}") from None
+            elif len(parts) < 2:
                 raise RpcError("CLIENT_BAD_REQUEST", f"want SERVICE METHOD [JSON], got {line!r}")
-            req = json.loads(parts[2]) if len(parts) > 2 else {}
-            resp = client.call(parts[0], parts[1], req)
-            out = "OK " + json.dumps(resp, sort_keys=True)
-        except json.JSONDecodeError as e:
-            out = "ERR CLIENT_BAD_REQUEST " + json.dumps(f"request JSON: {e}")
+            else:
+                try:
+                    req = json.loads(parts[2]) if len(parts) > 2 else {}
+                except json.JSONDecodeError as e:
+                    raise RpcError("CLIENT_BAD_REQUEST", f"request JSON: {e}") from None
+                resp = client.call(parts[0], parts[1], req)
+            flat = [(k, v) for k, v in flatten(resp) if k]  # an empty answer: none
+            out = [f"OK {len(flat)}", json.dumps(resp, sort_keys=True)]
+            out += [f"{k}\t{v}" for k, v in flat]
         except RpcError as e:
-            out = f"ERR {e.code} " + json.dumps(e.details)
-        print(out, flush=True)
+            out = [f"ERR {e.code}", _one_line(e.details)]
+        print("\n".join(out), flush=True)
 
 
 def main(argv):

@@ -1,12 +1,17 @@
 #!/bin/bash
 # Guest half of linux-csi.sh: `ebof csi --controller --node` in the guest, driven step by step
-# through the CSI client (/xchg/csi_client.py, one long-lived process: `serve` mode, one request
+# through the CSI client (/xchg/csi_client.py, one long-lived process in `serve` mode, one request
 # a line) as a container orchestrator would: CreateVolume, ControllerPublish (the box allows this
 # node's host NQN), NodeStage (nvme connect, mkfs, mount), NodePublish (bind mount), I/O, stats,
 # NodeUnpublish, NodeUnstage (umount, disconnect), stage again (the data is there), expansion
 # without reconnecting, a read-only publish, a raw block volume, an XFS volume, idempotent repeats,
 # and at the end nothing left on the box. The box's own view (`ebof ctl --json show`, for the
 # host ACL) comes from the host (guest_request ctl).
+#
+# Every program started costs a good fraction of a second in the TCG guest, so the checks run in
+# the shell itself where they can: the client answers flattened (KEY<TAB>VALUE lines read into
+# the associative array R, no jq), requests are built with printf, mounts are read from
+# /proc/self/mountinfo and sizes from sysfs.
 # shellcheck source=guest-lib.sh
 source "$GUEST_LIB"
 
@@ -18,29 +23,51 @@ DRIVER=csi.ebof.io
 KUBELET=/var/lib/kubelet
 PLUGIN_DIR=$KUBELET/plugins/kubernetes.io/csi/$DRIVER
 DRIVER_PID='' NODE_NQN='' CAPACITY0=''
-# the volume being worked on: ID, capability, volume context, publish context (JSON), paths
+# the volume being worked on: ID, capability and contexts (JSON), its context's values, paths
 VOL='' CAP='' CTX='' PCTX='{}' STAGE='' TARGET=''
-CODE='' RESP='' CTL_OUT=''
+declare -A VCTX=()
+# the last answer: CODE (OK or a gRPC status code name), RESP (response JSON or error details),
+# R (the response flattened)
+CODE='' RESP=''
+declare -A R=()
+# what the helpers below find: the volume's controllers and device, a mount's fields
+CTRLS='' DEV='' M_N=0 M_SRC='' M_FS='' M_OPTS=''
 
 # ---------------------------------------------------------------------------------------------
-# helpers
+# the CSI client
 
-# csi_call SERVICE METHOD [JSON]: one CSI call through the client; CODE is OK or the gRPC status
-# code name, RESP the response JSON (or the error's details); returns 1 unless OK
+# _answer: read one answer of the client into CODE, RESP and R
+_answer() {
+	local head n i k v
+	read -r -t 200 head <&"${CSI[0]}" || return 1
+	R=()
+	if [[ $head == "OK "* ]]; then
+		CODE=OK n=${head#OK }
+		read -r -t 10 RESP <&"${CSI[0]}" || return 1
+		for ((i = 0; i < n; i++)); do
+			IFS=$'\t' read -r -t 10 k v <&"${CSI[0]}" || return 1
+			R[$k]=$v
+		done
+	else
+		CODE=${head#ERR }
+		read -r -t 10 RESP <&"${CSI[0]}" || return 1
+	fi
+}
+
+# driver_gone: the driver exited (gone, or a zombie not reaped yet)
+driver_gone() { [[ ! -e /proc/$DRIVER_PID || $(</proc/"$DRIVER_PID"/stat) == *") Z "* ]]; }
+
+# csi_call SERVICE METHOD [JSON]: one CSI call; returns 1 unless it succeeded
 csi_call() {
-	local req=${3:-} line t0
+	local req=${3:-} t0 ms frac
 	[[ -n $req ]] || req='{}'
 	echo "+ csi $1.$2 $req" >&2
 	t0=$(_us)
 	printf '%s %s %s\n' "$1" "$2" "$req" >&"${CSI[1]}"
-	read -r -t 200 line <&"${CSI[0]}" || fail "no answer from the CSI client to $1.$2 within 200 s"
-	CODE=${line%% *} line=${line#* }
-	if [[ $CODE == ERR ]]; then
-		CODE=${line%% *} RESP=$(jq -r . <<<"${line#* }")
-	else
-		RESP=$line
-	fi
-	echo "  -> $CODE in $(_secs $(($(_us) - t0))) s: ${RESP:0:600}" >&2
+	_answer || fail "no answer from the CSI client to $1.$2 (client log: $(<"$X/csi-client.err"))"
+	ms=$((($(_us) - t0) / 1000))
+	printf -v frac '%03d' $((ms % 1000))
+	echo "  -> $CODE in $((ms / 1000)).$frac s: ${RESP:0:500}" >&2
 	if [[ $CODE != OK ]] && driver_gone; then
 		tail -n 30 "$X/csi.log"
 		fail "ebof csi (pid $DRIVER_PID) is not running any more"
@@ -49,77 +76,148 @@ csi_call() {
 }
 # csi SERVICE METHOD [JSON]: the call must succeed
 csi() { csi_call "$@" || fail "$1.$2 failed: $CODE: $RESP"; }
-# csi_refused CODE SERVICE METHOD [JSON]: the call must fail (with CODE unless CODE is ANY)
+# csi_refused CODE|ANY SERVICE METHOD [JSON]: the call must fail (with CODE)
 csi_refused() {
 	local want=$1
 	shift
-	if csi_call "$@"; then fail "$1.$2 succeeded; it must fail${want:+ ($want)}"; fi
+	if csi_call "$@"; then fail "$1.$2 succeeded; it must fail"; fi
 	[[ $want == ANY || $CODE == "$want" ]] || fail "$1.$2 failed with $CODE; expected $want"
 	echo "refused as expected: $CODE: $RESP"
 }
-# driver_gone: the driver exited (gone, or a zombie not reaped yet)
-driver_gone() { [[ ! -e /proc/$DRIVER_PID || $(awk '{ print $3 }' "/proc/$DRIVER_PID/stat" 2>/dev/null) == Z ]]; }
-# _sock_up: the driver's socket is there, or the driver is gone (no point waiting)
-_sock_up() { [[ -S $SOCK ]] || driver_gone; }
-# jr FILTER: jq -r FILTER on $RESP
-jr() { jq -r "$@" <<<"$RESP"; }
-
-cap_mount() { jq -nc --arg fs "$1" --arg m "${2:-SINGLE_NODE_WRITER}" '{mount: {fs_type: $fs}, access_mode: {mode: $m}}'; }
-cap_block() { jq -nc --arg m "$1" '{block: {}, access_mode: {mode: $m}}'; }
-
-# ebof_ctl ARGS...: `ebof ctl ARGS` on the host against the box; CTL_OUT is its stdout
-ebof_ctl() {
-	local rc=0
-	guest_request ctl "$*" 60 >&2 || rc=$?
-	CTL_OUT=$(<"$X/ctl.out")
-	((rc == 0)) || { cat "$X/ctl.err"; fail "ebof ctl $* failed (status $rc)"; }
+# flat FILE: read a JSON file through the client into R (no jq)
+flat() {
+	printf 'FLAT %s\n' "$1" >&"${CSI[1]}"
+	_answer || fail "no answer from the CSI client to FLAT $1"
+	[[ $CODE == OK ]] || fail "cannot read $1 as JSON: $RESP"
 }
-# box_hosts NQN: "ALLOW_ANY_HOST HOST..." of subsystem NQN on the box
-box_hosts() {
-	ebof_ctl --json show
-	jq -r --arg n "$1" '.subsystems[] | select(.nqn == $n) | "\(.allow_any_host) \(.hosts | join(" "))"' <<<"$CTL_OUT"
-}
-
-# the volume's state on this node
-vol_ctrls() { # controllers of the volume's subsystem, sorted
-	local c
-	for c in /sys/class/nvme/nvme*; do
-		[[ -r $c/subsysnqn && $(<"$c/subsysnqn") == "$VOL" ]] && echo "${c##*/}:$(<"$c/cntlid")"
-	done | sort | xargs
-}
-vol_dev() { # the volume's block device (found by its UUID, as the driver does)
-	local b want
-	want=$(jq -r .uuid <<<"$CTX")
-	for b in /sys/block/nvme*n*; do
-		[[ ${b##*/} == nvme*c*n* || ! -r $b/uuid ]] && continue
-		[[ $(<"$b/uuid") == "$want" ]] && { echo "/dev/${b##*/}"; return 0; }
+# r_any PATTERN VALUE: some key matching the glob PATTERN has a value matching the glob VALUE
+r_any() {
+	local k
+	for k in "${!R[@]}"; do
+		# shellcheck disable=SC2053 # globs on purpose
+		[[ $k == $1 && ${R[$k]} == $2 ]] && return 0
 	done
 	return 1
 }
-_no_vol_ctrl() { [[ -z $(vol_ctrls) ]]; }
-is_mounted() { mountpoint -q "$1"; }
-mount_opts() { findmnt -n -o OPTIONS --target "$1" | cut -d, -f1; }
+# r_object PREFIX: the string members under PREFIX. as a JSON object
+r_object() {
+	local k out='' v kk
+	for k in "${!R[@]}"; do
+		[[ $k == "$1".* ]] || continue
+		jstr kk "${k#"$1".}"
+		jstr v "${R[$k]}"
+		out+=${out:+,}$kk:$v
+	done
+	echo "{$out}"
+}
+# jstr VAR TEXT: VAR = TEXT as a JSON string
+jstr() {
+	local s=${2//\\/\\\\}
+	s=${s//\"/\\\"}
+	printf -v "$1" '"%s"' "$s"
+}
+
+# ebof_ctl ARGS...: `ebof ctl ARGS` on the host against the box; its output is in /xchg/ctl.out
+ebof_ctl() {
+	local rc=0
+	guest_request ctl "$*" 60 >&2 || rc=$?
+	((rc == 0)) || { cat "$X/ctl.err"; fail "ebof ctl $* failed (status $rc)"; }
+}
+# box_subsystem NQN: R = the box's state; sets BOX_SUB (the key prefix of subsystem NQN, empty
+# when the box has none), BOX_ANY (its allow_any_host) and BOX_HOSTS (its allowed hosts)
+BOX_SUB='' BOX_ANY='' BOX_HOSTS=''
+box_subsystem() {
+	local k
+	ebof_ctl --json show
+	flat "$X/ctl.out"
+	BOX_SUB='' BOX_ANY='' BOX_HOSTS=''
+	for k in "${!R[@]}"; do
+		[[ $k == subsystems.*.nqn && ${R[$k]} == "$1" ]] && BOX_SUB=${k%.nqn}
+	done
+	[[ -n $BOX_SUB ]] || return 0
+	BOX_ANY=${R[$BOX_SUB.allow_any_host]}
+	for k in "${!R[@]}"; do
+		[[ $k == "$BOX_SUB".hosts.* ]] && BOX_HOSTS+=" ${R[$k]}"
+	done
+	BOX_HOSTS=${BOX_HOSTS# }
+}
+
+cap_mount() { printf '{"mount": {"fs_type": "%s"}, "access_mode": {"mode": "SINGLE_NODE_WRITER"}}' "$1"; }
+CAP_BLOCK='{"block": {}, "access_mode": {"mode": "SINGLE_NODE_WRITER"}}'
+
+# ---------------------------------------------------------------------------------------------
+# this node's view, without starting programs
+
+# vol_ctrls: CTRLS = "nvme0:CNTLID ..." of the volume's subsystem
+vol_ctrls() {
+	local c
+	CTRLS=''
+	for c in /sys/class/nvme/nvme*; do
+		[[ -r $c/subsysnqn && $(<"$c/subsysnqn") == "$VOL" ]] && CTRLS+=" ${c##*/}:$(<"$c/cntlid")"
+	done
+	CTRLS=${CTRLS# }
+	return 0
+}
+# vol_dev: DEV = the volume's block device (found by its UUID, as the driver does); 1 if none
+vol_dev() {
+	local b
+	DEV=''
+	for b in /sys/block/nvme*n*; do
+		[[ ${b##*/} == nvme*c*n* || ! -r $b/uuid ]] && continue
+		[[ $(<"$b/uuid") == "${VCTX[uuid]}" ]] && DEV=/dev/${b##*/} && return 0
+	done
+	return 1
+}
+dev_bytes() { echo $(($(<"/sys/block/${1#/dev/}/size") * 512)); }
+# mnt PATH: M_N = how many mounts are at PATH; M_SRC, M_FS, M_OPTS of the top one
+mnt() {
+	local _id _parent _devno _root target opts rest
+	M_N=0 M_SRC='' M_FS='' M_OPTS=''
+	while read -r _id _parent _devno _root target opts rest; do
+		[[ $target == "$1" ]] || continue
+		M_N=$((M_N + 1)) M_OPTS=$opts
+		rest=" $rest"
+		rest=${rest#* - }
+		M_FS=${rest%% *} rest=${rest#* }
+		M_SRC=${rest%% *}
+	done </proc/self/mountinfo
+}
+mounted() { mnt "$1" && ((M_N > 0)); }
+fs_bytes() { df -B1 --output=size "$1" | while read -r s; do [[ $s =~ ^[0-9]+$ ]] && echo "$s"; done; }
 
 # requests for the current volume
 req_stage() {
-	jq -nc --arg v "$VOL" --arg s "$STAGE" --argjson cap "$CAP" --argjson ctx "$CTX" --argjson pc "$PCTX" \
-		'{volume_id: $v, staging_target_path: $s, volume_capability: $cap, volume_context: $ctx, publish_context: $pc}'
+	printf '{"volume_id": "%s", "staging_target_path": "%s", "volume_capability": %s, "volume_context": %s, "publish_context": %s}' \
+		"$VOL" "$STAGE" "$CAP" "$CTX" "$PCTX"
 }
 req_publish() { # req_publish TARGET READONLY(true|false)
-	jq -nc --arg v "$VOL" --arg s "$STAGE" --arg t "$1" --argjson ro "$2" --argjson cap "$CAP" \
-		--argjson ctx "$CTX" --argjson pc "$PCTX" \
-		'{volume_id: $v, staging_target_path: $s, target_path: $t, readonly: $ro, volume_capability: $cap,
-		  volume_context: $ctx, publish_context: $pc}'
+	printf '{"volume_id": "%s", "staging_target_path": "%s", "target_path": "%s", "readonly": %s, "volume_capability": %s, "volume_context": %s, "publish_context": %s}' \
+		"$VOL" "$STAGE" "$1" "$2" "$CAP" "$CTX" "$PCTX"
 }
-req_unpublish() { jq -nc --arg v "$VOL" --arg t "$1" '{volume_id: $v, target_path: $t}'; }
-req_unstage() { jq -nc --arg v "$VOL" --arg s "$STAGE" '{volume_id: $v, staging_target_path: $s}'; }
+req_vol() { printf '{"volume_id": "%s"}' "$VOL"; }
+req_unpublish() { printf '{"volume_id": "%s", "target_path": "%s"}' "$VOL" "$1"; }
+req_unstage() { printf '{"volume_id": "%s", "staging_target_path": "%s"}' "$VOL" "$STAGE"; }
+req_stats() { printf '{"volume_id": "%s", "volume_path": "%s"}' "$VOL" "$1"; }
+req_cpub() {
+	printf '{"volume_id": "%s", "node_id": "%s", "volume_capability": %s, "readonly": false, "volume_context": %s}' \
+		"$VOL" "$NODE_NQN" "$CAP" "$CTX"
+}
+req_cexpand() { # req_cexpand BYTES
+	printf '{"volume_id": "%s", "capacity_range": {"required_bytes": %s}, "volume_capability": %s}' "$VOL" "$1" "$CAP"
+}
+req_nexpand() { # req_nexpand PATH BYTES
+	printf '{"volume_id": "%s", "volume_path": "%s", "staging_target_path": "%s", "capacity_range": {"required_bytes": %s}, "volume_capability": %s}' \
+		"$VOL" "$1" "$STAGE" "$2" "$CAP"
+}
 
 # ---------------------------------------------------------------------------------------------
 # steps: the driver
 
 start_driver() {
 	[[ -n ${EBOF_BIN:-} ]] || fail "the host shared no ebof binary"
-	NODE_NQN=$(nvme gen-hostnqn)
+	local u
+	read -r u </proc/sys/kernel/random/uuid # (nvme gen-hostnqn: all zeros without a DMI UUID)
+	NODE_NQN=nqn.2014-08.org.nvmexpress:uuid:$u
 	echo "node ID (host NQN): $NODE_NQN"
 	mkdir -p "${SOCK%/*}"
 	"$EBOF_BIN" csi --endpoint "unix://$SOCK" --controller --boxes "$X/boxes.toml" --node \
@@ -132,224 +230,223 @@ start_driver() {
 	coproc CSI { exec /usr/bin/python3 "$X/csi_client.py" serve 2>>"$X/csi-client.err"; }
 	echo "CSI client: pid $CSI_PID"
 }
+# _sock_up: the driver's socket is there, or the driver is gone (no point waiting)
+_sock_up() { [[ -S $SOCK ]] || driver_gone; }
 
 identity() {
-	csi Identity GetPluginInfo
-	[[ $(jr .name) == "$DRIVER" ]] || fail "GetPluginInfo name is $(jr .name), not $DRIVER"
-	[[ -n $(jr .vendor_version) ]] || fail "GetPluginInfo has no vendor_version"
-	csi Identity Probe
-	[[ $(jr '.ready // true') == true ]] || fail "Probe says not ready"
-	csi Identity GetPluginCapabilities
-	jr '.capabilities[].service.type // empty' | grep -qx CONTROLLER_SERVICE ||
-		fail "GetPluginCapabilities does not advertise CONTROLLER_SERVICE"
-	csi Node NodeGetInfo
-	[[ $(jr .node_id) == "$NODE_NQN" ]] || fail "NodeGetInfo node_id $(jr .node_id), expected $NODE_NQN"
-	csi Node NodeGetCapabilities
 	local c
+	csi Identity GetPluginInfo
+	[[ ${R[name]} == "$DRIVER" ]] || fail "GetPluginInfo name is ${R[name]}, not $DRIVER"
+	[[ -n ${R[vendor_version]} ]] || fail "GetPluginInfo has no vendor_version"
+	csi Identity Probe
+	[[ ${R[ready]:-true} == true ]] || fail "Probe says not ready"
+	csi Identity GetPluginCapabilities
+	r_any 'capabilities.*.service.type' CONTROLLER_SERVICE || fail "GetPluginCapabilities lacks CONTROLLER_SERVICE"
+	csi Node NodeGetInfo
+	[[ ${R[node_id]} == "$NODE_NQN" ]] || fail "NodeGetInfo node_id ${R[node_id]}, expected $NODE_NQN"
+	csi Node NodeGetCapabilities
 	for c in STAGE_UNSTAGE_VOLUME EXPAND_VOLUME GET_VOLUME_STATS; do
-		jr '.capabilities[].rpc.type' | grep -qx "$c" || fail "NodeGetCapabilities lacks $c"
+		r_any 'capabilities.*.rpc.type' "$c" || fail "NodeGetCapabilities lacks $c"
 	done
 	csi Controller ControllerGetCapabilities
 	for c in CREATE_DELETE_VOLUME PUBLISH_UNPUBLISH_VOLUME EXPAND_VOLUME LIST_VOLUMES GET_CAPACITY; do
-		jr '.capabilities[].rpc.type' | grep -qx "$c" || fail "ControllerGetCapabilities lacks $c"
+		r_any 'capabilities.*.rpc.type' "$c" || fail "ControllerGetCapabilities lacks $c"
 	done
 	csi Controller GetCapacity
-	CAPACITY0=$(jr '.available_capacity | tonumber')
+	CAPACITY0=${R[available_capacity]:-0}
 	echo "GetCapacity: $CAPACITY0 bytes available"
 	((CAPACITY0 > 512 * MIB)) || fail "GetCapacity $CAPACITY0: the box's 1 GiB pool is not seen"
 }
 
-# create_volume NAME SIZE_MIB CAP: CreateVolume (twice: idempotent by name); sets VOL, CAP, CTX
+# create_volume NAME SIZE_MIB CAP: CreateVolume (twice: idempotent by name); sets VOL, CAP, CTX,
+# VCTX, STAGE
 create_volume() {
-	local name=$1 size=$(($2 * MIB)) req vol2
+	local name=$1 size=$(($2 * MIB)) req k
 	CAP=$3
-	req=$(jq -nc --arg n "$name" --argjson b "$size" --argjson cap "$CAP" \
-		'{name: $n, capacity_range: {required_bytes: $b}, volume_capabilities: [$cap]}')
+	req=$(printf '{"name": "%s", "capacity_range": {"required_bytes": %s}, "volume_capabilities": [%s]}' "$name" "$size" "$CAP")
 	csi Controller CreateVolume "$req"
-	VOL=$(jr .volume.volume_id) CTX=$(jr -c .volume.volume_context) PCTX='{}'
-	echo "volume $VOL, context $CTX, $(jr .volume.capacity_bytes) bytes"
+	VOL=${R[volume.volume_id]} CTX=$(r_object volume.volume_context) PCTX='{}'
+	VCTX=()
+	for k in "${!R[@]}"; do [[ $k == volume.volume_context.* ]] && VCTX[${k#volume.volume_context.}]=${R[$k]}; done
+	echo "volume $VOL, ${R[volume.capacity_bytes]} bytes, context $CTX"
 	[[ $VOL == "$CSI_PREFIX"* ]] || fail "volume ID $VOL does not start with $CSI_PREFIX"
-	(($(jr '.volume.capacity_bytes | tonumber') >= size)) || fail "capacity_bytes $(jr .volume.capacity_bytes) < $size"
-	[[ $(jq -r .nqn <<<"$CTX") == "$VOL" ]] || fail "volume_context.nqn is not the volume ID"
-	[[ $(jq -r .uuid <<<"$CTX") =~ ^[0-9a-f]{8}-([0-9a-f]{4}-){3}[0-9a-f]{12}$ ]] || fail "volume_context.uuid is not a UUID"
-	[[ ,$(jq -r .listeners <<<"$CTX"), == *",tcp:$TARGET_IP:$TARGET_PORT,"* ]] ||
+	((${R[volume.capacity_bytes]:-0} >= size)) || fail "capacity_bytes ${R[volume.capacity_bytes]} < $size"
+	[[ ${VCTX[nqn]} == "$VOL" ]] || fail "volume_context.nqn is not the volume ID"
+	[[ ${VCTX[uuid]} =~ ^[0-9a-f]{8}-([0-9a-f]{4}-){3}[0-9a-f]{12}$ ]] || fail "volume_context.uuid is not a UUID"
+	[[ ,${VCTX[listeners]}, == *",tcp:$TARGET_IP:$TARGET_PORT,"* ]] ||
 		fail "volume_context.listeners lacks tcp:$TARGET_IP:$TARGET_PORT"
-	[[ -n $(jq -r '.box // empty' <<<"$CTX") ]] || fail "volume_context has no box"
+	[[ -n ${VCTX[box]} ]] || fail "volume_context has no box"
 	csi Controller CreateVolume "$req"
-	vol2=$(jr .volume.volume_id)
-	[[ $vol2 == "$VOL" ]] || fail "CreateVolume again for $name made $vol2, not $VOL"
+	[[ ${R[volume.volume_id]} == "$VOL" ]] || fail "CreateVolume again for $name made ${R[volume.volume_id]}, not $VOL"
 	csi Controller GetCapacity
-	(($(jr '.available_capacity | tonumber') < CAPACITY0)) || fail "GetCapacity did not fall ($(jr .available_capacity))"
-	# the paths a kubelet would use
-	STAGE=$PLUGIN_DIR/$(sha256sum <<<"$VOL" | cut -c1-16)/globalmount
+	((${R[available_capacity]:-0} < CAPACITY0)) || fail "GetCapacity did not fall (${R[available_capacity]})"
+	# the kubelet's paths: a per-volume staging directory
+	STAGE=$PLUGIN_DIR/${VOL##*-}/globalmount
 }
 
 stage_refused_before_publish() {
 	csi_refused ANY Node NodeStageVolume "$(req_stage)"
-	[[ -z $(vol_ctrls) ]] || fail "a controller of $VOL is connected although the box does not allow $NODE_NQN"
-	! is_mounted "$STAGE" || fail "$STAGE is mounted after a failed NodeStage"
+	vol_ctrls
+	[[ -z $CTRLS ]] || fail "a controller of $VOL is connected although the box does not allow $NODE_NQN"
+	! mounted "$STAGE" || fail "$STAGE is mounted after a failed NodeStage"
 }
 
 controller_publish() {
-	local req acl
-	req=$(jq -nc --arg v "$VOL" --arg n "$NODE_NQN" --argjson cap "$CAP" --argjson ctx "$CTX" \
-		'{volume_id: $v, node_id: $n, volume_capability: $cap, readonly: false, volume_context: $ctx}')
-	csi Controller ControllerPublishVolume "$req"
-	PCTX=$(jr -c '.publish_context // {}')
-	csi Controller ControllerPublishVolume "$req" # idempotent
-	acl=$(box_hosts "$VOL")
-	echo "box: subsystem $VOL allow_any_host/hosts: $acl"
-	[[ $acl == "false "* && " $acl " == *" $NODE_NQN "* ]] || fail "the box does not allow just $NODE_NQN on $VOL: $acl"
+	csi Controller ControllerPublishVolume "$(req_cpub)"
+	PCTX=$(r_object publish_context)
+	csi Controller ControllerPublishVolume "$(req_cpub)" # idempotent
+	box_subsystem "$VOL"
+	echo "box: $VOL allow_any_host $BOX_ANY, hosts [$BOX_HOSTS]"
+	[[ $BOX_ANY == false && $BOX_HOSTS == "$NODE_NQN" ]] || fail "the box does not allow just $NODE_NQN on $VOL"
 }
 
 controller_unpublish() {
-	local req acl
-	req=$(jq -nc --arg v "$VOL" --arg n "$NODE_NQN" '{volume_id: $v, node_id: $n}')
+	local req
+	req=$(printf '{"volume_id": "%s", "node_id": "%s"}' "$VOL" "$NODE_NQN")
 	csi Controller ControllerUnpublishVolume "$req"
 	csi Controller ControllerUnpublishVolume "$req" # idempotent
-	acl=$(box_hosts "$VOL")
-	echo "box: subsystem $VOL allow_any_host/hosts: $acl"
-	[[ " $acl " != *" $NODE_NQN "* ]] || fail "the box still allows $NODE_NQN on $VOL"
+	box_subsystem "$VOL"
+	echo "box: $VOL allow_any_host $BOX_ANY, hosts [$BOX_HOSTS]"
+	[[ " $BOX_HOSTS " != *" $NODE_NQN "* && $BOX_ANY != true ]] || fail "the box still lets $NODE_NQN in on $VOL"
 }
 
 delete_volume() {
-	local req
-	req=$(jq -nc --arg v "$VOL" '{volume_id: $v}')
-	csi Controller DeleteVolume "$req"
-	csi Controller DeleteVolume "$req" # an unknown volume: OK
-	ebof_ctl --json show
-	[[ -z $(jq -r --arg n "$VOL" '.subsystems[] | select(.nqn == $n) | .nqn' <<<"$CTL_OUT") ]] ||
-		fail "$VOL is still on the box after DeleteVolume"
+	csi Controller DeleteVolume "$(req_vol)"
+	csi Controller DeleteVolume "$(req_vol)" # an unknown volume: OK
+	box_subsystem "$VOL"
+	[[ -z $BOX_SUB ]] || fail "$VOL is still on the box after DeleteVolume"
 }
 
-# node_stage [again]: NodeStageVolume; checks the connection, the device and (mount) the mount
+# node_stage [again]: NodeStageVolume; checks the connection, the device and (mount) the mount;
+# with "again" a second NodeStage that must change nothing
 node_stage() {
-	local dev ctrls
+	local ctrls
 	csi Node NodeStageVolume "$(req_stage)"
-	ctrls=$(vol_ctrls)
-	[[ -n $ctrls ]] || fail "no NVMe controller of $VOL after NodeStage"
-	dev=$(vol_dev) || fail "no block device with UUID $(jq -r .uuid <<<"$CTX") after NodeStage"
-	echo "connected: controllers [$ctrls], device $dev ($(blockdev --getsize64 "$dev") bytes)"
-	if [[ $(jq -r 'has("mount")' <<<"$CAP") == true ]]; then
-		is_mounted "$STAGE" || fail "$STAGE is not mounted after NodeStage"
-		findmnt -n -o SOURCE,FSTYPE,OPTIONS --target "$STAGE"
-		[[ $(findmnt -n -o FSTYPE --target "$STAGE") == "$(jq -r .mount.fs_type <<<"$CAP")" ]] ||
-			fail "$STAGE is not $(jq -r .mount.fs_type <<<"$CAP")"
-		[[ $(findmnt -n -o SOURCE --target "$STAGE") == "$dev" ]] || fail "$STAGE is not $dev"
+	vol_ctrls
+	[[ -n $CTRLS ]] || fail "no NVMe controller of $VOL after NodeStage"
+	vol_dev || fail "no block device with UUID ${VCTX[uuid]} after NodeStage"
+	echo "connected: controllers [$CTRLS], device $DEV ($(dev_bytes "$DEV") bytes)"
+	if [[ $CAP == *'"mount"'* ]]; then
+		mounted "$STAGE" || fail "$STAGE is not mounted after NodeStage"
+		echo "$STAGE: $M_SRC $M_FS $M_OPTS"
+		[[ $CAP == *"\"$M_FS\""* ]] || fail "$STAGE is $M_FS, not what $CAP asks"
+		[[ $M_SRC == "$DEV" ]] || fail "$STAGE is $M_SRC, not $DEV"
 	fi
-	if [[ ${1:-} == again ]]; then # a repeated NodeStage: OK, nothing new
+	if [[ ${1:-} == again ]]; then
+		ctrls=$CTRLS
 		csi Node NodeStageVolume "$(req_stage)"
-		[[ $(vol_ctrls) == "$ctrls" ]] || fail "a repeated NodeStage changed the controllers: [$ctrls] -> [$(vol_ctrls)]"
-		(($(grep -c " $STAGE " /proc/self/mountinfo) <= 1)) || fail "a repeated NodeStage mounted $STAGE twice"
+		vol_ctrls
+		[[ $CTRLS == "$ctrls" ]] || fail "a repeated NodeStage changed the controllers: [$ctrls] -> [$CTRLS]"
+		mnt "$STAGE"
+		((M_N <= 1)) || fail "a repeated NodeStage mounted $STAGE $M_N times"
 	fi
 }
 
+# node_unstage [again]: NodeUnstageVolume; nothing mounted, no controller, no device; with
+# "again" a second one on the unstaged volume (OK)
 node_unstage() {
 	csi Node NodeUnstageVolume "$(req_unstage)"
-	! is_mounted "$STAGE" || fail "$STAGE is still mounted after NodeUnstage"
-	_no_vol_ctrl || fail "controllers of $VOL remain after NodeUnstage: $(vol_ctrls)"
-	! vol_dev >/dev/null || fail "the block device of $VOL remains after NodeUnstage"
+	! mounted "$STAGE" || fail "$STAGE is still mounted after NodeUnstage"
+	vol_ctrls
+	[[ -z $CTRLS ]] || fail "controllers of $VOL remain after NodeUnstage: $CTRLS"
+	! vol_dev || fail "the block device of $VOL ($DEV) remains after NodeUnstage"
 	echo "unstaged: no controller of $VOL, $STAGE not mounted"
 	if [[ ${1:-} == again ]]; then
-		csi Node NodeUnstageVolume "$(req_unstage)" # already unstaged: OK
+		csi Node NodeUnstageVolume "$(req_unstage)"
 	fi
 }
 
-# node_publish TARGET [ro] [again]
+# node_publish TARGET [ro|rw] [again]
 node_publish() {
-	local t=$1 ro=false
-	[[ ${2:-} == ro ]] && ro=true
+	local t=$1 ro=false want=rw
+	[[ ${2:-} == ro ]] && ro=true want=ro
 	csi Node NodePublishVolume "$(req_publish "$t" "$ro")"
-	is_mounted "$t" || fail "$t is not a mount point after NodePublish"
-	findmnt -n -o SOURCE,FSTYPE,OPTIONS --target "$t"
-	local opt
-	opt=$(mount_opts "$t")
-	[[ $opt == "$([[ $ro == true ]] && echo ro || echo rw)" ]] || fail "$t is mounted $opt, readonly=$ro asked"
+	mounted "$t" || fail "$t is not a mount point after NodePublish"
+	echo "$t: $M_SRC $M_FS $M_OPTS"
+	[[ ${M_OPTS%%,*} == "$want" ]] || fail "$t is mounted $M_OPTS, readonly=$ro asked"
 	if [[ ${3:-} == again ]]; then
 		csi Node NodePublishVolume "$(req_publish "$t" "$ro")"
-		(($(grep -c " $t " /proc/self/mountinfo) == 1)) || fail "a repeated NodePublish mounted $t twice"
+		mnt "$t"
+		((M_N == 1)) || fail "a repeated NodePublish left $M_N mounts at $t"
 	fi
 }
 
 node_unpublish() {
 	csi Node NodeUnpublishVolume "$(req_unpublish "$1")"
-	! is_mounted "$1" || fail "$1 is still mounted after NodeUnpublish"
+	! mounted "$1" || fail "$1 is still mounted after NodeUnpublish"
 	csi Node NodeUnpublishVolume "$(req_unpublish "$1")" # again: OK
 }
 
 # ---------------------------------------------------------------------------------------------
 # steps: a mount volume (ext4)
 
-EXT4_SUM='' CTRL_BEFORE='' DF_BEFORE=''
+SUMS='' CTRL_BEFORE='' FS_BEFORE=''
 POD1=$KUBELET/pods/11111111-aaaa-4bbb-8ccc-000000000001/volumes/kubernetes.io~csi/pvc-ext4/mount
 POD2=$KUBELET/pods/11111111-aaaa-4bbb-8ccc-000000000002/volumes/kubernetes.io~csi/pvc-ext4/mount
 
-ext4_create() { create_volume linux-csi-ext4 64 "$(cap_mount ext4)"; }
 write_files() {
 	head -c $((4 * MIB)) /dev/urandom >"$TARGET/data.bin"
 	printf 'written through %s on %s\n' "$VOL" "$NODE_NQN" >"$TARGET/hello.txt"
-	sync -f "$TARGET/data.bin"
 	sync
-	EXT4_SUM=$(cd "$TARGET" && sha256sum data.bin hello.txt)
-	echo "$EXT4_SUM"
+	SUMS=$(cd "$TARGET" && sha256sum data.bin hello.txt)
+	echo "$SUMS"
 }
 volume_stats() {
-	csi Node NodeGetVolumeStats "$(jq -nc --arg v "$VOL" --arg p "$TARGET" '{volume_id: $v, volume_path: $p}')"
-	local used total
-	used=$(jr '.usage[] | select(.unit == "BYTES") | .used | tonumber')
-	total=$(jr '.usage[] | select(.unit == "BYTES") | .total | tonumber')
-	echo "bytes: used $used of $total"
+	local k used='' total='' inodes=''
+	csi Node NodeGetVolumeStats "$(req_stats "$TARGET")"
+	for k in "${!R[@]}"; do
+		[[ $k == usage.*.unit ]] || continue
+		case ${R[$k]} in
+		BYTES) used=${R[${k%.unit}.used]} total=${R[${k%.unit}.total]} ;;
+		INODES) inodes=${R[${k%.unit}.used]} ;;
+		esac
+	done
+	echo "bytes: used $used of $total; inodes used: $inodes"
 	((used >= 4 * MIB)) || fail "NodeGetVolumeStats used $used < the 4 MiB written"
 	((total > 40 * MIB && total <= 64 * MIB)) || fail "NodeGetVolumeStats total $total is not a 64 MiB file system's"
-	[[ -n $(jr '.usage[] | select(.unit == "INODES") | .used') ]] || fail "no inode usage"
+	[[ -n $inodes ]] || fail "no inode usage"
 }
 files_are_there() {
-	local sum
-	sum=$(cd "$1" && sha256sum data.bin hello.txt) || fail "the files are not in $1"
-	[[ $sum == "$EXT4_SUM" ]] || fail "the files in $1 differ: $sum"
+	local sums
+	sums=$(cd "$1" && sha256sum data.bin hello.txt) || fail "the files are not in $1"
+	[[ $sums == "$SUMS" ]] || fail "the files in $1 differ: $sums"
 	echo "same content in $1"
 }
 stage_publish_again() {
 	node_stage again
 	node_publish "$TARGET" rw again
 	files_are_there "$TARGET"
-	CTRL_BEFORE=$(vol_ctrls)
-	DF_BEFORE=$(df -B1 --output=size "$TARGET" | tail -n1 | tr -d ' ')
-	echo "controllers [$CTRL_BEFORE], file system $DF_BEFORE bytes"
+	CTRL_BEFORE=$CTRLS FS_BEFORE=$(fs_bytes "$TARGET")
+	echo "controllers [$CTRL_BEFORE], file system $FS_BEFORE bytes"
 }
 expand() {
-	local req dev size
-	req=$(jq -nc --arg v "$VOL" --argjson b $((128 * MIB)) --argjson cap "$CAP" \
-		'{volume_id: $v, capacity_range: {required_bytes: $b}, volume_capability: $cap}')
-	csi Controller ControllerExpandVolume "$req"
-	(($(jr '.capacity_bytes | tonumber') >= 128 * MIB)) || fail "ControllerExpandVolume capacity $(jr .capacity_bytes)"
-	[[ $(jr .node_expansion_required) == true ]] || fail "a mount volume needs node expansion"
-	csi Node NodeExpandVolume "$(jq -nc --arg v "$VOL" --arg p "$TARGET" --arg s "$STAGE" --argjson b $((128 * MIB)) \
-		--argjson cap "$CAP" '{volume_id: $v, volume_path: $p, staging_target_path: $s,
-		capacity_range: {required_bytes: $b}, volume_capability: $cap}')"
-	(($(jr '.capacity_bytes | tonumber') >= 128 * MIB)) || fail "NodeExpandVolume capacity $(jr .capacity_bytes)"
-	dev=$(vol_dev)
-	size=$(blockdev --getsize64 "$dev")
-	local df_after
-	df_after=$(df -B1 --output=size "$TARGET" | tail -n1 | tr -d ' ')
+	local size fs_after
+	csi Controller ControllerExpandVolume "$(req_cexpand $((128 * MIB)))"
+	((${R[capacity_bytes]:-0} >= 128 * MIB)) || fail "ControllerExpandVolume capacity ${R[capacity_bytes]}"
+	[[ ${R[node_expansion_required]} == true ]] || fail "a mount volume needs node expansion"
+	csi Node NodeExpandVolume "$(req_nexpand "$TARGET" $((128 * MIB)))"
+	((${R[capacity_bytes]:-0} >= 128 * MIB)) || fail "NodeExpandVolume capacity ${R[capacity_bytes]}"
+	vol_dev || fail "the device is gone"
+	size=$(dev_bytes "$DEV")
 	df -h "$TARGET"
-	echo "device $dev $size bytes; file system $DF_BEFORE -> $df_after bytes; controllers [$CTRL_BEFORE] -> [$(vol_ctrls)]"
-	((size == 128 * MIB)) || fail "$dev is $size bytes, not 128 MiB"
-	((df_after > DF_BEFORE + 50 * MIB)) || fail "the file system did not grow ($DF_BEFORE -> $df_after bytes)"
-	[[ $(vol_ctrls) == "$CTRL_BEFORE" ]] || fail "the controllers changed (a reconnect?): [$CTRL_BEFORE] -> [$(vol_ctrls)]"
+	fs_after=$(fs_bytes "$TARGET")
+	vol_ctrls
+	echo "device $DEV $size bytes; file system $FS_BEFORE -> $fs_after bytes; controllers [$CTRL_BEFORE] -> [$CTRLS]"
+	((size == 128 * MIB)) || fail "$DEV is $size bytes, not 128 MiB"
+	((fs_after > FS_BEFORE + 50 * MIB)) || fail "the file system did not grow ($FS_BEFORE -> $fs_after bytes)"
+	[[ $CTRLS == "$CTRL_BEFORE" ]] || fail "the controllers changed (a reconnect?): [$CTRL_BEFORE] -> [$CTRLS]"
 	files_are_there "$TARGET"
-	# the grown file system takes more than the old size
+	# more than the old file system could hold at all
 	run fallocate -l $((72 * MIB)) "$TARGET/big.bin" || fail "cannot allocate 72 MiB in the grown file system"
-	rm -f "$TARGET/big.bin"
+	rm "$TARGET/big.bin"
 }
 readonly_publish() {
 	local err
 	node_publish "$POD2" ro
 	files_are_there "$POD2"
-	if err=$(touch "$POD2/nope" 2>&1); then fail "writing into the read-only publish $POD2 succeeded"; fi
-	echo "touch: $err"
+	if err=$(: 2>&1 >"$POD2/nope"); then fail "writing into the read-only publish $POD2 succeeded"; fi
+	echo "write: $err"
 	[[ $err == *"Read-only file system"* ]] || fail "the write failed, but not with EROFS: $err"
-	# the read-write publish still writes
 	echo ok >"$TARGET/rw.txt" || fail "the read-write publish $TARGET no longer writes"
 	rm "$TARGET/rw.txt"
 	node_unpublish "$POD2"
@@ -366,33 +463,33 @@ ext4_cleanup() {
 
 BLK_TARGET=$KUBELET/plugins/kubernetes.io/csi/volumeDevices/publish/pvc-block/11111111-aaaa-4bbb-8ccc-000000000003
 
-block_create() { create_volume linux-csi-block 32 "$(cap_block SINGLE_NODE_WRITER)"; }
 block_stage_publish() {
+	local devnos
 	node_stage again
 	csi Node NodePublishVolume "$(req_publish "$BLK_TARGET" false)"
 	[[ -b $BLK_TARGET ]] || fail "$BLK_TARGET is not a block device after NodePublish"
-	is_mounted "$BLK_TARGET" || fail "$BLK_TARGET is not a bind mount"
-	local devno want
-	devno=$(stat -L -c '%t:%T' "$BLK_TARGET") want=$(stat -L -c '%t:%T' "$(vol_dev)")
-	[[ $devno == "$want" ]] || fail "$BLK_TARGET is device $devno, the volume is $want"
-	echo "$BLK_TARGET: the volume's device ($(vol_dev), $devno)"
+	mounted "$BLK_TARGET" || fail "$BLK_TARGET is not a bind mount"
+	devnos=$(stat -L -c '%t:%T' "$BLK_TARGET" "$DEV" | xargs)
+	[[ ${devnos% *} == "${devnos#* }" ]] || fail "$BLK_TARGET and the volume's $DEV are different devices: $devnos"
+	echo "$BLK_TARGET: the volume's device $DEV (${devnos% *})"
 	csi Node NodePublishVolume "$(req_publish "$BLK_TARGET" false)" # again: OK
+	mnt "$BLK_TARGET"
+	((M_N == 1)) || fail "a repeated NodePublish left $M_N mounts at $BLK_TARGET"
 }
 block_io() {
 	local a b
 	head -c $((8 * MIB)) /dev/urandom >/tmp/pattern
 	run dd if=/tmp/pattern of="$BLK_TARGET" bs=1M oflag=direct conv=fsync status=none
-	run dd if=/dev/zero of="$BLK_TARGET" bs=1M count=1 seek=31 oflag=direct status=none # the last MiB
-	a=$(sha256sum </tmp/pattern | cut -d' ' -f1)
-	b=$(dd if="$BLK_TARGET" bs=1M count=8 iflag=direct status=none | sha256sum | cut -d' ' -f1)
+	a=$(sha256sum </tmp/pattern)
+	b=$(dd if="$BLK_TARGET" bs=1M count=8 iflag=direct status=none | sha256sum)
 	[[ $a == "$b" ]] || fail "read back $b, wrote $a"
-	echo "8 MiB pattern written with O_DIRECT and read back: $a"
-	csi Node NodeGetVolumeStats "$(jq -nc --arg v "$VOL" --arg p "$BLK_TARGET" '{volume_id: $v, volume_path: $p}')"
-	(($(jr '.usage[0].total | tonumber') == 32 * MIB)) || fail "NodeGetVolumeStats total of the block volume: $(jr .usage[0].total)"
+	echo "8 MiB pattern written with O_DIRECT and read back: ${a%% *}"
+	csi Node NodeGetVolumeStats "$(req_stats "$BLK_TARGET")"
+	((${R[usage.0.total]:-0} == 32 * MIB)) || fail "NodeGetVolumeStats total of the block volume: ${R[usage.0.total]}"
 }
 block_cleanup() {
-	csi Node NodeUnpublishVolume "$(req_unpublish "$BLK_TARGET")"
-	! is_mounted "$BLK_TARGET" || fail "$BLK_TARGET is still mounted"
+	node_unpublish "$BLK_TARGET"
+	[[ ! -e $BLK_TARGET ]] || fail "NodeUnpublish left the file $BLK_TARGET"
 	node_unstage again
 	controller_unpublish
 	delete_volume
@@ -403,7 +500,7 @@ block_cleanup() {
 
 POD3=$KUBELET/pods/11111111-aaaa-4bbb-8ccc-000000000004/volumes/kubernetes.io~csi/pvc-xfs/mount
 xfs_volume() {
-	local sum dfa dfb
+	local sum fsa fsb
 	create_volume linux-csi-xfs 320 "$(cap_mount xfs)"
 	controller_publish
 	node_stage
@@ -411,19 +508,17 @@ xfs_volume() {
 	node_publish "$TARGET"
 	head -c $((2 * MIB)) /dev/urandom >"$TARGET/data.bin" && sync
 	sum=$(sha256sum <"$TARGET/data.bin")
-	dfa=$(df -B1 --output=size "$TARGET" | tail -n1 | tr -d ' ')
-	csi Controller ControllerExpandVolume "$(jq -nc --arg v "$VOL" --argjson b $((384 * MIB)) --argjson cap "$CAP" \
-		'{volume_id: $v, capacity_range: {required_bytes: $b}, volume_capability: $cap}')"
-	csi Node NodeExpandVolume "$(jq -nc --arg v "$VOL" --arg p "$TARGET" --argjson b $((384 * MIB)) --argjson cap "$CAP" \
-		'{volume_id: $v, volume_path: $p, capacity_range: {required_bytes: $b}, volume_capability: $cap}')"
-	dfb=$(df -B1 --output=size "$TARGET" | tail -n1 | tr -d ' ')
-	echo "xfs: $dfa -> $dfb bytes"
-	((dfb > dfa + 50 * MIB)) || fail "xfs_growfs did not grow the file system ($dfa -> $dfb)"
+	fsa=$(fs_bytes "$TARGET")
+	csi Controller ControllerExpandVolume "$(req_cexpand $((384 * MIB)))"
+	csi Node NodeExpandVolume "$(req_nexpand "$TARGET" $((384 * MIB)))"
+	fsb=$(fs_bytes "$TARGET")
+	echo "xfs: $fsa -> $fsb bytes"
+	((fsb > fsa + 50 * MIB)) || fail "xfs_growfs did not grow the file system ($fsa -> $fsb)"
 	node_unpublish "$TARGET"
 	node_unstage
 	node_stage
 	node_publish "$TARGET"
-	[[ $(sha256sum <"$TARGET/data.bin") == "$sum" ]] || fail "the xfs volume's file changed across unstage/stage"
+	[[ $(sha256sum <"$TARGET/data.bin") == "$sum" ]] || fail "the xfs volume's file changed across unstage and stage"
 	node_unpublish "$TARGET"
 	node_unstage
 	controller_unpublish
@@ -432,19 +527,20 @@ xfs_volume() {
 
 nothing_left() {
 	csi Controller ListVolumes
-	local left
-	# shellcheck disable=SC2016 # $p is jq's
-	left=$(jr --arg p "$CSI_PREFIX" '[.entries[]?.volume.volume_id | select(startswith($p))] | join(" ")')
-	[[ -z $left ]] || fail "ListVolumes still lists: $left"
+	! r_any 'entries.*.volume.volume_id' "$CSI_PREFIX*" || fail "ListVolumes still lists volumes: $RESP"
 	csi Controller GetCapacity
-	[[ $(jr '.available_capacity | tonumber') == "$CAPACITY0" ]] ||
-		fail "GetCapacity $(jr .available_capacity), $CAPACITY0 at the start"
+	[[ ${R[available_capacity]} == "$CAPACITY0" ]] || fail "GetCapacity ${R[available_capacity]}, $CAPACITY0 at the start"
 	ebof_ctl --json show
-	left=$(jq -r --arg p "$CSI_PREFIX" '[.subsystems[].nqn | select(startswith($p))] | join(" ")' <<<"$CTL_OUT")
-	[[ -z $left ]] || fail "subsystems left on the box: $left"
-	[[ -z $(ls /sys/class/nvme/ 2>/dev/null) ]] || fail "NVMe controllers left: $(ls /sys/class/nvme/)"
-	grep -q " $KUBELET" /proc/self/mountinfo && fail "mounts left under $KUBELET: $(grep " $KUBELET" /proc/self/mountinfo)"
-	echo "ListVolumes empty, GetCapacity back to $CAPACITY0, no subsystem on the box, nothing connected or mounted"
+	flat "$X/ctl.out"
+	! r_any 'subsystems.*.nqn' "$CSI_PREFIX*" || fail "subsystems left on the box: $(<"$X/ctl.out")"
+	local c left=''
+	for c in /sys/class/nvme/nvme*; do [[ -e $c ]] && left+=" ${c##*/}"; done
+	[[ -z $left ]] || fail "NVMe controllers left:$left"
+	while read -r _ _ _ _ c _; do
+		[[ $c == "$KUBELET"/* ]] && left+=" $c"
+	done </proc/self/mountinfo
+	[[ -z $left ]] || fail "mounts left:$left"
+	echo "ListVolumes empty, GetCapacity back to $CAPACITY0, no subsystem on the box, nothing connected or mounted here"
 }
 
 stop_driver() {
@@ -454,31 +550,31 @@ stop_driver() {
 	wait "$DRIVER_PID" || rc=$?
 	((rc == 0)) || fail "ebof csi exited with status $rc on SIGTERM"
 	[[ ! -e $SOCK ]] || fail "ebof csi left its socket $SOCK"
-	! grep -q -i panick "$X/csi.log" || fail "ebof csi panicked: $(grep -i -m3 panick "$X/csi.log")"
+	if grep -q -i panicked "$X/csi.log"; then fail "ebof csi panicked: $(grep -i -m3 panicked "$X/csi.log")"; fi
 }
 
 # ---------------------------------------------------------------------------------------------
 
 step "start ebof csi --controller --node (boxes: the host's box)" start_driver
 step "Identity, capabilities, NodeGetInfo, GetCapacity" identity
-step "ext4 64 MiB: CreateVolume (twice: one volume)" ext4_create
+step "ext4 64 MiB: CreateVolume (twice: one volume)" create_volume linux-csi-ext4 64 "$(cap_mount ext4)"
 step "ext4: NodeStage before ControllerPublish is refused" stage_refused_before_publish
-step "ext4: ControllerPublish (the box allows this node only)" controller_publish
+step "ext4: ControllerPublish (twice; the box allows this node only)" controller_publish
 TARGET=$POD1
 step "ext4: NodeStage (connect, mkfs, mount)" node_stage
 step "ext4: NodePublish (bind mount)" node_publish "$TARGET"
 step "ext4: write files + sync" write_files
 step "ext4: NodeGetVolumeStats" volume_stats
-step "ext4: NodeUnpublish" node_unpublish "$TARGET"
+step "ext4: NodeUnpublish (twice)" node_unpublish "$TARGET"
 step "ext4: NodeUnstage (umount, disconnect; again: OK)" node_unstage again
 step "ext4: NodeStage + NodePublish again (each twice): the files are there" stage_publish_again
 step "ext4: ControllerExpand + NodeExpand to 128 MiB, no reconnect" expand
 step "ext4: read-only NodePublish refuses writes (EROFS)" readonly_publish
 step "ext4: NodeUnpublish, NodeUnstage, ControllerUnpublish, DeleteVolume" ext4_cleanup
-step "block 32 MiB: CreateVolume" block_create
+step "block 32 MiB: CreateVolume" create_volume linux-csi-block 32 "$CAP_BLOCK"
 step "block: ControllerPublish" controller_publish
 step "block: NodeStage (twice) + NodePublish on a file (twice)" block_stage_publish
-step "block: O_DIRECT pattern written and read back" block_io
+step "block: O_DIRECT pattern written and read back, stats" block_io
 step "block: NodeUnpublish, NodeUnstage, ControllerUnpublish, DeleteVolume" block_cleanup
 if [[ ${CSI_XFS:-1} != 0 ]]; then
 	step "xfs 320 MiB: create, publish, stage, expand to 384 MiB, restage, delete" xfs_volume

@@ -78,7 +78,7 @@ gen_client() {
 	[[ -f $PROTO ]] || { warn "no $PROTO"; return 1; }
 	protoc -I "$(dirname "$PROTO")" -I /usr/include --python_out="$X" "$PROTO" || return 1
 	cp "$INTEROP_DIR/csi_client.py" "$X/csi_client.py"
-	CSI_PB_DIR=$X /usr/bin/python3 -c 'import csi_client, csi_pb2; print("csi_pb2: services", sorted(csi_pb2.DESCRIPTOR.services_by_name))' ||
+	PYTHONPATH=$X /usr/bin/python3 -c 'import csi_client, csi_pb2; print("csi_pb2: services", sorted(csi_pb2.DESCRIPTOR.services_by_name))' ||
 		{ warn "the generated CSI client does not import"; return 1; }
 }
 
