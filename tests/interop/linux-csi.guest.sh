@@ -377,6 +377,34 @@ node_unpublish() {
 	csi Node NodeUnpublishVolume "$(req_unpublish "$1")" # again: OK
 }
 
+# node_refusals: what the Node service must refuse, and with which code (nothing changes)
+node_refusals() {
+	csi_refused FAILED_PRECONDITION Node NodePublishVolume "$(req_publish "$TARGET" false)"
+	! mounted "$TARGET" || fail "$TARGET is mounted after a refused NodePublish"
+	csi_refused INVALID_ARGUMENT Node NodeStageVolume "$(printf '{"volume_id": "%s", "staging_target_path": "%s", "volume_context": %s}' "$VOL" "$STAGE" "$CTX")"
+	csi_refused INVALID_ARGUMENT Node NodeStageVolume "$(printf '{"volume_id": "%s", "staging_target_path": "%s", "volume_capability": %s}' "$VOL" "$STAGE" "$CAP")"
+	csi_refused INVALID_ARGUMENT Node NodePublishVolume "$(printf '{"volume_id": "%s", "staging_target_path": "%s", "volume_capability": %s}' "$VOL" "$STAGE" "$CAP")"
+	csi_refused NOT_FOUND Node NodeGetVolumeStats "$(req_stats /var/lib/kubelet/pods/none/mount)"
+	csi_refused NOT_FOUND Node NodeExpandVolume "$(req_nexpand /var/lib/kubelet/pods/none/mount $((128 * MIB)))"
+	vol_ctrls
+	[[ -z $CTRLS ]] || fail "a refused call connected $VOL"
+}
+
+# restart_driver: SIGKILL (a crash) and start again with the same arguments; the node keeps no
+# state, so what is staged and published stays usable
+restart_driver() {
+	kill -KILL "$DRIVER_PID"
+	wait_for 10 driver_gone || fail "ebof csi did not die on SIGKILL"
+	wait "$DRIVER_PID" || true
+	"$EBOF_BIN" csi --endpoint "unix://$SOCK" --controller --boxes "$X/boxes.toml" --node \
+		--node-id "$NODE_NQN" >>"$X/csi.log" 2>&1 &
+	DRIVER_PID=$!
+	echo "ebof csi restarted: pid $DRIVER_PID (it replaces the stale socket; the client reconnects)"
+	# the old socket file is still there until the new driver replaces it: Probe until it answers,
+	# as a liveness probe would
+	wait_for 30 csi_call Identity Probe || fail "the restarted ebof csi does not answer Probe: $CODE: $RESP"
+}
+
 # ---------------------------------------------------------------------------------------------
 # steps: a mount volume (ext4)
 
@@ -418,6 +446,27 @@ stage_publish_again() {
 	files_are_there "$TARGET"
 	CTRL_BEFORE=$CTRLS FS_BEFORE=$(fs_bytes "$TARGET")
 	echo "controllers [$CTRL_BEFORE], file system $FS_BEFORE bytes"
+}
+# half_done_stage: the staging mount gone behind the driver's back (a crash between connect and
+# mount, or a reboot of the mount namespace): NodeStage finishes it without formatting again
+half_done_stage() {
+	vol_ctrls
+	local ctrls=$CTRLS
+	run umount "$STAGE"
+	! mounted "$STAGE" || fail "cannot unmount $STAGE"
+	csi Node NodeStageVolume "$(req_stage)"
+	mounted "$STAGE" || fail "NodeStage did not mount $STAGE again"
+	vol_ctrls
+	[[ $CTRLS == "$ctrls" ]] || fail "NodeStage changed the controllers: [$ctrls] -> [$CTRLS]"
+	files_are_there "$STAGE"
+	files_are_there "$TARGET"
+}
+# after_restart: the restarted driver: NodeStage and NodePublish of what is staged and published
+# are OK and change nothing
+after_restart() {
+	node_stage again
+	node_publish "$TARGET" rw again
+	files_are_there "$TARGET"
 }
 expand() {
 	local size fs_after
@@ -561,6 +610,7 @@ step "ext4 64 MiB: CreateVolume (twice: one volume)" create_volume linux-csi-ext
 step "ext4: NodeStage before ControllerPublish is refused" stage_refused_before_publish
 step "ext4: ControllerPublish (twice; the box allows this node only)" controller_publish
 TARGET=$POD1
+step "ext4: Node refusals (publish before stage, missing fields, unknown paths)" node_refusals
 step "ext4: NodeStage (connect, mkfs, mount)" node_stage
 step "ext4: NodePublish (bind mount)" node_publish "$TARGET"
 step "ext4: write files + sync" write_files
@@ -568,6 +618,9 @@ step "ext4: NodeGetVolumeStats" volume_stats
 step "ext4: NodeUnpublish (twice)" node_unpublish "$TARGET"
 step "ext4: NodeUnstage (umount, disconnect; again: OK)" node_unstage again
 step "ext4: NodeStage + NodePublish again (each twice): the files are there" stage_publish_again
+step "ext4: a half-done stage (staging unmounted) is finished by NodeStage" half_done_stage
+step "ebof csi killed (SIGKILL) and started again" restart_driver
+step "ext4: after the restart NodeStage + NodePublish (each twice) change nothing" after_restart
 step "ext4: ControllerExpand + NodeExpand to 128 MiB, no reconnect" expand
 step "ext4: read-only NodePublish refuses writes (EROFS)" readonly_publish
 step "ext4: NodeUnpublish, NodeUnstage, ControllerUnpublish, DeleteVolume" ext4_cleanup
