@@ -656,6 +656,7 @@ fn ns(c: &Client, json: bool, cmd: NsCmd) -> Result<()> {
                     uuid,
                     ana_group,
                     hosts: (!hosts.is_empty()).then_some(hosts),
+                    pool: None,
                 };
                 let r = c.clone_snapshot(&name, &req).map_err(err)?;
                 if json {

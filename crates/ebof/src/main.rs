@@ -2,10 +2,11 @@
 //! and `perf` are the host toolkit on the `nvmf-host` library (perf's load generator is the
 //! `ebof-perf` library); `bench` runs the seed papers' test plans on perf's engine (or fio)
 //! and writes reports (`ebof_perf::bench`); `ctl` manages a running
-//! `serve` through its management API (`ebof-mgmt`); `completions` and `man` print
+//! `serve` through its management API (`ebof-mgmt`); `csi` is the CSI driver (`ebof-csi`); `completions` and `man` print
 //! shell completions and man pages generated from the same clap definitions.
 
 mod bench;
+mod csi;
 mod ctl;
 mod docs;
 mod host_cmds;
@@ -39,6 +40,9 @@ enum Cmd {
     Bench(bench::BenchArgs),
     /// Manage a running `ebof serve`: show state, hosts, disconnect, stats and metrics.
     Ctl(ctl::CtlArgs),
+    /// Container Storage Interface driver: provision volumes on ebof pool boxes (controller)
+    /// and attach them with the kernel initiator (node), over gRPC on a Unix socket.
+    Csi(csi::CsiArgs),
     /// Print a shell completion script, e.g. `ebof completions bash > /etc/bash_completion.d/ebof`.
     Completions(docs::CompletionsArgs),
     /// Print a man page in roff: ebof(1), or ebof-SUBCOMMAND(1) with a subcommand name.
@@ -54,6 +58,7 @@ fn main() -> std::process::ExitCode {
         Cmd::Perf(a) => host_cmds::perf(a),
         Cmd::Bench(a) => bench::run(a),
         Cmd::Ctl(a) => ctl::run(a),
+        Cmd::Csi(a) => csi::run(a),
         Cmd::Completions(a) => docs::completions::<Cli>(a),
         Cmd::Man(a) => docs::man::<Cli>(a),
     };

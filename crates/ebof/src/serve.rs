@@ -476,7 +476,7 @@ fn start_announcer(
     .context("announcing to the central discovery controller")
 }
 
-fn init_tracing() {
+pub(crate) fn init_tracing() {
     use std::io::IsTerminal;
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_env("EBOF_LOG")
