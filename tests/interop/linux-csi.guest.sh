@@ -148,6 +148,8 @@ CAP_BLOCK='{"block": {}, "access_mode": {"mode": "SINGLE_NODE_WRITER"}}'
 # ---------------------------------------------------------------------------------------------
 # this node's view, without starting programs
 
+TARGET_PORTS=${TARGET_PORTS:-4420}
+
 # vol_ctrls: CTRLS = "nvme0:CNTLID ..." of the volume's subsystem
 vol_ctrls() {
 	local c
@@ -261,7 +263,7 @@ identity() {
 # create_volume NAME SIZE_MIB CAP: CreateVolume (twice: idempotent by name); sets VOL, CAP, CTX,
 # VCTX, STAGE
 create_volume() {
-	local name=$1 size=$(($2 * MIB)) req k
+	local name=$1 size=$(($2 * MIB)) req k p
 	CAP=$3
 	req=$(printf '{"name": "%s", "capacity_range": {"required_bytes": %s}, "volume_capabilities": [%s]}' "$name" "$size" "$CAP")
 	csi Controller CreateVolume "$req"
@@ -273,8 +275,9 @@ create_volume() {
 	((${R[volume.capacity_bytes]:-0} >= size)) || fail "capacity_bytes ${R[volume.capacity_bytes]} < $size"
 	[[ ${VCTX[nqn]} == "$VOL" ]] || fail "volume_context.nqn is not the volume ID"
 	[[ ${VCTX[uuid]} =~ ^[0-9a-f]{8}-([0-9a-f]{4}-){3}[0-9a-f]{12}$ ]] || fail "volume_context.uuid is not a UUID"
-	[[ ,${VCTX[listeners]}, == *",tcp:$TARGET_IP:$TARGET_PORT,"* ]] ||
-		fail "volume_context.listeners lacks tcp:$TARGET_IP:$TARGET_PORT"
+	for p in $TARGET_PORTS; do
+		[[ ,${VCTX[listeners]}, == *",tcp:$TARGET_IP:$p,"* ]] || fail "volume_context.listeners lacks tcp:$TARGET_IP:$p"
+	done
 	[[ -n ${VCTX[box]} ]] || fail "volume_context has no box"
 	csi Controller CreateVolume "$req"
 	[[ ${R[volume.volume_id]} == "$VOL" ]] || fail "CreateVolume again for $name made ${R[volume.volume_id]}, not $VOL"
@@ -324,6 +327,10 @@ node_stage() {
 	csi Node NodeStageVolume "$(req_stage)"
 	vol_ctrls
 	[[ -n $CTRLS ]] || fail "no NVMe controller of $VOL after NodeStage"
+	local -a c l
+	read -r -a c <<<"$CTRLS"
+	read -r -a l <<<"$TARGET_PORTS"
+	((${#c[@]} == ${#l[@]})) || fail "${#c[@]} controllers of $VOL after NodeStage ($CTRLS): one per listener (${#l[@]}) expected"
 	vol_dev || fail "no block device with UUID ${VCTX[uuid]} after NodeStage"
 	echo "connected: controllers [$CTRLS], device $DEV ($(dev_bytes "$DEV") bytes)"
 	if [[ $CAP == *'"mount"'* ]]; then
@@ -536,6 +543,26 @@ block_io() {
 	csi Node NodeGetVolumeStats "$(req_stats "$BLK_TARGET")"
 	((${R[usage.0.total]:-0} == 32 * MIB)) || fail "NodeGetVolumeStats total of the block volume: ${R[usage.0.total]}"
 }
+# block_expand: ControllerExpand of a raw block volume needs no node step (the kernel sees the
+# new size through the Namespace Attribute Changed event); a NodeExpand anyway is OK
+_dev_is() { [[ $(dev_bytes "$DEV") == "$1" ]]; }
+block_expand() {
+	local ctrls b
+	vol_ctrls
+	ctrls=$CTRLS
+	csi Controller ControllerExpandVolume "$(req_cexpand $((48 * MIB)))"
+	((${R[capacity_bytes]:-0} >= 48 * MIB)) || fail "ControllerExpandVolume capacity ${R[capacity_bytes]}"
+	[[ ${R[node_expansion_required]} == false ]] || fail "a raw block volume needs no node expansion"
+	wait_for 20 _dev_is $((48 * MIB)) || fail "$DEV is $(dev_bytes "$DEV") bytes 20 s after the expansion, not 48 MiB"
+	echo "$DEV: $(dev_bytes "$DEV") bytes, seen by the kernel by itself"
+	csi Node NodeExpandVolume "$(req_nexpand "$BLK_TARGET" $((48 * MIB)))"
+	((${R[capacity_bytes]:-0} == 48 * MIB)) || fail "NodeExpandVolume capacity ${R[capacity_bytes]}"
+	[[ $(blockdev --getsize64 "$BLK_TARGET") == $((48 * MIB)) ]] || fail "$BLK_TARGET is not 48 MiB"
+	vol_ctrls
+	[[ $CTRLS == "$ctrls" ]] || fail "the controllers changed: [$ctrls] -> [$CTRLS]"
+	b=$(dd if="$BLK_TARGET" bs=1M count=8 iflag=direct status=none | sha256sum)
+	[[ $b == "$(sha256sum </tmp/pattern)" ]] || fail "the pattern changed with the expansion"
+}
 block_cleanup() {
 	node_unpublish "$BLK_TARGET"
 	[[ ! -e $BLK_TARGET ]] || fail "NodeUnpublish left the file $BLK_TARGET"
@@ -628,6 +655,7 @@ step "block 32 MiB: CreateVolume" create_volume linux-csi-block 32 "$CAP_BLOCK"
 step "block: ControllerPublish" controller_publish
 step "block: NodeStage (twice) + NodePublish on a file (twice)" block_stage_publish
 step "block: O_DIRECT pattern written and read back, stats" block_io
+step "block: ControllerExpand to 48 MiB (seen without a node step), NodeExpand OK" block_expand
 step "block: NodeUnpublish, NodeUnstage, ControllerUnpublish, DeleteVolume" block_cleanup
 if [[ ${CSI_XFS:-1} != 0 ]]; then
 	step "xfs 320 MiB: create, publish, stage, expand to 384 MiB, restage, delete" xfs_volume

@@ -8,7 +8,7 @@
 #
 # Host side (this script, inside a fresh network namespace): one pool box, `ebof serve --config`
 # with no subsystem, a pool `default` (a directory in the run dir, 1 GiB cap), NVMe/TCP on
-# 10.77.0.1:4420, its management API on TCP at 10.77.0.1:9651 with a bearer token (the guest's
+# 10.77.0.1:4420 and :4421 (two paths: the node connects both, native multipath), its management API on TCP at 10.77.0.1:9651 with a bearer token (the guest's
 # boxes file names it) and on a Unix socket for the host's own checks, autosave on.
 # Guest side (bookworm guest: the host's own userland, so python3-grpcio and the file system tools
 # installed here are there): linux-csi.guest.sh. At the end the host checks that the box holds no
@@ -31,6 +31,7 @@ source "$(dirname "$0")/lib.sh"
 EBOF_BIN=${EBOF_BIN:-$REPO_ROOT/target/release/ebof}
 [[ $EBOF_BIN == /* ]] || EBOF_BIN=$PWD/$EBOF_BIN
 TARGET_PORT=4420
+TARGET_PORT2=4421 # a second listener: the node connects to every one (native multipath)
 API_PORT=9651
 CSI_PREFIX=nqn.2026-11.io.ebof:csi:
 PROTO=$REPO_ROOT/crates/ebof-csi/proto/csi.proto
@@ -51,6 +52,10 @@ write_config() {
 [[listeners]]
 address = "$HOST_IP"
 port = $TARGET_PORT
+
+[[listeners]]
+address = "$HOST_IP"
+port = $TARGET_PORT2
 
 [management]
 listen = "$HOST_IP:$API_PORT"
@@ -82,7 +87,7 @@ gen_client() {
 		{ warn "the generated CSI client does not import"; return 1; }
 }
 
-start_box() { serve_with_mgmt "$RUN_DIR/ebof.toml" "$TARGET_PORT" "$API_PORT"; }
+start_box() { serve_with_mgmt "$RUN_DIR/ebof.toml" "$TARGET_PORT" "$TARGET_PORT2" "$API_PORT"; }
 
 # host_on_ctl (lib.sh) answers the guest's `ebof ctl` requests through the box's socket
 
@@ -104,7 +109,7 @@ box_is_clean() {
 interop_init linux-csi
 _apt_ensure "${CSI_PACKAGES[@]}"
 vm_setup
-vm_env "TARGET_PORT=$TARGET_PORT" "TARGET_IP=$HOST_IP" "API_PORT=$API_PORT" "CSI_PREFIX=$CSI_PREFIX" \
+vm_env "TARGET_PORTS=$TARGET_PORT $TARGET_PORT2" "TARGET_IP=$HOST_IP" "API_PORT=$API_PORT" "CSI_PREFIX=$CSI_PREFIX" \
 	"CSI_XFS=${EBOF_CSI_XFS:-1}" "RUST_LOG=$RUST_LOG"
 
 write_config
