@@ -45,6 +45,8 @@ proptest! {
                 "uuid = \"0b6b6f2e-5d1c-4b8e-9a51-3f0c2d7e8a14\"", "uuid = \"x\"", "cores = \"0-3\"", "cores = [1, 1]",
                 "cores = [\"a\"]", "hosts = [\"nqn.h:1\"]", "allow_any_host = false", "serial = \"\"", "model = \"m\"",
                 "io_inline_data = 4096", "max_queue_size = 65535", "bogus = 1", "[", "= =", "x.y.z = 1",
+                "[[pools]]", "name = \"fast\"", "name = \"a b\"", "directory = \"/x\"",
+                "directory = \"x\"", "pool = \"fast\"", "pool = \"slow\"", "path = \"/x/a.img\"",
             ]),
             0..24,
         )

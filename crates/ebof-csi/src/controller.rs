@@ -568,7 +568,12 @@ impl Controller {
         let _busy = self.hold(&nqn)?;
         for attempt in 0..CREATE_ATTEMPTS {
             if attempt > 0 {
-                let jitter = weight(&r.name, &attempt.to_string()) % 200;
+                // Rivals must not retry in lockstep: the jitter differs per process and call.
+                let nanos = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.subsec_nanos());
+                let seed = format!("{attempt}:{}:{nanos}", std::process::id());
+                let jitter = weight(&r.name, &seed) % 200;
                 tokio::time::sleep(Duration::from_millis(50 + jitter)).await;
             }
             let all = self.scan_all().await?;

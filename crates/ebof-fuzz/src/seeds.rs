@@ -397,11 +397,13 @@ fn config_text_seeds() -> Vec<(String, Vec<u8>)> {
     let default = ebof_config::Config::embedded_default().to_toml_string();
     let minimal = "[[listeners]]\naddress = \"127.0.0.1\"\n\n[[subsystems]]\nnqn = \"nqn.2026-11.io.ebof:a\"\n\n[[subsystems.namespaces]]\nbackend = \"ram\"\nsize = \"1M\"\n";
     let bad = "[[listeners]]\naddress = \"127.0.0.1\"\nport = 70000\n\n[[subsystems]]\nnqn = \"nqn.2026-11.io.ebof:a\"\n\n[[subsystems.namespaces]]\nbackend = \"file\"\nsize = \"1000\"\nblock_size = 4096\n";
+    let pool_box = "[[listeners]]\naddress = \"127.0.0.1\"\n\n[[pools]]\nname = \"fast\"\ndirectory = \"/var/lib/ebof/fast\"\nsize = \"64M\"\n\n[[subsystems]]\nnqn = \"nqn.2026-11.io.ebof:v\"\n\n[[subsystems.namespaces]]\nbackend = \"file\"\npath = \"/var/lib/ebof/fast/nqn.2026-11.io.ebof_v.ns1.img\"\nsize = \"16M\"\npool = \"fast\"\n";
     vec![
         ("example".into(), example.as_bytes().to_vec()),
         ("embedded-default".into(), default.into_bytes()),
         ("minimal".into(), minimal.as_bytes().to_vec()),
         ("errors".into(), bad.as_bytes().to_vec()),
+        ("pool-box".into(), pool_box.as_bytes().to_vec()),
     ]
 }
 

@@ -5,7 +5,8 @@
 //! with stable codes and field paths), what each request does to the target ([`ops`]), the
 //! Prometheus exposition ([`metrics`]), the server ([`server`]) and the blocking client that
 //! `ebof ctl` uses ([`client`]); the mDNS responder that publishes the discovery listeners
-//! (NVMe TP 8009, [`mdns`]), kept in step with listener and mode changes by [`Control`].
+//! (NVMe TP 8009, [`mdns`]), kept in step with listener and mode changes by [`Control`];
+//! storage pools, the directories namespaces are provisioned in by name and size ([`pools`]).
 //!
 //! **What it is not**: no protocol logic and nothing on the data path. It runs on one thread
 //! with its own tokio runtime and reaches the target through `Arc<nvmf_target::Target>` only:

@@ -123,12 +123,12 @@ pub(crate) fn ensure_room(
         codes::POOL_FULL,
         field,
         format!(
-            "pool {} cannot hold {what} of {} ({bytes} bytes): {} ({} bytes) free \
-             ({} provisioned, {} used, {cap}); nothing was changed",
+            "pool {} has {} free ({} bytes), not enough for {what} of {} ({bytes} bytes): \
+             {} provisioned, {} used, {cap}; nothing was changed",
             view.name,
-            human(bytes),
             human(view.free_bytes),
             view.free_bytes,
+            human(bytes),
             human(view.provisioned_bytes),
             human(view.used_bytes),
         ),

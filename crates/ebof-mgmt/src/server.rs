@@ -526,7 +526,13 @@ async fn get_stats(State(c): State<Ctx>) -> Response {
 }
 
 async fn get_metrics(State(c): State<Ctx>) -> Response {
-    let pools = c.pools();
+    // The pools' figures take the control plane's lock and an fstatvfs: off the runtime.
+    let pools = {
+        let c = c.clone();
+        tokio::task::spawn_blocking(move || c.pools())
+            .await
+            .unwrap_or_default()
+    };
     match metrics::render_with_pools(&c.target, &pools) {
         Ok(text) => ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], text).into_response(),
         Err(_) => ApiResponse(ApiError::new(

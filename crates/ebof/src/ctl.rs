@@ -118,6 +118,18 @@ pub enum CtlCmd {
         #[command(subcommand)]
         cmd: SnapshotCmd,
     },
+    /// Storage pools (`[[pools]]`): directories namespaces are made in with
+    /// `ebof ctl ns add NQN --pool NAME --size SIZE`.
+    Pool {
+        #[command(subcommand)]
+        cmd: PoolCmd,
+    },
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum PoolCmd {
+    /// Every pool: directory, capacity, provisioned, used, free, namespaces.
+    List,
 }
 
 #[derive(clap::Subcommand, Debug)]
@@ -152,8 +164,14 @@ pub enum NsCmd {
         /// Block device namespace.
         #[arg(long, value_name = "DEV", group = "backend")]
         block: Option<PathBuf>,
-        /// Size of a --file namespace (created or extended to it, never truncated).
-        #[arg(long, value_name = "SIZE", requires = "file")]
+        /// A file namespace in storage pool NAME, with --size (the box names the file, and
+        /// deletes it when the namespace is removed); with --from-snapshot, the clone's file
+        /// is made in the pool.
+        #[arg(long, value_name = "NAME", conflicts_with_all = ["ram", "file", "block"])]
+        pool: Option<String>,
+        /// Size of a --file namespace (created or extended to it, never truncated) or of a
+        /// --pool one (required).
+        #[arg(long, value_name = "SIZE")]
         size: Option<String>,
         /// Namespace ID (default: the lowest free one).
         #[arg(long)]
@@ -459,6 +477,14 @@ pub fn run(a: CtlArgs) -> Result<()> {
             }
         }
         CtlCmd::Ns { cmd } => ns(&c, json, cmd)?,
+        CtlCmd::Pool { cmd: PoolCmd::List } => {
+            let l = c.pools().map_err(err)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&l)?);
+            } else {
+                print!("{}", pools_text(&l));
+            }
+        }
         CtlCmd::Snapshot {
             cmd: SnapshotCmd::List,
         } => {
@@ -647,7 +673,11 @@ fn ns(c: &Client, json: bool, cmd: NsCmd) -> Result<()> {
             ana_group,
             hosts,
             from_snapshot,
+            pool,
         } => {
+            if file_size.is_some() && file.is_none() && pool.is_none() {
+                anyhow::bail!("--size goes with --file PATH or --pool NAME");
+            }
             if let Some(name) = from_snapshot {
                 let req = ebof_mgmt::api::CloneRequest {
                     subsystem: nqn,
@@ -656,7 +686,7 @@ fn ns(c: &Client, json: bool, cmd: NsCmd) -> Result<()> {
                     uuid,
                     ana_group,
                     hosts: (!hosts.is_empty()).then_some(hosts),
-                    pool: None,
+                    pool,
                 };
                 let r = c.clone_snapshot(&name, &req).map_err(err)?;
                 if json {
@@ -685,6 +715,16 @@ fn ns(c: &Client, json: bool, cmd: NsCmd) -> Result<()> {
                 ..Default::default()
             };
             match (ram, file, block) {
+                (None, None, None) if pool.is_some() => {
+                    req.backend = "file".into();
+                    req.pool = pool;
+                    req.size = Some(size(
+                        file_size.as_deref().ok_or_else(|| {
+                            anyhow::anyhow!("--pool needs --size SIZE (e.g. 10G)")
+                        })?,
+                        "--size",
+                    )?);
+                }
                 (Some(r), None, None) => {
                     req.backend = "ram".into();
                     req.size = Some(size(&r, "--ram")?);
@@ -699,20 +739,28 @@ fn ns(c: &Client, json: bool, cmd: NsCmd) -> Result<()> {
                     req.path = Some(absolute(&b).display().to_string());
                 }
                 _ => anyhow::bail!(
-                    "say what backs the namespace: --ram SIZE, --file PATH, --block DEV or --from-snapshot NAME"
+                    "say what backs the namespace: --ram SIZE, --file PATH, --block DEV, --pool NAME or --from-snapshot NAME"
                 ),
             }
+            let in_pool = req.pool.clone();
             let r = c.add_namespace(&nqn, &req).map_err(err)?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&r)?);
             } else {
                 println!(
-                    "namespace {} added to {} ({} {}, {} B blocks)",
+                    "namespace {} added to {} ({} {}, {} B blocks{})",
                     r.namespace.nsid,
                     r.subsystem,
                     r.namespace.backend,
                     format_size(r.namespace.size),
-                    r.namespace.block_size
+                    r.namespace.block_size,
+                    match in_pool {
+                        Some(p) => format!(
+                            ", pool {p}, file {}",
+                            r.namespace.path.clone().unwrap_or_default()
+                        ),
+                        None => String::new(),
+                    }
                 );
             }
         }
@@ -1080,6 +1128,9 @@ pub fn show_text(s: &State) -> String {
         }
     }
     filesystems_text(s, &mut out);
+    if !s.pools.is_empty() {
+        out.push_str(&pools_text(&s.pools));
+    }
     out.push_str("listeners\n");
     let mut rows = vec![row(&["ADDRESS", "PORTID", "KIND", "TRANSPORT", "TLS"])];
     for l in &s.listeners {
@@ -1149,6 +1200,39 @@ pub fn show_text(s: &State) -> String {
     if !s.snapshots.is_empty() {
         out.push_str(&snapshots_text(&s.snapshots));
     }
+    out
+}
+
+/// The storage pools as a table (`ebof ctl pool list`, `ebof ctl show`).
+pub fn pools_text(l: &[ebof_mgmt::api::PoolView]) -> String {
+    if l.is_empty() {
+        return "pools: none\n".into();
+    }
+    let mut out = "pools\n".to_string();
+    let mut rows = vec![row(&[
+        "NAME",
+        "DIRECTORY",
+        "CAPACITY",
+        "PROVISIONED",
+        "USED",
+        "FREE",
+        "NAMESPACES",
+    ])];
+    for p in l {
+        rows.push(vec![
+            p.name.clone(),
+            p.directory.clone(),
+            match p.size_limit {
+                Some(_) => approx_size(p.capacity_bytes),
+                None => format!("{} (fs)", approx_size(p.capacity_bytes)),
+            },
+            approx_size(p.provisioned_bytes),
+            approx_size(p.used_bytes),
+            approx_size(p.free_bytes),
+            p.namespaces.to_string(),
+        ]);
+    }
+    table(&mut out, "  ", &rows);
     out
 }
 

@@ -151,6 +151,17 @@ pub fn without_usage(state: &mut Value) {
             }
         }
     }
+    // A pool's file system figures move with other writers; so does what its files hold, and
+    // an uncapped pool's free bytes (the file system's available bytes).
+    for pool in state["pools"].as_array_mut().into_iter().flatten() {
+        if let Some(o) = pool.as_object_mut() {
+            o.remove("filesystem");
+            o.remove("used_bytes");
+            if o.get("size_limit").is_none_or(Value::is_null) {
+                o.remove("free_bytes");
+            }
+        }
+    }
 }
 
 /// Serve `config` (a file) with a management socket in `dir`; returns the socket.
