@@ -6,7 +6,7 @@
 # the checkout lives), in the bookworm and the trixie guest.
 #
 # Usage (as root): tests/interop/run-all.sh [SCENARIO...]
-#   (default: tmp-checkout linux-target linux-initiator linux-control linux-resv linux-multipath linux-security linux-fleet linux-rdma linux-rdma2)
+#   (default: tmp-checkout linux-target linux-initiator linux-control linux-resv linux-multipath linux-security linux-fleet linux-rdma linux-rdma2 linux-csi)
 # Environment: EBOF_SKIP_INTEROP=1 skips everything; EBOF_BIN, EBOF_INTEROP_STRICT,
 # EBOF_INTEROP_ARTIFACTS, ... are passed on to the scenarios (see lib.sh and each scenario).
 set -uo pipefail
@@ -18,7 +18,7 @@ fi
 source "$(dirname "$0")/lib.sh"
 
 scenarios=("$@")
-((${#scenarios[@]})) || scenarios=(tmp-checkout linux-target linux-initiator linux-control linux-resv linux-multipath linux-security linux-fleet linux-rdma linux-rdma2)
+((${#scenarios[@]})) || scenarios=(tmp-checkout linux-target linux-initiator linux-control linux-resv linux-multipath linux-security linux-fleet linux-rdma linux-rdma2 linux-csi)
 
 t0=$SECONDS
 vm_setup

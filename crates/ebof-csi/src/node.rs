@@ -606,7 +606,10 @@ impl pb::node_server::Node for Node {
             }
             tokio::time::sleep(POLL).await;
         };
-        if let Some(m) = sys::mounts_at(&p).last().cloned() {
+        // A raw block volume is published as its device node bind-mounted onto a file (the
+        // mount there is the device file system's, devtmpfs): nothing to grow but the device.
+        let raw_block = std::fs::metadata(&p).is_ok_and(|m| m.file_type().is_block_device());
+        if let Some(m) = sys::mounts_at(&p).last().cloned().filter(|_| !raw_block) {
             let d = dev.to_string_lossy().into_owned();
             let t = p.to_string_lossy().into_owned();
             let res = match m.fstype.as_str() {

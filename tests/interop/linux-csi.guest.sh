@@ -1,0 +1,669 @@
+#!/bin/bash
+# Guest half of linux-csi.sh: `ebof csi --controller --node` in the guest, driven step by step
+# through the CSI client (/xchg/csi_client.py, one long-lived process in `serve` mode, one request
+# a line) as a container orchestrator would: CreateVolume, ControllerPublish (the box allows this
+# node's host NQN), NodeStage (nvme connect, mkfs, mount), NodePublish (bind mount), I/O, stats,
+# NodeUnpublish, NodeUnstage (umount, disconnect), stage again (the data is there), expansion
+# without reconnecting, a read-only publish, a raw block volume, an XFS volume, idempotent repeats,
+# and at the end nothing left on the box. The box's own view (`ebof ctl --json show`, for the
+# host ACL) comes from the host (guest_request ctl).
+#
+# Every program started costs a good fraction of a second in the TCG guest, so the checks run in
+# the shell itself where they can: the client answers flattened (KEY<TAB>VALUE lines read into
+# the associative array R, no jq), requests are built with printf, mounts are read from
+# /proc/self/mountinfo and sizes from sysfs.
+# shellcheck source=guest-lib.sh
+source "$GUEST_LIB"
+
+MIB=1048576
+CSI_PREFIX=${CSI_PREFIX:-nqn.2026-11.io.ebof:csi:}
+SOCK=/run/csi/csi.sock
+export CSI_ENDPOINT=unix://$SOCK CSI_PB_DIR=$X CSI_TIMEOUT=150
+DRIVER=csi.ebof.io
+KUBELET=/var/lib/kubelet
+PLUGIN_DIR=$KUBELET/plugins/kubernetes.io/csi/$DRIVER
+DRIVER_PID='' NODE_NQN='' CAPACITY0=''
+# the volume being worked on: ID, capability and contexts (JSON), its context's values, paths
+VOL='' CAP='' CTX='' PCTX='{}' STAGE='' TARGET=''
+declare -A VCTX=()
+# the last answer: CODE (OK or a gRPC status code name), RESP (response JSON or error details),
+# R (the response flattened)
+CODE='' RESP=''
+declare -A R=()
+# what the helpers below find: the volume's controllers and device, a mount's fields
+CTRLS='' DEV='' M_N=0 M_SRC='' M_FS='' M_OPTS=''
+
+# ---------------------------------------------------------------------------------------------
+# the CSI client
+
+# _answer: read one answer of the client into CODE, RESP and R
+_answer() {
+	local head n i k v
+	read -r -t 200 head <&"${CSI[0]}" || return 1
+	R=()
+	if [[ $head == "OK "* ]]; then
+		CODE=OK n=${head#OK }
+		read -r -t 10 RESP <&"${CSI[0]}" || return 1
+		for ((i = 0; i < n; i++)); do
+			IFS=$'\t' read -r -t 10 k v <&"${CSI[0]}" || return 1
+			R[$k]=$v
+		done
+	else
+		CODE=${head#ERR }
+		read -r -t 10 RESP <&"${CSI[0]}" || return 1
+	fi
+}
+
+# driver_gone: the driver exited (gone, or a zombie not reaped yet)
+driver_gone() { [[ ! -e /proc/$DRIVER_PID || $(</proc/"$DRIVER_PID"/stat) == *") Z "* ]]; }
+
+# csi_call SERVICE METHOD [JSON]: one CSI call; returns 1 unless it succeeded
+csi_call() {
+	local req=${3:-} t0 ms frac
+	[[ -n $req ]] || req='{}'
+	echo "+ csi $1.$2 $req" >&2
+	t0=$(_us)
+	printf '%s %s %s\n' "$1" "$2" "$req" >&"${CSI[1]}"
+	_answer || fail "no answer from the CSI client to $1.$2 (client log: $(<"$X/csi-client.err"))"
+	ms=$((($(_us) - t0) / 1000))
+	printf -v frac '%03d' $((ms % 1000))
+	echo "  -> $CODE in $((ms / 1000)).$frac s: ${RESP:0:500}" >&2
+	if [[ $CODE != OK ]] && driver_gone; then
+		tail -n 30 "$X/csi.log"
+		fail "ebof csi (pid $DRIVER_PID) is not running any more"
+	fi
+	[[ $CODE == OK ]]
+}
+# csi SERVICE METHOD [JSON]: the call must succeed
+csi() { csi_call "$@" || fail "$1.$2 failed: $CODE: $RESP"; }
+# csi_refused CODE|ANY SERVICE METHOD [JSON]: the call must fail (with CODE)
+csi_refused() {
+	local want=$1
+	shift
+	if csi_call "$@"; then fail "$1.$2 succeeded; it must fail"; fi
+	[[ $want == ANY || $CODE == "$want" ]] || fail "$1.$2 failed with $CODE; expected $want"
+	echo "refused as expected: $CODE: $RESP"
+}
+# flat FILE: read a JSON file through the client into R (no jq)
+flat() {
+	printf 'FLAT %s\n' "$1" >&"${CSI[1]}"
+	_answer || fail "no answer from the CSI client to FLAT $1"
+	[[ $CODE == OK ]] || fail "cannot read $1 as JSON: $RESP"
+}
+# r_any PATTERN VALUE: some key matching the glob PATTERN has a value matching the glob VALUE
+r_any() {
+	local k
+	for k in "${!R[@]}"; do
+		# shellcheck disable=SC2053 # globs on purpose
+		[[ $k == $1 && ${R[$k]} == $2 ]] && return 0
+	done
+	return 1
+}
+# r_object PREFIX: the string members under PREFIX. as a JSON object
+r_object() {
+	local k out='' v kk
+	for k in "${!R[@]}"; do
+		[[ $k == "$1".* ]] || continue
+		jstr kk "${k#"$1".}"
+		jstr v "${R[$k]}"
+		out+=${out:+,}$kk:$v
+	done
+	echo "{$out}"
+}
+# jstr VAR TEXT: VAR = TEXT as a JSON string
+jstr() {
+	local s=${2//\\/\\\\}
+	s=${s//\"/\\\"}
+	printf -v "$1" '"%s"' "$s"
+}
+
+# ebof_ctl ARGS...: `ebof ctl ARGS` on the host against the box; its output is in /xchg/ctl.out
+ebof_ctl() {
+	local rc=0
+	guest_request ctl "$*" 60 >&2 || rc=$?
+	((rc == 0)) || { cat "$X/ctl.err"; fail "ebof ctl $* failed (status $rc)"; }
+}
+# box_subsystem NQN: R = the box's state; sets BOX_SUB (the key prefix of subsystem NQN, empty
+# when the box has none), BOX_ANY (its allow_any_host) and BOX_HOSTS (its allowed hosts)
+BOX_SUB='' BOX_ANY='' BOX_HOSTS=''
+box_subsystem() {
+	local k
+	ebof_ctl --json show
+	flat "$X/ctl.out"
+	BOX_SUB='' BOX_ANY='' BOX_HOSTS=''
+	for k in "${!R[@]}"; do
+		[[ $k == subsystems.*.nqn && ${R[$k]} == "$1" ]] && BOX_SUB=${k%.nqn}
+	done
+	[[ -n $BOX_SUB ]] || return 0
+	BOX_ANY=${R[$BOX_SUB.allow_any_host]}
+	for k in "${!R[@]}"; do
+		[[ $k == "$BOX_SUB".hosts.* ]] && BOX_HOSTS+=" ${R[$k]}"
+	done
+	BOX_HOSTS=${BOX_HOSTS# }
+}
+
+cap_mount() { printf '{"mount": {"fs_type": "%s"}, "access_mode": {"mode": "SINGLE_NODE_WRITER"}}' "$1"; }
+CAP_BLOCK='{"block": {}, "access_mode": {"mode": "SINGLE_NODE_WRITER"}}'
+
+# ---------------------------------------------------------------------------------------------
+# this node's view, without starting programs
+
+TARGET_PORTS=${TARGET_PORTS:-4420}
+
+# vol_ctrls: CTRLS = "nvme0:CNTLID ..." of the volume's subsystem
+vol_ctrls() {
+	local c
+	CTRLS=''
+	for c in /sys/class/nvme/nvme*; do
+		[[ -r $c/subsysnqn && $(<"$c/subsysnqn") == "$VOL" ]] && CTRLS+=" ${c##*/}:$(<"$c/cntlid")"
+	done
+	CTRLS=${CTRLS# }
+	return 0
+}
+# vol_dev: DEV = the volume's block device (found by its UUID, as the driver does); 1 if none
+vol_dev() {
+	local b
+	DEV=''
+	for b in /sys/block/nvme*n*; do
+		[[ ${b##*/} == nvme*c*n* || ! -r $b/uuid ]] && continue
+		[[ $(<"$b/uuid") == "${VCTX[uuid]}" ]] && DEV=/dev/${b##*/} && return 0
+	done
+	return 1
+}
+dev_bytes() { echo $(($(<"/sys/block/${1#/dev/}/size") * 512)); }
+# mnt PATH: M_N = how many mounts are at PATH; M_SRC, M_FS, M_OPTS of the top one
+mnt() {
+	local _id _parent _devno _root target opts rest
+	M_N=0 M_SRC='' M_FS='' M_OPTS=''
+	while read -r _id _parent _devno _root target opts rest; do
+		[[ $target == "$1" ]] || continue
+		M_N=$((M_N + 1)) M_OPTS=$opts
+		rest=" $rest"
+		rest=${rest#* - }
+		M_FS=${rest%% *} rest=${rest#* }
+		M_SRC=${rest%% *}
+	done </proc/self/mountinfo
+}
+mounted() { mnt "$1" && ((M_N > 0)); }
+fs_bytes() { df -B1 --output=size "$1" | while read -r s; do [[ $s =~ ^[0-9]+$ ]] && echo "$s"; done; }
+
+# requests for the current volume
+req_stage() {
+	printf '{"volume_id": "%s", "staging_target_path": "%s", "volume_capability": %s, "volume_context": %s, "publish_context": %s}' \
+		"$VOL" "$STAGE" "$CAP" "$CTX" "$PCTX"
+}
+req_publish() { # req_publish TARGET READONLY(true|false)
+	printf '{"volume_id": "%s", "staging_target_path": "%s", "target_path": "%s", "readonly": %s, "volume_capability": %s, "volume_context": %s, "publish_context": %s}' \
+		"$VOL" "$STAGE" "$1" "$2" "$CAP" "$CTX" "$PCTX"
+}
+req_vol() { printf '{"volume_id": "%s"}' "$VOL"; }
+req_unpublish() { printf '{"volume_id": "%s", "target_path": "%s"}' "$VOL" "$1"; }
+req_unstage() { printf '{"volume_id": "%s", "staging_target_path": "%s"}' "$VOL" "$STAGE"; }
+req_stats() { printf '{"volume_id": "%s", "volume_path": "%s"}' "$VOL" "$1"; }
+req_cpub() {
+	printf '{"volume_id": "%s", "node_id": "%s", "volume_capability": %s, "readonly": false, "volume_context": %s}' \
+		"$VOL" "$NODE_NQN" "$CAP" "$CTX"
+}
+req_cexpand() { # req_cexpand BYTES
+	printf '{"volume_id": "%s", "capacity_range": {"required_bytes": %s}, "volume_capability": %s}' "$VOL" "$1" "$CAP"
+}
+req_nexpand() { # req_nexpand PATH BYTES
+	printf '{"volume_id": "%s", "volume_path": "%s", "staging_target_path": "%s", "capacity_range": {"required_bytes": %s}, "volume_capability": %s}' \
+		"$VOL" "$1" "$STAGE" "$2" "$CAP"
+}
+
+# ---------------------------------------------------------------------------------------------
+# steps: the driver
+
+start_driver() {
+	[[ -n ${EBOF_BIN:-} ]] || fail "the host shared no ebof binary"
+	local u
+	read -r u </proc/sys/kernel/random/uuid # (nvme gen-hostnqn: all zeros without a DMI UUID)
+	NODE_NQN=nqn.2014-08.org.nvmexpress:uuid:$u
+	echo "node ID (host NQN): $NODE_NQN"
+	mkdir -p "${SOCK%/*}"
+	"$EBOF_BIN" csi --endpoint "unix://$SOCK" --controller --boxes "$X/boxes.toml" --node \
+		--node-id "$NODE_NQN" >"$X/csi.log" 2>&1 &
+	DRIVER_PID=$!
+	echo "ebof csi: pid $DRIVER_PID"
+	wait_for 30 _sock_up || { cat "$X/csi.log"; fail "ebof csi did not bind $SOCK within 30 s"; }
+	[[ -S $SOCK ]] || { cat "$X/csi.log"; fail "ebof csi exited before serving"; }
+	# the client: one process for every call (coproc: CSI[0] its output, CSI[1] its input)
+	coproc CSI { exec /usr/bin/python3 "$X/csi_client.py" serve 2>>"$X/csi-client.err"; }
+	echo "CSI client: pid $CSI_PID"
+}
+# _sock_up: the driver's socket is there, or the driver is gone (no point waiting)
+_sock_up() { [[ -S $SOCK ]] || driver_gone; }
+
+identity() {
+	local c
+	csi Identity GetPluginInfo
+	[[ ${R[name]} == "$DRIVER" ]] || fail "GetPluginInfo name is ${R[name]}, not $DRIVER"
+	[[ -n ${R[vendor_version]} ]] || fail "GetPluginInfo has no vendor_version"
+	csi Identity Probe
+	[[ ${R[ready]:-true} == true ]] || fail "Probe says not ready"
+	csi Identity GetPluginCapabilities
+	r_any 'capabilities.*.service.type' CONTROLLER_SERVICE || fail "GetPluginCapabilities lacks CONTROLLER_SERVICE"
+	csi Node NodeGetInfo
+	[[ ${R[node_id]} == "$NODE_NQN" ]] || fail "NodeGetInfo node_id ${R[node_id]}, expected $NODE_NQN"
+	csi Node NodeGetCapabilities
+	for c in STAGE_UNSTAGE_VOLUME EXPAND_VOLUME GET_VOLUME_STATS; do
+		r_any 'capabilities.*.rpc.type' "$c" || fail "NodeGetCapabilities lacks $c"
+	done
+	csi Controller ControllerGetCapabilities
+	for c in CREATE_DELETE_VOLUME PUBLISH_UNPUBLISH_VOLUME EXPAND_VOLUME LIST_VOLUMES GET_CAPACITY; do
+		r_any 'capabilities.*.rpc.type' "$c" || fail "ControllerGetCapabilities lacks $c"
+	done
+	csi Controller GetCapacity
+	CAPACITY0=${R[available_capacity]:-0}
+	echo "GetCapacity: $CAPACITY0 bytes available"
+	((CAPACITY0 > 512 * MIB)) || fail "GetCapacity $CAPACITY0: the box's 1 GiB pool is not seen"
+}
+
+# create_volume NAME SIZE_MIB CAP: CreateVolume (twice: idempotent by name); sets VOL, CAP, CTX,
+# VCTX, STAGE
+create_volume() {
+	local name=$1 size=$(($2 * MIB)) req k p
+	CAP=$3
+	req=$(printf '{"name": "%s", "capacity_range": {"required_bytes": %s}, "volume_capabilities": [%s]}' "$name" "$size" "$CAP")
+	csi Controller CreateVolume "$req"
+	VOL=${R[volume.volume_id]} CTX=$(r_object volume.volume_context) PCTX='{}'
+	VCTX=()
+	for k in "${!R[@]}"; do [[ $k == volume.volume_context.* ]] && VCTX[${k#volume.volume_context.}]=${R[$k]}; done
+	echo "volume $VOL, ${R[volume.capacity_bytes]} bytes, context $CTX"
+	[[ $VOL == "$CSI_PREFIX"* ]] || fail "volume ID $VOL does not start with $CSI_PREFIX"
+	((${R[volume.capacity_bytes]:-0} >= size)) || fail "capacity_bytes ${R[volume.capacity_bytes]} < $size"
+	[[ ${VCTX[nqn]} == "$VOL" ]] || fail "volume_context.nqn is not the volume ID"
+	[[ ${VCTX[uuid]} =~ ^[0-9a-f]{8}-([0-9a-f]{4}-){3}[0-9a-f]{12}$ ]] || fail "volume_context.uuid is not a UUID"
+	for p in $TARGET_PORTS; do
+		[[ ,${VCTX[listeners]}, == *",tcp:$TARGET_IP:$p,"* ]] || fail "volume_context.listeners lacks tcp:$TARGET_IP:$p"
+	done
+	[[ -n ${VCTX[box]} ]] || fail "volume_context has no box"
+	csi Controller CreateVolume "$req"
+	[[ ${R[volume.volume_id]} == "$VOL" ]] || fail "CreateVolume again for $name made ${R[volume.volume_id]}, not $VOL"
+	csi Controller GetCapacity
+	((${R[available_capacity]:-0} < CAPACITY0)) || fail "GetCapacity did not fall (${R[available_capacity]})"
+	# the kubelet's paths: a per-volume staging directory
+	STAGE=$PLUGIN_DIR/${VOL##*-}/globalmount
+}
+
+stage_refused_before_publish() {
+	csi_refused ANY Node NodeStageVolume "$(req_stage)"
+	vol_ctrls
+	[[ -z $CTRLS ]] || fail "a controller of $VOL is connected although the box does not allow $NODE_NQN"
+	! mounted "$STAGE" || fail "$STAGE is mounted after a failed NodeStage"
+}
+
+controller_publish() {
+	csi Controller ControllerPublishVolume "$(req_cpub)"
+	PCTX=$(r_object publish_context)
+	csi Controller ControllerPublishVolume "$(req_cpub)" # idempotent
+	box_subsystem "$VOL"
+	echo "box: $VOL allow_any_host $BOX_ANY, hosts [$BOX_HOSTS]"
+	[[ $BOX_ANY == false && $BOX_HOSTS == "$NODE_NQN" ]] || fail "the box does not allow just $NODE_NQN on $VOL"
+}
+
+controller_unpublish() {
+	local req
+	req=$(printf '{"volume_id": "%s", "node_id": "%s"}' "$VOL" "$NODE_NQN")
+	csi Controller ControllerUnpublishVolume "$req"
+	csi Controller ControllerUnpublishVolume "$req" # idempotent
+	box_subsystem "$VOL"
+	echo "box: $VOL allow_any_host $BOX_ANY, hosts [$BOX_HOSTS]"
+	[[ " $BOX_HOSTS " != *" $NODE_NQN "* && $BOX_ANY != true ]] || fail "the box still lets $NODE_NQN in on $VOL"
+}
+
+delete_volume() {
+	csi Controller DeleteVolume "$(req_vol)"
+	csi Controller DeleteVolume "$(req_vol)" # an unknown volume: OK
+	box_subsystem "$VOL"
+	[[ -z $BOX_SUB ]] || fail "$VOL is still on the box after DeleteVolume"
+}
+
+# node_stage [again]: NodeStageVolume; checks the connection, the device and (mount) the mount;
+# with "again" a second NodeStage that must change nothing
+node_stage() {
+	local ctrls
+	csi Node NodeStageVolume "$(req_stage)"
+	vol_ctrls
+	[[ -n $CTRLS ]] || fail "no NVMe controller of $VOL after NodeStage"
+	local -a c l
+	read -r -a c <<<"$CTRLS"
+	read -r -a l <<<"$TARGET_PORTS"
+	((${#c[@]} == ${#l[@]})) || fail "${#c[@]} controllers of $VOL after NodeStage ($CTRLS): one per listener (${#l[@]}) expected"
+	vol_dev || fail "no block device with UUID ${VCTX[uuid]} after NodeStage"
+	echo "connected: controllers [$CTRLS], device $DEV ($(dev_bytes "$DEV") bytes)"
+	if [[ $CAP == *'"mount"'* ]]; then
+		mounted "$STAGE" || fail "$STAGE is not mounted after NodeStage"
+		echo "$STAGE: $M_SRC $M_FS $M_OPTS"
+		[[ $CAP == *"\"$M_FS\""* ]] || fail "$STAGE is $M_FS, not what $CAP asks"
+		[[ $M_SRC == "$DEV" ]] || fail "$STAGE is $M_SRC, not $DEV"
+	fi
+	if [[ ${1:-} == again ]]; then
+		ctrls=$CTRLS
+		csi Node NodeStageVolume "$(req_stage)"
+		vol_ctrls
+		[[ $CTRLS == "$ctrls" ]] || fail "a repeated NodeStage changed the controllers: [$ctrls] -> [$CTRLS]"
+		mnt "$STAGE"
+		((M_N <= 1)) || fail "a repeated NodeStage mounted $STAGE $M_N times"
+	fi
+}
+
+# node_unstage [again]: NodeUnstageVolume; nothing mounted, no controller, no device; with
+# "again" a second one on the unstaged volume (OK)
+node_unstage() {
+	csi Node NodeUnstageVolume "$(req_unstage)"
+	! mounted "$STAGE" || fail "$STAGE is still mounted after NodeUnstage"
+	vol_ctrls
+	[[ -z $CTRLS ]] || fail "controllers of $VOL remain after NodeUnstage: $CTRLS"
+	! vol_dev || fail "the block device of $VOL ($DEV) remains after NodeUnstage"
+	echo "unstaged: no controller of $VOL, $STAGE not mounted"
+	if [[ ${1:-} == again ]]; then
+		csi Node NodeUnstageVolume "$(req_unstage)"
+	fi
+}
+
+# node_publish TARGET [ro|rw] [again]
+node_publish() {
+	local t=$1 ro=false want=rw
+	[[ ${2:-} == ro ]] && ro=true want=ro
+	csi Node NodePublishVolume "$(req_publish "$t" "$ro")"
+	mounted "$t" || fail "$t is not a mount point after NodePublish"
+	echo "$t: $M_SRC $M_FS $M_OPTS"
+	[[ ${M_OPTS%%,*} == "$want" ]] || fail "$t is mounted $M_OPTS, readonly=$ro asked"
+	if [[ ${3:-} == again ]]; then
+		csi Node NodePublishVolume "$(req_publish "$t" "$ro")"
+		mnt "$t"
+		((M_N == 1)) || fail "a repeated NodePublish left $M_N mounts at $t"
+	fi
+}
+
+node_unpublish() {
+	csi Node NodeUnpublishVolume "$(req_unpublish "$1")"
+	! mounted "$1" || fail "$1 is still mounted after NodeUnpublish"
+	csi Node NodeUnpublishVolume "$(req_unpublish "$1")" # again: OK
+}
+
+# node_refusals: what the Node service must refuse, and with which code (nothing changes)
+node_refusals() {
+	csi_refused FAILED_PRECONDITION Node NodePublishVolume "$(req_publish "$TARGET" false)"
+	! mounted "$TARGET" || fail "$TARGET is mounted after a refused NodePublish"
+	csi_refused INVALID_ARGUMENT Node NodeStageVolume "$(printf '{"volume_id": "%s", "staging_target_path": "%s", "volume_context": %s}' "$VOL" "$STAGE" "$CTX")"
+	csi_refused INVALID_ARGUMENT Node NodeStageVolume "$(printf '{"volume_id": "%s", "staging_target_path": "%s", "volume_capability": %s}' "$VOL" "$STAGE" "$CAP")"
+	csi_refused INVALID_ARGUMENT Node NodePublishVolume "$(printf '{"volume_id": "%s", "staging_target_path": "%s", "volume_capability": %s}' "$VOL" "$STAGE" "$CAP")"
+	csi_refused NOT_FOUND Node NodeGetVolumeStats "$(req_stats /var/lib/kubelet/pods/none/mount)"
+	csi_refused NOT_FOUND Node NodeExpandVolume "$(req_nexpand /var/lib/kubelet/pods/none/mount $((128 * MIB)))"
+	vol_ctrls
+	[[ -z $CTRLS ]] || fail "a refused call connected $VOL"
+}
+
+# restart_driver: SIGKILL (a crash) and start again with the same arguments; the node keeps no
+# state, so what is staged and published stays usable
+restart_driver() {
+	kill -KILL "$DRIVER_PID"
+	wait_for 10 driver_gone || fail "ebof csi did not die on SIGKILL"
+	wait "$DRIVER_PID" || true
+	"$EBOF_BIN" csi --endpoint "unix://$SOCK" --controller --boxes "$X/boxes.toml" --node \
+		--node-id "$NODE_NQN" >>"$X/csi.log" 2>&1 &
+	DRIVER_PID=$!
+	echo "ebof csi restarted: pid $DRIVER_PID (it replaces the stale socket; the client reconnects)"
+	# the old socket file is still there until the new driver replaces it: Probe until it answers,
+	# as a liveness probe would
+	wait_for 30 csi_call Identity Probe || fail "the restarted ebof csi does not answer Probe: $CODE: $RESP"
+}
+
+# ---------------------------------------------------------------------------------------------
+# steps: a mount volume (ext4)
+
+SUMS='' CTRL_BEFORE='' FS_BEFORE=''
+POD1=$KUBELET/pods/11111111-aaaa-4bbb-8ccc-000000000001/volumes/kubernetes.io~csi/pvc-ext4/mount
+POD2=$KUBELET/pods/11111111-aaaa-4bbb-8ccc-000000000002/volumes/kubernetes.io~csi/pvc-ext4/mount
+
+write_files() {
+	head -c $((4 * MIB)) /dev/urandom >"$TARGET/data.bin"
+	printf 'written through %s on %s\n' "$VOL" "$NODE_NQN" >"$TARGET/hello.txt"
+	sync
+	SUMS=$(cd "$TARGET" && sha256sum data.bin hello.txt)
+	echo "$SUMS"
+}
+volume_stats() {
+	local k used='' total='' inodes=''
+	csi Node NodeGetVolumeStats "$(req_stats "$TARGET")"
+	for k in "${!R[@]}"; do
+		[[ $k == usage.*.unit ]] || continue
+		case ${R[$k]} in
+		BYTES) used=${R[${k%.unit}.used]} total=${R[${k%.unit}.total]} ;;
+		INODES) inodes=${R[${k%.unit}.used]} ;;
+		esac
+	done
+	echo "bytes: used $used of $total; inodes used: $inodes"
+	((used >= 4 * MIB)) || fail "NodeGetVolumeStats used $used < the 4 MiB written"
+	((total > 40 * MIB && total <= 64 * MIB)) || fail "NodeGetVolumeStats total $total is not a 64 MiB file system's"
+	[[ -n $inodes ]] || fail "no inode usage"
+}
+files_are_there() {
+	local sums
+	sums=$(cd "$1" && sha256sum data.bin hello.txt) || fail "the files are not in $1"
+	[[ $sums == "$SUMS" ]] || fail "the files in $1 differ: $sums"
+	echo "same content in $1"
+}
+stage_publish_again() {
+	node_stage again
+	node_publish "$TARGET" rw again
+	files_are_there "$TARGET"
+}
+# half_done_stage: a stage left half done behind the driver's back (a crash between the connects
+# and the mount, a path that failed): one path disconnected and the staging mount gone;
+# NodeStage connects the missing path and mounts again, without formatting
+_ctrl_gone() { [[ ! -e /sys/class/nvme/$1 ]]; }
+half_done_stage() {
+	local first
+	vol_ctrls
+	first=${CTRLS%% *}
+	first=${first%:*}
+	run nvme disconnect -d "$first"
+	wait_for 20 _ctrl_gone "$first" || fail "$first still there after nvme disconnect -d"
+	run umount "$STAGE"
+	! mounted "$STAGE" || fail "cannot unmount $STAGE"
+	vol_ctrls
+	echo "half done: controllers [$CTRLS], $STAGE not mounted"
+	node_stage
+	files_are_there "$STAGE"
+	files_are_there "$TARGET"
+}
+# after_restart: the restarted driver: NodeStage and NodePublish of what is staged and published
+# are OK and change nothing
+after_restart() {
+	node_stage again
+	node_publish "$TARGET" rw again
+	files_are_there "$TARGET"
+	CTRL_BEFORE=$CTRLS FS_BEFORE=$(fs_bytes "$TARGET")
+	echo "before the expansion: controllers [$CTRL_BEFORE], file system $FS_BEFORE bytes"
+}
+expand() {
+	local size fs_after
+	csi Controller ControllerExpandVolume "$(req_cexpand $((128 * MIB)))"
+	((${R[capacity_bytes]:-0} >= 128 * MIB)) || fail "ControllerExpandVolume capacity ${R[capacity_bytes]}"
+	[[ ${R[node_expansion_required]} == true ]] || fail "a mount volume needs node expansion"
+	csi Node NodeExpandVolume "$(req_nexpand "$TARGET" $((128 * MIB)))"
+	((${R[capacity_bytes]:-0} >= 128 * MIB)) || fail "NodeExpandVolume capacity ${R[capacity_bytes]}"
+	vol_dev || fail "the device is gone"
+	size=$(dev_bytes "$DEV")
+	df -h "$TARGET"
+	fs_after=$(fs_bytes "$TARGET")
+	vol_ctrls
+	echo "device $DEV $size bytes; file system $FS_BEFORE -> $fs_after bytes; controllers [$CTRL_BEFORE] -> [$CTRLS]"
+	((size == 128 * MIB)) || fail "$DEV is $size bytes, not 128 MiB"
+	((fs_after > FS_BEFORE + 50 * MIB)) || fail "the file system did not grow ($FS_BEFORE -> $fs_after bytes)"
+	[[ $CTRLS == "$CTRL_BEFORE" ]] || fail "the controllers changed (a reconnect?): [$CTRL_BEFORE] -> [$CTRLS]"
+	files_are_there "$TARGET"
+	# more than the old file system could hold at all
+	run fallocate -l $((72 * MIB)) "$TARGET/big.bin" || fail "cannot allocate 72 MiB in the grown file system"
+	rm "$TARGET/big.bin"
+}
+readonly_publish() {
+	local err
+	node_publish "$POD2" ro
+	files_are_there "$POD2"
+	if err=$(: 2>&1 >"$POD2/nope"); then fail "writing into the read-only publish $POD2 succeeded"; fi
+	echo "write: $err"
+	[[ $err == *"Read-only file system"* ]] || fail "the write failed, but not with EROFS: $err"
+	echo ok >"$TARGET/rw.txt" || fail "the read-write publish $TARGET no longer writes"
+	rm "$TARGET/rw.txt"
+	node_unpublish "$POD2"
+}
+ext4_cleanup() {
+	node_unpublish "$TARGET"
+	node_unstage again
+	controller_unpublish
+	delete_volume
+}
+
+# ---------------------------------------------------------------------------------------------
+# steps: a raw block volume
+
+BLK_TARGET=$KUBELET/plugins/kubernetes.io/csi/volumeDevices/publish/pvc-block/11111111-aaaa-4bbb-8ccc-000000000003
+
+block_stage_publish() {
+	local devnos
+	node_stage again
+	csi Node NodePublishVolume "$(req_publish "$BLK_TARGET" false)"
+	[[ -b $BLK_TARGET ]] || fail "$BLK_TARGET is not a block device after NodePublish"
+	mounted "$BLK_TARGET" || fail "$BLK_TARGET is not a bind mount"
+	devnos=$(stat -L -c '%t:%T' "$BLK_TARGET" "$DEV" | xargs)
+	[[ ${devnos% *} == "${devnos#* }" ]] || fail "$BLK_TARGET and the volume's $DEV are different devices: $devnos"
+	echo "$BLK_TARGET: the volume's device $DEV (${devnos% *})"
+	csi Node NodePublishVolume "$(req_publish "$BLK_TARGET" false)" # again: OK
+	mnt "$BLK_TARGET"
+	((M_N == 1)) || fail "a repeated NodePublish left $M_N mounts at $BLK_TARGET"
+}
+block_io() {
+	local a b
+	head -c $((8 * MIB)) /dev/urandom >/tmp/pattern
+	run dd if=/tmp/pattern of="$BLK_TARGET" bs=1M oflag=direct conv=fsync status=none
+	a=$(sha256sum </tmp/pattern)
+	b=$(dd if="$BLK_TARGET" bs=1M count=8 iflag=direct status=none | sha256sum)
+	[[ $a == "$b" ]] || fail "read back $b, wrote $a"
+	echo "8 MiB pattern written with O_DIRECT and read back: ${a%% *}"
+	csi Node NodeGetVolumeStats "$(req_stats "$BLK_TARGET")"
+	((${R[usage.0.total]:-0} == 32 * MIB)) || fail "NodeGetVolumeStats total of the block volume: ${R[usage.0.total]}"
+}
+# block_expand: ControllerExpand of a raw block volume needs no node step (the kernel sees the
+# new size through the Namespace Attribute Changed event); a NodeExpand anyway is OK
+_dev_is() { [[ $(dev_bytes "$DEV") == "$1" ]]; }
+block_expand() {
+	local ctrls b
+	vol_ctrls
+	ctrls=$CTRLS
+	csi Controller ControllerExpandVolume "$(req_cexpand $((48 * MIB)))"
+	((${R[capacity_bytes]:-0} >= 48 * MIB)) || fail "ControllerExpandVolume capacity ${R[capacity_bytes]}"
+	[[ ${R[node_expansion_required]} == false ]] || fail "a raw block volume needs no node expansion"
+	wait_for 20 _dev_is $((48 * MIB)) || fail "$DEV is $(dev_bytes "$DEV") bytes 20 s after the expansion, not 48 MiB"
+	echo "$DEV: $(dev_bytes "$DEV") bytes, seen by the kernel by itself"
+	csi Node NodeExpandVolume "$(req_nexpand "$BLK_TARGET" $((48 * MIB)))"
+	((${R[capacity_bytes]:-0} == 48 * MIB)) || fail "NodeExpandVolume capacity ${R[capacity_bytes]}"
+	[[ $(blockdev --getsize64 "$BLK_TARGET") == $((48 * MIB)) ]] || fail "$BLK_TARGET is not 48 MiB"
+	vol_ctrls
+	[[ $CTRLS == "$ctrls" ]] || fail "the controllers changed: [$ctrls] -> [$CTRLS]"
+	b=$(dd if="$BLK_TARGET" bs=1M count=8 iflag=direct status=none | sha256sum)
+	[[ $b == "$(sha256sum </tmp/pattern)" ]] || fail "the pattern changed with the expansion"
+}
+block_cleanup() {
+	node_unpublish "$BLK_TARGET"
+	[[ ! -e $BLK_TARGET ]] || fail "NodeUnpublish left the file $BLK_TARGET"
+	node_unstage again
+	controller_unpublish
+	delete_volume
+}
+
+# ---------------------------------------------------------------------------------------------
+# steps: an XFS volume (mkfs.xfs wants at least 300 MB)
+
+POD3=$KUBELET/pods/11111111-aaaa-4bbb-8ccc-000000000004/volumes/kubernetes.io~csi/pvc-xfs/mount
+xfs_volume() {
+	local sum fsa fsb
+	create_volume linux-csi-xfs 320 "$(cap_mount xfs)"
+	controller_publish
+	node_stage
+	TARGET=$POD3
+	node_publish "$TARGET"
+	head -c $((2 * MIB)) /dev/urandom >"$TARGET/data.bin" && sync
+	sum=$(sha256sum <"$TARGET/data.bin")
+	fsa=$(fs_bytes "$TARGET")
+	csi Controller ControllerExpandVolume "$(req_cexpand $((384 * MIB)))"
+	csi Node NodeExpandVolume "$(req_nexpand "$TARGET" $((384 * MIB)))"
+	fsb=$(fs_bytes "$TARGET")
+	echo "xfs: $fsa -> $fsb bytes"
+	((fsb > fsa + 50 * MIB)) || fail "xfs_growfs did not grow the file system ($fsa -> $fsb)"
+	node_unpublish "$TARGET"
+	node_unstage
+	node_stage
+	node_publish "$TARGET"
+	[[ $(sha256sum <"$TARGET/data.bin") == "$sum" ]] || fail "the xfs volume's file changed across unstage and stage"
+	node_unpublish "$TARGET"
+	node_unstage
+	controller_unpublish
+	delete_volume
+}
+
+nothing_left() {
+	csi Controller ListVolumes
+	! r_any 'entries.*.volume.volume_id' "$CSI_PREFIX*" || fail "ListVolumes still lists volumes: $RESP"
+	csi Controller GetCapacity
+	[[ ${R[available_capacity]} == "$CAPACITY0" ]] || fail "GetCapacity ${R[available_capacity]}, $CAPACITY0 at the start"
+	ebof_ctl --json show
+	flat "$X/ctl.out"
+	! r_any 'subsystems.*.nqn' "$CSI_PREFIX*" || fail "subsystems left on the box: $(<"$X/ctl.out")"
+	local c left=''
+	for c in /sys/class/nvme/nvme*; do [[ -e $c ]] && left+=" ${c##*/}"; done
+	[[ -z $left ]] || fail "NVMe controllers left:$left"
+	while read -r _ _ _ _ c _; do
+		[[ $c == "$KUBELET"/* ]] && left+=" $c"
+	done </proc/self/mountinfo
+	[[ -z $left ]] || fail "mounts left:$left"
+	echo "ListVolumes empty, GetCapacity back to $CAPACITY0, no subsystem on the box, nothing connected or mounted here"
+}
+
+stop_driver() {
+	local rc=0
+	kill -TERM "$DRIVER_PID"
+	wait_for 10 driver_gone || fail "ebof csi did not stop on SIGTERM within 10 s"
+	wait "$DRIVER_PID" || rc=$?
+	((rc == 0)) || fail "ebof csi exited with status $rc on SIGTERM"
+	[[ ! -e $SOCK ]] || fail "ebof csi left its socket $SOCK"
+	if grep -q -i panicked "$X/csi.log"; then fail "ebof csi panicked: $(grep -i -m3 panicked "$X/csi.log")"; fi
+}
+
+# ---------------------------------------------------------------------------------------------
+
+step "start ebof csi --controller --node (boxes: the host's box)" start_driver
+step "Identity, capabilities, NodeGetInfo, GetCapacity" identity
+step "ext4 64 MiB: CreateVolume (twice: one volume)" create_volume linux-csi-ext4 64 "$(cap_mount ext4)"
+step "ext4: NodeStage before ControllerPublish is refused" stage_refused_before_publish
+step "ext4: ControllerPublish (twice; the box allows this node only)" controller_publish
+TARGET=$POD1
+step "ext4: Node refusals (publish before stage, missing fields, unknown paths)" node_refusals
+step "ext4: NodeStage (connect, mkfs, mount)" node_stage
+step "ext4: NodePublish (bind mount)" node_publish "$TARGET"
+step "ext4: write files + sync" write_files
+step "ext4: NodeGetVolumeStats" volume_stats
+step "ext4: NodeUnpublish (twice)" node_unpublish "$TARGET"
+step "ext4: NodeUnstage (umount, disconnect; again: OK)" node_unstage again
+step "ext4: NodeStage + NodePublish again (each twice): the files are there" stage_publish_again
+step "ext4: a half-done stage (a path and the mount gone) is finished by NodeStage" half_done_stage
+step "ebof csi killed (SIGKILL) and started again" restart_driver
+step "ext4: after the restart NodeStage + NodePublish (each twice) change nothing" after_restart
+step "ext4: ControllerExpand + NodeExpand to 128 MiB, no reconnect" expand
+step "ext4: read-only NodePublish refuses writes (EROFS)" readonly_publish
+step "ext4: NodeUnpublish, NodeUnstage, ControllerUnpublish, DeleteVolume" ext4_cleanup
+step "block 32 MiB: CreateVolume" create_volume linux-csi-block 32 "$CAP_BLOCK"
+step "block: ControllerPublish" controller_publish
+step "block: NodeStage (twice) + NodePublish on a file (twice)" block_stage_publish
+step "block: O_DIRECT pattern written and read back, stats" block_io
+step "block: ControllerExpand to 48 MiB (seen without a node step), NodeExpand OK" block_expand
+step "block: NodeUnpublish, NodeUnstage, ControllerUnpublish, DeleteVolume" block_cleanup
+if [[ ${CSI_XFS:-1} != 0 ]]; then
+	step "xfs 320 MiB: create, publish, stage, expand to 384 MiB, restage, delete" xfs_volume
+fi
+step "nothing left: ListVolumes, GetCapacity, the box, this node" nothing_left
+step "ebof csi stops on SIGTERM" stop_driver

@@ -1,0 +1,133 @@
+#!/bin/bash
+# Scenario: the CSI driver's node side on a real Linux host (issue 22, "Node side in the Linux
+# guest"). The guest runs `ebof csi --controller --node` (one process, both services) against a pool
+# box on the host side, and drives it with a CSI client of our own (tests/interop/csi_client.py:
+# Python gRPC over the driver's Unix socket, messages generated from crates/ebof-csi/proto/csi.proto
+# with protoc, stubs from the proto's service descriptors). The node side uses the guest kernel's
+# NVMe/TCP initiator (nvme-cli), mkfs, mount and resize2fs / xfs_growfs, as on a Kubernetes node.
+#
+# Host side (this script, inside a fresh network namespace): one pool box, `ebof serve --config`
+# with no subsystem, a pool `default` (a directory in the run dir, 1 GiB cap), NVMe/TCP on
+# 10.77.0.1:4420 and :4421 (two paths: the node connects both, native multipath), its management API on TCP at 10.77.0.1:9651 with a bearer token (the guest's
+# boxes file names it) and on a Unix socket for the host's own checks, autosave on.
+# Guest side (bookworm guest: the host's own userland, so python3-grpcio and the file system tools
+# installed here are there): linux-csi.guest.sh. At the end the host checks that the box holds no
+# `nqn.2026-11.io.ebof:csi:` subsystem and its pool hands out nothing.
+#
+# Usage (as root; build first: cargo build --release -p ebof):
+#   tests/interop/linux-csi.sh
+# Environment:
+#   EBOF_BIN               the binary (default <repo>/target/release/ebof)
+#   EBOF_INTEROP_TIMEOUT   bound on the guest run in seconds (default 420)
+#   EBOF_CSI_XFS=0         leave out the XFS volume (mkfs.xfs wants >= 300 MB)
+#   RUST_LOG               passed to `ebof serve` and `ebof csi` (default info)
+# Exit status: 0 passed, 77 skipped (no `ebof serve`/`ctl`/`csi` yet and not EBOF_INTEROP_STRICT),
+# else failed.
+# shellcheck disable=SC2317 # start_box and host_on_* are called indirectly
+set -uo pipefail
+# shellcheck source=lib.sh
+source "$(dirname "$0")/lib.sh"
+
+EBOF_BIN=${EBOF_BIN:-$REPO_ROOT/target/release/ebof}
+[[ $EBOF_BIN == /* ]] || EBOF_BIN=$PWD/$EBOF_BIN
+TARGET_PORT=4420
+TARGET_PORT2=4421 # a second listener: the node connects to every one (native multipath)
+API_PORT=9651
+CSI_PREFIX=nqn.2026-11.io.ebof:csi:
+PROTO=$REPO_ROOT/crates/ebof-csi/proto/csi.proto
+export RUST_LOG=${RUST_LOG:-info}
+# The CSI client (python3-grpcio, python3-protobuf; protoc and the well-known types' .proto files
+# from protobuf-compiler and libprotobuf-dev) and the node's tools (mkfs.ext4/resize2fs, mkfs.xfs/
+# xfs_growfs, blkid/mount from util-linux): the bookworm guest runs the host's userland.
+CSI_PACKAGES=(python3-grpcio python3-protobuf protobuf-compiler libprotobuf-dev e2fsprogs xfsprogs
+	util-linux jq)
+
+need_ebof linux-csi serve ctl csi
+
+write_config() {
+	mkdir -p "$RUN_DIR/pool"
+	(umask 077 && head -c 32 /dev/urandom | base64 >"$RUN_DIR/token")
+	cat >"$RUN_DIR/ebof.toml" <<EOF
+# written by tests/interop/linux-csi.sh: a pool box with no subsystem
+[[listeners]]
+address = "$HOST_IP"
+port = $TARGET_PORT
+
+[[listeners]]
+address = "$HOST_IP"
+port = $TARGET_PORT2
+
+[management]
+listen = "$HOST_IP:$API_PORT"
+token_file = "$RUN_DIR/token"
+autosave = true
+
+[[pools]]
+name = "default"
+directory = "$RUN_DIR/pool"
+size = "1G"
+EOF
+	cat "$RUN_DIR/ebof.toml"
+	# what the guest's controller needs: the boxes file and the token (owner-only, as on a box)
+	install -m 0600 "$RUN_DIR/token" "$X/token"
+	cat >"$X/boxes.toml" <<EOF
+[[boxes]]
+name = "box1"
+api = "$HOST_IP:$API_PORT"
+token_file = "/xchg/token"
+EOF
+}
+
+# the Python messages for the guest's client, from the driver's own csi.proto
+gen_client() {
+	[[ -f $PROTO ]] || { warn "no $PROTO"; return 1; }
+	protoc -I "$(dirname "$PROTO")" -I /usr/include --python_out="$X" "$PROTO" || return 1
+	cp "$INTEROP_DIR/csi_client.py" "$X/csi_client.py"
+	PYTHONPATH=$X /usr/bin/python3 -c 'import csi_client, csi_pb2; print("csi_pb2: services", sorted(csi_pb2.DESCRIPTOR.services_by_name))' ||
+		{ warn "the generated CSI client does not import"; return 1; }
+}
+
+start_box() { serve_with_mgmt "$RUN_DIR/ebof.toml" "$TARGET_PORT" "$TARGET_PORT2" "$API_PORT"; }
+
+# host_on_ctl (lib.sh) answers the guest's `ebof ctl` requests through the box's socket
+
+# after the guest: nothing of the driver's left on the box (no csi subsystem, no pool file, the
+# pool allocates nothing)
+box_is_clean() {
+	local out left files
+	out=$("$EBOF_BIN" ctl --socket "$MGMT_SOCK" --json show) || return 1
+	left=$(jq -r --arg p "$CSI_PREFIX" '[.subsystems[]?.nqn | select(startswith($p))] | join(" ")' <<<"$out")
+	jq -c '.pools // empty' <<<"$out"
+	[[ -z $left ]] || { warn "subsystems left on the box: $left"; return 1; }
+	files=$(find "$RUN_DIR/pool" -type f -printf '%P ')
+	[[ -z $files ]] || { warn "namespace files left in the pool: $files"; return 1; }
+	echo "the box holds no $CSI_PREFIX subsystem and its pool directory no namespace file"
+}
+
+# ---------------------------------------------------------------------------------------------
+
+interop_init linux-csi
+_apt_ensure "${CSI_PACKAGES[@]}"
+vm_setup
+vm_env "TARGET_PORTS=$TARGET_PORT $TARGET_PORT2" "TARGET_IP=$HOST_IP" "API_PORT=$API_PORT" "CSI_PREFIX=$CSI_PREFIX" \
+	"CSI_XFS=${EBOF_CSI_XFS:-1}" "RUST_LOG=$RUST_LOG"
+
+write_config
+host_step "CSI client: csi_pb2.py from csi.proto (protoc)" gen_client || die "cannot make the CSI client"
+host_step "start the pool box (ebof serve, API on $HOST_IP:$API_PORT)" start_box || die "the box did not start"
+host_step "ebof ctl --api $HOST_IP:$API_PORT (token) show" "$EBOF_BIN" ctl --api "$HOST_IP:$API_PORT" \
+	--token-file "$RUN_DIR/token" show || { bg_log_tail target; die "the box's TCP management API does not answer"; }
+
+vm_run "$INTEROP_DIR/linux-csi.guest.sh" "${EBOF_INTEROP_TIMEOUT:-420}"
+rc=$?
+host_step "the box holds nothing of the driver's" box_is_clean || { ((rc == 0)) && rc=1; }
+serve_check_after "$rc" || rc=$?
+if ((rc != 0)) && [[ -s $X/csi.log ]]; then
+	echo "---- ebof csi log (guest, last 60 lines) ----"
+	tail -n 60 "$X/csi.log"
+fi
+echo
+timing_summary
+host_summary
+log "linux-csi: $( ((rc == 0)) && echo PASSED || echo "FAILED (status $rc)")"
+exit "$rc"
