@@ -33,6 +33,8 @@
 //!   and the key interchange format; round trips, host ↔ target agreement on the TLS PSK.
 //! - [`targets::dim`]: bytes into the Discovery Information Management decoder (TP 8010);
 //!   offsets of refusals inside the data, stable round trips of what is accepted.
+//! - [`targets::csi_names`]: text into the CSI driver's volume-context listener decoder
+//!   and the names it derives from CSI names (`ebof_csi::names`).
 
 #![forbid(unsafe_code)]
 
@@ -160,6 +162,12 @@ pub const TARGETS: &[Target] = &[
         name: "dim",
         run: targets::dim::run,
         max_len: 8 * 1024,
+        time_div: 4,
+    },
+    Target {
+        name: "csi_names",
+        run: targets::csi_names::run,
+        max_len: 512,
         time_div: 4,
     },
 ];

@@ -46,7 +46,33 @@ pub fn all() -> Vec<(&'static str, String, Vec<u8>)> {
     for (name, bytes) in dim_seeds() {
         v.push(("dim", name, bytes));
     }
+    for (name, bytes) in csi_names_seeds() {
+        v.push(("csi_names", name, bytes));
+    }
     v
+}
+
+/// Listener lists as CreateVolume writes them (selector 0) and CSI names (selector 1).
+fn csi_names_seeds() -> Vec<(String, Vec<u8>)> {
+    let with = |sel: u8, text: &str| {
+        let mut b = vec![sel];
+        b.extend_from_slice(text.as_bytes());
+        b
+    };
+    vec![
+        (
+            "listeners-two".into(),
+            with(0, "tcp:10.77.0.1:4420,tcp:10.77.0.1:4421"),
+        ),
+        ("listeners-v6".into(), with(0, "tcp:[fd00::1]:4420")),
+        ("listeners-bad".into(), with(0, "rdma:10.0.0.1:4420")),
+        (
+            "name-pvc".into(),
+            with(1, "pvc-0b5d2f4e-1111-4222-8333-944455556666"),
+        ),
+        ("name-unicode".into(), with(1, "ünïcödé name/with spaces")),
+        ("name-control".into(), with(1, "bad\u{1}name")),
+    ]
 }
 
 fn sqe(opc: u8, cid: u16) -> Sqe {
