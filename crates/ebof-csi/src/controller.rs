@@ -485,6 +485,25 @@ impl Controller {
         .await
     }
 
+    /// Remove an unfinished attempt at `nqn` on box `idx` (a subsystem without its namespace),
+    /// unless it got its namespace meanwhile: then it is the volume, nothing is removed, and
+    /// the answer is false (the caller starts over and finds it).
+    async fn remove_unfinished(&self, idx: usize, nqn: &str) -> Result<bool, Status> {
+        let state = self
+            .on_box(idx, |c| c.state())
+            .await
+            .map_err(|e| self.box_error(idx, "reading its state", &e))?;
+        let complete = state
+            .subsystems
+            .iter()
+            .any(|s| s.nqn == nqn && s.namespaces.iter().any(|n| n.nsid == names::NSID));
+        if complete {
+            return Ok(false);
+        }
+        self.remove_subsystem(idx, nqn).await?;
+        Ok(true)
+    }
+
     /// Where a new volume of `size` goes: (box index, pool), or why nowhere.
     fn place(
         &self,
@@ -603,7 +622,7 @@ impl Controller {
                 // Unfinished rivals (a crash or a racing attempt): remove them.
                 for o in found.iter().filter(|o| o.idx != f.idx) {
                     if !o.sub.namespaces.iter().any(|n| n.nsid == names::NSID) {
-                        self.remove_subsystem(o.idx, &nqn).await?;
+                        self.remove_unfinished(o.idx, &nqn).await?;
                     }
                 }
                 if !size_fits(v.capacity_bytes as u64, r.capacity_range.as_ref()) {
@@ -673,9 +692,16 @@ impl Controller {
                     }
                 }
             }
+            // Unfinished attempts elsewhere go (ours cannot pass the check below beside them),
+            // unless one got its namespace meanwhile: then it is the volume; start over.
+            let mut finished_elsewhere = false;
             for o in found.iter().filter(|f| f.idx != idx) {
-                // Unfinished attempts elsewhere: ours wins by the rule below only if they go.
-                self.remove_subsystem(o.idx, &nqn).await?;
+                if !self.remove_unfinished(o.idx, &nqn).await? {
+                    finished_elsewhere = true;
+                }
+            }
+            if finished_elsewhere {
+                continue;
             }
             let again = self.scan_all().await?;
             if Self::find(&again, &nqn).iter().any(|f| f.idx != idx) {
