@@ -405,6 +405,13 @@ impl Controller {
             .collect()
     }
 
+    /// The scanned state of box `idx` (every hit of [`Self::find`] comes from one).
+    fn state_of(all: &[BoxState], idx: usize) -> Result<&BoxState, Status> {
+        all.iter()
+            .find(|b| b.idx == idx)
+            .ok_or_else(|| Status::internal(format!("box {idx} missing from its own scan")))
+    }
+
     /// The volume `nqn` where it is complete (has its namespace), first by box order.
     fn complete(found: &[Found]) -> Option<&Found> {
         found
@@ -612,10 +619,7 @@ impl Controller {
             let all = self.scan_all().await?;
             let found = Self::find(&all, &nqn);
             if let Some(f) = Self::complete(&found) {
-                let b = all
-                    .iter()
-                    .find(|b| b.idx == f.idx)
-                    .expect("found on a scanned box");
+                let b = Self::state_of(&all, f.idx)?;
                 let v = self
                     .volume(b, &f.sub)
                     .ok_or_else(|| Status::internal("volume without namespace"))?;
@@ -652,7 +656,7 @@ impl Controller {
                         bx.name, bx.zone, topo.0
                     )));
                 }
-                let b = all.iter().find(|b| b.idx == sidx).expect("scanned");
+                let b = Self::state_of(&all, sidx)?;
                 let pool = match &params.pool {
                     Some(p) => p.clone(),
                     None => b
@@ -667,7 +671,7 @@ impl Controller {
                 };
                 (sidx, pool, Some((s.clone(), view)))
             } else if let Some(f) = found.first() {
-                let b = all.iter().find(|b| b.idx == f.idx).expect("scanned");
+                let b = Self::state_of(&all, f.idx)?;
                 let (i, p) = self
                     .place(std::slice::from_ref(b), &r.name, size, &params, &topo)
                     .or_else(|_| self.place(&all, &r.name, size, &params, &topo))?;
@@ -798,7 +802,7 @@ impl Controller {
             let found = Self::find(&fin, &nqn);
             let f = Self::complete(&found)
                 .ok_or_else(|| Status::aborted("the volume vanished while it was made; retry"))?;
-            let b = fin.iter().find(|b| b.idx == f.idx).expect("scanned");
+            let b = Self::state_of(&fin, f.idx)?;
             let v = self
                 .volume(b, &f.sub)
                 .ok_or_else(|| Status::internal("volume without namespace"))?;
