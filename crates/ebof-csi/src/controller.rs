@@ -17,13 +17,14 @@ use crate::boxes::Box as EBox;
 use crate::names::{self, ctx};
 use crate::pb;
 use crate::pb::volume_capability::{AccessType, access_mode::Mode};
+use crate::rpc::{BusySet, invalid, ok, required};
 use ebof_mgmt::api::{
     CloneRequest, NamespaceRequest, QosRequest, ResizeRequest, SnapshotView, State,
     SubsystemRequest, SubsystemView,
 };
 use ebof_mgmt::{ApiError, ClientError};
-use std::collections::{BTreeMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 use tonic::{Request, Response, Status};
 
@@ -40,7 +41,7 @@ const CREATE_ATTEMPTS: u32 = 6;
 #[derive(Debug, Clone)]
 pub struct Controller {
     boxes: Arc<Vec<EBox>>,
-    busy: Arc<Mutex<HashSet<String>>>,
+    busy: BusySet,
 }
 
 /// What one box holds now, as far as the controller cares.
@@ -53,23 +54,6 @@ struct BoxState {
 struct Found {
     idx: usize,
     sub: SubsystemView,
-}
-
-struct Busy {
-    set: Arc<Mutex<HashSet<String>>>,
-    key: String,
-}
-
-impl Drop for Busy {
-    fn drop(&mut self) {
-        if let Ok(mut s) = self.set.lock() {
-            s.remove(&self.key);
-        }
-    }
-}
-
-fn invalid(msg: impl Into<String>) -> Status {
-    Status::invalid_argument(msg.into())
 }
 
 fn api_code(e: &ClientError) -> Option<&str> {
@@ -135,9 +119,7 @@ fn check_capability(c: &pb::VolumeCapability) -> Result<(), String> {
     match &c.access_type {
         Some(AccessType::Block(_)) => Ok(()),
         Some(AccessType::Mount(m)) => {
-            if !m.fs_type.is_empty() && m.fs_type != "ext4" && m.fs_type != "xfs" {
-                return Err(format!("fs_type {:?}: ext4 or xfs", m.fs_type));
-            }
+            crate::rpc::fs_type(&m.fs_type)?;
             if matches!(
                 mode,
                 Mode::MultiNodeMultiWriter | Mode::MultiNodeSingleWriter
@@ -250,10 +232,6 @@ fn weight(name: &str, api: &str) -> u64 {
     u64::from_be_bytes([d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]])
 }
 
-fn ok<T>(v: T) -> Result<Response<T>, Status> {
-    Ok(Response::new(v))
-}
-
 /// A token for list pagination: the index of the next entry.
 fn page<T: Clone>(all: &[T], max: i32, token: &str) -> Result<(Vec<T>, String), Status> {
     if max < 0 {
@@ -286,29 +264,13 @@ impl Controller {
     pub fn new(boxes: Vec<EBox>) -> Controller {
         Controller {
             boxes: Arc::new(boxes),
-            busy: Arc::new(Mutex::new(HashSet::new())),
+            busy: BusySet::default(),
         }
     }
 
     /// Whether any box has a zone (then volumes carry topology).
     pub fn has_zones(&self) -> bool {
         self.boxes.iter().any(|b| b.zone.is_some())
-    }
-
-    fn hold(&self, key: &str) -> Result<Busy, Status> {
-        let mut s = self
-            .busy
-            .lock()
-            .map_err(|_| Status::internal("controller lock poisoned"))?;
-        if !s.insert(key.to_string()) {
-            return Err(Status::aborted(format!(
-                "an operation on {key} is already in progress"
-            )));
-        }
-        Ok(Busy {
-            set: self.busy.clone(),
-            key: key.to_string(),
-        })
     }
 
     /// Describe a failed box call without its token: which box, what failed.
@@ -376,6 +338,14 @@ impl Controller {
             }
         }
         out
+    }
+
+    /// Box `idx`'s state, or UNAVAILABLE naming it.
+    async fn read_box(&self, idx: usize) -> Result<BoxState, Status> {
+        self.on_box(idx, |c| c.state())
+            .await
+            .map(|state| BoxState { idx, state })
+            .map_err(|e| self.box_error(idx, "reading its state", &e))
     }
 
     /// Every box's state, or UNAVAILABLE naming the first box that cannot be read.
@@ -496,11 +466,10 @@ impl Controller {
     /// unless it got its namespace meanwhile: then it is the volume, nothing is removed, and
     /// the answer is false (the caller starts over and finds it).
     async fn remove_unfinished(&self, idx: usize, nqn: &str) -> Result<bool, Status> {
-        let state = self
-            .on_box(idx, |c| c.state())
-            .await
-            .map_err(|e| self.box_error(idx, "reading its state", &e))?;
-        let complete = state
+        let complete = self
+            .read_box(idx)
+            .await?
+            .state
             .subsystems
             .iter()
             .any(|s| s.nqn == nqn && s.namespaces.iter().any(|n| n.nsid == names::NSID));
@@ -605,7 +574,7 @@ impl Controller {
         };
         let nqn = names::volume_nqn(&r.name);
         let uuid = names::volume_uuid(&r.name);
-        let _busy = self.hold(&nqn)?;
+        let _busy = self.busy.hold(&nqn)?;
         for attempt in 0..CREATE_ATTEMPTS {
             if attempt > 0 {
                 // Rivals must not retry in lockstep: the jitter differs per process and call.
@@ -798,15 +767,17 @@ impl Controller {
                     return Err(st);
                 }
             }
-            let fin = self.scan_all().await?;
-            let found = Self::find(&fin, &nqn);
-            let f = Self::complete(&found)
+            // The answer: the volume as its box reports it now (the other boxes were read
+            // by the check above).
+            let b = self.read_box(idx).await?;
+            let v = b
+                .state
+                .subsystems
+                .iter()
+                .find(|s| s.nqn == nqn)
+                .and_then(|sub| self.volume(&b, sub))
                 .ok_or_else(|| Status::aborted("the volume vanished while it was made; retry"))?;
-            let b = Self::state_of(&fin, f.idx)?;
-            let v = self
-                .volume(b, &f.sub)
-                .ok_or_else(|| Status::internal("volume without namespace"))?;
-            tracing::info!(volume = %r.name, id = %v.volume_id, box_ = %self.boxes[f.idx].name, size = v.capacity_bytes, "volume created");
+            tracing::info!(volume = %r.name, id = %v.volume_id, box_ = %self.boxes[idx].name, size = v.capacity_bytes, "volume created");
             return Ok(self.with_source(v, snapshot.as_deref()));
         }
         Err(Status::aborted(format!(
@@ -901,14 +872,12 @@ impl pb::controller_server::Controller for Controller {
         req: Request<pb::DeleteVolumeRequest>,
     ) -> Result<Response<pb::DeleteVolumeResponse>, Status> {
         let r = req.into_inner();
-        if r.volume_id.is_empty() {
-            return Err(invalid("volume_id is required"));
-        }
+        required(&r.volume_id, "volume_id")?;
         tracing::info!(volume = %r.volume_id, "DeleteVolume");
         if !names::is_volume_id(&r.volume_id) {
             return ok(pb::DeleteVolumeResponse {});
         }
-        let _busy = self.hold(&r.volume_id)?;
+        let _busy = self.busy.hold(&r.volume_id)?;
         let all = self.scan_all().await?;
         for f in Self::find(&all, &r.volume_id) {
             self.remove_subsystem(f.idx, &r.volume_id).await?;
@@ -921,12 +890,8 @@ impl pb::controller_server::Controller for Controller {
         req: Request<pb::ControllerPublishVolumeRequest>,
     ) -> Result<Response<pb::ControllerPublishVolumeResponse>, Status> {
         let r = req.into_inner();
-        if r.volume_id.is_empty() {
-            return Err(invalid("volume_id is required"));
-        }
-        if r.node_id.is_empty() {
-            return Err(invalid("node_id is required"));
-        }
+        required(&r.volume_id, "volume_id")?;
+        required(&r.node_id, "node_id")?;
         let cap = r
             .volume_capability
             .as_ref()
@@ -950,7 +915,7 @@ impl pb::controller_server::Controller for Controller {
                 sub.hosts.join(", ")
             )));
         }
-        let _busy = self.hold(&r.volume_id)?;
+        let _busy = self.busy.hold(&r.volume_id)?;
         let (n, h) = (r.volume_id.clone(), r.node_id.clone());
         match self.on_box(b.idx, move |c| c.allow_host(&n, &h)).await {
             Ok(_) => {}
@@ -971,9 +936,7 @@ impl pb::controller_server::Controller for Controller {
         req: Request<pb::ControllerUnpublishVolumeRequest>,
     ) -> Result<Response<pb::ControllerUnpublishVolumeResponse>, Status> {
         let r = req.into_inner();
-        if r.volume_id.is_empty() {
-            return Err(invalid("volume_id is required"));
-        }
+        required(&r.volume_id, "volume_id")?;
         tracing::info!(volume = %r.volume_id, node = %r.node_id, "ControllerUnpublishVolume");
         let (b, sub) = match self.locate(&r.volume_id).await {
             Ok(x) => x,
@@ -982,7 +945,7 @@ impl pb::controller_server::Controller for Controller {
             }
             Err(e) => return Err(e),
         };
-        let _busy = self.hold(&r.volume_id)?;
+        let _busy = self.busy.hold(&r.volume_id)?;
         let hosts: Vec<String> = if r.node_id.is_empty() {
             sub.hosts.clone()
         } else {
@@ -1023,9 +986,7 @@ impl pb::controller_server::Controller for Controller {
         req: Request<pb::ValidateVolumeCapabilitiesRequest>,
     ) -> Result<Response<pb::ValidateVolumeCapabilitiesResponse>, Status> {
         let r = req.into_inner();
-        if r.volume_id.is_empty() {
-            return Err(invalid("volume_id is required"));
-        }
+        required(&r.volume_id, "volume_id")?;
         if r.volume_capabilities.is_empty() {
             return Err(invalid("volume_capabilities is required"));
         }
@@ -1158,12 +1119,10 @@ impl pb::controller_server::Controller for Controller {
     ) -> Result<Response<pb::CreateSnapshotResponse>, Status> {
         let r = req.into_inner();
         names::check_name(&r.name).map_err(|e| invalid(format!("name: {e}")))?;
-        if r.source_volume_id.is_empty() {
-            return Err(invalid("source_volume_id is required"));
-        }
+        required(&r.source_volume_id, "source_volume_id")?;
         tracing::info!(name = %r.name, volume = %r.source_volume_id, "CreateSnapshot");
         let id = names::snapshot_name(&r.name);
-        let _busy = self.hold(&id)?;
+        let _busy = self.busy.hold(&id)?;
         let all = self.scan_all().await?;
         if let Ok((_, s)) = self.find_snapshot(&all, &id) {
             if s.origin.subsystem == r.source_volume_id {
@@ -1202,14 +1161,12 @@ impl pb::controller_server::Controller for Controller {
         req: Request<pb::DeleteSnapshotRequest>,
     ) -> Result<Response<pb::DeleteSnapshotResponse>, Status> {
         let r = req.into_inner();
-        if r.snapshot_id.is_empty() {
-            return Err(invalid("snapshot_id is required"));
-        }
+        required(&r.snapshot_id, "snapshot_id")?;
         tracing::info!(snapshot = %r.snapshot_id, "DeleteSnapshot");
         if !names::is_snapshot_id(&r.snapshot_id) {
             return ok(pb::DeleteSnapshotResponse {});
         }
-        let _busy = self.hold(&r.snapshot_id)?;
+        let _busy = self.busy.hold(&r.snapshot_id)?;
         let all = self.scan_all().await?;
         for b in &all {
             if b.state.snapshots.iter().any(|s| s.name == r.snapshot_id) {
@@ -1260,16 +1217,14 @@ impl pb::controller_server::Controller for Controller {
         req: Request<pb::ControllerExpandVolumeRequest>,
     ) -> Result<Response<pb::ControllerExpandVolumeResponse>, Status> {
         let r = req.into_inner();
-        if r.volume_id.is_empty() {
-            return Err(invalid("volume_id is required"));
-        }
+        required(&r.volume_id, "volume_id")?;
         let range = r
             .capacity_range
             .as_ref()
             .ok_or_else(|| invalid("capacity_range is required"))?;
         let size = size_for(Some(range))?;
         tracing::info!(volume = %r.volume_id, size, "ControllerExpandVolume");
-        let _busy = self.hold(&r.volume_id)?;
+        let _busy = self.busy.hold(&r.volume_id)?;
         let (b, sub) = self.locate(&r.volume_id).await?;
         let current = sub
             .namespaces

@@ -20,6 +20,7 @@ pub mod controller;
 pub mod identity;
 pub mod names;
 pub mod node;
+mod rpc;
 pub mod server;
 mod sys;
 

@@ -44,7 +44,13 @@ pub fn volume_nqn(name: &str) -> String {
 
 /// Whether `id` is a volume ID this driver could have made.
 pub fn is_volume_id(id: &str) -> bool {
-    id.strip_prefix(NQN_PREFIX).is_some_and(|rest| {
+    derived_after(id, NQN_PREFIX)
+}
+
+/// Whether `id` is `prefix` followed by what [`slug`] and [`digest16`] make: 1 to 57 of
+/// `[a-z0-9.-]`.
+fn derived_after(id: &str, prefix: &str) -> bool {
+    id.strip_prefix(prefix).is_some_and(|rest| {
         !rest.is_empty()
             && rest.len() <= 57
             && rest
@@ -69,13 +75,7 @@ pub fn snapshot_name(name: &str) -> String {
 
 /// Whether `id` is a snapshot ID this driver could have made.
 pub fn is_snapshot_id(id: &str) -> bool {
-    id.strip_prefix(SNAPSHOT_PREFIX).is_some_and(|rest| {
-        !rest.is_empty()
-            && rest.len() <= 57
-            && rest
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '.' || c == '-')
-    })
+    derived_after(id, SNAPSHOT_PREFIX)
 }
 
 /// A CSI name (volume or snapshot) the spec allows: not empty, at most 128 bytes here (the

@@ -6,11 +6,10 @@
 use crate::names::{self, ctx};
 use crate::pb;
 use crate::pb::volume_capability::{AccessType, access_mode::Mode};
+use crate::rpc::{BusySet, invalid, ok, required};
 use crate::sys;
-use std::collections::HashSet;
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tonic::{Request, Response, Status};
 
@@ -60,26 +59,7 @@ impl NodeConfig {
 #[derive(Debug)]
 pub struct Node {
     cfg: NodeConfig,
-    busy: Arc<Mutex<HashSet<String>>>,
-}
-
-/// Held while an operation on one volume runs; a second one on the same volume is refused
-/// with ABORTED (the CO retries), as the spec asks.
-struct Busy {
-    set: Arc<Mutex<HashSet<String>>>,
-    id: String,
-}
-
-impl Drop for Busy {
-    fn drop(&mut self) {
-        if let Ok(mut s) = self.set.lock() {
-            s.remove(&self.id);
-        }
-    }
-}
-
-fn invalid(msg: impl Into<String>) -> Status {
-    Status::invalid_argument(msg.into())
+    busy: BusySet,
 }
 
 /// Whether an access mode lets the node write.
@@ -105,33 +85,15 @@ fn access(cap: Option<&pb::VolumeCapability>) -> Result<(Access, bool), Status> 
         .ok_or_else(|| invalid("volume_capability.access_mode is required"))?;
     let a = match &cap.access_type {
         Some(AccessType::Block(_)) => Access::Block,
-        Some(AccessType::Mount(m)) => {
-            let fs = if m.fs_type.is_empty() {
-                "ext4".to_string()
-            } else {
-                m.fs_type.clone()
-            };
-            if fs != "ext4" && fs != "xfs" {
-                return Err(invalid(format!(
-                    "fs_type {fs:?} is not supported: ext4 or xfs"
-                )));
-            }
-            Access::Mount {
-                fs_type: fs,
-                flags: m.mount_flags.clone(),
-            }
-        }
+        Some(AccessType::Mount(m)) => Access::Mount {
+            fs_type: crate::rpc::fs_type(&m.fs_type)
+                .map_err(invalid)?
+                .to_string(),
+            flags: m.mount_flags.clone(),
+        },
         None => return Err(invalid("volume_capability needs block or mount")),
     };
     Ok((a, writable(mode)))
-}
-
-fn required(v: &str, what: &str) -> Result<(), Status> {
-    if v.is_empty() {
-        Err(invalid(format!("{what} is required")))
-    } else {
-        Ok(())
-    }
 }
 
 impl Node {
@@ -139,23 +101,7 @@ impl Node {
     pub fn new(cfg: NodeConfig) -> anyhow::Result<Node> {
         Ok(Node {
             cfg,
-            busy: Arc::new(Mutex::new(HashSet::new())),
-        })
-    }
-
-    fn hold(&self, id: &str) -> Result<Busy, Status> {
-        let mut s = self
-            .busy
-            .lock()
-            .map_err(|_| Status::internal("node lock poisoned"))?;
-        if !s.insert(id.to_string()) {
-            return Err(Status::aborted(format!(
-                "an operation on volume {id} is already in progress"
-            )));
-        }
-        Ok(Busy {
-            set: self.busy.clone(),
-            id: id.to_string(),
+            busy: BusySet::default(),
         })
     }
 
@@ -248,15 +194,13 @@ impl Node {
     /// The file system type on `dev`, or None when it holds none.
     async fn fs_on(dev: &Path) -> Result<Option<String>, Status> {
         let d = dev.to_string_lossy();
-        let out = tokio::process::Command::new("blkid")
-            .args(["-p", "-s", "TYPE", "-o", "value", d.as_ref()])
-            .stdin(std::process::Stdio::null())
-            .kill_on_drop(true)
-            .output();
-        let out = tokio::time::timeout(CMD_TIMEOUT, out)
-            .await
-            .map_err(|_| Status::internal(format!("blkid {d} timed out")))?
-            .map_err(|e| Status::internal(format!("blkid could not run: {e}")))?;
+        let out = sys::output(
+            "blkid",
+            &["-p", "-s", "TYPE", "-o", "value", d.as_ref()],
+            CMD_TIMEOUT,
+        )
+        .await
+        .map_err(Status::internal)?;
         match out.status.code() {
             Some(0) => {
                 let t = String::from_utf8_lossy(&out.stdout).trim().to_string();
@@ -304,10 +248,6 @@ impl Node {
     }
 }
 
-fn ok<T>(v: T) -> Result<Response<T>, Status> {
-    Ok(Response::new(v))
-}
-
 #[tonic::async_trait]
 impl pb::node_server::Node for Node {
     async fn node_stage_volume(
@@ -332,7 +272,7 @@ impl pb::node_server::Node for Node {
         let uuid = get(ctx::UUID)?;
         let paths = names::parse_listeners(get(ctx::LISTENERS)?)
             .map_err(|e| invalid(format!("volume_context.{}: {e}", ctx::LISTENERS)))?;
-        let _busy = self.hold(&r.volume_id)?;
+        let _busy = self.busy.hold(&r.volume_id)?;
         tracing::info!(volume = %r.volume_id, staging = %r.staging_target_path, "NodeStageVolume");
         self.connect(nqn, &paths).await?;
         let dev = Self::wait_device(uuid).await?;
@@ -405,7 +345,7 @@ impl pb::node_server::Node for Node {
         let r = req.into_inner();
         required(&r.volume_id, "volume_id")?;
         required(&r.staging_target_path, "staging_target_path")?;
-        let _busy = self.hold(&r.volume_id)?;
+        let _busy = self.busy.hold(&r.volume_id)?;
         tracing::info!(volume = %r.volume_id, staging = %r.staging_target_path, "NodeUnstageVolume");
         Self::umount_all(Path::new(&r.staging_target_path)).await?;
         if names::is_volume_id(&r.volume_id) {
@@ -424,7 +364,7 @@ impl pb::node_server::Node for Node {
         required(&r.staging_target_path, "staging_target_path")?;
         let (acc, rw) = access(r.volume_capability.as_ref())?;
         let readonly = r.readonly || !rw;
-        let _busy = self.hold(&r.volume_id)?;
+        let _busy = self.busy.hold(&r.volume_id)?;
         tracing::info!(volume = %r.volume_id, target = %r.target_path, readonly, "NodePublishVolume");
         let target = PathBuf::from(&r.target_path);
         let source = match acc {
@@ -496,7 +436,7 @@ impl pb::node_server::Node for Node {
         let r = req.into_inner();
         required(&r.volume_id, "volume_id")?;
         required(&r.target_path, "target_path")?;
-        let _busy = self.hold(&r.volume_id)?;
+        let _busy = self.busy.hold(&r.volume_id)?;
         tracing::info!(volume = %r.volume_id, target = %r.target_path, "NodeUnpublishVolume");
         let target = Path::new(&r.target_path);
         Self::umount_all(target).await?;
@@ -572,7 +512,7 @@ impl pb::node_server::Node for Node {
         let r = req.into_inner();
         required(&r.volume_id, "volume_id")?;
         required(&r.volume_path, "volume_path")?;
-        let _busy = self.hold(&r.volume_id)?;
+        let _busy = self.busy.hold(&r.volume_id)?;
         tracing::info!(volume = %r.volume_id, path = %r.volume_path, "NodeExpandVolume");
         let p = PathBuf::from(&r.volume_path);
         if !p.exists() {

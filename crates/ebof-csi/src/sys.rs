@@ -4,20 +4,31 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// Run `program args…`, bounded by `timeout`; its standard output on success, else a message
-/// naming the command, its status and standard error.
-pub(crate) async fn run(program: &str, args: &[&str], timeout: Duration) -> Result<String, String> {
-    let shown = format!("{program} {}", args.join(" "));
+/// Run `program args…`, bounded by `timeout`, and collect what it says, whatever its status;
+/// an error names the command when it cannot run or does not finish.
+pub(crate) async fn output(
+    program: &str,
+    args: &[&str],
+    timeout: Duration,
+) -> Result<std::process::Output, String> {
+    let shown = || format!("{program} {}", args.join(" "));
     let child = tokio::process::Command::new(program)
         .args(args)
         .stdin(std::process::Stdio::null())
         .kill_on_drop(true)
         .output();
-    let out = match tokio::time::timeout(timeout, child).await {
-        Err(_) => return Err(format!("`{shown}` did not finish within {timeout:?}")),
-        Ok(Err(e)) => return Err(format!("`{shown}` could not run: {e}")),
-        Ok(Ok(o)) => o,
-    };
+    match tokio::time::timeout(timeout, child).await {
+        Err(_) => Err(format!("`{}` did not finish within {timeout:?}", shown())),
+        Ok(Err(e)) => Err(format!("`{}` could not run: {e}", shown())),
+        Ok(Ok(o)) => Ok(o),
+    }
+}
+
+/// Run `program args…`, bounded by `timeout`; its standard output on success, else a message
+/// naming the command, its status and standard error.
+pub(crate) async fn run(program: &str, args: &[&str], timeout: Duration) -> Result<String, String> {
+    let shown = format!("{program} {}", args.join(" "));
+    let out = output(program, args, timeout).await?;
     if out.status.success() {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     } else {
