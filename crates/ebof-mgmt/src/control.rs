@@ -268,7 +268,7 @@ impl Control {
                         cfg_codes::FORBIDDEN_FIELD,
                         format!("{field}.path"),
                         format!(
-                            "a namespace made in pool {name} gets its file from the pool                              (in {}): leave `path` out",
+                            "a namespace made in pool {name} gets its file from the pool (in {}): leave `path` out",
                             pool.directory.display()
                         ),
                     ));

@@ -742,36 +742,8 @@ impl Control {
         let (path, dst) =
             self.clone_destination(&found, &req.subsystem, nsid, req.path.as_deref())?;
         let undo = Undo(vec![path.clone()]);
-        let method = clone_file(&src, &dst, Fallback::Copy).map_err(|e| {
-            io_error(
-                &e,
-                "path",
-                format!(
-                    "cannot clone {} into {}",
-                    snap_data.display(),
-                    path.display()
-                ),
-            )
-        })?;
-        dst.sync_all()
-            .map_err(|e| io_error(&e, "path", format!("cannot sync {}", path.display())))?;
-        if let Some(d) = path.parent() {
-            let _ = sync_dir(d);
-        }
-        let add = NamespaceRequest {
-            nsid: Some(nsid),
-            backend: "file".into(),
-            size: Some(found.manifest.size),
-            path: Some(path.display().to_string()),
-            block_size: Some(found.manifest.block_size),
-            uuid: req.uuid.clone(),
-            direct: None,
-            ana_group: req.ana_group,
-            hosts: req.hosts.clone(),
-            // A clone starts unlimited, like any new namespace (`ns qos` sets limits).
-            qos: None,
-            pool: None,
-        };
+        let method = fill_clone(&src, &snap_data, &dst, &path, "path")?;
+        let add = clone_namespace(&found, nsid, req, Some(path.display().to_string()), None);
         let added = self.add_namespace(&req.subsystem, &add)?;
         undo.disarm();
         tracing::info!(
@@ -844,33 +816,8 @@ impl Control {
                 .open(&path)
                 .map_err(|e| io_error(&e, "pool", format!("cannot create {}", path.display())))?;
             let undo = Undo(vec![path.clone()]);
-            method = clone_file(&src, &dst, Fallback::Copy).map_err(|e| {
-                io_error(
-                    &e,
-                    "pool",
-                    format!(
-                        "cannot clone {} into {}",
-                        snap_data.display(),
-                        path.display()
-                    ),
-                )
-            })?;
-            dst.sync_all()
-                .map_err(|e| io_error(&e, "pool", format!("cannot sync {}", path.display())))?;
-            let _ = sync_dir(&p.directory);
-            let add = NamespaceRequest {
-                nsid: Some(nsid),
-                backend: "file".into(),
-                size: Some(found.manifest.size),
-                path: None,
-                block_size: Some(found.manifest.block_size),
-                uuid: req.uuid.clone(),
-                direct: None,
-                ana_group: req.ana_group,
-                hosts: req.hosts.clone(),
-                qos: None,
-                pool: Some(pool.to_string()),
-            };
+            method = fill_clone(&src, &snap_data, &dst, &path, "pool")?;
+            let add = clone_namespace(&found, nsid, req, None, Some(pool.to_string()));
             let added = self.add_namespace_in(cfg, &req.subsystem, &add, Some(&path))?;
             undo.disarm();
             Ok(added)
@@ -999,6 +946,60 @@ fn unknown_snapshot(name: &str) -> ApiError {
         "name",
         format!("no snapshot named {name} (see `ebof ctl snapshot list`)"),
     )
+}
+
+/// Copy the snapshot's data (`src`, read from `snap_data`) into the clone's new file `dst` at
+/// `path`, by reflink where the file system can, and make it durable (the file and its
+/// directory entry); errors name the request's `field`.
+fn fill_clone(
+    src: &File,
+    snap_data: &Path,
+    dst: &File,
+    path: &Path,
+    field: &str,
+) -> Result<CloneMethod, ApiError> {
+    let method = clone_file(src, dst, Fallback::Copy).map_err(|e| {
+        io_error(
+            &e,
+            field,
+            format!(
+                "cannot clone {} into {}",
+                snap_data.display(),
+                path.display()
+            ),
+        )
+    })?;
+    dst.sync_all()
+        .map_err(|e| io_error(&e, field, format!("cannot sync {}", path.display())))?;
+    if let Some(d) = path.parent() {
+        let _ = sync_dir(d);
+    }
+    Ok(method)
+}
+
+/// The namespace a clone of `found` is added as: the snapshot's size and block size, at
+/// `path` or in `pool`.
+fn clone_namespace(
+    found: &Found,
+    nsid: u32,
+    req: &CloneRequest,
+    path: Option<String>,
+    pool: Option<String>,
+) -> NamespaceRequest {
+    NamespaceRequest {
+        nsid: Some(nsid),
+        backend: "file".into(),
+        size: Some(found.manifest.size),
+        path,
+        block_size: Some(found.manifest.block_size),
+        uuid: req.uuid.clone(),
+        direct: None,
+        ana_group: req.ana_group,
+        hosts: req.hosts.clone(),
+        // A clone starts unlimited, like any new namespace (`ns qos` sets limits).
+        qos: None,
+        pool,
+    }
 }
 
 #[cfg(test)]
