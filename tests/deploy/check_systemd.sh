@@ -6,7 +6,8 @@
 # read-only /usr, /etc, /boot.
 #
 # The unit names /usr/local/bin/ebof, which need not exist here: verify runs on a copy whose
-# ExecStart is $EBOF_BIN (default target/release/ebof). No systemd-analyze: that part is skipped
+# ExecStart is $EBOF_BIN (default target/release/ebof). systemd (for systemd-analyze) is apt-installed
+# when missing; where it still is not there, that part is skipped
 # (and says so); systemd need not be running.
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -24,6 +25,14 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/ebof-systemd-check.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
 # ---- the unit
+# systemd-analyze comes with Debian's systemd package (installing it starts nothing).
+if ! command -v systemd-analyze >/dev/null 2>&1 && ((EUID == 0)) && command -v apt-get >/dev/null 2>&1; then
+	log "apt-get install systemd (for systemd-analyze)"
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends systemd >/dev/null 2>&1 ||
+		{ apt-get update -qq >/dev/null 2>&1 &&
+			DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends systemd >/dev/null 2>&1; } ||
+		log "apt-get install systemd failed"
+fi
 if command -v systemd-analyze >/dev/null 2>&1; then
 	sed "s#/usr/local/bin/ebof#$EBOF_BIN#g" "$UNIT" >"$work/ebof.service"
 	# --man=no: the Documentation= man page is installed with the binary, not here
