@@ -2,15 +2,17 @@
 # ebof vs SPDK side by side, in both roles: spdk_nvme_perf against `ebof serve` and against
 # SPDK's nvmf_tgt (same core), and `ebof perf` against spdk_nvme_perf (same core) against
 # nvmf_tgt; plus idle CPU and the 1 -> 2 core step. Prints markdown tables: medians with
-# min-max over interleaved rounds. Not a test, and not part of the test command.
+# min-max and the best round over interleaved rounds, CPU time per I/O, and three ratios per
+# row (medians, best rounds, per-round pairs). Not a test, and not part of the test command.
 #
 # Needs a built SPDK outside this repository (nothing of SPDK enters it), root (hugepages),
 # and a quiet machine:
 #   SPDK_DIR=/path/to/spdk ./scripts/bench-vs-spdk.sh
-# Knobs (environment): ROUNDS (3), RUNTIME (8 s), WARMUP (2 s), TARGET_CORE (0),
-# CLIENT_CORE (1), EBOF_PORT (14420), SPDK_PORT (14421), RAM_MB (1024),
-# ONLY=target|client|idle|scale|tls (one section; tls: plain vs TLS 1.3 PSK for both
-# targets and both clients, and connection set-up time with DH-HMAC-CHAP).
+# Knobs (environment): ROUNDS (7), RUNTIME (4 s), WARMUP (1 s), TLS_ROUNDS (5),
+# TARGET_CORE (0), CLIENT_CORE (1), EBOF_PORT (14420), SPDK_PORT (14421), RAM_MB (1024),
+# ONLY=target|client|idle|scale|tls (one section; tls: plain vs TLS 1.3 PSK, ebof perf ->
+# ebof serve and spdk_nvme_perf -> both targets, the cipher's single-core rate, and
+# connection set-up time with DH-HMAC-CHAP).
 # Building SPDK (v26.05 was used): see "Benchmarks against SPDK" in the README.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."

@@ -5,8 +5,14 @@ Target table: the same client (spdk_nvme_perf) against `ebof serve` and against 
 both pinned to the same core. Client table: `ebof perf` and spdk_nvme_perf, on the same core,
 against nvmf_tgt. Rounds are interleaved (every workload on both sides in each round, the order
 alternating), and the target not being measured is frozen (SIGSTOP), so that a busy-polling
-nvmf_tgt does not steal the core from ebof or the other way round. Every figure printed is a
-median over the rounds with its min-max; ratios are ratios of medians. Not a test: it prints.
+nvmf_tgt does not steal the core from ebof or the other way round.
+
+Rounds on a small VM swing up to 2x for both sides alike, so the method is many short rounds
+(default 7 x 4 s after 1 s warm-up), the order alternating every round, and three ratios per row:
+of the medians, of the best rounds, and the median [min-max] of the per-round paired ratios (each
+round's two runs are back to back, so they share the machine's state). Every figure printed is a
+median over the rounds with its min-max, plus the best round; CPU time per I/O is the measured
+process's utime+stime over the measured window divided by its I/Os. Not a test: it prints.
 """
 
 import json
@@ -23,9 +29,11 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SPDK = os.environ.get("SPDK_DIR", "")
-ROUNDS = int(os.environ.get("ROUNDS", "3"))
-RUNTIME = int(os.environ.get("RUNTIME", "8"))
-WARMUP = int(os.environ.get("WARMUP", "2"))
+ROUNDS = int(os.environ.get("ROUNDS", "7"))
+RUNTIME = int(os.environ.get("RUNTIME", "4"))
+WARMUP = int(os.environ.get("WARMUP", "1"))
+# The TLS section runs 6 pairs per workload; its own round count keeps it under ~15 min.
+TLS_ROUNDS = int(os.environ.get("TLS_ROUNDS", str(min(ROUNDS, 5))))
 TCORE = int(os.environ.get("TARGET_CORE", "0"))
 CCORE = int(os.environ.get("CLIENT_CORE", "1"))
 EBOF_PORT = int(os.environ.get("EBOF_PORT", "14420"))
@@ -51,6 +59,7 @@ CLIENT_WORKLOADS = [
     ("4K randread QD32", "randread", 4096, 32, None),
     ("4K randwrite QD32", "randwrite", 4096, 32, None),
     ("128K read QD32", "read", 131072, 32, None),
+    ("128K write QD32", "write", 131072, 32, None),
 ]
 
 # The TLS section: (name, pattern, bs, qd)
@@ -142,15 +151,34 @@ def parse_spdk_perf(out):
 
 
 def run_measured(args, target_pid, env=None):
-    """Run a client; sample the target's CPU over the measured window (after warm-up)."""
+    """Run a client; sample the target's and the client's CPU over the measured window (after
+    warm-up). Returns (output, target CPU, client CPU), CPU as a fraction of one core."""
     p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                          env=env)
     time.sleep(WARMUP + 0.5)  # + connect time
+    try:
+        k0 = cpu_ticks(p.pid)
+    except OSError:
+        k0 = None
     c0, t0 = cpu_ticks(target_pid), time.monotonic()
     time.sleep(max(RUNTIME - 1.0, 0.5))
     c1, t1 = cpu_ticks(target_pid), time.monotonic()
+    try:
+        k1 = cpu_ticks(p.pid)
+    except OSError:
+        k1 = None
     out, _ = p.communicate(timeout=RUNTIME + WARMUP + 60)
-    return out, (c1 - c0) / (t1 - t0)
+    ccpu = (k1 - k0) / (t1 - t0) if k0 is not None and k1 is not None else None
+    return out, (c1 - c0) / (t1 - t0), ccpu
+
+
+def per_io(r, cpu, ccpu):
+    """Add the CPU figures to a result: fractions of a core, and microseconds per I/O."""
+    r["cpu"] = cpu
+    r["us_per_io"] = cpu * 1e6 / r["iops"] if r["iops"] else None
+    r["ccpu"] = ccpu
+    r["client_us_per_io"] = ccpu * 1e6 / r["iops"] if r["iops"] and ccpu is not None else None
+    return r
 
 
 class Targets:
@@ -224,52 +252,71 @@ def target_table(t):
                 t.only(which)
                 port, nqn = t.endpoint(which)
                 name, pattern, bs, qd, mix = wl
-                out, cpu = run_measured(
+                out, cpu, ccpu = run_measured(
                     spdk_perf_args(port, nqn, pattern, bs, qd, mix, hex(1 << CCORE)),
                     t.pid(which))
                 r = parse_spdk_perf(out)
                 if r is None:
                     log(f"  {which} {name}: no result\n{out[-2000:]}")
                     continue
-                r["cpu"] = cpu
-                r["us_per_io"] = cpu * 1e6 / r["iops"] if r["iops"] else None
-                res.setdefault((name, which), []).append(r)
+                r["round"] = rnd
+                res.setdefault((name, which), []).append(per_io(r, cpu, ccpu))
                 log(f"  round {rnd + 1} {which:4} {name:22} {r['iops']:>10,.0f} IOPS "
                     f"{r['mib_s']:>8,.0f} MiB/s  p99 {r.get('p99_us', 0):8.1f} us  "
                     f"target CPU {cpu * 100:5.1f} %")
     return res
 
 
-def table_rows(res, workloads, labels, cpu_columns):
-    """Markdown rows: per workload, ebof then SPDK, medians [min-max], the ratio on SPDK's."""
+def ratios(a, b):
+    """ebof/SPDK IOPS ratios of two result lists: of the medians, of the best rounds, and the
+    median [min-max] of the per-round paired ratios. Empty strings when one side is missing."""
+    ia, ib = [r["iops"] for r in a], [r["iops"] for r in b]
+    if not ia or not ib or not statistics.median(ib) or not max(ib):
+        return "", "", ""
+    med = f"**{statistics.median(ia) / statistics.median(ib):.2f}x**"
+    best = f"{max(ia) / max(ib):.2f}x"
+    by_round = {r["round"]: r["iops"] for r in b if "round" in r}
+    paired = [r["iops"] / by_round[r["round"]] for r in a
+              if by_round.get(r.get("round")) and r["iops"]]
+    pr = median_mm(paired)
+    return med, best, (f"{pr[0]:.2f} [{pr[1]:.2f}-{pr[2]:.2f}]" if pr else "")
+
+
+def table_rows(res, workloads, labels, cpu_keys):
+    """Markdown rows: per workload, ebof then SPDK, medians [min-max] and the best round; the
+    ratios (medians, best rounds, paired rounds) on SPDK's row."""
     for name, *_ in workloads:
-        med = {}
         for which in ("ebof", "spdk"):
             rs = res.get((name, which), [])
             if not rs:
                 continue
             g = lambda k: median_mm([r[k] for r in rs if r.get(k) is not None])  # noqa: E731
-            med[which] = g("iops")
             lat = " / ".join(f"{g(k)[0]:.1f}" if g(k) else "-"
                              for k in ("avg_us", "p50_us", "p99_us", "p99_99_us"))
-            ratio = ""
-            if which == "spdk" and med.get("ebof") and med["spdk"] and med["spdk"][0]:
-                ratio = f"**{med['ebof'][0] / med['spdk'][0]:.2f}x**"
-            cells = [name, labels[which], fmt(g("iops")), fmt(g("mib_s")), lat]
-            if cpu_columns:
-                cpu = g("cpu")
+            med = best = paired = ""
+            if which == "spdk":
+                med, best, paired = ratios(res.get((name, "ebof"), []), rs)
+            cells = [name, labels[which], fmt(g("iops")), f"{max(r['iops'] for r in rs):,.0f}",
+                     fmt(g("mib_s")), lat]
+            for frac_key, per_io_key in cpu_keys:
+                cpu = g(frac_key)
                 cells.append(fmt((cpu[0] * 100, cpu[1] * 100, cpu[2] * 100) if cpu else None))
-                cells.append(fmt(g("us_per_io"), 2))
-            print("| " + " | ".join(cells + [ratio]) + " |")
+                cells.append(fmt(g(per_io_key), 2))
+            print("| " + " | ".join(cells + [med, best, paired]) + " |")
+
+
+RATIO_HEADS = "ebof/SPDK medians | best/best | paired rounds"
 
 
 def print_target_table(res):
     print("\n### Same client (spdk_nvme_perf) -> target, "
-          f"target on core {TCORE}, client on core {CCORE}; median [min-max] of {ROUNDS} rounds\n")
-    print("| workload | target | IOPS | MiB/s | avg / p50 / p99 / p99.99 us | target CPU % "
-          "| CPU us per I/O | ebof/SPDK |")
-    print("|---|---|---|---|---|---|---|---|")
-    table_rows(res, TARGET_WORKLOADS, {"ebof": "ebof serve", "spdk": "SPDK nvmf_tgt"}, True)
+          f"target on core {TCORE}, client on core {CCORE}; median [min-max] of {ROUNDS} rounds "
+          f"of {RUNTIME} s\n")
+    print("| workload | target | IOPS | best IOPS | MiB/s | avg / p50 / p99 / p99.99 us "
+          f"| target CPU % | target CPU us per I/O | {RATIO_HEADS} |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    table_rows(res, TARGET_WORKLOADS, {"ebof": "ebof serve", "spdk": "SPDK nvmf_tgt"},
+               [("cpu", "us_per_io")])
 
 
 def ebof_perf_args(ebof_bin, pattern, bs, qd, mix):
@@ -290,13 +337,13 @@ def client_table(t, ebof_bin):
             order = ("ebof", "spdk") if (rnd % 2 == 0) else ("spdk", "ebof")
             for client in order:
                 if client == "spdk":
-                    out, _ = run_measured(
+                    out, cpu, ccpu = run_measured(
                         spdk_perf_args(SPDK_PORT, SPDK_NQN, pattern, bs, qd, mix,
                                        hex(1 << CCORE)), t.pid("spdk"))
                     r = parse_spdk_perf(out)
                 else:
-                    out, _ = run_measured(ebof_perf_args(ebof_bin, pattern, bs, qd, mix),
-                                          t.pid("spdk"))
+                    out, cpu, ccpu = run_measured(ebof_perf_args(ebof_bin, pattern, bs, qd, mix),
+                                                  t.pid("spdk"))
                     try:
                         j = json.loads(out[out.index("{"):])
                         lat = j["latency_us"]
@@ -308,18 +355,23 @@ def client_table(t, ebof_bin):
                 if r is None:
                     log(f"  {client} {name}: no result\n{out[-2000:]}")
                     continue
-                res.setdefault((name, client), []).append(r)
+                r["round"] = rnd
+                res.setdefault((name, client), []).append(per_io(r, cpu, ccpu))
                 log(f"  round {rnd + 1} {client:4} {name:22} {r['iops']:>10,.0f} IOPS "
-                    f"{r['mib_s']:>8,.0f} MiB/s  avg {r['avg_us']:7.1f} us")
+                    f"{r['mib_s']:>8,.0f} MiB/s  avg {r['avg_us']:7.1f} us  client CPU "
+                    f"{(ccpu or 0) * 100:5.1f} %")
     return res
 
 
 def print_client_table(res):
     print("\n### Same target (SPDK nvmf_tgt, core "
-          f"{TCORE}) <- client on core {CCORE}; median [min-max] of {ROUNDS} rounds\n")
-    print("| workload | client | IOPS | MiB/s | avg / p50 / p99 / p99.99 us | ebof/SPDK |")
-    print("|---|---|---|---|---|---|")
-    table_rows(res, CLIENT_WORKLOADS, {"ebof": "ebof perf", "spdk": "spdk_nvme_perf"}, False)
+          f"{TCORE}) <- client on core {CCORE}; median [min-max] of {ROUNDS} rounds of "
+          f"{RUNTIME} s\n")
+    print("| workload | client | IOPS | best IOPS | MiB/s | avg / p50 / p99 / p99.99 us "
+          f"| client CPU % | client CPU us per I/O | {RATIO_HEADS} |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    table_rows(res, CLIENT_WORKLOADS, {"ebof": "ebof perf", "spdk": "spdk_nvme_perf"},
+               [("ccpu", "client_us_per_io")])
 
 
 def idle_cpu(t):
@@ -349,12 +401,12 @@ def scale(ebof_bin, work):
         wait_port(port, srv, "ebof serve")
         spdk_vals, ebof_vals = [], []
         for _ in range(ROUNDS):
-            out, _ = run_measured(spdk_perf_args(port, EBOF_NQN, "randread", 4096, 32, None,
-                                                 "0x3"), srv.pid)
+            out, _, _ = run_measured(spdk_perf_args(port, EBOF_NQN, "randread", 4096, 32, None,
+                                                    "0x3"), srv.pid)
             r = parse_spdk_perf(out)
             if r:
                 spdk_vals.append(r["iops"])
-            out, _ = run_measured(
+            out, _, _ = run_measured(
                 [ebof_bin, "perf", "-a", "127.0.0.1", "-s", str(port), "-n", EBOF_NQN,
                  "--rw", "randread", "--qd", "32", "--cores", "0,1", "--no-busy-poll",
                  "--runtime", f"{RUNTIME}s", "--ramp", f"{WARMUP}s", "--json"], srv.pid)
@@ -478,57 +530,100 @@ def parse_ebof_perf(out):
         return None
 
 
+def cipher_rate():
+    """`openssl speed` AES-128-GCM on 16 KiB blocks on the target core: bytes per second."""
+    try:
+        out = subprocess.run(["taskset", "-c", str(TCORE), "openssl", "speed", "-seconds", "3",
+                              "-bytes", "16384", "-evp", "aes-128-gcm"], capture_output=True,
+                             text=True, timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    m = re.search(r"^(?:AES-128-GCM|aes-128-gcm)\s+([\d.]+)k", out, re.M)
+    return float(m.group(1)) * 1000 if m else None
+
+
+# (target, client) pairs of the TLS section, each run plain and over TLS.
+TLS_PAIRS = [("ebof", "ebof"), ("ebof", "spdk"), ("spdk", "spdk")]
+
+
 def tls_section(ebof_bin, work):
-    """Plain vs TLS, both targets x both clients; and connect time with DH-HMAC-CHAP."""
+    """Plain vs TLS: ebof perf -> ebof serve, spdk_nvme_perf -> both targets; the cipher's
+    single-core rate measured in the same run; connect time with DH-HMAC-CHAP."""
     t = TlsTargets(ebof_bin, work)
     res = {}
-    for rnd in range(ROUNDS):
+    rates = []
+    for rnd in range(TLS_ROUNDS):
         for name, pattern, bs, qd in TLS_WORKLOADS:
-            for target in (("ebof", "spdk") if rnd % 2 == 0 else ("spdk", "ebof")):
+            pairs = TLS_PAIRS if rnd % 2 == 0 else list(reversed(TLS_PAIRS))
+            for target, client in pairs:
                 t.only(target)
                 pid = (t.ebof if target == "ebof" else t.spdk).pid
-                for client in ("spdk", "ebof"):
-                    for tls in (False, True):
-                        out, cpu = run_measured(
-                            tls_client_args(client, ebof_bin, t, target, tls, pattern, bs, qd),
-                            pid)
-                        r = parse_spdk_perf(out) if client == "spdk" else parse_ebof_perf(out)
-                        if r is None:
-                            log(f"  {client}->{target} tls={tls} {name}: no result\n{out[-1500:]}")
-                            continue
-                        r["cpu"] = cpu
-                        r["us_per_io"] = cpu * 1e6 / r["iops"] if r["iops"] else None
-                        res.setdefault((name, target, client, tls), []).append(r)
-                        log(f"  round {rnd + 1} {client:4}->{target:4} {'TLS' if tls else 'tcp'} "
-                            f"{name:18} {r['iops']:>9,.0f} IOPS {r['mib_s']:>7,.0f} MiB/s "
-                            f"target CPU {cpu * 100:5.1f} %")
+                for tls in ((False, True) if rnd % 2 == 0 else (True, False)):
+                    out, cpu, ccpu = run_measured(
+                        tls_client_args(client, ebof_bin, t, target, tls, pattern, bs, qd), pid)
+                    r = parse_spdk_perf(out) if client == "spdk" else parse_ebof_perf(out)
+                    if r is None:
+                        log(f"  {client}->{target} tls={tls} {name}: no result\n{out[-1500:]}")
+                        continue
+                    r["round"] = rnd
+                    res.setdefault((name, target, client, tls), []).append(per_io(r, cpu, ccpu))
+                    log(f"  round {rnd + 1} {client:4}->{target:4} {'TLS' if tls else 'tcp'} "
+                        f"{name:18} {r['iops']:>9,.0f} IOPS {r['mib_s']:>7,.0f} MiB/s "
+                        f"target CPU {cpu * 100:5.1f} %")
+        # The cipher's rate once per round, with both targets frozen.
+        for p in (t.ebof, t.spdk):
+            os.kill(p.pid, signal.SIGSTOP)
+        rate = cipher_rate()
+        if rate:
+            rates.append(rate)
+            log(f"  round {rnd + 1} openssl speed aes-128-gcm 16 KiB: {rate / 1e9:.2f} GB/s")
+        os.kill(t.ebof.pid, signal.SIGCONT)
+        os.kill(t.spdk.pid, signal.SIGCONT)
     print("\n### NVMe/TCP with and without TLS 1.3 (PSK, TLS_AES_128_GCM_SHA256), target on core "
-          f"{TCORE}, client on core {CCORE}; median [min-max] of {ROUNDS} rounds\n")
-    print("| workload | target | client | transport | IOPS | MiB/s | avg / p99 us | target CPU % "
-          "| target CPU us per I/O | TLS/plain IOPS |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          f"{TCORE}, client on core {CCORE}; median [min-max] of {TLS_ROUNDS} rounds of "
+          f"{RUNTIME} s\n")
+    print("| workload | target | client | transport | IOPS | best IOPS | MiB/s | avg / p99 us "
+          "| target CPU % | target CPU us per I/O | client CPU us per I/O | TLS/plain IOPS "
+          "| TLS: ebof/SPDK target (medians, best, paired) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     labels = {"ebof": ("ebof serve", "ebof perf"), "spdk": ("SPDK nvmf_tgt", "spdk_nvme_perf")}
     for name, *_ in TLS_WORKLOADS:
-        for target in ("ebof", "spdk"):
-            for client in ("spdk", "ebof"):
-                plain = None
-                for tls in (False, True):
-                    rs = res.get((name, target, client, tls), [])
-                    if not rs:
-                        continue
-                    g = lambda k: median_mm([r[k] for r in rs if r.get(k) is not None])  # noqa: E731
-                    iops = g("iops")
-                    if not tls:
-                        plain = iops
-                    ratio = (f"**{iops[0] / plain[0]:.2f}**" if tls and plain and plain[0]
-                             else "")
-                    cpu = g("cpu")
-                    lat = " / ".join(f"{g(k)[0]:.1f}" if g(k) else "-" for k in ("avg_us", "p99_us"))
-                    print("| " + " | ".join([
-                        name, labels[target][0], labels[client][1], "TLS" if tls else "TCP",
-                        fmt(iops), fmt(g("mib_s")), lat,
-                        fmt((cpu[0] * 100, cpu[1] * 100, cpu[2] * 100) if cpu else None),
-                        fmt(g("us_per_io"), 2), ratio]) + " |")
+        for target, client in TLS_PAIRS:
+            plain = None
+            for tls in (False, True):
+                rs = res.get((name, target, client, tls), [])
+                if not rs:
+                    continue
+                g = lambda k: median_mm([r[k] for r in rs if r.get(k) is not None])  # noqa: E731
+                iops = g("iops")
+                if not tls:
+                    plain = iops
+                ratio = f"**{iops[0] / plain[0]:.2f}**" if tls and plain and plain[0] else ""
+                vs = ""
+                if tls and target == "spdk" and client == "spdk":
+                    m, b, pr = ratios(res.get((name, "ebof", "spdk", True), []), rs)
+                    vs = f"{m}, {b}, {pr}" if m else ""
+                cpu = g("cpu")
+                lat = " / ".join(f"{g(k)[0]:.1f}" if g(k) else "-" for k in ("avg_us", "p99_us"))
+                print("| " + " | ".join([
+                    name, labels[target][0], labels[client][1], "TLS" if tls else "TCP",
+                    fmt(iops), f"{max(r['iops'] for r in rs):,.0f}", fmt(g("mib_s")), lat,
+                    fmt((cpu[0] * 100, cpu[1] * 100, cpu[2] * 100) if cpu else None),
+                    fmt(g("us_per_io"), 2), fmt(g("client_us_per_io"), 2), ratio, vs]) + " |")
+    if rates:
+        rate = median_mm(rates)
+        print(f"\nAES-128-GCM on one core (`openssl speed -evp aes-128-gcm -bytes 16384` on core "
+              f"{TCORE}, once per round): {rate[0] / 1e9:.2f} GB/s [{rate[1] / 1e9:.2f}-"
+              f"{rate[2] / 1e9:.2f}]")
+        for name, *_ in TLS_WORKLOADS:
+            if not name.startswith("128K"):
+                continue
+            rs = res.get((name, "ebof", "ebof", True), [])
+            if rs:
+                mb = median_mm([r["mib_s"] * 1048576 for r in rs])
+                print(f"- ebof perf -> ebof serve over TLS, {name}: {mb[0] / 1e9:.2f} GB/s "
+                      f"[{mb[1] / 1e9:.2f}-{mb[2] / 1e9:.2f}] = {mb[0] / rate[0] * 100:.0f} % of "
+                      "the cipher's single-core rate")
     # Connection set-up: `ebof identify` (admin queue only) with and without DH-HMAC-CHAP
     # against ebof serve, wall time per connect.
     os.kill(t.spdk.pid, signal.SIGSTOP)
@@ -619,7 +714,8 @@ def main():
     with open("/proc/cpuinfo") as f:
         model = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "?")
     print(f"## ebof vs SPDK — {time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores ({model}), "
-          f"kernel {os.uname().release}, loopback; {RUNTIME} s runs after {WARMUP} s warm-up")
+          f"kernel {os.uname().release}, loopback; {ROUNDS} interleaved rounds of {RUNTIME} s "
+          f"runs after {WARMUP} s warm-up")
     try:
         if ONLY != "tls":
             t = Targets(ebof_bin, work)
