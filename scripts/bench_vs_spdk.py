@@ -702,6 +702,11 @@ def main():
                  EBOF_PORT + 6, SPDK_PORT + 10, SPDK_PORT + 11):
         if port_open(port):
             die(f"port {port} is in use")
+    with open("/proc/mounts") as f:
+        if not any(ln.split()[2:3] == ["hugetlbfs"] for ln in f):
+            # DPDK needs a hugetlbfs mount (containers often have none)
+            os.makedirs("/dev/hugepages", exist_ok=True)
+            subprocess.run(["mount", "-t", "hugetlbfs", "nodev", "/dev/hugepages"], check=True)
     with open("/proc/sys/vm/nr_hugepages") as f:
         if int(f.read()) < 1024:
             with open("/proc/sys/vm/nr_hugepages", "w") as w:
