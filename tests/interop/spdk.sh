@@ -38,6 +38,9 @@ if [[ -z ${EBOF_BIN:-} ]]; then
 	cargo build --release --locked -p ebof --quiet
 	EBOF_BIN=$PWD/target/release/ebof
 fi
+if ! grep -q ' hugetlbfs ' /proc/mounts; then # DPDK needs one; containers often have none
+	mkdir -p /dev/hugepages && mount -t hugetlbfs nodev /dev/hugepages
+fi
 if (($(cat /proc/sys/vm/nr_hugepages) < 1024)); then
 	echo 1024 >/proc/sys/vm/nr_hugepages
 fi
