@@ -85,16 +85,19 @@
 
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+mod aead;
 pub mod client;
 pub mod conn;
 pub mod error;
 mod ffi;
 pub mod psk;
+mod record;
 pub mod server;
 
 pub use client::{TlsClient, TlsClientConfig};
-pub use conn::{MAX_RECORD_PLAINTEXT, TlsConn};
+pub use conn::{MAX_RECORD_PLAINTEXT, RecordStats, TlsConn};
 pub use error::TlsError;
+pub use record::DEFAULT_KEY_UPDATE_RECORDS;
 pub use server::{TlsServer, TlsServerConfig};
 
 use openssl::ssl::{SslContextBuilder, SslMethod, SslVerifyMode, SslVersion};
@@ -129,9 +132,10 @@ pub(crate) fn base_context(method: SslMethod) -> Result<SslContextBuilder, TlsEr
     b.set_ciphersuites(SUITES_ALL).map_err(setup_err)?;
     b.set_groups_list(GROUPS).map_err(setup_err)?;
     b.set_verify(SslVerifyMode::NONE);
-    // Read whole buffers from our in-memory transport rather than header then body: fewer
-    // trips through the BIO per record.
-    b.set_read_ahead(true);
+    // No read-ahead: OpenSSL must read exactly the handshake's records and leave every byte
+    // after the peer's Finished in our buffer, where our record layer takes over (ADR 0024).
+    // The key log callback hands us the application traffic secrets.
+    b.set_keylog_callback(conn::keylog);
     Ok(b)
 }
 
