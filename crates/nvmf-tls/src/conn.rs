@@ -24,8 +24,6 @@ pub const MAX_RECORD_PLAINTEXT: usize = 16384;
 const RX_COMPACT_AT: usize = 64 * 1024;
 /// [`TlsConn::cipher_space`] offers at least this much room.
 const MIN_CIPHER_SPACE: usize = 64 * 1024;
-/// ... and grows the receive buffer by this much when it has less.
-const CIPHER_SPACE_GROW: usize = 256 * 1024;
 /// Past this much already-sent output the send buffer is compacted.
 const TX_COMPACT_AT: usize = 256 * 1024;
 
@@ -66,7 +64,8 @@ impl MemIo {
             }
         }
         if self.rx.len() - self.rx_end < min {
-            let grow = min.max(CIPHER_SPACE_GROW);
+            // Doubling, so that the handshake's small reads keep a small buffer.
+            let grow = min.max(self.rx.len());
             self.rx.resize(self.rx_end + grow, 0);
         }
         &mut self.rx[self.rx_end..]

@@ -657,3 +657,296 @@ fn handshake_name(t: u8) -> &'static str {
         _ => "unknown",
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn secret(b: u8, suite: Suite) -> Zeroizing<Vec<u8>> {
+        Zeroizing::new(vec![b; suite.hash_len()])
+    }
+
+    /// A client and a server record layer with matching keys.
+    fn pair(suite: Suite) -> (RecordLayer, RecordLayer) {
+        let c = RecordLayer::new(suite, secret(1, suite), secret(2, suite), true).unwrap();
+        let s = RecordLayer::new(suite, secret(2, suite), secret(1, suite), false).unwrap();
+        (c, s)
+    }
+
+    /// Seals a record whose TLSInnerPlaintext is exactly `inner` (content, type, padding).
+    fn seal_inner(rl: &mut RecordLayer, inner: &[u8]) -> Vec<u8> {
+        let mut out = vec![0; HEADER_LEN];
+        out.extend_from_slice(inner);
+        rl.seal_at(&mut out, 0).unwrap();
+        out
+    }
+
+    /// Opens everything in `wire`; returns the application data and the last outcome.
+    fn open_all(rl: &mut RecordLayer, wire: &mut [u8]) -> Result<(Vec<u8>, Opened), String> {
+        let mut pos = 0;
+        let mut data = Vec::new();
+        let mut sink = Vec::new();
+        loop {
+            match rl.open_next(wire, &mut pos, &mut sink) {
+                Ok(Opened::Data(r)) => data.extend_from_slice(&wire[r]),
+                Ok(Opened::Control) => {}
+                Ok(other) => return Ok((data, other)),
+                Err(v) => return Err(v.error.to_string()),
+            }
+        }
+    }
+
+    #[test]
+    fn round_trip_both_suites_and_sequence_numbers() {
+        for suite in [Suite::Aes128GcmSha256, Suite::Aes256GcmSha384] {
+            let (mut c, mut s) = pair(suite);
+            let data: Vec<u8> = (0..40_000u32).map(|i| i as u8).collect();
+            let mut wire = Vec::new();
+            assert_eq!(
+                c.seal_stream(&mut wire, &[&data[..100], &data[100..]])
+                    .unwrap(),
+                40_000
+            );
+            // 40 000 bytes: 16384 + 16384 + 7232.
+            assert_eq!(wire.len(), 40_000 + 3 * RECORD_OVERHEAD);
+            assert_eq!(c.seqs(), (3, 0));
+            let (got, last) = open_all(&mut s, &mut wire).unwrap();
+            assert_eq!(got, data);
+            assert_eq!(last, Opened::NeedMore);
+            assert_eq!(s.seqs(), (0, 3));
+        }
+    }
+
+    #[test]
+    fn tampered_record_is_bad_record_mac() {
+        let (mut c, mut s) = pair(Suite::Aes128GcmSha256);
+        let mut wire = Vec::new();
+        c.seal_stream(&mut wire, &[b"hello"]).unwrap();
+        let last = wire.len() - 1;
+        wire[last] ^= 1;
+        let e = open_all(&mut s, &mut wire).unwrap_err();
+        assert!(e.contains("bad_record_mac"), "{e}");
+        // The header is authenticated too.
+        let (mut c, mut s) = pair(Suite::Aes128GcmSha256);
+        let mut wire = Vec::new();
+        c.seal_stream(&mut wire, &[b"hello"]).unwrap();
+        wire[1] = 0x01; // legacy version: ignored by the spec, but it is in the AAD
+        assert!(
+            open_all(&mut s, &mut wire)
+                .unwrap_err()
+                .contains("bad_record_mac")
+        );
+    }
+
+    #[test]
+    fn outer_content_type_and_lengths() {
+        let (_, mut s) = pair(Suite::Aes128GcmSha256);
+        let mut v = vec![22, 3, 3, 0, 20];
+        v.extend_from_slice(&[0; 20]);
+        assert!(
+            open_all(&mut s, &mut v)
+                .unwrap_err()
+                .contains("unexpected_message")
+        );
+        let mut v = vec![23, 3, 3, 0x41, 0x01];
+        assert!(
+            open_all(&mut s, &mut v)
+                .unwrap_err()
+                .contains("record_overflow")
+        );
+        let mut v = vec![23, 3, 3, 0, 16];
+        v.extend_from_slice(&[0; 16]);
+        assert!(
+            open_all(&mut s, &mut v)
+                .unwrap_err()
+                .contains("decode_error")
+        );
+        // Incomplete: header only, then header plus part of the body.
+        let mut v = vec![23, 3, 3];
+        assert_eq!(open_all(&mut s, &mut v).unwrap().1, Opened::NeedMore);
+        let mut v = vec![23, 3, 3, 0, 30, 1, 2];
+        assert_eq!(open_all(&mut s, &mut v).unwrap().1, Opened::NeedMore);
+    }
+
+    #[test]
+    fn inner_plaintext_padding_types_and_overflow() {
+        let (mut c, mut s) = pair(Suite::Aes128GcmSha256);
+        // Content, type, then padding zeros: the padding is stripped.
+        let mut w = seal_inner(&mut c, b"abc\x17\0\0\0\0");
+        assert_eq!(open_all(&mut s, &mut w).unwrap().0, b"abc");
+        // A zero-length application data record.
+        let mut w = seal_inner(&mut c, b"\x17");
+        assert_eq!(
+            open_all(&mut s, &mut w).unwrap(),
+            (vec![], Opened::NeedMore)
+        );
+        // Content ending in zeros keeps them (they come before the type).
+        let mut w = seal_inner(&mut c, b"a\0\0\x17\0");
+        assert_eq!(open_all(&mut s, &mut w).unwrap().0, b"a\0\0");
+        // All zeros: no content type.
+        let mut w = seal_inner(&mut c, &[0; 10]);
+        assert!(
+            open_all(&mut s, &mut w)
+                .unwrap_err()
+                .contains("unexpected_message")
+        );
+        let (mut c, mut s) = pair(Suite::Aes128GcmSha256);
+        let mut w = seal_inner(&mut c, b"x\x18");
+        let e = open_all(&mut s, &mut w).unwrap_err();
+        assert!(e.contains("content type 24"), "{e}");
+        let (mut c, mut s) = pair(Suite::Aes128GcmSha256);
+        let mut w = seal_inner(&mut c, b"x\x14");
+        assert!(
+            open_all(&mut s, &mut w)
+                .unwrap_err()
+                .contains("unexpected_message")
+        );
+        // 16385 bytes of content: record_overflow, although the record length is allowed.
+        let (mut c, mut s) = pair(Suite::Aes128GcmSha256);
+        let mut inner = vec![1u8; MAX_PLAIN + 1];
+        inner.push(CT_APPLICATION_DATA);
+        let mut w = seal_inner(&mut c, &inner);
+        assert!(
+            open_all(&mut s, &mut w)
+                .unwrap_err()
+                .contains("record_overflow")
+        );
+        // Exactly 16384 plus padding up to the length limit: fine.
+        let (mut c, mut s) = pair(Suite::Aes128GcmSha256);
+        let mut inner = vec![1u8; MAX_PLAIN];
+        inner.push(CT_APPLICATION_DATA);
+        inner.extend_from_slice(&[0; 255 - TAG_LEN]);
+        let mut w = seal_inner(&mut c, &inner);
+        assert_eq!(open_all(&mut s, &mut w).unwrap().0.len(), MAX_PLAIN);
+    }
+
+    #[test]
+    fn alerts() {
+        let (mut c, mut s) = pair(Suite::Aes128GcmSha256);
+        let mut w = Vec::new();
+        c.seal_alert(&mut w, ALERT_CLOSE_NOTIFY).unwrap();
+        assert_eq!(open_all(&mut s, &mut w).unwrap().1, Opened::Closed);
+        let mut w = Vec::new();
+        c.seal_alert(&mut w, ALERT_DECODE_ERROR).unwrap();
+        let e = open_all(&mut s, &mut w).unwrap_err();
+        assert!(e.contains("decode error"), "{e}");
+        let (mut c, mut s) = pair(Suite::Aes128GcmSha256);
+        let mut w = seal_inner(&mut c, &[2, 20, 0, CT_ALERT]);
+        assert!(
+            open_all(&mut s, &mut w)
+                .unwrap_err()
+                .contains("decode_error")
+        );
+        // user_canceled is a warning: ignored.
+        let (mut c, mut s) = pair(Suite::Aes128GcmSha256);
+        let mut w = seal_inner(&mut c, &[1, 90, CT_ALERT]);
+        assert_eq!(
+            open_all(&mut s, &mut w).unwrap(),
+            (vec![], Opened::NeedMore)
+        );
+    }
+
+    #[test]
+    fn key_update_both_ways_and_requested_answer() {
+        let (mut c, mut s) = pair(Suite::Aes256GcmSha384);
+        let mut w = Vec::new();
+        c.seal_stream(&mut w, &[b"before"]).unwrap();
+        c.send_key_update(&mut w, true).unwrap();
+        c.seal_stream(&mut w, &[b"after"]).unwrap();
+        assert_eq!(c.seqs().0, 1, "sequence numbers restart under the new key");
+        let mut answer = Vec::new();
+        let mut pos = 0;
+        let mut got = Vec::new();
+        loop {
+            match s.open_next(&mut w, &mut pos, &mut answer) {
+                Ok(Opened::Data(r)) => got.extend_from_slice(&w[r]),
+                Ok(Opened::Control) => {}
+                Ok(Opened::NeedMore) => break,
+                Ok(Opened::Closed) | Err(_) => panic!("unexpected"),
+            }
+        }
+        assert_eq!(got, b"beforeafter");
+        assert_eq!((s.updates_received, s.updates_sent), (1, 1));
+        // The server answered with its own KeyUpdate and switched its sending key.
+        s.seal_stream(&mut answer, &[b"reply"]).unwrap();
+        let (data, _) = open_all(&mut c, &mut answer).unwrap();
+        assert_eq!(data, b"reply");
+        assert_eq!((c.updates_received, c.updates_sent), (1, 1));
+    }
+
+    #[test]
+    fn key_update_at_the_record_threshold() {
+        let (mut c, mut s) = pair(Suite::Aes128GcmSha256);
+        c.set_key_update_records(2);
+        let data = vec![7u8; 5 * MAX_PLAIN];
+        let mut w = Vec::new();
+        c.seal_stream(&mut w, &[&data]).unwrap();
+        // Records 1,2 | KU | 3,4 | KU | 5.
+        assert_eq!(c.updates_sent, 2);
+        let (got, _) = open_all(&mut s, &mut w).unwrap();
+        assert_eq!(got, data);
+        assert_eq!(s.updates_received, 2);
+    }
+
+    #[test]
+    fn post_handshake_messages() {
+        // NewSessionTicket to a client: ignored, even split over two records.
+        let (mut c, mut s) = pair(Suite::Aes128GcmSha256);
+        let mut w = seal_inner(&mut s, &[4, 0, 0, 3, 9, 9, CT_HANDSHAKE]);
+        w.extend(seal_inner(&mut s, &[9, CT_HANDSHAKE]));
+        w.extend(seal_inner(&mut s, b"ok\x17"));
+        assert_eq!(open_all(&mut c, &mut w).unwrap().0, b"ok");
+        // ... but not to a server.
+        let (mut c, mut s) = pair(Suite::Aes128GcmSha256);
+        let mut w = seal_inner(&mut c, &[4, 0, 0, 0, CT_HANDSHAKE]);
+        assert!(
+            open_all(&mut s, &mut w)
+                .unwrap_err()
+                .contains("new_session_ticket")
+        );
+        // Any other handshake message.
+        let (mut c, mut s) = pair(Suite::Aes128GcmSha256);
+        let mut w = seal_inner(&mut c, &[1, 0, 0, 0, CT_HANDSHAKE]);
+        assert!(
+            open_all(&mut s, &mut w)
+                .unwrap_err()
+                .contains("client_hello")
+        );
+        // A KeyUpdate with a bad value, with a bad length, or not at the end of its record.
+        for (inner, want) in [
+            (&[24, 0, 0, 1, 2, CT_HANDSHAKE][..], "illegal_parameter"),
+            (&[24, 0, 0, 2, 0, 0, CT_HANDSHAKE][..], "decode_error"),
+            (&[24, 0, 0, 1, 0, 4, CT_HANDSHAKE][..], "unexpected_message"),
+        ] {
+            let (mut c, mut s) = pair(Suite::Aes128GcmSha256);
+            let mut w = seal_inner(&mut c, inner);
+            let e = open_all(&mut s, &mut w).unwrap_err();
+            assert!(e.contains(want), "{e}");
+        }
+        // Application data in the middle of a fragmented handshake message.
+        let (mut c, mut s) = pair(Suite::Aes128GcmSha256);
+        let mut w = seal_inner(&mut c, &[24, 0, CT_HANDSHAKE]);
+        w.extend(seal_inner(&mut c, b"x\x17"));
+        assert!(
+            open_all(&mut s, &mut w)
+                .unwrap_err()
+                .contains("unexpected_message")
+        );
+        // An empty handshake record.
+        let (mut c, mut s) = pair(Suite::Aes128GcmSha256);
+        let mut w = seal_inner(&mut c, &[CT_HANDSHAKE]);
+        assert!(
+            open_all(&mut s, &mut w)
+                .unwrap_err()
+                .contains("unexpected_message")
+        );
+    }
+
+    #[test]
+    fn secrets_of_the_wrong_length_are_refused() {
+        let short = Zeroizing::new(vec![0u8; 31]);
+        assert!(DirKeys::new(Suite::Aes128GcmSha256, short).is_err());
+        let sha256 = Zeroizing::new(vec![0u8; 32]);
+        assert!(DirKeys::new(Suite::Aes256GcmSha384, sha256).is_err());
+    }
+}
