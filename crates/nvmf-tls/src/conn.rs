@@ -506,6 +506,24 @@ impl TlsConn {
         }
     }
 
+    /// Testing and fuzzing only: seals `inner` verbatim as one record's TLSInnerPlaintext
+    /// (content, content type, padding: any bytes, even malformed) with our sending key, so
+    /// that a peer's record decoder can be fed hostile plaintext under valid encryption. Our
+    /// record layer only; `inner` of at most 16 KiB + 256 − 16 bytes.
+    #[doc(hidden)]
+    pub fn write_raw_inner_plaintext(&mut self, inner: &[u8]) -> Result<(), TlsError> {
+        self.check_failed()?;
+        let Some(rec) = self.rec.as_mut() else {
+            return Err(TlsError::NotEstablished);
+        };
+        if inner.len() + crate::aead::TAG_LEN > crate::record::MAX_CIPHERTEXT {
+            return Err(TlsError::Record("inner plaintext too long".into()));
+        }
+        let io = self.stream.get_mut();
+        io.compact_tx();
+        rec.seal_raw_inner(&mut io.tx, inner)
+    }
+
     /// True after the peer's close_notify: no more plaintext will come.
     pub fn peer_closed(&self) -> bool {
         self.peer_closed

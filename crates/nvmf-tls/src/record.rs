@@ -309,6 +309,18 @@ impl RecordLayer {
         self.seal_at(out, start)
     }
 
+    /// Appends a record whose TLSInnerPlaintext is exactly `inner` (tests, fuzzing).
+    pub(crate) fn seal_raw_inner(
+        &mut self,
+        out: &mut Vec<u8>,
+        inner: &[u8],
+    ) -> Result<(), TlsError> {
+        let start = out.len();
+        out.extend_from_slice(&[0; HEADER_LEN]);
+        out.extend_from_slice(inner);
+        self.seal_at(out, start)
+    }
+
     /// Before an application-data record: a KeyUpdate the peer asked for, or our own when the
     /// sending key has protected enough records.
     fn key_update_due(&mut self, out: &mut Vec<u8>) -> Result<(), TlsError> {
