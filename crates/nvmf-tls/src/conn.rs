@@ -1,5 +1,5 @@
 //! The sans-IO TLS session shared by both roles: OpenSSL's `SslStream` over an in-memory
-//! transport for the handshake, then our record layer ([`crate::record`], ADR 0024) for the
+//! transport for the handshake, then our record layer (`record.rs`, ADR 0024) for the
 //! AES-GCM suites (TLS_AES_128_CCM_SHA256 stays on OpenSSL's record layer). Ciphertext goes in
 //! with [`TlsConn::feed`] (or straight into [`TlsConn::cipher_space`]) and comes out of
 //! [`TlsConn::pending_cipher`]; plaintext goes in with [`TlsConn::write_plain`] and comes out
