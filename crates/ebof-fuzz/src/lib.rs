@@ -31,6 +31,9 @@
 //!   round trips, agreement with `nvme-spec`'s SGL length.
 //! - [`targets::tls_psk`]: bytes into the PSK identity parser, the target's identity lookup
 //!   and the key interchange format; round trips, host ↔ target agreement on the TLS PSK.
+//! - [`targets::tls_record`]: records into an established TLS session (our record layer):
+//!   raw ciphertext, hostile inner plaintext under the right key, honest data, KeyUpdates,
+//!   tampered records; honest data arrives whole, failures are sticky and answered by alerts.
 //! - [`targets::dim`]: bytes into the Discovery Information Management decoder (TP 8010);
 //!   offsets of refusals inside the data, stable round trips of what is accepted.
 //! - [`targets::csi_names`]: text into the CSI driver's volume-context listener decoder
@@ -156,6 +159,12 @@ pub const TARGETS: &[Target] = &[
         name: "tls_psk",
         run: targets::tls_psk::run,
         max_len: 1024,
+        time_div: 4,
+    },
+    Target {
+        name: "tls_record",
+        run: targets::tls_record::run,
+        max_len: 40 * 1024,
         time_div: 4,
     },
     Target {

@@ -43,6 +43,9 @@ pub fn all() -> Vec<(&'static str, String, Vec<u8>)> {
     for (name, bytes) in tls_psk_seeds() {
         v.push(("tls_psk", name, bytes));
     }
+    for (name, bytes) in tls_record_seeds() {
+        v.push(("tls_record", name, bytes));
+    }
     for (name, bytes) in dim_seeds() {
         v.push(("dim", name, bytes));
     }
@@ -683,6 +686,65 @@ fn rdma_wire_seeds() -> Vec<(String, Vec<u8>)> {
         ("accept".into(), accept),
         ("reject".into(), reject),
     ]
+}
+
+// ----------------------------------------------------------------------------------------
+// tls_record
+
+fn tls_record_seeds() -> Vec<(String, Vec<u8>)> {
+    let op = |code: u8, bytes: &[u8]| {
+        let len = u16::try_from(bytes.len()).unwrap_or(u16::MAX).to_le_bytes();
+        let mut v = vec![code, len[0], len[1]];
+        v.extend_from_slice(bytes);
+        v
+    };
+    let big = pattern(20_000, 0x33);
+    let mut seeds = vec![
+        (
+            "data".to_string(),
+            [vec![0xfe], op(2, b"icreq"), op(2, &big)].concat(),
+        ),
+        (
+            "data-sha384-1byte-reads".into(),
+            [vec![0x01], op(2, &big[..3000])].concat(),
+        ),
+        (
+            "key-update".into(),
+            [
+                vec![0x20],
+                op(2, b"a"),
+                op(3, &[1]),
+                op(2, b"b"),
+                op(3, &[0]),
+                op(2, b"c"),
+            ]
+            .concat(),
+        ),
+        (
+            "close".into(),
+            [vec![0x40], op(2, b"last"), op(5, b"")].concat(),
+        ),
+        ("tampered".into(), [vec![0x60], op(4, &big[..100])].concat()),
+        (
+            "raw-header".into(),
+            [vec![0x02], op(0, &[23, 3, 3, 0x41, 0x01])].concat(),
+        ),
+    ];
+    for (name, inner) in [
+        ("inner-padding", &b"data\x17\0\0\0"[..]),
+        ("inner-zeros", &[0u8; 8][..]),
+        ("inner-key-update", &[24, 0, 0, 1, 1, 22][..]),
+        ("inner-ticket", &[4, 0, 0, 2, 9, 9, 22][..]),
+        ("inner-alert", &[2, 50, 21][..]),
+        ("inner-close", &[1, 0, 21][..]),
+        ("inner-ccs", &[1, 20][..]),
+    ] {
+        seeds.push((
+            name.to_string(),
+            [vec![0x10], op(2, b"x"), op(1, inner)].concat(),
+        ));
+    }
+    seeds
 }
 
 // ----------------------------------------------------------------------------------------

@@ -217,6 +217,14 @@ impl ebof_runtime::tls::TlsSession for ServerSession {
         self.0.feed(cipher).map(|_| ()).map_err(tls_err)
     }
 
+    fn cipher_space(&mut self) -> Option<&mut [u8]> {
+        Some(self.0.cipher_space())
+    }
+
+    fn cipher_filled(&mut self, n: usize) -> Result<(), ebof_runtime::tls::TlsError> {
+        self.0.cipher_filled(n).map_err(tls_err)
+    }
+
     fn read_plain(&mut self, dst: &mut [u8]) -> Result<usize, ebof_runtime::tls::TlsError> {
         self.0.read_plain(dst).map_err(tls_err)
     }

@@ -1119,13 +1119,22 @@ fn read_tls(c: &mut ConnState) -> Input {
             c.readable = true;
             break;
         }
-        let r = CIPHER.with(|b| {
-            let mut b = b.borrow_mut();
-            match c.stream.read(&mut b) {
-                Ok(n) if n > 0 => session.feed(&b[..n]).map(|()| Ok(n)),
+        // Into the session's own buffer when it has one (its records are opened in place
+        // there), else through ours and a copy.
+        let r = if let Some(space) = session.cipher_space() {
+            match c.stream.read(space) {
+                Ok(n) if n > 0 => session.cipher_filled(n).map(|()| Ok(n)),
                 other => Ok(other),
             }
-        });
+        } else {
+            CIPHER.with(|b| {
+                let mut b = b.borrow_mut();
+                match c.stream.read(&mut b) {
+                    Ok(n) if n > 0 => session.feed(&b[..n]).map(|()| Ok(n)),
+                    other => Ok(other),
+                }
+            })
+        };
         let r = match r {
             Ok(r) => r,
             Err(e) => return Input::Tls(e),

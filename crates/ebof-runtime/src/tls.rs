@@ -39,6 +39,20 @@ pub trait TlsSession: Send {
     /// unknown PSK identity) may leave an alert in [`TlsSession::pending_cipher`] to send
     /// before closing.
     fn feed(&mut self, cipher: &[u8]) -> Result<(), TlsError>;
+    /// Room in the session's own receive buffer to read ciphertext from the socket straight
+    /// into (then [`TlsSession::cipher_filled`]): saves the copy [`TlsSession::feed`] makes.
+    /// `None` (the default): the reactor reads into its own buffer and calls `feed`.
+    fn cipher_space(&mut self) -> Option<&mut [u8]> {
+        None
+    }
+    /// `n` bytes were read into the start of [`TlsSession::cipher_space`]; like `feed` of
+    /// them.
+    fn cipher_filled(&mut self, n: usize) -> Result<(), TlsError> {
+        let _ = n;
+        Err(TlsError(
+            "internal: cipher_filled on a session without cipher_space".into(),
+        ))
+    }
     /// Decrypted bytes, as many as fit `dst`; 0 when none are ready.
     fn read_plain(&mut self, dst: &mut [u8]) -> Result<usize, TlsError>;
     /// Encrypt `bufs` (in order, as one stream) into records.

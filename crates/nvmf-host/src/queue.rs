@@ -34,8 +34,6 @@ const RX_READ_WINDOW: usize = 64 * 1024;
 /// The receive buffer holds at least two of the largest PDUs and at least this much, so the
 /// partial-PDU move above happens about once per this many bytes received, not once per PDU.
 const RX_MIN_BUF: usize = 1 << 20;
-/// TLS: ciphertext taken from the socket per read (several 16 KiB records).
-const TLS_READ_BUF: usize = 256 * 1024;
 /// How many write/read/decode rounds [`Queue::try_io`] runs before yielding to its caller.
 const IO_BUDGET: usize = 64;
 /// In-capsule data limit on the admin queue (NVMe/TCP: admin and Fabrics commands accept up to
@@ -505,8 +503,6 @@ struct Link {
     tls: Option<Box<nvmf_tls::TlsClient>>,
     /// TLS: the session may hold decrypted bytes the receive buffer had no room for.
     tls_more: bool,
-    /// TLS: ciphertext read from the socket (allocated with the session).
-    cbuf: Vec<u8>,
     conn: HostConn,
     rx: Vec<u8>,
     rx_head: usize,
@@ -544,11 +540,6 @@ impl Link {
         };
         let mut link = Link {
             stream,
-            cbuf: if tls.is_some() {
-                vec![0u8; TLS_READ_BUF]
-            } else {
-                Vec::new()
-            },
             tls,
             tls_more: false,
             conn,
@@ -762,16 +753,20 @@ impl Link {
             if fed {
                 break;
             }
+            // Ciphertext goes straight into the session's buffer, where its records are
+            // opened in place.
+            let space = t.cipher_space();
+            let room = space.len();
             let r = if self.raw_reads {
-                recv_nonblocking(&self.stream, &mut self.cbuf)
+                recv_nonblocking(&self.stream, space)
             } else {
-                self.stream.try_read(&mut self.cbuf)
+                self.stream.try_read(space)
             };
             match r {
                 Ok(0) => return Err(HostError::Disconnected),
                 Ok(k) => {
-                    t.feed(&self.cbuf[..k]).map_err(tls_err)?;
-                    fed = k < self.cbuf.len();
+                    t.cipher_filled(k).map_err(tls_err)?;
+                    fed = k < room;
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                 Err(e) => return Err(e.into()),

@@ -14,7 +14,7 @@ use openssl::ex_data::Index;
 use openssl::ssl::{Ssl, SslContext, SslMethod, SslRef};
 use openssl_sys::{EVP_MD, SSL, SSL_SESSION};
 
-use crate::conn::{MemIo, Role, TlsConn};
+use crate::conn::{Role, TlsConn};
 use crate::error::TlsError;
 use crate::psk::TlsPsk;
 use crate::{base_context, ffi, setup_err, suites_for};
@@ -134,7 +134,7 @@ impl TlsClient {
             },
         );
         ssl.set_connect_state();
-        let stream = openssl::ssl::SslStream::new(ssl, MemIo::default()).map_err(setup_err)?;
+        let stream = crate::conn::new_stream(ssl)?;
         let mut conn = TlsConn::new(stream, Role::Client, no_failure, our_identity);
         conn.drive()?;
         Ok(TlsClient { conn })

@@ -1,14 +1,20 @@
 //! The sans-IO TLS session shared by both roles: OpenSSL's `SslStream` over an in-memory
-//! transport. Ciphertext goes in with [`TlsConn::feed`] and comes out of
+//! transport for the handshake, then our record layer (`record.rs`, ADR 0024) for the
+//! AES-GCM suites (TLS_AES_128_CCM_SHA256 stays on OpenSSL's record layer). Ciphertext goes in
+//! with [`TlsConn::feed`] (or straight into [`TlsConn::cipher_space`]) and comes out of
 //! [`TlsConn::pending_cipher`]; plaintext goes in with [`TlsConn::write_plain`] and comes out
 //! of [`TlsConn::read_plain`].
 
 use std::io::{self, Read, Write};
 use std::mem::MaybeUninit;
+use std::ops::Range;
+use std::sync::{Mutex, OnceLock};
 
-use openssl::ssl::{ErrorCode, SslStream};
+use openssl::ssl::{ErrorCode, Ssl, SslRef, SslStream};
+use zeroize::Zeroizing;
 
 use crate::error::{TlsError, printable};
+use crate::record::{ALERT_CLOSE_NOTIFY, ALERT_INTERNAL_ERROR, Opened, RecordLayer, Suite};
 
 /// The largest plaintext a TLS record carries (RFC 8446 §5.1; also what the Linux host's
 /// `record_size_limit` of 0x4001 allows: 16384 bytes + the inner content type).
@@ -16,34 +22,75 @@ pub const MAX_RECORD_PLAINTEXT: usize = 16384;
 
 /// Past this much already-consumed input the receive buffer is compacted.
 const RX_COMPACT_AT: usize = 64 * 1024;
+/// [`TlsConn::cipher_space`] offers at least this much room.
+const MIN_CIPHER_SPACE: usize = 64 * 1024;
+/// Past this much already-sent output the send buffer is compacted.
+const TX_COMPACT_AT: usize = 256 * 1024;
 
-/// Bytes shuttled between the reactor and OpenSSL. OpenSSL reads ciphertext from `rx` (a read
-/// past the end is `WouldBlock`: "need more bytes", a normal state) and writes ciphertext to
-/// `tx`, which never blocks.
+/// The connection's byte buffers. During the handshake OpenSSL reads ciphertext from `rx` (a
+/// read past the end is `WouldBlock`: "need more bytes", a normal state) and writes ciphertext
+/// to `tx`, which never blocks. Afterwards our record layer opens records in place in `rx`
+/// and seals them in place at the end of `tx`.
 #[derive(Default)]
 pub(crate) struct MemIo {
+    /// Initialized storage; `rx[rx_pos..rx_end]` is ciphertext not processed yet.
     rx: Vec<u8>,
     rx_pos: usize,
+    rx_end: usize,
+    /// Decrypted plaintext inside `rx` not handed out yet (our record layer only).
+    plain: Range<usize>,
     tx: Vec<u8>,
     tx_pos: usize,
 }
 
 impl MemIo {
-    fn push(&mut self, bytes: &[u8]) {
-        if self.rx_pos == self.rx.len() {
-            self.rx.clear();
+    /// Free room at the end of `rx`, at least `min` bytes (compacting or growing).
+    fn space(&mut self, min: usize) -> &mut [u8] {
+        let keep = if self.plain.is_empty() {
+            self.rx_pos
+        } else {
+            self.plain.start
+        };
+        if keep == self.rx_end {
             self.rx_pos = 0;
-        } else if self.rx_pos >= RX_COMPACT_AT {
-            self.rx.drain(..self.rx_pos);
-            self.rx_pos = 0;
+            self.rx_end = 0;
+            self.plain = 0..0;
+        } else if keep > 0 && (keep >= RX_COMPACT_AT || self.rx.len() - self.rx_end < min) {
+            self.rx.copy_within(keep..self.rx_end, 0);
+            self.rx_pos -= keep;
+            self.rx_end -= keep;
+            if !self.plain.is_empty() {
+                self.plain = self.plain.start - keep..self.plain.end - keep;
+            }
         }
-        self.rx.extend_from_slice(bytes);
+        if self.rx.len() - self.rx_end < min {
+            // Doubling, so that the handshake's small reads keep a small buffer.
+            let grow = min.max(self.rx.len());
+            self.rx.resize(self.rx_end + grow, 0);
+        }
+        &mut self.rx[self.rx_end..]
+    }
+
+    fn filled(&mut self, n: usize) {
+        self.rx_end = (self.rx_end + n).min(self.rx.len());
+    }
+
+    fn push(&mut self, bytes: &[u8]) {
+        self.space(bytes.len())[..bytes.len()].copy_from_slice(bytes);
+        self.filled(bytes.len());
+    }
+
+    fn compact_tx(&mut self) {
+        if self.tx_pos >= TX_COMPACT_AT {
+            self.tx.drain(..self.tx_pos);
+            self.tx_pos = 0;
+        }
     }
 }
 
 impl Read for MemIo {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let avail = &self.rx[self.rx_pos..];
+        let avail = &self.rx[self.rx_pos..self.rx_end];
         if avail.is_empty() {
             return Err(io::ErrorKind::WouldBlock.into());
         }
@@ -62,6 +109,77 @@ impl Write for MemIo {
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
     }
+}
+
+/// The traffic secrets OpenSSL reports through its key log callback, per `SSL`, until our
+/// record layer takes them.
+#[derive(Default)]
+pub(crate) struct Secrets {
+    client: Option<Zeroizing<Vec<u8>>>,
+    server: Option<Zeroizing<Vec<u8>>>,
+}
+
+type SecretSlot = Mutex<Secrets>;
+
+fn secrets_index() -> Result<openssl::ex_data::Index<Ssl, SecretSlot>, TlsError> {
+    static INDEX: OnceLock<Result<openssl::ex_data::Index<Ssl, SecretSlot>, String>> =
+        OnceLock::new();
+    ex_index(&INDEX)
+}
+
+/// The key log callback (`SSL_CTX_set_keylog_callback`): keeps the application traffic
+/// secrets (`CLIENT_TRAFFIC_SECRET_0` / `SERVER_TRAFFIC_SECRET_0 <client_random> <hex>`) of
+/// this `SSL`; every other line (handshake secrets) is ignored. Nothing is logged.
+pub(crate) fn keylog(ssl: &SslRef, line: &str) {
+    let mut parts = line.split(' ');
+    let (Some(label), Some(_random), Some(hex), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return;
+    };
+    let client = match label {
+        "CLIENT_TRAFFIC_SECRET_0" => true,
+        "SERVER_TRAFFIC_SECRET_0" => false,
+        _ => return,
+    };
+    let Some(secret) = unhex(hex) else {
+        return;
+    };
+    let Ok(index) = secrets_index() else {
+        return;
+    };
+    if let Some(slot) = ssl.ex_data(index)
+        && let Ok(mut s) = slot.lock()
+    {
+        if client {
+            s.client = Some(secret);
+        } else {
+            s.server = Some(secret);
+        }
+    }
+}
+
+fn unhex(hex: &str) -> Option<Zeroizing<Vec<u8>>> {
+    let hex = hex.as_bytes();
+    if !hex.len().is_multiple_of(2) || hex.len() > 128 {
+        return None;
+    }
+    let digit = |c: u8| {
+        char::from(c)
+            .to_digit(16)
+            .and_then(|d| u8::try_from(d).ok())
+    };
+    let mut out = Zeroizing::new(Vec::with_capacity(hex.len() / 2));
+    for pair in hex.chunks_exact(2) {
+        out.push(digit(pair[0])? << 4 | digit(pair[1])?);
+    }
+    Some(out)
+}
+
+/// A new `SslStream` over in-memory buffers, with the slot the key log callback fills.
+pub(crate) fn new_stream(mut ssl: Ssl) -> Result<SslStream<MemIo>, TlsError> {
+    ssl.set_ex_data(secrets_index()?, Mutex::new(Secrets::default()));
+    SslStream::new(ssl, MemIo::default()).map_err(crate::setup_err)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,6 +233,9 @@ pub(crate) type IdentityHook = fn(&openssl::ssl::SslRef) -> Option<&[u8]>;
 /// it; see the crate documentation for the calling pattern.
 pub struct TlsConn {
     stream: SslStream<MemIo>,
+    /// Our record layer, once the handshake of an AES-GCM suite is done (`None` during the
+    /// handshake and for TLS_AES_128_CCM_SHA256, which stays on OpenSSL's).
+    rec: Option<Box<RecordLayer>>,
     role: Role,
     state: State,
     /// The first bytes received, kept until the record type and version could be checked.
@@ -123,8 +244,23 @@ pub struct TlsConn {
     peer_closed: bool,
     local_closed: bool,
     staging: Vec<u8>,
+    /// Records per sending key before a KeyUpdate (our record layer).
+    key_update_records: u64,
     failure_hook: FailureHook,
     identity_hook: IdentityHook,
+}
+
+/// Counters of our record layer (see [`TlsConn::record_stats`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordStats {
+    /// The sequence number of the next record we send (restarts at 0 after each KeyUpdate).
+    pub send_seq: u64,
+    /// The sequence number of the next record we expect.
+    pub recv_seq: u64,
+    /// KeyUpdates we sent (ours at the record threshold, or answers to the peer's requests).
+    pub key_updates_sent: u64,
+    /// KeyUpdates the peer sent.
+    pub key_updates_received: u64,
 }
 
 impl std::fmt::Debug for TlsConn {
@@ -133,6 +269,7 @@ impl std::fmt::Debug for TlsConn {
             .field("role", &self.role)
             .field("state", &self.state)
             .field("cipher", &self.cipher_suite())
+            .field("own_record_layer", &self.rec.is_some())
             .field("pending_cipher", &self.pending_cipher().len())
             .finish_non_exhaustive()
     }
@@ -147,6 +284,7 @@ impl TlsConn {
     ) -> TlsConn {
         TlsConn {
             stream,
+            rec: None,
             role,
             state: State::Handshaking,
             sniff: Vec::with_capacity(5),
@@ -154,13 +292,14 @@ impl TlsConn {
             peer_closed: false,
             local_closed: false,
             staging: Vec::new(),
+            key_update_records: crate::record::DEFAULT_KEY_UPDATE_RECORDS,
             failure_hook,
             identity_hook,
         }
     }
 
     /// Runs the handshake as far as the buffered input allows (the client's first call
-    /// produces the ClientHello).
+    /// produces the ClientHello); when it completes, our record layer takes over.
     pub(crate) fn drive(&mut self) -> Result<(), TlsError> {
         if !matches!(self.state, State::Handshaking) {
             return Ok(());
@@ -168,10 +307,66 @@ impl TlsConn {
         match self.stream.do_handshake() {
             Ok(()) => {
                 self.state = State::Established;
-                Ok(())
+                self.take_over_records()
             }
             Err(e) if e.code() == ErrorCode::WANT_READ => Ok(()),
             Err(e) => Err(self.fail_with(&e, true)),
+        }
+    }
+
+    /// After the handshake: the AES-GCM suites move to our record layer with the traffic
+    /// secrets OpenSSL logged. OpenSSL ran without read-ahead, so every byte after the peer's
+    /// Finished is still unread in our buffer, and it has written all it had (its Finished)
+    /// into `tx`, ahead of our records.
+    fn take_over_records(&mut self) -> Result<(), TlsError> {
+        let ssl = self.stream.ssl();
+        let Some(suite) = ssl
+            .current_cipher()
+            .and_then(|c| c.standard_name())
+            .and_then(Suite::from_name)
+        else {
+            // TLS_AES_128_CCM_SHA256: OpenSSL keeps the record layer.
+            self.discard_secrets();
+            return Ok(());
+        };
+        if crate::ffi::has_pending(ssl) {
+            return Err(self.fail(TlsError::Record(
+                "internal: OpenSSL buffered data past the handshake".into(),
+            )));
+        }
+        let secrets = secrets_index()
+            .ok()
+            .and_then(|i| ssl.ex_data(i))
+            .and_then(|slot| {
+                slot.lock()
+                    .ok()
+                    .map(|mut s| (s.client.take(), s.server.take()))
+            });
+        let Some((Some(client), Some(server))) = secrets else {
+            return Err(self.fail(TlsError::Setup(
+                "OpenSSL did not report the traffic secrets (key log callback)".into(),
+            )));
+        };
+        let (tx, rx) = match self.role {
+            Role::Client => (client, server),
+            Role::Server => (server, client),
+        };
+        match RecordLayer::new(suite, tx, rx, self.role == Role::Client) {
+            Ok(mut rec) => {
+                rec.set_key_update_records(self.key_update_records);
+                self.rec = Some(Box::new(rec));
+                Ok(())
+            }
+            Err(e) => Err(self.fail(e)),
+        }
+    }
+
+    fn discard_secrets(&mut self) {
+        if let Ok(i) = secrets_index()
+            && let Some(slot) = self.stream.ssl().ex_data(i)
+            && let Ok(mut s) = slot.lock()
+        {
+            *s = Secrets::default();
         }
     }
 
@@ -179,7 +374,8 @@ impl TlsConn {
     /// always `cipher.len()`); records split across calls are reassembled. During the
     /// handshake this advances it, which may queue handshake messages in
     /// [`Self::pending_cipher`]. Once [`Self::handshake_done`], call [`Self::read_plain`] until
-    /// it returns 0.
+    /// it returns 0. [`Self::cipher_space`] + [`Self::cipher_filled`] do the same without
+    /// the copy.
     pub fn feed(&mut self, cipher: &[u8]) -> Result<usize, TlsError> {
         self.check_failed()?;
         if cipher.is_empty() {
@@ -191,6 +387,29 @@ impl TlsConn {
         self.stream.get_mut().push(cipher);
         self.drive()?;
         Ok(cipher.len())
+    }
+
+    /// Room in the session's receive buffer (at least 64 KiB) for reading ciphertext from the
+    /// socket straight into it; report what was read with [`Self::cipher_filled`].
+    pub fn cipher_space(&mut self) -> &mut [u8] {
+        self.stream.get_mut().space(MIN_CIPHER_SPACE)
+    }
+
+    /// `n` bytes were written at the start of [`Self::cipher_space`]: like [`Self::feed`]
+    /// of those bytes, without the copy.
+    pub fn cipher_filled(&mut self, n: usize) -> Result<(), TlsError> {
+        self.check_failed()?;
+        if n == 0 {
+            return Ok(());
+        }
+        if !self.sniff_done {
+            let io = self.stream.get_ref();
+            let end = (io.rx_end + n).min(io.rx.len());
+            let first = io.rx[io.rx_end..end].to_vec();
+            self.sniff_first_bytes(&first)?;
+        }
+        self.stream.get_mut().filled(n);
+        self.drive()
     }
 
     /// Checks that the connection starts like TLS: record type 22 (handshake) or 21 (alert),
@@ -237,16 +456,85 @@ impl TlsConn {
             .and_then(|c| c.standard_name())
     }
 
+    /// True when application records go through our record layer (the AES-GCM suites after
+    /// the handshake), false while handshaking and for TLS_AES_128_CCM_SHA256 (OpenSSL's).
+    pub fn own_record_layer(&self) -> bool {
+        self.rec.is_some()
+    }
+
+    /// Our record layer's sequence numbers and KeyUpdate counts (`None` when OpenSSL runs
+    /// the records, see [`Self::own_record_layer`]).
+    pub fn record_stats(&self) -> Option<RecordStats> {
+        self.rec.as_ref().map(|r| {
+            let (send_seq, recv_seq) = r.seqs();
+            RecordStats {
+                send_seq,
+                recv_seq,
+                key_updates_sent: r.updates_sent,
+                key_updates_received: r.updates_received,
+            }
+        })
+    }
+
+    /// Records sealed under one sending key before we send a KeyUpdate and switch keys
+    /// (default [`crate::DEFAULT_KEY_UPDATE_RECORDS`], below AES-GCM's limit of RFC 8446
+    /// §5.5; tests use tiny values). At least 1.
+    pub fn set_key_update_interval(&mut self, records: u64) {
+        self.key_update_records = records.max(1);
+        if let Some(r) = self.rec.as_mut() {
+            r.set_key_update_records(records);
+        }
+    }
+
+    /// Sends a KeyUpdate now and switches our sending key; with `request_peer` the peer must
+    /// answer with its own. Our record layer only (an error for the CCM suite).
+    pub fn key_update(&mut self, request_peer: bool) -> Result<(), TlsError> {
+        self.check_failed()?;
+        if self.local_closed {
+            return Err(TlsError::Closed);
+        }
+        let Some(rec) = self.rec.as_mut() else {
+            return Err(TlsError::Setup(
+                "KeyUpdate is available with the AES-GCM suites only".into(),
+            ));
+        };
+        let io = self.stream.get_mut();
+        io.compact_tx();
+        match rec.send_key_update(&mut io.tx, request_peer) {
+            Ok(()) => Ok(()),
+            Err(e) => Err(self.fail(e)),
+        }
+    }
+
+    /// Testing and fuzzing only: seals `inner` verbatim as one record's TLSInnerPlaintext
+    /// (content, content type, padding: any bytes, even malformed) with our sending key, so
+    /// that a peer's record decoder can be fed hostile plaintext under valid encryption. Our
+    /// record layer only; `inner` of at most 16 KiB + 256 − 16 bytes.
+    #[doc(hidden)]
+    pub fn write_raw_inner_plaintext(&mut self, inner: &[u8]) -> Result<(), TlsError> {
+        self.check_failed()?;
+        let Some(rec) = self.rec.as_mut() else {
+            return Err(TlsError::NotEstablished);
+        };
+        if inner.len() + crate::aead::TAG_LEN > crate::record::MAX_CIPHERTEXT {
+            return Err(TlsError::Record("inner plaintext too long".into()));
+        }
+        let io = self.stream.get_mut();
+        io.compact_tx();
+        rec.seal_raw_inner(&mut io.tx, inner)
+    }
+
     /// True after the peer's close_notify: no more plaintext will come.
     pub fn peer_closed(&self) -> bool {
         self.peer_closed
     }
 
-    /// Ciphertext received but not yet processed by OpenSSL (for backpressure: stop reading
-    /// the socket while this is large and [`Self::read_plain`] is not being called).
+    /// Ciphertext received but not yet processed, plus decrypted bytes not yet read (for
+    /// backpressure: stop reading the socket while this is large and [`Self::read_plain`] is
+    /// not being called).
     pub fn buffered_cipher(&self) -> usize {
         let io = self.stream.get_ref();
-        io.rx.len() - io.rx_pos
+        io.rx_end - io.rx_pos + io.plain.len()
     }
 
     /// Decrypts into `out`; returns the number of plaintext bytes, 0 when no complete record
@@ -255,7 +543,25 @@ impl TlsConn {
     /// queue ciphertext: flush [`Self::pending_cipher`] afterwards.
     pub fn read_plain(&mut self, out: &mut [u8]) -> Result<usize, TlsError> {
         self.check_failed()?;
-        if !self.handshake_done() || self.peer_closed || out.is_empty() {
+        if !self.handshake_done() || out.is_empty() {
+            return Ok(0);
+        }
+        if self.rec.is_some() {
+            loop {
+                let io = self.stream.get_mut();
+                if !io.plain.is_empty() {
+                    let n = io.plain.len().min(out.len());
+                    let from = io.plain.start;
+                    out[..n].copy_from_slice(&io.rx[from..from + n]);
+                    io.plain.start += n;
+                    return Ok(n);
+                }
+                if self.peer_closed || !self.open_record()? {
+                    return Ok(0);
+                }
+            }
+        }
+        if self.peer_closed {
             return Ok(0);
         }
         match self.stream.ssl_read(out) {
@@ -264,10 +570,56 @@ impl TlsConn {
         }
     }
 
+    /// Opens the next buffered record (our record layer). Ok(true): something was processed
+    /// (plaintext may be waiting in `plain`); Ok(false): no whole record, or the peer closed.
+    fn open_record(&mut self) -> Result<bool, TlsError> {
+        let Some(rec) = self.rec.as_mut() else {
+            return Ok(false);
+        };
+        let io = self.stream.get_mut();
+        let mut pos = io.rx_pos;
+        let end = io.rx_end;
+        let r = rec.open_next(&mut io.rx[..end], &mut pos, &mut io.tx);
+        io.rx_pos = pos;
+        match r {
+            Ok(Opened::NeedMore) => Ok(false),
+            Ok(Opened::Data(range)) => {
+                io.plain = range;
+                Ok(true)
+            }
+            Ok(Opened::Control) => Ok(true),
+            Ok(Opened::Closed) => {
+                self.peer_closed = true;
+                Ok(false)
+            }
+            Err(v) => {
+                if let Some(alert) = v.alert
+                    && !self.local_closed
+                {
+                    let _ = rec.seal_alert(&mut io.tx, alert);
+                }
+                Err(self.fail(v.error))
+            }
+        }
+    }
+
     /// Decrypts everything buffered, appending it to `out`; returns how many bytes were added.
     pub fn read_plain_into(&mut self, out: &mut Vec<u8>) -> Result<usize, TlsError> {
         self.check_failed()?;
         let start = out.len();
+        if self.rec.is_some() {
+            while self.handshake_done() {
+                let io = self.stream.get_mut();
+                if !io.plain.is_empty() {
+                    out.extend_from_slice(&io.rx[io.plain.clone()]);
+                    io.plain = 0..0;
+                }
+                if self.peer_closed || !self.open_record()? {
+                    break;
+                }
+            }
+            return Ok(out.len() - start);
+        }
         while self.handshake_done() && !self.peer_closed {
             out.reserve(MAX_RECORD_PLAINTEXT);
             let spare: &mut [MaybeUninit<u8>] = out.spare_capacity_mut();
@@ -301,8 +653,9 @@ impl TlsConn {
 
     /// Encrypts a batch of plaintext buffers (e.g. every PDU a reactor turn produced) into
     /// full-size records: the buffers are gathered into records of up to 16 KiB, so many small
-    /// PDUs share one record and a large data buffer is encrypted in place without a copy.
-    /// The ciphertext is appended to [`Self::pending_cipher`]. Returns the plaintext length.
+    /// PDUs share one record; with our record layer each record is sealed in place in the
+    /// send buffer (one copy of the plaintext, no staging). The ciphertext is appended to
+    /// [`Self::pending_cipher`]. Returns the plaintext length.
     pub fn write_plain(&mut self, bufs: &[&[u8]]) -> Result<usize, TlsError> {
         self.check_failed()?;
         // TLS 1.3 allows half-close: after the peer's close_notify we may still send; only our
@@ -312,6 +665,17 @@ impl TlsConn {
         }
         if !self.handshake_done() {
             return Err(TlsError::NotEstablished);
+        }
+        if let Some(rec) = self.rec.as_mut() {
+            let io = self.stream.get_mut();
+            io.compact_tx();
+            return match rec.seal_stream(&mut io.tx, bufs) {
+                Ok(n) => Ok(n),
+                Err(e) => {
+                    let _ = rec.seal_alert(&mut io.tx, ALERT_INTERNAL_ERROR);
+                    Err(self.fail(e))
+                }
+            };
         }
         let mut staging = std::mem::take(&mut self.staging);
         staging.clear();
@@ -392,6 +756,16 @@ impl TlsConn {
         if !self.handshake_done() {
             // Nothing protected was exchanged; closing the socket says enough.
             return Ok(());
+        }
+        if let Some(rec) = self.rec.as_mut() {
+            let io = self.stream.get_mut();
+            return match rec.seal_alert(&mut io.tx, ALERT_CLOSE_NOTIFY) {
+                Ok(()) => {
+                    rec.closed_tx = true;
+                    Ok(())
+                }
+                Err(e) => Err(self.fail(e)),
+            };
         }
         match self.stream.shutdown() {
             Ok(_) => Ok(()),

@@ -43,6 +43,15 @@ unsafe extern "C" {
     fn SSL_SESSION_set_cipher(sess: *mut SSL_SESSION, cipher: *const SSL_CIPHER) -> c_int;
     fn SSL_SESSION_set_protocol_version(sess: *mut SSL_SESSION, version: c_int) -> c_int;
     fn SSL_CIPHER_find(ssl: *mut SSL, ptr: *const c_uchar) -> *const SSL_CIPHER;
+    fn SSL_has_pending(ssl: *const SSL) -> c_int;
+}
+
+/// True if OpenSSL holds received bytes it has not handed out yet (unprocessed record bytes
+/// or decrypted data): checked before our record layer takes over.
+pub(crate) fn has_pending(ssl: &openssl::ssl::SslRef) -> bool {
+    use foreign_types::ForeignTypeRef;
+    // SAFETY: `ssl` is a live SSL; the call only reads its buffers' state.
+    unsafe { SSL_has_pending(ssl.as_ptr()) != 0 }
 }
 
 /// Installs the server's PSK lookup callback on a context under construction.

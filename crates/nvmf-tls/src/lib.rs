@@ -5,21 +5,29 @@
 //!   the retained-PSK and TLS-PSK derivations exactly as Linux hosts perform them (two
 //!   encodings exist, see [`psk::Derivation`]), PSK digests and the `NVMe0R01 …` /
 //!   `NVMe1R02 … <digest>` identities, with a bounded parser for identities from the wire;
-//! * [`TlsServer`] / [`TlsClient`] — TLS 1.3 sessions on OpenSSL 3 (the system's libssl) driven
-//!   purely through byte buffers ([`TlsConn`]), for the target and for the ebof initiator;
+//! * [`TlsServer`] / [`TlsClient`] — TLS 1.3 sessions driven purely through byte buffers
+//!   ([`TlsConn`]), for the target and for the ebof initiator: the handshake on OpenSSL 3 (the
+//!   system's libssl, ADR 0016), then, for TLS_AES_128_GCM_SHA256 and TLS_AES_256_GCM_SHA384,
+//!   our own record layer (ADR 0024): the traffic secrets come from OpenSSL's key log
+//!   callback, keys and IVs from HKDF-Expand-Label, and records are sealed and opened in place
+//!   in the session's buffers with ring's AES-GCM; KeyUpdate both ways (ours every
+//!   [`DEFAULT_KEY_UPDATE_RECORDS`] records), NewSessionTickets ignored, alerts decoded.
+//!   TLS_AES_128_CCM_SHA256 (offered by Linux) stays on OpenSSL's record layer;
 //! * [`looks_like_tls`] — tells a ClientHello from a plaintext ICReq on `tls = "optional"` ports.
 //!
-//! **What it is not**: no sockets, threads or clocks; no TLS written here (OpenSSL does the
-//! record layer and handshake, see ADR 0016); no NVMe/TCP PDUs (that is `nvmf-tcp`, which runs
-//! unchanged on the plaintext).
+//! **What it is not**: no sockets, threads or clocks; no handshake written here (OpenSSL does
+//! it, with its PSK callbacks); no AES or GHASH written here (ring); no NVMe/TCP PDUs (that is
+//! `nvmf-tcp`, which runs unchanged on the plaintext).
 //!
 //! **Where it sits**: between the socket and `nvmf-tcp`. With TLS the first bytes after TCP
 //! connect are the host's ClientHello; the ICReq comes inside TLS afterwards.
 //!
 //! ```text
-//! socket --read--> feed() --> [OpenSSL] --> read_plain_into() --> ConnCore (nvmf-tcp decode)
-//! socket <-writev- pending_cipher()/consume_cipher() <-- [OpenSSL] <-- write_plain(&[pdus])
+//! socket --read--> cipher_space()/cipher_filled() (or feed()) --> [open in place]
+//!        --> read_plain() --> ConnCore (nvmf-tcp decode)
+//! socket <-write- pending_cipher()/consume_cipher() <-- [seal in place] <-- write_plain(&[pdus])
 //! ```
+//! (During the handshake, and for the CCM suite, OpenSSL sits where the brackets are.)
 //!
 //! # Protocol facts (what the Linux host does; `shared/design/KERNEL-INTEROP.md`)
 //! TLS 1.3 only; suites TLS_AES_128_GCM_SHA256 and TLS_AES_128_CCM_SHA256 offered by Linux,
@@ -64,9 +72,11 @@
 //! ```
 //!
 //! Rules for the integrator:
-//! * Feed every byte read from the socket (records split across reads are reassembled inside;
-//!   `feed` never refuses input), then, once [`TlsConn::handshake_done`], call
-//!   [`TlsConn::read_plain_into`] until it adds nothing. Use [`TlsConn::buffered_cipher`] for
+//! * Read the socket straight into [`TlsConn::cipher_space`] and report it with
+//!   [`TlsConn::cipher_filled`] (or [`TlsConn::feed`] bytes read elsewhere, one more copy);
+//!   records split across reads are reassembled inside and input is never refused; then,
+//!   once [`TlsConn::handshake_done`], call [`TlsConn::read_plain`] (or
+//!   [`TlsConn::read_plain_into`]) until it returns nothing. Use [`TlsConn::buffered_cipher`] for
 //!   backpressure if plaintext is not drained.
 //! * After **every** call (`feed`, `read_plain*`, `write_plain`, `close_notify`, and after an
 //!   error) write out [`TlsConn::pending_cipher`] and [`TlsConn::consume_cipher`] what the
@@ -76,25 +86,30 @@
 //!   [`TlsConn::write_plain`] call; records are filled to 16 KiB.
 //! * A close_notify from the peer shows as [`TlsConn::peer_closed`]; answer with
 //!   [`TlsConn::close_notify`], flush, close the socket.
-//! * Memory per session: OpenSSL's record buffers (about 17 KiB each way, allocated on
-//!   first use) plus the ciphertext buffers here, which grow to the largest burst.
+//! * Memory per session: the receive buffer here (at least 64 KiB once reading, doubling
+//!   when a caller reads more at once) and the send buffer (grows to the largest batch), plus
+//!   OpenSSL's handshake state; OpenSSL's own record buffers only for the CCM suite.
 //!
 //! Layout: `psk` (keys, identities), `server` / `client` (OpenSSL configuration and PSK
-//! callbacks per role), `conn` (the sans-IO session), `ffi` (the libssl calls the `openssl`
-//! crate lacks), `error`.
+//! callbacks per role), `conn` (the sans-IO session, the hand-over from OpenSSL), `record`
+//! (our record layer: key schedule for traffic keys, record decoder, KeyUpdate), `aead`
+//! (ring's AES-GCM), `ffi` (the libssl calls the `openssl` crate lacks), `error`.
 
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+mod aead;
 pub mod client;
 pub mod conn;
 pub mod error;
 mod ffi;
 pub mod psk;
+mod record;
 pub mod server;
 
 pub use client::{TlsClient, TlsClientConfig};
-pub use conn::{MAX_RECORD_PLAINTEXT, TlsConn};
+pub use conn::{MAX_RECORD_PLAINTEXT, RecordStats, TlsConn};
 pub use error::TlsError;
+pub use record::DEFAULT_KEY_UPDATE_RECORDS;
 pub use server::{TlsServer, TlsServerConfig};
 
 use openssl::ssl::{SslContextBuilder, SslMethod, SslVerifyMode, SslVersion};
@@ -129,9 +144,10 @@ pub(crate) fn base_context(method: SslMethod) -> Result<SslContextBuilder, TlsEr
     b.set_ciphersuites(SUITES_ALL).map_err(setup_err)?;
     b.set_groups_list(GROUPS).map_err(setup_err)?;
     b.set_verify(SslVerifyMode::NONE);
-    // Read whole buffers from our in-memory transport rather than header then body: fewer
-    // trips through the BIO per record.
-    b.set_read_ahead(true);
+    // No read-ahead: OpenSSL must read exactly the handshake's records and leave every byte
+    // after the peer's Finished in our buffer, where our record layer takes over (ADR 0024).
+    // The key log callback hands us the application traffic secrets.
+    b.set_keylog_callback(conn::keylog);
     Ok(b)
 }
 

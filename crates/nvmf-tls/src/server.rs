@@ -23,7 +23,7 @@ use openssl::ssl::{
 };
 use openssl_sys::{SSL, SSL_SESSION};
 
-use crate::conn::{MemIo, Role, TlsConn};
+use crate::conn::{Role, TlsConn};
 use crate::error::{TlsError, printable};
 use crate::psk::{PskIdentity, TlsPsk};
 use crate::{base_context, ffi, setup_err, suites_for};
@@ -252,7 +252,7 @@ impl TlsServer {
         let mut ssl = Ssl::new(&config.ctx).map_err(setup_err)?;
         ssl.set_ex_data(index, ServerState::default());
         ssl.set_accept_state();
-        let stream = openssl::ssl::SslStream::new(ssl, MemIo::default()).map_err(setup_err)?;
+        let stream = crate::conn::new_stream(ssl)?;
         Ok(TlsServer {
             conn: TlsConn::new(stream, Role::Server, recorded_failure, chosen_identity),
         })

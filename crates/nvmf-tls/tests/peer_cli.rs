@@ -278,3 +278,275 @@ fn our_client_to_gnutls_serv() {
     assert!(plain == line, "echo differs ({} bytes back)", plain.len());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `len` bytes of digit lines: safe to push through `s_client`/`s_server` stdin, whose command
+/// letters (Q, R, K, k, ...) are only recognised at the start of a read.
+fn digit_lines(len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| {
+            if i % 64 == 63 {
+                b'\n'
+            } else {
+                b'0' + (i % 10) as u8
+            }
+        })
+        .collect()
+}
+
+/// A child's stdout, read on a thread and handed over in chunks.
+struct Stdout {
+    chunks: std::sync::mpsc::Receiver<Vec<u8>>,
+    seen: Vec<u8>,
+}
+
+fn collect_stdout(child: &mut Child) -> Stdout {
+    let mut out = child.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut buf = vec![0u8; 64 * 1024];
+        while let Ok(n) = out.read(&mut buf) {
+            if n == 0 || tx.send(buf[..n].to_vec()).is_err() {
+                break;
+            }
+        }
+    });
+    Stdout {
+        chunks: rx,
+        seen: Vec::new(),
+    }
+}
+
+impl Stdout {
+    /// Waits (bounded) until the output contains `needle`, or until EOF when `needle` is
+    /// `None`; returns everything seen so far.
+    fn wait_for(&mut self, needle: Option<&[u8]>) -> &[u8] {
+        let deadline = Instant::now() + TOOL_EXIT;
+        loop {
+            if needle.is_some_and(|n| contains(&self.seen, n)) {
+                return &self.seen;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.chunks.recv_timeout(left) {
+                Ok(c) => self.seen.extend_from_slice(&c),
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) if needle.is_none() => {
+                    return &self.seen;
+                }
+                Err(e) => panic!(
+                    "the tool's output did not show what we wait for ({e:?}, {} bytes seen)",
+                    self.seen.len()
+                ),
+            }
+        }
+    }
+}
+
+const TOOL_EXIT: Duration = Duration::from_secs(20);
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}
+
+const BULK: usize = 3 << 20;
+
+/// `openssl s_client` on TLS_AES_128_GCM_SHA256 against our record layer: the tool sends a
+/// KeyUpdate asking for ours (its `K` command), then megabytes go each way.
+#[test]
+fn openssl_s_client_key_update_and_bulk_to_our_server() {
+    if !openssl_available() {
+        return;
+    }
+    let (listener, port) = listener();
+    let child = Command::new("openssl")
+        .args([
+            "s_client",
+            "-connect",
+            &format!("127.0.0.1:{port}"),
+            "-tls1_3",
+        ])
+        .args(["-psk", &key_hex(), "-psk_identity", IDENTITY])
+        .args(["-ciphersuites", "TLS_AES_128_GCM_SHA256"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn s_client");
+    let mut child = Reap(child);
+    let mut stdout = collect_stdout(&mut child.0);
+    let (mut sock, _) = listener.accept().expect("accept");
+    let config =
+        TlsServerConfig::new(|id: &[u8]| (id == IDENTITY.as_bytes()).then(psk)).expect("config");
+    let mut server = TlsServer::new(&config).expect("server");
+    run(&mut sock, &mut server, |c| c.handshake_done());
+    assert!(server.own_record_layer());
+    let mut stdin = child.0.stdin.take().expect("stdin");
+    // The tool's KeyUpdate (update_requested); we answer with ours.
+    stdin.write_all(b"K\n").expect("stdin");
+    stdin.flush().expect("flush");
+    let mut plain = Vec::new();
+    run(&mut sock, &mut server, |c| {
+        c.read_plain_into(&mut plain).expect("read");
+        c.record_stats().expect("stats").key_updates_received >= 1
+    });
+    assert_eq!(server.record_stats().expect("stats").key_updates_sent, 1);
+    // Then bulk from the tool (through its stdin, on a thread: the pipe is small).
+    let data = digit_lines(BULK);
+    let sent = data.clone();
+    let writer = std::thread::spawn(move || {
+        let _ = stdin.write_all(&sent);
+        stdin
+    });
+    run(&mut sock, &mut server, |c| {
+        c.read_plain_into(&mut plain).expect("read");
+        plain.len() >= BULK
+    });
+    assert!(plain == data, "{} bytes differ", plain.len());
+    // Our KeyUpdate too, then bulk back under the new key, then close.
+    server.key_update(false).expect("key update");
+    let back = digit_lines(BULK / 2);
+    server.write_plain(&[&back]).expect("write");
+    server.close_notify().expect("close");
+    let out = server.take_cipher();
+    sock.write_all(&out).expect("send");
+    // Keep its stdin open: s_client quits at EOF on stdin, even with data still to print.
+    let stdin = writer.join().expect("writer");
+    let printed = stdout.wait_for(None).to_vec();
+    drop(stdin);
+    assert!(
+        contains(&printed, &back[back.len() - 4096..]) && printed.len() >= back.len(),
+        "s_client printed {} bytes",
+        printed.len()
+    );
+}
+
+/// Our client against `openssl s_server` (which sends NewSessionTickets after the handshake):
+/// the server's KeyUpdate (its `K` command), ours, and megabytes each way.
+#[test]
+fn our_client_key_update_and_bulk_to_openssl_s_server() {
+    if !openssl_available() {
+        return;
+    }
+    let port = free_port();
+    let child = Command::new("openssl")
+        .args([
+            "s_server",
+            "-accept",
+            &format!("127.0.0.1:{port}"),
+            "-tls1_3",
+            "-nocert",
+        ])
+        .args(["-psk", &key_hex(), "-psk_identity", IDENTITY])
+        .args(["-naccept", "1"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn s_server");
+    let mut child = Reap(child);
+    let mut stdout = collect_stdout(&mut child.0);
+    let mut sock = connect_when_up(port);
+    let config = TlsClientConfig::new().expect("config");
+    let mut client = TlsClient::new(&config, IDENTITY.as_bytes(), psk()).expect("client");
+    run(&mut sock, &mut client, |c| c.handshake_done());
+    assert!(client.own_record_layer());
+    let mut stdin = child.0.stdin.take().expect("stdin");
+    stdin.write_all(b"K\n").expect("stdin");
+    stdin.flush().expect("flush");
+    let mut plain = Vec::new();
+    run(&mut sock, &mut client, |c| {
+        c.read_plain_into(&mut plain).expect("read");
+        c.record_stats().expect("stats").key_updates_received >= 1
+    });
+    assert_eq!(client.record_stats().expect("stats").key_updates_sent, 1);
+    // Bulk from the server (its stdin).
+    let data = digit_lines(BULK);
+    let sent = data.clone();
+    let writer = std::thread::spawn(move || {
+        let _ = stdin.write_all(&sent);
+        stdin
+    });
+    run(&mut sock, &mut client, |c| {
+        c.read_plain_into(&mut plain).expect("read");
+        plain.len() >= BULK
+    });
+    assert!(plain == data, "{} bytes differ", plain.len());
+    // Our KeyUpdate asking for the server's, then bulk to the server (it prints it).
+    client.key_update(true).expect("key update");
+    let up = digit_lines(BULK / 2);
+    client.write_plain(&[&up]).expect("write");
+    // OpenSSL sends the KeyUpdate it owes before its next data: once it has read (and
+    // printed) everything, make it write.
+    run(&mut sock, &mut client, |c| c.pending_cipher().is_empty());
+    stdout.wait_for(Some(&up[up.len() - 4096..]));
+    let mut stdin = writer.join().expect("writer");
+    stdin.write_all(b"0123\n").expect("stdin");
+    stdin.flush().expect("flush");
+    run(&mut sock, &mut client, |c| {
+        c.read_plain_into(&mut plain).expect("read");
+        plain.ends_with(b"0123\n")
+    });
+    assert_eq!(
+        client.record_stats().expect("stats").key_updates_received,
+        2
+    );
+    client.close_notify().expect("close");
+    let out = client.take_cipher();
+    sock.write_all(&out).expect("send");
+    drop(sock);
+    let printed = stdout.wait_for(None).to_vec();
+    drop(stdin);
+    assert!(
+        contains(&printed, &up[up.len() - 4096..]),
+        "s_server printed {} bytes",
+        printed.len()
+    );
+}
+
+/// Our client against `gnutls-serv --echo` on AES-128-GCM: our KeyUpdate asking for GnuTLS's,
+/// and megabytes echoed back.
+#[test]
+fn our_client_key_update_and_bulk_to_gnutls_serv() {
+    if !tool_available("gnutls-serv", "--version") {
+        return;
+    }
+    let identity = "NVMe0R01 nqn.2014-08.org.nvmexpress.host2 nqn.2024-01.io.ebof.gnutls";
+    let dir = std::env::temp_dir().join(format!("nvmf-tls-gnutls-ku-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("tmp dir");
+    let passwd = dir.join("psk.passwd");
+    std::fs::write(&passwd, format!("{identity}:{}\n", key_hex())).expect("passwd");
+    let port = free_port();
+    let child = Command::new("gnutls-serv")
+        .args(["-p", &port.to_string(), "--echo"])
+        .arg(format!("--pskpasswd={}", passwd.display()))
+        .args([
+            "--priority",
+            "NORMAL:-VERS-ALL:+VERS-TLS1.3:-KX-ALL:+ECDHE-PSK:-CIPHER-ALL:+AES-128-GCM",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn gnutls-serv");
+    let _child = Reap(child);
+    let mut sock = connect_when_up(port);
+    let config = TlsClientConfig::new().expect("config");
+    let mut client = TlsClient::new(&config, identity.as_bytes(), psk()).expect("client");
+    run(&mut sock, &mut client, |c| c.handshake_done());
+    assert_eq!(client.cipher_suite(), Some("TLS_AES_128_GCM_SHA256"));
+    assert!(client.own_record_layer());
+    client.key_update(true).expect("key update");
+    // gnutls-serv --echo answers per line; lines of 64 bytes, a few MB in all.
+    let data = digit_lines(BULK);
+    let mut plain = Vec::new();
+    for chunk in data.chunks(256 * 1024) {
+        client.write_plain(&[chunk]).expect("write");
+        let want = plain.len() + chunk.len();
+        run(&mut sock, &mut client, |c| {
+            c.read_plain_into(&mut plain).expect("read");
+            plain.len() >= want
+        });
+    }
+    assert!(plain == data, "echo differs ({} bytes back)", plain.len());
+    let st = client.record_stats().expect("stats");
+    assert_eq!((st.key_updates_sent, st.key_updates_received), (1, 1));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -563,3 +563,159 @@ fn sessions_move_between_threads_and_configs_are_shared() {
         assert_eq!(t.join().expect("thread").as_deref(), Some(ID384));
     }
 }
+
+/// Our record layer takes over for both GCM suites, and data after the client's Finished in
+/// the same read (here: the whole client flight plus its first records) is not lost.
+#[test]
+fn own_record_layer_and_data_right_after_finished() {
+    for (id, psk, suite) in [
+        (ID256, key(PskHash::Sha256, 0x11), "TLS_AES_128_GCM_SHA256"),
+        (ID384, key(PskHash::Sha384, 0x22), "TLS_AES_256_GCM_SHA384"),
+    ] {
+        let (mut c, mut s) = pair(id, psk);
+        pump(&mut c, &mut s, None).expect("hello");
+        pump(&mut s, &mut c, None).expect("server flight");
+        assert!(c.handshake_done() && !s.handshake_done());
+        assert!(c.own_record_layer());
+        // The client's Finished and its first data leave in one buffer.
+        c.write_plain(&[b"icreq right behind Finished"])
+            .expect("write");
+        let wire = c.take_cipher();
+        s.feed(&wire).expect("finished + data");
+        assert!(s.handshake_done() && s.own_record_layer());
+        assert_eq!(s.cipher_suite(), Some(suite));
+        let mut out = Vec::new();
+        s.read_plain_into(&mut out).expect("read");
+        assert_eq!(out, b"icreq right behind Finished");
+        let stats = s.record_stats().expect("stats");
+        assert_eq!((stats.send_seq, stats.recv_seq), (0, 1));
+    }
+}
+
+/// Two writes (two records) fed in two pieces split at every byte, through `cipher_space`
+/// too.
+#[test]
+fn records_split_at_every_byte() {
+    let (mut c, mut s) = pair(ID256, key(PskHash::Sha256, 0x11));
+    handshake(&mut c, &mut s).expect("handshake");
+    let mut expected = Vec::new();
+    for round in 0..2 {
+        c.write_plain(&[b"first record"]).expect("write");
+        c.write_plain(&[b""]).expect("nothing");
+        c.write_plain(&[b"second", b" record"]).expect("write");
+        let wire = c.take_cipher();
+        for k in 0..=wire.len() {
+            // Re-send the same two records under fresh sequence numbers each time.
+            let wire = if k == 0 {
+                wire.clone()
+            } else {
+                c.write_plain(&[b"first record"]).expect("write");
+                c.write_plain(&[b"second", b" record"]).expect("write");
+                c.take_cipher()
+            };
+            let mut out = Vec::new();
+            for piece in [&wire[..k], &wire[k..]] {
+                if round == 0 {
+                    s.feed(piece).expect("feed");
+                } else {
+                    let space = s.cipher_space();
+                    assert!(space.len() >= 64 * 1024);
+                    space[..piece.len()].copy_from_slice(piece);
+                    s.cipher_filled(piece.len()).expect("filled");
+                }
+                let mut small = [0u8; 5];
+                loop {
+                    let n = s.read_plain(&mut small).expect("read");
+                    if n == 0 {
+                        break;
+                    }
+                    out.extend_from_slice(&small[..n]);
+                }
+            }
+            assert_eq!(out, b"first recordsecond record", "split at {k}");
+            expected.push(k);
+        }
+    }
+    assert!(!expected.is_empty());
+}
+
+#[test]
+fn key_update_between_our_client_and_server() {
+    let (mut c, mut s) = pair(ID384, key(PskHash::Sha384, 0x22));
+    handshake(&mut c, &mut s).expect("handshake");
+    c.write_plain(&[b"one"]).expect("write");
+    c.key_update(true).expect("key update");
+    c.write_plain(&[b"two"]).expect("write");
+    pump(&mut c, &mut s, None).expect("to server");
+    let mut out = Vec::new();
+    s.read_plain_into(&mut out).expect("read");
+    assert_eq!(out, b"onetwo");
+    let st = s.record_stats().expect("stats");
+    assert_eq!((st.key_updates_received, st.key_updates_sent), (1, 1));
+    // The server's answer went out; its data follows under its new key.
+    s.write_plain(&[b"three"]).expect("write");
+    s.key_update(false).expect("server-initiated");
+    s.write_plain(&[b"four"]).expect("write");
+    pump(&mut s, &mut c, None).expect("to client");
+    out.clear();
+    c.read_plain_into(&mut out).expect("read");
+    assert_eq!(out, b"threefour");
+    let st = c.record_stats().expect("stats");
+    assert_eq!((st.key_updates_received, st.key_updates_sent), (2, 1));
+    assert_eq!(st.send_seq, 1, "one record under the client's new key");
+}
+
+#[test]
+fn key_update_at_a_tiny_record_threshold() {
+    let (mut c, mut s) = pair(ID256, key(PskHash::Sha256, 0x11));
+    c.set_key_update_interval(3);
+    handshake(&mut c, &mut s).expect("handshake");
+    let data: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+    let mut rng = Rng(7);
+    c.write_plain(&[&data]).expect("write");
+    pump(&mut c, &mut s, Some(&mut rng)).expect("feed");
+    let mut out = Vec::new();
+    s.read_plain_into(&mut out).expect("read");
+    assert_eq!(out, data);
+    // 13 records: a KeyUpdate before records 4, 7, 10, 13.
+    assert_eq!(c.record_stats().expect("stats").key_updates_sent, 4);
+    assert_eq!(s.record_stats().expect("stats").key_updates_received, 4);
+}
+
+#[test]
+fn close_notify_through_our_record_layer() {
+    let (mut c, mut s) = pair(ID256, key(PskHash::Sha256, 0x11));
+    handshake(&mut c, &mut s).expect("handshake");
+    s.write_plain(&[b"bye"]).expect("write");
+    s.close_notify().expect("close");
+    assert_eq!(s.key_update(false), Err(TlsError::Closed));
+    pump(&mut s, &mut c, None).expect("feed");
+    let mut out = Vec::new();
+    c.read_plain_into(&mut out).expect("read");
+    assert_eq!(out, b"bye");
+    assert!(c.peer_closed());
+    // Half-close: the client may still send.
+    c.write_plain(&[b"ack"])
+        .expect("write after the peer's close");
+    pump(&mut c, &mut s, None).expect("feed");
+    out.clear();
+    s.read_plain_into(&mut out).expect("read");
+    assert_eq!(out, b"ack");
+}
+
+/// Bytes that are not a protected record after the handshake: the alert goes back and the
+/// session stays failed.
+#[test]
+fn garbage_after_the_handshake_is_refused_with_an_alert() {
+    let (mut c, mut s) = pair(ID256, key(PskHash::Sha256, 0x11));
+    handshake(&mut c, &mut s).expect("handshake");
+    s.feed(&[0x17, 0x03, 0x03, 0xff, 0xff]).expect("buffered");
+    let mut out = Vec::new();
+    let e = s.read_plain_into(&mut out).expect_err("overflow");
+    assert!(e.to_string().contains("record_overflow"), "{e}");
+    assert!(!s.pending_cipher().is_empty(), "the alert is queued");
+    assert!(matches!(s.feed(b"x"), Err(TlsError::Failed(_))));
+    pump(&mut s, &mut c, None).expect("alert to the client");
+    let e = c.read_plain_into(&mut out).expect_err("client sees it");
+    assert!(e.to_string().contains("record overflow"), "{e}");
+}

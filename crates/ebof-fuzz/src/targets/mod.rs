@@ -10,3 +10,4 @@ pub mod pdu;
 pub mod rdma_wire;
 pub mod target_conn;
 pub mod tls_psk;
+pub mod tls_record;
