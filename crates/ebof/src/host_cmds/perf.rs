@@ -83,8 +83,14 @@ pub struct PerfArgs {
     /// Ask for the NVMe/TCP data digest.
     #[arg(long)]
     pub data_digest: bool,
-    /// Ask the target to disable SQ flow control on the I/O queues (Connect CATTR.DISSQFC).
-    #[arg(long)]
+    /// Keep SQ flow control on the I/O queues. By default `ebof perf` asks the target to
+    /// disable it (Connect CATTR.DISSQFC, NVMe/TCP 1.0 3.3.8.1), so that a read can complete
+    /// with its last C2HData PDU (SUCCESS flag) and no CapsuleResp: the host then hands the data
+    /// over straight from its receive buffer. A target may refuse; nothing else changes.
+    #[arg(long, conflicts_with = "dissqfc")]
+    pub sqfc: bool,
+    /// Accepted for compatibility: disabling SQ flow control is the default (see --sqfc).
+    #[arg(long, hide = true)]
     pub dissqfc: bool,
     /// Write self-checking blocks (LBA, generation, checksum) and check every read. Workloads
     /// that read prefill the range first (untimed); workloads that write read it all back after
@@ -160,7 +166,7 @@ fn options(a: &PerfArgs) -> Result<PerfOptions> {
         runtime: a.runtime,
         ramp: a.ramp,
         range: a.range,
-        dissqfc: a.dissqfc,
+        dissqfc: !a.sqfc,
         verify: a.verify,
         flush_every: a.flush_every,
         flush_at_end: a.flush_at_end,
@@ -240,7 +246,7 @@ fn verify_only(a: &PerfArgs, log_path: &Path) -> Result<()> {
         nsid: a.nsid,
         queues: a.queues.unwrap_or(1).max(1),
         qd: a.qd,
-        dissqfc: a.dissqfc,
+        dissqfc: !a.sqfc,
     };
     let checked = verify_only::run(&ep, &opts, log_path, log)?;
     if a.json {
