@@ -348,6 +348,38 @@ fn contains(hay: &[u8], needle: &[u8]) -> bool {
 
 const BULK: usize = 3 << 20;
 
+/// An OpenSSL tool (`s_client`/`s_server`) is told through its stdin to send a KeyUpdate with
+/// update_requested (`K`): we must take it and answer with ours. Then BULK bytes go from the
+/// tool to us (through its stdin, on a thread: the pipe is small) and must arrive intact.
+/// Returns the thread, which gives the tool's stdin back (closing it would end the tool).
+fn tool_key_update_then_bulk(
+    sock: &mut TcpStream,
+    conn: &mut TlsConn,
+    tool: &mut Child,
+) -> std::thread::JoinHandle<std::process::ChildStdin> {
+    let mut stdin = tool.stdin.take().expect("stdin");
+    stdin.write_all(b"K\n").expect("stdin");
+    stdin.flush().expect("flush");
+    let mut plain = Vec::new();
+    run(sock, conn, |c| {
+        c.read_plain_into(&mut plain).expect("read");
+        c.record_stats().expect("stats").key_updates_received >= 1
+    });
+    assert_eq!(conn.record_stats().expect("stats").key_updates_sent, 1);
+    let data = digit_lines(BULK);
+    let sent = data.clone();
+    let writer = std::thread::spawn(move || {
+        let _ = stdin.write_all(&sent);
+        stdin
+    });
+    run(sock, conn, |c| {
+        c.read_plain_into(&mut plain).expect("read");
+        plain.len() >= BULK
+    });
+    assert!(plain == data, "{} bytes differ", plain.len());
+    writer
+}
+
 /// `openssl s_client` on TLS_AES_128_GCM_SHA256 against our record layer: the tool sends a
 /// KeyUpdate asking for ours (its `K` command), then megabytes go each way.
 #[test]
@@ -378,28 +410,7 @@ fn openssl_s_client_key_update_and_bulk_to_our_server() {
     let mut server = TlsServer::new(&config).expect("server");
     run(&mut sock, &mut server, |c| c.handshake_done());
     assert!(server.own_record_layer());
-    let mut stdin = child.0.stdin.take().expect("stdin");
-    // The tool's KeyUpdate (update_requested); we answer with ours.
-    stdin.write_all(b"K\n").expect("stdin");
-    stdin.flush().expect("flush");
-    let mut plain = Vec::new();
-    run(&mut sock, &mut server, |c| {
-        c.read_plain_into(&mut plain).expect("read");
-        c.record_stats().expect("stats").key_updates_received >= 1
-    });
-    assert_eq!(server.record_stats().expect("stats").key_updates_sent, 1);
-    // Then bulk from the tool (through its stdin, on a thread: the pipe is small).
-    let data = digit_lines(BULK);
-    let sent = data.clone();
-    let writer = std::thread::spawn(move || {
-        let _ = stdin.write_all(&sent);
-        stdin
-    });
-    run(&mut sock, &mut server, |c| {
-        c.read_plain_into(&mut plain).expect("read");
-        plain.len() >= BULK
-    });
-    assert!(plain == data, "{} bytes differ", plain.len());
+    let writer = tool_key_update_then_bulk(&mut sock, &mut server, &mut child.0);
     // Our KeyUpdate too, then bulk back under the new key, then close.
     server.key_update(false).expect("key update");
     let back = digit_lines(BULK / 2);
@@ -448,27 +459,7 @@ fn our_client_key_update_and_bulk_to_openssl_s_server() {
     let mut client = TlsClient::new(&config, IDENTITY.as_bytes(), psk()).expect("client");
     run(&mut sock, &mut client, |c| c.handshake_done());
     assert!(client.own_record_layer());
-    let mut stdin = child.0.stdin.take().expect("stdin");
-    stdin.write_all(b"K\n").expect("stdin");
-    stdin.flush().expect("flush");
-    let mut plain = Vec::new();
-    run(&mut sock, &mut client, |c| {
-        c.read_plain_into(&mut plain).expect("read");
-        c.record_stats().expect("stats").key_updates_received >= 1
-    });
-    assert_eq!(client.record_stats().expect("stats").key_updates_sent, 1);
-    // Bulk from the server (its stdin).
-    let data = digit_lines(BULK);
-    let sent = data.clone();
-    let writer = std::thread::spawn(move || {
-        let _ = stdin.write_all(&sent);
-        stdin
-    });
-    run(&mut sock, &mut client, |c| {
-        c.read_plain_into(&mut plain).expect("read");
-        plain.len() >= BULK
-    });
-    assert!(plain == data, "{} bytes differ", plain.len());
+    let writer = tool_key_update_then_bulk(&mut sock, &mut client, &mut child.0);
     // Our KeyUpdate asking for the server's, then bulk to the server (it prints it).
     client.key_update(true).expect("key update");
     let up = digit_lines(BULK / 2);
@@ -480,6 +471,7 @@ fn our_client_key_update_and_bulk_to_openssl_s_server() {
     let mut stdin = writer.join().expect("writer");
     stdin.write_all(b"0123\n").expect("stdin");
     stdin.flush().expect("flush");
+    let mut plain = Vec::new();
     run(&mut sock, &mut client, |c| {
         c.read_plain_into(&mut plain).expect("read");
         plain.ends_with(b"0123\n")
