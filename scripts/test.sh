@@ -52,7 +52,7 @@ step "deployment manifests (tests/deploy/check_manifests.py)"
 python3 tests/deploy/check_manifests.py
 if [ "${EBOF_SKIP_INTEROP:-0}" != 1 ]; then
     # The guests run the very binary cargo test built and tested (test profile, opt-level 1),
-    # with its debug info stripped (260 MB -> ~40 MB). A separate release build took 4-7 min of
+    # with its debug info stripped (260 MB -> ~25 MB). A separate release build took 5-7 min of
     # a fresh machine; the guests' time is the emulated CPU's, not ebof's (EBOF_BIN overrides).
     step "interop binary (cargo test's ebof, debug info stripped)"
     INTEROP_BIN=${EBOF_BIN:-}
