@@ -194,6 +194,20 @@ fn gnutls_cli_to_our_server() {
     client_tool_to_our_server(cmd, port, listener, "TLS_AES_128_GCM_SHA256");
 }
 
+/// `openssl s_server` on 127.0.0.1:`port`, TLS 1.3 only, no certificate, our PSK and identity.
+fn openssl_s_server(port: u16) -> Command {
+    let mut cmd = Command::new("openssl");
+    cmd.args([
+        "s_server",
+        "-accept",
+        &format!("127.0.0.1:{port}"),
+        "-tls1_3",
+        "-nocert",
+    ])
+    .args(["-psk", &key_hex(), "-psk_identity", IDENTITY]);
+    cmd
+}
+
 #[test]
 fn our_client_to_openssl_s_server() {
     if !openssl_available() {
@@ -201,15 +215,7 @@ fn our_client_to_openssl_s_server() {
     }
     // A free port (s_server cannot take an already-bound socket).
     let port = free_port();
-    let child = Command::new("openssl")
-        .args([
-            "s_server",
-            "-accept",
-            &format!("127.0.0.1:{port}"),
-            "-tls1_3",
-            "-nocert",
-        ])
-        .args(["-psk", &key_hex(), "-psk_identity", IDENTITY])
+    let child = openssl_s_server(port)
         .args(["-rev", "-naccept", "1"])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -437,15 +443,7 @@ fn our_client_key_update_and_bulk_to_openssl_s_server() {
         return;
     }
     let port = free_port();
-    let child = Command::new("openssl")
-        .args([
-            "s_server",
-            "-accept",
-            &format!("127.0.0.1:{port}"),
-            "-tls1_3",
-            "-nocert",
-        ])
-        .args(["-psk", &key_hex(), "-psk_identity", IDENTITY])
+    let child = openssl_s_server(port)
         .args(["-naccept", "1"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
