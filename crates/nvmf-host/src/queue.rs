@@ -5,8 +5,11 @@
 //! - **Slots**: `entries - 1` preallocated command slots; the CID of a command *is* its slot
 //!   index, and a free list hands them out. Each slot owns a reusable data buffer that grows to
 //!   the largest transfer it has seen and is never shrunk, so steady-state I/O allocates nothing.
-//! - **Submission** only appends the CapsuleCmd (and in-capsule data) to the transmit buffer;
-//!   the next [`Queue::try_io`] sends everything queued since the last one in one `write`.
+//! - **Submission** only appends the CapsuleCmd to the transmit buffer; the next
+//!   [`Queue::try_io`] sends everything queued since the last one in one `writev`. Write data
+//!   (in-capsule, or H2CData answering an R2T) of [`SPLICE_MIN`] bytes or more is not copied
+//!   into the transmit buffer: it is sent from the slot's buffer, which stays pinned (not
+//!   reused) until it is out, even if the command completes first ([`TxBuf`]).
 //! - **Reception** reads in bulk into a receive buffer sized for the largest PDU plus a read
 //!   window, and feeds `nvmf_tcp::HostConn::decode_one` until it asks for more bytes.
 //! - **Never blocks writing while the controller is blocked writing to us**: writing and reading
@@ -39,6 +42,14 @@ const IO_BUDGET: usize = 64;
 /// In-capsule data limit on the admin queue (NVMe/TCP: admin and Fabrics commands accept up to
 /// 8 KiB of in-capsule data; Linux `NVME_TCP_ADMIN_CCSZ`).
 pub(crate) const ADMIN_ICD_MAX: usize = 8192;
+/// Write data at least this large goes to the socket from the slot's buffer (`writev`); smaller
+/// data is copied into the transmit buffer (an iovec entry costs more than a small copy).
+const SPLICE_MIN: usize = 2048;
+/// [`TxBuf::slices`] found a spliced range outside its slot's buffer (cannot happen: a pinned
+/// slot is neither reused nor resized).
+const SPLICE_LOST: HostError = HostError::Unsupported("transmit buffer lost spliced write data");
+/// Most iovec entries one `writev` is given.
+const TX_IOV_MAX: usize = 64;
 /// SQHD value meaning "SQ flow control disabled" (NVMe-oF 1.1, 3.3.2).
 const SQHD_DISABLED: u16 = 0xFFFF;
 
@@ -122,6 +133,11 @@ struct Slot {
     /// Some C2HData of this command failed its data digest: the command fails with Transient
     /// Transport Error whatever its response says (NVMe/TCP 1.0, 3.5).
     digest_error: bool,
+    /// Pieces of `buf` waiting in the transmit buffer ([`TxBuf`]): the slot is not reused (nor
+    /// its buffer touched) until they are sent.
+    pins: u32,
+    /// Released while pinned: goes back to the free list when unpinned.
+    parked: bool,
     user: u64,
     buf: Vec<u8>,
 }
@@ -135,9 +151,146 @@ impl Slot {
             len: 0,
             done: 0,
             digest_error: false,
+            pins: 0,
+            parked: false,
             user: 0,
             buf: vec![0; prealloc],
         }
+    }
+}
+
+/// Output waiting to be sent: PDU bytes, with write data spliced in from command slots.
+#[derive(Default)]
+struct TxBuf {
+    bytes: Vec<u8>,
+    /// Slot data sent right after `bytes[..at]`, in order of `at`.
+    ext: Vec<TxExt>,
+    /// Total length of `ext`.
+    ext_len: usize,
+    /// Bytes of the output, in wire order, already sent.
+    sent: usize,
+    /// `ext[..released]` is sent and its slots unpinned; `released_len` is its total length.
+    released: usize,
+    released_len: usize,
+}
+
+/// `slots[slot].buf[start..start + len]`, spliced into the output at `at`.
+struct TxExt {
+    at: usize,
+    slot: u16,
+    start: usize,
+    len: usize,
+}
+
+impl TxBuf {
+    fn pending(&self) -> bool {
+        self.sent < self.bytes.len() + self.ext_len
+    }
+
+    /// Splice `slots[slot].buf[range]` in at offset `at` of the bytes (not before any earlier
+    /// splice), pinning the slot.
+    fn splice_at(
+        &mut self,
+        slots: &mut [Slot],
+        at: usize,
+        slot: u16,
+        range: std::ops::Range<usize>,
+    ) {
+        if let Some(s) = slots.get_mut(usize::from(slot)) {
+            s.pins += 1;
+        }
+        self.ext_len += range.len();
+        self.ext.push(TxExt {
+            at,
+            slot,
+            start: range.start,
+            len: range.len(),
+        });
+    }
+
+    /// The unsent output in wire order, as at most `N` slices into `out`; returns how many.
+    /// `None` if a spliced range is no longer inside its slot's buffer (a bug: pinned slots are
+    /// not resized).
+    fn slices<'a, const N: usize>(
+        &'a self,
+        slots: &'a [Slot],
+        out: &mut [&'a [u8]; N],
+    ) -> Option<usize> {
+        let mut n = 0;
+        let mut skip = self.sent;
+        let mut push = |piece: &'a [u8]| {
+            if n == N || piece.is_empty() {
+                return;
+            }
+            if skip >= piece.len() {
+                skip -= piece.len();
+                return;
+            }
+            out[n] = &piece[skip..];
+            skip = 0;
+            n += 1;
+        };
+        let mut pos = 0;
+        for e in &self.ext {
+            push(&self.bytes[pos..e.at]);
+            let buf = &slots.get(usize::from(e.slot))?.buf;
+            push(buf.get(e.start..e.start.checked_add(e.len)?)?);
+            pos = e.at;
+        }
+        push(&self.bytes[pos..]);
+        Some(n)
+    }
+
+    /// `n` more bytes were sent. When that was all of it, clear the output and unpin its slots.
+    /// Slots whose spliced data is all out are unpinned at once (not when the whole output is),
+    /// so that a queue kept busy never runs short of slots.
+    fn advance(&mut self, n: usize, st: &mut Slots) {
+        self.sent += n;
+        if !self.pending() {
+            self.clear(st);
+            return;
+        }
+        while let Some(e) = self.ext.get(self.released) {
+            // Wire offset of the end of `e`: its place in the bytes plus all spliced data up to
+            // and including it.
+            if e.at + self.released_len + e.len > self.sent {
+                break;
+            }
+            st.unpin(usize::from(e.slot));
+            self.released_len += e.len;
+            self.released += 1;
+        }
+    }
+
+    /// Forget the output (sent or abandoned) and unpin the slots not unpinned yet.
+    fn clear(&mut self, st: &mut Slots) {
+        for e in self.ext.drain(..).skip(self.released) {
+            st.unpin(usize::from(e.slot));
+        }
+        self.bytes.clear();
+        self.ext_len = 0;
+        self.sent = 0;
+        self.released = 0;
+        self.released_len = 0;
+    }
+
+    /// The unsent output as one byte vector (slot data copied in); the output is cleared.
+    fn take(&mut self, st: &mut Slots) -> Vec<u8> {
+        let mut v = Vec::with_capacity(self.bytes.len() + self.ext_len);
+        while self.pending() {
+            let mut pieces = [&[][..]; 16];
+            let Some(n) = self.slices(&st.slots, &mut pieces) else {
+                break;
+            };
+            let mut k = 0;
+            for p in &pieces[..n] {
+                v.extend_from_slice(p);
+                k += p.len();
+            }
+            self.sent += k;
+        }
+        self.clear(st);
+        v
     }
 }
 
@@ -190,7 +343,23 @@ impl Slots {
         let s = &mut self.slots[idx];
         s.busy = false;
         self.in_flight -= 1;
-        self.free.push(idx as u16);
+        if s.pins > 0 {
+            s.parked = true;
+        } else {
+            self.free.push(idx as u16);
+        }
+    }
+
+    /// The slot's data left the transmit buffer; a slot released meanwhile becomes free.
+    fn unpin(&mut self, idx: usize) {
+        let Some(s) = self.slots.get_mut(idx) else {
+            return;
+        };
+        s.pins = s.pins.saturating_sub(1);
+        if s.pins == 0 && s.parked {
+            s.parked = false;
+            self.free.push(idx as u16);
+        }
     }
 
     /// The CQE of a command completed without a CapsuleResp (C2HData SUCCESS), carrying the
@@ -212,7 +381,7 @@ impl Slots {
     fn submit(
         &mut self,
         conn: &HostConn,
-        tx: &mut Vec<u8>,
+        tx: &mut TxBuf,
         mut sqe: Sqe,
         dir: DataDir,
         len: usize,
@@ -232,7 +401,8 @@ impl Slots {
             return Ok(None);
         };
         let icd_max = self.icd_max;
-        let slot = &mut self.slots[usize::from(idx)];
+        let slots = &mut self.slots;
+        let slot = &mut slots[usize::from(idx)];
         let cid = CommandId(idx);
         sqe.set_cid(cid);
         if slot.buf.len() < len {
@@ -245,17 +415,23 @@ impl Slots {
                 if len <= icd_max {
                     slot.inline = true;
                     sqe.set_sgl_icd(len as u32);
-                    conn.encode_capsule(tx, &sqe, &slot.buf[..len]);
+                    if len >= SPLICE_MIN {
+                        let at = conn.encode_capsule_spliced(&mut tx.bytes, &sqe, &slot.buf[..len]);
+                        tx.splice_at(slots, at, idx, 0..len);
+                    } else {
+                        conn.encode_capsule(&mut tx.bytes, &sqe, &slot.buf[..len]);
+                    }
                 } else {
                     sqe.set_sgl_transport(len as u32);
-                    conn.encode_capsule(tx, &sqe, &[]);
+                    conn.encode_capsule(&mut tx.bytes, &sqe, &[]);
                 }
             }
             DataDir::FromController | DataDir::None => {
                 sqe.set_sgl_transport(len as u32);
-                conn.encode_capsule(tx, &sqe, &[]);
+                conn.encode_capsule(&mut tx.bytes, &sqe, &[]);
             }
         }
+        let slot = &mut slots[usize::from(idx)];
         slot.busy = true;
         slot.digest_error = false;
         slot.dir = dir;
@@ -274,7 +450,7 @@ impl Slots {
         conn: &mut HostConn,
         rx: &[u8],
         head: &mut usize,
-        tx: &mut Vec<u8>,
+        tx: &mut TxBuf,
         f: &mut F,
     ) -> Result<usize> {
         let mut completed = 0;
@@ -300,7 +476,7 @@ impl Slots {
         &mut self,
         ev: HostEvent<'_>,
         conn: &HostConn,
-        tx: &mut Vec<u8>,
+        tx: &mut TxBuf,
         f: &mut F,
     ) -> Result<usize> {
         match ev {
@@ -451,8 +627,33 @@ impl Slots {
                         cid: r2t.cccid,
                     });
                 }
-                conn.encode_h2c_data(tx, r2t.cccid, r2t.ttag, r2t.r2to, &slot.buf[start..end]);
                 slot.done = end;
+                if end - start < SPLICE_MIN {
+                    let data = &slot.buf[start..end];
+                    conn.encode_h2c_data(&mut tx.bytes, r2t.cccid, r2t.ttag, r2t.r2to, data);
+                    return Ok(0);
+                }
+                // Zero-copy: the PDUs' data stays in the slot, pinned until it is sent.
+                let TxBuf {
+                    bytes,
+                    ext,
+                    ext_len,
+                    ..
+                } = tx;
+                let cccid = r2t.cccid;
+                let mut pins = 0;
+                let data = &slot.buf[start..end];
+                conn.encode_h2c_data_spliced(bytes, cccid, r2t.ttag, r2t.r2to, data, |at, r| {
+                    *ext_len += r.len();
+                    pins += 1;
+                    ext.push(TxExt {
+                        at,
+                        slot: cccid,
+                        start: start + r.start,
+                        len: r.len(),
+                    });
+                });
+                slot.pins += pins;
                 Ok(0)
             }
             HostEvent::TermReq { fes, fei } => Err(HostError::TermReq { fes, fei }),
@@ -507,8 +708,7 @@ struct Link {
     rx: Vec<u8>,
     rx_head: usize,
     rx_tail: usize,
-    tx: Vec<u8>,
-    tx_pos: usize,
+    tx: TxBuf,
     peer: SocketAddr,
     maxh2cdata: u32,
     /// Busy polling: read with a raw non-blocking `recv`, not through tokio's readiness cache
@@ -546,8 +746,10 @@ impl Link {
             rx: Vec::new(),
             rx_head: 0,
             rx_tail: 0,
-            tx: Vec::with_capacity(64 * 1024),
-            tx_pos: 0,
+            tx: TxBuf {
+                bytes: Vec::with_capacity(64 * 1024),
+                ..TxBuf::default()
+            },
             peer: p.addr,
             maxh2cdata: 0,
             raw_reads: false,
@@ -631,11 +833,9 @@ impl Link {
     }
 
     async fn initialize(&mut self, want: Digests) -> Result<()> {
-        self.conn.encode_icreq(&mut self.tx);
-        let icreq = std::mem::take(&mut self.tx);
+        let mut icreq = Vec::new();
+        self.conn.encode_icreq(&mut icreq);
         self.send_all(&icreq).await?;
-        self.tx = icreq;
-        self.tx.clear();
         // ICResp is 128 bytes; nothing else may arrive before our first capsule.
         let mut buf = vec![0u8; 4096];
         let mut have = 0;
@@ -695,24 +895,27 @@ impl Link {
     }
 
     fn tx_pending(&self) -> bool {
-        self.tx_pos < self.tx.len()
+        self.tx.pending()
             || self
                 .tls
                 .as_ref()
                 .is_some_and(|t| !t.pending_cipher().is_empty())
     }
 
-    /// TLS: encrypt the pending output (one batch), then send what the socket takes.
-    fn try_write_tls(&mut self) -> Result<usize> {
+    /// TLS: encrypt the pending output (one batch; slot data straight into the records), then
+    /// send what the socket takes.
+    fn try_write_tls(&mut self, st: &mut Slots) -> Result<usize> {
         let Some(t) = self.tls.as_mut() else {
             return Ok(0);
         };
         let mut n = 0;
-        if self.tx_pos < self.tx.len() {
-            t.write_plain(&[&self.tx[self.tx_pos..]]).map_err(tls_err)?;
-            n = self.tx.len() - self.tx_pos;
-            self.tx.clear();
-            self.tx_pos = 0;
+        while self.tx.pending() {
+            let mut pieces = [&[][..]; TX_IOV_MAX];
+            let k = self.tx.slices(&st.slots, &mut pieces).ok_or(SPLICE_LOST)?;
+            let len: usize = pieces[..k].iter().map(|p| p.len()).sum();
+            t.write_plain(&pieces[..k]).map_err(tls_err)?;
+            n += len;
+            self.tx.advance(len, st);
         }
         loop {
             let p = t.pending_cipher();
@@ -789,21 +992,24 @@ impl Link {
         }
     }
 
-    /// Write as much of the pending output as the socket takes now. Returns bytes written.
-    fn try_write(&mut self) -> Result<usize> {
+    /// Write as much of the pending output as the socket takes now (one `writev`). Returns
+    /// bytes written.
+    fn try_write(&mut self, st: &mut Slots) -> Result<usize> {
         if self.tls.is_some() {
-            return self.try_write_tls();
+            return self.try_write_tls(st);
         }
-        if !self.tx_pending() {
+        if !self.tx.pending() {
             return Ok(0);
         }
-        match self.stream.try_write(&self.tx[self.tx_pos..]) {
+        let mut pieces = [&[][..]; TX_IOV_MAX];
+        let k = self.tx.slices(&st.slots, &mut pieces).ok_or(SPLICE_LOST)?;
+        let mut iov = [std::io::IoSlice::new(&[]); TX_IOV_MAX];
+        for (v, p) in iov.iter_mut().zip(&pieces[..k]) {
+            *v = std::io::IoSlice::new(p);
+        }
+        match self.stream.try_write_vectored(&iov[..k]) {
             Ok(n) => {
-                self.tx_pos += n;
-                if self.tx_pos == self.tx.len() {
-                    self.tx.clear();
-                    self.tx_pos = 0;
-                }
+                self.tx.advance(n, st);
                 Ok(n)
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(0),
@@ -971,7 +1177,7 @@ impl Queue {
     fn try_io_inner<F: FnMut(Completion<'_>)>(&mut self, f: &mut F) -> Result<usize> {
         let mut completed = 0;
         for _ in 0..IO_BUDGET {
-            let wrote = self.link.try_write()?;
+            let wrote = self.link.try_write(&mut self.st)?;
             let (read, drained) = self.link.try_read()?;
             if read > 0 {
                 completed += self.process(f)?;
@@ -1060,6 +1266,8 @@ impl Queue {
                 self.st.release(idx);
             }
         }
+        // The output will never be sent: its slots are free again.
+        self.link.tx.clear(&mut self.st);
     }
 }
 
@@ -1321,7 +1529,7 @@ async fn auth_receive<Q: Driver>(q: &mut Q, al: u32) -> Result<Vec<u8>> {
 pub struct QueueCore {
     conn: HostConn,
     st: Slots,
-    tx: Vec<u8>,
+    tx: TxBuf,
 }
 
 #[doc(hidden)]
@@ -1341,7 +1549,7 @@ impl QueueCore {
         QueueCore {
             conn,
             st,
-            tx: Vec::new(),
+            tx: TxBuf::default(),
         }
     }
 
@@ -1377,7 +1585,7 @@ impl QueueCore {
 
     /// Everything the queue would have sent (capsules, H2CData) since the last call.
     pub fn take_output(&mut self) -> Vec<u8> {
-        std::mem::take(&mut self.tx)
+        self.tx.take(&mut self.st)
     }
 
     /// Commands outstanding.
@@ -1388,5 +1596,109 @@ impl QueueCore {
     /// Whether another command may be submitted now (a free slot and SQ room).
     pub fn can_submit(&self) -> bool {
         self.st.can_submit()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn concat(tx: &TxBuf, st: &Slots) -> Vec<u8> {
+        let mut pieces = [&[][..]; TX_IOV_MAX];
+        let n = tx.slices(&st.slots, &mut pieces).unwrap();
+        pieces[..n].concat()
+    }
+
+    /// Two commands' write data spliced between PDU bytes: the slices are the wire order, a
+    /// partial send resumes mid-piece, and a slot released before its data is out only becomes
+    /// free once the data is sent.
+    #[test]
+    fn spliced_data_pins_its_slot_until_sent() {
+        let mut st = Slots::new(QueueId(1), 4, 0, 0);
+        st.slots[0].buf = vec![0xAA; 5000];
+        st.slots[1].buf = vec![0xBB; 3000];
+        for i in [0u16, 1] {
+            st.free.retain(|&f| f != i);
+            st.slots[usize::from(i)].busy = true;
+            st.in_flight += 1;
+        }
+        let mut tx = TxBuf::default();
+        tx.bytes.extend_from_slice(b"head0");
+        tx.splice_at(&mut st.slots, 5, 0, 100..4100);
+        tx.bytes.extend_from_slice(b"mid");
+        tx.splice_at(&mut st.slots, 8, 1, 0..3000);
+        tx.bytes.extend_from_slice(b"tail");
+        let mut want = b"head0".to_vec();
+        want.extend_from_slice(&[0xAA; 4000]);
+        want.extend_from_slice(b"mid");
+        want.extend_from_slice(&[0xBB; 3000]);
+        want.extend_from_slice(b"tail");
+        assert_eq!(concat(&tx, &st), want);
+        {
+            let mut two = [&[][..]; 2];
+            assert_eq!(tx.slices(&st.slots, &mut two), Some(2));
+            assert_eq!(two[1].len(), 4000);
+        }
+
+        // Command 0 completes before its data is out: its slot is not reusable yet.
+        st.release(0);
+        assert!(!st.free.contains(&0));
+        tx.advance(5 + 3999, &mut st);
+        assert!(!st.free.contains(&0));
+        assert_eq!(concat(&tx, &st), want[5 + 3999..]);
+        tx.advance(1, &mut st);
+        assert!(st.free.contains(&0), "slot 0's data is out");
+        assert_eq!(st.slots[1].pins, 1);
+        st.release(1);
+        tx.advance(3 + 3000, &mut st);
+        assert!(st.free.contains(&1));
+        assert_eq!(concat(&tx, &st), b"tail");
+        tx.advance(4, &mut st);
+        assert!(!tx.pending());
+        assert!(tx.ext.is_empty() && tx.bytes.is_empty());
+        assert_eq!(st.in_flight, 0);
+    }
+
+    /// A chunked transfer pins its slot once per piece; abandoning the output unpins all, and
+    /// `take` copies the spliced data in.
+    #[test]
+    fn abandoned_and_taken_output_unpins() {
+        let mut st = Slots::new(QueueId(1), 3, 0, 0);
+        st.slots[0].buf = (0..9000u32).map(|i| i as u8).collect();
+        st.free.retain(|&f| f != 0);
+        st.slots[0].busy = true;
+        st.in_flight = 1;
+        let mut tx = TxBuf::default();
+        for (i, r) in [0..4096, 4096..8192, 8192..9000].into_iter().enumerate() {
+            tx.bytes.push(i as u8);
+            let at = tx.bytes.len();
+            tx.splice_at(&mut st.slots, at, 0, r);
+        }
+        assert_eq!(st.slots[0].pins, 3);
+        st.release(0);
+        tx.advance(1 + 4096 + 1, &mut st);
+        assert_eq!(st.slots[0].pins, 2);
+        let rest = tx.take(&mut st);
+        let mut expect = Vec::new();
+        expect.extend_from_slice(&st.slots[0].buf[4096..8192]);
+        expect.push(2);
+        expect.extend_from_slice(&st.slots[0].buf[8192..9000]);
+        assert_eq!(rest, expect);
+        assert_eq!(st.slots[0].pins, 0);
+        assert!(st.free.contains(&0));
+    }
+
+    /// A spliced range no longer inside its slot's buffer is reported, never sliced past.
+    #[test]
+    fn lost_splice_is_an_error() {
+        let mut st = Slots::new(QueueId(1), 2, 0, 0);
+        st.slots[0].buf = vec![1; 100];
+        let mut tx = TxBuf::default();
+        tx.splice_at(&mut st.slots, 0, 0, 50..100);
+        st.slots[0].buf.truncate(60);
+        assert_eq!(tx.slices(&st.slots, &mut [&[][..]; 4]), None);
+        tx.splice_at(&mut st.slots, 0, 7, 0..1);
+        st.slots[0].buf = vec![1; 100];
+        assert_eq!(tx.slices(&st.slots, &mut [&[][..]; 4]), None);
     }
 }

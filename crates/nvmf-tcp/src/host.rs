@@ -321,6 +321,42 @@ impl HostConn {
         }
     }
 
+    /// As [`HostConn::encode_capsule`], without copying `icd`: returns the offset in `out`
+    /// where `icd` must be sent (see [`pdu::encode_capsule_cmd_spliced`]).
+    pub fn encode_capsule_spliced(&self, out: &mut Vec<u8>, sqe: &Sqe, icd: &[u8]) -> usize {
+        pdu::encode_capsule_cmd_spliced(out, self.digests, self.cpda, sqe, icd)
+    }
+
+    /// As [`HostConn::encode_h2c_data`], without copying `data`: for each PDU, `splice(at,
+    /// range)` says that `data[range]` must be sent at offset `at` of `out` (see
+    /// [`pdu::encode_h2c_data_spliced`]); the offsets are in increasing order.
+    pub fn encode_h2c_data_spliced(
+        &self,
+        out: &mut Vec<u8>,
+        cccid: u16,
+        ttag: u16,
+        datao: u32,
+        data: &[u8],
+        mut splice: impl FnMut(usize, std::ops::Range<usize>),
+    ) {
+        let max = usize::try_from(self.maxh2cdata.max(1)).unwrap_or(usize::MAX);
+        let n = data.len().div_ceil(max);
+        let mut off = 0usize;
+        for (i, chunk) in data.chunks(max).enumerate() {
+            let d = DataHdr {
+                cccid,
+                ttag,
+                datao: datao.wrapping_add(u32::try_from(off).unwrap_or(u32::MAX)),
+                datal: 0,
+                last: i + 1 == n,
+                success: false,
+            };
+            let at = pdu::encode_h2c_data_spliced(out, self.digests, self.cpda, &d, chunk);
+            splice(at, off..off + chunk.len());
+            off += chunk.len();
+        }
+    }
+
     /// Append an H2CTermReq.
     ///
     /// `hdr` is truncated to 128 bytes. The connection is terminated.

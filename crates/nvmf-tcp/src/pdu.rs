@@ -1025,6 +1025,22 @@ fn emit(out: &mut Vec<u8>, hdr: &mut [u8], dig: Digests, pda: u8, data: &[u8]) {
 /// offset in `out` where the data must start. The caller appends exactly `data_len` bytes and
 /// then calls [`emit_tail`].
 fn emit_head(out: &mut Vec<u8>, hdr: &mut [u8], dig: Digests, pda: u8, data_len: usize) -> usize {
+    write_head(out, hdr, dig, pda, data_len, true)
+}
+
+/// [`emit_head`] without reserving room for the data (it is sent from elsewhere).
+fn put_head(out: &mut Vec<u8>, hdr: &mut [u8], dig: Digests, pda: u8, data_len: usize) -> usize {
+    write_head(out, hdr, dig, pda, data_len, false)
+}
+
+fn write_head(
+    out: &mut Vec<u8>,
+    hdr: &mut [u8],
+    dig: Digests,
+    pda: u8,
+    data_len: usize,
+    reserve: bool,
+) -> usize {
     let hlen = hdr.len();
     let has_data = data_len > 0;
     let hd = dig.hdgst;
@@ -1045,7 +1061,9 @@ fn emit_head(out: &mut Vec<u8>, hdr: &mut [u8], dig: Digests, pda: u8, data_len:
     }
     let ty = hdr[0];
     put_ch(hdr, ty, fl, hlen, pdo, plen);
-    out.reserve(plen);
+    if reserve {
+        out.reserve(plen);
+    }
     out.extend_from_slice(hdr);
     if hd {
         out.extend_from_slice(&digest::crc32c(hdr).to_le_bytes());
@@ -1054,6 +1072,16 @@ fn emit_head(out: &mut Vec<u8>, hdr: &mut [u8], dig: Digests, pda: u8, data_len:
         out.resize(out.len() + (pdo - base), 0);
     }
     out.len()
+}
+
+/// [`emit`] with a gap for `data`, whose offset in `out` it returns: the head, then (when
+/// negotiated) the data digest, computed over `data` where it is.
+fn emit_spliced(out: &mut Vec<u8>, hdr: &mut [u8], dig: Digests, pda: u8, data: &[u8]) -> usize {
+    let at = put_head(out, hdr, dig, pda, data.len());
+    if dig.ddgst && !data.is_empty() {
+        out.extend_from_slice(&digest::crc32c(data).to_le_bytes());
+    }
+    at
 }
 
 /// Second half of [`emit`]: the data digest over `out[start..]` (the data appended since
@@ -1110,6 +1138,23 @@ pub fn encode_capsule_cmd(out: &mut Vec<u8>, dig: Digests, cpda: u8, sqe: &Sqe, 
     emit(out, &mut h, dig, cpda, icd);
 }
 
+/// As [`encode_capsule_cmd`], without copying `icd`: appends the PDU with a gap where `icd`
+/// goes (the header, its padding and, when a data digest was negotiated, the digest of `icd`
+/// after the gap) and returns the offset in `out` of the gap. The caller sends `icd` from where
+/// it is (`writev`) between `out[..offset]` and `out[offset..]`.
+pub fn encode_capsule_cmd_spliced(
+    out: &mut Vec<u8>,
+    dig: Digests,
+    cpda: u8,
+    sqe: &Sqe,
+    icd: &[u8],
+) -> usize {
+    let mut h = [0u8; HLEN_CAPSULE_CMD];
+    h[0] = pdu_type::CAPSULE_CMD;
+    h[CH_LEN..].copy_from_slice(&sqe.0);
+    emit_spliced(out, &mut h, dig, cpda, icd)
+}
+
 /// Append a CapsuleResp carrying `cqe`.
 pub fn encode_capsule_resp(out: &mut Vec<u8>, dig: Digests, cqe: &Cqe) {
     let mut h = [0u8; HLEN_CAPSULE_RESP];
@@ -1151,6 +1196,19 @@ fn data_pdu(out: &mut Vec<u8>, ty: u8, dig: Digests, pda: u8, d: &DataHdr, data:
 /// LAST_PDU from `d.last`; SUCCESS is never set on H2CData.
 pub fn encode_h2c_data(out: &mut Vec<u8>, dig: Digests, cpda: u8, d: &DataHdr, data: &[u8]) {
     data_pdu(out, pdu_type::H2C_DATA, dig, cpda, d, data);
+}
+
+/// As [`encode_h2c_data`], without copying `data`: see [`encode_capsule_cmd_spliced`] (the
+/// returned offset is where `data` goes).
+pub fn encode_h2c_data_spliced(
+    out: &mut Vec<u8>,
+    dig: Digests,
+    cpda: u8,
+    d: &DataHdr,
+    data: &[u8],
+) -> usize {
+    let mut h = data_hdr(pdu_type::H2C_DATA, d, data.len());
+    emit_spliced(out, &mut h, dig, cpda, data)
 }
 
 /// Append one C2HData PDU (PDO padded to `hpda`). DATAL is `data.len()` (`d.datal` is ignored),
@@ -1199,7 +1257,7 @@ pub fn encode_c2h_data_head(
         return false;
     }
     let mut h = data_hdr(pdu_type::C2H_DATA, d, len);
-    emit_head(out, &mut h, dig, hpda, len);
+    put_head(out, &mut h, dig, hpda, len);
     true
 }
 
@@ -1439,6 +1497,48 @@ mod tests {
         // 24 + 4 = 28 aligned to 32 -> PDO 32.
         assert_eq!(b[3], 32);
         assert_eq!(b.len(), 32 + 33 + 4);
+    }
+
+    /// A spliced PDU with its data put in the gap is byte for byte the copied one, for every
+    /// digest combination and alignment, with and without data.
+    #[test]
+    fn spliced_pdus_equal_copied_ones() {
+        let data: Vec<u8> = (0..777u32).map(|i| (i * 7 + 3) as u8).collect();
+        let sqe = Sqe([0xA5; 64]);
+        let d = DataHdr {
+            cccid: 9,
+            ttag: 4,
+            datao: 512,
+            datal: 0,
+            last: true,
+            success: false,
+        };
+        for dig in [
+            Digests::NONE,
+            Digests::BOTH,
+            Digests::from_bits(1),
+            Digests::from_bits(2),
+        ] {
+            for pda in [0u8, 3, 7] {
+                for len in [0usize, 1, 777] {
+                    let data = &data[..len];
+                    let splice = |out: Vec<u8>, at: usize| {
+                        let mut v = out[..at].to_vec();
+                        v.extend_from_slice(data);
+                        v.extend_from_slice(&out[at..]);
+                        v
+                    };
+                    let (mut a, mut b) = (vec![1u8, 2], vec![1u8, 2]);
+                    encode_capsule_cmd(&mut a, dig, pda, &sqe, data);
+                    let at = encode_capsule_cmd_spliced(&mut b, dig, pda, &sqe, data);
+                    assert_eq!(a, splice(b, at), "capsule {dig:?} pda {pda} len {len}");
+                    let (mut a, mut b) = (vec![3u8], vec![3u8]);
+                    encode_h2c_data(&mut a, dig, pda, &d, data);
+                    let at = encode_h2c_data_spliced(&mut b, dig, pda, &d, data);
+                    assert_eq!(a, splice(b, at), "h2c {dig:?} pda {pda} len {len}");
+                }
+            }
+        }
     }
 
     #[test]
