@@ -304,20 +304,8 @@ impl HostConn {
         datao: u32,
         data: &[u8],
     ) {
-        let max = usize::try_from(self.maxh2cdata.max(1)).unwrap_or(usize::MAX);
-        let n = data.len().div_ceil(max);
-        let mut off = datao;
-        for (i, chunk) in data.chunks(max).enumerate() {
-            let d = DataHdr {
-                cccid,
-                ttag,
-                datao: off,
-                datal: 0,
-                last: i + 1 == n,
-                success: false,
-            };
-            pdu::encode_h2c_data(out, self.digests, self.cpda, &d, chunk);
-            off = off.wrapping_add(u32::try_from(chunk.len()).unwrap_or(u32::MAX));
+        for (d, r) in self.h2c_pdus(cccid, ttag, datao, data.len()) {
+            pdu::encode_h2c_data(out, self.digests, self.cpda, &d, &data[r]);
         }
     }
 
@@ -339,22 +327,36 @@ impl HostConn {
         data: &[u8],
         mut splice: impl FnMut(usize, std::ops::Range<usize>),
     ) {
+        for (d, r) in self.h2c_pdus(cccid, ttag, datao, data.len()) {
+            let at =
+                pdu::encode_h2c_data_spliced(out, self.digests, self.cpda, &d, &data[r.clone()]);
+            splice(at, r);
+        }
+    }
+
+    /// The H2CData PDUs carrying `len` bytes from `datao`: each one's header and its range of
+    /// the data, split at MAXH2CDATA, LAST_PDU on the final one.
+    fn h2c_pdus(
+        &self,
+        cccid: u16,
+        ttag: u16,
+        datao: u32,
+        len: usize,
+    ) -> impl Iterator<Item = (DataHdr, std::ops::Range<usize>)> {
         let max = usize::try_from(self.maxh2cdata.max(1)).unwrap_or(usize::MAX);
-        let n = data.len().div_ceil(max);
-        let mut off = 0usize;
-        for (i, chunk) in data.chunks(max).enumerate() {
+        let n = len.div_ceil(max);
+        (0..n).map(move |i| {
+            let start = i * max;
             let d = DataHdr {
                 cccid,
                 ttag,
-                datao: datao.wrapping_add(u32::try_from(off).unwrap_or(u32::MAX)),
+                datao: datao.wrapping_add(u32::try_from(start).unwrap_or(u32::MAX)),
                 datal: 0,
                 last: i + 1 == n,
                 success: false,
             };
-            let at = pdu::encode_h2c_data_spliced(out, self.digests, self.cpda, &d, chunk);
-            splice(at, off..off + chunk.len());
-            off += chunk.len();
-        }
+            (d, start..len.min(start + max))
+        })
     }
 
     /// Append an H2CTermReq.
