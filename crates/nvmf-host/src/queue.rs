@@ -279,7 +279,7 @@ impl TxBuf {
         let mut v = Vec::with_capacity(self.bytes.len() + self.ext_len);
         while self.pending() {
             let mut pieces = [&[][..]; 16];
-            let Some(n) = self.slices(&st.slots, &mut pieces) else {
+            let Some(n) = self.slices(&st.slots, &mut pieces).filter(|&n| n > 0) else {
                 break;
             };
             let mut k = 0;
@@ -913,6 +913,9 @@ impl Link {
             let mut pieces = [&[][..]; TX_IOV_MAX];
             let k = self.tx.slices(&st.slots, &mut pieces).ok_or(SPLICE_LOST)?;
             let len: usize = pieces[..k].iter().map(|p| p.len()).sum();
+            if len == 0 {
+                return Err(SPLICE_LOST);
+            }
             t.write_plain(&pieces[..k]).map_err(tls_err)?;
             n += len;
             self.tx.advance(len, st);
