@@ -164,9 +164,7 @@ impl Slot {
 struct TxBuf {
     bytes: Vec<u8>,
     /// Slot data sent right after `bytes[..at]`, in order of `at`.
-    ext: Vec<TxExt>,
-    /// Total length of `ext`.
-    ext_len: usize,
+    ext: Splices,
     /// Bytes of the output, in wire order, already sent.
     sent: usize,
     /// `ext[..released]` is sent and its slots unpinned; `released_len` is its total length.
@@ -182,9 +180,29 @@ struct TxExt {
     len: usize,
 }
 
+/// The spliced pieces of a [`TxBuf`] and their total length.
+#[derive(Default)]
+struct Splices {
+    list: Vec<TxExt>,
+    len: usize,
+}
+
+impl Splices {
+    /// Record `slots[slot].buf[range]` at offset `at` of the bytes (the caller pins the slot).
+    fn push(&mut self, at: usize, slot: u16, range: std::ops::Range<usize>) {
+        self.len += range.len();
+        self.list.push(TxExt {
+            at,
+            slot,
+            start: range.start,
+            len: range.len(),
+        });
+    }
+}
+
 impl TxBuf {
     fn pending(&self) -> bool {
-        self.sent < self.bytes.len() + self.ext_len
+        self.sent < self.bytes.len() + self.ext.len
     }
 
     /// Splice `slots[slot].buf[range]` in at offset `at` of the bytes (not before any earlier
@@ -199,13 +217,7 @@ impl TxBuf {
         if let Some(s) = slots.get_mut(usize::from(slot)) {
             s.pins += 1;
         }
-        self.ext_len += range.len();
-        self.ext.push(TxExt {
-            at,
-            slot,
-            start: range.start,
-            len: range.len(),
-        });
+        self.ext.push(at, slot, range);
     }
 
     /// The unsent output in wire order, as at most `N` slices into `out`; returns how many.
@@ -231,7 +243,7 @@ impl TxBuf {
             n += 1;
         };
         let mut pos = 0;
-        for e in &self.ext {
+        for e in &self.ext.list {
             push(&self.bytes[pos..e.at]);
             let buf = &slots.get(usize::from(e.slot))?.buf;
             push(buf.get(e.start..e.start.checked_add(e.len)?)?);
@@ -250,7 +262,7 @@ impl TxBuf {
             self.clear(st);
             return;
         }
-        while let Some(e) = self.ext.get(self.released) {
+        while let Some(e) = self.ext.list.get(self.released) {
             // Wire offset of the end of `e`: its place in the bytes plus all spliced data up to
             // and including it.
             if e.at + self.released_len + e.len > self.sent {
@@ -264,11 +276,11 @@ impl TxBuf {
 
     /// Forget the output (sent or abandoned) and unpin the slots not unpinned yet.
     fn clear(&mut self, st: &mut Slots) {
-        for e in self.ext.drain(..).skip(self.released) {
+        for e in self.ext.list.drain(..).skip(self.released) {
             st.unpin(usize::from(e.slot));
         }
         self.bytes.clear();
-        self.ext_len = 0;
+        self.ext.len = 0;
         self.sent = 0;
         self.released = 0;
         self.released_len = 0;
@@ -276,7 +288,7 @@ impl TxBuf {
 
     /// The unsent output as one byte vector (slot data copied in); the output is cleared.
     fn take(&mut self, st: &mut Slots) -> Vec<u8> {
-        let mut v = Vec::with_capacity(self.bytes.len() + self.ext_len);
+        let mut v = Vec::with_capacity(self.bytes.len() + self.ext.len);
         while self.pending() {
             let mut pieces = [&[][..]; 16];
             let Some(n) = self.slices(&st.slots, &mut pieces).filter(|&n| n > 0) else {
@@ -634,24 +646,13 @@ impl Slots {
                     return Ok(0);
                 }
                 // Zero-copy: the PDUs' data stays in the slot, pinned until it is sent.
-                let TxBuf {
-                    bytes,
-                    ext,
-                    ext_len,
-                    ..
-                } = tx;
                 let cccid = r2t.cccid;
                 let mut pins = 0;
                 let data = &slot.buf[start..end];
+                let (bytes, ext) = (&mut tx.bytes, &mut tx.ext);
                 conn.encode_h2c_data_spliced(bytes, cccid, r2t.ttag, r2t.r2to, data, |at, r| {
-                    *ext_len += r.len();
                     pins += 1;
-                    ext.push(TxExt {
-                        at,
-                        slot: cccid,
-                        start: start + r.start,
-                        len: r.len(),
-                    });
+                    ext.push(at, cccid, start + r.start..start + r.end);
                 });
                 slot.pins += pins;
                 Ok(0)
@@ -1658,7 +1659,7 @@ mod tests {
         assert_eq!(concat(&tx, &st), b"tail");
         tx.advance(4, &mut st);
         assert!(!tx.pending());
-        assert!(tx.ext.is_empty() && tx.bytes.is_empty());
+        assert!(tx.ext.list.is_empty() && tx.bytes.is_empty());
         assert_eq!(st.in_flight, 0);
     }
 
