@@ -61,6 +61,8 @@ impl Config {
         if let Some(d) = &t.state_dir {
             let _ = writeln!(out, "state_dir = {}", string(&d.to_string_lossy()));
         }
+        let _ = writeln!(out, "tls_rekey_records = {}", t.tls_rekey_records);
+        let _ = writeln!(out, "tls_key_update = {}", string(t.tls_key_update.name()));
         for l in &self.listeners {
             out.push('\n');
             listener(&mut out, "[[listeners]]", l);
@@ -113,10 +115,37 @@ impl Config {
             if let Some(p) = &self.management.token_file {
                 let _ = writeln!(out, "token_file = {}", string(&p.to_string_lossy()));
             }
+            if let Some(p) = &self.management.tls_cert {
+                let _ = writeln!(out, "tls_cert = {}", string(&p.to_string_lossy()));
+            }
+            if let Some(p) = &self.management.tls_key {
+                let _ = writeln!(out, "tls_key = {}", string(&p.to_string_lossy()));
+            }
+            let paths = |v: &[std::path::PathBuf]| {
+                v.iter()
+                    .map(|p| string(&p.to_string_lossy()))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            if !self.management.data_dirs.is_empty() {
+                let _ = writeln!(out, "data_dirs = [{}]", paths(&self.management.data_dirs));
+            }
+            if !self.management.block_devices.is_empty() {
+                let _ = writeln!(
+                    out,
+                    "block_devices = [{}]",
+                    paths(&self.management.block_devices)
+                );
+            }
         }
-        if let Some(m) = &self.metrics {
+        if self.metrics.is_some() || self.metrics_host_labels {
             out.push_str("\n[metrics]\n");
-            let _ = writeln!(out, "listen = {}", string(&m.to_string()));
+            if let Some(m) = &self.metrics {
+                let _ = writeln!(out, "listen = {}", string(&m.to_string()));
+            }
+            if self.metrics_host_labels {
+                out.push_str("host_labels = true\n");
+            }
         }
         if let Some(c) = &self.cdc {
             out.push_str("\n[cdc]\n");
@@ -124,6 +153,10 @@ impl Config {
             let _ = writeln!(out, "members = [{}]", list.join(", "));
             if let Some(n) = &c.hostnqn {
                 let _ = writeln!(out, "hostnqn = {}", string(n));
+            }
+            if !c.trusted.is_empty() {
+                let list: Vec<String> = c.trusted.iter().map(|t| string(&t.to_string())).collect();
+                let _ = writeln!(out, "trusted = [{}]", list.join(", "));
             }
         }
         crate::pool::emit(&mut out, self);
@@ -293,5 +326,54 @@ mod tests {
             crate::DEFAULT_MANAGEMENT_PORT
         );
         assert_eq!(Config::from_toml_str(&c.to_toml_string()).unwrap(), c);
+    }
+
+    #[test]
+    fn fleet_trust_settings_round_trip_and_are_checked() {
+        let base = "[[listeners]]\naddress = \"127.0.0.1\"\n";
+        let text = format!(
+            "{base}[management]\nlisten = \"127.0.0.1:7000\"\ntoken_file = \"/t\"\ntls_cert = \"/c.pem\"\ntls_key = \"/k.pem\"\ndata_dirs = [\"/srv/a\", \"/srv/b\"]\nblock_devices = [\"/dev/vdb\"]\n[metrics]\nhost_labels = true\n[cdc]\nmembers = [\"10.0.0.1\"]\ntrusted = [\"10.0.0.2\", \"nqn.2014-08.org.example:ddc\"]\n"
+        );
+        let c = Config::from_toml_str(&text).unwrap();
+        assert_eq!(c.management.data_dirs.len(), 2);
+        assert_eq!(c.management.block_devices[0].to_str(), Some("/dev/vdb"));
+        assert!(c.metrics_host_labels);
+        assert_eq!(
+            c.cdc.as_ref().unwrap().trusted,
+            vec![
+                crate::TrustedAnnouncer::Address("10.0.0.2".parse().unwrap()),
+                crate::TrustedAnnouncer::Nqn("nqn.2014-08.org.example:ddc".into()),
+            ]
+        );
+        let again = Config::from_toml_str(&c.to_toml_string()).unwrap();
+        assert_eq!(again, c);
+
+        let bad = |extra: &str| Config::from_toml_str(&format!("{base}{extra}")).unwrap_err();
+        let e = bad("[management]\ndata_dirs = [\"rel/dir\"]\n");
+        assert_eq!(
+            (e.code, e.path.as_str()),
+            (crate::codes::INVALID_PATH, "management.data_dirs[0]")
+        );
+        let e =
+            bad("[management]\nlisten = \"127.0.0.1\"\ntoken_file = \"/t\"\ntls_cert = \"/c\"\n");
+        assert_eq!(
+            (e.code, e.path.as_str()),
+            (crate::codes::MISSING_FIELD, "management.tls_key")
+        );
+        let e = bad("[cdc]\ntrusted = [\"not an address\"]\n");
+        assert_eq!(
+            (e.code, e.path.as_str()),
+            (crate::codes::INVALID_ADDRESS, "cdc.trusted[0]")
+        );
+        let e = bad("[target]\ntls_rekey_records = 3\n");
+        assert_eq!(
+            (e.code, e.path.as_str()),
+            (crate::codes::INVALID_TUNING, "target.tls_rekey_records")
+        );
+        let e = bad("[target]\ntls_key_update = \"never\"\n");
+        assert_eq!(
+            (e.code, e.path.as_str()),
+            (crate::codes::INVALID_TUNING, "target.tls_key_update")
+        );
     }
 }

@@ -71,6 +71,10 @@ pub struct Config {
     pub cdc: Option<Cdc>,
     /// Storage pools (`[[pools]]`): directories the management API makes file namespaces in.
     pub pools: Vec<crate::Pool>,
+    /// `[metrics] host_labels = true`: per-host series (labelled with host NQNs) on
+    /// `/metrics`. Off by default: a host NQN is the only credential of hosts that use neither
+    /// DH-HMAC-CHAP nor TLS, and `/metrics` needs no token.
+    pub metrics_host_labels: bool,
 }
 
 /// `[cdc]`: this box is a Central Discovery Controller: its discovery service shows each host
@@ -82,6 +86,47 @@ pub struct Cdc {
     /// The host NQN of the CDC's own persistent connections to its members (`hostnqn`);
     /// `None`: derived from the machine (see the CDC runtime).
     pub hostnqn: Option<String>,
+    /// Discovery controllers allowed to announce themselves by pull registration (DIM with
+    /// entity type DDC): `trusted = ["ADDR", "NQN", …]`, matched against the source address of
+    /// the registering connection or its host NQN. Empty (the default): only members listed in
+    /// `members` and DDCs that authenticated with DH-HMAC-CHAP may register.
+    pub trusted: Vec<TrustedAnnouncer>,
+}
+
+/// One entry of `[cdc] trusted`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum TrustedAnnouncer {
+    /// A source IP address of the discovery connection.
+    Address(std::net::IpAddr),
+    /// A host NQN the registering discovery controller connects with.
+    Nqn(String),
+}
+
+impl fmt::Display for TrustedAnnouncer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TrustedAnnouncer::Address(a) => write!(f, "{a}"),
+            TrustedAnnouncer::Nqn(n) => f.write_str(n),
+        }
+    }
+}
+
+impl TrustedAnnouncer {
+    /// Parses `ADDR` (an IP literal) or an NQN.
+    pub fn parse(s: &str) -> Result<TrustedAnnouncer, crate::ConfigError> {
+        if let Ok(a) = s.parse::<std::net::IpAddr>() {
+            return Ok(TrustedAnnouncer::Address(a));
+        }
+        if s.starts_with("nqn.") {
+            crate::parse::check_nqn(s)?;
+            return Ok(TrustedAnnouncer::Nqn(s.to_owned()));
+        }
+        Err(crate::ConfigError::new(
+            crate::codes::INVALID_ADDRESS,
+            "",
+            format!("{s:?} is neither an IP address nor an NQN"),
+        ))
+    }
 }
 
 /// The discovery service's settings (`[discovery]` keys other than the listener's).
@@ -97,6 +142,9 @@ pub struct DiscoverySettings {
     /// TP 8010 pull registration with DIM).
     pub cdc: Option<Listener>,
 }
+
+/// Default of `[target] tls_rekey_records`: 2^24 full-size records.
+pub const DEFAULT_TLS_REKEY_RECORDS: u64 = 1 << 24;
 
 /// Default port of `[metrics] listen` when only an address is given.
 pub const DEFAULT_METRICS_PORT: u16 = 9650;
@@ -121,6 +169,18 @@ pub struct Management {
     /// itself in the configuration). `ebof serve` refuses to start unless the file exists, is
     /// not empty and is not accessible by group or others (`chmod 600`).
     pub token_file: Option<PathBuf>,
+    /// `tls_cert = "PATH"` and `tls_key = "PATH"` (PEM): serve `listen` over HTTPS. Both or
+    /// neither.
+    pub tls_cert: Option<PathBuf>,
+    /// See [`Management::tls_cert`].
+    pub tls_key: Option<PathBuf>,
+    /// `data_dirs = ["DIR", …]`: directories (absolute) inside which the management API may
+    /// create or open `file` namespaces, besides the `[[pools]]` directories, and `save` the
+    /// configuration. The configuration file itself is not restricted.
+    pub data_dirs: Vec<PathBuf>,
+    /// `block_devices = ["PATH", …]`: the block devices (absolute paths) the management API
+    /// may open as `block` namespaces. Empty (the default): none.
+    pub block_devices: Vec<PathBuf>,
 }
 
 /// Global tuning of the target (`[target]`). Every field has a default.
@@ -181,6 +241,39 @@ pub struct TargetTuning {
     /// (`<path>.resv`); RAM and block namespaces then cannot persist reservations (RESCAP
     /// does not advertise PTPL). The directory is created when missing.
     pub state_dir: Option<PathBuf>,
+    /// TLS records sent under one key, counted in full-size-record equivalents (16 KiB of
+    /// plaintext each, RFC 8446 §5.5), before the key is updated (`tls_rekey_records`):
+    /// 16..=2^24. Default 2^24 (below AES-GCM's 2^24.5 limit). Lower values are for tests.
+    pub tls_rekey_records: u64,
+    /// Which peers the target initiates a TLS KeyUpdate towards (`tls_key_update`).
+    pub tls_key_update: TlsKeyUpdate,
+}
+
+/// `[target] tls_key_update`: whom the record layer sends a KeyUpdate of its own to when
+/// `tls_rekey_records` is reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TlsKeyUpdate {
+    /// `"peer"` (default): only to a peer that has sent a KeyUpdate itself (and so shown that it
+    /// takes one). Linux hosts read NVMe/TCP through kTLS, which takes no post-handshake
+    /// handshake record: towards them the key is kept past the threshold, as the Linux target
+    /// does.
+    #[default]
+    Peer,
+    /// `"always"`: to every peer (for peers known to take KeyUpdates, and for tests).
+    Always,
+}
+
+impl TlsKeyUpdate {
+    /// The values accepted in the file.
+    pub const NAMES: [&'static str; 2] = ["peer", "always"];
+
+    /// The name used in the file.
+    pub fn name(self) -> &'static str {
+        match self {
+            TlsKeyUpdate::Peer => "peer",
+            TlsKeyUpdate::Always => "always",
+        }
+    }
 }
 
 /// The engine that runs file and block I/O (`[target] io_engine`).
@@ -230,6 +323,8 @@ impl Default for TargetTuning {
             io_engine: IoEngine::IoUring,
             io_threads: 4,
             state_dir: None,
+            tls_rekey_records: DEFAULT_TLS_REKEY_RECORDS,
+            tls_key_update: TlsKeyUpdate::Peer,
         }
     }
 }
@@ -495,6 +590,7 @@ impl Config {
             rdma_listeners: Vec::new(),
             cdc: None,
             pools: Vec::new(),
+            metrics_host_labels: false,
         }
     }
 }

@@ -62,6 +62,8 @@ struct RawCdc {
     members: Option<Vec<String>>,
     /// The host NQN of the CDC's connections to its members.
     hostnqn: Option<String>,
+    /// Discovery controllers that may announce themselves (addresses or host NQNs).
+    trusted: Option<Vec<String>>,
 }
 
 /// `[cdc]` as typed values: every member parsed (`cdc.members[i]`), none twice.
@@ -82,9 +84,23 @@ fn convert_cdc(c: RawCdc) -> Result<crate::model::Cdc, ConfigError> {
     if let Some(n) = &c.hostnqn {
         crate::parse::check_nqn(n).map_err(|e| e.at("cdc.hostnqn"))?;
     }
+    let mut trusted = Vec::new();
+    for (i, t) in c.trusted.unwrap_or_default().iter().enumerate() {
+        let at = format!("cdc.trusted[{i}]");
+        let t = crate::model::TrustedAnnouncer::parse(t).map_err(|e| e.at(at.clone()))?;
+        if trusted.contains(&t) {
+            return Err(ConfigError::new(
+                codes::INVALID_ADDRESS,
+                at,
+                format!("{t} is listed twice"),
+            ));
+        }
+        trusted.push(t);
+    }
     Ok(crate::model::Cdc {
         members,
         hostnqn: c.hostnqn,
+        trusted,
     })
 }
 
@@ -102,6 +118,13 @@ struct RawManagement {
     listen: Option<String>,
     /// The file holding the bearer token of `listen`.
     token_file: Option<String>,
+    /// PEM certificate chain and key: `listen` speaks HTTPS.
+    tls_cert: Option<String>,
+    tls_key: Option<String>,
+    /// Directories the API may put file namespaces and saved configurations in.
+    data_dirs: Option<Vec<String>>,
+    /// Block devices the API may open.
+    block_devices: Option<Vec<String>>,
 }
 
 /// `[metrics]`.
@@ -110,6 +133,8 @@ struct RawManagement {
 struct RawMetrics {
     /// `ADDR:PORT` of the Prometheus endpoint.
     listen: Option<String>,
+    /// Per-host series labelled with host NQNs.
+    host_labels: Option<bool>,
 }
 
 /// `[target]`.
@@ -145,6 +170,10 @@ struct RawTarget {
     io_threads: Option<i64>,
     /// Directory for persisted state (reservations with PTPL).
     state_dir: Option<String>,
+    /// Full-size-record equivalents under one TLS key before a KeyUpdate.
+    tls_rekey_records: Option<i64>,
+    /// "peer" | "always".
+    tls_key_update: Option<String>,
 }
 
 /// `[[listeners]]` and `[discovery]`.
@@ -494,6 +523,11 @@ impl RawConfig {
             .map(|(i, s)| convert_subsystem(s, &format!("subsystems[{i}]"), &target))
             .collect::<Result<_, _>>()?;
         let management = convert_management(self.management.unwrap_or_default())?;
+        let metrics_host_labels = self
+            .metrics
+            .as_ref()
+            .and_then(|m| m.host_labels)
+            .unwrap_or(false);
         let metrics = match self.metrics.and_then(|m| m.listen) {
             None => None,
             Some(l) => {
@@ -518,6 +552,7 @@ impl RawConfig {
             rdma_listeners,
             cdc,
             pools,
+            metrics_host_labels,
         })
     }
 }
@@ -601,6 +636,22 @@ fn convert_target(raw: RawTarget) -> Result<TargetTuning, ConfigError> {
             }
             Some(s) => Some(PathBuf::from(s)),
         },
+        tls_rekey_records: field(
+            raw.tls_rekey_records,
+            &rules::TLS_REKEY_RECORDS,
+            d.tls_rekey_records,
+        )?,
+        tls_key_update: match raw.tls_key_update.as_deref() {
+            None => d.tls_key_update,
+            Some("peer") => crate::model::TlsKeyUpdate::Peer,
+            Some("always") => crate::model::TlsKeyUpdate::Always,
+            Some(other) => {
+                return Err(rules::TLS_REKEY_RECORDS.error_at(
+                    "tls_key_update",
+                    format!("tls_key_update = {other:?}: expected \"peer\" or \"always\""),
+                ));
+            }
+        },
     })
 }
 
@@ -620,12 +671,39 @@ fn convert_management(raw: RawManagement) -> Result<Management, ConfigError> {
             parse_listener(&l, DEFAULT_MANAGEMENT_PORT).map_err(|e| e.at("management.listen"))?,
         ),
     };
+    let absolute_list = |v: Option<Vec<String>>, field: &str, what: &str| {
+        let mut out: Vec<PathBuf> = Vec::new();
+        for (i, s) in v.unwrap_or_default().into_iter().enumerate() {
+            let at = format!("management.{field}[{i}]");
+            if s.is_empty() || s.contains('\0') || !s.starts_with('/') {
+                return Err(ConfigError::new(
+                    codes::INVALID_PATH,
+                    at,
+                    format!("{s:?}: a {what} must be an absolute path without NUL bytes"),
+                ));
+            }
+            let p = PathBuf::from(s);
+            if out.contains(&p) {
+                return Err(ConfigError::new(
+                    codes::DUPLICATE_PATH,
+                    at,
+                    format!("{} is listed twice", p.display()),
+                ));
+            }
+            out.push(p);
+        }
+        Ok(out)
+    };
     Ok(Management {
         socket: path(raw.socket, "socket", "socket")?,
         disabled: raw.enabled == Some(false),
         autosave: raw.autosave == Some(true),
         listen,
         token_file: path(raw.token_file, "token_file", "token file")?,
+        tls_cert: path(raw.tls_cert, "tls_cert", "certificate")?,
+        tls_key: path(raw.tls_key, "tls_key", "private key")?,
+        data_dirs: absolute_list(raw.data_dirs, "data_dirs", "data directory")?,
+        block_devices: absolute_list(raw.block_devices, "block_devices", "block device")?,
     })
 }
 

@@ -35,6 +35,11 @@ impl TuningRule {
         )
     }
 
+    /// An error about another field of `[target]` (one whose rule is not numeric).
+    pub(crate) fn error_at(&self, field: &str, message: String) -> ConfigError {
+        ConfigError::new(codes::INVALID_TUNING, format!("target.{field}"), message)
+    }
+
     pub(crate) fn check(&self, v: i128) -> Result<(), ConfigError> {
         if v < self.min || v > self.max {
             return Err(self.error(format!(
@@ -120,6 +125,14 @@ pub(crate) mod rules {
         max: 256,
         multiple_of: 1,
     };
+    /// At least 16 records (tests cross it in milliseconds); at most 2^24 full-size records,
+    /// under AES-GCM's 2^24.5 (RFC 8446 §5.5).
+    pub(crate) const TLS_REKEY_RECORDS: TuningRule = TuningRule {
+        field: "tls_rekey_records",
+        min: 16,
+        max: 1 << 24,
+        multiple_of: 1,
+    };
 }
 
 impl Config {
@@ -141,6 +154,28 @@ impl Config {
 /// `token_file`. (The file itself is checked by `ebof serve` when it starts: it must exist,
 /// hold a token and be owner-only.)
 fn validate_management(m: &Management) -> Result<(), ConfigError> {
+    match (&m.tls_cert, &m.tls_key) {
+        (Some(_), None) | (None, Some(_)) => {
+            let missing = if m.tls_cert.is_none() {
+                "tls_cert"
+            } else {
+                "tls_key"
+            };
+            return Err(ConfigError::new(
+                codes::MISSING_FIELD,
+                format!("management.{missing}"),
+                "HTTPS needs both tls_cert and tls_key (PEM files)",
+            ));
+        }
+        (Some(_), Some(_)) if m.listen.is_none() => {
+            return Err(ConfigError::new(
+                codes::MISSING_FIELD,
+                "management.listen",
+                "tls_cert and tls_key are for the API on TCP: set listen too",
+            ));
+        }
+        _ => {}
+    }
     if let Some(l) = &m.listen
         && m.token_file.is_none()
     {
@@ -192,6 +227,7 @@ fn validate_target(t: &TargetTuning) -> Result<(), ConfigError> {
     rules::MAX_CONNECTIONS.check(t.max_connections.into())?;
     rules::MAX_CONNECTIONS_PER_ADDRESS.check(t.max_connections_per_address.into())?;
     rules::IO_THREADS.check(t.io_threads.into())?;
+    rules::TLS_REKEY_RECORDS.check(t.tls_rekey_records.into())?;
     let prefix = &t.serial_prefix;
     if prefix.len() > SERIAL_PREFIX_MAX_LEN || !prefix.chars().all(|c| c.is_ascii_graphic()) {
         return Err(ConfigError::new(

@@ -117,6 +117,8 @@ ram_huge_pages = false
 io_engine = "threads"
 io_threads = 2
 state_dir = "/var/lib/ebof"
+tls_rekey_records = 1000
+tls_key_update = "always"
 
 [[listeners]]
 address = "0.0.0.0"
@@ -188,6 +190,8 @@ fn full_document_parses_to_expected_values() {
             io_engine: IoEngine::Threads,
             io_threads: 2,
             state_dir: Some("/var/lib/ebof".into()),
+            tls_rekey_records: 1000,
+            tls_key_update: ebof_config::TlsKeyUpdate::Always,
         }
     );
     assert_eq!(
