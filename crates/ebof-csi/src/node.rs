@@ -6,7 +6,7 @@
 use crate::names::{self, ctx};
 use crate::pb;
 use crate::pb::volume_capability::{AccessType, access_mode::Mode};
-use crate::rpc::{BusySet, invalid, ok, required};
+use crate::rpc::{BusySet, absolute, invalid, ok, required};
 use crate::sys;
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
@@ -55,11 +55,52 @@ impl NodeConfig {
     }
 }
 
+/// What the node runs and where it looks: the real system, unless a test points it at a
+/// fake sysfs tree and fake tools.
+#[derive(Clone, Debug)]
+pub(crate) struct NodeSystem {
+    /// The sysfs root (`/sys`).
+    pub sysfs: PathBuf,
+    /// nvme-cli.
+    pub nvme: String,
+    /// util-linux `blkid`.
+    pub blkid: String,
+    /// `mkfs.ext4`.
+    pub mkfs_ext4: String,
+    /// `mkfs.xfs`.
+    pub mkfs_xfs: String,
+    /// `mount`.
+    pub mount: String,
+    /// `umount`.
+    pub umount: String,
+    /// `resize2fs`.
+    pub resize2fs: String,
+    /// `xfs_growfs`.
+    pub xfs_growfs: String,
+}
+
+impl Default for NodeSystem {
+    fn default() -> NodeSystem {
+        NodeSystem {
+            sysfs: PathBuf::from("/sys"),
+            nvme: "nvme".into(),
+            blkid: "blkid".into(),
+            mkfs_ext4: "mkfs.ext4".into(),
+            mkfs_xfs: "mkfs.xfs".into(),
+            mount: "mount".into(),
+            umount: "umount".into(),
+            resize2fs: "resize2fs".into(),
+            xfs_growfs: "xfs_growfs".into(),
+        }
+    }
+}
+
 /// The Node service.
 #[derive(Debug)]
 pub struct Node {
     cfg: NodeConfig,
     busy: BusySet,
+    os: NodeSystem,
 }
 
 /// Whether an access mode lets the node write.
@@ -99,10 +140,16 @@ fn access(cap: Option<&pb::VolumeCapability>) -> Result<(Access, bool), Status> 
 impl Node {
     /// The Node service of a host named by `cfg`.
     pub fn new(cfg: NodeConfig) -> anyhow::Result<Node> {
-        Ok(Node {
+        Ok(Node::with_system(cfg, NodeSystem::default()))
+    }
+
+    /// The Node service on the system `os` describes.
+    pub(crate) fn with_system(cfg: NodeConfig, os: NodeSystem) -> Node {
+        Node {
             cfg,
             busy: BusySet::default(),
-        })
+            os,
+        }
     }
 
     /// Connect every listener of the volume not connected yet; Ok when at least one path is
@@ -111,7 +158,7 @@ impl Node {
         let mut errors = Vec::new();
         let mut up = 0;
         for p in paths {
-            let have = sys::nvme_controllers(nqn)
+            let have = sys::nvme_controllers(&self.os.sysfs, nqn)
                 .iter()
                 .any(|(_, a)| sys::address_is(a, &p.addr, p.port));
             if have {
@@ -132,11 +179,11 @@ impl Node {
                 "--hostnqn",
                 self.cfg.node_id.as_str(),
             ];
-            match sys::run("nvme", &args, CMD_TIMEOUT).await {
+            match sys::run(&self.os.nvme, &args, CMD_TIMEOUT).await {
                 Ok(_) => up += 1,
                 Err(e) => {
                     // A path that came up meanwhile (a racing retry) counts.
-                    if sys::nvme_controllers(nqn)
+                    if sys::nvme_controllers(&self.os.sysfs, nqn)
                         .iter()
                         .any(|(_, a)| sys::address_is(a, &p.addr, p.port))
                     {
@@ -157,30 +204,32 @@ impl Node {
         Ok(())
     }
 
-    async fn wait_device(uuid: &str) -> Result<PathBuf, Status> {
+    /// The block device of namespace [`names::NSID`] with `uuid` in subsystem `nqn`, once the
+    /// kernel shows it.
+    async fn wait_device(&self, nqn: &str, uuid: &str) -> Result<PathBuf, Status> {
         let t0 = Instant::now();
         loop {
-            if let Some(d) = sys::nvme_device_by_uuid(uuid) {
+            if let Some(d) = sys::nvme_device_in(&self.os.sysfs, nqn, uuid, names::NSID) {
                 return Ok(d);
             }
             if t0.elapsed() > DEVICE_WAIT {
                 return Err(Status::deadline_exceeded(format!(
-                    "connected, but no NVMe block device with UUID {uuid} appeared within {DEVICE_WAIT:?}"
+                    "connected, but no NVMe block device with UUID {uuid} appeared in subsystem {nqn} within {DEVICE_WAIT:?}"
                 )));
             }
             tokio::time::sleep(POLL).await;
         }
     }
 
-    async fn disconnect(nqn: &str) -> Result<(), Status> {
-        if sys::nvme_controllers(nqn).is_empty() {
+    async fn disconnect(&self, nqn: &str) -> Result<(), Status> {
+        if sys::nvme_controllers(&self.os.sysfs, nqn).is_empty() {
             return Ok(());
         }
-        sys::run("nvme", &["disconnect", "-n", nqn], CMD_TIMEOUT)
+        sys::run(&self.os.nvme, &["disconnect", "-n", nqn], CMD_TIMEOUT)
             .await
             .map_err(Status::internal)?;
         let t0 = Instant::now();
-        while !sys::nvme_controllers(nqn).is_empty() {
+        while !sys::nvme_controllers(&self.os.sysfs, nqn).is_empty() {
             if t0.elapsed() > DEVICE_WAIT {
                 return Err(Status::internal(format!(
                     "{nqn}: controllers still present after nvme disconnect"
@@ -191,37 +240,43 @@ impl Node {
         Ok(())
     }
 
-    /// The file system type on `dev`, or None when it holds none.
-    async fn fs_on(dev: &Path) -> Result<Option<String>, Status> {
+    /// What `dev` holds: a file system (its type), nothing (`blkid -p` found no signature:
+    /// status 2, the only answer that means empty), or an error. A partition table, a
+    /// partition or any other signature without a file system is an error (FAILED_PRECONDITION)
+    /// and never "empty": formatting it would destroy data, as Kubernetes' mount-utils refuse
+    /// to ("unknown data, probably partitions").
+    async fn fs_on(&self, dev: &Path) -> Result<Option<String>, Status> {
         let d = dev.to_string_lossy();
         let out = sys::output(
-            "blkid",
-            &["-p", "-s", "TYPE", "-o", "value", d.as_ref()],
+            &self.os.blkid,
+            &["-p", "-o", "export", "--", d.as_ref()],
             CMD_TIMEOUT,
         )
         .await
         .map_err(Status::internal)?;
         match out.status.code() {
-            Some(0) => {
-                let t = String::from_utf8_lossy(&out.stdout).trim().to_string();
-                Ok((!t.is_empty()).then_some(t))
-            }
+            Some(0) => probed(&d, &String::from_utf8_lossy(&out.stdout)),
             Some(2) => Ok(None),
             _ => Err(Status::internal(format!(
-                "blkid -p {d}: {}",
+                "blkid -p {d} ({}): {} (not formatting a device that cannot be probed)",
+                out.status,
                 String::from_utf8_lossy(&out.stderr).trim()
             ))),
         }
     }
 
-    async fn umount_all(path: &Path) -> Result<(), Status> {
+    async fn umount_all(&self, path: &Path) -> Result<(), Status> {
         for _ in 0..8 {
             if sys::mounts_at(path).is_empty() {
                 return Ok(());
             }
-            sys::run("umount", &[&path.to_string_lossy()], CMD_TIMEOUT)
-                .await
-                .map_err(Status::internal)?;
+            sys::run(
+                &self.os.umount,
+                &["--", &path.to_string_lossy()],
+                CMD_TIMEOUT,
+            )
+            .await
+            .map_err(Status::internal)?;
         }
         if sys::mounts_at(path).is_empty() {
             Ok(())
@@ -234,7 +289,7 @@ impl Node {
     }
 
     /// The block device under `path`: the device node itself, or what is mounted there.
-    fn device_of(path: &Path) -> Option<PathBuf> {
+    fn device_of(&self, path: &Path) -> Option<PathBuf> {
         let meta = std::fs::metadata(path).ok()?;
         let devno = if meta.file_type().is_block_device() {
             use std::os::unix::fs::MetadataExt;
@@ -243,7 +298,7 @@ impl Node {
         } else {
             sys::mounts_at(path).last()?.dev.clone()
         };
-        let link = std::fs::read_link(format!("/sys/dev/block/{devno}")).ok()?;
+        let link = std::fs::read_link(self.os.sysfs.join("dev/block").join(devno)).ok()?;
         Some(PathBuf::from("/dev").join(link.file_name()?))
     }
 }
@@ -256,7 +311,7 @@ impl pb::node_server::Node for Node {
     ) -> Result<Response<pb::NodeStageVolumeResponse>, Status> {
         let r = req.into_inner();
         required(&r.volume_id, "volume_id")?;
-        required(&r.staging_target_path, "staging_target_path")?;
+        absolute(&r.staging_target_path, "staging_target_path")?;
         let (acc, rw) = access(r.volume_capability.as_ref())?;
         let get = |k: &str| {
             r.volume_context
@@ -275,13 +330,13 @@ impl pb::node_server::Node for Node {
         let _busy = self.busy.hold(&r.volume_id)?;
         tracing::info!(volume = %r.volume_id, staging = %r.staging_target_path, "NodeStageVolume");
         self.connect(nqn, &paths).await?;
-        let dev = Self::wait_device(uuid).await?;
+        let dev = self.wait_device(nqn, uuid).await?;
         let Access::Mount { fs_type, flags } = acc else {
             return ok(pb::NodeStageVolumeResponse {});
         };
         let staging = PathBuf::from(&r.staging_target_path);
         if let Some(m) = sys::mounts_at(&staging).last() {
-            if Self::device_of(&staging).as_deref() == Some(dev.as_path()) {
+            if self.device_of(&staging).as_deref() == Some(dev.as_path()) {
                 return ok(pb::NodeStageVolumeResponse {});
             }
             return Err(Status::already_exists(format!(
@@ -293,7 +348,7 @@ impl pb::node_server::Node for Node {
         }
         std::fs::create_dir_all(&staging)
             .map_err(|e| Status::internal(format!("creating {}: {e}", staging.display())))?;
-        let fs = match Self::fs_on(&dev).await? {
+        let fs = match self.fs_on(&dev).await? {
             Some(t) => {
                 if t != fs_type {
                     tracing::warn!(volume = %r.volume_id, have = %t, asked = %fs_type, "volume already holds another file system; mounting what it holds");
@@ -309,9 +364,12 @@ impl pb::node_server::Node for Node {
             None => {
                 let d = dev.to_string_lossy();
                 let (prog, args): (&str, Vec<&str>) = if fs_type == "xfs" {
-                    ("mkfs.xfs", vec!["-q", d.as_ref()])
+                    (self.os.mkfs_xfs.as_str(), vec!["-q", "--", d.as_ref()])
                 } else {
-                    ("mkfs.ext4", vec!["-q", "-F", d.as_ref()])
+                    (
+                        self.os.mkfs_ext4.as_str(),
+                        vec!["-q", "-F", "--", d.as_ref()],
+                    )
                 };
                 tracing::info!(volume = %r.volume_id, device = %d, fs = %fs_type, "formatting");
                 sys::run(prog, &args, CMD_TIMEOUT)
@@ -331,8 +389,8 @@ impl pb::node_server::Node for Node {
         if !o.is_empty() {
             args.extend(["-o", o.as_str()]);
         }
-        args.extend([d.as_str(), s.as_str()]);
-        sys::run("mount", &args, CMD_TIMEOUT)
+        args.extend(["--", d.as_str(), s.as_str()]);
+        sys::run(&self.os.mount, &args, CMD_TIMEOUT)
             .await
             .map_err(Status::internal)?;
         ok(pb::NodeStageVolumeResponse {})
@@ -344,12 +402,12 @@ impl pb::node_server::Node for Node {
     ) -> Result<Response<pb::NodeUnstageVolumeResponse>, Status> {
         let r = req.into_inner();
         required(&r.volume_id, "volume_id")?;
-        required(&r.staging_target_path, "staging_target_path")?;
+        absolute(&r.staging_target_path, "staging_target_path")?;
         let _busy = self.busy.hold(&r.volume_id)?;
         tracing::info!(volume = %r.volume_id, staging = %r.staging_target_path, "NodeUnstageVolume");
-        Self::umount_all(Path::new(&r.staging_target_path)).await?;
+        self.umount_all(Path::new(&r.staging_target_path)).await?;
         if names::is_volume_id(&r.volume_id) {
-            Self::disconnect(&r.volume_id).await?;
+            self.disconnect(&r.volume_id).await?;
         }
         ok(pb::NodeUnstageVolumeResponse {})
     }
@@ -360,8 +418,8 @@ impl pb::node_server::Node for Node {
     ) -> Result<Response<pb::NodePublishVolumeResponse>, Status> {
         let r = req.into_inner();
         required(&r.volume_id, "volume_id")?;
-        required(&r.target_path, "target_path")?;
-        required(&r.staging_target_path, "staging_target_path")?;
+        absolute(&r.target_path, "target_path")?;
+        absolute(&r.staging_target_path, "staging_target_path")?;
         let (acc, rw) = access(r.volume_capability.as_ref())?;
         let readonly = r.readonly || !rw;
         let _busy = self.busy.hold(&r.volume_id)?;
@@ -381,16 +439,20 @@ impl pb::node_server::Node for Node {
                 staging
             }
             Access::Block => {
-                let uuid = r
-                    .volume_context
-                    .get(ctx::UUID)
-                    .ok_or_else(|| invalid("volume_context.uuid is required"))?;
-                let dev = sys::nvme_device_by_uuid(uuid).ok_or_else(|| {
-                    Status::failed_precondition(format!(
-                        "volume {} is not staged: no device with UUID {uuid}",
-                        r.volume_id
-                    ))
-                })?;
+                let get = |k: &str| {
+                    r.volume_context
+                        .get(k)
+                        .filter(|v| !v.is_empty())
+                        .ok_or_else(|| invalid(format!("volume_context.{k} is required")))
+                };
+                let (nqn, uuid) = (get(ctx::NQN)?, get(ctx::UUID)?);
+                let dev = sys::nvme_device_in(&self.os.sysfs, nqn, uuid, names::NSID)
+                    .ok_or_else(|| {
+                        Status::failed_precondition(format!(
+                            "volume {} is not staged: no device with UUID {uuid} in subsystem {nqn}",
+                            r.volume_id
+                        ))
+                    })?;
                 if let Some(parent) = target.parent() {
                     std::fs::create_dir_all(parent).map_err(|e| {
                         Status::internal(format!("creating {}: {e}", parent.display()))
@@ -417,13 +479,18 @@ impl pb::node_server::Node for Node {
         }
         let s = source.to_string_lossy().into_owned();
         let t = target.to_string_lossy().into_owned();
-        sys::run("mount", &["--bind", &s, &t], CMD_TIMEOUT)
+        sys::run(&self.os.mount, &["--bind", "--", &s, &t], CMD_TIMEOUT)
             .await
             .map_err(Status::internal)?;
         if readonly
-            && let Err(e) = sys::run("mount", &["-o", "remount,bind,ro", &t], CMD_TIMEOUT).await
+            && let Err(e) = sys::run(
+                &self.os.mount,
+                &["-o", "remount,bind,ro", "--", &t],
+                CMD_TIMEOUT,
+            )
+            .await
         {
-            let _ = sys::run("umount", &[&t], CMD_TIMEOUT).await;
+            let _ = sys::run(&self.os.umount, &["--", &t], CMD_TIMEOUT).await;
             return Err(Status::internal(e));
         }
         ok(pb::NodePublishVolumeResponse {})
@@ -435,11 +502,11 @@ impl pb::node_server::Node for Node {
     ) -> Result<Response<pb::NodeUnpublishVolumeResponse>, Status> {
         let r = req.into_inner();
         required(&r.volume_id, "volume_id")?;
-        required(&r.target_path, "target_path")?;
+        absolute(&r.target_path, "target_path")?;
         let _busy = self.busy.hold(&r.volume_id)?;
         tracing::info!(volume = %r.volume_id, target = %r.target_path, "NodeUnpublishVolume");
         let target = Path::new(&r.target_path);
-        Self::umount_all(target).await?;
+        self.umount_all(target).await?;
         match std::fs::symlink_metadata(target) {
             Ok(m) if m.is_dir() => {
                 let _ = std::fs::remove_dir(target);
@@ -458,14 +525,15 @@ impl pb::node_server::Node for Node {
     ) -> Result<Response<pb::NodeGetVolumeStatsResponse>, Status> {
         let r = req.into_inner();
         required(&r.volume_id, "volume_id")?;
-        required(&r.volume_path, "volume_path")?;
+        absolute(&r.volume_path, "volume_path")?;
         let p = Path::new(&r.volume_path);
         let meta =
             std::fs::metadata(p).map_err(|e| Status::not_found(format!("{}: {e}", p.display())))?;
         let byte = pb::volume_usage::Unit::Bytes as i32;
         if meta.file_type().is_block_device() {
-            let total = Self::device_of(p)
-                .and_then(|d| sys::block_size_bytes(&d))
+            let total = self
+                .device_of(p)
+                .and_then(|d| sys::block_size_bytes(&self.os.sysfs, &d))
                 .ok_or_else(|| Status::internal(format!("size of {}", p.display())))?;
             return ok(pb::NodeGetVolumeStatsResponse {
                 usage: vec![pb::VolumeUsage {
@@ -511,14 +579,15 @@ impl pb::node_server::Node for Node {
     ) -> Result<Response<pb::NodeExpandVolumeResponse>, Status> {
         let r = req.into_inner();
         required(&r.volume_id, "volume_id")?;
-        required(&r.volume_path, "volume_path")?;
+        absolute(&r.volume_path, "volume_path")?;
         let _busy = self.busy.hold(&r.volume_id)?;
         tracing::info!(volume = %r.volume_id, path = %r.volume_path, "NodeExpandVolume");
         let p = PathBuf::from(&r.volume_path);
         if !p.exists() {
             return Err(Status::not_found(format!("{} does not exist", p.display())));
         }
-        let dev = Self::device_of(&p)
+        let dev = self
+            .device_of(&p)
             .ok_or_else(|| Status::not_found(format!("no volume device under {}", p.display())))?;
         let want = r
             .capacity_range
@@ -528,13 +597,14 @@ impl pb::node_server::Node for Node {
         // The target raised Namespace Attribute Changed; the kernel re-reads the size on its
         // own. Ask it to rescan too, then wait (bounded) until the device is as large as asked.
         if names::is_volume_id(&r.volume_id) {
-            for (c, _) in sys::nvme_controllers(&r.volume_id) {
-                let _ = sys::run("nvme", &["ns-rescan", &format!("/dev/{c}")], CMD_TIMEOUT).await;
+            for (c, _) in sys::nvme_controllers(&self.os.sysfs, &r.volume_id) {
+                let dev = format!("/dev/{c}");
+                let _ = sys::run(&self.os.nvme, &["ns-rescan", &dev], CMD_TIMEOUT).await;
             }
         }
         let t0 = Instant::now();
         let size = loop {
-            let s = sys::block_size_bytes(&dev).unwrap_or(0);
+            let s = sys::block_size_bytes(&self.os.sysfs, &dev).unwrap_or(0);
             if s >= want {
                 break s;
             }
@@ -553,8 +623,10 @@ impl pb::node_server::Node for Node {
             let d = dev.to_string_lossy().into_owned();
             let t = p.to_string_lossy().into_owned();
             let res = match m.fstype.as_str() {
-                "ext4" | "ext3" | "ext2" => sys::run("resize2fs", &[&d], CMD_TIMEOUT).await,
-                "xfs" => sys::run("xfs_growfs", &[&t], CMD_TIMEOUT).await,
+                "ext4" | "ext3" | "ext2" => {
+                    sys::run(&self.os.resize2fs, &["--", &d], CMD_TIMEOUT).await
+                }
+                "xfs" => sys::run(&self.os.xfs_growfs, &["--", &t], CMD_TIMEOUT).await,
                 other => Err(format!("cannot grow a {other} file system")),
             };
             res.map_err(Status::internal)?;
@@ -595,6 +667,39 @@ impl pb::node_server::Node for Node {
     }
 }
 
+/// What `blkid -p -o export` found on `dev` (it exited 0): the file system type when there is
+/// one, else why the device is not empty.
+fn probed(dev: &str, export: &str) -> Result<Option<String>, Status> {
+    let mut fs = None;
+    let mut found = Vec::new();
+    for (k, v) in export.lines().filter_map(|l| l.trim().split_once('=')) {
+        match k {
+            "TYPE" if !v.is_empty() => fs = Some(v.to_string()),
+            "PTTYPE" | "PART_ENTRY_SCHEME" | "USAGE" => found.push(format!("{k}={v}")),
+            _ if k.starts_with("PART_ENTRY_") => found.push(format!("{k}={v}")),
+            _ => {}
+        }
+    }
+    if let Some(t) = fs {
+        return Ok(Some(t));
+    }
+    let what = if found.iter().any(|f| f.starts_with("PTTYPE=")) {
+        "a partition table"
+    } else if found.is_empty() {
+        "an unnamed signature"
+    } else {
+        "a signature"
+    };
+    Err(Status::failed_precondition(format!(
+        "{dev} holds {what} and no file system ({}): refusing to format it; stage it as a block volume, or wipe it yourself if its data is unwanted",
+        if found.is_empty() {
+            "blkid found something it did not name".to_string()
+        } else {
+            found.join(", ")
+        }
+    )))
+}
+
 fn statvfs(p: &Path) -> std::io::Result<libc::statvfs> {
     use std::os::unix::ffi::OsStrExt;
     let c = std::ffi::CString::new(p.as_os_str().as_bytes())
@@ -608,4 +713,205 @@ fn statvfs(p: &Path) -> std::io::Result<libc::statvfs> {
     }
     // SAFETY: statvfs returned 0, so it initialised the struct.
     Ok(unsafe { s.assume_init() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pb::node_server::Node as _;
+    use crate::pb::volume_capability::{AccessMode, MountVolume};
+    use std::os::unix::fs::PermissionsExt;
+
+    const NODE: &str = "nqn.2014-08.org.nvmexpress:uuid:0c5ea000-0000-4000-8000-00000000000a";
+
+    /// A node on a fake system: a sysfs tree where the volume's subsystem is connected on
+    /// 127.0.0.1:4420 with its namespace as `nvme2n1`, and tools that are shell scripts in
+    /// `dir` (every call is logged to `dir/calls`).
+    struct Fake {
+        dir: tempfile::TempDir,
+        node: Node,
+        nqn: String,
+        uuid: String,
+    }
+
+    fn script(dir: &Path, name: &str, body: &str) -> String {
+        let p = dir.join(name);
+        std::fs::write(
+            &p,
+            format!(
+                "#!/bin/sh\necho \"{name} $*\" >> '{}/calls'\n{body}\n",
+                dir.display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        p.to_string_lossy().into_owned()
+    }
+
+    /// `blkid` as util-linux answers for a disk that holds a GPT and no file system: with
+    /// `-s TYPE -o value`, nothing and status 0; with `-o export`, the partition table.
+    const BLKID_GPT_ONLY: &str = r#"case "$*" in
+  *"-s TYPE -o value"*) exit 0 ;;
+  *) echo DEVNAME=$(eval echo \${$#}); echo PTUUID=2f8a0b5e-7c1d-4e3a-9b1f-0a1b2c3d4e5f; echo PTTYPE=gpt; exit 0 ;;
+esac"#;
+
+    fn fake(blkid: &str) -> Fake {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let nqn = names::volume_nqn("pvc-k2");
+        let uuid = names::volume_uuid("pvc-k2");
+        let sysfs = d.join("sys");
+        crate::sys::tests::fake_sysfs(
+            &sysfs,
+            &[("nvme-subsys2", &nqn, &[("nvme2n1", &uuid, names::NSID)])],
+            false,
+        );
+        let ctrl = sysfs.join("class/nvme/nvme2");
+        std::fs::create_dir_all(&ctrl).unwrap();
+        std::fs::write(ctrl.join("subsysnqn"), format!("{nqn}\n")).unwrap();
+        std::fs::write(ctrl.join("address"), "traddr=127.0.0.1,trsvcid=4420\n").unwrap();
+        let os = NodeSystem {
+            sysfs,
+            nvme: script(d, "nvme", "exit 0"),
+            blkid: script(d, "blkid", blkid),
+            mkfs_ext4: script(d, "mkfs.ext4", "exit 0"),
+            mkfs_xfs: script(d, "mkfs.xfs", "exit 0"),
+            mount: script(d, "mount", "exit 0"),
+            umount: script(d, "umount", "exit 0"),
+            resize2fs: script(d, "resize2fs", "exit 0"),
+            xfs_growfs: script(d, "xfs_growfs", "exit 0"),
+        };
+        let cfg = NodeConfig::new(Some(NODE.into()), None).unwrap();
+        Fake {
+            node: Node::with_system(cfg, os),
+            dir,
+            nqn,
+            uuid,
+        }
+    }
+
+    impl Fake {
+        fn calls(&self) -> String {
+            std::fs::read_to_string(self.dir.path().join("calls")).unwrap_or_default()
+        }
+
+        fn stage_request(&self, staging: &str) -> pb::NodeStageVolumeRequest {
+            pb::NodeStageVolumeRequest {
+                volume_id: self.nqn.clone(),
+                staging_target_path: staging.into(),
+                volume_capability: Some(pb::VolumeCapability {
+                    access_type: Some(AccessType::Mount(MountVolume {
+                        fs_type: "ext4".into(),
+                        ..Default::default()
+                    })),
+                    access_mode: Some(AccessMode {
+                        mode: Mode::SingleNodeWriter as i32,
+                    }),
+                }),
+                volume_context: [
+                    (ctx::NQN.to_string(), self.nqn.clone()),
+                    (ctx::UUID.to_string(), self.uuid.clone()),
+                    (ctx::LISTENERS.to_string(), "tcp:127.0.0.1:4420".to_string()),
+                ]
+                .into(),
+                ..Default::default()
+            }
+        }
+    }
+
+    fn block_on<F: std::future::Future>(f: F) -> F::Output {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(f)
+    }
+
+    #[test]
+    fn a_partition_table_without_a_file_system_is_not_formatted() {
+        // K2: blkid finds a GPT and no file system; staging must refuse, and run no mkfs.
+        let f = fake(BLKID_GPT_ONLY);
+        let staging = f.dir.path().join("staging");
+        let req = f.stage_request(staging.to_str().unwrap());
+        let e = block_on(f.node.node_stage_volume(Request::new(req))).unwrap_err();
+        let calls = f.calls();
+        assert!(!calls.contains("mkfs"), "mkfs ran:\n{calls}");
+        assert!(!calls.contains("mount"), "mount ran:\n{calls}");
+        assert!(calls.contains("blkid"), "{calls}");
+        assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
+        assert!(
+            e.message().contains("partition table") && e.message().contains("gpt"),
+            "{e:?}"
+        );
+    }
+
+    #[test]
+    fn an_empty_device_is_formatted_and_a_file_system_is_mounted_as_it_is() {
+        // Status 2 (nothing found) is the only "empty": mkfs, then mount.
+        let f = fake("exit 2");
+        let staging = f.dir.path().join("staging");
+        let req = f.stage_request(staging.to_str().unwrap());
+        block_on(f.node.node_stage_volume(Request::new(req))).unwrap();
+        let calls = f.calls();
+        assert!(calls.contains("mkfs.ext4 -q -F -- /dev/nvme2n1"), "{calls}");
+        assert!(
+            calls.contains(&format!(
+                "mount -t ext4 -- /dev/nvme2n1 {}",
+                staging.display()
+            )),
+            "{calls}"
+        );
+        assert!(
+            !calls.contains("nvme connect"),
+            "already connected: {calls}"
+        );
+
+        let f = fake("echo DEVNAME=/dev/nvme2n1; echo UUID=x; echo TYPE=xfs; exit 0");
+        let req = f.stage_request(staging.to_str().unwrap());
+        block_on(f.node.node_stage_volume(Request::new(req))).unwrap();
+        let calls = f.calls();
+        assert!(!calls.contains("mkfs"), "{calls}");
+        assert!(calls.contains("mount -t xfs -- /dev/nvme2n1"), "{calls}");
+
+        // blkid failing (status 8: ambivalent result) is an error, never "empty".
+        let f = fake("exit 8");
+        let req = f.stage_request(staging.to_str().unwrap());
+        let e = block_on(f.node.node_stage_volume(Request::new(req))).unwrap_err();
+        assert!(!f.calls().contains("mkfs"), "{}", f.calls());
+        assert_eq!(e.code(), tonic::Code::Internal, "{e:?}");
+    }
+
+    #[test]
+    fn paths_must_be_absolute_and_never_reach_a_tool_as_options() {
+        // K4: kubelet paths are absolute; anything else is INVALID_ARGUMENT before any tool.
+        let f = fake("exit 2");
+        for bad in ["-oremount", "relative/dir", "--bind"] {
+            let req = f.stage_request(bad);
+            let e = block_on(f.node.node_stage_volume(Request::new(req))).unwrap_err();
+            assert_eq!(e.code(), tonic::Code::InvalidArgument, "{bad}: {e:?}");
+            let req = pb::NodePublishVolumeRequest {
+                volume_id: f.nqn.clone(),
+                staging_target_path: f.dir.path().join("staging").to_string_lossy().into(),
+                target_path: bad.into(),
+                volume_capability: f.stage_request("/x").volume_capability,
+                volume_context: f.stage_request("/x").volume_context,
+                ..Default::default()
+            };
+            let e = block_on(f.node.node_publish_volume(Request::new(req))).unwrap_err();
+            assert_eq!(e.code(), tonic::Code::InvalidArgument, "{bad}: {e:?}");
+            let req = pb::NodeUnpublishVolumeRequest {
+                volume_id: f.nqn.clone(),
+                target_path: bad.into(),
+            };
+            let e = block_on(f.node.node_unpublish_volume(Request::new(req))).unwrap_err();
+            assert_eq!(e.code(), tonic::Code::InvalidArgument, "{bad}: {e:?}");
+            let req = pb::NodeUnstageVolumeRequest {
+                volume_id: f.nqn.clone(),
+                staging_target_path: bad.into(),
+            };
+            let e = block_on(f.node.node_unstage_volume(Request::new(req))).unwrap_err();
+            assert_eq!(e.code(), tonic::Code::InvalidArgument, "{bad}: {e:?}");
+        }
+        assert_eq!(f.calls(), "", "no tool ran");
+    }
 }

@@ -32,6 +32,17 @@ pub(crate) fn required(v: &str, what: &str) -> Result<(), Status> {
     }
 }
 
+/// INVALID_ARGUMENT naming `what` unless `v` is an absolute path (what kubelet passes): a
+/// relative path would be resolved against the plugin's working directory, and one starting
+/// with `-` could be read as an option by the tools it is given to.
+pub(crate) fn absolute(v: &str, what: &str) -> Result<(), Status> {
+    required(v, what)?;
+    if !v.starts_with('/') || v.contains('\0') {
+        return Err(invalid(format!("{what} {v:?} is not an absolute path")));
+    }
+    Ok(())
+}
+
 /// A successful answer.
 pub(crate) fn ok<T>(v: T) -> Result<Response<T>, Status> {
     Ok(Response::new(v))
@@ -87,6 +98,18 @@ mod tests {
         assert!(b.hold("w").is_ok());
         drop(g);
         assert!(b.hold("v").is_ok());
+    }
+
+    #[test]
+    fn paths_are_absolute() {
+        assert!(absolute("/var/lib/kubelet/x", "p").is_ok());
+        for bad in ["", "-oremount", "rel/x", "/a\0b"] {
+            assert_eq!(
+                absolute(bad, "p").unwrap_err().code(),
+                tonic::Code::InvalidArgument,
+                "{bad:?}"
+            );
+        }
     }
 
     #[test]

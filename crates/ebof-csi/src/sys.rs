@@ -4,6 +4,23 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+/// Options whose value is a secret: shown as `OPTION=<redacted>` in every message.
+const SECRET_OPTIONS: [&str; 2] = ["--dhchap-secret=", "--dhchap-ctrl-secret="];
+
+/// `program args…` as messages show it: secrets (passed as `--option=value`) redacted.
+fn shown(program: &str, args: &[&str]) -> String {
+    let args: Vec<String> = args
+        .iter()
+        .map(
+            |a| match SECRET_OPTIONS.iter().find(|o| a.starts_with(*o)) {
+                Some(o) => format!("{o}<redacted>"),
+                None => (*a).to_string(),
+            },
+        )
+        .collect();
+    format!("{program} {}", args.join(" "))
+}
+
 /// Run `program args…`, bounded by `timeout`, and collect what it says, whatever its status;
 /// an error names the command when it cannot run or does not finish.
 pub(crate) async fn output(
@@ -11,7 +28,7 @@ pub(crate) async fn output(
     args: &[&str],
     timeout: Duration,
 ) -> Result<std::process::Output, String> {
-    let shown = || format!("{program} {}", args.join(" "));
+    let shown = || shown(program, args);
     let child = tokio::process::Command::new(program)
         .args(args)
         .stdin(std::process::Stdio::null())
@@ -27,18 +44,27 @@ pub(crate) async fn output(
 /// Run `program args…`, bounded by `timeout`; its standard output on success, else a message
 /// naming the command, its status and standard error.
 pub(crate) async fn run(program: &str, args: &[&str], timeout: Duration) -> Result<String, String> {
-    let shown = format!("{program} {}", args.join(" "));
+    let shown = shown(program, args);
     let out = output(program, args, timeout).await?;
     if out.status.success() {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     } else {
         let err = String::from_utf8_lossy(&out.stderr);
         let err = err.trim();
-        let text = if err.is_empty() {
+        let mut text = if err.is_empty() {
             String::from_utf8_lossy(&out.stdout).trim().to_string()
         } else {
             err.to_string()
         };
+        // A tool that echoed a secret back does not get it into our messages either.
+        for a in args {
+            if let Some(o) = SECRET_OPTIONS.iter().find(|o| a.starts_with(*o)) {
+                let v = &a[o.len()..];
+                if !v.is_empty() {
+                    text = text.replace(v, "<redacted>");
+                }
+            }
+        }
         Err(format!("`{shown}` failed ({}): {text}", out.status))
     }
 }
@@ -112,40 +138,87 @@ pub(crate) fn mounts_at(path: &Path) -> Vec<Mount> {
 }
 
 /// The namespace block device (`/dev/nvmeXnY`, the multipath head when native multipath is
-/// on) whose UUID is `uuid`, if the kernel has one.
-pub(crate) fn nvme_device_by_uuid(uuid: &str) -> Option<PathBuf> {
+/// on) of namespace `nsid` with UUID `uuid` *in subsystem `nqn`*, if the kernel has one.
+///
+/// Only the subsystem the node connected is searched (`class/nvme-subsystem/*/subsysnqn` under
+/// the sysfs root `sysfs`): a namespace with the same UUID elsewhere (another box, another
+/// target the node is attached to) is never taken. With native multipath the heads are
+/// children of the subsystem; without it, of each of its controllers. Among several (one per
+/// path without multipath: the same namespace) the lowest numbered, compared as numbers.
+pub(crate) fn nvme_device_in(sysfs: &Path, nqn: &str, uuid: &str, nsid: u32) -> Option<PathBuf> {
     let want = uuid.to_ascii_lowercase();
-    let dir = std::fs::read_dir("/sys/block").ok()?;
-    let mut names: Vec<String> = dir
-        .filter_map(|e| e.ok())
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| is_namespace_head(n))
-        .collect();
-    names.sort();
-    names.into_iter().find_map(|n| {
-        let u = std::fs::read_to_string(format!("/sys/block/{n}/uuid")).ok()?;
-        (u.trim().to_ascii_lowercase() == want).then(|| PathBuf::from(format!("/dev/{n}")))
-    })
+    let read = |p: PathBuf| {
+        std::fs::read_to_string(p)
+            .ok()
+            .map(|s| s.trim().to_string())
+    };
+    let entries = |d: &Path| -> Vec<(String, PathBuf)> {
+        std::fs::read_dir(d)
+            .map(|it| {
+                it.filter_map(|e| e.ok())
+                    .map(|e| (e.file_name().to_string_lossy().into_owned(), e.path()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let mut found: Vec<((u64, u64), String)> = Vec::new();
+    for (_, sub) in entries(&sysfs.join("class/nvme-subsystem")) {
+        if read(sub.join("subsysnqn")).as_deref() != Some(nqn) {
+            continue;
+        }
+        let mut dirs = vec![sub.clone()];
+        dirs.extend(
+            entries(&sub)
+                .into_iter()
+                .filter(|(n, _)| is_controller(n))
+                .map(|(_, p)| p),
+        );
+        for d in dirs {
+            for (name, p) in entries(&d) {
+                let Some(key) = namespace_head(&name) else {
+                    continue;
+                };
+                if read(p.join("uuid")).map(|u| u.to_ascii_lowercase()) != Some(want.clone()) {
+                    continue;
+                }
+                if let Some(n) = read(p.join("nsid"))
+                    && n.parse::<u32>().ok() != Some(nsid)
+                {
+                    continue;
+                }
+                found.push((key, name));
+            }
+        }
+    }
+    found.sort();
+    found
+        .into_iter()
+        .next()
+        .map(|(_, n)| PathBuf::from(format!("/dev/{n}")))
 }
 
-/// `nvme0n1` yes; `nvme0c1n1` (a hidden multipath path) and `nvme0n1p1` no.
-fn is_namespace_head(n: &str) -> bool {
-    let Some(rest) = n.strip_prefix("nvme") else {
-        return false;
+/// `nvme0`: a controller's name.
+fn is_controller(n: &str) -> bool {
+    n.strip_prefix("nvme")
+        .is_some_and(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// `nvme0n1` → (0, 1); `nvme0c1n1` (a hidden multipath path), `nvme0n1p1` and the rest: none.
+fn namespace_head(n: &str) -> Option<(u64, u64)> {
+    let rest = n.strip_prefix("nvme")?;
+    let (c, ns) = rest.split_once('n')?;
+    let num = |s: &str| {
+        (!s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| s.parse::<u64>().ok())
+            .flatten()
     };
-    let Some((c, ns)) = rest.split_once('n') else {
-        return false;
-    };
-    !c.is_empty()
-        && c.bytes().all(|b| b.is_ascii_digit())
-        && !ns.is_empty()
-        && ns.bytes().all(|b| b.is_ascii_digit())
+    Some((num(c)?, num(ns)?))
 }
 
 /// Size in bytes of block device `dev` (`/dev/nvme0n1`) as sysfs reports it.
-pub(crate) fn block_size_bytes(dev: &Path) -> Option<u64> {
+pub(crate) fn block_size_bytes(sysfs: &Path, dev: &Path) -> Option<u64> {
     let name = dev.file_name()?.to_str()?;
-    let sectors: u64 = std::fs::read_to_string(format!("/sys/block/{name}/size"))
+    let sectors: u64 = std::fs::read_to_string(sysfs.join("block").join(name).join("size"))
         .ok()?
         .trim()
         .parse()
@@ -155,8 +228,8 @@ pub(crate) fn block_size_bytes(dev: &Path) -> Option<u64> {
 
 /// The NVMe controllers (`nvme0`…) connected to subsystem `nqn`, with their address line
 /// (`traddr=…,trsvcid=…`).
-pub(crate) fn nvme_controllers(nqn: &str) -> Vec<(String, String)> {
-    let Ok(dir) = std::fs::read_dir("/sys/class/nvme") else {
+pub(crate) fn nvme_controllers(sysfs: &Path, nqn: &str) -> Vec<(String, String)> {
+    let Ok(dir) = std::fs::read_dir(sysfs.join("class/nvme")) else {
         return Vec::new();
     };
     let mut out: Vec<(String, String)> = dir
@@ -190,7 +263,7 @@ pub(crate) fn address_is(line: &str, addr: &str, port: u16) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -210,15 +283,118 @@ mod tests {
 
     #[test]
     fn namespace_heads_and_addresses() {
-        assert!(is_namespace_head("nvme0n1"));
-        assert!(is_namespace_head("nvme12n3"));
-        assert!(!is_namespace_head("nvme0c1n1"));
-        assert!(!is_namespace_head("nvme0n1p1"));
-        assert!(!is_namespace_head("nvme0"));
-        assert!(!is_namespace_head("sda"));
+        assert_eq!(namespace_head("nvme0n1"), Some((0, 1)));
+        assert_eq!(namespace_head("nvme12n3"), Some((12, 3)));
+        assert_eq!(namespace_head("nvme0c1n1"), None);
+        assert_eq!(namespace_head("nvme0n1p1"), None);
+        assert_eq!(namespace_head("nvme0"), None);
+        assert_eq!(namespace_head("sda"), None);
+        assert!(is_controller("nvme10") && !is_controller("nvme1n1") && !is_controller("nvme"));
         let l = "traddr=10.77.0.1,trsvcid=4420,src_addr=10.77.0.2";
         assert!(address_is(l, "10.77.0.1", 4420));
         assert!(!address_is(l, "10.77.0.1", 4421));
         assert!(!address_is(l, "10.77.0.11", 4420));
+    }
+
+    const UUID: &str = "5b0f00c5-1000-5000-8000-00000000000a";
+
+    /// Namespace heads of a fake subsystem: (name, UUID, NSID).
+    pub(crate) type Heads<'a> = &'a [(&'a str, &'a str, u32)];
+
+    /// A fake sysfs: `subsystems` as (directory, NQN, heads as (name, uuid, nsid)), with the
+    /// heads also under `block/` as the kernel lists them; `ctrl_heads` puts them under a
+    /// controller `nvmeN` of the subsystem instead (native multipath off).
+    pub(crate) fn fake_sysfs(root: &Path, subsystems: &[(&str, &str, Heads)], ctrl_heads: bool) {
+        for (i, (dir, nqn, heads)) in subsystems.iter().enumerate() {
+            let sub = root.join("class/nvme-subsystem").join(dir);
+            std::fs::create_dir_all(&sub).unwrap();
+            std::fs::write(sub.join("subsysnqn"), format!("{nqn}\n")).unwrap();
+            let parent = if ctrl_heads {
+                sub.join(format!("nvme{}", 50 + i))
+            } else {
+                sub.clone()
+            };
+            for (name, uuid, nsid) in heads.iter() {
+                for d in [parent.join(name), root.join("block").join(name)] {
+                    std::fs::create_dir_all(&d).unwrap();
+                    std::fs::write(d.join("uuid"), format!("{uuid}\n")).unwrap();
+                    std::fs::write(d.join("nsid"), format!("{nsid}\n")).unwrap();
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_device_is_the_one_under_the_volumes_subsystem() {
+        // K1: the same UUID under another subsystem (another box, a hostile target) is never
+        // taken, though `nvme10n1` sorts before `nvme2n1` as a string.
+        let want = "nqn.2026-11.io.ebof:csi:pvc-1-0011223344556677";
+        let other = "nqn.2026-11.io.evil:imposter";
+        for ctrl_heads in [false, true] {
+            let d = tempfile::tempdir().unwrap();
+            fake_sysfs(
+                d.path(),
+                &[
+                    ("nvme-subsys10", other, &[("nvme10n1", UUID, 1)]),
+                    ("nvme-subsys2", want, &[("nvme2n1", UUID, 1)]),
+                ],
+                ctrl_heads,
+            );
+            assert_eq!(
+                nvme_device_in(d.path(), want, UUID, 1),
+                Some(PathBuf::from("/dev/nvme2n1")),
+                "multipath off: {ctrl_heads}"
+            );
+            assert_eq!(
+                nvme_device_in(d.path(), want, &UUID.to_uppercase(), 1),
+                Some(PathBuf::from("/dev/nvme2n1"))
+            );
+            assert_eq!(nvme_device_in(d.path(), want, UUID, 2), None, "wrong NSID");
+            assert_eq!(
+                nvme_device_in(d.path(), "nqn.2026-11.io.ebof:csi:none", UUID, 1),
+                None,
+                "not connected: nothing, whatever else has the UUID"
+            );
+        }
+        // Several heads in the subsystem (one per path without multipath): the lowest by
+        // number, not by string.
+        let d = tempfile::tempdir().unwrap();
+        fake_sysfs(
+            d.path(),
+            &[(
+                "nvme-subsys3",
+                want,
+                &[("nvme10n1", UUID, 1), ("nvme9n1", UUID, 1)],
+            )],
+            false,
+        );
+        assert_eq!(
+            nvme_device_in(d.path(), want, UUID, 1),
+            Some(PathBuf::from("/dev/nvme9n1"))
+        );
+    }
+
+    #[test]
+    fn secrets_are_redacted_from_what_commands_say() {
+        let s = "DHHC-1:01:c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0MTIzNDU2Nzg=:";
+        let a = format!("--dhchap-secret={s}");
+        let c = format!("--dhchap-ctrl-secret={s}");
+        let shown = shown("nvme", &["connect", &a, &c, "-n", "nqn.x"]);
+        assert!(!shown.contains("c2VjcmV0"), "{shown}");
+        assert!(shown.contains("--dhchap-secret=<redacted>"), "{shown}");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        // A tool that fails and echoes its arguments: the message still hides the secret.
+        let e = rt
+            .block_on(run(
+                "sh",
+                &["-c", "echo \"$1\" >&2; exit 3", "sh", &a],
+                Duration::from_secs(10),
+            ))
+            .unwrap_err();
+        assert!(!e.contains("c2VjcmV0"), "{e}");
+        assert!(e.contains("<redacted>"), "{e}");
     }
 }
