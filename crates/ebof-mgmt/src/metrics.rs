@@ -351,6 +351,12 @@ pub fn render_with_pools(
     ] {
         counter(&mut reg, name, help, v);
     }
+    counter(
+        &mut reg,
+        "dim_refusals",
+        "Discovery Information Management commands refused (untrusted discovery controller, change from another address, no room)",
+        t.events.dim_refusals.load(std::sync::atomic::Ordering::Relaxed),
+    );
     let open = Gauge::<i64>::default();
     open.set(i64::try_from(st.connections_open).unwrap_or(i64::MAX));
     reg.register("connections_open", "TCP connections open", open);

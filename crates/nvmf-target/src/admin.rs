@@ -154,6 +154,8 @@ impl Queue {
             peer,
             registered: now,
             updated: now,
+            authenticated: self.auth.active() && !self.auth.gated(),
+            admitted: false,
         };
         self.session
             .target()
@@ -164,6 +166,9 @@ impl Queue {
                 }
                 crate::model::DimRefusal::Full => {
                     CmdError::in_data(Status::INSUFFICIENT_DISCOVERY_RESOURCES, off::EID)
+                }
+                crate::model::DimRefusal::Untrusted | crate::model::DimRefusal::NotOrigin => {
+                    CmdError::in_data(Status::ACCESS_DENIED, off::EID)
                 }
             })?;
         Ok((0, 0))

@@ -82,10 +82,35 @@ pub trait CentralDiscovery: Send + Sync + std::fmt::Debug {
     fn registered(&self, reg: &DimRegistration) {
         let _ = reg;
     }
-    /// A registration was removed by DIM deregister.
+    /// A registration was removed by DIM deregister (or expired).
     fn deregistered(&self, reg: &DimRegistration) {
         let _ = reg;
     }
+    /// A register or update replaced registration `old` of the same key by `new`: what `old`
+    /// announced and `new` does not must be withdrawn. By default the same as
+    /// [`CentralDiscovery::registered`] of `new`.
+    fn replaced(&self, old: &DimRegistration, new: &DimRegistration) {
+        let _ = old;
+        self.registered(new);
+    }
+    /// May `task` for `reg` be applied? Asked, before the registry changes, for every DIM task
+    /// whose entity type is a discovery controller (pull registration, ETYPE DDC or CDC): the
+    /// CDC admits only discovery controllers it trusts, and only as many as it has room for.
+    /// A refusal fails the command ([`DimDenial`]) and changes nothing. Called on a reactor
+    /// thread: must return at once.
+    fn admit(&self, task: nvme_spec::dim::DimTask, reg: &DimRegistration) -> Result<(), DimDenial> {
+        let _ = (task, reg);
+        Ok(())
+    }
+}
+
+/// Why a [`CentralDiscovery`] refused a DIM task ([`CentralDiscovery::admit`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DimDenial {
+    /// The sender is not a discovery controller the CDC trusts (Access Denied).
+    Untrusted,
+    /// The CDC has no room for more announced members (Insufficient Discovery Resources).
+    Full,
 }
 
 /// Most referrals a target serves ([`crate::Target::set_referrals`]).
@@ -167,6 +192,17 @@ pub enum ReferralError {
 pub const MAX_DIM_PER_HOST: usize = 8;
 /// Most DIM registrations the target holds in total.
 pub const MAX_DIM_TOTAL: usize = 1024;
+/// Of [`MAX_DIM_TOTAL`], the room only admitted pull registrations (a CDC's trusted discovery
+/// controllers, [`DimRegistration::admitted`]) may take: host registrations and untrusted
+/// ones cannot fill the registry against a real member.
+pub const MAX_DIM_RESERVED: usize = 128;
+/// Most DIM registrations made from one source address (IP) that are not admitted pull
+/// registrations: host NQNs are self-declared, so a per-NQN cap alone limits nothing.
+pub const MAX_DIM_PER_PEER: usize = 64;
+/// A registration whose host has had no discovery connection to this target for this long
+/// is dropped when room is needed (TP 8010 lets a registration outlive its connection; a
+/// host that comes back registers again, as nvme-stas does on every connection).
+pub const DIM_STALE: std::time::Duration = std::time::Duration::from_secs(10 * 60);
 /// Most discovery information entries one registration may carry.
 pub const MAX_DIM_ENTRIES: usize = 16;
 /// Largest DIM data accepted (bytes): room for [`MAX_DIM_ENTRIES`] extended entries with a
@@ -179,8 +215,10 @@ pub const MAX_DIM_DATA: u32 = 32 * 1024;
 /// HOSTNQN) and the entity NQN (EID). TP 8010 makes a registration the host's until it
 /// deregisters: it outlives the discovery connection that made it (nvme-stas registers once
 /// per connection and deregisters on shutdown), and is replaced by the next registration of
-/// the same key. The registry is bounded ([`MAX_DIM_PER_HOST`], [`MAX_DIM_TOTAL`]) and lives
-/// in memory only: a restart forgets it, and hosts register again when they reconnect.
+/// the same key. The registry is bounded ([`MAX_DIM_PER_HOST`], [`MAX_DIM_PER_PEER`],
+/// [`MAX_DIM_TOTAL`] with [`MAX_DIM_RESERVED`] kept for admitted pull registrations); when it
+/// is full, registrations of hosts not connected for [`DIM_STALE`] make room. It lives in
+/// memory only: a restart forgets it, and hosts register again when they reconnect.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DimRegistration {
     /// HOSTNQN of the connection that sent the registration.
@@ -209,6 +247,11 @@ pub struct DimRegistration {
     pub registered: Instant,
     /// When it last registered or updated.
     pub updated: Instant,
+    /// The connection that sent it completed DH-HMAC-CHAP (its host NQN is proven).
+    pub authenticated: bool,
+    /// A Central Discovery Controller admitted it as a pull registration from a discovery
+    /// controller it trusts ([`CentralDiscovery::admit`]).
+    pub admitted: bool,
 }
 
 /// EFLAGS of our own entry (SUBTYPE 3, current discovery subsystem): EPCSD only.

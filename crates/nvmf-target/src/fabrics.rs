@@ -205,13 +205,11 @@ impl Queue {
             connected!(info);
         }
         let cntlid = ctrl.cntlid.0;
-        let is_discovery = ctrl.is_discovery();
         self.connected(ctrl, QueueRole::Admin, cmd.queue_entries(), !cmd.dissqfc());
-        let authreq = if is_discovery {
-            0
-        } else {
-            self.start_auth(&d.hostnqn, &d.subnqn, 0)
-        };
+        // A discovery controller authenticates the hosts that have a key, as an I/O
+        // controller does (Linux nvmet: `nvme discover --dhchap-secret`); the others stay
+        // unauthenticated. The policy is asked for the well-known discovery NQN.
+        let authreq = self.start_auth(&d.hostnqn, &d.subnqn, 0);
         Ok((u32::from(cntlid) | authreq, 0))
     }
 

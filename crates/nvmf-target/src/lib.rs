@@ -160,8 +160,9 @@ mod resv_cmd;
 
 pub use controller::{Controller, ControllerKind};
 pub use discovery::{
-    CURRENT_DISCOVERY_EFLAGS, CentralDiscovery, DimRegistration, MAX_DIM_DATA, MAX_DIM_ENTRIES,
-    MAX_DIM_PER_HOST, MAX_DIM_TOTAL, MAX_REFERRALS, Referral, ReferralError,
+    CURRENT_DISCOVERY_EFLAGS, CentralDiscovery, DIM_STALE, DimDenial, DimRegistration,
+    MAX_DIM_DATA, MAX_DIM_ENTRIES, MAX_DIM_PER_HOST, MAX_DIM_PER_PEER, MAX_DIM_RESERVED,
+    MAX_DIM_TOTAL, MAX_REFERRALS, Referral, ReferralError,
 };
 pub use io::{FailureClass, IoOp, IoRequest, NsRef, backend_status, execute_io, io_status};
 pub use model::{

@@ -300,6 +300,9 @@ pub struct EventCounters {
     /// Connections refused or ended by TLS (bad handshake, unknown PSK, plaintext on a
     /// TLS-only listener).
     pub tls_failures: AtomicU64,
+    /// Discovery Information Management commands refused: an untrusted discovery controller
+    /// (pull registration), a change from another address, or no room.
+    pub dim_refusals: AtomicU64,
 }
 
 /// Why [`Target::update_subsystem`] changed nothing.
@@ -343,7 +346,32 @@ pub struct Target {
     /// Referrals served by the discovery controllers ([`Target::set_referrals`]).
     referrals: ArcSwap<Vec<crate::discovery::Referral>>,
     /// DIM registrations by (host NQN, entity NQN) ([`Target::dim_registrations`]).
-    dim: Mutex<std::collections::BTreeMap<(String, String), crate::discovery::DimRegistration>>,
+    dim: Mutex<DimMap>,
+}
+
+/// The DIM registry: registrations by (host NQN, entity NQN).
+type DimMap = std::collections::BTreeMap<(String, String), crate::discovery::DimRegistration>;
+
+/// There is room in `m` for the new registration `reg` (its key is not in `m`).
+fn dim_room(m: &DimMap, reg: &crate::discovery::DimRegistration) -> bool {
+    use crate::discovery::{MAX_DIM_PER_HOST, MAX_DIM_PER_PEER, MAX_DIM_RESERVED, MAX_DIM_TOTAL};
+    if m.len() >= MAX_DIM_TOTAL
+        || m.keys().filter(|k| k.0 == reg.hostnqn).count() >= MAX_DIM_PER_HOST
+    {
+        return false;
+    }
+    if reg.admitted {
+        return true;
+    }
+    let ip = reg.peer.map(|p| p.ip());
+    let (mut others, mut same_peer) = (0, 0);
+    for r in m.values().filter(|r| !r.admitted) {
+        others += 1;
+        if r.peer.map(|p| p.ip()) == ip {
+            same_peer += 1;
+        }
+    }
+    others < MAX_DIM_TOTAL - MAX_DIM_RESERVED && same_peer < MAX_DIM_PER_PEER
 }
 
 /// Why a DIM task changed nothing.
@@ -351,8 +379,13 @@ pub struct Target {
 pub(crate) enum DimRefusal {
     /// Update or deregister of an entity this host has not registered.
     Unknown,
-    /// The host or the target holds as many registrations as it may.
+    /// The host, its source address or the target holds as many registrations as it may.
     Full,
+    /// A discovery controller the Central Discovery Controller does not trust.
+    Untrusted,
+    /// A change to a discovery controller's registration from another source address than
+    /// the one that made it, on a connection that did not authenticate.
+    NotOrigin,
 }
 
 #[derive(Debug, Default)]
@@ -438,37 +471,95 @@ impl Target {
 
     /// Apply a DIM task for `reg` (built from the command): register adds or replaces (the
     /// first registration time is kept), update replaces an existing one, deregister removes
-    /// it. The Central Discovery Controller source, if any, is told afterwards.
+    /// it. The Central Discovery Controller source, if any, is asked first whether a
+    /// discovery controller's task may be applied ([`crate::CentralDiscovery::admit`]) and
+    /// told afterwards. A refusal is counted ([`EventCounters::dim_refusals`]) and logged at
+    /// a bounded rate.
     pub(crate) fn dim_apply(
+        &self,
+        task: nvme_spec::dim::DimTask,
+        reg: crate::discovery::DimRegistration,
+    ) -> Result<(), DimRefusal> {
+        let (host, peer, etype) = (reg.hostnqn.clone(), reg.peer, reg.entity_type);
+        let r = self.dim_apply_inner(task, reg);
+        if let Err(e) = r
+            && e != DimRefusal::Unknown
+        {
+            self.events.dim_refusals.fetch_add(1, Ordering::Relaxed);
+            crate::warn_every!(
+                task = task.name(),
+                %host,
+                peer = ?peer,
+                etype = etype.name(),
+                "discovery information management refused: {}",
+                match e {
+                    DimRefusal::Untrusted => "not a discovery controller this CDC trusts",
+                    DimRefusal::NotOrigin => "registration made from another address",
+                    _ => "no room for more registrations",
+                }
+            );
+        }
+        r
+    }
+
+    fn dim_apply_inner(
         &self,
         task: nvme_spec::dim::DimTask,
         mut reg: crate::discovery::DimRegistration,
     ) -> Result<(), DimRefusal> {
-        use crate::discovery::{MAX_DIM_PER_HOST, MAX_DIM_TOTAL};
-        use nvme_spec::dim::DimTask;
+        use nvme_spec::dim::{DimTask, EntityType};
+        let pull = matches!(reg.entity_type, EntityType::Ddc | EntityType::Cdc);
+        let central = self.central();
+        if pull && let Some(c) = &central {
+            c.admit(task, &reg).map_err(|d| match d {
+                crate::discovery::DimDenial::Untrusted => DimRefusal::Untrusted,
+                crate::discovery::DimDenial::Full => DimRefusal::Full,
+            })?;
+            reg.admitted = true;
+        }
         let key = (reg.hostnqn.clone(), reg.entity_nqn.clone());
         let mut m = self.dim.lock().unwrap_or_else(|e| e.into_inner());
-        let gone = match task {
+        // A discovery controller's registration is changed or withdrawn only from the address
+        // that made it, or by a connection that proved its host NQN: host NQNs are
+        // self-declared and an announcer's is easy to guess.
+        if pull
+            && !reg.authenticated
+            && let Some(old) = m.get(&key)
+            && old.peer.map(|p| p.ip()) != reg.peer.map(|p| p.ip())
+        {
+            return Err(DimRefusal::NotOrigin);
+        }
+        let mut expired = Vec::new();
+        let old = match task {
             DimTask::Register | DimTask::Update => {
-                match m.get(&key) {
-                    Some(old) => reg.registered = old.registered,
+                let old = match m.get(&key) {
+                    Some(old) => {
+                        reg.registered = old.registered;
+                        Some(old.clone())
+                    }
                     None if task == DimTask::Update => return Err(DimRefusal::Unknown),
                     None => {
-                        let mine = m.keys().filter(|k| k.0 == reg.hostnqn).count();
-                        if m.len() >= MAX_DIM_TOTAL || mine >= MAX_DIM_PER_HOST {
+                        if !dim_room(&m, &reg) {
+                            expired = self.dim_expire(&mut m, reg.updated);
+                        }
+                        if !dim_room(&m, &reg) {
+                            drop(m);
+                            self.dim_tell_expired(&expired);
                             return Err(DimRefusal::Full);
                         }
+                        None
                     }
-                }
+                };
                 m.insert(key, reg.clone());
-                false
+                old
             }
             DimTask::Deregister => {
                 reg = m.remove(&key).ok_or(DimRefusal::Unknown)?;
-                true
+                None
             }
         };
         drop(m);
+        self.dim_tell_expired(&expired);
         tracing::info!(
             task = task.name(),
             host = %reg.hostnqn,
@@ -476,14 +567,50 @@ impl Target {
             etype = reg.entity_type.name(),
             "discovery information management"
         );
-        if let Some(c) = self.central() {
-            if gone {
-                c.deregistered(&reg);
-            } else {
-                c.registered(&reg);
+        if let Some(c) = central {
+            match (task, old) {
+                (DimTask::Deregister, _) => c.deregistered(&reg),
+                (_, Some(old)) => c.replaced(&old, &reg),
+                (_, None) => c.registered(&reg),
             }
         }
         Ok(())
+    }
+
+    /// Drop the registrations of hosts with no discovery controller connected that were last
+    /// registered [`crate::DIM_STALE`] or longer before `now`; returns them.
+    fn dim_expire(&self, m: &mut DimMap, now: Instant) -> Vec<crate::discovery::DimRegistration> {
+        let connected: std::collections::HashSet<String> = self
+            .controllers()
+            .iter()
+            .filter(|c| c.is_discovery())
+            .map(|c| c.hostnqn.clone())
+            .collect();
+        let stale: Vec<(String, String)> = m
+            .iter()
+            .filter(|(k, r)| {
+                !connected.contains(&k.0)
+                    && now.saturating_duration_since(r.updated) >= crate::discovery::DIM_STALE
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        stale.iter().filter_map(|k| m.remove(k)).collect()
+    }
+
+    /// Tell the CDC source about registrations [`Target::dim_expire`] dropped.
+    fn dim_tell_expired(&self, expired: &[crate::discovery::DimRegistration]) {
+        if expired.is_empty() {
+            return;
+        }
+        tracing::info!(
+            count = expired.len(),
+            "discovery information management: stale registrations dropped"
+        );
+        if let Some(c) = self.central() {
+            for r in expired {
+                c.deregistered(r);
+            }
+        }
     }
 
     /// Make this target a Central Discovery Controller fed by `c` (DCTYPE 2), or, with

@@ -17,8 +17,9 @@ use nvme_spec::log::{aen, lid};
 use nvme_spec::opcode::{admin, fctype, feature};
 use nvme_spec::{CommandId, Cqe, DISCOVERY_NQN, Sqe, Status};
 use nvmf_target::{
-    CentralDiscovery, DimRegistration, Disposition, ListenerInfo, MAX_DIM_ENTRIES,
-    MAX_DIM_PER_HOST, MAX_REFERRALS, Namespace, Referral, ReferralError, Subsystem, Target,
+    CentralDiscovery, DIM_STALE, DimDenial, DimRegistration, Disposition, ListenerInfo,
+    MAX_DIM_ENTRIES, MAX_DIM_PER_HOST, MAX_DIM_PER_PEER, MAX_DIM_RESERVED, MAX_DIM_TOTAL,
+    MAX_REFERRALS, Namespace, Referral, ReferralError, Subsystem, Target,
 };
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -151,6 +152,10 @@ struct FakeCdc {
     seen: Mutex<Vec<String>>,
     registered: Mutex<Vec<DimRegistration>>,
     deregistered: Mutex<Vec<DimRegistration>>,
+    replaced: Mutex<Vec<(DimRegistration, DimRegistration)>>,
+    /// What `admit` answers (`None`: admitted).
+    deny: Mutex<Option<DimDenial>>,
+    admits: Mutex<Vec<(DimTask, String)>>,
 }
 
 impl CentralDiscovery for FakeCdc {
@@ -165,6 +170,23 @@ impl CentralDiscovery for FakeCdc {
     }
     fn deregistered(&self, reg: &DimRegistration) {
         self.deregistered.lock().unwrap().push(reg.clone());
+    }
+    fn replaced(&self, old: &DimRegistration, new: &DimRegistration) {
+        self.replaced
+            .lock()
+            .unwrap()
+            .push((old.clone(), new.clone()));
+        self.registered(new);
+    }
+    fn admit(&self, task: DimTask, reg: &DimRegistration) -> Result<(), DimDenial> {
+        self.admits
+            .lock()
+            .unwrap()
+            .push((task, reg.hostnqn.clone()));
+        match *self.deny.lock().unwrap() {
+            Some(d) => Err(d),
+            None => Ok(()),
+        }
     }
 }
 
@@ -522,4 +544,224 @@ fn unknown_admin_opcodes_with_data_are_invalid_opcode() {
         let (c, _) = h.cmd(sqe, &[0u8; 64]);
         assert_eq!(c.status, Status::INVALID_OPCODE, "{sub} {first:#x}");
     }
+}
+
+/// A DIM registration of a discovery controller (ETYPE DDC) announcing `at`.
+fn ddc_dim(eid: &str, at: &str) -> Vec<u8> {
+    DimData::discovery_controller(EntityType::Ddc, eid, "box", "ebof", &[addr(at)]).encode()
+}
+
+/// A connected discovery controller of `hostnqn` whose connection comes from `peer`.
+fn disc_from(t: &Arc<Target>, hostnqn: &str, peer: &str) -> Host {
+    let mut h = disc(t, hostnqn);
+    h.q.set_peer(addr(peer));
+    h
+}
+
+/// C1: a CDC refuses pull registration from a discovery controller it does not trust: the
+/// sender gets Access Denied, nothing is registered or announced, the refusal is counted.
+/// Host registrations are not the CDC's to admit.
+#[test]
+fn dim_pull_registration_needs_the_cdcs_admission() {
+    let t = target();
+    let cdc = Arc::new(FakeCdc::default());
+    *cdc.entries.lock().unwrap() = Some(Arc::new(vec![]));
+    *cdc.deny.lock().unwrap() = Some(DimDenial::Untrusted);
+    t.set_central(Some(cdc.clone()));
+    let mut h = disc_from(&t, HOSTNQN, "10.77.0.66:40000");
+    let c = h.dim(
+        DimTask::Register,
+        &ddc_dim("nqn.2026-11.io.evil:ddc", "10.77.0.66:8009"),
+    );
+    assert_eq!(c.status, Status::ACCESS_DENIED, "{c:?}");
+    assert_eq!(c.dw0, off::EID);
+    assert!(t.dim_registrations().is_empty());
+    assert!(cdc.registered.lock().unwrap().is_empty());
+    assert_eq!(
+        t.events
+            .dim_refusals
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+    // No room at the CDC: Insufficient Discovery Resources.
+    *cdc.deny.lock().unwrap() = Some(DimDenial::Full);
+    let c = h.dim(
+        DimTask::Register,
+        &ddc_dim("nqn.2026-11.io.evil:ddc", "10.77.0.66:8009"),
+    );
+    assert_eq!(c.status, Status::INSUFFICIENT_DISCOVERY_RESOURCES);
+    // A host registering itself is not asked about.
+    let n = cdc.admits.lock().unwrap().len();
+    assert!(h.dim(DimTask::Register, &host_dim("h")).status.is_success());
+    assert_eq!(cdc.admits.lock().unwrap().len(), n);
+    // Admitted: registered, marked so, unauthenticated (no DH-HMAC-CHAP here).
+    *cdc.deny.lock().unwrap() = None;
+    let c = h.dim(
+        DimTask::Register,
+        &ddc_dim("nqn.2026-11.io.ok:ddc", "10.77.0.66:8009"),
+    );
+    assert!(c.status.is_success(), "{c:?}");
+    let r = t
+        .dim_registrations()
+        .into_iter()
+        .find(|r| r.entity_nqn == "nqn.2026-11.io.ok:ddc")
+        .unwrap();
+    assert!(r.admitted && !r.authenticated, "{r:?}");
+}
+
+/// C2/C3: a discovery controller's registration is replaced (the CDC is told what it
+/// replaces) or removed only from the address that made it: the announcer's host NQN and EID
+/// are easy to guess.
+#[test]
+fn dim_ddc_registration_changes_only_from_its_origin() {
+    let t = target();
+    let cdc = Arc::new(FakeCdc::default());
+    *cdc.entries.lock().unwrap() = Some(Arc::new(vec![]));
+    t.set_central(Some(cdc.clone()));
+    let ddc = "nqn.2026-11.io.ebof:ddc:10.77.0.20:8009";
+    let mut real = disc_from(&t, ddc, "10.77.0.20:50000");
+    assert!(
+        real.dim(DimTask::Register, &ddc_dim(ddc, "10.77.0.20:8009"))
+            .status
+            .is_success()
+    );
+    let mut forger = disc_from(&t, ddc, "10.77.0.99:50000");
+    for task in [DimTask::Deregister, DimTask::Update, DimTask::Register] {
+        let c = forger.dim(task, &ddc_dim(ddc, "10.77.0.99:8009"));
+        assert_eq!(c.status, Status::ACCESS_DENIED, "{task:?}");
+    }
+    assert_eq!(t.dim_registrations().len(), 1);
+    assert!(cdc.deregistered.lock().unwrap().is_empty());
+    // The real one moves its port: the CDC hears old and new together.
+    assert!(
+        real.dim(DimTask::Register, &ddc_dim(ddc, "10.77.0.20:8010"))
+            .status
+            .is_success()
+    );
+    let rep = cdc.replaced.lock().unwrap().clone();
+    assert_eq!(rep.len(), 1);
+    assert_eq!(rep[0].0.entries[0].trsvcid, "8009");
+    assert_eq!(rep[0].1.entries[0].trsvcid, "8010");
+    assert!(
+        real.dim(DimTask::Deregister, &ddc_dim(ddc, "10.77.0.20:8010"))
+            .status
+            .is_success()
+    );
+    assert!(t.dim_registrations().is_empty());
+}
+
+/// C3: self-declared host NQNs cannot fill the registry against a real announcer: a cap per
+/// source address, room kept for admitted pull registrations, and stale registrations of
+/// hosts that went away make room.
+#[test]
+fn dim_registry_flood_leaves_room_and_stale_registrations_go() {
+    let t = target();
+    let cdc = Arc::new(FakeCdc::default());
+    *cdc.entries.lock().unwrap() = Some(Arc::new(vec![]));
+    t.set_central(Some(cdc.clone()));
+    let nqn = |p: usize, i: usize| format!("nqn.2026-11.io.flood:p{p}-h{i}");
+    let reg = |h: &mut Host| {
+        let n = h.hostnqn.clone();
+        let d = DimData::host(&n, [7; 16], "x", "y", None, None).encode();
+        h.dim(DimTask::Register, &d).status
+    };
+    let mut hosts = Vec::new();
+    // One source address: MAX_DIM_PER_PEER, then no more.
+    for i in 0..=MAX_DIM_PER_PEER {
+        let mut h = disc_from(&t, &nqn(0, i), "10.78.0.1:1000");
+        let st = reg(&mut h);
+        if i < MAX_DIM_PER_PEER {
+            assert!(st.is_success(), "{i}: {st:?}");
+        } else {
+            assert_eq!(st, Status::INSUFFICIENT_DISCOVERY_RESOURCES);
+        }
+        hosts.push(h);
+    }
+    // Many source addresses: up to the room not reserved.
+    let free = MAX_DIM_TOTAL - MAX_DIM_RESERVED;
+    let mut p = 1;
+    while t.dim_registrations().len() < free {
+        for i in 0..MAX_DIM_PER_PEER.min(free - t.dim_registrations().len()) {
+            let mut h = disc_from(&t, &nqn(p, i), &format!("10.78.{p}.1:1000"));
+            assert!(reg(&mut h).is_success());
+            hosts.push(h);
+        }
+        p += 1;
+    }
+    let mut late = disc_from(&t, &nqn(999, 0), "10.79.0.1:1000");
+    assert_eq!(reg(&mut late), Status::INSUFFICIENT_DISCOVERY_RESOURCES);
+    // A real announcer (admitted by the CDC) still gets in.
+    let ddc = "nqn.2026-11.io.ebof:ddc:10.77.0.20:8009";
+    let mut real = disc_from(&t, ddc, "10.77.0.20:50000");
+    let c = real.dim(DimTask::Register, &ddc_dim(ddc, "10.77.0.20:8009"));
+    assert!(c.status.is_success(), "{c:?}");
+    // The flooding hosts go away; once their registrations are stale they make room.
+    drop(hosts);
+    late.now += DIM_STALE;
+    assert!(reg(&mut late).is_success());
+    let expired = cdc.deregistered.lock().unwrap().len();
+    assert_eq!(expired, free, "every stale registration dropped");
+    // The announcer, still connected, kept its registration.
+    assert!(t.dim_registrations().iter().any(|r| r.entity_nqn == ddc));
+}
+
+/// A discovery controller authenticates the hosts that have a key (as `nvme discover
+/// --dhchap-secret` expects of nvmet): nothing but AUTH_Send / AUTH_Receive runs until it
+/// did, and its DIM registrations are marked authenticated. Hosts without a key do not.
+#[test]
+fn discovery_controllers_authenticate_hosts_with_keys() {
+    use nvmf_target::auth::{
+        AuthCmdError, AuthPolicy, AuthProgress, AuthSession, CONNECT_AUTHREQ_ATR, SECP_DHCHAP,
+    };
+    struct Once(AuthProgress);
+    impl AuthSession for Once {
+        fn send(&mut self, _: &[u8]) -> Result<(), AuthCmdError> {
+            self.0 = AuthProgress::Succeeded;
+            Ok(())
+        }
+        fn receive(&mut self, _: u32) -> Result<Vec<u8>, AuthCmdError> {
+            Ok(vec![0; 8])
+        }
+        fn progress(&self) -> AuthProgress {
+            self.0
+        }
+    }
+    const KEYED: &str = "nqn.2026-11.io.example:keyed";
+    struct Keyed(Mutex<Vec<String>>);
+    impl AuthPolicy for Keyed {
+        fn session(&self, hostnqn: &str, subnqn: &str, _: u16) -> Option<Box<dyn AuthSession>> {
+            self.0.lock().unwrap().push(subnqn.into());
+            (hostnqn == KEYED).then(|| Box::new(Once(AuthProgress::InProgress)) as _)
+        }
+    }
+    let t = target();
+    let policy = Arc::new(Keyed(Mutex::new(Vec::new())));
+    t.set_auth_policy(Some(policy.clone()));
+    // No key: as before.
+    let mut h = Host::new(&t, addr("10.77.0.1:4420"), DISCOVERY_NQN, HOSTNQN);
+    let c = h.connect(0, 0xFFFF);
+    assert!(c.status.is_success());
+    assert_eq!(c.dw0 & CONNECT_AUTHREQ_ATR, 0);
+    h.enable();
+    assert_eq!(policy.0.lock().unwrap()[0], DISCOVERY_NQN);
+    // A key: authentication required first.
+    let mut k = Host::new(&t, addr("10.77.0.1:4420"), DISCOVERY_NQN, KEYED);
+    let c = k.connect(0, 0xFFFF);
+    assert!(c.status.is_success());
+    assert_ne!(c.dw0 & CONNECT_AUTHREQ_ATR, 0, "AUTHREQ.ATR");
+    let mut sqe = Sqe::new(admin::GET_LOG_PAGE, CommandId(4));
+    sqe.set_cdw(10, u32::from(lid::DISCOVERY) | ((1024 / 4 - 1) << 16));
+    sqe.set_sgl_transport(1024);
+    assert_eq!(k.cmd(sqe, &[]).0.status, Status::AUTH_REQUIRED);
+    let mut sqe = Sqe::new(admin::FABRICS, CommandId(8));
+    sqe.set_fctype(fctype::AUTH_SEND);
+    sqe.set_cdw(10, u32::from_le_bytes([0, 1, 1, SECP_DHCHAP]));
+    sqe.set_cdw(11, 8);
+    sqe.set_sgl_icd(8);
+    assert!(k.cmd(sqe, &[0; 8]).0.status.is_success());
+    k.enable();
+    assert!(!k.log().1.is_empty());
+    let c = k.dim(DimTask::Register, &ddc_dim(KEYED, "10.77.0.30:8009"));
+    assert!(c.status.is_success(), "{c:?}");
+    assert!(t.dim_registrations()[0].authenticated);
 }
