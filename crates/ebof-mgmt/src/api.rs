@@ -27,6 +27,9 @@ pub mod routes {
     pub const HOSTS: &str = "/v1/subsystems/{nqn}/hosts";
     /// `DELETE`: deny a host.
     pub const HOST: &str = "/v1/subsystems/{nqn}/hosts/{hostnqn}";
+    /// `PUT` [`crate::hostkeys::HostKeyRequest`]: the host's DH-HMAC-CHAP keys on this
+    /// subsystem (live, never shown); `DELETE`: remove them.
+    pub const HOST_DHCHAP: &str = "/v1/subsystems/{nqn}/hosts/{hostnqn}/dhchap";
     /// `PUT` [`super::AllowAnyHostRequest`].
     pub const ALLOW_ANY_HOST: &str = "/v1/subsystems/{nqn}/allow_any_host";
     /// `DELETE`: disconnect a controller (all its queues close).

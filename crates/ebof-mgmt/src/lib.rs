@@ -24,6 +24,7 @@ pub mod build;
 pub mod cdc;
 pub mod client;
 pub mod control;
+pub mod hostkeys;
 pub mod masking;
 pub mod mdns;
 pub mod metrics;

@@ -280,6 +280,7 @@ pub fn router(ctx: Ctx) -> Router {
         .route(routes::SNAPSHOT, delete(delete_snapshot))
         .route(routes::SNAPSHOT_CLONES, post(post_snapshot_clone))
         .route(routes::POOLS, get(get_pools))
+        .merge(crate::hostkeys::router())
         .fallback(unknown_endpoint)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(ctx)

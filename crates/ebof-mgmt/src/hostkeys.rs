@@ -1,0 +1,450 @@
+//! DH-HMAC-CHAP keys of one host on one subsystem, installed and removed live:
+//! `PUT /v1/subsystems/{nqn}/hosts/{hostnqn}/dhchap` ([`HostKeyRequest`]) and `DELETE` on the
+//! same route. What the CSI controller uses to give each (volume, node) pair its own secret.
+//!
+//! A key is a `[[hosts]]` entry with `subsystem = nqn` in the running configuration (so `save`
+//! and autosave persist it as they persist every host setting, inline) and takes effect at the
+//! host's next Connect: the target's authentication policy is rebuilt from the configuration
+//! ([`crate::security::auth_policy`]) and swapped in. Controllers already connected stay
+//! connected (authentication happens at Connect; `DELETE /v1/controllers/{cntlid}` ends them).
+//!
+//! The keys travel only in the request body. They are never returned (answers say whether a
+//! key is set, [`HostKeyView`]), logged, shown in `GET /v1/state` or in metrics, and a
+//! malformed one is refused without echoing it.
+
+use crate::api::{ApiError, codes, routes};
+use crate::client::{Client, ClientError};
+use crate::control::{Control, check, subsystem_index};
+use ebof_config::{HostSecurity, SecretSource, codes as cfg_codes};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::sync::Arc;
+
+/// `PUT …/hosts/{hostnqn}/dhchap`: the host's DH-HMAC-CHAP secret on this subsystem, and the
+/// controller's for bidirectional authentication. Replaces what was set before.
+#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostKeyRequest {
+    /// The host's secret, `DHHC-1:NN:<base64>:` (as `nvme gen-dhchap-key` makes).
+    pub dhchap_key: String,
+    /// The controller's secret (the host's `--dhchap-ctrl-secret`), if the controller must
+    /// authenticate to the host too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dhchap_ctrl_key: Option<String>,
+}
+
+impl fmt::Debug for HostKeyRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HostKeyRequest")
+            .field("dhchap_key", &"<redacted>")
+            .field(
+                "dhchap_ctrl_key",
+                &self.dhchap_ctrl_key.as_ref().map(|_| "<redacted>"),
+            )
+            .finish()
+    }
+}
+
+/// What a host must present on a subsystem, without the keys.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostKeyView {
+    /// The subsystem.
+    pub subsystem: String,
+    /// The host.
+    pub hostnqn: String,
+    /// The host must authenticate with DH-HMAC-CHAP on this subsystem.
+    pub dhchap: bool,
+    /// The controller authenticates to the host too.
+    pub bidirectional: bool,
+}
+
+/// The entry of (`hostnqn`, `nqn`) in `[[hosts]]`.
+fn entry_index(cfg: &ebof_config::Config, nqn: &str, hostnqn: &str) -> Option<usize> {
+    cfg.hosts
+        .iter()
+        .position(|h| h.nqn == hostnqn && h.subsystem.as_deref() == Some(nqn))
+}
+
+/// `s` checked as a DH-HMAC-CHAP secret; the error names `field`, never the value.
+fn secret(s: &str, field: &str) -> Result<SecretSource, ApiError> {
+    nvme_auth::DhchapSecret::parse(s).map_err(|e| {
+        ApiError::new(
+            cfg_codes::INVALID_SECRET,
+            field,
+            format!("not a DH-HMAC-CHAP secret (DHHC-1:NN:<base64>:): {e}"),
+        )
+    })?;
+    Ok(SecretSource::Inline(s.trim().to_string()))
+}
+
+impl Control {
+    /// Make the target's authentication policy the one of `cfg` (checked before anything
+    /// changes: a secret that cannot be decoded fails the request).
+    fn auth_policy_of(
+        &self,
+        cfg: &ebof_config::Config,
+    ) -> Result<Option<Arc<dyn nvmf_target::auth::AuthPolicy>>, ApiError> {
+        crate::security::auth_policy(cfg)
+            .map_err(|e| ApiError::new(cfg_codes::INVALID_SECRET, "", e))
+    }
+
+    /// `PUT /v1/subsystems/{nqn}/hosts/{hostnqn}/dhchap`: from the next Connect on, `hostnqn`
+    /// must authenticate with these keys on `nqn` (and only there). Host entries of subsystems
+    /// that no longer exist are dropped on the way.
+    pub fn set_host_key(
+        &self,
+        nqn: &str,
+        hostnqn: &str,
+        req: &HostKeyRequest,
+    ) -> Result<HostKeyView, ApiError> {
+        ebof_config::check_nqn(hostnqn).map_err(|e| ApiError::from_config(&e, "hostnqn"))?;
+        let host = secret(&req.dhchap_key, "dhchap_key")?;
+        let ctrl = req
+            .dhchap_ctrl_key
+            .as_deref()
+            .map(|c| secret(c, "dhchap_ctrl_key"))
+            .transpose()?;
+        self.change(|cfg| {
+            subsystem_index(cfg, nqn)?;
+            let live: Vec<String> = cfg.subsystems.iter().map(|s| s.nqn.clone()).collect();
+            cfg.hosts
+                .retain(|h| h.subsystem.as_ref().is_none_or(|s| live.contains(s)));
+            let bidirectional = ctrl.is_some();
+            match entry_index(cfg, nqn, hostnqn) {
+                Some(i) => {
+                    cfg.hosts[i].dhchap_key = Some(host);
+                    cfg.hosts[i].dhchap_ctrl_key = ctrl;
+                }
+                None => cfg.hosts.push(HostSecurity {
+                    nqn: hostnqn.to_string(),
+                    subsystem: Some(nqn.to_string()),
+                    dhchap_key: Some(host),
+                    dhchap_ctrl_key: ctrl,
+                    tls_key: None,
+                    tls_psk_rfc8446: false,
+                }),
+            }
+            check(cfg)?;
+            let policy = self.auth_policy_of(cfg)?;
+            self.target.set_auth_policy(policy);
+            tracing::info!(
+                subsystem = nqn,
+                host = hostnqn,
+                bidirectional,
+                "DH-HMAC-CHAP key set"
+            );
+            Ok(HostKeyView {
+                subsystem: nqn.to_string(),
+                hostnqn: hostnqn.to_string(),
+                dhchap: true,
+                bidirectional,
+            })
+        })
+    }
+
+    /// `DELETE /v1/subsystems/{nqn}/hosts/{hostnqn}/dhchap`: the keys of `hostnqn` on `nqn`
+    /// go (the entry goes with them unless it holds a TLS key). `unknown-host` when there
+    /// are none; the subsystem need not exist any more.
+    pub fn remove_host_key(&self, nqn: &str, hostnqn: &str) -> Result<HostKeyView, ApiError> {
+        self.change(|cfg| {
+            let Some(i) = entry_index(cfg, nqn, hostnqn).filter(|&i| {
+                cfg.hosts[i].dhchap_key.is_some() || cfg.hosts[i].dhchap_ctrl_key.is_some()
+            }) else {
+                return Err(ApiError::new(
+                    codes::UNKNOWN_HOST,
+                    "hostnqn",
+                    format!("{hostnqn:?} has no DH-HMAC-CHAP key of its own on {nqn}"),
+                ));
+            };
+            if cfg.hosts[i].tls_key.is_some() {
+                cfg.hosts[i].dhchap_key = None;
+                cfg.hosts[i].dhchap_ctrl_key = None;
+            } else {
+                cfg.hosts.remove(i);
+            }
+            check(cfg)?;
+            let policy = self.auth_policy_of(cfg)?;
+            self.target.set_auth_policy(policy);
+            tracing::info!(subsystem = nqn, host = hostnqn, "DH-HMAC-CHAP key removed");
+            Ok(HostKeyView {
+                subsystem: nqn.to_string(),
+                hostnqn: hostnqn.to_string(),
+                dhchap: false,
+                bidirectional: false,
+            })
+        })
+    }
+}
+
+/// The routes of this module, merged into the API's router.
+pub(crate) fn router() -> axum::Router<Arc<Control>> {
+    use axum::extract::{Path, State};
+    use axum::response::{IntoResponse, Response};
+    type PathArg = Result<Path<(String, String)>, axum::extract::rejection::PathRejection>;
+
+    fn answer(r: Result<HostKeyView, ApiError>) -> Response {
+        match r {
+            Ok(v) => axum::Json(v).into_response(),
+            Err(e) => {
+                let status = axum::http::StatusCode::from_u16(e.http_status())
+                    .unwrap_or(axum::http::StatusCode::INTERNAL_SERVER_ERROR);
+                (status, axum::Json(e)).into_response()
+            }
+        }
+    }
+    async fn blocking(
+        f: impl FnOnce() -> Result<HostKeyView, ApiError> + Send + 'static,
+    ) -> Response {
+        answer(tokio::task::spawn_blocking(f).await.unwrap_or_else(|_| {
+            Err(ApiError::new(
+                codes::INTERNAL,
+                "",
+                "the request failed on the server's side",
+            ))
+        }))
+    }
+    async fn put_key(
+        State(c): State<Arc<Control>>,
+        path: PathArg,
+        body: Result<axum::Json<HostKeyRequest>, axum::extract::rejection::JsonRejection>,
+    ) -> Response {
+        let (Path((nqn, host)), axum::Json(req)) = match (path, body) {
+            (Ok(p), Ok(b)) => (p, b),
+            (Err(e), _) => {
+                return answer(Err(ApiError::new(codes::BAD_REQUEST, "", e.body_text())));
+            }
+            // Never the body's text: it may hold a secret.
+            (_, Err(_)) => {
+                return answer(Err(ApiError::new(
+                    codes::BAD_REQUEST,
+                    "",
+                    "the body must be {\"dhchap_key\": \"DHHC-1:…\", \"dhchap_ctrl_key\": \"DHHC-1:…\" (optional)}",
+                )));
+            }
+        };
+        blocking(move || c.set_host_key(&nqn, &host, &req)).await
+    }
+    async fn delete_key(State(c): State<Arc<Control>>, path: PathArg) -> Response {
+        match path {
+            Ok(Path((nqn, host))) => blocking(move || c.remove_host_key(&nqn, &host)).await,
+            Err(e) => answer(Err(ApiError::new(codes::BAD_REQUEST, "", e.body_text()))),
+        }
+    }
+    axum::Router::new().route(
+        routes::HOST_DHCHAP,
+        axum::routing::put(put_key).delete(delete_key),
+    )
+}
+
+/// The client's side of the routes above.
+impl Client {
+    /// `PUT /v1/subsystems/{nqn}/hosts/{hostnqn}/dhchap`: set the host's DH-HMAC-CHAP keys on
+    /// the subsystem.
+    pub fn set_host_key(
+        &self,
+        nqn: &str,
+        hostnqn: &str,
+        req: &HostKeyRequest,
+    ) -> Result<HostKeyView, ClientError> {
+        let body = serde_json::to_string(req).map_err(|e| self.host_key_error(e.to_string()))?;
+        self.host_key_call("PUT", nqn, hostnqn, Some(body))
+    }
+
+    /// `DELETE /v1/subsystems/{nqn}/hosts/{hostnqn}/dhchap`: remove them.
+    pub fn remove_host_key(&self, nqn: &str, hostnqn: &str) -> Result<HostKeyView, ClientError> {
+        self.host_key_call("DELETE", nqn, hostnqn, None)
+    }
+
+    fn host_key_error(&self, message: String) -> ClientError {
+        ClientError::Transport {
+            endpoint: self.endpoint(),
+            message,
+        }
+    }
+
+    fn host_key_call(
+        &self,
+        method: &str,
+        nqn: &str,
+        hostnqn: &str,
+        body: Option<String>,
+    ) -> Result<HostKeyView, ClientError> {
+        let uri = routes::fill(routes::HOST_DHCHAP, &[nqn, hostnqn]);
+        let (status, bytes) = self.raw(method, &uri, body)?;
+        if (200..300).contains(&status) {
+            serde_json::from_slice(&bytes)
+                .map_err(|e| self.host_key_error(format!("unexpected answer to {uri}: {e}")))
+        } else {
+            match serde_json::from_slice::<ApiError>(&bytes) {
+                Ok(e) => Err(ClientError::Api(e)),
+                Err(_) => Err(self.host_key_error(format!(
+                    "HTTP {status} from {uri}: {}",
+                    String::from_utf8_lossy(&bytes)
+                ))),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nvme_auth::{DhchapSecret, KeyTransform};
+
+    const SUB: &str = "nqn.2026-11.io.ebof:t";
+    const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:0c5ea000-0000-4000-8000-00000000000a";
+    const OTHER: &str = "nqn.2014-08.org.nvmexpress:uuid:0c5ea000-0000-4000-8000-00000000000b";
+
+    fn control() -> Arc<Control> {
+        let cfg = ebof_config::Config::from_toml_str(
+            "[[listeners]]\naddress = \"127.0.0.1\"\nport = 0\n\
+             [[subsystems]]\nnqn = \"nqn.2026-11.io.ebof:t\"\n\
+             [[subsystems.namespaces]]\nbackend = \"ram\"\nsize = \"1M\"\n",
+        )
+        .unwrap();
+        let target = Arc::new(crate::build::build_target(&cfg).unwrap());
+        Arc::new(Control::new(target, cfg, None))
+    }
+
+    fn key(byte: u8) -> String {
+        DhchapSecret::from_key(KeyTransform::Sha256, &[byte; 32])
+            .unwrap()
+            .encode()
+            .to_string()
+    }
+
+    fn requires(c: &Control, host: &str, sub: &str) -> bool {
+        c.target
+            .auth_policy()
+            .is_some_and(|p| p.session(host, sub, 0).is_some())
+    }
+
+    #[test]
+    fn a_key_is_live_persisted_never_shown_and_removed() {
+        let c = control();
+        assert!(!requires(&c, HOST, SUB));
+        let req = HostKeyRequest {
+            dhchap_key: key(1),
+            dhchap_ctrl_key: Some(key(2)),
+        };
+        let v = c.set_host_key(SUB, HOST, &req).unwrap();
+        assert!(v.dhchap && v.bidirectional);
+        assert!(requires(&c, HOST, SUB), "live at the next Connect");
+        assert!(!requires(&c, OTHER, SUB), "only that host");
+        assert!(!requires(&c, HOST, "nqn.2026-11.io.ebof:u"), "only there");
+        let saved = c.running().to_toml_string();
+        assert!(
+            saved.contains(&key(1)) && saved.contains(&key(2)),
+            "save keeps it"
+        );
+        // Never in the state, the metrics, a Debug or a view.
+        let shown = [
+            serde_json::to_string(&c.state()).unwrap(),
+            crate::metrics::render(&c.target).unwrap(),
+            format!("{req:?} {v:?} {:?}", c.running()),
+            serde_json::to_string(&v).unwrap(),
+        ];
+        let b64 = |k: &str| k.split(':').nth(2).unwrap().to_string();
+        for s in &shown {
+            assert!(
+                !s.contains(&b64(&key(1))) && !s.contains(&b64(&key(2))),
+                "{s}"
+            );
+        }
+        // Replaced: one entry, the new key.
+        let req2 = HostKeyRequest {
+            dhchap_key: key(3),
+            dhchap_ctrl_key: None,
+        };
+        assert!(!c.set_host_key(SUB, HOST, &req2).unwrap().bidirectional);
+        let cfg = c.running();
+        assert_eq!(cfg.hosts.len(), 1);
+        assert_eq!(cfg.hosts[0].dhchap_key, Some(SecretSource::Inline(key(3))));
+        // Removed: the host connects without authentication again (if the host list allows).
+        c.remove_host_key(SUB, HOST).unwrap();
+        assert!(!requires(&c, HOST, SUB));
+        assert!(c.running().hosts.is_empty());
+        assert_eq!(
+            c.remove_host_key(SUB, HOST).unwrap_err().code,
+            codes::UNKNOWN_HOST
+        );
+    }
+
+    #[test]
+    fn bad_requests_are_refused_without_echoing_the_secret() {
+        let c = control();
+        let bad = "DHHC-1:01:c2VjcmV0LXZhbHVlLXRoYXQtaXMtd3Jvbmc=:";
+        let e = c
+            .set_host_key(
+                SUB,
+                HOST,
+                &HostKeyRequest {
+                    dhchap_key: bad.into(),
+                    dhchap_ctrl_key: None,
+                },
+            )
+            .unwrap_err();
+        assert_eq!(
+            (e.code.as_str(), e.path.as_str()),
+            (cfg_codes::INVALID_SECRET, "dhchap_key")
+        );
+        assert!(!e.to_string().contains("c2VjcmV0"), "{e}");
+        let e = c
+            .set_host_key(
+                SUB,
+                HOST,
+                &HostKeyRequest {
+                    dhchap_key: key(1),
+                    dhchap_ctrl_key: Some("nope".into()),
+                },
+            )
+            .unwrap_err();
+        assert_eq!(e.path, "dhchap_ctrl_key");
+        let ok = HostKeyRequest {
+            dhchap_key: key(1),
+            dhchap_ctrl_key: None,
+        };
+        let e = c
+            .set_host_key("nqn.2026-11.io.ebof:none", HOST, &ok)
+            .unwrap_err();
+        assert_eq!(e.code, codes::UNKNOWN_SUBSYSTEM);
+        assert_eq!(
+            c.set_host_key(SUB, "not an nqn", &ok).unwrap_err().path,
+            "hostnqn"
+        );
+        assert!(c.running().hosts.is_empty(), "nothing changed");
+        assert!(c.target.auth_policy().is_none());
+    }
+
+    #[test]
+    fn the_routes_and_the_client() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = control();
+        let sock = crate::server::bind_socket(&dir.path().join("s.sock")).unwrap();
+        let path = sock.path().to_path_buf();
+        let srv = crate::server::start(c.clone(), Some(sock), None, None).unwrap();
+        let cl = Client::new(&path);
+        let req = HostKeyRequest {
+            dhchap_key: key(7),
+            dhchap_ctrl_key: None,
+        };
+        assert!(cl.set_host_key(SUB, HOST, &req).unwrap().dhchap);
+        assert!(requires(&c, HOST, SUB));
+        let (status, body) = cl
+            .raw(
+                "PUT",
+                &routes::fill(routes::HOST_DHCHAP, &[SUB, HOST]),
+                Some("{\"dhchap_key\": 5, \"x\": \"DHHC-1:00:leak\"}".into()),
+            )
+            .unwrap();
+        assert_eq!(status, 400);
+        assert!(!String::from_utf8_lossy(&body).contains("leak"));
+        assert!(!cl.remove_host_key(SUB, HOST).unwrap().dhchap);
+        assert!(!requires(&c, HOST, SUB));
+        match cl.remove_host_key(SUB, HOST) {
+            Err(ClientError::Api(e)) => assert_eq!(e.code, codes::UNKNOWN_HOST),
+            other => panic!("{other:?}"),
+        }
+        srv.stop();
+    }
+}
