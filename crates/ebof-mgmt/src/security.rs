@@ -190,18 +190,40 @@ pub fn tls_acceptor(
         .map_err(|e| e.to_string())
     })
     .map_err(|e| format!("TLS: {e}"))?;
-    Ok(Some(Arc::new(Acceptor(server))))
+    Ok(Some(Arc::new(Acceptor {
+        config: server,
+        rekey_records: cfg.target.tls_rekey_records,
+        key_update: key_update_policy(cfg.target.tls_key_update),
+    })))
 }
 
-struct Acceptor(Arc<nvmf_tls::TlsServerConfig>);
+/// `[target] tls_key_update` for the record layer.
+pub fn key_update_policy(k: ebof_config::TlsKeyUpdate) -> nvmf_tls::KeyUpdatePolicy {
+    match k {
+        ebof_config::TlsKeyUpdate::Peer => nvmf_tls::KeyUpdatePolicy::Peer,
+        ebof_config::TlsKeyUpdate::Always => nvmf_tls::KeyUpdatePolicy::Always,
+    }
+}
+
+struct Acceptor {
+    config: Arc<nvmf_tls::TlsServerConfig>,
+    /// `[target] tls_rekey_records` (full-size-record equivalents per key).
+    rekey_records: u64,
+    /// `[target] tls_key_update`.
+    key_update: nvmf_tls::KeyUpdatePolicy,
+}
 
 impl ebof_runtime::tls::TlsAcceptor for Acceptor {
     fn accept(
         &self,
     ) -> Result<Box<dyn ebof_runtime::tls::TlsSession>, ebof_runtime::tls::TlsError> {
-        nvmf_tls::TlsServer::new(&self.0)
-            .map(|s| Box::new(ServerSession(s)) as Box<dyn ebof_runtime::tls::TlsSession>)
-            .map_err(tls_err)
+        let mut s = nvmf_tls::TlsServer::new(&self.config).map_err(tls_err)?;
+        s.set_key_update_interval(self.rekey_records);
+        s.set_key_update_policy(self.key_update);
+        Ok(Box::new(ServerSession {
+            tls: s,
+            deferral_told: false,
+        }))
     }
 }
 
@@ -210,46 +232,95 @@ fn tls_err(e: nvmf_tls::TlsError) -> ebof_runtime::tls::TlsError {
 }
 
 /// One connection's TLS, server side.
-struct ServerSession(nvmf_tls::TlsServer);
+struct ServerSession {
+    tls: nvmf_tls::TlsServer,
+    /// The first deferred KeyUpdate was logged.
+    deferral_told: bool,
+}
+
+impl ServerSession {
+    /// Once per connection: the sending key reached its threshold and was kept (the peer has
+    /// not shown it takes a KeyUpdate). One comparison per write.
+    fn note_deferral(&mut self) {
+        if self.deferral_told {
+            return;
+        }
+        if let Some(st) = self.tls.record_stats()
+            && st.key_updates_deferred > 0
+        {
+            self.deferral_told = true;
+            tracing::info!(
+                peer = ?self.tls.peer_identity().map(|i| i.hostnqn),
+                "TLS: KeyUpdate threshold reached; key kept (the peer has sent no KeyUpdate, \
+                 tls_key_update = \"peer\")"
+            );
+        }
+    }
+}
+
+impl Drop for ServerSession {
+    fn drop(&mut self) {
+        if let Some(st) = self.tls.record_stats()
+            && (st.key_updates_sent | st.key_updates_received | st.key_updates_deferred) != 0
+        {
+            tracing::info!(
+                key_updates_sent = st.key_updates_sent,
+                key_updates_received = st.key_updates_received,
+                key_updates_deferred = st.key_updates_deferred,
+                "TLS record stats at close"
+            );
+        }
+    }
+}
 
 impl ebof_runtime::tls::TlsSession for ServerSession {
     fn feed(&mut self, cipher: &[u8]) -> Result<(), ebof_runtime::tls::TlsError> {
-        self.0.feed(cipher).map(|_| ()).map_err(tls_err)
+        self.tls.feed(cipher).map(|_| ()).map_err(tls_err)
     }
 
     fn cipher_space(&mut self) -> Option<&mut [u8]> {
-        Some(self.0.cipher_space())
+        Some(self.tls.cipher_space())
     }
 
     fn cipher_filled(&mut self, n: usize) -> Result<(), ebof_runtime::tls::TlsError> {
-        self.0.cipher_filled(n).map_err(tls_err)
+        self.tls.cipher_filled(n).map_err(tls_err)
     }
 
     fn read_plain(&mut self, dst: &mut [u8]) -> Result<usize, ebof_runtime::tls::TlsError> {
-        self.0.read_plain(dst).map_err(tls_err)
+        self.tls.read_plain(dst).map_err(tls_err)
     }
 
     fn write_plain(&mut self, bufs: &[&[u8]]) -> Result<(), ebof_runtime::tls::TlsError> {
-        self.0.write_plain(bufs).map(|_| ()).map_err(tls_err)
+        let r = self.tls.write_plain(bufs).map(|_| ()).map_err(tls_err);
+        self.note_deferral();
+        r
     }
 
     fn pending_cipher(&self) -> &[u8] {
-        self.0.pending_cipher()
+        self.tls.pending_cipher()
     }
 
     fn consume_cipher(&mut self, n: usize) {
-        self.0.consume_cipher(n)
+        self.tls.consume_cipher(n)
     }
 
     fn handshake_done(&self) -> bool {
-        self.0.handshake_done()
+        self.tls.handshake_done()
     }
 
     fn peer(&self) -> Option<(String, String)> {
-        self.0.peer_identity().map(|i| (i.hostnqn, i.subnqn))
+        self.tls.peer_identity().map(|i| (i.hostnqn, i.subnqn))
     }
 
     fn peer_closed(&self) -> bool {
-        self.0.peer_closed()
+        self.tls.peer_closed()
+    }
+
+    fn read_paused(&self) -> bool {
+        self.tls.read_paused()
+    }
+
+    fn close_notify(&mut self) {
+        let _ = self.tls.close_notify();
     }
 }

@@ -65,10 +65,22 @@ pub trait TlsSession: Send {
     fn handshake_done(&self) -> bool;
     /// The host NQN and subsystem NQN of the PSK the handshake used (once done).
     fn peer(&self) -> Option<(String, String)>;
-    /// The peer sent close_notify.
+    /// The peer sent close_notify: no more input will be taken (the session discards it);
+    /// the reactor flushes what is left, answers with [`TlsSession::close_notify`] and
+    /// closes the connection.
     fn peer_closed(&self) -> bool {
         false
     }
+    /// The last [`TlsSession::read_plain`] returned early to bound its work (records without
+    /// plaintext, KeyUpdate answers not yet sent): the reactor stops reading this socket for
+    /// the turn, sends what is pending, serves its other connections, and comes back.
+    fn read_paused(&self) -> bool {
+        false
+    }
+    /// Queue our close_notify in [`TlsSession::pending_cipher`] (before the connection is
+    /// closed; no more plaintext is written afterwards). Best effort: a failed session sends
+    /// nothing.
+    fn close_notify(&mut self) {}
 }
 
 /// Makes the server side of a new TLS connection.

@@ -11,10 +11,12 @@ use std::ops::Range;
 use std::sync::{Mutex, OnceLock};
 
 use openssl::ssl::{ErrorCode, Ssl, SslRef, SslStream};
-use zeroize::Zeroizing;
+use zeroize::{Zeroize, Zeroizing};
 
 use crate::error::{TlsError, printable};
-use crate::record::{ALERT_CLOSE_NOTIFY, ALERT_INTERNAL_ERROR, Opened, RecordLayer, Suite};
+use crate::record::{
+    ALERT_CLOSE_NOTIFY, ALERT_INTERNAL_ERROR, KeyUpdatePolicy, Opened, RecordLayer, Suite,
+};
 
 /// The largest plaintext a TLS record carries (RFC 8446 §5.1; also what the Linux host's
 /// `record_size_limit` of 0x4001 allows: 16384 bytes + the inner content type).
@@ -26,6 +28,11 @@ const RX_COMPACT_AT: usize = 64 * 1024;
 const MIN_CIPHER_SPACE: usize = 64 * 1024;
 /// Past this much already-sent output the send buffer is compacted.
 const TX_COMPACT_AT: usize = 256 * 1024;
+/// Records without plaintext (KeyUpdates, empty records, ignored alerts and tickets) one
+/// `read_plain` call opens before it returns to the caller ([`TlsConn::read_paused`]).
+pub const MAX_EMPTY_RECORDS_PER_CALL: usize = 64;
+/// KeyUpdate answers queued and not yet sent before reading pauses (27 bytes each).
+pub const MAX_ANSWERS_QUEUED: u32 = 64;
 
 /// The connection's byte buffers. During the handshake OpenSSL reads ciphertext from `rx` (a
 /// read past the end is `WouldBlock`: "need more bytes", a normal state) and writes ciphertext
@@ -85,6 +92,20 @@ impl MemIo {
             self.tx.drain(..self.tx_pos);
             self.tx_pos = 0;
         }
+    }
+
+    /// After the peer's close_notify: what is buffered behind it is dropped (RFC 8446 §6.1:
+    /// ignored), and the buffer is not grown for more.
+    fn discard_input(&mut self) {
+        self.rx_end = self.rx_pos;
+    }
+}
+
+impl Drop for MemIo {
+    /// Decrypted plaintext stays in the buffers after it is handed out: wiped with them.
+    fn drop(&mut self) {
+        self.rx.zeroize();
+        self.tx.zeroize();
     }
 }
 
@@ -244,8 +265,11 @@ pub struct TlsConn {
     peer_closed: bool,
     local_closed: bool,
     staging: Vec<u8>,
-    /// Records per sending key before a KeyUpdate (our record layer).
+    /// Full-size-record equivalents per sending key before a KeyUpdate (our record layer).
     key_update_records: u64,
+    key_update_policy: KeyUpdatePolicy,
+    /// The last `read_plain` stopped at its budget (see [`TlsConn::read_paused`]).
+    paused: bool,
     failure_hook: FailureHook,
     identity_hook: IdentityHook,
 }
@@ -261,6 +285,9 @@ pub struct RecordStats {
     pub key_updates_sent: u64,
     /// KeyUpdates the peer sent.
     pub key_updates_received: u64,
+    /// Times the sending key reached the KeyUpdate threshold and was kept, because the peer
+    /// has not shown it takes a KeyUpdate ([`crate::KeyUpdatePolicy::Peer`]).
+    pub key_updates_deferred: u64,
 }
 
 impl std::fmt::Debug for TlsConn {
@@ -293,6 +320,8 @@ impl TlsConn {
             local_closed: false,
             staging: Vec::new(),
             key_update_records: crate::record::DEFAULT_KEY_UPDATE_RECORDS,
+            key_update_policy: KeyUpdatePolicy::Peer,
+            paused: false,
             failure_hook,
             identity_hook,
         }
@@ -354,6 +383,7 @@ impl TlsConn {
         match RecordLayer::new(suite, tx, rx, self.role == Role::Client) {
             Ok(mut rec) => {
                 rec.set_key_update_records(self.key_update_records);
+                rec.set_key_update_policy(self.key_update_policy);
                 self.rec = Some(Box::new(rec));
                 Ok(())
             }
@@ -378,8 +408,9 @@ impl TlsConn {
     /// the copy.
     pub fn feed(&mut self, cipher: &[u8]) -> Result<usize, TlsError> {
         self.check_failed()?;
-        if cipher.is_empty() {
-            return Ok(0);
+        if cipher.is_empty() || self.peer_closed {
+            // After close_notify input is ignored, not buffered.
+            return Ok(cipher.len());
         }
         if !self.sniff_done {
             self.sniff_first_bytes(cipher)?;
@@ -399,7 +430,8 @@ impl TlsConn {
     /// of those bytes, without the copy.
     pub fn cipher_filled(&mut self, n: usize) -> Result<(), TlsError> {
         self.check_failed()?;
-        if n == 0 {
+        if n == 0 || self.peer_closed {
+            // After close_notify input is ignored: the same space is offered again.
             return Ok(());
         }
         if !self.sniff_done {
@@ -472,17 +504,49 @@ impl TlsConn {
                 recv_seq,
                 key_updates_sent: r.updates_sent,
                 key_updates_received: r.updates_received,
+                key_updates_deferred: r.updates_deferred,
             }
         })
     }
 
-    /// Records sealed under one sending key before we send a KeyUpdate and switch keys
-    /// (default [`crate::DEFAULT_KEY_UPDATE_RECORDS`], below AES-GCM's limit of RFC 8446
-    /// §5.5; tests use tiny values). At least 1.
+    /// How much one sending key protects before a KeyUpdate is due, in full-size-record
+    /// equivalents (16 KiB of plaintext each, counted in AES blocks: a small record costs a
+    /// fraction of one; RFC 8446 §5.5). Default [`crate::DEFAULT_KEY_UPDATE_RECORDS`], below
+    /// AES-GCM's limit; tests use tiny values. At least 1. Whether the KeyUpdate is then sent
+    /// depends on [`Self::set_key_update_policy`].
     pub fn set_key_update_interval(&mut self, records: u64) {
         self.key_update_records = records.max(1);
         if let Some(r) = self.rec.as_mut() {
             r.set_key_update_records(records);
+        }
+    }
+
+    /// Whom we send our own KeyUpdate to at the threshold: [`KeyUpdatePolicy::Peer`] (the
+    /// default) only to a peer that has sent one itself — past the threshold the key is kept
+    /// and [`RecordStats::key_updates_deferred`] counts it, as the Linux target keeps its key
+    /// — or [`KeyUpdatePolicy::Always`]. KeyUpdates the peer asks for are always answered.
+    pub fn set_key_update_policy(&mut self, policy: KeyUpdatePolicy) {
+        self.key_update_policy = policy;
+        if let Some(r) = self.rec.as_mut() {
+            r.set_key_update_policy(policy);
+        }
+    }
+
+    /// True when the last [`Self::read_plain`] (or [`Self::read_plain_into`]) returned
+    /// early to bound its work: it opened [`MAX_EMPTY_RECORDS_PER_CALL`] records without
+    /// plaintext, or [`MAX_ANSWERS_QUEUED`] KeyUpdate answers wait in
+    /// [`Self::pending_cipher`]. More input may be buffered: stop reading the socket, send
+    /// what is pending, let other work run, then call `read_plain` again.
+    pub fn read_paused(&self) -> bool {
+        self.paused
+    }
+
+    /// Testing only: the seal after `n` more succeeds fails, as a sealing error would (e.g.
+    /// sequence-number exhaustion). Our record layer only.
+    #[doc(hidden)]
+    pub fn fail_seal_after(&mut self, n: u32) {
+        if let Some(r) = self.rec.as_mut() {
+            r.fail_seal_in = Some(n);
         }
     }
 
@@ -543,10 +607,12 @@ impl TlsConn {
     /// queue ciphertext: flush [`Self::pending_cipher`] afterwards.
     pub fn read_plain(&mut self, out: &mut [u8]) -> Result<usize, TlsError> {
         self.check_failed()?;
+        self.paused = false;
         if !self.handshake_done() || out.is_empty() {
             return Ok(0);
         }
         if self.rec.is_some() {
+            let mut empty = 0;
             loop {
                 let io = self.stream.get_mut();
                 if !io.plain.is_empty() {
@@ -556,7 +622,7 @@ impl TlsConn {
                     io.plain.start += n;
                     return Ok(n);
                 }
-                if self.peer_closed || !self.open_record()? {
+                if self.peer_closed || !self.open_budgeted(&mut empty)? {
                     return Ok(0);
                 }
             }
@@ -568,6 +634,22 @@ impl TlsConn {
             Ok(n) => Ok(n),
             Err(e) => self.read_error(e),
         }
+    }
+
+    /// [`Self::open_record`] within the per-call budget: Ok(false) (and `paused`) once
+    /// `empty` plaintext-free records were opened in this call, or too many KeyUpdate
+    /// answers wait unsent. Two comparisons per record.
+    fn open_budgeted(&mut self, empty: &mut usize) -> Result<bool, TlsError> {
+        let answers = self.rec.as_ref().map_or(0, |r| r.answers_queued);
+        if *empty >= MAX_EMPTY_RECORDS_PER_CALL || answers >= MAX_ANSWERS_QUEUED {
+            self.paused = true;
+            return Ok(false);
+        }
+        let opened = self.open_record()?;
+        if opened && self.stream.get_ref().plain.is_empty() {
+            *empty += 1;
+        }
+        Ok(opened)
     }
 
     /// Opens the next buffered record (our record layer). Ok(true): something was processed
@@ -590,6 +672,7 @@ impl TlsConn {
             Ok(Opened::Control) => Ok(true),
             Ok(Opened::Closed) => {
                 self.peer_closed = true;
+                io.discard_input();
                 Ok(false)
             }
             Err(v) => {
@@ -607,14 +690,16 @@ impl TlsConn {
     pub fn read_plain_into(&mut self, out: &mut Vec<u8>) -> Result<usize, TlsError> {
         self.check_failed()?;
         let start = out.len();
+        self.paused = false;
         if self.rec.is_some() {
+            let mut empty = 0;
             while self.handshake_done() {
                 let io = self.stream.get_mut();
                 if !io.plain.is_empty() {
                     out.extend_from_slice(&io.rx[io.plain.clone()]);
                     io.plain = 0..0;
                 }
-                if self.peer_closed || !self.open_record()? {
+                if self.peer_closed || !self.open_budgeted(&mut empty)? {
                     break;
                 }
             }
@@ -645,6 +730,7 @@ impl TlsConn {
             ErrorCode::WANT_READ => Ok(0),
             ErrorCode::ZERO_RETURN => {
                 self.peer_closed = true;
+                self.stream.get_mut().discard_input();
                 Ok(0)
             }
             _ => Err(self.fail_with(&e, false)),
@@ -734,6 +820,9 @@ impl TlsConn {
         if io.tx_pos == io.tx.len() {
             io.tx.clear();
             io.tx_pos = 0;
+            if let Some(r) = self.rec.as_mut() {
+                r.answers_queued = 0;
+            }
         }
     }
 

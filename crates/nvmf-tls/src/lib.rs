@@ -10,8 +10,9 @@
 //!   system's libssl, ADR 0016), then, for TLS_AES_128_GCM_SHA256 and TLS_AES_256_GCM_SHA384,
 //!   our own record layer (ADR 0024): the traffic secrets come from OpenSSL's key log
 //!   callback, keys and IVs from HKDF-Expand-Label, and records are sealed and opened in place
-//!   in the session's buffers with ring's AES-GCM; KeyUpdate both ways (ours every
-//!   [`DEFAULT_KEY_UPDATE_RECORDS`] records), NewSessionTickets ignored, alerts decoded.
+//!   in the session's buffers with ring's AES-GCM; KeyUpdate both ways (ours after
+//!   [`DEFAULT_KEY_UPDATE_RECORDS`] full-size-record equivalents, and by default only towards
+//!   a peer that has sent one: [`KeyUpdatePolicy`]), NewSessionTickets ignored, alerts decoded.
 //!   TLS_AES_128_CCM_SHA256 (offered by Linux) stays on OpenSSL's record layer;
 //! * [`looks_like_tls`] — tells a ClientHello from a plaintext ICReq on `tls = "optional"` ports.
 //!
@@ -37,7 +38,9 @@
 //! already the *TLS PSK* (`nvme gen-tls-key --insert` derived it from the configured key);
 //! the target derives the same from its configured key with [`psk::tls_psk_for_identity`].
 //! No session tickets are sent: after the handshake the Linux host's socket belongs to kTLS,
-//! which does not expect post-handshake handshake records.
+//! which does not expect post-handshake handshake records. For the same reason we start no
+//! KeyUpdate towards a peer that has not sent one itself ([`KeyUpdatePolicy::Peer`], the
+//! default): past the threshold the key is kept, as the Linux target keeps its own.
 //!
 //! # Calling pattern (reactor)
 //! ```
@@ -85,7 +88,13 @@
 //! * Encrypt per reactor turn, not per PDU: gather the turn's PDUs into one
 //!   [`TlsConn::write_plain`] call; records are filled to 16 KiB.
 //! * A close_notify from the peer shows as [`TlsConn::peer_closed`]; answer with
-//!   [`TlsConn::close_notify`], flush, close the socket.
+//!   [`TlsConn::close_notify`], flush, close the socket. Input after it is discarded, never
+//!   buffered.
+//! * When [`TlsConn::read_paused`] is true after `read_plain` returned 0, stop reading the
+//!   socket for now: send [`TlsConn::pending_cipher`], serve other work, call `read_plain`
+//!   again later (records without plaintext — KeyUpdates, empty records — are opened at most
+//!   [`MAX_EMPTY_RECORDS_PER_CALL`] per call, and reading pauses while many KeyUpdate answers
+//!   wait unsent).
 //! * Memory per session: the receive buffer here (at least 64 KiB once reading, doubling
 //!   when a caller reads more at once) and the send buffer (grows to the largest batch), plus
 //!   OpenSSL's handshake state; OpenSSL's own record buffers only for the CCM suite.
@@ -107,9 +116,11 @@ mod record;
 pub mod server;
 
 pub use client::{TlsClient, TlsClientConfig};
-pub use conn::{MAX_RECORD_PLAINTEXT, RecordStats, TlsConn};
+pub use conn::{
+    MAX_ANSWERS_QUEUED, MAX_EMPTY_RECORDS_PER_CALL, MAX_RECORD_PLAINTEXT, RecordStats, TlsConn,
+};
 pub use error::TlsError;
-pub use record::DEFAULT_KEY_UPDATE_RECORDS;
+pub use record::{DEFAULT_KEY_UPDATE_RECORDS, KeyUpdatePolicy};
 pub use server::{TlsServer, TlsServerConfig};
 
 use openssl::ssl::{SslContextBuilder, SslMethod, SslVerifyMode, SslVersion};
@@ -146,6 +157,8 @@ pub(crate) fn base_context(method: SslMethod) -> Result<SslContextBuilder, TlsEr
     b.set_verify(SslVerifyMode::NONE);
     // No read-ahead: OpenSSL must read exactly the handshake's records and leave every byte
     // after the peer's Finished in our buffer, where our record layer takes over (ADR 0024).
+    // Off by default in OpenSSL; said explicitly so that no default can change it.
+    b.set_read_ahead(false);
     // The key log callback hands us the application traffic secrets.
     b.set_keylog_callback(conn::keylog);
     Ok(b)

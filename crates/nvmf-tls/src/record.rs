@@ -43,9 +43,39 @@ pub(crate) const ALERT_DECODE_ERROR: u8 = 50;
 pub(crate) const ALERT_INTERNAL_ERROR: u8 = 80;
 const ALERT_USER_CANCELED: u8 = 90;
 
-/// Records sealed under one key before we switch our sending key with a KeyUpdate. RFC 8446
-/// §5.5 puts the AES-GCM limit at about 2^24.5 full-size records; we stay below it.
+/// Full-size-record equivalents sealed under one key before a KeyUpdate is due. RFC 8446 §5.5
+/// puts the AES-GCM limit at about 2^24.5 full-size records; we stay below it.
 pub const DEFAULT_KEY_UPDATE_RECORDS: u64 = 1 << 24;
+
+/// What one full-size record costs in AES blocks: 16384 bytes of content plus the content
+/// type byte (1025 blocks of counter mode), plus the block that masks the tag. The KeyUpdate
+/// threshold is counted in these units (RFC 8446 §5.5 bounds AES-GCM by the blocks it
+/// encrypts): a record of `n` inner-plaintext bytes costs `ceil(n / 16) + 1` blocks, so a
+/// full record is exactly one unit and a 100-byte record about 1/128 of one.
+pub(crate) const FULL_RECORD_BLOCKS: u64 = 1026;
+
+/// The AES blocks a record of `inner` TLSInnerPlaintext bytes costs (see
+/// [`FULL_RECORD_BLOCKS`]).
+fn record_blocks(inner: usize) -> u64 {
+    inner.div_ceil(16) as u64 + 1
+}
+
+/// Whom we send a KeyUpdate of our own to when the sending key reaches the threshold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KeyUpdatePolicy {
+    /// Only to a peer that has sent a KeyUpdate itself (and so shown it takes one). Linux
+    /// hosts read NVMe/TCP through kTLS, which takes no post-handshake handshake record:
+    /// towards them the key is kept past the threshold (as the Linux target does) and the
+    /// deferral is counted ([`crate::RecordStats::key_updates_deferred`]).
+    #[default]
+    Peer,
+    /// To every peer.
+    Always,
+}
+
+/// KeyUpdates received in a row without application data between them before the peer is
+/// refused (a legitimate peer updates after millions of records, not in a loop).
+pub(crate) const MAX_KEY_UPDATES_WITHOUT_DATA: u32 = 32;
 
 /// The most bytes of post-handshake handshake messages buffered while one is incomplete
 /// (a NewSessionTicket of a real peer is a few hundred bytes).
@@ -124,10 +154,11 @@ pub(crate) struct DirKeys {
     suite: Suite,
     secret: Zeroizing<Vec<u8>>,
     aead: Aead,
-    iv: Zeroizing<[u8; NONCE_LEN]>,
+    /// On the heap, so that moving the keys around leaves no copy of it behind.
+    iv: Zeroizing<Vec<u8>>,
     seq: u64,
-    /// Records protected with the current key (for the KeyUpdate threshold).
-    under_key: u64,
+    /// AES blocks protected with the current key (for the KeyUpdate threshold, sending side).
+    blocks: u64,
 }
 
 impl std::fmt::Debug for DirKeys {
@@ -151,7 +182,7 @@ impl DirKeys {
         let mut key = Zeroizing::new([0u8; 32]);
         let key = &mut key[..suite.key_len()];
         hkdf_expand_label(suite, &secret, b"key", key)?;
-        let mut iv = Zeroizing::new([0u8; NONCE_LEN]);
+        let mut iv = Zeroizing::new(vec![0u8; NONCE_LEN]);
         hkdf_expand_label(suite, &secret, b"iv", &mut iv[..])?;
         Ok(DirKeys {
             suite,
@@ -159,7 +190,7 @@ impl DirKeys {
             secret,
             iv,
             seq: 0,
-            under_key: 0,
+            blocks: 0,
         })
     }
 
@@ -175,7 +206,8 @@ impl DirKeys {
     /// nonce = iv XOR the 64-bit sequence number, left-padded (RFC 8446 §5.3); then the
     /// sequence number advances (a wrap is refused).
     fn next_nonce(&mut self) -> Result<[u8; NONCE_LEN], TlsError> {
-        let mut nonce = *self.iv;
+        let mut nonce = [0u8; NONCE_LEN];
+        nonce.copy_from_slice(&self.iv[..NONCE_LEN]);
         for (n, s) in nonce[NONCE_LEN - 8..]
             .iter_mut()
             .zip(self.seq.to_be_bytes())
@@ -186,7 +218,6 @@ impl DirKeys {
             .seq
             .checked_add(1)
             .ok_or_else(|| TlsError::Record("record sequence number exhausted".into()))?;
-        self.under_key += 1;
         Ok(nonce)
     }
 }
@@ -224,14 +255,28 @@ pub(crate) struct RecordLayer {
     rx: DirKeys,
     /// Post-handshake handshake bytes of a message not yet complete.
     handshake: Vec<u8>,
-    /// Records under one sending key before we update it.
-    key_update_records: u64,
+    /// AES blocks under one sending key before a KeyUpdate is due (the threshold in
+    /// full-size-record equivalents times [`FULL_RECORD_BLOCKS`]).
+    key_update_blocks: u64,
+    /// Whom we send our own KeyUpdate to.
+    policy: KeyUpdatePolicy,
+    /// Blocks under the current sending key at which the next deferral is counted.
+    next_deferral: u64,
     /// Our close_notify went out: nothing more is sent (not even a requested KeyUpdate).
     pub(crate) closed_tx: bool,
     is_client: bool,
     /// KeyUpdates received / sent (for tests and statistics).
     pub(crate) updates_received: u64,
     pub(crate) updates_sent: u64,
+    /// Thresholds crossed without a KeyUpdate (the peer has not shown it takes one).
+    pub(crate) updates_deferred: u64,
+    /// KeyUpdates received since the last application data carrying bytes.
+    updates_without_data: u32,
+    /// KeyUpdates we queued as answers to the peer's requests since our output was last
+    /// flushed (the caller stops reading while there are many, see `TlsConn::read_paused`).
+    pub(crate) answers_queued: u32,
+    /// Testing: the seal after this many more fails (see `TlsConn::fail_seal_after`).
+    pub(crate) fail_seal_in: Option<u32>,
 }
 
 impl std::fmt::Debug for RecordLayer {
@@ -256,16 +301,33 @@ impl RecordLayer {
             tx: DirKeys::new(suite, tx_secret)?,
             rx: DirKeys::new(suite, rx_secret)?,
             handshake: Vec::new(),
-            key_update_records: DEFAULT_KEY_UPDATE_RECORDS,
+            key_update_blocks: DEFAULT_KEY_UPDATE_RECORDS * FULL_RECORD_BLOCKS,
+            policy: KeyUpdatePolicy::Peer,
+            next_deferral: DEFAULT_KEY_UPDATE_RECORDS * FULL_RECORD_BLOCKS,
             closed_tx: false,
             is_client,
             updates_received: 0,
             updates_sent: 0,
+            updates_deferred: 0,
+            updates_without_data: 0,
+            answers_queued: 0,
+            fail_seal_in: None,
         })
     }
 
+    /// The KeyUpdate threshold, in full-size-record equivalents (at least 1).
     pub(crate) fn set_key_update_records(&mut self, n: u64) {
-        self.key_update_records = n.max(1);
+        self.key_update_blocks = n.max(1).saturating_mul(FULL_RECORD_BLOCKS);
+        self.next_deferral = self.key_update_blocks;
+    }
+
+    pub(crate) fn set_key_update_policy(&mut self, policy: KeyUpdatePolicy) {
+        self.policy = policy;
+    }
+
+    /// Whether we may start a KeyUpdate towards this peer (see [`KeyUpdatePolicy`]).
+    fn may_initiate(&self) -> bool {
+        self.policy == KeyUpdatePolicy::Always || self.updates_received > 0
     }
 
     /// The sequence numbers of the next record sent and received.
@@ -287,14 +349,22 @@ impl RecordLayer {
             len.to_be_bytes()[1],
         ];
         out[start..start + HEADER_LEN].copy_from_slice(&header);
+        if let Some(n) = self.fail_seal_in.as_mut() {
+            if *n == 0 {
+                self.fail_seal_in = None;
+                return Err(TlsError::Record("sealing failed (test hook)".into()));
+            }
+            *n -= 1;
+        }
         let nonce = self.tx.next_nonce()?;
         let (hdr, body) = out[start..].split_at_mut(HEADER_LEN);
         let tag = self.tx.aead.seal_in_place(&nonce, hdr, body)?;
         out.extend_from_slice(&tag);
+        self.tx.blocks = self.tx.blocks.saturating_add(record_blocks(inner));
         Ok(())
     }
 
-    /// Appends one record of content type `ct` carrying `content`.
+    /// Appends one record of content type `ct` carrying `content` (nothing on an error).
     pub(crate) fn seal_record(
         &mut self,
         out: &mut Vec<u8>,
@@ -307,6 +377,7 @@ impl RecordLayer {
         out.extend_from_slice(content);
         out.push(ct);
         self.seal_at(out, start)
+            .inspect_err(|_| out.truncate(start))
     }
 
     /// Appends a record whose TLSInnerPlaintext is exactly `inner` (tests, fuzzing).
@@ -319,15 +390,26 @@ impl RecordLayer {
         out.extend_from_slice(&[0; HEADER_LEN]);
         out.extend_from_slice(inner);
         self.seal_at(out, start)
+            .inspect_err(|_| out.truncate(start))
     }
 
-    /// Before an application-data record: a KeyUpdate the peer asked for, or our own when the
-    /// sending key has protected enough records.
+    /// Before an application-data record: our own KeyUpdate when the sending key has
+    /// protected enough (the threshold) and the policy lets us send one to this peer; else
+    /// the key is kept and the deferral counted, once per threshold's worth. O(1): one
+    /// comparison on the data path.
     fn key_update_due(&mut self, out: &mut Vec<u8>) -> Result<(), TlsError> {
-        if self.tx.under_key >= self.key_update_records {
-            self.send_key_update(out, false)?;
+        if self.tx.blocks < self.key_update_blocks {
+            return Ok(());
         }
-        Ok(())
+        if self.may_initiate() {
+            self.send_key_update(out, false)
+        } else {
+            if self.tx.blocks >= self.next_deferral {
+                self.updates_deferred += 1;
+                self.next_deferral = self.tx.blocks.saturating_add(self.key_update_blocks);
+            }
+            Ok(())
+        }
     }
 
     /// Sends a KeyUpdate (asking the peer to update too if `request`) and switches our
@@ -343,16 +425,30 @@ impl RecordLayer {
             &[HS_KEY_UPDATE, 0, 0, 1, u8::from(request)],
         )?;
         self.tx.update()?;
+        self.next_deferral = self.key_update_blocks;
         self.updates_sent += 1;
         Ok(())
     }
 
     /// Encrypts `bufs` (one stream) into records of up to 16 KiB appended to `out`; returns
-    /// the plaintext length.
+    /// the plaintext length. On an error `out` keeps only the records sealed whole before it
+    /// (never plaintext of a record that was not sealed).
     pub(crate) fn seal_stream(
         &mut self,
         out: &mut Vec<u8>,
         bufs: &[&[u8]],
+    ) -> Result<usize, TlsError> {
+        let mut sealed = out.len();
+        self.seal_stream_inner(out, bufs, &mut sealed)
+            .inspect_err(|_| out.truncate(sealed))
+    }
+
+    /// [`Self::seal_stream`]; `sealed` follows the end of the last whole record.
+    fn seal_stream_inner(
+        &mut self,
+        out: &mut Vec<u8>,
+        bufs: &[&[u8]],
+        sealed: &mut usize,
     ) -> Result<usize, TlsError> {
         let total: usize = bufs.iter().map(|b| b.len()).sum();
         if total == 0 {
@@ -367,6 +463,7 @@ impl RecordLayer {
             while !rest.is_empty() {
                 if start.is_none() {
                     self.key_update_due(out)?;
+                    *sealed = out.len();
                     start = Some(out.len());
                     out.extend_from_slice(&[0; HEADER_LEN]);
                     filled = 0;
@@ -380,6 +477,7 @@ impl RecordLayer {
                 {
                     out.push(CT_APPLICATION_DATA);
                     self.seal_at(out, s)?;
+                    *sealed = out.len();
                 }
             }
         }
@@ -448,7 +546,18 @@ impl RecordLayer {
             ));
         }
         *pos = start + HEADER_LEN + len;
-        // TLSInnerPlaintext: content, content type (non-zero), zero padding.
+        // TLSInnerPlaintext: content, content type (non-zero), zero padding; 2^14 + 1 bytes
+        // at most, padding included (RFC 8446 §5.4).
+        if body.len() > MAX_PLAIN + 1 {
+            return Err(violation(
+                ALERT_RECORD_OVERFLOW,
+                format!(
+                    "record inner plaintext of {} bytes, more than {}",
+                    body.len(),
+                    MAX_PLAIN + 1
+                ),
+            ));
+        }
         let Some(type_at) = body.iter().rposition(|&b| b != 0) else {
             return Err(violation(
                 ALERT_UNEXPECTED_MESSAGE,
@@ -471,9 +580,20 @@ impl RecordLayer {
                         "application data inside a fragmented handshake message",
                     ));
                 }
+                if type_at > 0 {
+                    self.updates_without_data = 0;
+                }
                 Ok(Opened::Data(content_start..content_start + type_at))
             }
-            CT_ALERT => self.on_alert(&body[..type_at]),
+            CT_ALERT => {
+                if !self.handshake.is_empty() {
+                    return Err(violation(
+                        ALERT_UNEXPECTED_MESSAGE,
+                        "an alert inside a fragmented handshake message",
+                    ));
+                }
+                self.on_alert(&body[..type_at])
+            }
             CT_HANDSHAKE => {
                 if type_at == 0 {
                     return Err(violation(
@@ -571,6 +691,16 @@ impl RecordLayer {
                             "data after a KeyUpdate in the same record",
                         ));
                     }
+                    self.updates_without_data += 1;
+                    if self.updates_without_data > MAX_KEY_UPDATES_WITHOUT_DATA {
+                        return Err(violation(
+                            ALERT_UNEXPECTED_MESSAGE,
+                            format!(
+                                "more than {MAX_KEY_UPDATES_WITHOUT_DATA} KeyUpdates without \
+                                 application data between them"
+                            ),
+                        ));
+                    }
                     self.rx
                         .update()
                         .map_err(|error| Violation { alert: None, error })?;
@@ -578,6 +708,7 @@ impl RecordLayer {
                     if request && !self.closed_tx {
                         self.send_key_update(out, false)
                             .map_err(|error| Violation { alert: None, error })?;
+                        self.answers_queued = self.answers_queued.saturating_add(1);
                     }
                     return Ok(Opened::Control);
                 }
@@ -823,13 +954,28 @@ mod tests {
                 .unwrap_err()
                 .contains("record_overflow")
         );
-        // Exactly 16384 plus padding up to the length limit: fine.
+        // Exactly 16384 and the type: fine; one byte of padding more is over 2^14 + 1
+        // (RFC 8446 §5.4), although the record length is allowed.
         let (mut c, mut s) = pair(Suite::Aes128GcmSha256);
         let mut inner = vec![1u8; MAX_PLAIN];
         inner.push(CT_APPLICATION_DATA);
-        inner.extend_from_slice(&[0; 255 - TAG_LEN]);
         let mut w = seal_inner(&mut c, &inner);
         assert_eq!(open_all(&mut s, &mut w).unwrap().0.len(), MAX_PLAIN);
+        for pad in [1, 255 - TAG_LEN] {
+            let (mut c, mut s) = pair(Suite::Aes128GcmSha256);
+            let mut inner = vec![1u8; MAX_PLAIN];
+            inner.push(CT_APPLICATION_DATA);
+            inner.extend(std::iter::repeat_n(0, pad));
+            let mut w = seal_inner(&mut c, &inner);
+            let e = open_all(&mut s, &mut w).unwrap_err();
+            assert!(e.contains("record_overflow"), "{e}");
+        }
+        // Short content with padding up to 2^14 + 1 in all: fine.
+        let (mut c, mut s) = pair(Suite::Aes128GcmSha256);
+        let mut inner = b"ab\x17".to_vec();
+        inner.resize(MAX_PLAIN + 1, 0);
+        let mut w = seal_inner(&mut c, &inner);
+        assert_eq!(open_all(&mut s, &mut w).unwrap().0, b"ab");
     }
 
     #[test]
@@ -890,6 +1036,7 @@ mod tests {
     fn key_update_at_the_record_threshold() {
         let (mut c, mut s) = pair(Suite::Aes128GcmSha256);
         c.set_key_update_records(2);
+        c.set_key_update_policy(KeyUpdatePolicy::Always);
         let data = vec![7u8; 5 * MAX_PLAIN];
         let mut w = Vec::new();
         c.seal_stream(&mut w, &[&data]).unwrap();
@@ -898,6 +1045,134 @@ mod tests {
         let (got, _) = open_all(&mut s, &mut w).unwrap();
         assert_eq!(got, data);
         assert_eq!(s.updates_received, 2);
+    }
+
+    /// Seals `records` records of `size` bytes each, one call each; the KeyUpdates sent.
+    fn records_of(c: &mut RecordLayer, size: usize, records: usize) -> Vec<u8> {
+        let data = vec![3u8; size];
+        let mut w = Vec::new();
+        for _ in 0..records {
+            c.seal_stream(&mut w, &[&data]).unwrap();
+        }
+        w
+    }
+
+    #[test]
+    fn threshold_counts_full_size_record_equivalents() {
+        // 4 units = 4 × 1026 blocks; a 4 KiB record costs 258 (4097 bytes: 257 + 1), so 16
+        // of them stay below (4128 > 4104 only after the 16th), the 17th is preceded by a
+        // KeyUpdate.
+        let (mut c, mut s) = pair(Suite::Aes128GcmSha256);
+        c.set_key_update_records(4);
+        c.set_key_update_policy(KeyUpdatePolicy::Always);
+        let mut w = records_of(&mut c, 4096, 15);
+        assert_eq!(c.updates_sent, 0);
+        w.extend(records_of(&mut c, 4096, 1));
+        assert_eq!(c.updates_sent, 0, "16 × 4 KiB ≈ 4 full records, not 16");
+        w.extend(records_of(&mut c, 4096, 1));
+        assert_eq!(c.updates_sent, 1);
+        assert_eq!(open_all(&mut s, &mut w).unwrap().0.len(), 17 * 4096);
+        // 100-byte records cost 8 blocks (101 bytes: 7 + 1): 513 of them make 4 units.
+        let (mut c, _) = pair(Suite::Aes128GcmSha256);
+        c.set_key_update_records(4);
+        c.set_key_update_policy(KeyUpdatePolicy::Always);
+        records_of(&mut c, 100, 513);
+        assert_eq!(c.updates_sent, 0);
+        records_of(&mut c, 100, 1);
+        assert_eq!(c.updates_sent, 1);
+        // Full records: exactly one unit each.
+        let (mut c, _) = pair(Suite::Aes128GcmSha256);
+        c.set_key_update_records(4);
+        c.set_key_update_policy(KeyUpdatePolicy::Always);
+        records_of(&mut c, MAX_PLAIN, 4);
+        assert_eq!(c.updates_sent, 0);
+        records_of(&mut c, MAX_PLAIN, 1);
+        assert_eq!(c.updates_sent, 1);
+    }
+
+    /// True if `wire` (records of `rl`'s peer) holds a record of inner type 22.
+    fn has_handshake_record(rl: &mut RecordLayer, wire: &mut [u8]) -> bool {
+        let before = rl.updates_received;
+        open_all(rl, wire).unwrap();
+        rl.updates_received > before
+    }
+
+    #[test]
+    fn peer_policy_sends_no_key_update_before_the_peer_did() {
+        let (mut c, mut s) = pair(Suite::Aes128GcmSha256);
+        s.set_key_update_records(2);
+        // Ten full records past a threshold of two: no KeyUpdate, four deferrals counted
+        // (before records 3, 5, 7 and 9).
+        let mut w = records_of(&mut s, MAX_PLAIN, 10);
+        assert_eq!((s.updates_sent, s.updates_deferred), (0, 4));
+        assert!(!has_handshake_record(&mut c, &mut w));
+        // The peer sends a KeyUpdate: from now on ours go out, at once (we are past the
+        // threshold).
+        let mut ku = Vec::new();
+        c.send_key_update(&mut ku, false).unwrap();
+        open_all(&mut s, &mut ku).unwrap();
+        let mut w = records_of(&mut s, MAX_PLAIN, 1);
+        assert_eq!(s.updates_sent, 1);
+        assert!(has_handshake_record(&mut c, &mut w));
+        // And again at the threshold.
+        let mut w = records_of(&mut s, MAX_PLAIN, 2);
+        assert_eq!(s.updates_sent, 2);
+        assert!(has_handshake_record(&mut c, &mut w));
+        // The same towards a peer with the Always policy: without it having sent one.
+        let (mut c, mut s) = pair(Suite::Aes128GcmSha256);
+        s.set_key_update_records(2);
+        s.set_key_update_policy(KeyUpdatePolicy::Always);
+        let mut w = records_of(&mut s, MAX_PLAIN, 3);
+        assert_eq!((s.updates_sent, s.updates_deferred), (1, 0));
+        assert!(has_handshake_record(&mut c, &mut w));
+    }
+
+    #[test]
+    fn sealing_errors_leave_only_whole_records() {
+        // Sequence-number exhaustion: the first record of 40 000 bytes takes the last
+        // number, the second cannot be sealed. `out` keeps its old bytes and the one record.
+        let (mut c, mut s) = pair(Suite::Aes128GcmSha256);
+        c.tx.seq = u64::MAX - 1;
+        let mut out = b"before".to_vec();
+        let data = vec![0xA5u8; 40_000];
+        let e = c.seal_stream(&mut out, &[&data]).unwrap_err();
+        assert!(e.to_string().contains("exhausted"), "{e}");
+        assert_eq!(out.len(), 6 + MAX_PLAIN + RECORD_OVERHEAD);
+        assert_eq!(&out[..6], b"before");
+        s.rx.seq = u64::MAX - 1;
+        let (got, _) = open_all(&mut s, &mut out[6..]).unwrap();
+        assert_eq!(got, &data[..MAX_PLAIN]);
+        // Nothing at all once the numbers are gone (an alert cannot be sealed either).
+        let mut out = Vec::new();
+        assert!(c.seal_stream(&mut out, &[b"x"]).is_err());
+        assert!(c.seal_alert(&mut out, ALERT_INTERNAL_ERROR).is_err());
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn too_many_key_updates_without_data() {
+        let (mut c, mut s) = pair(Suite::Aes128GcmSha256);
+        let mut w = Vec::new();
+        for _ in 0..MAX_KEY_UPDATES_WITHOUT_DATA {
+            c.send_key_update(&mut w, true).unwrap();
+        }
+        // Empty data records do not count as data.
+        c.seal_stream(&mut w, &[]).unwrap();
+        w.extend(seal_inner(&mut c, &[CT_APPLICATION_DATA]));
+        assert!(open_all(&mut s, &mut w).is_ok());
+        let mut w = Vec::new();
+        c.send_key_update(&mut w, true).unwrap();
+        let e = open_all(&mut s, &mut w).unwrap_err();
+        assert!(e.contains("KeyUpdates without application data"), "{e}");
+        // With data between them any number is fine.
+        let (mut c, mut s) = pair(Suite::Aes128GcmSha256);
+        let mut w = Vec::new();
+        for _ in 0..3 * MAX_KEY_UPDATES_WITHOUT_DATA {
+            c.send_key_update(&mut w, true).unwrap();
+            c.seal_stream(&mut w, &[b"d"]).unwrap();
+        }
+        assert!(open_all(&mut s, &mut w).is_ok());
+        assert_eq!(s.answers_queued, 3 * MAX_KEY_UPDATES_WITHOUT_DATA);
     }
 
     #[test]
@@ -944,6 +1219,12 @@ mod tests {
                 .unwrap_err()
                 .contains("unexpected_message")
         );
+        // An alert in the middle of a fragmented handshake message.
+        let (mut c, mut s) = pair(Suite::Aes128GcmSha256);
+        let mut w = seal_inner(&mut c, &[24, 0, CT_HANDSHAKE]);
+        w.extend(seal_inner(&mut c, &[1, 90, CT_ALERT]));
+        let e = open_all(&mut s, &mut w).unwrap_err();
+        assert!(e.contains("alert inside a fragmented"), "{e}");
         // An empty handshake record.
         let (mut c, mut s) = pair(Suite::Aes128GcmSha256);
         let mut w = seal_inner(&mut c, &[CT_HANDSHAKE]);

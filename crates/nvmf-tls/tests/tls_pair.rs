@@ -669,6 +669,7 @@ fn key_update_between_our_client_and_server() {
 fn key_update_at_a_tiny_record_threshold() {
     let (mut c, mut s) = pair(ID256, key(PskHash::Sha256, 0x11));
     c.set_key_update_interval(3);
+    c.set_key_update_policy(nvmf_tls::KeyUpdatePolicy::Always);
     handshake(&mut c, &mut s).expect("handshake");
     let data: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
     let mut rng = Rng(7);
@@ -718,4 +719,211 @@ fn garbage_after_the_handshake_is_refused_with_an_alert() {
     pump(&mut s, &mut c, None).expect("alert to the client");
     let e = c.read_plain_into(&mut out).expect_err("client sees it");
     assert!(e.to_string().contains("record overflow"), "{e}");
+}
+
+/// Full 16 KiB records from `from` to `to`, read out; returns the plaintext moved.
+fn bulk(from: &mut TlsConn, to: &mut TlsConn, bytes: usize) -> usize {
+    let chunk = vec![0x42u8; 128 * 1024];
+    let mut moved = 0;
+    let mut out = Vec::new();
+    while moved < bytes {
+        from.write_plain(&[&chunk]).expect("write");
+        pump(from, to, None).expect("pump");
+        out.clear();
+        moved += to.read_plain_into(&mut out).expect("read");
+    }
+    moved
+}
+
+/// T1: a server past a low threshold keeps its key towards a peer that never sent a
+/// KeyUpdate (the Linux host: kTLS takes no type-22 record), and counts the deferral.
+#[test]
+fn server_starts_no_key_update_towards_a_peer_that_sent_none() {
+    let (mut c, mut s) = pair(ID256, key(PskHash::Sha256, 0x11));
+    handshake(&mut c, &mut s).expect("handshake");
+    s.set_key_update_interval(16);
+    // 4 MiB = 256 full records: 16 thresholds crossed.
+    bulk(&mut s, &mut c, 4 << 20);
+    let st = s.record_stats().expect("stats");
+    assert_eq!(st.key_updates_sent, 0, "no KeyUpdate towards this peer");
+    assert_eq!(c.record_stats().expect("stats").key_updates_received, 0);
+    assert_eq!(st.key_updates_deferred, 15, "{st:?}");
+    assert!(st.send_seq >= 256, "one key all along: {st:?}");
+    // Once the peer sent one, ours go out (at once: we are past the threshold).
+    c.key_update(false).expect("client key update");
+    pump(&mut c, &mut s, None).expect("pump");
+    s.read_plain_into(&mut Vec::new()).expect("read");
+    bulk(&mut s, &mut c, 1 << 20);
+    let st = s.record_stats().expect("stats");
+    assert_eq!(st.key_updates_sent, 4, "{st:?}");
+    assert_eq!(c.record_stats().expect("stats").key_updates_received, 4);
+}
+
+/// T1: with the Always policy the threshold starts KeyUpdates without the peer's lead.
+#[test]
+fn always_policy_updates_at_the_threshold() {
+    let (mut c, mut s) = pair(ID256, key(PskHash::Sha256, 0x11));
+    s.set_key_update_interval(16);
+    s.set_key_update_policy(nvmf_tls::KeyUpdatePolicy::Always);
+    handshake(&mut c, &mut s).expect("handshake");
+    bulk(&mut s, &mut c, 4 << 20);
+    let st = s.record_stats().expect("stats");
+    assert_eq!(
+        (st.key_updates_sent, st.key_updates_deferred),
+        (15, 0),
+        "{st:?}"
+    );
+    assert_eq!(c.record_stats().expect("stats").key_updates_received, 15);
+}
+
+/// T2: after the peer's close_notify, more input is discarded, not buffered.
+#[test]
+fn input_after_close_notify_is_discarded() {
+    let (mut c, mut s) = pair(ID256, key(PskHash::Sha256, 0x11));
+    handshake(&mut c, &mut s).expect("handshake");
+    c.write_plain(&[b"last words"]).expect("write");
+    c.close_notify().expect("close");
+    c.write_plain(&[b"x"]).expect_err("closed");
+    // Bytes behind the close_notify in the same read are dropped too.
+    let mut wire = c.take_cipher();
+    wire.extend_from_slice(&[0x17; 5000]);
+    s.feed(&wire).expect("feed");
+    let mut out = Vec::new();
+    s.read_plain_into(&mut out).expect("read");
+    assert_eq!(out, b"last words");
+    assert!(s.peer_closed());
+    let mut fed = 0usize;
+    let mut buf = vec![0u8; 64 * 1024];
+    while fed < 64 << 20 {
+        let space = s.cipher_space();
+        let n = space.len().min(256 * 1024);
+        space[..n].fill(0x17);
+        s.cipher_filled(n).expect("filled");
+        assert_eq!(s.read_plain(&mut buf).expect("read"), 0);
+        fed += n;
+    }
+    assert!(
+        s.buffered_cipher() < 1 << 20,
+        "{} bytes buffered",
+        s.buffered_cipher()
+    );
+    assert_eq!(s.buffered_cipher(), 0);
+    assert_eq!(s.feed(&[1, 2, 3]).expect("feed"), 3);
+    assert_eq!(s.buffered_cipher(), 0);
+}
+
+/// T3: a flood of KeyUpdates asking for ours: one read_plain does a bounded amount of work
+/// and queues a bounded answer; past 32 in a row without data the peer is refused.
+#[test]
+fn key_update_flood_is_bounded() {
+    let (mut c, mut s) = pair(ID256, key(PskHash::Sha256, 0x11));
+    handshake(&mut c, &mut s).expect("handshake");
+    for _ in 0..100_000 {
+        c.key_update(true).expect("key update");
+    }
+    pump(&mut c, &mut s, None).expect("pump");
+    let mut buf = vec![0u8; 4096];
+    let r = s.read_plain(&mut buf);
+    assert!(
+        s.pending_cipher().len() <= 64 * 27 + 64,
+        "{} bytes of answers",
+        s.pending_cipher().len()
+    );
+    let e = match r {
+        Err(e) => e,
+        Ok(n) => {
+            assert_eq!(n, 0);
+            s.read_plain(&mut buf).expect_err("refused")
+        }
+    };
+    assert!(e.to_string().contains("KeyUpdates without"), "{e}");
+    assert!(s.pending_cipher().len() <= 64 * 27 + 64);
+}
+
+/// T3: records without plaintext are opened at most MAX_EMPTY_RECORDS_PER_CALL per call;
+/// the caller is told to come back (`read_paused`), and the data behind them arrives.
+#[test]
+fn empty_records_have_a_per_call_budget() {
+    let (mut c, mut s) = pair(ID256, key(PskHash::Sha256, 0x11));
+    handshake(&mut c, &mut s).expect("handshake");
+    for _ in 0..10_000 {
+        c.write_raw_inner_plaintext(&[23]).expect("empty record");
+    }
+    c.write_plain(&[b"payload"]).expect("write");
+    pump(&mut c, &mut s, None).expect("pump");
+    let mut buf = vec![0u8; 4096];
+    assert_eq!(s.read_plain(&mut buf).expect("read"), 0);
+    assert!(s.read_paused());
+    assert_eq!(
+        s.record_stats().expect("stats").recv_seq,
+        nvmf_tls::MAX_EMPTY_RECORDS_PER_CALL as u64
+    );
+    let mut calls = 1;
+    let n = loop {
+        let n = s.read_plain(&mut buf).expect("read");
+        calls += 1;
+        if n > 0 {
+            break n;
+        }
+        assert!(s.read_paused(), "paused until the data");
+    };
+    assert_eq!(&buf[..n], b"payload");
+    assert!(!s.read_paused());
+    assert_eq!(calls, 10_000 / nvmf_tls::MAX_EMPTY_RECORDS_PER_CALL + 1);
+}
+
+/// T3: KeyUpdate requests interleaved with data: reading pauses while the answers are not
+/// sent, so they cannot pile up in the send buffer.
+#[test]
+fn key_update_answers_pause_reading_until_sent() {
+    let (mut c, mut s) = pair(ID256, key(PskHash::Sha256, 0x11));
+    handshake(&mut c, &mut s).expect("handshake");
+    for _ in 0..1000 {
+        c.key_update(true).expect("key update");
+        c.write_plain(&[b"d"]).expect("write");
+    }
+    pump(&mut c, &mut s, None).expect("pump");
+    let mut buf = vec![0u8; 4096];
+    let mut got = 0;
+    let mut flushes = 0;
+    loop {
+        let n = s.read_plain(&mut buf).expect("read");
+        got += n;
+        assert!(s.pending_cipher().len() <= nvmf_tls::MAX_ANSWERS_QUEUED as usize * 27);
+        if n == 0 {
+            if !s.read_paused() {
+                break;
+            }
+            // The reactor sends, then comes back.
+            s.take_cipher();
+            flushes += 1;
+        }
+    }
+    assert_eq!(got, 1000);
+    assert_eq!(flushes, 1000 / nvmf_tls::MAX_ANSWERS_QUEUED as usize);
+}
+
+/// T4: a sealing failure in the middle of a write leaves no plaintext in the send buffer:
+/// only whole records, then the alert, all of which the peer can open.
+#[test]
+fn sealing_failure_leaves_no_plaintext_behind() {
+    let (mut c, mut s) = pair(ID256, key(PskHash::Sha256, 0x11));
+    handshake(&mut c, &mut s).expect("handshake");
+    let marker: Vec<u8> = (0..40_000u32).map(|i| (i * 7 % 253) as u8 + 1).collect();
+    c.fail_seal_after(1);
+    c.write_plain(&[&marker])
+        .expect_err("sealing fails at the second record");
+    let wire = c.pending_cipher().to_vec();
+    for at in [0, 16_384, 20_000, 32_768, 39_000] {
+        let needle = &marker[at..at + 64];
+        assert!(
+            !wire.windows(64).any(|w| w == needle),
+            "plaintext from byte {at} in the send buffer"
+        );
+    }
+    s.feed(&wire).expect("feed");
+    let mut out = Vec::new();
+    let e = s.read_plain_into(&mut out).expect_err("the alert");
+    assert!(e.to_string().contains("internal error"), "{e}");
+    assert_eq!(out, &marker[..16384], "the first record, sealed whole");
 }
