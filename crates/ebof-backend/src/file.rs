@@ -4,7 +4,7 @@ use std::fmt;
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt};
+use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock, PoisonError};
@@ -109,7 +109,15 @@ impl FileBackend {
                 reason: "must not be zero",
             });
         }
-        let (file, created) = match options().create_new(true).open(path) {
+        // A new file holds a volume: owner-only whatever the umask (the mode of the open
+        // call), never through a symbolic link planted at the name (O_EXCL refuses one, and
+        // O_NOFOLLOW says so).
+        let (file, created) = match options()
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(path)
+        {
             Ok(file) => (file, true),
             Err(err) if err.kind() == io::ErrorKind::AlreadyExists => (open_existing(path)?, false),
             Err(source) => return Err(open_error("create", path, source)),
@@ -799,5 +807,26 @@ mod tests {
         assert!(text.contains("t.img"), "{text}");
         assert_eq!(b.path(), dir.path().join("t.img"));
         assert!(!b.is_block_device());
+    }
+
+    /// Issue 32 (M2): a namespace file the backend makes is owner-only whatever the umask,
+    /// and a link planted at its name is not followed.
+    #[test]
+    fn new_files_are_owner_only_and_links_are_not_followed() {
+        // SAFETY: umask has no preconditions; 022 is the usual default.
+        unsafe { libc::umask(0o022) };
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("new.img");
+        FileBackend::open_file(&p, Some(1 << 20)).unwrap();
+        assert_eq!(fs::metadata(&p).unwrap().mode() & 0o7777, 0o600);
+        let victim = dir.path().join("victim");
+        fs::write(&victim, b"keep").unwrap();
+        let link = dir.path().join("link.img");
+        std::os::unix::fs::symlink(dir.path().join("absent"), &link).unwrap();
+        assert!(FileBackend::open_file(&link, Some(1 << 20)).is_err());
+        assert!(
+            !dir.path().join("absent").exists(),
+            "no file made through the link"
+        );
     }
 }

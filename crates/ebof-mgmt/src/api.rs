@@ -72,6 +72,10 @@ pub mod routes {
     pub const CDC_MEMBERS: &str = "/v1/cdc/members";
     /// `DELETE`: remove member `{address}` (`ADDR:PORT`) from the Central Discovery Controller.
     pub const CDC_MEMBER: &str = "/v1/cdc/members/{address}";
+    /// `GET`: who may announce itself to the Central Discovery Controller
+    /// ([`super::CdcTrusted`]); `PUT` [`super::CdcTrusted`]: replace the list (saved as
+    /// `[cdc] trusted`).
+    pub const CDC_TRUSTED: &str = "/v1/cdc/trusted";
     /// `POST` [`super::SnapshotRequest`]: take a snapshot of a file namespace
     /// ([`super::SnapshotView`]).
     pub const NAMESPACE_SNAPSHOTS: &str = "/v1/subsystems/{nqn}/namespaces/{nsid}/snapshots";
@@ -192,6 +196,14 @@ pub mod codes {
     /// A storage pool cannot hold the size asked (a namespace added or cloned into it, or one
     /// of its namespaces grown): the message names the pool, the size and the free bytes.
     pub const POOL_FULL: &str = "pool-full";
+    /// A `file` namespace (or clone) path outside every `[[pools]]` directory and
+    /// `[management] data_dirs` directory, after resolving `..` and symbolic links.
+    pub const PATH_NOT_ALLOWED: &str = "path-not-allowed";
+    /// A `block` namespace on a device that `[management] block_devices` does not list.
+    pub const DEVICE_NOT_ALLOWED: &str = "device-not-allowed";
+    /// `save` to a path that is neither the running configuration's file nor inside
+    /// `[management] data_dirs`.
+    pub const SAVE_PATH_NOT_ALLOWED: &str = "save-path-not-allowed";
 }
 
 /// An API error: a stable code, the field path of the request that is wrong (empty when the
@@ -246,6 +258,9 @@ impl ApiError {
             codes::SNAPSHOT_BUSY => 503,
             codes::SNAPSHOT_FAILED => 500,
             codes::UNAUTHORIZED => 401,
+            codes::PATH_NOT_ALLOWED | codes::DEVICE_NOT_ALLOWED | codes::SAVE_PATH_NOT_ALLOWED => {
+                403
+            }
             codes::METHOD_NOT_ALLOWED => 405,
             codes::INTERNAL | codes::SAVE_FAILED => 500,
             codes::UNSUPPORTED => 501,
@@ -1062,6 +1077,15 @@ pub struct CdcMemberView {
     /// It announced itself by DIM (pull registration) rather than being configured.
     #[serde(default)]
     pub announced: bool,
+}
+
+/// `GET` and `PUT /v1/cdc/trusted`: who may announce itself (DIM pull registration) besides
+/// the configured members and DH-HMAC-CHAP authenticated connections.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CdcTrusted {
+    /// Source IP addresses and host NQNs (`[cdc] trusted`), in order.
+    pub trusted: Vec<String>,
 }
 
 /// `POST /v1/cdc/members`.

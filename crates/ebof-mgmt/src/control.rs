@@ -293,6 +293,11 @@ impl Control {
                 .map_err(|e| ApiError::from_config(&e, ""))?;
             cfg.subsystems[si].namespaces.push(ns.clone());
             check(cfg)?;
+            // The token is no key to the whole box: storage only where the configuration file
+            // allows the API to make or open it, and never a file another namespace uses
+            // under another name (the check above compares paths as text).
+            crate::paths::check_namespace(cfg, &ns, &format!("{field}.path"))?;
+            crate::paths::same_file_as(cfg, nqn, nsid, &format!("{field}.path"))?;
             // Only now (the request is valid, the file is no namespace's): room, then the file.
             let mut undo_file = None;
             if let Some((path, view)) = &pool_file
@@ -647,6 +652,9 @@ impl Control {
             }
         };
         let cfg = self.lock();
+        if req.path.is_some() {
+            crate::paths::check_save(&cfg, self.config_file.as_deref(), &path, "path")?;
+        }
         cfg.validate()
             .map_err(|e| ApiError::new(codes::SAVE_FAILED, "", format!("not saved: {e}")))?;
         let bytes =
@@ -780,20 +788,22 @@ pub fn write_config(cfg: &Config, path: &Path) -> Result<u64, String> {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    let tmp = dir.join(format!(
-        ".{}.tmp-{}",
-        name.to_string_lossy(),
-        std::process::id()
-    ));
+    // Unpredictable, created new and owner-only from the start (the configuration may hold
+    // inline keys): nobody can plant a link at the name or open the file while it is written.
+    let tmp = dir.join(
+        crate::paths::temp_name(&name.to_string_lossy())
+            .map_err(|e| format!("cannot name a temporary file in {}: {e}", dir.display()))?,
+    );
     let fail = |what: &str, e: std::io::Error| format!("{what} {}: {e}", tmp.display());
     let result = (|| {
-        let mut f = std::fs::File::create(&tmp).map_err(|e| fail("cannot create", e))?;
-        if let Ok(meta) = std::fs::metadata(path) {
-            let _ = f.set_permissions(meta.permissions());
-        }
+        let mut f = crate::paths::create_private(&tmp).map_err(|e| fail("cannot create", e))?;
         f.write_all(text.as_bytes())
             .map_err(|e| fail("cannot write", e))?;
         f.sync_all().map_err(|e| fail("cannot sync", e))?;
+        // A file that exists keeps the mode its owner gave it (the content is complete now).
+        if let Ok(meta) = std::fs::metadata(path) {
+            let _ = f.set_permissions(meta.permissions());
+        }
         std::fs::rename(&tmp, path)
             .map_err(|e| format!("cannot replace {}: {e}", path.display()))?;
         if let Ok(d) = std::fs::File::open(&dir) {
@@ -863,6 +873,7 @@ mod tests {
     fn an_added_namespace_is_the_one_the_file_gives() {
         let c = control();
         let dir = tempfile::tempdir().unwrap();
+        c.lock().management.data_dirs.push(dir.path().to_path_buf());
         let img = dir.path().join("disk.img").display().to_string();
         let requests = [
             NamespaceRequest {
@@ -1005,5 +1016,197 @@ mod tests {
         }
         assert_eq!(c.running(), before);
         assert_eq!(c.target.subsystems()[0].namespaces.len(), 1);
+    }
+}
+
+/// Issue 32 (M1, M5): what the management token may touch.
+#[cfg(test)]
+mod allowlist_tests {
+    use super::*;
+
+    const NQN: &str = "nqn.2026-11.io.ebof:t";
+
+    /// A box with `data` as its only data directory and a pool in `pool`.
+    fn control(data: &Path, pool: &Path, config_file: Option<PathBuf>) -> Control {
+        let text = format!(
+            "[[listeners]]\naddress = \"127.0.0.1\"\nport = 0\n\
+             [management]\ndata_dirs = [{:?}]\n\
+             [[pools]]\nname = \"p\"\ndirectory = {:?}\n\
+             [[subsystems]]\nnqn = \"{NQN}\"\n\
+             [[subsystems.namespaces]]\nbackend = \"ram\"\nsize = \"1M\"\n",
+            data.display().to_string(),
+            pool.display().to_string(),
+        );
+        let cfg = Config::from_toml_str(&text).unwrap();
+        crate::pools::ensure_directories(&cfg).unwrap();
+        let target = Arc::new(build::build_target(&cfg).unwrap());
+        Control::new(target, cfg, config_file)
+    }
+
+    fn file(path: &Path) -> NamespaceRequest {
+        NamespaceRequest {
+            backend: "file".into(),
+            path: Some(path.display().to_string()),
+            size: Some(1 << 20),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn namespaces_only_inside_pools_and_data_dirs() {
+        let t = tempfile::tempdir().unwrap();
+        let (data, pool) = (t.path().join("data"), t.path().join("pool"));
+        std::fs::create_dir_all(&data).unwrap();
+        let c = control(&data, &pool, None);
+        let before = c.running();
+        let outside = t.path().join("outside.img");
+        let cases = [
+            (file(&outside), codes::PATH_NOT_ALLOWED),
+            (file(&data.join("../outside.img")), codes::PATH_NOT_ALLOWED),
+            (
+                file(Path::new("/root/.ssh/authorized_keys")),
+                codes::PATH_NOT_ALLOWED,
+            ),
+            (
+                NamespaceRequest {
+                    backend: "block".into(),
+                    path: Some("/etc/hostname".into()),
+                    ..Default::default()
+                },
+                codes::DEVICE_NOT_ALLOWED,
+            ),
+            (
+                NamespaceRequest {
+                    backend: "block".into(),
+                    path: Some("/dev/null".into()),
+                    ..Default::default()
+                },
+                codes::DEVICE_NOT_ALLOWED,
+            ),
+        ];
+        for (req, code) in cases {
+            let e = c.add_namespace(NQN, &req).unwrap_err();
+            assert_eq!(
+                (e.code.as_str(), e.path.as_str()),
+                (code, "subsystems[0].namespaces[1].path"),
+                "{req:?}: {e}"
+            );
+        }
+        assert!(!outside.exists(), "nothing made outside");
+        assert_eq!(c.running(), before);
+        // Inside the data directory and the pool's: fine.
+        c.add_namespace(NQN, &file(&data.join("a.img"))).unwrap();
+        c.add_namespace(NQN, &file(&pool.join("b.img"))).unwrap();
+    }
+
+    #[test]
+    fn save_only_over_the_configuration_or_in_data_dirs() {
+        let t = tempfile::tempdir().unwrap();
+        let (data, pool) = (t.path().join("data"), t.path().join("pool"));
+        std::fs::create_dir_all(&data).unwrap();
+        let conf = t.path().join("ebof.toml");
+        let c = control(&data, &pool, Some(conf.clone()));
+        let save = |p: &Path| {
+            c.save(&SaveRequest {
+                path: Some(p.display().to_string()),
+            })
+        };
+        let victim = t.path().join("victim");
+        std::fs::write(&victim, b"keep").unwrap();
+        let e = save(&victim).unwrap_err();
+        assert_eq!(
+            (e.code.as_str(), e.path.as_str()),
+            (codes::SAVE_PATH_NOT_ALLOWED, "path")
+        );
+        assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
+        save(&conf).unwrap();
+        save(&data.join("copy.toml")).unwrap();
+        c.save(&SaveRequest { path: None }).unwrap();
+    }
+
+    /// M5: `/pool/sub/../x.img` is `/pool/x.img`: the pool namespace that wants that file
+    /// must not clear it as an orphan.
+    #[test]
+    fn one_file_under_two_names_is_a_duplicate_path() {
+        let t = tempfile::tempdir().unwrap();
+        let (data, pool) = (t.path().join("data"), t.path().join("pool"));
+        std::fs::create_dir_all(&data).unwrap();
+        let c = control(&data, &pool, None);
+        std::fs::create_dir_all(pool.join("sub")).unwrap();
+        let name = ebof_config::pool_file_name(NQN, 7);
+        let first = pool.join("sub").join("..").join(&name);
+        c.add_namespace(NQN, &file(&first)).unwrap();
+        std::fs::write(pool.join(&name), vec![0xAB; 4096]).unwrap();
+        let e = c
+            .add_namespace(
+                NQN,
+                &NamespaceRequest {
+                    nsid: Some(7),
+                    pool: Some("p".into()),
+                    size: Some(1 << 20),
+                    ..Default::default()
+                },
+            )
+            .unwrap_err();
+        assert_eq!(e.code, cfg_codes::DUPLICATE_PATH, "{e}");
+        assert_eq!(
+            std::fs::read(&first).unwrap()[..4],
+            [0xAB; 4],
+            "its data is intact"
+        );
+        // Two names of one file that does not exist yet.
+        let e = c
+            .add_namespace(NQN, &file(&data.join("sub/../d.img")))
+            .unwrap_err();
+        assert_eq!(
+            e.code,
+            codes::PATH_NOT_ALLOWED,
+            "data/sub does not exist: {e}"
+        );
+        std::fs::create_dir_all(data.join("sub")).unwrap();
+        c.add_namespace(NQN, &file(&data.join("d.img"))).unwrap();
+        let e = c
+            .add_namespace(NQN, &file(&data.join("sub/../d.img")))
+            .unwrap_err();
+        assert_eq!(e.code, cfg_codes::DUPLICATE_PATH, "{e}");
+    }
+
+    /// M2: a saved configuration is owner-only whatever the umask, and the temporary file
+    /// is not at a name anyone can guess.
+    #[test]
+    fn a_saved_configuration_is_owner_only() {
+        use std::os::unix::fs::MetadataExt;
+        crate::paths::tests::umask_022();
+        let t = tempfile::tempdir().unwrap();
+        let (data, pool) = (t.path().join("data"), t.path().join("pool"));
+        std::fs::create_dir_all(&data).unwrap();
+        let c = control(&data, &pool, None);
+        // The old, predictable temporary name, with a link planted at it.
+        let victim = t.path().join("victim");
+        std::fs::write(&victim, b"keep").unwrap();
+        let planted = data.join(format!(".new.toml.tmp-{}", std::process::id()));
+        std::os::unix::fs::symlink(&victim, &planted).unwrap();
+        let new = data.join("new.toml");
+        c.save(&SaveRequest {
+            path: Some(new.display().to_string()),
+        })
+        .unwrap();
+        assert_eq!(std::fs::metadata(&new).unwrap().mode() & 0o7777, 0o600);
+        assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
+        assert!(Config::load(&new).is_ok());
+        // An existing file keeps its mode.
+        let open = data.join("open.toml");
+        std::fs::write(&open, b"").unwrap();
+        std::fs::set_permissions(&open, std::os::unix::fs::PermissionsExt::from_mode(0o640))
+            .unwrap();
+        write_config(&c.running(), &open).unwrap();
+        assert_eq!(std::fs::metadata(&open).unwrap().mode() & 0o7777, 0o640);
+        let left: Vec<_> = std::fs::read_dir(&data)
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.contains(".tmp-") && !planted.ends_with(n))
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
     }
 }

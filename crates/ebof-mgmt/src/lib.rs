@@ -29,6 +29,7 @@ pub mod masking;
 pub mod mdns;
 pub mod metrics;
 pub mod ops;
+pub mod paths;
 pub mod pools;
 pub mod qos;
 pub mod referrals;

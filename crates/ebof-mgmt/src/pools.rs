@@ -22,8 +22,8 @@ use ebof_config::{Config, Pool, codes as cfg_codes};
 use nvmf_target::Target;
 use std::path::{Path, PathBuf};
 
-/// Mode of a pool directory `ebof serve` creates: owner all, group read and search.
-pub const DIRECTORY_MODE: u32 = 0o750;
+/// Mode of a pool directory `ebof serve` creates: owner only (it holds volume data).
+pub const DIRECTORY_MODE: u32 = 0o700;
 
 /// The view of `pool` in the running configuration `cfg` of `target` (see the module docs).
 pub fn pool_view(cfg: &Config, target: &Target, pool: &Pool) -> PoolView {
@@ -240,9 +240,10 @@ mod tests {
     fn control(dir: &Path) -> Control {
         let text = format!(
             "[[listeners]]\naddress = \"127.0.0.1\"\nport = 0\n\
-             [management]\nautosave = true\n\
+             [management]\nautosave = true\ndata_dirs = [{:?}]\n\
              [[pools]]\nname = \"p\"\ndirectory = {:?}\nsize = \"64M\"\n\
              [[subsystems]]\nnqn = \"{NQN}\"\n",
+            dir.display().to_string(),
             dir.join("pool").display().to_string()
         );
         let file = dir.join("ebof.toml");
@@ -261,14 +262,14 @@ mod tests {
     }
 
     #[test]
-    fn the_pool_directory_is_made_with_mode_0750() {
+    fn the_pool_directory_is_made_with_mode_0700() {
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
         let c = control(dir.path());
         let m = std::fs::metadata(dir.path().join("pool")).unwrap();
         assert!(m.is_dir());
         // The umask may take bits away, never add any.
-        assert_eq!(m.permissions().mode() & 0o027, 0);
+        assert_eq!(m.permissions().mode() & 0o077, 0);
         let v = c.pools();
         assert_eq!(v.len(), 1);
         assert_eq!(

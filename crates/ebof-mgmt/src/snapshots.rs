@@ -202,12 +202,13 @@ fn manifest_file_name(name: &str) -> String {
     format!("{name}.json")
 }
 
-/// Write `bytes` as `dir/name` atomically: a temporary file in `dir`, written and synced,
-/// renamed over `name`, then `dir` synced. On failure the temporary file is removed.
+/// Write `bytes` as `dir/name` atomically: a temporary file in `dir` (owner-only, new, under
+/// an unpredictable name: [`crate::paths::create_private`]), written and synced, renamed over
+/// `name`, then `dir` synced. On failure the temporary file is removed.
 pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<()> {
-    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
+    let tmp = dir.join(crate::paths::temp_name(name)?);
     let result = (|| {
-        let mut f = File::create(&tmp)?;
+        let mut f = crate::paths::create_private(&tmp)?;
         f.write_all(bytes)?;
         f.sync_all()?;
         std::fs::rename(&tmp, dir.join(name))?;
@@ -337,7 +338,7 @@ impl Book {
                 dirs: dirs.clone(),
             };
             let text = serde_json::to_string_pretty(&cat).unwrap_or_default();
-            let r = std::fs::create_dir_all(sd)
+            let r = crate::paths::private_dir(sd)
                 .and_then(|()| write_atomic(sd, CATALOGUE, text.as_bytes()));
             if let Err(e) = r {
                 tracing::warn!(
@@ -570,10 +571,10 @@ impl Control {
             ));
         }
         let dir = snapshot_dir_of(&origin);
-        std::fs::create_dir_all(&dir)
+        crate::paths::private_dir(&dir)
             .map_err(|e| io_error(&e, "name", format!("cannot create {}", dir.display())))?;
         let data = dir.join(data_file_name(&req.name));
-        let dst = match File::options().write(true).create_new(true).open(&data) {
+        let dst = match crate::paths::create_private(&data) {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
                 return Err(ApiError::new(
@@ -739,8 +740,9 @@ impl Control {
         };
         let src = File::open(&snap_data)
             .map_err(|e| io_error(&e, "name", format!("cannot open {}", snap_data.display())))?;
+        let running = self.running();
         let (path, dst) =
-            self.clone_destination(&found, &req.subsystem, nsid, req.path.as_deref())?;
+            self.clone_destination(&running, &found, &req.subsystem, nsid, req.path.as_deref())?;
         let undo = Undo(vec![path.clone()]);
         let method = fill_clone(&src, &snap_data, &dst, &path, "path")?;
         let add = clone_namespace(&found, nsid, req, Some(path.display().to_string()), None);
@@ -810,10 +812,7 @@ impl Control {
             let src = File::open(&snap_data).map_err(|e| {
                 io_error(&e, "name", format!("cannot open {}", snap_data.display()))
             })?;
-            let dst = File::options()
-                .write(true)
-                .create_new(true)
-                .open(&path)
+            let dst = crate::paths::create_private(&path)
                 .map_err(|e| io_error(&e, "pool", format!("cannot create {}", path.display())))?;
             let undo = Undo(vec![path.clone()]);
             method = fill_clone(&src, &snap_data, &dst, &path, "pool")?;
@@ -842,12 +841,13 @@ impl Control {
     /// directory that holds the snapshot directory, named after subsystem, NSID and snapshot.
     fn clone_destination(
         &self,
+        cfg: &Config,
         found: &Found,
         nqn: &str,
         nsid: u32,
         path: Option<&str>,
     ) -> Result<(PathBuf, File), ApiError> {
-        let create = |p: &Path| File::options().write(true).create_new(true).open(p);
+        let create = |p: &Path| crate::paths::create_private(p);
         if let Some(p) = path {
             if p.is_empty() || p.contains('\0') {
                 return Err(ApiError::new(
@@ -857,6 +857,7 @@ impl Control {
                 ));
             }
             let p = PathBuf::from(p);
+            crate::paths::check_file(cfg, &p, "path")?;
             return match create(&p) {
                 Ok(f) => Ok((p, f)),
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Err(ApiError::new(
@@ -879,6 +880,8 @@ impl Control {
             .parent()
             .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
         let stem = format!("{}-ns{nsid}-{}", nqn_tail(nqn), found.manifest.name);
+        // Beside the snapshot's origin, if the API may make files there.
+        crate::paths::check_file(cfg, &home.join(format!("{stem}.img")), "path")?;
         for i in 1..=100u32 {
             let file = if i == 1 {
                 format!("{stem}.img")
@@ -1152,8 +1155,10 @@ mod tests {
         let toml = format!(
             "[[listeners]]\naddress = \"127.0.0.1\"\nport = 0\n[[subsystems]]\nnqn = \"{NQN}\"\n\
              [[subsystems.namespaces]]\nbackend = \"file\"\npath = {:?}\nsize = \"1M\"\n\
-             [[subsystems.namespaces]]\nbackend = \"ram\"\nsize = \"1M\"\n",
-            dir.join("a.img").display().to_string()
+             [[subsystems.namespaces]]\nbackend = \"ram\"\nsize = \"1M\"\n\
+             [management]\ndata_dirs = [{:?}]\n",
+            dir.join("a.img").display().to_string(),
+            dir.display().to_string()
         );
         let cfg = Config::from_toml_str(&toml).unwrap();
         let target = std::sync::Arc::new(crate::build::build_target(&cfg).unwrap());
@@ -1258,6 +1263,23 @@ mod tests {
             ..req.clone()
         };
         assert!(c.clone_snapshot("s", &bad_uuid).is_err());
+        // Outside the data directories (issue 32, M1): refused before any file is made.
+        let elsewhere = tempfile::tempdir().unwrap();
+        let outside = elsewhere.path().join("outside.img");
+        let e = c
+            .clone_snapshot(
+                "s",
+                &CloneRequest {
+                    path: Some(outside.display().to_string()),
+                    ..req.clone()
+                },
+            )
+            .unwrap_err();
+        assert_eq!(
+            (e.code.as_str(), e.path.as_str()),
+            (codes::PATH_NOT_ALLOWED, "path")
+        );
+        assert!(!outside.exists());
         assert_eq!(
             before,
             (files(dir), c.state().subsystems[0].namespaces.len())
@@ -1273,6 +1295,44 @@ mod tests {
             c.delete_snapshot("s").unwrap_err().code,
             codes::UNKNOWN_SNAPSHOT
         );
+    }
+
+    /// M2: with umask 022, a snapshot of a 0600 namespace file, its manifest and a clone of
+    /// it are 0600, and the snapshot directory 0700.
+    #[test]
+    fn snapshots_and_clones_are_owner_only() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        crate::paths::tests::umask_022();
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let c = control(dir);
+        let origin = dir.join("a.img");
+        std::fs::set_permissions(&origin, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().mode() & 0o7777;
+        let v = snap(&c, "1", "s").unwrap();
+        assert_eq!(mode(Path::new(&v.path)), 0o600);
+        assert_eq!(mode(&dir.join(DIR_NAME)), 0o700);
+        assert_eq!(mode(&dir.join(DIR_NAME).join("s.json")), 0o600);
+        let made = c
+            .clone_snapshot(
+                "s",
+                &CloneRequest {
+                    subsystem: NQN.into(),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+        assert_eq!(mode(Path::new(&made.added.namespace.path.unwrap())), 0o600);
+        // A snapshot directory someone else can write in is not used.
+        let shared = tempfile::tempdir().unwrap();
+        let c2 = control(shared.path());
+        let d = shared.path().join(DIR_NAME);
+        std::fs::create_dir(&d).unwrap();
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let e = snap(&c2, "1", "t").unwrap_err();
+        assert_eq!(e.code, codes::SNAPSHOT_FAILED, "{e}");
+        assert!(e.message.contains("group or others"), "{e}");
+        assert_eq!(std::fs::read_dir(&d).unwrap().count(), 0);
     }
 
     #[test]
