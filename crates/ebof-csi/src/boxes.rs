@@ -47,6 +47,8 @@ pub struct Box {
     pub zone: Option<String>,
     /// The management API client (token inside; its Debug does not show it).
     pub client: Client,
+    /// What the DH-HMAC-CHAP secrets of its volumes are derived from (from its token).
+    pub key_seed: crate::keys::KeySeed,
 }
 
 /// Why the boxes file cannot be used.
@@ -120,6 +122,7 @@ pub fn load(path: &Path) -> Result<Vec<Box>, BoxesError> {
             name,
             api: b.api.clone(),
             zone: b.zone.clone(),
+            key_seed: crate::keys::KeySeed::from_token(token.expose()),
             client: Client::tcp(b.api.clone(), Some(token)),
         });
     }

@@ -14,6 +14,7 @@
 //!    (a crash, or a racing controller before step 3) that a retry finishes or removes.
 
 use crate::boxes::Box as EBox;
+use crate::keys::AuthMode;
 use crate::names::{self, ctx};
 use crate::pb;
 use crate::pb::volume_capability::{AccessType, access_mode::Mode};
@@ -161,10 +162,21 @@ fn single_node(c: Option<&pb::VolumeCapability>) -> bool {
 }
 
 /// StorageClass parameters the driver understands.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Params {
     pool: Option<String>,
     qos: Option<QosRequest>,
+    auth: AuthMode,
+}
+
+impl Default for Params {
+    fn default() -> Params {
+        Params {
+            pool: None,
+            qos: None,
+            auth: AuthMode::DEFAULT,
+        }
+    }
 }
 
 fn parse_params(p: &std::collections::HashMap<String, String>) -> Result<Params, Status> {
@@ -198,9 +210,10 @@ fn parse_params(p: &std::collections::HashMap<String, String>) -> Result<Params,
             "writeIops" | "write_iops" => (qos.write_iops, any_qos) = (Some(num()?), true),
             "readMbps" | "read_mbps" => (qos.read_mbps, any_qos) = (Some(num()?), true),
             "writeMbps" | "write_mbps" => (qos.write_mbps, any_qos) = (Some(num()?), true),
+            "auth" => out.auth = AuthMode::parse(v).map_err(invalid)?,
             _ => {
                 return Err(invalid(format!(
-                    "unknown parameter {k:?}: the driver takes pool, iops, mbps, readIops, writeIops, readMbps, writeMbps"
+                    "unknown parameter {k:?}: the driver takes pool, iops, mbps, readIops, writeIops, readMbps, writeMbps, auth"
                 )));
             }
         }
@@ -604,7 +617,7 @@ impl Controller {
                         r.name, v.capacity_bytes
                     )));
                 }
-                return Ok(self.with_source(v, snapshot.as_deref()));
+                return Ok(self.with_source(v, snapshot.as_deref(), params.auth));
             }
             // Where: an unfinished attempt's box, else a placement.
             let (idx, pool, snap) = if let Some(s) = &snapshot {
@@ -778,7 +791,7 @@ impl Controller {
                 .and_then(|sub| self.volume(&b, sub))
                 .ok_or_else(|| Status::aborted("the volume vanished while it was made; retry"))?;
             tracing::info!(volume = %r.name, id = %v.volume_id, box_ = %self.boxes[idx].name, size = v.capacity_bytes, "volume created");
-            return Ok(self.with_source(v, snapshot.as_deref()));
+            return Ok(self.with_source(v, snapshot.as_deref(), params.auth));
         }
         Err(Status::aborted(format!(
             "volume {}: creation raced with other attempts {CREATE_ATTEMPTS} times; retry",
@@ -786,7 +799,10 @@ impl Controller {
         )))
     }
 
-    fn with_source(&self, mut v: pb::Volume, snapshot: Option<&str>) -> pb::Volume {
+    /// The volume as CreateVolume answers it: its source, and how its nodes authenticate.
+    fn with_source(&self, mut v: pb::Volume, snapshot: Option<&str>, auth: AuthMode) -> pb::Volume {
+        v.volume_context
+            .insert(ctx::AUTH.to_string(), auth.name().to_string());
         v.content_source = snapshot.map(|s| pb::VolumeContentSource {
             r#type: Some(pb::volume_content_source::Type::Snapshot(
                 pb::volume_content_source::SnapshotSource {
@@ -905,10 +921,13 @@ impl pb::controller_server::Controller for Controller {
                 r.node_id
             )));
         }
-        if sub.hosts.contains(&r.node_id) {
-            return ok(pb::ControllerPublishVolumeResponse::default());
-        }
-        if single_node(Some(cap)) && !sub.hosts.is_empty() {
+        let auth = match r.volume_context.get(ctx::AUTH) {
+            None => AuthMode::DEFAULT,
+            Some(v) => AuthMode::parse(v)
+                .map_err(|e| invalid(format!("volume_context.{}: {e}", ctx::AUTH)))?,
+        };
+        let published = sub.hosts.contains(&r.node_id);
+        if !published && single_node(Some(cap)) && !sub.hosts.is_empty() {
             return Err(Status::failed_precondition(format!(
                 "volume {} is published to {} and its access mode allows one node",
                 r.volume_id,
@@ -916,6 +935,49 @@ impl pb::controller_server::Controller for Controller {
             )));
         }
         let _busy = self.busy.hold(&r.volume_id)?;
+        // The node's keys first, then the node on the host list: the host list never admits
+        // it without them. Set again on a repeated publish: the same keys (derived), so a
+        // node already connected keeps reconnecting with what it has.
+        let mut publish_context = std::collections::HashMap::new();
+        if auth == AuthMode::Dhchap {
+            let pair = self.boxes[b.idx].key_seed.dhchap(&r.volume_id, &r.node_id);
+            let req = ebof_mgmt::hostkeys::HostKeyRequest {
+                dhchap_key: pair.host.to_string(),
+                dhchap_ctrl_key: Some(pair.ctrl.to_string()),
+            };
+            let (n, h) = (r.volume_id.clone(), r.node_id.clone());
+            match self
+                .on_box(b.idx, move |c| c.set_host_key(&n, &h, &req))
+                .await
+            {
+                Ok(_) => {}
+                Err(e) if api_code(&e) == Some("unknown-subsystem") => {
+                    return Err(Status::not_found(format!(
+                        "volume {} does not exist",
+                        r.volume_id
+                    )));
+                }
+                Err(e) => {
+                    return Err(self.box_error(
+                        b.idx,
+                        "installing the node's DH-HMAC-CHAP key",
+                        &e,
+                    ));
+                }
+            }
+            publish_context.insert(
+                names::publish::DHCHAP_SECRET.to_string(),
+                pair.host.to_string(),
+            );
+            publish_context.insert(
+                names::publish::DHCHAP_CTRL_SECRET.to_string(),
+                pair.ctrl.to_string(),
+            );
+        }
+        let answer = pb::ControllerPublishVolumeResponse { publish_context };
+        if published {
+            return ok(answer);
+        }
         let (n, h) = (r.volume_id.clone(), r.node_id.clone());
         match self.on_box(b.idx, move |c| c.allow_host(&n, &h)).await {
             Ok(_) => {}
@@ -928,7 +990,7 @@ impl pb::controller_server::Controller for Controller {
             }
             Err(e) => return Err(self.box_error(b.idx, "allowing the node's host NQN", &e)),
         }
-        ok(pb::ControllerPublishVolumeResponse::default())
+        ok(answer)
     }
 
     async fn controller_unpublish_volume(
@@ -958,6 +1020,15 @@ impl pb::controller_server::Controller for Controller {
                 "denying the node's host NQN",
                 &["unknown-host", "unknown-subsystem"],
                 move |c| c.deny_host(&n, &hh),
+            )
+            .await?;
+            // Its keys go with it (whatever the volume's auth: removing none is no error).
+            let (n, hh) = (r.volume_id.clone(), h.clone());
+            self.settle(
+                b.idx,
+                "removing the node's DH-HMAC-CHAP key",
+                &["unknown-host", "unknown-subsystem"],
+                move |c| c.remove_host_key(&n, &hh),
             )
             .await?;
 
@@ -1324,6 +1395,11 @@ mod tests {
         assert_eq!(ok.pool.as_deref(), Some("fast"));
         assert_eq!(ok.qos.unwrap().iops, Some(5000));
         assert!(p(&[]).unwrap().qos.is_none());
+        assert_eq!(p(&[]).unwrap().auth, AuthMode::Dhchap, "the default");
+        assert_eq!(p(&[("auth", "none")]).unwrap().auth, AuthMode::None);
+        let tls = p(&[("auth", "tls")]).unwrap_err();
+        assert_eq!(tls.code(), tonic::Code::InvalidArgument);
+        assert!(tls.message().contains("not supported"), "{tls:?}");
         for bad in [
             &[("pool", "")][..],
             &[("iops", "-1")],

@@ -18,6 +18,7 @@
 pub mod boxes;
 pub mod controller;
 pub mod identity;
+pub mod keys;
 pub mod names;
 pub mod node;
 mod rpc;

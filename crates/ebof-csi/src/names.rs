@@ -154,6 +154,18 @@ pub mod ctx {
     pub const BOX: &str = "box";
     /// The pool on that box.
     pub const POOL: &str = "pool";
+    /// How the node authenticates ([`crate::keys::AuthMode`]: `none`, `dhchap`); absent:
+    /// the default, `dhchap`.
+    pub const AUTH: &str = "auth";
+}
+
+/// Keys of the publish context ControllerPublishVolume returns for one node (kubelet passes
+/// it to NodeStageVolume). Secret values: never logged.
+pub mod publish {
+    /// The node's DH-HMAC-CHAP secret for this volume (`nvme connect --dhchap-secret`).
+    pub const DHCHAP_SECRET: &str = "dhchapSecret";
+    /// The box's DH-HMAC-CHAP secret for this volume (`--dhchap-ctrl-secret`).
+    pub const DHCHAP_CTRL_SECRET: &str = "dhchapCtrlSecret";
 }
 
 /// One NVMe/TCP path of a volume: address and port.

@@ -154,7 +154,12 @@ impl Node {
 
     /// Connect every listener of the volume not connected yet; Ok when at least one path is
     /// up.
-    async fn connect(&self, nqn: &str, paths: &[names::Path]) -> Result<(), Status> {
+    async fn connect(
+        &self,
+        nqn: &str,
+        paths: &[names::Path],
+        secrets: &[String],
+    ) -> Result<(), Status> {
         let mut errors = Vec::new();
         let mut up = 0;
         for p in paths {
@@ -166,7 +171,7 @@ impl Node {
                 continue;
             }
             let port = p.port.to_string();
-            let args = [
+            let mut args = vec![
                 "connect",
                 "-t",
                 "tcp",
@@ -179,6 +184,7 @@ impl Node {
                 "--hostnqn",
                 self.cfg.node_id.as_str(),
             ];
+            args.extend(secrets.iter().map(String::as_str));
             match sys::run(&self.os.nvme, &args, CMD_TIMEOUT).await {
                 Ok(_) => up += 1,
                 Err(e) => {
@@ -327,9 +333,10 @@ impl pb::node_server::Node for Node {
         let uuid = get(ctx::UUID)?;
         let paths = names::parse_listeners(get(ctx::LISTENERS)?)
             .map_err(|e| invalid(format!("volume_context.{}: {e}", ctx::LISTENERS)))?;
+        let secrets = connect_secrets(&r.volume_context, &r.publish_context)?;
         let _busy = self.busy.hold(&r.volume_id)?;
-        tracing::info!(volume = %r.volume_id, staging = %r.staging_target_path, "NodeStageVolume");
-        self.connect(nqn, &paths).await?;
+        tracing::info!(volume = %r.volume_id, staging = %r.staging_target_path, dhchap = !secrets.is_empty(), "NodeStageVolume");
+        self.connect(nqn, &paths, &secrets).await?;
         let dev = self.wait_device(nqn, uuid).await?;
         let Access::Mount { fs_type, flags } = acc else {
             return ok(pb::NodeStageVolumeResponse {});
@@ -667,6 +674,53 @@ impl pb::node_server::Node for Node {
     }
 }
 
+/// The `nvme connect` options that carry the volume's DH-HMAC-CHAP secrets from the publish
+/// context (`--dhchap-secret=…`, `--dhchap-ctrl-secret=…`: one argument each, so that
+/// [`sys`] redacts them from every message), or none when the volume does not authenticate.
+/// A secret that is not one is INVALID_ARGUMENT without its value.
+fn connect_secrets(
+    volume_context: &std::collections::HashMap<String, String>,
+    publish_context: &std::collections::HashMap<String, String>,
+) -> Result<Vec<String>, Status> {
+    use crate::keys::AuthMode;
+    use crate::names::publish;
+    let auth = match volume_context.get(ctx::AUTH) {
+        None => AuthMode::DEFAULT,
+        Some(v) => {
+            AuthMode::parse(v).map_err(|e| invalid(format!("volume_context.{}: {e}", ctx::AUTH)))?
+        }
+    };
+    let mut out = Vec::new();
+    for (key, option) in [
+        (publish::DHCHAP_SECRET, "--dhchap-secret="),
+        (publish::DHCHAP_CTRL_SECRET, "--dhchap-ctrl-secret="),
+    ] {
+        let Some(v) = publish_context.get(key) else {
+            continue;
+        };
+        nvme_auth::DhchapSecret::parse(v).map_err(|e| {
+            invalid(format!(
+                "publish_context.{key} is not a DH-HMAC-CHAP secret: {e}"
+            ))
+        })?;
+        out.push(format!("{option}{}", v.trim()));
+    }
+    if out.len() == 1 && !publish_context.contains_key(publish::DHCHAP_SECRET) {
+        return Err(invalid(format!(
+            "publish_context.{} without publish_context.{}",
+            publish::DHCHAP_CTRL_SECRET,
+            publish::DHCHAP_SECRET
+        )));
+    }
+    if auth == AuthMode::Dhchap && out.is_empty() && volume_context.contains_key(ctx::AUTH) {
+        return Err(Status::failed_precondition(format!(
+            "the volume authenticates with DH-HMAC-CHAP but the publish context has no {} (was it published by ControllerPublishVolume of this driver?)",
+            publish::DHCHAP_SECRET
+        )));
+    }
+    Ok(out)
+}
+
 /// What `blkid -p -o export` found on `dev` (it exited 0): the file system type when there is
 /// one, else why the device is not empty.
 fn probed(dev: &str, export: &str) -> Result<Option<String>, Status> {
@@ -756,6 +810,12 @@ mod tests {
 esac"#;
 
     fn fake(blkid: &str) -> Fake {
+        fake_with(blkid, true, "exit 0")
+    }
+
+    /// [`fake`], with the volume's subsystem `connected` already or not, and `nvme` doing
+    /// what `nvme_script` says.
+    fn fake_with(blkid: &str, connected: bool, nvme_script: &str) -> Fake {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
         let nqn = names::volume_nqn("pvc-k2");
@@ -766,13 +826,15 @@ esac"#;
             &[("nvme-subsys2", &nqn, &[("nvme2n1", &uuid, names::NSID)])],
             false,
         );
-        let ctrl = sysfs.join("class/nvme/nvme2");
-        std::fs::create_dir_all(&ctrl).unwrap();
-        std::fs::write(ctrl.join("subsysnqn"), format!("{nqn}\n")).unwrap();
-        std::fs::write(ctrl.join("address"), "traddr=127.0.0.1,trsvcid=4420\n").unwrap();
+        if connected {
+            let ctrl = sysfs.join("class/nvme/nvme2");
+            std::fs::create_dir_all(&ctrl).unwrap();
+            std::fs::write(ctrl.join("subsysnqn"), format!("{nqn}\n")).unwrap();
+            std::fs::write(ctrl.join("address"), "traddr=127.0.0.1,trsvcid=4420\n").unwrap();
+        }
         let os = NodeSystem {
             sysfs,
-            nvme: script(d, "nvme", "exit 0"),
+            nvme: script(d, "nvme", nvme_script),
             blkid: script(d, "blkid", blkid),
             mkfs_ext4: script(d, "mkfs.ext4", "exit 0"),
             mkfs_xfs: script(d, "mkfs.xfs", "exit 0"),
@@ -912,6 +974,58 @@ esac"#;
             let e = block_on(f.node.node_unstage_volume(Request::new(req))).unwrap_err();
             assert_eq!(e.code(), tonic::Code::InvalidArgument, "{bad}: {e:?}");
         }
+        assert_eq!(f.calls(), "", "no tool ran");
+    }
+
+    #[test]
+    fn the_node_connects_with_the_secrets_of_the_publish_context() {
+        use crate::names::publish;
+        let pair = crate::keys::KeySeed::from_token("t").dhchap("v", NODE);
+        let f = fake_with("exit 2", false, "exit 0");
+        let staging = f.dir.path().join("staging");
+        let mut req = f.stage_request(staging.to_str().unwrap());
+        req.volume_context.insert(ctx::AUTH.into(), "dhchap".into());
+        req.publish_context = [
+            (publish::DHCHAP_SECRET.to_string(), pair.host.to_string()),
+            (
+                publish::DHCHAP_CTRL_SECRET.to_string(),
+                pair.ctrl.to_string(),
+            ),
+        ]
+        .into();
+        block_on(f.node.node_stage_volume(Request::new(req.clone()))).unwrap();
+        let calls = f.calls();
+        assert!(
+            calls.contains(&format!(
+                "--hostnqn {NODE} --dhchap-secret={} --dhchap-ctrl-secret={}",
+                *pair.host, *pair.ctrl
+            )),
+            "{calls}"
+        );
+
+        // A connect that fails (and echoes its arguments) says so without the secrets.
+        let f = fake_with("exit 2", false, "echo \"$*\" >&2; exit 1");
+        let e = block_on(f.node.node_stage_volume(Request::new(req.clone()))).unwrap_err();
+        assert_eq!(e.code(), tonic::Code::Unavailable, "{e:?}");
+        let b64 = pair.host.split(':').nth(2).unwrap().to_string();
+        assert!(!e.message().contains(&b64), "{e:?}");
+        assert!(e.message().contains("--dhchap-secret=<redacted>"), "{e:?}");
+
+        // A volume that authenticates, published without a secret: refused before connecting.
+        let f = fake_with("exit 2", false, "exit 0");
+        let mut r2 = req.clone();
+        r2.publish_context.clear();
+        let e = block_on(f.node.node_stage_volume(Request::new(r2))).unwrap_err();
+        assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
+        // A malformed secret: INVALID_ARGUMENT, without its value.
+        let mut r3 = req.clone();
+        r3.publish_context.insert(
+            publish::DHCHAP_SECRET.into(),
+            "DHHC-1:01:bm90LWEta2V5:".into(),
+        );
+        let e = block_on(f.node.node_stage_volume(Request::new(r3))).unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+        assert!(!e.message().contains("bm90LWEta2V5"), "{e:?}");
         assert_eq!(f.calls(), "", "no tool ran");
     }
 }

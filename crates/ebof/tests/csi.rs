@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::{EBOF, Target, free_port};
+use common::{EBOF, Target, ebof_host, free_port};
 use ebof_csi::names;
 use ebof_csi::pb;
 use ebof_csi::pb::volume_capability::{
@@ -975,6 +975,130 @@ fn snapshots_and_volumes_from_them() {
         assert!(b.pool_files().is_empty(), "{:?}", b.pool_files());
         assert!(b.state().snapshots.is_empty());
     }
+}
+
+#[test]
+fn published_volumes_authenticate_their_node() {
+    // K3: a published node's NQN alone no longer opens the volume; the node's own
+    // DH-HMAC-CHAP secrets (from ControllerPublishVolume) do, both directions, and only until
+    // ControllerUnpublishVolume.
+    let f = fleet(&["256M"]);
+    let b = &f.boxes[0];
+    let port = b.target.port();
+    let box_config = f.dir.path().join("box1.toml");
+    let mut c = Csi::start(&f, "csi-auth");
+    let v = c.create(vol_req("pvc-auth", 8 * MIB)).unwrap();
+    assert_eq!(v.volume_context["auth"], "dhchap", "the default");
+    let id = v.volume_id.clone();
+    let publish = |node: &str, v: &pb::Volume| pb::ControllerPublishVolumeRequest {
+        volume_id: v.volume_id.clone(),
+        node_id: node.into(),
+        volume_capability: Some(mount_cap("ext4", Mode::SingleNodeWriter)),
+        volume_context: v.volume_context.clone(),
+        ..Default::default()
+    };
+    let req = publish(NODE_A, &v);
+    let ctx = c
+        .call(|mut cl| async move { cl.controller_publish_volume(req).await })
+        .unwrap()
+        .publish_context;
+    let host = ctx["dhchapSecret"].clone();
+    let ctrl = ctx["dhchapCtrlSecret"].clone();
+    assert!(host.starts_with("DHHC-1:") && ctrl.starts_with("DHHC-1:") && host != ctrl);
+    let req = publish(NODE_A, &v);
+    let again = c
+        .call(|mut cl| async move { cl.controller_publish_volume(req).await })
+        .unwrap()
+        .publish_context;
+    assert_eq!(
+        again, ctx,
+        "a repeated publish returns the key the node may hold"
+    );
+
+    let identify = |node: &str, secrets: &[&str]| {
+        let mut extra = vec!["--hostnqn", node];
+        extra.extend_from_slice(secrets);
+        ebof_host("identify", &port, &id, &extra)
+    };
+    let refused = |o: &common::Output, what: &str| {
+        assert!(!o.ok, "{what}: connected:\n{}", o.stdout);
+        assert!(!o.stderr.contains("panicked"), "{what}: {}", o.stderr);
+    };
+    refused(&identify(NODE_A, &[]), "the node's NQN without its secret");
+    let o = identify(
+        NODE_A,
+        &["--dhchap-secret", &host, "--dhchap-ctrl-secret", &ctrl],
+    );
+    assert!(
+        o.ok,
+        "the node with its secrets: {}\n{}",
+        o.stderr, o.stdout
+    );
+    let o = identify(NODE_A, &["--dhchap-secret", &host]);
+    assert!(o.ok, "one-way: {}", o.stderr);
+    refused(
+        &identify(NODE_A, &["--dhchap-secret", &ctrl]),
+        "the node's NQN with another secret",
+    );
+    refused(
+        &identify(NODE_B, &["--dhchap-secret", &host]),
+        "another node with the published node's secret",
+    );
+
+    // On the box: saved with the host entry, never in its state or metrics, nor in the
+    // controller's log.
+    let b64 = |k: &str| k.split(':').nth(2).unwrap().to_string();
+    let saved = std::fs::read_to_string(&box_config).unwrap();
+    assert!(
+        saved.contains(&host) && saved.contains(&id),
+        "autosaved:\n{saved}"
+    );
+    let state = serde_json::to_string(&b.state()).unwrap();
+    let metrics = b.mgmt().metrics().unwrap();
+    let log = std::fs::read_to_string(&c.log).unwrap();
+    for (what, text) in [("state", &state), ("metrics", &metrics), ("log", &log)] {
+        assert!(
+            !text.contains(&b64(&host)) && !text.contains(&b64(&ctrl)),
+            "a secret in the {what}"
+        );
+    }
+
+    // Unpublished: the key and the host go; the secret opens nothing any more.
+    let req = pb::ControllerUnpublishVolumeRequest {
+        volume_id: id.clone(),
+        node_id: NODE_A.into(),
+        ..Default::default()
+    };
+    c.call(|mut cl| async move { cl.controller_unpublish_volume(req).await })
+        .unwrap();
+    refused(
+        &identify(NODE_A, &["--dhchap-secret", &host]),
+        "after unpublish",
+    );
+    let saved = std::fs::read_to_string(&box_config).unwrap();
+    assert!(
+        !saved.contains(&b64(&host)),
+        "the key left the box:\n{saved}"
+    );
+
+    // auth: none: the host list alone, as before; tls is refused with the reason.
+    let mut r = vol_req("pvc-noauth", 8 * MIB);
+    r.parameters.insert("auth".into(), "none".into());
+    let n = c.create(r).unwrap();
+    assert_eq!(n.volume_context["auth"], "none");
+    let req = publish(NODE_A, &n);
+    let ctx = c
+        .call(|mut cl| async move { cl.controller_publish_volume(req).await })
+        .unwrap()
+        .publish_context;
+    assert!(ctx.is_empty(), "no secrets: {:?}", ctx.keys());
+    let o = ebof_host("identify", &port, &n.volume_id, &["--hostnqn", NODE_A]);
+    assert!(o.ok, "auth none: {}", o.stderr);
+    let mut r = vol_req("pvc-tls", 8 * MIB);
+    r.parameters.insert("auth".into(), "tls".into());
+    let e = c.create(r).unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    assert!(e.message().contains("not supported"), "{e:?}");
 }
 
 #[test]
