@@ -708,8 +708,11 @@ def check(root):
                 errors.append(f"{d.where()}: provisioner {d.body['provisioner']!r} is not the CSIDriver {driver!r}")
             params = d.body.get("parameters") or {}
             for k in params:
-                if k not in ("pool", "csi.storage.k8s.io/fstype"):
-                    errors.append(f"{d.where()}: parameter {k!r} is not one the driver takes (pool, csi.storage.k8s.io/fstype)")
+                if k not in ("pool", "csi.storage.k8s.io/fstype", "auth"):
+                    errors.append(f"{d.where()}: parameter {k!r} is not one the driver takes (pool, csi.storage.k8s.io/fstype, auth)")
+            auth = params.get("auth")
+            if auth is not None and auth not in ("none", "dhchap"):
+                errors.append(f"{d.where()}: auth {auth!r} is not none or dhchap (tls and both are not supported yet)")
             fstype = params.get("csi.storage.k8s.io/fstype")
             if fstype is not None and fstype not in ("ext4", "xfs"):
                 errors.append(f"{d.where()}: csi.storage.k8s.io/fstype {fstype!r} is not ext4 or xfs")
@@ -970,6 +973,10 @@ def _storageclass_provisioner(b):
     b[0]["provisioner"] = "csi.ebof.example"
 
 
+def _storageclass_auth_tls(b):
+    b[0]["parameters"]["auth"] = "tls"
+
+
 def _binding_missing_role(b):
     for x in b:
         if x["kind"] == "RoleBinding":
@@ -1072,6 +1079,7 @@ MUTATIONS = [
     ("provisioner on another socket", "controller.yaml", _provisioner_address, "--csi-address"),
     ("a mount without its volume", "controller.yaml", _drop_volume, "no volume of the pod"),
     ("StorageClass provisioner typo", "storageclass.yaml", _storageclass_provisioner, "provisioner"),
+    ("StorageClass auth the driver refuses", "storageclass.yaml", _storageclass_auth_tls, "auth 'tls'"),
     ("RoleBinding to a missing Role", "rbac.yaml", _binding_missing_role, "is not defined"),
     ("serviceAccountName without a ServiceAccount", "node.yaml", _missing_sa, "no such ServiceAccount"),
     ("unknown ebof csi flag", "node.yaml", _unknown_node_flag, "unknown flag"),
