@@ -24,6 +24,23 @@
 //!   discovery controllers get a Discovery Log Page Change event
 //!   ([`Target::discovery_log_changed`]).
 //!
+//! Who may join: members are configured (`[cdc] members`, the API), or announce themselves by
+//! DIM pull registration — admitted only from a discovery controller the CDC trusts
+//! ([`CdcConfig::trusted`]: a source address or host NQN, a configured member's address, or a
+//! connection that authenticated with DH-HMAC-CHAP), at most [`CdcConfig::max_members`]
+//! members in all. An announced member serves only entries that point at its own addresses,
+//! leaves when the registrations that announced it are withdrawn, replaced or expire, and
+//! leaves after [`CdcConfig::announced_attempts`] failed connection attempts.
+//!
+//! Bounds against hostile hosts and members: new hosts are admitted at most
+//! [`CdcConfig::new_hosts_per_sec`] (a host not admitted yet keeps CSTS.RDY at 0 and is
+//! admitted on a later poll), at most [`CdcConfig::max_first_reads`] first reads run at once,
+//! a full host table forgets a host never served (or one idle for
+//! [`CdcConfig::host_protect`]) and never a recently active one, a member's log for one host
+//! keeps at most [`CdcConfig::max_member_entries`] entries and a view at most
+//! [`CdcConfig::max_view_entries`]. Views are computed outside the lock the reactors take and
+//! swapped in.
+//!
 //! A host seen for the first time has no view until the first reads complete (each bounded by
 //! [`CdcConfig::fetch_timeout`], so a member that does not answer delays it by at most that):
 //! meanwhile [`CentralDiscovery::entries`] answers `None` and the target holds CSTS.RDY at 0.
@@ -34,15 +51,16 @@
 pub mod announce;
 pub use announce::{AnnounceConfig, Announcer};
 
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::net::SocketAddr;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant, SystemTime};
 
+use nvme_spec::dim::{DimTask, EntityType};
 use nvme_spec::discovery::{DiscoveryLogEntry, subtype};
 use nvme_spec::log::lid;
 use nvmf_host::{Controller, HostConfig};
-use nvmf_target::{CentralDiscovery, DimRegistration, Target};
+use nvmf_target::{CentralDiscovery, DimDenial, DimRegistration, Target};
 use tokio::sync::mpsc;
 
 /// The port of a member's discovery service when none is given (the NVMe-oF discovery port).
@@ -56,6 +74,26 @@ const FETCH_PARALLEL: usize = 16;
 
 /// First reconnect delay; doubled after every failure up to [`CdcConfig::backoff_max`].
 const BACKOFF_MIN: Duration = Duration::from_millis(250);
+
+/// Who may announce a discovery controller to the CDC (`[cdc] trusted`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Trusted {
+    /// The source IP address of the registering discovery connection.
+    Address(IpAddr),
+    /// The host NQN of the registering discovery connection. Host NQNs are self-declared:
+    /// give this NQN a DH-HMAC-CHAP secret in the CDC's `[[hosts]]` so that the discovery
+    /// connection must prove it.
+    Nqn(String),
+}
+
+impl std::fmt::Display for Trusted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Trusted::Address(a) => write!(f, "{a}"),
+            Trusted::Nqn(n) => f.write_str(n),
+        }
+    }
+}
 
 /// How a CDC runs.
 #[derive(Clone, Debug)]
@@ -76,6 +114,27 @@ pub struct CdcConfig {
     /// A host with no discovery connection to the CDC for this long is forgotten (default
     /// 15 min); it gets a fresh view when it comes back.
     pub host_idle: Duration,
+    /// Who may announce itself by DIM besides the configured members and DH-HMAC-CHAP
+    /// authenticated connections (default: nobody). Changed live by [`Cdc::set_trusted`].
+    pub trusted: Vec<Trusted>,
+    /// Most members, configured and announced (default 256): an announcement beyond it is
+    /// refused with Insufficient Discovery Resources. Configured members are never refused.
+    pub max_members: usize,
+    /// An announced member that fails this many connection attempts in a row leaves
+    /// (default 5); it comes back when it registers again.
+    pub announced_attempts: u32,
+    /// Most NVM subsystem entries kept of one member's log for one host (default 512).
+    pub max_member_entries: usize,
+    /// Most entries of one host's view (default 1024, what a discovery log read holds).
+    pub max_view_entries: usize,
+    /// Most first reads (of every member, for a new host) running at once (default 16).
+    pub max_first_reads: usize,
+    /// New hosts admitted per second, with a burst of as many (default 32). A host not
+    /// admitted yet sees CSTS.RDY 0 and is admitted on a later poll.
+    pub new_hosts_per_sec: u32,
+    /// A full host table never forgets a host served within this long (default 60 s): a
+    /// flood of new host NQNs waits instead of evicting real hosts' views.
+    pub host_protect: Duration,
 }
 
 impl CdcConfig {
@@ -89,6 +148,14 @@ impl CdcConfig {
             backoff_max: Duration::from_secs(10),
             max_hosts: 1024,
             host_idle: Duration::from_secs(15 * 60),
+            trusted: Vec::new(),
+            max_members: 256,
+            announced_attempts: 5,
+            max_member_entries: 512,
+            max_view_entries: 1024,
+            max_first_reads: 16,
+            new_hosts_per_sec: 32,
+            host_protect: Duration::from_secs(60),
         }
     }
 }
@@ -158,69 +225,136 @@ enum Cmd {
     Add(SocketAddr),
     /// Stop the member task.
     Remove(SocketAddr),
-    /// Discovery services announced by DIM (pull registration): members unless already.
-    Announce(Vec<SocketAddr>),
-    /// Announced discovery services withdrawn by DIM deregister.
-    Withdraw(Vec<SocketAddr>),
+    /// Discovery services announced by DIM registration `key` (pull registration): members
+    /// unless already; entries must point at `own` (the registration's addresses).
+    Announce {
+        key: RegKey,
+        addrs: Vec<SocketAddr>,
+        own: HashSet<IpAddr>,
+    },
+    /// Announced discovery services registration `key` withdrew (deregister, replaced, expired).
+    Withdraw { key: RegKey, addrs: Vec<SocketAddr> },
     /// Stop everything.
     Stop,
 }
+
+/// Members' logs for one host, in member order.
+type Logs = Vec<Arc<Vec<DiscoveryLogEntry>>>;
+
+/// A DIM registration's key: (host NQN, entity NQN).
+type RegKey = (String, String);
 
 /// One member as the CDC knows it.
 #[derive(Debug, Default)]
 struct Member {
     /// Added by a DIM registration of the member itself rather than configured.
     announced: bool,
+    /// The registrations that announce it (announced members leave when none is left).
+    owners: BTreeSet<RegKey>,
+    /// An announced member's own addresses: only entries pointing at one of them are served.
+    own: HashSet<IpAddr>,
+    /// Connection attempts failed in a row.
+    failures: u32,
     connected: bool,
     /// Its entries count in the views (connected, or lost and not yet failed to reconnect).
     live: bool,
     last_error: Option<String>,
     last_change: Option<SystemTime>,
     /// The member's NVM subsystem entries as each host would see them.
-    logs: HashMap<String, Vec<DiscoveryLogEntry>>,
+    logs: HashMap<String, Arc<Vec<DiscoveryLogEntry>>>,
 }
 
 /// One host that connected to the CDC.
 #[derive(Debug)]
 struct Host {
     last_seen: Instant,
+    /// A view was handed out to it (hosts never served are forgotten first).
+    served: bool,
     /// `None` until the first reads for this host are done.
     view: Option<Arc<Vec<DiscoveryLogEntry>>>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct State {
     members: BTreeMap<SocketAddr, Member>,
     hosts: HashMap<String, Host>,
+    /// Moves on every change of what the views are made of (members, their liveness, logs).
+    epoch: u64,
+    trusted: Vec<Trusted>,
+    /// New-host admission: tokens left and when they were counted.
+    tokens: f64,
+    refilled: Instant,
+}
+
+/// What makes two entries the same entry (every field), borrowed, for hashing.
+#[derive(Hash, PartialEq, Eq)]
+struct EntryKey<'a> {
+    head: [u8; 4],
+    ids: [u16; 4],
+    text: [&'a str; 3],
+    tsas: [u8; 3],
+}
+
+fn entry_key(e: &DiscoveryLogEntry) -> EntryKey<'_> {
+    EntryKey {
+        head: [e.trtype, e.adrfam, e.subtype, e.treq],
+        ids: [e.portid, e.cntlid, e.asqsz, e.eflags],
+        text: [&e.trsvcid, &e.subnqn, &e.traddr],
+        tsas: [e.tcp_sectype, e.rdma_prtype, e.rdma_cms],
+    }
+}
+
+/// The union of `logs` (in order), each entry once, at most `max` entries: linear in the
+/// entries (a hash set of the ones taken).
+fn union_of<'a>(
+    logs: impl Iterator<Item = &'a Arc<Vec<DiscoveryLogEntry>>>,
+    max: usize,
+) -> Vec<DiscoveryLogEntry> {
+    let mut seen = HashSet::new();
+    let mut out = Vec::new();
+    'all: for log in logs {
+        for e in log.iter() {
+            if out.len() >= max {
+                break 'all;
+            }
+            if seen.insert(entry_key(e)) {
+                out.push(e.clone());
+            }
+        }
+    }
+    out
 }
 
 impl State {
+    fn new(trusted: Vec<Trusted>, burst: u32) -> State {
+        State {
+            members: BTreeMap::new(),
+            hosts: HashMap::new(),
+            epoch: 0,
+            trusted,
+            tokens: f64::from(burst),
+            refilled: Instant::now(),
+        }
+    }
+
+    /// The live members' logs for `host`, in member order (cheap: `Arc` clones).
+    fn inputs(&self, host: &str) -> Logs {
+        self.members
+            .values()
+            .filter(|m| m.live)
+            .filter_map(|m| m.logs.get(host).cloned())
+            .collect()
+    }
+
     /// The union of the live members' entries for `host`, in member order, each entry once.
+    #[cfg(test)]
     fn union(&self, host: &str) -> Vec<DiscoveryLogEntry> {
-        let mut out: Vec<DiscoveryLogEntry> = Vec::new();
-        for m in self.members.values().filter(|m| m.live) {
-            for e in m.logs.get(host).into_iter().flatten() {
-                if !out.contains(e) {
-                    out.push(e.clone());
-                }
-            }
-        }
-        out
+        union_of(self.inputs(host).iter(), usize::MAX)
     }
 
-    /// Recompute the view of every host that has one; true when any changed.
-    fn recompute_all(&mut self) -> bool {
-        let names: Vec<String> = self.hosts.keys().cloned().collect();
-        let mut changed = false;
-        for h in names {
-            changed |= self.recompute(&h, false);
-        }
-        changed
-    }
-
-    /// Recompute the view of `host` (created when `first`); true when an existing view changed.
-    fn recompute(&mut self, host: &str, first: bool) -> bool {
-        let next = self.union(host);
+    /// Install `next` as the view of `host` (created when `first`); true when an existing
+    /// view changed.
+    fn install(&mut self, host: &str, next: Vec<DiscoveryLogEntry>, first: bool) -> bool {
         let Some(h) = self.hosts.get_mut(host) else {
             return false;
         };
@@ -236,6 +370,39 @@ impl State {
             }
             None => false,
         }
+    }
+
+    /// Recompute, under the lock, the view of `host`; see [`State::install`].
+    #[cfg(test)]
+    fn recompute(&mut self, host: &str, first: bool) -> bool {
+        let next = self.union(host);
+        self.install(host, next, first)
+    }
+
+    /// Recompute, under the lock, every view; true when any changed.
+    #[cfg(test)]
+    fn recompute_all(&mut self) -> bool {
+        let names: Vec<String> = self.hosts.keys().cloned().collect();
+        let mut changed = false;
+        for h in names {
+            changed |= self.recompute(&h, false);
+        }
+        changed
+    }
+
+    /// Is the sender of `reg` a discovery controller this CDC trusts?
+    fn trusts(&self, reg: &DimRegistration) -> bool {
+        let ip = reg.peer.map(|p| p.ip());
+        reg.authenticated
+            || self.trusted.iter().any(|t| match t {
+                Trusted::Address(a) => Some(*a) == ip,
+                Trusted::Nqn(n) => *n == reg.hostnqn,
+            })
+            || ip.is_some_and(|ip| {
+                self.members
+                    .iter()
+                    .any(|(a, m)| !m.announced && a.ip() == ip)
+            })
     }
 }
 
@@ -253,27 +420,45 @@ impl Shared {
         self.st.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Note `hostnqn` as seen; a new host is recorded (forgetting the least recently seen one
-    /// past the bound) and its first reads are started.
+    /// Note `hostnqn` as seen; a new host is recorded (forgetting one never served, or one
+    /// not served for `host_protect`, when the table is full) and its first reads are queued,
+    /// at most `new_hosts_per_sec`. A host not admitted now is admitted on a later call (it
+    /// polls CSTS until RDY).
     fn touch(&self, st: &mut State, hostnqn: &str) {
         let now = Instant::now();
         if let Some(h) = st.hosts.get_mut(hostnqn) {
             h.last_seen = now;
             return;
         }
-        if st.hosts.len() >= self.cfg.max_hosts.max(1)
-            && let Some(old) = st
+        let rate = f64::from(self.cfg.new_hosts_per_sec.max(1));
+        let elapsed = now.saturating_duration_since(st.refilled).as_secs_f64();
+        st.tokens = (st.tokens + elapsed * rate).min(rate);
+        st.refilled = now;
+        if st.tokens < 1.0 {
+            return;
+        }
+        if st.hosts.len() >= self.cfg.max_hosts.max(1) {
+            let protect = self.cfg.host_protect;
+            let victim = st
                 .hosts
                 .iter()
-                .min_by_key(|(_, h)| h.last_seen)
-                .map(|(n, _)| n.clone())
-        {
-            forget_host(st, &old);
+                .filter(|(_, h)| !h.served || now.saturating_duration_since(h.last_seen) >= protect)
+                .min_by_key(|(_, h)| (h.served, h.last_seen))
+                .map(|(n, _)| n.clone());
+            match victim {
+                Some(old) => forget_host(st, &old),
+                None => {
+                    crate::refused_host(hostnqn);
+                    return;
+                }
+            }
         }
+        st.tokens -= 1.0;
         st.hosts.insert(
             hostnqn.to_string(),
             Host {
                 last_seen: now,
+                served: false,
                 view: None,
             },
         );
@@ -319,28 +504,78 @@ impl CentralDiscovery for Shared {
     fn entries(&self, hostnqn: &str) -> Option<Arc<Vec<DiscoveryLogEntry>>> {
         let mut st = self.lock();
         self.touch(&mut st, hostnqn);
-        st.hosts.get(hostnqn).and_then(|h| h.view.clone())
+        let h = st.hosts.get_mut(hostnqn)?;
+        let v = h.view.clone();
+        h.served |= v.is_some();
+        v
+    }
+
+    fn admit(&self, task: DimTask, reg: &DimRegistration) -> Result<(), DimDenial> {
+        let st = self.lock();
+        if !st.trusts(reg) {
+            return Err(DimDenial::Untrusted);
+        }
+        if task != DimTask::Deregister {
+            let new = announced_addrs(reg)
+                .iter()
+                .filter(|a| !st.members.contains_key(a))
+                .count();
+            if new > 0 && st.members.len() + new > self.cfg.max_members {
+                return Err(DimDenial::Full);
+            }
+        }
+        Ok(())
     }
 
     fn registered(&self, reg: &DimRegistration) {
         let addrs = announced_addrs(reg);
         if !addrs.is_empty() {
-            let _ = self.tx.send(Cmd::Announce(addrs));
+            let mut own: HashSet<IpAddr> = addrs.iter().map(|a| a.ip()).collect();
+            own.extend(reg.peer.map(|p| p.ip()));
+            let _ = self.tx.send(Cmd::Announce {
+                key: (reg.hostnqn.clone(), reg.entity_nqn.clone()),
+                addrs,
+                own,
+            });
         }
+    }
+
+    fn replaced(&self, old: &DimRegistration, new: &DimRegistration) {
+        let keep = announced_addrs(new);
+        let gone: Vec<SocketAddr> = announced_addrs(old)
+            .into_iter()
+            .filter(|a| !keep.contains(a))
+            .collect();
+        if !gone.is_empty() {
+            let _ = self.tx.send(Cmd::Withdraw {
+                key: (old.hostnqn.clone(), old.entity_nqn.clone()),
+                addrs: gone,
+            });
+        }
+        self.registered(new);
     }
 
     fn deregistered(&self, reg: &DimRegistration) {
         let addrs = announced_addrs(reg);
         if !addrs.is_empty() {
-            let _ = self.tx.send(Cmd::Withdraw(addrs));
+            let _ = self.tx.send(Cmd::Withdraw {
+                key: (reg.hostnqn.clone(), reg.entity_nqn.clone()),
+                addrs,
+            });
         }
     }
+}
+
+/// A new host refused because every known host was served recently (logged at a bounded
+/// rate).
+fn refused_host(hostnqn: &str) {
+    nvmf_target::warn_every!(host = %hostnqn, "central discovery: host table full of active hosts, new host waits");
 }
 
 /// The NVMe/TCP discovery services a discovery controller announced with DIM (TP 8010 pull
 /// registration: ETYPE DDC, one transport entry per discovery port).
 fn announced_addrs(reg: &DimRegistration) -> Vec<SocketAddr> {
-    if reg.entity_type != nvme_spec::dim::EntityType::Ddc {
+    if reg.entity_type != EntityType::Ddc {
         return Vec::new();
     }
     let mut out = Vec::new();
@@ -377,7 +612,7 @@ impl Cdc {
     /// Start a CDC over `cfg.members` and make it `target`'s [`CentralDiscovery`].
     pub fn start(target: &Arc<Target>, cfg: CdcConfig) -> std::io::Result<Cdc> {
         let (tx, rx) = mpsc::unbounded_channel();
-        let mut st = State::default();
+        let mut st = State::new(cfg.trusted.clone(), cfg.new_hosts_per_sec.max(1));
         for m in &cfg.members {
             st.members.insert(*m, Member::default());
         }
@@ -428,18 +663,29 @@ impl Cdc {
 
     /// Remove member `addr` (its entries leave every view at once); false if it is not one.
     pub fn remove_member(&self, addr: SocketAddr) -> bool {
-        let changed = {
+        {
             let mut st = self.shared.lock();
             if st.members.remove(&addr).is_none() {
                 return false;
             }
-            st.recompute_all()
-        };
+            st.epoch += 1;
+        }
         let _ = self.shared.tx.send(Cmd::Remove(addr));
-        if changed {
+        if refresh_views(&self.shared) {
             self.shared.changed();
         }
         true
+    }
+
+    /// Who may announce itself besides configured members and authenticated connections.
+    pub fn trusted(&self) -> Vec<Trusted> {
+        self.shared.lock().trusted.clone()
+    }
+
+    /// Replace the trusted list: later registrations are checked against it (members already
+    /// announced stay until withdrawn, unreachable or removed).
+    pub fn set_trusted(&self, list: Vec<Trusted>) {
+        self.shared.lock().trusted = list;
     }
 
     /// Every member, in address order.
@@ -448,12 +694,12 @@ impl Cdc {
         st.members
             .iter()
             .map(|(a, m)| {
-                let mut distinct: Vec<&DiscoveryLogEntry> = Vec::new();
-                for e in m.logs.values().flatten() {
-                    if !distinct.contains(&e) {
-                        distinct.push(e);
-                    }
-                }
+                let distinct: HashSet<EntryKey<'_>> = m
+                    .logs
+                    .values()
+                    .flat_map(|l| l.iter())
+                    .map(entry_key)
+                    .collect();
                 MemberStatus {
                     address: *a,
                     connected: m.connected,
@@ -496,21 +742,29 @@ impl Drop for Cdc {
     }
 }
 
-/// The CDC's thread: member tasks, first reads of new hosts, forgetting idle hosts.
+/// The CDC's thread: member tasks, first reads of new hosts (a bounded number at once),
+/// forgetting idle hosts.
 async fn run(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Cmd>) {
     let mut tasks: HashMap<SocketAddr, tokio::task::JoinHandle<()>> = HashMap::new();
     let mut firsts = tokio::task::JoinSet::new();
+    // New hosts whose first reads wait for a slot (bounded: hosts are admitted at a bounded
+    // rate into a bounded table).
+    let mut waiting: VecDeque<String> = VecDeque::new();
+    let max_firsts = shared.cfg.max_first_reads.max(1);
     for m in shared.cfg.members.clone() {
         tasks.insert(m, tokio::spawn(member_loop(shared.clone(), m)));
     }
     let mut gc = tokio::time::interval(Duration::from_secs(30).min(shared.cfg.host_idle));
     gc.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
+        while firsts.len() < max_firsts
+            && let Some(h) = waiting.pop_front()
+        {
+            firsts.spawn(first_reads(shared.clone(), h));
+        }
         tokio::select! {
             cmd = rx.recv() => match cmd {
-                Some(Cmd::HostSeen(h)) => {
-                    firsts.spawn(first_reads(shared.clone(), h));
-                }
+                Some(Cmd::HostSeen(h)) => waiting.push_back(h),
                 Some(Cmd::Add(a)) => {
                     if let Some(old) = tasks.insert(a, tokio::spawn(member_loop(shared.clone(), a))) {
                         old.abort();
@@ -521,23 +775,44 @@ async fn run(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Cmd>) {
                         t.abort();
                     }
                 }
-                Some(Cmd::Announce(addrs)) => {
+                Some(Cmd::Announce { key, addrs, own }) => {
                     let mut st = shared.lock();
                     for a in addrs {
-                        if st.members.contains_key(&a) {
+                        if let Some(m) = st.members.get_mut(&a) {
+                            if m.announced {
+                                m.owners.insert(key.clone());
+                                m.own.extend(own.iter().copied());
+                            }
                             continue;
                         }
-                        tracing::info!(member = %a, "central discovery: member announced itself");
-                        st.members.insert(a, Member { announced: true, ..Member::default() });
-                        tasks.insert(a, tokio::spawn(member_loop(shared.clone(), a)));
+                        if st.members.len() >= shared.cfg.max_members {
+                            nvmf_target::warn_every!(member = %a, "central discovery: member limit reached, announcement ignored");
+                            continue;
+                        }
+                        tracing::info!(member = %a, host = %key.0, "central discovery: member announced itself");
+                        let m = Member {
+                            announced: true,
+                            owners: BTreeSet::from([key.clone()]),
+                            own: own.clone(),
+                            ..Member::default()
+                        };
+                        st.members.insert(a, m);
+                        if let Some(old) = tasks.insert(a, tokio::spawn(member_loop(shared.clone(), a))) {
+                            old.abort();
+                        }
                     }
                 }
-                Some(Cmd::Withdraw(addrs)) => {
-                    let changed = {
+                Some(Cmd::Withdraw { key, addrs }) => {
+                    let any = {
                         let mut st = shared.lock();
                         let mut any = false;
                         for a in addrs {
-                            if st.members.get(&a).is_some_and(|m| m.announced) {
+                            let Some(m) = st.members.get_mut(&a) else { continue };
+                            if !m.announced {
+                                continue;
+                            }
+                            m.owners.remove(&key);
+                            if m.owners.is_empty() {
                                 tracing::info!(member = %a, "central discovery: announced member withdrawn");
                                 st.members.remove(&a);
                                 if let Some(t) = tasks.remove(&a) {
@@ -546,16 +821,22 @@ async fn run(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Cmd>) {
                                 any = true;
                             }
                         }
-                        any && st.recompute_all()
+                        if any {
+                            st.epoch += 1;
+                        }
+                        any
                     };
-                    if changed {
+                    if any && refresh_views(&shared) {
                         shared.changed();
                     }
                 }
                 Some(Cmd::Stop) | None => break,
             },
             Some(_) = firsts.join_next(), if !firsts.is_empty() => {}
-            _ = gc.tick() => forget_idle_hosts(&shared),
+            _ = gc.tick() => {
+                forget_idle_hosts(&shared);
+                tasks.retain(|_, t| !t.is_finished());
+            }
         }
     }
     for (_, t) in tasks.drain() {
@@ -564,6 +845,44 @@ async fn run(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Cmd>) {
     firsts.abort_all();
     // Let the aborted tasks drop their connections (closing the sockets).
     tokio::task::yield_now().await;
+}
+
+/// Recompute every host's view outside the lock and swap the new views in; true when any
+/// changed. The inputs are `Arc`s of the members' logs taken under the lock; when what the
+/// views are made of changed meanwhile (the epoch moved) it starts again, a few times, then
+/// settles for the last result.
+fn refresh_views(shared: &Shared) -> bool {
+    let max = shared.cfg.max_view_entries.max(1);
+    let mut changed = false;
+    for attempt in 0..4 {
+        let (epoch, inputs): (u64, Vec<(String, Logs)>) = {
+            let st = shared.lock();
+            (
+                st.epoch,
+                st.hosts
+                    .iter()
+                    .filter(|(_, h)| h.view.is_some())
+                    .map(|(n, _)| (n.clone(), st.inputs(n)))
+                    .collect(),
+            )
+        };
+        let views: Vec<(String, Vec<DiscoveryLogEntry>)> = inputs
+            .into_iter()
+            .map(|(h, logs)| {
+                let v = union_of(logs.iter(), max);
+                (h, v)
+            })
+            .collect();
+        let mut st = shared.lock();
+        if st.epoch != epoch && attempt < 3 {
+            continue;
+        }
+        for (h, v) in views {
+            changed |= st.install(&h, v, false);
+        }
+        break;
+    }
+    changed
 }
 
 /// Forget hosts idle for longer than `host_idle` that have no discovery connection to the CDC.
@@ -618,11 +937,14 @@ async fn fetch(
     }
 }
 
-/// Store what member `addr` shows each host; true when the member's entries changed for any.
+/// Store what member `addr` shows each host (an announced member: only entries pointing at
+/// its own addresses; at most `max_entries` per host); true when the member's entries changed
+/// for any.
 fn store(
     st: &mut State,
     addr: SocketAddr,
     results: Vec<(String, Result<Vec<DiscoveryLogEntry>, String>)>,
+    max_entries: usize,
 ) -> bool {
     let Some(m) = st.members.get_mut(&addr) else {
         return false;
@@ -630,10 +952,30 @@ fn store(
     let mut changed = false;
     for (host, r) in results {
         match r {
-            Ok(entries) => {
-                if m.logs.get(&host) != Some(&entries) {
+            Ok(mut entries) => {
+                if m.announced {
+                    let before = entries.len();
+                    entries.retain(|e| {
+                        e.traddr
+                            .trim()
+                            .parse::<IpAddr>()
+                            .is_ok_and(|ip| m.own.contains(&ip))
+                    });
+                    if entries.len() != before {
+                        nvmf_target::warn_every!(
+                            member = %addr,
+                            dropped = before - entries.len(),
+                            "central discovery: announced member lists entries that are not its own"
+                        );
+                    }
+                }
+                if entries.len() > max_entries {
+                    nvmf_target::warn_every!(member = %addr, entries = entries.len(), max_entries, "central discovery: member log truncated");
+                    entries.truncate(max_entries);
+                }
+                if m.logs.get(&host).map(|l| &***l) != Some(&entries[..]) {
                     changed = true;
-                    m.logs.insert(host, entries);
+                    m.logs.insert(host, Arc::new(entries));
                 }
             }
             Err(e) => {
@@ -645,6 +987,7 @@ fn store(
     }
     if changed {
         m.last_change = Some(SystemTime::now());
+        st.epoch += 1;
     }
     changed
 }
@@ -681,11 +1024,11 @@ async fn refresh_member(shared: &Arc<Shared>, addr: SocketAddr) {
         return;
     }
     let results = read_for_hosts(shared, addr, hosts).await;
-    let changed = {
+    let stored = {
         let mut st = shared.lock();
-        store(&mut st, addr, results) && st.recompute_all()
+        store(&mut st, addr, results, shared.cfg.max_member_entries)
     };
-    if changed {
+    if stored && refresh_views(shared) {
         tracing::debug!(member = %addr, "central discovery: views changed");
         shared.changed();
     }
@@ -715,11 +1058,17 @@ async fn first_reads(shared: Arc<Shared>, host: String) {
             results.push(r);
         }
     }
-    let mut st = shared.lock();
-    for (a, h, r) in results {
-        store(&mut st, a, vec![(h, r)]);
-    }
-    st.recompute(&host, true);
+    let inputs = {
+        let mut st = shared.lock();
+        for (a, h, r) in results {
+            store(&mut st, a, vec![(h, r)], shared.cfg.max_member_entries);
+        }
+        st.inputs(&host)
+    };
+    let view = union_of(inputs.iter(), shared.cfg.max_view_entries.max(1));
+    // A member change meanwhile reaches this view through its own refresh, which recomputes
+    // every view that exists by then.
+    shared.lock().install(&host, view, true);
 }
 
 /// The persistent discovery connection to member `addr`, for as long as it is a member.
@@ -752,9 +1101,11 @@ async fn member_loop(shared: Arc<Shared>, addr: SocketAddr) {
                     };
                     m.connected = true;
                     m.last_error = None;
+                    m.failures = 0;
                     let was_live = std::mem::replace(&mut m.live, true);
                     if !was_live {
                         m.last_change = Some(SystemTime::now());
+                        st.epoch += 1;
                     }
                 }
                 tracing::info!(member = %addr, "central discovery: member connected");
@@ -785,23 +1136,35 @@ async fn member_loop(shared: Arc<Shared>, addr: SocketAddr) {
                 tracing::warn!(member = %addr, "central discovery: member connection lost");
             }
             Err(e) => {
-                let changed = {
+                let (was_live, leave) = {
                     let mut st = shared.lock();
                     let Some(m) = st.members.get_mut(&addr) else {
                         return;
                     };
                     m.connected = false;
                     m.last_error = Some(e.to_string());
+                    m.failures = m.failures.saturating_add(1);
+                    let leave = m.announced && m.failures >= shared.cfg.announced_attempts.max(1);
                     let was_live = std::mem::replace(&mut m.live, false);
                     if was_live {
                         m.logs.clear();
                         m.last_change = Some(SystemTime::now());
                         tracing::warn!(member = %addr, error = %e, "central discovery: member gone");
                     }
-                    was_live && st.recompute_all()
+                    if leave {
+                        tracing::warn!(member = %addr, attempts = m.failures, "central discovery: announced member unreachable, it leaves");
+                        st.members.remove(&addr);
+                    }
+                    if was_live || leave {
+                        st.epoch += 1;
+                    }
+                    (was_live, leave)
                 };
-                if changed {
+                if (was_live || leave) && refresh_views(&shared) {
                     shared.changed();
+                }
+                if leave {
+                    return;
                 }
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(shared.cfg.backoff_max.max(BACKOFF_MIN));
@@ -845,7 +1208,7 @@ mod tests {
     fn union_keeps_live_members_in_order_once() {
         let a: SocketAddr = "10.0.0.1:8009".parse().unwrap();
         let b: SocketAddr = "10.0.0.2:8009".parse().unwrap();
-        let mut st = State::default();
+        let mut st = State::new(vec![], 1);
         for (addr, entries) in [
             (a, vec![e("nqn.x:1", "4420"), e("nqn.x:s", "4420")]),
             (b, vec![e("nqn.x:s", "4420"), e("nqn.x:2", "4420")]),
@@ -854,13 +1217,14 @@ mod tests {
                 live: true,
                 ..Default::default()
             };
-            m.logs.insert("nqn.h:1".into(), entries);
+            m.logs.insert("nqn.h:1".into(), Arc::new(entries));
             st.members.insert(addr, m);
         }
         st.hosts.insert(
             "nqn.h:1".into(),
             Host {
                 last_seen: Instant::now(),
+                served: false,
                 view: None,
             },
         );
@@ -874,5 +1238,75 @@ mod tests {
         assert!(st.recompute_all());
         assert_eq!(st.hosts["nqn.h:1"].view.as_ref().map(|v| v.len()), Some(2));
         assert!(!st.recompute_all());
+    }
+
+    /// C5: the union is linear (a hash set) and bounded per view.
+    #[test]
+    fn union_is_bounded_and_fast() {
+        let many = |tag: &str| {
+            Arc::new(
+                (0..1024)
+                    .map(|i| e(&format!("nqn.x:{tag}{i}"), "4420"))
+                    .collect::<Vec<_>>(),
+            )
+        };
+        let (a, b) = (many("a"), many("b"));
+        let t0 = Instant::now();
+        let v = union_of([&a, &a, &b].into_iter(), usize::MAX);
+        assert_eq!(v.len(), 2048);
+        let v = union_of([&a, &b].into_iter(), 1024);
+        assert_eq!(v.len(), 1024);
+        assert!(
+            t0.elapsed() < Duration::from_millis(500),
+            "{:?}",
+            t0.elapsed()
+        );
+    }
+
+    fn reg(hostnqn: &str, peer: &str, authenticated: bool) -> DimRegistration {
+        let now = Instant::now();
+        DimRegistration {
+            hostnqn: hostnqn.into(),
+            hostid: [0; 16],
+            entity_type: EntityType::Ddc,
+            entity_nqn: hostnqn.into(),
+            name: String::new(),
+            version: String::new(),
+            symname: None,
+            entries: vec![],
+            local: "10.0.0.9:8009".parse().unwrap(),
+            peer: Some(peer.parse().unwrap()),
+            registered: now,
+            updated: now,
+            authenticated,
+            admitted: false,
+        }
+    }
+
+    /// C1: who the CDC trusts to announce: listed addresses and NQNs, configured members'
+    /// addresses, authenticated connections; nobody else (empty by default).
+    #[test]
+    fn trust_is_explicit() {
+        let mut st = State::new(vec![], 1);
+        let evil = reg("nqn.x:evil", "10.0.0.66:1234", false);
+        assert!(!st.trusts(&evil));
+        assert!(st.trusts(&reg("nqn.x:evil", "10.0.0.66:1234", true)));
+        st.members
+            .insert("10.0.0.1:8009".parse().unwrap(), Member::default());
+        assert!(st.trusts(&reg("nqn.x:a", "10.0.0.1:40000", false)));
+        // An announced member's address is not a reason to trust.
+        st.members.insert(
+            "10.0.0.66:8009".parse().unwrap(),
+            Member {
+                announced: true,
+                ..Member::default()
+            },
+        );
+        assert!(!st.trusts(&evil));
+        st.trusted = vec![Trusted::Address("10.0.0.66".parse().unwrap())];
+        assert!(st.trusts(&evil));
+        st.trusted = vec![Trusted::Nqn("nqn.x:evil".into())];
+        assert!(st.trusts(&evil));
+        assert!(!st.trusts(&reg("nqn.x:other", "10.0.0.66:1234", false)));
     }
 }

@@ -43,13 +43,26 @@ struct Box1 {
 
 impl Box1 {
     fn start(subsystems: Vec<Subsystem>) -> Box1 {
+        Box1::start_on("127.0.0.1", subsystems)
+    }
+
+    /// A box on loopback address `ip` (connections to it still come from 127.0.0.1).
+    fn start_on(ip: &str, subsystems: Vec<Subsystem>) -> Box1 {
         let target = Arc::new(Target::new(
             subsystems,
             vec![],
             TargetLimits::default(),
             Instant::now(),
         ));
-        Box1::serve(target, "127.0.0.1:0".parse().unwrap())
+        Box1::serve(target, format!("{ip}:0").parse().unwrap())
+    }
+
+    /// TCP connections the box accepted so far.
+    fn accepted(&self) -> u64 {
+        self.target
+            .events
+            .connections_accepted
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     fn serve(target: Arc<Target>, at: SocketAddr) -> Box1 {
@@ -107,12 +120,23 @@ impl Drop for Box1 {
 
 /// A CDC box (no subsystems of its own) over `members`.
 fn cdc(members: &[SocketAddr]) -> (Box1, Cdc) {
+    cdc_with(members, |_| {})
+}
+
+/// A CDC box over `members`, its configuration changed by `f`.
+fn cdc_with(members: &[SocketAddr], f: impl FnOnce(&mut CdcConfig)) -> (Box1, Cdc) {
     let b = Box1::start(vec![]);
     let mut cfg = CdcConfig::new(members.to_vec(), "nqn.2026-11.io.example:cdc".into());
     cfg.fetch_timeout = Duration::from_secs(1);
     cfg.backoff_max = Duration::from_millis(400);
+    f(&mut cfg);
     let c = Cdc::start(&b.target, cfg).unwrap();
     (b, c)
+}
+
+/// Loopback connections come from 127.0.0.1: trust it to announce.
+fn trust_loopback(cfg: &mut CdcConfig) {
+    cfg.trusted = vec![ebof_cdc::Trusted::Address("127.0.0.1".parse().unwrap())];
 }
 
 fn host(nqn: &str) -> HostConfig {
@@ -391,7 +415,7 @@ async fn a_first_time_host_waits_for_a_member_that_does_not_answer() {
 #[tokio::test]
 async fn a_member_announces_itself_by_dim() {
     let a = Box1::start(vec![subsystem("nqn.2026-11.io.example:a-1", None)]);
-    let (c, cdc) = cdc(&[]);
+    let (c, cdc) = cdc_with(&[], trust_loopback);
     let (h, mut ev) = persistent(c.addr, HOST1).await;
     assert!(nqns(&h.discovery_log().await.unwrap()).is_empty());
     let t0 = Instant::now();
@@ -423,5 +447,242 @@ async fn a_member_announces_itself_by_dim() {
     until(&h, &mut ev, &[]).await;
     assert!(cdc.members().is_empty());
     h.disconnect().await;
+    cdc.stop();
+}
+
+/// DIM as a discovery controller sends it: `task` for ETYPE DDC `eid` with one NVMe/TCP entry
+/// per address of `addrs`. Returns the completion's status.
+async fn send_dim(
+    ctrl: &Controller,
+    task: nvme_spec::dim::DimTask,
+    eid: &str,
+    addrs: &[SocketAddr],
+) -> Result<(), String> {
+    let data = nvme_spec::dim::DimData::discovery_controller(
+        nvme_spec::dim::EntityType::Ddc,
+        eid,
+        "x",
+        "x",
+        addrs,
+    )
+    .encode();
+    let mut sqe = nvme_spec::Sqe::new(
+        nvme_spec::opcode::admin::DISCOVERY_INFO_MGMT,
+        nvme_spec::CommandId(0),
+    );
+    sqe.set_cdw(10, task.cdw10());
+    ctrl.admin(sqe, nvmf_host::DataDir::ToController, data, 0)
+        .await
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+/// Review C1: a client with any host NQN announces an "attacker" box by DIM; the CDC must not
+/// serve its entries to anybody unless it trusts the sender.
+#[tokio::test]
+async fn an_untrusted_discovery_controller_cannot_announce() {
+    let a = Box1::start_on(
+        "127.0.0.2",
+        vec![subsystem("nqn.2026-11.io.example:a-1", None)],
+    );
+    let x = Box1::start_on(
+        "127.0.0.3",
+        vec![subsystem("nqn.2026-11.io.example:a-1", None)],
+    );
+    let (c, cdc) = cdc(&[a.addr]);
+    wait_connected(&cdc, 1).await;
+    let client = Controller::connect(
+        c.addr,
+        nvme_spec::DISCOVERY_NQN,
+        &host("nqn.2026-11.io.evil:ddc"),
+    )
+    .await
+    .unwrap();
+    let r = send_dim(
+        &client,
+        nvme_spec::dim::DimTask::Register,
+        "nqn.2026-11.io.evil:ddc",
+        &[x.addr],
+    )
+    .await;
+    assert!(r.is_err(), "an untrusted pull registration was accepted");
+    assert!(c.target.dim_registrations().is_empty());
+    let log = nvmf_host::discover(c.addr, &host(HOST1)).await.unwrap();
+    for e in &log.entries {
+        assert_ne!(e.traddr, "127.0.0.3", "the attacker's box is served: {e:?}");
+    }
+    assert_eq!(cdc.members().len(), 1);
+    assert_eq!(
+        c.target
+            .events
+            .dim_refusals
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+    // Trusted live: the same registration is admitted now.
+    cdc.set_trusted(vec![ebof_cdc::Trusted::Nqn(
+        "nqn.2026-11.io.evil:ddc".into(),
+    )]);
+    send_dim(
+        &client,
+        nvme_spec::dim::DimTask::Register,
+        "nqn.2026-11.io.evil:ddc",
+        &[x.addr],
+    )
+    .await
+    .unwrap();
+    wait_connected(&cdc, 2).await;
+    client.disconnect().await;
+    cdc.stop();
+}
+
+/// Review C2: re-registration withdraws what it replaces, deregistration leaves nothing, and
+/// an announced member that cannot be reached leaves after a bounded number of attempts.
+#[tokio::test]
+async fn announced_members_are_replaced_withdrawn_and_expire() {
+    let (c, cdc) = cdc_with(&[], |cfg| {
+        trust_loopback(cfg);
+        cfg.announced_attempts = 3;
+        cfg.backoff_max = Duration::from_millis(100);
+    });
+    // Ports nobody listens on (bound, then closed).
+    let dead: Vec<SocketAddr> = (0..160)
+        .map(|_| {
+            std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+        })
+        .collect();
+    let me = "nqn.2026-11.io.example:ddc-moving";
+    let client = Controller::connect(c.addr, nvme_spec::DISCOVERY_NQN, &host(me))
+        .await
+        .unwrap();
+    for round in dead.chunks(16).take(10) {
+        send_dim(&client, nvme_spec::dim::DimTask::Register, me, round)
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(cdc.members().len() <= 32, "{}", cdc.members().len());
+    }
+    send_dim(
+        &client,
+        nvme_spec::dim::DimTask::Deregister,
+        me,
+        &dead[144..],
+    )
+    .await
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !cdc.members().is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "{} members left",
+            cdc.members().len()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Registered and never reachable: gone after three attempts, registration or not.
+    send_dim(&client, nvme_spec::dim::DimTask::Register, me, &dead[..1])
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while cdc.members().is_empty() {
+        assert!(Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    while !cdc.members().is_empty() {
+        assert!(Instant::now() < deadline, "{:?}", cdc.members());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // It comes back when it registers again.
+    send_dim(&client, nvme_spec::dim::DimTask::Register, me, &dead[..1])
+        .await
+        .unwrap();
+    while cdc.members().is_empty() {
+        assert!(Instant::now() < deadline + Duration::from_secs(5));
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    client.disconnect().await;
+    cdc.stop();
+}
+
+/// The CDC's member limit: an announcement beyond it is refused (Insufficient Discovery
+/// Resources), configured members are not counted against announcers' room only.
+#[tokio::test]
+async fn announcements_beyond_the_member_limit_are_refused() {
+    let (c, cdc) = cdc_with(&[], |cfg| {
+        trust_loopback(cfg);
+        cfg.max_members = 4;
+    });
+    let dead: Vec<SocketAddr> = (0..5)
+        .map(|_| {
+            std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+        })
+        .collect();
+    let me = "nqn.2026-11.io.example:ddc-many";
+    let client = Controller::connect(c.addr, nvme_spec::DISCOVERY_NQN, &host(me))
+        .await
+        .unwrap();
+    send_dim(&client, nvme_spec::dim::DimTask::Register, me, &dead[..4])
+        .await
+        .unwrap();
+    let r = send_dim(
+        &client,
+        nvme_spec::dim::DimTask::Register,
+        "nqn.2026-11.io.example:ddc-more",
+        &dead[4..],
+    )
+    .await;
+    assert!(r.is_err(), "fifth member admitted");
+    client.disconnect().await;
+    cdc.stop();
+}
+
+/// Review C4: a flood of fresh host NQNs neither evicts a real host's view nor makes the
+/// members take one connection per NQN: new hosts are admitted at a bounded rate, first reads
+/// run a bounded number at once, and a full table forgets hosts never served first.
+#[tokio::test]
+async fn a_flood_of_host_nqns_neither_evicts_nor_amplifies() {
+    let boxes: Vec<Box1> = (0..3)
+        .map(|i| {
+            Box1::start(vec![subsystem(
+                &format!("nqn.2026-11.io.example:m{i}"),
+                None,
+            )])
+        })
+        .collect();
+    let addrs: Vec<SocketAddr> = boxes.iter().map(|b| b.addr).collect();
+    let (c, cdc) = cdc_with(&addrs, |cfg| {
+        cfg.max_hosts = 16;
+        cfg.new_hosts_per_sec = 100;
+    });
+    wait_connected(&cdc, 3).await;
+    assert_eq!(discover(c.addr, HOST1).await.len(), 3);
+    let before: u64 = boxes.iter().map(|b| b.accepted()).sum();
+    let central = c.target.central().unwrap();
+    let t0 = Instant::now();
+    for i in 0..2000 {
+        // What a discovery Connect with this host NQN does.
+        central.host_seen(&format!("nqn.2026-11.io.flood:h{i}"));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let spent = t0.elapsed().as_secs_f64();
+    let after: u64 = boxes.iter().map(|b| b.accepted()).sum();
+    let conns = after - before;
+    eprintln!("2000 host NQNs in {spent:.2} s: {conns} member connections");
+    // At most (burst + rate × time) hosts, one read per member each.
+    assert!(
+        conns as f64 <= 3.0 * (100.0 + 100.0 * spent) + 3.0,
+        "{conns}"
+    );
+    assert!(cdc.known_hosts() <= 16);
+    // HOST1 (served, recently active) kept its view: answered at once, without a read.
+    let n = boxes.iter().map(|b| b.accepted()).sum::<u64>();
+    assert!(central.entries(HOST1).is_some_and(|v| v.len() == 3));
+    assert_eq!(boxes.iter().map(|b| b.accepted()).sum::<u64>(), n);
     cdc.stop();
 }

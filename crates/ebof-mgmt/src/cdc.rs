@@ -1,7 +1,7 @@
 //! The Central Discovery Controller through the API: its members' state, and live member
 //! add/remove kept in step with the running configuration (`[cdc] members`).
 
-use crate::api::{ApiError, CdcMemberRequest, CdcMemberView, CdcView, codes};
+use crate::api::{ApiError, CdcMemberRequest, CdcMemberView, CdcTrusted, CdcView, codes};
 use crate::control::Control;
 use std::sync::Arc;
 
@@ -27,6 +27,16 @@ pub fn view(c: &ebof_cdc::Cdc) -> CdcView {
         hosts: c.known_hosts(),
         members: c.members().iter().map(member_view).collect(),
     }
+}
+
+/// `[cdc] trusted` as the CDC takes it.
+pub fn trusted(list: &[ebof_config::TrustedAnnouncer]) -> Vec<ebof_cdc::Trusted> {
+    list.iter()
+        .map(|t| match t {
+            ebof_config::TrustedAnnouncer::Address(a) => ebof_cdc::Trusted::Address(*a),
+            ebof_config::TrustedAnnouncer::Nqn(n) => ebof_cdc::Trusted::Nqn(n.clone()),
+        })
+        .collect()
 }
 
 fn not_a_cdc() -> ApiError {
@@ -87,6 +97,43 @@ impl Control {
             .find(|m| m.address == addr)
             .map(member_view)
             .ok_or_else(|| ApiError::new(codes::INTERNAL, "", "member vanished"))
+    }
+
+    /// `GET /v1/cdc/trusted`.
+    pub fn cdc_trusted(&self) -> Result<CdcTrusted, ApiError> {
+        let cdc = self.cdc.get().ok_or_else(not_a_cdc)?;
+        Ok(CdcTrusted {
+            trusted: cdc.trusted().iter().map(|t| t.to_string()).collect(),
+        })
+    }
+
+    /// `PUT /v1/cdc/trusted`: replace `[cdc] trusted`, live (later registrations are checked
+    /// against it) and in the running configuration. Every entry is an IP address or an NQN;
+    /// the first that is neither is the error (`trusted[i]`), and nothing changes.
+    pub fn set_cdc_trusted(&self, req: &CdcTrusted) -> Result<CdcTrusted, ApiError> {
+        let cdc = self.cdc.get().ok_or_else(not_a_cdc)?.clone();
+        let mut list = Vec::with_capacity(req.trusted.len());
+        for (i, t) in req.trusted.iter().enumerate() {
+            let path = format!("trusted[{i}]");
+            let t = ebof_config::TrustedAnnouncer::parse(t.trim())
+                .map_err(|e| ApiError::from_config(&e.at(&path), &path))?;
+            if !list.contains(&t) {
+                list.push(t);
+            }
+        }
+        self.change(|cfg| {
+            let c = cfg.cdc.as_mut().ok_or_else(not_a_cdc)?;
+            c.trusted = list.clone();
+            cfg.validate()
+                .map_err(|e| ApiError::from_config(&e, "trusted"))?;
+            cdc.set_trusted(trusted(&list));
+            Ok(())
+        })?;
+        tracing::info!(
+            trusted = list.len(),
+            "central discovery: trusted announcers replaced"
+        );
+        self.cdc_trusted()
     }
 
     /// `DELETE /v1/cdc/members/{address}`: remove a member; its entries leave every host's
@@ -224,6 +271,31 @@ mod tests {
         }
         assert_eq!(api.cdc().unwrap().members.len(), 1);
         assert_eq!(c.running().cdc.unwrap().members.len(), 1);
+
+        // Who may announce: empty by default, replaced live, saved, refused whole when bad.
+        assert!(api.cdc_trusted().unwrap().trusted.is_empty());
+        let want = ["10.0.0.2".to_string(), "nqn.2026-11.io.example:ddc".into()];
+        assert_eq!(api.set_cdc_trusted(&want).unwrap().trusted, want);
+        assert_eq!(
+            cdc.trusted(),
+            [
+                ebof_cdc::Trusted::Address("10.0.0.2".parse().unwrap()),
+                ebof_cdc::Trusted::Nqn("nqn.2026-11.io.example:ddc".into())
+            ]
+        );
+        let saved = Config::from_toml_str(&c.running().to_toml_string()).unwrap();
+        assert_eq!(saved.cdc.unwrap().trusted.len(), 2);
+        match api.set_cdc_trusted(&["10.0.0.3".into(), "box-3".into()]) {
+            Err(ClientError::Api(e)) => assert_eq!(
+                (e.code.as_str(), e.path.as_str()),
+                (ebof_config::codes::INVALID_ADDRESS, "trusted[1]"),
+                "{e}"
+            ),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(api.cdc_trusted().unwrap().trusted, want);
+        assert!(api.set_cdc_trusted(&[]).unwrap().trusted.is_empty());
+        assert!(cdc.trusted().is_empty());
         srv.stop();
         cdc.stop();
     }

@@ -370,6 +370,22 @@ impl Client {
         self.json(Method::POST, routes::CDC_MEMBERS, Some(to_json(&req)))
     }
 
+    /// Who may announce itself to the Central Discovery Controller.
+    pub fn cdc_trusted(&self) -> Result<crate::api::CdcTrusted, ClientError> {
+        self.json(Method::GET, routes::CDC_TRUSTED, None)
+    }
+
+    /// Replace who may announce itself to the Central Discovery Controller.
+    pub fn set_cdc_trusted(
+        &self,
+        trusted: &[String],
+    ) -> Result<crate::api::CdcTrusted, ClientError> {
+        let req = crate::api::CdcTrusted {
+            trusted: trusted.to_vec(),
+        };
+        self.json(Method::PUT, routes::CDC_TRUSTED, Some(to_json(&req)))
+    }
+
     /// Remove member `address` from the Central Discovery Controller.
     pub fn remove_cdc_member(&self, address: &str) -> Result<crate::api::CdcView, ClientError> {
         self.json(

@@ -275,6 +275,10 @@ pub fn router(ctx: Ctx) -> Router {
         .route(routes::CDC, get(get_cdc))
         .route(routes::CDC_MEMBERS, post(post_cdc_member))
         .route(routes::CDC_MEMBER, delete(delete_cdc_member))
+        .route(
+            routes::CDC_TRUSTED,
+            get(get_cdc_trusted).put(put_cdc_trusted),
+        )
         .route(routes::NAMESPACE_SNAPSHOTS, post(post_namespace_snapshot))
         .route(routes::SNAPSHOTS, get(get_snapshots))
         .route(routes::SNAPSHOT, delete(delete_snapshot))
@@ -798,6 +802,17 @@ async fn get_cdc(State(c): State<Ctx>) -> Response {
 async fn post_cdc_member(State(c): State<Ctx>, body: Body<api::CdcMemberRequest>) -> Response {
     match body {
         Ok(axum::Json(r)) => blocking(move || c.add_cdc_member(&r)).await,
+        Err(e) => json::<()>(Err(bad_body(e))),
+    }
+}
+
+async fn get_cdc_trusted(State(c): State<Ctx>) -> Response {
+    blocking(move || c.cdc_trusted()).await
+}
+
+async fn put_cdc_trusted(State(c): State<Ctx>, body: Body<api::CdcTrusted>) -> Response {
+    match body {
+        Ok(axum::Json(r)) => blocking(move || c.set_cdc_trusted(&r)).await,
         Err(e) => json::<()>(Err(bad_body(e))),
     }
 }

@@ -52,6 +52,10 @@ pub struct ServeArgs {
     /// (`[management] token_file`).
     #[arg(long, value_name = "PATH")]
     pub mgmt_token_file: Option<PathBuf>,
+    /// A directory the management API may make or open file namespaces in and save the
+    /// configuration to (repeatable; adds to `[management] data_dirs`).
+    #[arg(long, value_name = "DIR")]
+    pub mgmt_data_dir: Vec<PathBuf>,
     /// Serve Prometheus metrics at http://ADDR:PORT/metrics (`[metrics] listen`).
     #[arg(long, value_name = "ADDR:PORT")]
     pub metrics_listen: Option<String>,
@@ -116,6 +120,12 @@ pub fn effective_config(a: &ServeArgs) -> Result<Config> {
     if let Some(p) = &a.mgmt_socket {
         cfg.management.socket = Some(p.clone());
         cfg.management.disabled = false;
+    }
+    for d in &a.mgmt_data_dir {
+        let d = std::path::absolute(d).unwrap_or_else(|_| d.clone());
+        if !cfg.management.data_dirs.contains(&d) {
+            cfg.management.data_dirs.push(d);
+        }
     }
     if let Some(l) = &a.metrics_listen {
         cfg.metrics = Some(
@@ -437,9 +447,15 @@ pub fn run(a: ServeArgs) -> Result<()> {
 fn start_cdc(target: &Arc<nvmf_target::Target>, c: &ebof_config::Cdc) -> Result<ebof_cdc::Cdc> {
     let members: Vec<SocketAddr> = c.members.iter().map(|m| m.socket_addr()).collect();
     let hostnqn = c.hostnqn.clone().unwrap_or_else(ebof_cdc::default_hostnqn);
-    tracing::info!(members = %join(&members), %hostnqn, "central discovery controller");
-    ebof_cdc::Cdc::start(target, ebof_cdc::CdcConfig::new(members, hostnqn))
-        .context("central discovery controller")
+    tracing::info!(
+        members = %join(&members),
+        %hostnqn,
+        trusted = c.trusted.len(),
+        "central discovery controller"
+    );
+    let mut cfg = ebof_cdc::CdcConfig::new(members, hostnqn);
+    cfg.trusted = ebof_mgmt::cdc::trusted(&c.trusted);
+    ebof_cdc::Cdc::start(target, cfg).context("central discovery controller")
 }
 
 /// Announce this box's discovery service to the CDC at `cdc` (`[discovery] cdc`): the bound
