@@ -785,6 +785,10 @@ impl Reactor {
                 return (true, false);
             }
             Input::Closed => {
+                if !c.tls.is_plain() {
+                    // TLS close_notify: what is left, and ours, go out first.
+                    last_words(c);
+                }
                 end(c, ConnEnd::PeerClosed);
                 return (true, false);
             }
@@ -891,11 +895,15 @@ fn end(c: &mut ConnState, why: ConnEnd) {
     }
 }
 
-/// Best-effort blocking-free send of what is left on a closing connection, then half-close
-/// so the host sees the C2HTermReq before the socket goes.
+/// Best-effort blocking-free send of what is left on a closing connection (over TLS then our
+/// close_notify), then half-close so the host sees the C2HTermReq before the socket goes.
 fn last_words(c: &mut ConnState) {
     let mut iov = Vec::with_capacity(IOV_BATCH);
     let _ = send(c, &mut iov);
+    if let ConnTls::On { session, .. } = &mut c.tls {
+        session.close_notify();
+        let _ = send(c, &mut iov);
+    }
     let _ = c.stream.shutdown(std::net::Shutdown::Write);
 }
 
@@ -1117,6 +1125,22 @@ fn read_tls(c: &mut ConnState) -> Input {
         }
         if full {
             // Stay readable: the decoder makes room, and the next round takes the rest.
+            c.readable = true;
+            break;
+        }
+        if session.peer_closed() {
+            // close_notify: the session discards whatever follows; the connection ends
+            // (RFC 8446 §6.1) once what was received is processed.
+            c.readable = false;
+            return if got {
+                Input::DataThenClosed
+            } else {
+                Input::Closed
+            };
+        }
+        if session.read_paused() {
+            // The session bounded its work (records without plaintext, KeyUpdate answers not
+            // yet sent): send, serve the other connections, and come back next round.
             c.readable = true;
             break;
         }

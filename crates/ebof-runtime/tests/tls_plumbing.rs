@@ -5,7 +5,9 @@
 //! binding Connect, and refusals counted.
 //!
 //! The toy: the host opens with `16h "HELLO"`, the server answers `16h "OK"`, and from then on
-//! every byte both ways is XORed with [`KEY`].
+//! every byte both ways is XORed with [`KEY`]. [`CLOSE`] from the host stands for its
+//! close_notify (the toy then discards all input, as the real session does), [`BYE`] from the
+//! server for ours.
 
 mod common;
 
@@ -24,12 +26,20 @@ use std::time::{Duration, Instant};
 const KEY: u8 = 0x5A;
 const HELLO: &[u8] = b"\x16HELLO";
 const OK: &[u8] = b"\x16OK";
+const CLOSE: &[u8] = b"\x15CLOSE\x15";
+const BYE: &[u8] = b"\x15BYE";
 
 #[derive(Default)]
 struct Stats {
     /// `write_plain` calls and the PDUs' bytes they carried.
     batches: AtomicUsize,
     bytes: AtomicUsize,
+    /// Bytes received after the host's close_notify (discarded).
+    discarded: AtomicUsize,
+    /// close_notify calls.
+    close_notifies: AtomicUsize,
+    /// `read_plain` calls that paused.
+    pauses: AtomicUsize,
 }
 
 struct Toy {
@@ -39,6 +49,14 @@ struct Toy {
     out: Vec<u8>,
     peer: (String, String),
     stats: Arc<Stats>,
+    /// How much of [`CLOSE`] the input has matched so far; `closed` once whole.
+    close_seen: usize,
+    closed: bool,
+    /// Pause every other `read_plain` that would return data (as the real session does
+    /// when its budget is spent).
+    pause: bool,
+    flip: bool,
+    paused: bool,
 }
 
 impl TlsSession for Toy {
@@ -57,11 +75,31 @@ impl TlsSession for Toy {
                 self.out.extend_from_slice(OK);
             }
         }
-        self.plain_in.extend(cipher.iter().map(|b| b ^ KEY));
+        for &b in cipher {
+            if self.closed {
+                self.stats.discarded.fetch_add(1, Ordering::Relaxed);
+            } else if b == CLOSE[self.close_seen] {
+                self.close_seen += 1;
+                self.closed = self.close_seen == CLOSE.len();
+            } else {
+                let seen = std::mem::take(&mut self.close_seen);
+                self.plain_in.extend(CLOSE[..seen].iter().map(|x| x ^ KEY));
+                self.plain_in.push(b ^ KEY);
+            }
+        }
         Ok(())
     }
 
     fn read_plain(&mut self, dst: &mut [u8]) -> Result<usize, TlsError> {
+        self.paused = false;
+        if self.pause && !self.plain_in.is_empty() {
+            self.flip = !self.flip;
+            if self.flip {
+                self.paused = true;
+                self.stats.pauses.fetch_add(1, Ordering::Relaxed);
+                return Ok(0);
+            }
+        }
         let n = dst.len().min(self.plain_in.len());
         dst[..n].copy_from_slice(&self.plain_in[..n]);
         self.plain_in.drain(..n);
@@ -92,11 +130,29 @@ impl TlsSession for Toy {
     fn peer(&self) -> Option<(String, String)> {
         self.done.then(|| self.peer.clone())
     }
+
+    fn peer_closed(&self) -> bool {
+        self.closed && self.plain_in.is_empty()
+    }
+
+    fn read_paused(&self) -> bool {
+        self.paused
+    }
+
+    fn close_notify(&mut self) {
+        // Like the real session: nothing after a failed handshake (its alert says it).
+        if self.done {
+            self.stats.close_notifies.fetch_add(1, Ordering::Relaxed);
+            self.out.extend_from_slice(BYE);
+        }
+    }
 }
 
 struct ToyAcceptor {
     peer: Mutex<(String, String)>,
     stats: Arc<Stats>,
+    /// Sessions pause every other read ([`Toy::pause`]).
+    pause: std::sync::atomic::AtomicBool,
 }
 
 impl TlsAcceptor for ToyAcceptor {
@@ -108,6 +164,11 @@ impl TlsAcceptor for ToyAcceptor {
             out: Vec::new(),
             peer: self.peer.lock().unwrap().clone(),
             stats: self.stats.clone(),
+            close_seen: 0,
+            closed: false,
+            pause: self.pause.load(Ordering::Relaxed),
+            flip: false,
+            paused: false,
         }))
     }
 }
@@ -140,6 +201,7 @@ fn start(mode: ListenerTls) -> Running {
     let acceptor = Arc::new(ToyAcceptor {
         peer: Mutex::new((HOSTNQN.into(), NQN.into())),
         stats: Arc::default(),
+        pause: Default::default(),
     });
     let cfg = ServerConfig {
         tls: Some(acceptor.clone() as Arc<dyn TlsAcceptor>),
@@ -250,4 +312,74 @@ fn a_plain_listener_is_untouched() {
     let mut plain = Client::connect(r.addr, false);
     assert!(plain.fabrics_connect(0, 0xFFFF).status.is_success());
     assert_eq!(r.acceptor.stats.batches.load(Ordering::Relaxed), 0);
+}
+
+/// T2: after the host's close_notify the target stops taking input and closes the connection
+/// (our close_notify first), although the host keeps writing.
+#[test]
+fn close_notify_ends_the_connection() {
+    let r = start(ListenerTls::Required);
+    let mut s = Client::raw(r.addr);
+    s.write_all(HELLO).unwrap();
+    let mut ok = [0u8; 3];
+    s.read_exact(&mut ok).unwrap();
+    assert_eq!(ok, OK);
+    s.write_all(CLOSE).unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(10))).unwrap();
+    s.set_write_timeout(Some(Duration::from_millis(10)))
+        .unwrap();
+    let junk = vec![0x17u8; 64 * 1024];
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut eof = false;
+    while Instant::now() < deadline {
+        // Keep writing (a failed write means the target closed: fine).
+        let _ = s.write(&junk);
+        let mut buf = [0u8; 64];
+        match s.read(&mut buf) {
+            Ok(0) => {
+                eof = true;
+                break;
+            }
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => {
+                eof = true;
+                break;
+            }
+        }
+    }
+    assert!(
+        eof,
+        "the target kept the connection open after close_notify"
+    );
+    assert_eq!(got, BYE, "our close_notify before the close");
+    assert_eq!(r.acceptor.stats.close_notifies.load(Ordering::Relaxed), 1);
+}
+
+/// T3: a session that pauses its reads (budget spent) is come back to without new input from
+/// the socket: I/O still completes.
+#[test]
+fn a_paused_session_is_resumed_by_the_reactor() {
+    let r = start(ListenerTls::Required);
+    r.acceptor.pause.store(true, Ordering::Relaxed);
+    let mut a = toy_client(r.addr);
+    let c = a.fabrics_connect(0, 0xFFFF);
+    assert!(c.status.is_success(), "{c:?}");
+    a.enable();
+    let mut q = toy_client(r.addr);
+    assert!(q.fabrics_connect(1, c.dw0 as u16).status.is_success());
+    let data: Vec<u8> = (0..64 * 1024).map(|i| (i * 5 + 1) as u8).collect();
+    for _ in 0..10 {
+        let (c, _) = q.cmd(rw(io::WRITE, 0, 128), &data, false);
+        assert!(c.status.is_success(), "{c:?}");
+        let (c, back) = q.cmd(rw(io::READ, 0, 128), &[], false);
+        assert!(c.status.is_success(), "{c:?}");
+        assert_eq!(back, data);
+    }
+    assert!(r.acceptor.stats.pauses.load(Ordering::Relaxed) > 10);
 }

@@ -822,6 +822,17 @@ impl Link {
             if n > 0 {
                 return Ok(n);
             }
+            if t.peer_closed() {
+                // close_notify: nothing more comes (the session discards what follows).
+                return Ok(0);
+            }
+            if t.read_paused() {
+                // Records without plaintext were opened up to the session's budget: send its
+                // KeyUpdate answers, then go on with what is buffered.
+                let out = t.take_cipher();
+                self.stream.write_all(&out).await?;
+                continue;
+            }
             let k = self.stream.read(&mut cipher).await?;
             if k == 0 {
                 return Ok(0);
@@ -956,6 +967,20 @@ impl Link {
                 self.rx_tail += n;
                 got += n;
                 continue;
+            }
+            if t.peer_closed() {
+                // The target's close_notify: what came before it is handed over first; the
+                // session discards anything after it, and the queue ends.
+                if got > 0 {
+                    return Ok((got, true));
+                }
+                return Err(HostError::Disconnected);
+            }
+            if t.read_paused() {
+                // The session bounded its work (records without plaintext, KeyUpdate answers
+                // not yet sent): come back without waiting for the socket, after sending.
+                self.tls_more = true;
+                return Ok((got, false));
             }
             if fed {
                 break;
@@ -1704,5 +1729,98 @@ mod tests {
         tx.splice_at(&mut st.slots, 0, 7, 0..1);
         st.slots[0].buf = vec![1; 100];
         assert_eq!(tx.slices(&st.slots, &mut [&[][..]; 4]), None);
+    }
+
+    /// A TLS target (our server session on a thread) that answers the ICReq, then sends
+    /// close_notify and keeps writing until the host goes (at most `junk` bytes).
+    fn closing_tls_target(junk: usize) -> (SocketAddr, std::thread::JoinHandle<()>) {
+        use std::io::{Read, Write};
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let t = std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            let key = nvmf_tls::psk::TlsPsk::new(nvmf_tls::psk::PskHash::Sha256, &[9; 32]);
+            let key = key.unwrap();
+            let cfg = nvmf_tls::TlsServerConfig::new(move |_: &[u8]| Some(key.clone())).unwrap();
+            let mut tls = nvmf_tls::TlsServer::new(&cfg).unwrap();
+            let mut buf = vec![0u8; 64 * 1024];
+            let mut plain = Vec::new();
+            while plain.len() < 128 {
+                let n = s.read(&mut buf).unwrap();
+                assert!(n > 0, "host went away during the handshake");
+                tls.feed(&buf[..n]).unwrap();
+                s.write_all(&tls.take_cipher()).unwrap();
+                tls.read_plain_into(&mut plain).unwrap();
+            }
+            let mut resp = Vec::new();
+            nvmf_tcp::pdu::encode_ic_resp(
+                &mut resp,
+                &nvmf_tcp::pdu::IcResp {
+                    pfv: 0,
+                    cpda: 0,
+                    digests: Digests::NONE,
+                    maxh2cdata: 131072,
+                },
+            );
+            tls.write_plain(&[&resp]).unwrap();
+            tls.close_notify().unwrap();
+            s.write_all(&tls.take_cipher()).unwrap();
+            // Data after close_notify (records that look real), until the host closes.
+            let chunk = vec![0x17u8; 256 * 1024];
+            let mut sent = 0;
+            while sent < junk && s.write_all(&chunk).is_ok() {
+                sent += chunk.len();
+            }
+            // Then hold the connection open until the host ends it.
+            while matches!(s.read(&mut buf), Ok(n) if n > 0) {}
+        });
+        (addr, t)
+    }
+
+    /// T2, host side: after the target's close_notify the queue ends (Disconnected) and the
+    /// session does not buffer what the target keeps sending.
+    #[tokio::test(flavor = "current_thread")]
+    async fn close_notify_from_the_target_ends_the_tls_queue() {
+        let (addr, target) = closing_tls_target(64 << 20);
+        let p = LinkParams {
+            addr,
+            digests: Digests::NONE,
+            max_c2h_data: 128 * 1024,
+            connect_timeout: Duration::from_secs(10),
+            tls: None,
+        };
+        let key = nvmf_tls::psk::TlsPsk::new(nvmf_tls::psk::PskHash::Sha256, &[9; 32]).unwrap();
+        let mut link = Link::open(&p, Some((b"NVMe0R01 h s".to_vec(), key)))
+            .await
+            .unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let err = loop {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the queue did not end"
+            );
+            match link.try_read() {
+                Ok(_) => {
+                    let buffered = link.tls.as_ref().map_or(0, |t| t.buffered_cipher());
+                    assert!(
+                        buffered < 1 << 20,
+                        "{buffered} bytes buffered after close_notify"
+                    );
+                    tokio::time::timeout(Duration::from_millis(100), link.stream.readable())
+                        .await
+                        .ok();
+                }
+                Err(e) => break e,
+            }
+        };
+        assert!(matches!(err, HostError::Disconnected), "{err}");
+        let buffered = link.tls.as_ref().map_or(0, |t| t.buffered_cipher());
+        assert!(
+            buffered < 1 << 20,
+            "{buffered} bytes buffered after close_notify"
+        );
+        drop(link);
+        target.join().unwrap();
     }
 }
