@@ -324,3 +324,90 @@ impl ebof_runtime::tls::TlsSession for ServerSession {
         let _ = self.tls.close_notify();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nvmf_tls::psk::{ConfiguredPsk, Derivation, IdentityVersion};
+
+    const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:11111111-2222-3333-4444-555555555555";
+    const SUB: &str = "nqn.2024-01.io.ebof:tls";
+    const KEY: &str = "NVMeTLSkey-1:01:VRLbtnN9AQb2WXW3c9+wEf/DRLz0QuLdbYvEhwtdWwNf9LrZ:";
+
+    fn config(target: &str) -> Config {
+        Config::from_toml_str(&format!(
+            r#"
+{target}
+
+[[listeners]]
+address = "127.0.0.1"
+port = 4420
+tls = "required"
+
+[[hosts]]
+nqn = "{HOST}"
+tls_key = "{KEY}"
+
+[[subsystems]]
+nqn = "{SUB}"
+
+[[subsystems.namespaces]]
+backend = "ram"
+size = "1M"
+"#
+        ))
+        .unwrap()
+    }
+
+    /// KeyUpdates a host receives after 4 MiB from a target session made by the acceptor of
+    /// `cfg` (16 thresholds crossed at `tls_rekey_records = 16`).
+    fn key_updates_seen_by_host(cfg: &Config) -> u64 {
+        let acceptor = tls_acceptor(cfg).unwrap().unwrap();
+        let mut s = acceptor.accept().unwrap();
+        let (id, psk) = ConfiguredPsk::parse(KEY)
+            .unwrap()
+            .host_identity(HOST, SUB, IdentityVersion::V0, Derivation::Compat)
+            .unwrap();
+        let cc = nvmf_tls::TlsClientConfig::new().unwrap();
+        let mut c = nvmf_tls::TlsClient::new(&cc, id.to_string().as_bytes(), psk).unwrap();
+        while !(s.handshake_done() && c.handshake_done()) {
+            s.feed(&c.take_cipher()).unwrap();
+            let out = s.pending_cipher().to_vec();
+            s.consume_cipher(out.len());
+            c.feed(&out).unwrap();
+        }
+        let chunk = vec![7u8; 128 * 1024];
+        let mut plain = Vec::new();
+        for _ in 0..32 {
+            s.write_plain(&[&chunk]).unwrap();
+            let out = s.pending_cipher().to_vec();
+            s.consume_cipher(out.len());
+            c.feed(&out).unwrap();
+            plain.clear();
+            c.read_plain_into(&mut plain).unwrap();
+            assert_eq!(plain.len(), chunk.len());
+        }
+        c.record_stats().unwrap().key_updates_received
+    }
+
+    /// `[target] tls_rekey_records` and `tls_key_update` reach the target's sessions: by
+    /// default none towards a host that sent none; with "always" one per threshold.
+    #[test]
+    fn rekey_settings_reach_the_sessions() {
+        assert_eq!(
+            key_updates_seen_by_host(&config("[target]\ntls_rekey_records = 16")),
+            0
+        );
+        assert_eq!(
+            key_updates_seen_by_host(&config(
+                "[target]\ntls_rekey_records = 16\ntls_key_update = \"always\""
+            )),
+            15
+        );
+        // The default threshold (2^24 records) is far away: none either way.
+        assert_eq!(
+            key_updates_seen_by_host(&config("[target]\ntls_key_update = \"always\"")),
+            0
+        );
+    }
+}
