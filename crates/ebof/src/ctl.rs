@@ -148,6 +148,17 @@ pub enum CdcCmd {
     Add { address: String },
     /// Remove member ADDR[:PORT]: its subsystems leave every host's view.
     Remove { address: String },
+    /// Who may announce itself by DIM (`[cdc] trusted`: source addresses and host NQNs)
+    /// besides the configured members and DH-HMAC-CHAP authenticated discovery connections.
+    /// Without arguments: print it; with ENTRY…: replace it (saved with the configuration).
+    Trusted {
+        /// IP addresses and NQNs; replaces the list.
+        #[arg(value_name = "ENTRY")]
+        entries: Vec<String>,
+        /// Empty the list: only configured members and authenticated connections announce.
+        #[arg(long, conflicts_with = "entries")]
+        clear: bool,
+    },
 }
 
 #[derive(clap::Subcommand, Debug)]
@@ -631,6 +642,24 @@ pub fn run(a: CtlArgs) -> Result<()> {
                     println!("{}", serde_json::to_string_pretty(&m)?);
                 } else {
                     println!("{} is a member", m.address);
+                }
+            }
+            CdcCmd::Trusted { entries, clear } => {
+                let v = if clear || !entries.is_empty() {
+                    c.set_cdc_trusted(&entries).map_err(err)?
+                } else {
+                    c.cdc_trusted().map_err(err)?
+                };
+                if json {
+                    println!("{}", serde_json::to_string_pretty(&v)?);
+                } else if v.trusted.is_empty() {
+                    println!(
+                        "trusted: nobody (configured members and authenticated connections only)"
+                    );
+                } else {
+                    for t in &v.trusted {
+                        println!("{t}");
+                    }
                 }
             }
             CdcCmd::Remove { address } => {

@@ -91,9 +91,29 @@ fn a_cdc_shows_its_members_and_members_change_live() {
         "{}",
         show.stdout
     );
+    // Who may announce: nobody by default, set and cleared live, saved.
+    let t = ctl_at(&sock, &["cdc", "trusted"]);
+    assert!(t.ok && t.stdout.contains("nobody"), "{}", t.stdout);
+    let t = ctl_at(
+        &sock,
+        &["cdc", "trusted", "127.0.0.9", "nqn.2026-11.io.example:ddc"],
+    );
+    assert!(t.ok, "{}", t.stderr);
+    assert_eq!(t.stdout, "127.0.0.9\nnqn.2026-11.io.example:ddc\n");
+    let bad = ctl_at(&sock, &["cdc", "trusted", "box-3"]);
+    assert!(
+        !bad.ok && bad.stderr.contains("invalid-address") && bad.stderr.contains("trusted[0]"),
+        "{}",
+        bad.stderr
+    );
     let save = ctl_at(&sock, &["save"]);
     assert!(save.ok, "{}", save.stderr);
     let saved = ebof_config::Config::load(&file).unwrap();
+    assert_eq!(saved.cdc.as_ref().unwrap().trusted.len(), 2);
+    let t = ctl_at(&sock, &["cdc", "trusted", "--clear", "--json"]);
+    assert!(t.ok, "{}", t.stderr);
+    let v: serde_json::Value = serde_json::from_str(&t.stdout).unwrap();
+    assert_eq!(v["trusted"].as_array().unwrap().len(), 0);
     let members: Vec<String> = saved
         .cdc
         .unwrap()
@@ -151,7 +171,7 @@ fn a_member_announces_itself_to_the_cdc() {
     std::fs::write(
         &cdc_file,
         format!(
-            "[[listeners]]\naddress = \"127.0.0.1\"\nport = {}\n\n[management]\nenabled = false\n\n[cdc]\nmembers = []\n",
+            "[[listeners]]\naddress = \"127.0.0.1\"\nport = {}\n\n[management]\nenabled = false\n\n[cdc]\nmembers = []\ntrusted = [\"127.0.0.1\"]\n",
             cdc.port()
         ),
     )

@@ -57,9 +57,10 @@ fn referrals_from_file_live_changes_autosaved_and_refusals() {
         &config,
         format!(
             "[[listeners]]\naddress = \"127.0.0.1\"\nport = {}\n\n[discovery]\n\
-             referrals = [\"10.77.0.12\"]\n\n[management]\nautosave = true\n\n\
+             referrals = [\"10.77.0.12\"]\n\n[management]\nautosave = true\ndata_dirs = [{:?}]\n\n\
              [[subsystems]]\nnqn = \"{NQN}\"\n[[subsystems.namespaces]]\nbackend = \"ram\"\nsize = \"16M\"\n",
-            addr.port()
+            addr.port(),
+            dir.path().to_str().unwrap()
         ),
     )
     .unwrap();
