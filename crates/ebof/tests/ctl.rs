@@ -548,11 +548,26 @@ fn namespaces_added_resized_and_removed_live() {
             "--size",
             "1M",
         ],
-        "backend-failed",
+        "path-not-allowed",
     );
     rejected(
         &s,
         &["ns", "add", NQN, "--block", "/dev/ebof-none"],
+        "device-not-allowed",
+    );
+    // Allowed, but no file can be made there (its "directory" is a file).
+    let under_a_file = img.join("x.img");
+    rejected(
+        &s,
+        &[
+            "ns",
+            "add",
+            NQN,
+            "--file",
+            under_a_file.to_str().unwrap(),
+            "--size",
+            "1M",
+        ],
         "backend-failed",
     );
     rejected(&s, &["ns", "resize", NQN, "2", "1000"], "invalid-size");
@@ -716,8 +731,10 @@ fn save_restart_and_compare() {
         &config,
         format!(
             "[[listeners]]\naddress = \"127.0.0.1\"\nport = {}\n\n[[subsystems]]\nnqn = \"{NQN}\"\n\
-             [[subsystems.namespaces]]\nbackend = \"ram\"\nsize = \"16M\"\n",
-            addr.port()
+             [[subsystems.namespaces]]\nbackend = \"ram\"\nsize = \"16M\"\n\
+             [management]\ndata_dirs = [{:?}]\n",
+            addr.port(),
+            dir.path().display().to_string()
         ),
     )
     .unwrap();
@@ -857,6 +874,8 @@ fn management_api_on_tcp_with_a_bearer_token() {
             sock.to_str().unwrap(),
             "--mgmt-listen",
             &api,
+            "--mgmt-data-dir",
+            dir.path().to_str().unwrap(),
         ]
         .iter()
         .map(|s| s.to_string())

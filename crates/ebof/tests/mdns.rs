@@ -285,6 +285,8 @@ fn discovery_listeners_are_published_and_withdrawn_over_mdns() {
             .args(["--listen", &io])
             .args(["--ram", "16M", "--cores", "0", "--mgmt-socket"])
             .arg(&sock)
+            .arg("--mgmt-data-dir")
+            .arg(dir.path())
             .env("EBOF_LOG", "info,mdns_sd=warn")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -36,6 +36,9 @@ fn serve_two(qos1: &str) -> (Target, PathBuf, tempfile::TempDir) {
 [target]
 cores = "0"
 
+[management]
+data_dirs = [{data:?}]
+
 [[listeners]]
 address = "127.0.0.1"
 port = {port}
@@ -52,7 +55,8 @@ size = "64M"
 backend = "ram"
 size = "64M"
 "#,
-            port = addr.port()
+            port = addr.port(),
+            data = dir.path().display().to_string()
         ),
     )
     .unwrap();

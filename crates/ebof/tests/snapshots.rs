@@ -36,9 +36,10 @@ fn addr() -> SocketAddr {
 /// `state_dir`.
 fn config(dir: &Path, a: SocketAddr, files: &[(&Path, &str)]) -> PathBuf {
     let mut text = format!(
-        "[target]\ncores = [0]\nstate_dir = {:?}\n\n[[listeners]]\naddress = \"{}\"\nport = {}\n\n\
-         [[subsystems]]\nnqn = \"{NQN}\"\n",
+        "[target]\ncores = [0]\nstate_dir = {:?}\n\n[management]\ndata_dirs = [{:?}]\n\n\
+         [[listeners]]\naddress = \"{}\"\nport = {}\n\n[[subsystems]]\nnqn = \"{NQN}\"\n",
         dir.join("state").display().to_string(),
+        dir.display().to_string(),
         a.ip(),
         a.port()
     );

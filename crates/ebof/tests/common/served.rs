@@ -38,6 +38,10 @@ pub fn serve() -> Served {
             sock.to_str().unwrap(),
             "--metrics-listen",
             &metrics.to_string(),
+            // Tests add file namespaces in temporary directories (issue 32: the API makes
+            // files only in pools and data directories).
+            "--mgmt-data-dir",
+            std::env::temp_dir().to_str().unwrap(),
         ],
         addr,
         Stdio::from(std::fs::File::create(&log).unwrap()),
