@@ -2,7 +2,8 @@
 # Guest half of linux-csi.sh: `ebof csi --controller --node` in the guest, driven step by step
 # through the CSI client (/xchg/csi_client.py, one long-lived process in `serve` mode, one request
 # a line) as a container orchestrator would: CreateVolume, ControllerPublish (the box allows this
-# node's host NQN), NodeStage (nvme connect, mkfs, mount), NodePublish (bind mount), I/O, stats,
+# node's host NQN and installs this node's DH-HMAC-CHAP secrets for the volume), NodeStage (nvme
+# connect with them, mkfs, mount; another machine with the node's NQN and no secret is refused), NodePublish (bind mount), I/O, stats,
 # NodeUnpublish, NodeUnstage (umount, disconnect), stage again (the data is there), expansion
 # without reconnecting, a read-only publish, a raw block volume, an XFS volume, idempotent repeats,
 # and at the end nothing left on the box. The box's own view (`ebof ctl --json show`, for the
@@ -17,6 +18,9 @@ source "$GUEST_LIB"
 
 MIB=1048576
 CSI_PREFIX=${CSI_PREFIX:-nqn.2026-11.io.ebof:csi:}
+# the StorageClass auth of the volumes: dhchap where the guest kernel has DH-HMAC-CHAP host support
+# (trixie), none where it has not (bookworm's 6.1: CONFIG_NVME_AUTH is not set)
+CSI_AUTH=${CSI_AUTH:-none}
 SOCK=/run/csi/csi.sock
 export CSI_ENDPOINT=unix://$SOCK CSI_PB_DIR=$X CSI_TIMEOUT=150
 DRIVER=csi.ebof.io
@@ -260,12 +264,13 @@ identity() {
 	((CAPACITY0 > 512 * MIB)) || fail "GetCapacity $CAPACITY0: the box's 1 GiB pool is not seen"
 }
 
-# create_volume NAME SIZE_MIB CAP: CreateVolume (twice: idempotent by name); sets VOL, CAP, CTX,
+# create_volume NAME SIZE_MIB CAP [AUTH]: CreateVolume (StorageClass auth AUTH, default $CSI_AUTH) (twice: idempotent by name); sets VOL, CAP, CTX,
 # VCTX, STAGE
 create_volume() {
 	local name=$1 size=$(($2 * MIB)) req k p
 	CAP=$3
-	req=$(printf '{"name": "%s", "capacity_range": {"required_bytes": %s}, "volume_capabilities": [%s]}' "$name" "$size" "$CAP")
+	req=$(printf '{"name": "%s", "capacity_range": {"required_bytes": %s}, "volume_capabilities": [%s], "parameters": {"auth": "%s"}}' \
+		"$name" "$size" "$CAP" "${4:-$CSI_AUTH}")
 	csi Controller CreateVolume "$req"
 	VOL=${R[volume.volume_id]} CTX=$(r_object volume.volume_context) PCTX='{}'
 	VCTX=()
@@ -295,9 +300,18 @@ stage_refused_before_publish() {
 }
 
 controller_publish() {
+	local secret
 	csi Controller ControllerPublishVolume "$(req_cpub)"
-	PCTX=$(r_object publish_context)
+	PCTX=$(r_object publish_context) secret=${R[publish_context.dhchapSecret]:-}
+	# auth: dhchap: this node's own secrets for this volume, the same when repeated; none: none
+	if [[ ${VCTX[auth]:-} == dhchap ]]; then
+		[[ $secret == DHHC-1:* && ${R[publish_context.dhchapCtrlSecret]:-} == DHHC-1:* ]] ||
+			fail "the publish context has no DH-HMAC-CHAP secrets"
+	else
+		[[ ${VCTX[auth]:-} == none && $PCTX == '{}' ]] || fail "auth '${VCTX[auth]:-}', publish context $PCTX"
+	fi
 	csi Controller ControllerPublishVolume "$(req_cpub)" # idempotent
+	[[ ${R[publish_context.dhchapSecret]:-} == "$secret" ]] || fail "a repeated ControllerPublish changed the node's secret"
 	box_subsystem "$VOL"
 	echo "box: $VOL allow_any_host $BOX_ANY, hosts [$BOX_HOSTS]"
 	[[ $BOX_ANY == false && $BOX_HOSTS == "$NODE_NQN" ]] || fail "the box does not allow just $NODE_NQN on $VOL"
@@ -606,6 +620,44 @@ xfs_volume() {
 	delete_volume
 }
 
+# dhchap_unsupported: on a node whose kernel has no DH-HMAC-CHAP host support, a volume of the
+# default auth (dhchap) is refused at NodeStage with a message that says why, and nothing stays
+# connected
+dhchap_unsupported() {
+	local secret
+	create_volume linux-csi-dhchap 16 "$(cap_mount ext4)" dhchap
+	controller_publish
+	secret=${PCTX#*\"dhchapSecret\":\"}
+	secret=${secret%%\"*}
+	[[ $secret == DHHC-1:* ]] || fail "no secret in the publish context $PCTX"
+	csi_refused UNAVAILABLE Node NodeStageVolume "$(req_stage)"
+	[[ $RESP == *CONFIG_NVME_AUTH* ]] || fail "the refusal does not say why: $RESP"
+	[[ $RESP != *"${secret:10}"* ]] || fail "the refusal shows the secret"
+	vol_ctrls
+	[[ -z $CTRLS ]] || fail "controllers of $VOL connected: $CTRLS"
+	node_unstage
+	controller_unpublish
+	delete_volume
+}
+
+# dhchap_checks: the node's controllers of the volume authenticated with their secrets (both ways),
+# and another machine (the host side) presenting this node's NQN without the secret is refused
+dhchap_checks() {
+	local c n=0 s
+	for c in /sys/class/nvme/nvme*; do
+		[[ -r $c/subsysnqn && $(<"$c/subsysnqn") == "$VOL" ]] || continue
+		[[ -r $c/dhchap_secret ]] || fail "${c##*/}: no dhchap_secret in sysfs (kernel without DH-HMAC-CHAP host support?)"
+		s=$(<"$c/dhchap_secret")
+		[[ $s == DHHC-1:* ]] || fail "${c##*/} connected without a DH-HMAC-CHAP secret ($s)"
+		s=$(<"$c/dhchap_ctrl_secret")
+		[[ $s == DHHC-1:* ]] || fail "${c##*/} does not check the box (dhchap_ctrl_secret $s)"
+		n=$((n + 1))
+	done
+	((n > 0)) || fail "no controller of $VOL"
+	echo "$n controllers of $VOL authenticated with DH-HMAC-CHAP, both directions"
+	guest_request impostor "$VOL $NODE_NQN" 60 || fail "the host side connected to $VOL as $NODE_NQN without its secret"
+}
+
 nothing_left() {
 	csi Controller ListVolumes
 	! r_any 'entries.*.volume.volume_id' "$CSI_PREFIX*" || fail "ListVolumes still lists volumes: $RESP"
@@ -638,12 +690,18 @@ stop_driver() {
 
 step "start ebof csi --controller --node (boxes: the host's box)" start_driver
 step "Identity, capabilities, NodeGetInfo, GetCapacity" identity
-step "ext4 64 MiB: CreateVolume (twice: one volume)" create_volume linux-csi-ext4 64 "$(cap_mount ext4)"
+if [[ $CSI_AUTH != dhchap ]]; then
+	step "auth dhchap on a kernel without it: NodeStage refused, saying why" dhchap_unsupported
+fi
+step "ext4 64 MiB ($CSI_AUTH): CreateVolume (twice: one volume)" create_volume linux-csi-ext4 64 "$(cap_mount ext4)"
 step "ext4: NodeStage before ControllerPublish is refused" stage_refused_before_publish
 step "ext4: ControllerPublish (twice; the box allows this node only)" controller_publish
 TARGET=$POD1
 step "ext4: Node refusals (publish before stage, missing fields, unknown paths)" node_refusals
 step "ext4: NodeStage (connect, mkfs, mount)" node_stage
+if [[ $CSI_AUTH == dhchap ]]; then
+	step "ext4: the node authenticated (DH-HMAC-CHAP both ways); its NQN alone is refused" dhchap_checks
+fi
 step "ext4: NodePublish (bind mount)" node_publish "$TARGET"
 step "ext4: write files + sync" write_files
 step "ext4: NodeGetVolumeStats" volume_stats

@@ -11,7 +11,11 @@
 # 10.77.0.1:4420 and :4421 (two paths: the node connects both, native multipath), its management API on TCP at 10.77.0.1:9651 with a bearer token (the guest's
 # boxes file names it) and on a Unix socket for the host's own checks, autosave on.
 # Guest side (bookworm guest: the host's own userland, so python3-grpcio and the file system tools
-# installed here are there): linux-csi.guest.sh. At the end the host checks that the box holds no
+# installed here are there): linux-csi.guest.sh. Its 6.1 kernel has no DH-HMAC-CHAP host support
+# (CONFIG_NVME_AUTH is not set), so the volumes use auth none, and a volume of the default auth
+# (dhchap) must be refused at NodeStage with the reason. With EBOF_CSI_AUTH=dhchap (a guest kernel
+# that has it) the host side also plays a machine that presents the published node's NQN without
+# its secret (host_on_impostor): it must be refused. At the end the host checks that the box holds no
 # `nqn.2026-11.io.ebof:csi:` subsystem and its pool hands out nothing.
 #
 # Usage (as root; build first: cargo build --release -p ebof):
@@ -20,6 +24,9 @@
 #   EBOF_BIN               the binary (default <repo>/target/release/ebof)
 #   EBOF_INTEROP_TIMEOUT   bound on the guest run in seconds (default 420)
 #   EBOF_CSI_XFS=0         leave out the XFS volume (mkfs.xfs wants >= 300 MB)
+#   EBOF_CSI_AUTH          the volumes' StorageClass auth (default none: bookworm's 6.1 kernel has no
+#                          DH-HMAC-CHAP host support; a dhchap volume is shown refused with the reason;
+#                          linux-csi-auth.sh runs dhchap in the trixie guest)
 #   RUST_LOG               passed to `ebof serve` and `ebof csi` (default info)
 # Exit status: 0 passed, 77 skipped (no `ebof serve`/`ctl`/`csi` yet and not EBOF_INTEROP_STRICT),
 # else failed.
@@ -91,6 +98,20 @@ start_box() { serve_with_mgmt "$RUN_DIR/ebof.toml" "$TARGET_PORT" "$TARGET_PORT2
 
 # host_on_ctl (lib.sh) answers the guest's `ebof ctl` requests through the box's socket
 
+# guest_request impostor "VOL NODE_NQN": this side, another machine on the storage network,
+# presents the published node's NQN without its DH-HMAC-CHAP secret (ebof identify, the userspace
+# initiator); 0 when the box refuses it for want of authentication, 1 when it gets in
+host_on_impostor() {
+	local vol node out rc
+	read -r vol node <<<"$1"
+	out=$(timeout -k 5 30 "$EBOF_BIN" identify -a "$HOST_IP" -s "$TARGET_PORT" -n "$vol" --hostnqn "$node" 2>&1)
+	rc=$?
+	echo "$out" | tail -n 3
+	((rc != 0)) || { warn "connected to $vol as $node without a secret"; return 1; }
+	[[ $out == *DH-HMAC-CHAP* ]] || { warn "refused, but not for authentication: $out"; return 1; }
+	echo "refused as it must be: $node without its secret on $vol"
+}
+
 # after the guest: nothing of the driver's left on the box (no csi subsystem, no pool file, the
 # pool allocates nothing)
 box_is_clean() {
@@ -110,6 +131,7 @@ interop_init linux-csi
 _apt_ensure "${CSI_PACKAGES[@]}"
 vm_setup
 vm_env "TARGET_PORTS=$TARGET_PORT $TARGET_PORT2" "TARGET_IP=$HOST_IP" "API_PORT=$API_PORT" "CSI_PREFIX=$CSI_PREFIX" \
+	"CSI_AUTH=${EBOF_CSI_AUTH:-none}" \
 	"CSI_XFS=${EBOF_CSI_XFS:-1}" "RUST_LOG=$RUST_LOG"
 
 write_config

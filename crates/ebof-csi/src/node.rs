@@ -202,8 +202,13 @@ impl Node {
             }
         }
         if up == 0 {
+            let hint = if secrets.is_empty() {
+                ""
+            } else {
+                " (the volume authenticates with DH-HMAC-CHAP: a node whose kernel has no DH-HMAC-CHAP host support, built without CONFIG_NVME_AUTH as Debian bookworm's 6.1 is, fails here and its kernel log says \"authentication setup failed\"; such nodes need a StorageClass with auth: none)"
+            };
             return Err(Status::unavailable(format!(
-                "no path to {nqn} connected: {}",
+                "no path to {nqn} connected: {}{hint}",
                 errors.join("; ")
             )));
         }
@@ -1010,6 +1015,7 @@ esac"#;
         let b64 = pair.host.split(':').nth(2).unwrap().to_string();
         assert!(!e.message().contains(&b64), "{e:?}");
         assert!(e.message().contains("--dhchap-secret=<redacted>"), "{e:?}");
+        assert!(e.message().contains("CONFIG_NVME_AUTH"), "the hint: {e:?}");
 
         // A volume that authenticates, published without a secret: refused before connecting.
         let f = fake_with("exit 2", false, "exit 0");
