@@ -14,8 +14,13 @@
 //!   `bytes`);
 //! - 5: the client's close_notify.
 //!
+//! The server is read the way the reactor reads it: `read_plain_into` again while
+//! `read_paused` (its budget of records without plaintext, or KeyUpdate answers waiting),
+//! sending what it queued in between.
+//!
 //! Checked, beyond "never panics": while only honest operations happened, the server reads
-//! exactly the application data sent, in order, with no error; once it errs, it stays failed;
+//! exactly the application data sent, in order, with no error (more than 32 KeyUpdates in a row
+//! without data count as dishonest: the server refuses them); once it errs, it stays failed;
 //! its alert (if any) makes the client fail with a `PeerAlert`; what the server returns is
 //! always a prefix of the application data sent (honestly, or as well-formed inner plaintext
 //! of type 23).
@@ -94,6 +99,8 @@ pub fn run(data: &[u8], feat: &mut Features) {
     let mut sent = Vec::new();
     let mut got = Vec::new();
     let mut failed: Option<TlsError> = None;
+    // KeyUpdates since the last application data (the server takes 32 in a row).
+    let mut updates_in_row = 0u32;
     while let [op, lo, hi, rest @ ..] = ops {
         let len = usize::from(u16::from_le_bytes([*lo, *hi])).min(rest.len());
         let op = *op;
@@ -125,6 +132,9 @@ pub fn run(data: &[u8], feat: &mut Features) {
                 if c.write_plain(&[bytes]).is_err() {
                     continue;
                 }
+                if !bytes.is_empty() {
+                    updates_in_row = 0;
+                }
                 sent.extend_from_slice(bytes);
                 wire = c.take_cipher();
             }
@@ -133,6 +143,10 @@ pub fn run(data: &[u8], feat: &mut Features) {
                     .is_err()
                 {
                     continue;
+                }
+                updates_in_row += 1;
+                if updates_in_row > 32 {
+                    honest = false;
                 }
                 wire = c.take_cipher();
             }
@@ -155,8 +169,11 @@ pub fn run(data: &[u8], feat: &mut Features) {
                 wire = c.take_cipher();
             }
         }
+        let mut back = Vec::new();
         for piece in wire.chunks(chunk) {
-            let r = s.feed(piece).and_then(|_| s.read_plain_into(&mut got));
+            let r = s
+                .feed(piece)
+                .and_then(|_| read_all(&mut s, &mut got, &mut back));
             if let Err(e) = r {
                 if let Some(first) = &failed {
                     assert!(
@@ -171,7 +188,7 @@ pub fn run(data: &[u8], feat: &mut Features) {
             }
         }
         // The server's answers (KeyUpdate responses, alerts) go back to the client.
-        let back = s.take_cipher();
+        back.extend(s.take_cipher());
         if !back.is_empty() && c.feed(&back).is_ok() {
             let mut sink = Vec::new();
             let r = c.read_plain_into(&mut sink);
@@ -200,6 +217,17 @@ pub fn run(data: &[u8], feat: &mut Features) {
         F_END,
         u64::from(failed.is_some()) | u64::from(s.peer_closed()) << 1,
     );
+}
+
+/// What the reactor does: read until the session has nothing more, sending its output (into
+/// `back`) whenever it pauses. Bounded: every round opens at least one buffered record.
+fn read_all(s: &mut TlsServer, got: &mut Vec<u8>, back: &mut Vec<u8>) -> Result<usize, TlsError> {
+    let mut n = s.read_plain_into(got)?;
+    while s.read_paused() {
+        back.extend(s.take_cipher());
+        n += s.read_plain_into(got)?;
+    }
+    Ok(n)
 }
 
 /// Errors after which the server queued an alert for the client.
