@@ -541,6 +541,19 @@ impl Client {
     ) -> Result<(u16, Vec<u8>), ClientError> {
         match &self.endpoint {
             Endpoint::Unix(path) => {
+                // Our /tmp/ebof-UID made by someone else: whoever listens there is not serve.
+                // SAFETY: geteuid has no preconditions and cannot fail.
+                let euid = unsafe { libc::geteuid() };
+                if let Some(dir) = path.parent()
+                    && dir == crate::server::tmp_runtime_dir(euid)
+                    && std::fs::symlink_metadata(dir).is_ok()
+                    && let Err(why) = crate::server::check_socket_dir(dir)
+                {
+                    return Err(self.transport(format!(
+                        "not connecting: the socket's directory {}: {why}",
+                        dir.display()
+                    )));
+                }
                 let stream = tokio::net::UnixStream::connect(path)
                     .await
                     .map_err(|source| ClientError::NotRunning {

@@ -53,6 +53,17 @@ pub enum ServerError {
         #[source]
         source: std::io::Error,
     },
+    /// The socket's directory exists but others could replace what we put in it.
+    #[error(
+        "management socket directory {}: {reason}; refusing to serve there (remove it, or choose another socket with --mgmt-socket)",
+        dir.display()
+    )]
+    UnsafeDirectory {
+        /// The directory.
+        dir: PathBuf,
+        /// Why it is refused.
+        reason: String,
+    },
     /// The Prometheus metrics listener could not be bound.
     #[error("cannot listen for metrics on {addr}: {source}")]
     Metrics {
@@ -91,6 +102,52 @@ pub fn default_socket_path() -> PathBuf {
     }
 }
 
+/// The private runtime directory `/tmp/ebof-UID` of a non-root user without
+/// `XDG_RUNTIME_DIR` (see [`default_socket_path`]).
+pub(crate) fn tmp_runtime_dir(euid: u32) -> PathBuf {
+    PathBuf::from(format!("/tmp/ebof-{euid}"))
+}
+
+/// Whether the existing directory `dir` of a management socket is safe to serve (or talk)
+/// in: a directory (not a link), owned by us or root, writable by nobody else (group or others
+/// only with the sticky bit, as `/tmp` has). Our own `/tmp/ebof-UID` is held to what we would
+/// have made: ours, mode `& 0o077 == 0`. `Err` says why not.
+pub fn check_socket_dir(dir: &FsPath) -> Result<(), String> {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    let m = std::fs::symlink_metadata(dir).map_err(|e| e.to_string())?;
+    let mode = m.mode() & 0o7777;
+    if !m.is_dir() {
+        return Err("it is not a directory (a symbolic link?)".into());
+    }
+    if dir == tmp_runtime_dir(euid) {
+        if m.uid() != euid {
+            return Err(format!(
+                "it belongs to uid {}, not to us (uid {euid}): another user made it",
+                m.uid()
+            ));
+        }
+        if mode & 0o077 != 0 {
+            return Err(format!(
+                "its mode is {mode:04o}: group or others have access (chmod 700 it)"
+            ));
+        }
+        return Ok(());
+    }
+    if m.uid() != euid && m.uid() != 0 {
+        return Err(format!(
+            "it belongs to uid {}, neither us (uid {euid}) nor root",
+            m.uid()
+        ));
+    }
+    if mode & 0o022 != 0 && mode & 0o1000 == 0 {
+        return Err(format!(
+            "its mode is {mode:04o}: group or others may write in it (and without the sticky bit)"
+        ));
+    }
+    Ok(())
+}
+
 /// A bound management socket, owner-only (0600), not yet served.
 #[derive(Debug)]
 pub struct BoundSocket {
@@ -116,14 +173,21 @@ pub fn bind_socket(path: &FsPath) -> Result<BoundSocket, ServerError> {
         path: path.to_path_buf(),
         source,
     };
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
-        && !dir.is_dir()
-    {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)
-            .map_err(err)?;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        match std::fs::symlink_metadata(dir) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                std::fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o700)
+                    .create(dir)
+                    .map_err(err)?;
+            }
+            // Whoever can write in the directory can put their own listener at the path.
+            _ => check_socket_dir(dir).map_err(|reason| ServerError::UnsafeDirectory {
+                dir: dir.to_path_buf(),
+                reason,
+            })?,
+        }
     }
     // Whoever holds PATH.lock owns PATH: two servers starting at once cannot both decide
     // that a stale socket is theirs to replace.
@@ -898,6 +962,57 @@ mod tests {
         .unwrap();
         let target = Arc::new(crate::build::build_target(&cfg).unwrap());
         Arc::new(Control::new(target, cfg, None))
+    }
+
+    /// M3: a socket directory another user made (or can write in) is not served in.
+    #[test]
+    fn a_socket_directory_others_control_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        // SAFETY: geteuid has no preconditions.
+        let euid = unsafe { libc::geteuid() };
+        let t = tempfile::tempdir().unwrap();
+        let open = t.path().join("open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let e = bind_socket(&open.join("ebof.sock")).unwrap_err();
+        assert!(
+            matches!(&e, ServerError::UnsafeDirectory { reason, .. } if reason.contains("0777")),
+            "{e}"
+        );
+        assert!(!open.join("ebof.sock").exists());
+        // Sticky, as /tmp: nobody can replace our file there.
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        drop(bind_socket(&open.join("ebof.sock")).unwrap());
+        if euid != 0 {
+            eprintln!("skipped: a directory of another uid needs root to chown");
+            return;
+        }
+        let theirs = t.path().join("theirs");
+        std::fs::create_dir(&theirs).unwrap();
+        std::fs::set_permissions(&theirs, std::fs::Permissions::from_mode(0o700)).unwrap();
+        std::os::unix::fs::chown(&theirs, Some(12345), Some(12345)).unwrap();
+        let e = bind_socket(&theirs.join("ebof.sock")).unwrap_err();
+        assert!(
+            matches!(&e, ServerError::UnsafeDirectory { reason, .. } if reason.contains("uid 12345")),
+            "{e}"
+        );
+        assert!(!theirs.join("ebof.sock").exists());
+        // /tmp/ebof-UID is held to what serve makes: ours and 0700.
+        let rt = tmp_runtime_dir(euid);
+        if std::fs::DirBuilder::new().create(&rt).is_err() {
+            eprintln!("skipped: {} exists already", rt.display());
+            return;
+        }
+        std::fs::set_permissions(&rt, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let strict = check_socket_dir(&rt);
+        std::fs::set_permissions(&rt, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let fine = check_socket_dir(&rt);
+        std::os::unix::fs::chown(&rt, Some(12345), None).unwrap();
+        let foreign = check_socket_dir(&rt);
+        let _ = std::fs::remove_dir(&rt);
+        assert!(strict.unwrap_err().contains("0755"));
+        fine.unwrap();
+        assert!(foreign.unwrap_err().contains("another user"));
     }
 
     #[test]
