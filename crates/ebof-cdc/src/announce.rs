@@ -26,6 +26,9 @@ pub struct AnnounceConfig {
     pub name: String,
     /// Longest delay between two attempts (default 10 s).
     pub backoff_max: Duration,
+    /// DH-HMAC-CHAP secrets for `nqn`, used when the CDC asks for authentication: a CDC
+    /// admits the pull registration of any discovery controller that authenticated.
+    pub dhchap: Option<nvmf_host::DhchapKeys>,
 }
 
 /// A running announcement; deregisters (bounded) on [`Announcer::stop`] or drop.
@@ -98,6 +101,7 @@ async fn run(cfg: AnnounceConfig, mut stop: watch::Receiver<bool>) {
         async_events: true,
         connect_timeout: Duration::from_secs(5),
         admin_timeout: Duration::from_secs(5),
+        dhchap: cfg.dhchap.clone(),
         ..HostConfig::default()
     };
     let mut backoff = crate::BACKOFF_MIN;

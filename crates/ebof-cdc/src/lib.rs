@@ -50,6 +50,7 @@
 
 pub mod announce;
 pub use announce::{AnnounceConfig, Announcer};
+pub use nvmf_host::DhchapKeys;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::net::{IpAddr, SocketAddr};
@@ -135,6 +136,12 @@ pub struct CdcConfig {
     /// A full host table never forgets a host served within this long (default 60 s): a
     /// flood of new host NQNs waits instead of evicting real hosts' views.
     pub host_protect: Duration,
+    /// DH-HMAC-CHAP secrets by host NQN (the CDC's `[[hosts]]` for every subsystem or the
+    /// discovery NQN): used when a member asks for authentication of a read made as that host
+    /// (members authenticate discovery of hosts that have secrets), and of the CDC's own
+    /// persistent connections (its [`CdcConfig::hostnqn`]). Without one, a member that
+    /// requires it gives the CDC no view for that host.
+    pub host_keys: HashMap<String, DhchapKeys>,
 }
 
 impl CdcConfig {
@@ -156,6 +163,7 @@ impl CdcConfig {
             max_first_reads: 16,
             new_hosts_per_sec: 32,
             host_protect: Duration::from_secs(60),
+            host_keys: HashMap::new(),
         }
     }
 }
@@ -483,6 +491,7 @@ impl Shared {
             connect_timeout: t,
             admin_timeout: t,
             shutdown_timeout: t,
+            dhchap: self.cfg.host_keys.get(hostnqn).cloned(),
             ..HostConfig::default()
         }
     }
@@ -1085,6 +1094,7 @@ async fn member_loop(shared: Arc<Shared>, addr: SocketAddr) {
         connect_timeout: shared.cfg.fetch_timeout,
         admin_timeout: shared.cfg.fetch_timeout.max(Duration::from_secs(1)),
         shutdown_timeout: shared.cfg.fetch_timeout,
+        dhchap: shared.cfg.host_keys.get(&shared.cfg.hostnqn).cloned(),
         ..HostConfig::default()
     };
     loop {

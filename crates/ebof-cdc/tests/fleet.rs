@@ -425,6 +425,7 @@ async fn a_member_announces_itself_by_dim() {
         addrs: vec![a.addr],
         name: "box-a".into(),
         backoff_max: Duration::from_millis(400),
+        dhchap: None,
     })
     .unwrap();
     until(&h, &mut ev, &["nqn.2026-11.io.example:a-1"]).await;
@@ -684,5 +685,69 @@ async fn a_flood_of_host_nqns_neither_evicts_nor_amplifies() {
     let n = boxes.iter().map(|b| b.accepted()).sum::<u64>();
     assert!(central.entries(HOST1).is_some_and(|v| v.len() == 3));
     assert_eq!(boxes.iter().map(|b| b.accepted()).sum::<u64>(), n);
+    cdc.stop();
+}
+
+/// A DH-HMAC-CHAP secret (the RFC-style test key of crates/ebof/tests/security.rs).
+const HOST1_KEY: &str = "DHHC-1:01:VZi5tbir3nYufwfgCrjX0O2mmPHFkObvzamIRZnYUahWiFGg:";
+
+/// Discovery DH-HMAC-CHAP across the fleet: a member requires HOST1 (which has a secret there)
+/// to authenticate its discovery, as nvmet does for `nvme discover --dhchap-secret`; a host
+/// without the secret is refused, and the CDC reads HOST1's view with HOST1's secret from its
+/// own `[[hosts]]`. A discovery controller that authenticated may announce itself.
+#[tokio::test]
+async fn discovery_authenticates_hosts_with_secrets_across_the_fleet() {
+    let a = Box1::start(vec![subsystem(
+        "nqn.2026-11.io.example:a-h1",
+        Some(&[HOST1]),
+    )]);
+    let cfg = ebof_config::Config::from_toml_str(&format!(
+        "[[listeners]]\naddress = \"127.0.0.1\"\nport = 0\n\
+         [[hosts]]\nnqn = \"{HOST1}\"\ndhchap_key = \"{HOST1_KEY}\"\n"
+    ))
+    .unwrap();
+    a.target
+        .set_auth_policy(ebof_mgmt::security::auth_policy(&cfg).unwrap());
+    let keys = ebof_mgmt::cdc::host_keys(&cfg).unwrap();
+    let with_key = HostConfig {
+        dhchap: keys.get(HOST1).cloned(),
+        ..host(HOST1)
+    };
+    // Directly: without the secret the discovery controller stays gated; with it, served.
+    assert!(nvmf_host::discover(a.addr, &host(HOST1)).await.is_err());
+    assert_eq!(
+        nqns(&nvmf_host::discover(a.addr, &with_key).await.unwrap()),
+        ["nqn.2026-11.io.example:a-h1"]
+    );
+    // Hosts without a secret: unauthenticated, as before.
+    assert!(discover(a.addr, HOST2).await.is_empty());
+    // Through a CDC that has HOST1's secret.
+    {
+        let (c, central) = cdc_with(&[a.addr], |cfg| cfg.host_keys = keys.clone());
+        wait_connected(&central, 1).await;
+        assert_eq!(
+            discover(c.addr, HOST1).await,
+            ["nqn.2026-11.io.example:a-h1"]
+        );
+        central.stop();
+    }
+    // A CDC that authenticates HOST1 admits its announcement although nothing lists it.
+    let b = Box1::start(vec![subsystem("nqn.2026-11.io.example:b-1", None)]);
+    let (c, cdc) = cdc(&[]);
+    c.target
+        .set_auth_policy(ebof_mgmt::security::auth_policy(&cfg).unwrap());
+    let ann = ebof_cdc::Announcer::start(ebof_cdc::AnnounceConfig {
+        cdc: c.addr,
+        nqn: HOST1.into(),
+        addrs: vec![b.addr],
+        name: "box-b".into(),
+        backoff_max: Duration::from_millis(400),
+        dhchap: keys.get(HOST1).cloned(),
+    })
+    .unwrap();
+    wait_connected(&cdc, 1).await;
+    let r = &c.target.dim_registrations()[0];
+    assert!(r.authenticated && r.admitted, "{r:?}");
+    ann.stop();
     cdc.stop();
 }

@@ -39,6 +39,38 @@ pub fn trusted(list: &[ebof_config::TrustedAnnouncer]) -> Vec<ebof_cdc::Trusted>
         .collect()
 }
 
+/// The DH-HMAC-CHAP secrets of the CDC's `[[hosts]]` that apply to discovery (entries for
+/// every subsystem or for the discovery NQN), by host NQN, for the CDC's reads of its members
+/// as those hosts ([`ebof_cdc::CdcConfig::host_keys`]). A malformed secret is an error that
+/// names its place, never its value.
+pub fn host_keys(
+    cfg: &ebof_config::Config,
+) -> Result<std::collections::HashMap<String, ebof_cdc::DhchapKeys>, String> {
+    let parse = |s: &ebof_config::SecretSource, path: String| {
+        let text = s.resolve().map_err(|e| format!("{path}: {e}"))?;
+        nvme_auth::DhchapSecret::parse(&text).map_err(|e| format!("{path}: {e}"))
+    };
+    let mut out = std::collections::HashMap::new();
+    for (i, h) in cfg.hosts.iter().enumerate() {
+        let Some(k) = &h.dhchap_key else { continue };
+        if h
+            .subsystem
+            .as_deref()
+            .is_some_and(|s| s != nvme_spec::DISCOVERY_NQN)
+        {
+            continue;
+        }
+        let host = parse(k, format!("hosts[{i}].dhchap_key"))?;
+        let ctrl = h
+            .dhchap_ctrl_key
+            .as_ref()
+            .map(|c| parse(c, format!("hosts[{i}].dhchap_ctrl_key")))
+            .transpose()?;
+        out.insert(h.nqn.clone(), ebof_cdc::DhchapKeys { host, ctrl });
+    }
+    Ok(out)
+}
+
 fn not_a_cdc() -> ApiError {
     ApiError::new(
         codes::NOT_A_CDC,

@@ -266,7 +266,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
     let tls = ebof_mgmt::security::tls_acceptor(&cfg).map_err(anyhow::Error::msg)?;
     // The CDC first: the discovery service is central from the first host on.
     let cdc = match &cfg.cdc {
-        Some(c) => Some(Arc::new(start_cdc(&target, c)?)),
+        Some(c) => Some(Arc::new(start_cdc(&target, &cfg, c)?)),
         None => None,
     };
     if cfg.subsystems.is_empty() {
@@ -444,7 +444,11 @@ pub fn run(a: ServeArgs) -> Result<()> {
 }
 
 /// Start the Central Discovery Controller of `[cdc]` on `target`.
-fn start_cdc(target: &Arc<nvmf_target::Target>, c: &ebof_config::Cdc) -> Result<ebof_cdc::Cdc> {
+fn start_cdc(
+    target: &Arc<nvmf_target::Target>,
+    cfg: &Config,
+    c: &ebof_config::Cdc,
+) -> Result<ebof_cdc::Cdc> {
     let members: Vec<SocketAddr> = c.members.iter().map(|m| m.socket_addr()).collect();
     let hostnqn = c.hostnqn.clone().unwrap_or_else(ebof_cdc::default_hostnqn);
     tracing::info!(
@@ -453,9 +457,10 @@ fn start_cdc(target: &Arc<nvmf_target::Target>, c: &ebof_config::Cdc) -> Result<
         trusted = c.trusted.len(),
         "central discovery controller"
     );
-    let mut cfg = ebof_cdc::CdcConfig::new(members, hostnqn);
-    cfg.trusted = ebof_mgmt::cdc::trusted(&c.trusted);
-    ebof_cdc::Cdc::start(target, cfg).context("central discovery controller")
+    let mut cdc = ebof_cdc::CdcConfig::new(members, hostnqn);
+    cdc.trusted = ebof_mgmt::cdc::trusted(&c.trusted);
+    cdc.host_keys = ebof_mgmt::cdc::host_keys(cfg).map_err(|e| anyhow::anyhow!("{e}"))?;
+    ebof_cdc::Cdc::start(target, cdc).context("central discovery controller")
 }
 
 /// Announce this box's discovery service to the CDC at `cdc` (`[discovery] cdc`): the bound
@@ -488,6 +493,7 @@ fn start_announcer(
         addrs,
         name,
         backoff_max: std::time::Duration::from_secs(10),
+        dhchap: None,
     })
     .context("announcing to the central discovery controller")
 }
