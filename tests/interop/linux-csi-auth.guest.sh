@@ -68,6 +68,8 @@ stage() {
 		n=$((n + 1))
 	done
 	((n > 0)) || fail "no controller of $VOL after NodeStage"
+	# informative: who may read the secret the kernel keeps (the ADR quotes this)
+	echo "sysfs modes: dhchap_secret $(stat -c %A /sys/class/nvme/"$c"/dhchap_secret), dhchap_ctrl_secret $(stat -c %A /sys/class/nvme/"$c"/dhchap_ctrl_secret)"
 	grep -q " $STAGE ext4 " /proc/mounts || fail "$STAGE is not an ext4 mount"
 	echo data >"$STAGE/f" && sync
 	echo "$n controller(s) of $VOL authenticated both ways; $STAGE mounted"
