@@ -1034,4 +1034,56 @@ esac"#;
         assert!(!e.message().contains("bm90LWEta2V5"), "{e:?}");
         assert_eq!(f.calls(), "", "no tool ran");
     }
+
+    #[test]
+    fn real_blkid_on_images_a_partition_table_is_not_empty() {
+        // K2 with util-linux itself (no root, no loop device: blkid probes image files). An
+        // MBR with one partition and no file system is what `-s TYPE -o value` answered with
+        // status 0 and nothing, which was taken for "empty".
+        if std::process::Command::new("blkid")
+            .arg("-V")
+            .output()
+            .is_err()
+        {
+            eprintln!("no blkid here: skipped");
+            return;
+        }
+        let d = tempfile::tempdir().unwrap();
+        let node = Node::with_system(
+            NodeConfig::new(Some(NODE.into()), None).unwrap(),
+            NodeSystem::default(),
+        );
+        let mut mbr = vec![0u8; 8 << 20];
+        // one partition entry: type 0x83 from LBA 2048, 4096 sectors; the boot signature
+        mbr[446 + 4] = 0x83;
+        mbr[446 + 8..446 + 12].copy_from_slice(&2048u32.to_le_bytes());
+        mbr[446 + 12..446 + 16].copy_from_slice(&4096u32.to_le_bytes());
+        mbr[440..444].copy_from_slice(&0x1234_5678u32.to_le_bytes());
+        mbr[510] = 0x55;
+        mbr[511] = 0xaa;
+        let img = d.path().join("mbr.img");
+        std::fs::write(&img, &mbr).unwrap();
+        let e = block_on(node.fs_on(&img)).unwrap_err();
+        assert_eq!(e.code(), tonic::Code::FailedPrecondition, "{e:?}");
+        assert!(e.message().contains("PTTYPE=dos"), "{e:?}");
+        let zeros = d.path().join("zeros.img");
+        std::fs::write(&zeros, vec![0u8; 8 << 20]).unwrap();
+        assert_eq!(
+            block_on(node.fs_on(&zeros)).unwrap(),
+            None,
+            "all zeros: empty"
+        );
+        let ext4 = d.path().join("ext4.img");
+        std::fs::write(&ext4, vec![0u8; 8 << 20]).unwrap();
+        let made = std::process::Command::new("mkfs.ext4")
+            .args(["-q", "-F", "--"])
+            .arg(&ext4)
+            .output();
+        if made.is_ok_and(|o| o.status.success()) {
+            assert_eq!(
+                block_on(node.fs_on(&ext4)).unwrap().as_deref(),
+                Some("ext4")
+            );
+        }
+    }
 }
