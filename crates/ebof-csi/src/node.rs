@@ -726,6 +726,13 @@ fn connect_secrets(
     Ok(out)
 }
 
+/// What the node makes of `blkid -p -o export` output with status 0 (the fuzz target's entry
+/// point): the file system type, or why the device counts as not empty. Never "empty": only
+/// status 2 is.
+pub fn blkid_verdict(export: &str) -> Result<Option<String>, String> {
+    probed("DEV", export).map_err(|s| s.message().to_string())
+}
+
 /// What `blkid -p -o export` found on `dev` (it exited 0): the file system type when there is
 /// one, else why the device is not empty.
 fn probed(dev: &str, export: &str) -> Result<Option<String>, Status> {
