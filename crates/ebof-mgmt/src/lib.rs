@@ -23,6 +23,7 @@ pub mod auth;
 pub mod build;
 pub mod cdc;
 pub mod client;
+pub mod listen;
 pub mod control;
 pub mod hostkeys;
 pub mod masking;

@@ -29,6 +29,15 @@ struct NsLabels {
 struct CtrlLabels {
     cntlid: String,
     subsystem: String,
+}
+
+/// [`CtrlLabels`] with the host's NQN: only with `[metrics] host_labels = true`. `/metrics`
+/// needs no token, and a host NQN is the only credential of a host that uses neither
+/// DH-HMAC-CHAP nor TLS.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CtrlHostLabels {
+    cntlid: String,
+    subsystem: String,
     hostnqn: String,
 }
 
@@ -100,16 +109,26 @@ struct PoolLabels {
     pool: String,
 }
 
-/// The whole exposition, as text (no storage pools: [`render_with_pools`]).
+/// The whole exposition, as text (no storage pools: [`render_with_pools`]; no host NQNs).
 pub fn render(t: &Target) -> Result<String, std::fmt::Error> {
     render_with_pools(t, &[])
 }
 
 /// The whole exposition with the storage pools' gauges (`ebof_pool_capacity_bytes`,
-/// `ebof_pool_provisioned_bytes`, `ebof_pool_free_bytes`, label `pool`).
+/// `ebof_pool_provisioned_bytes`, `ebof_pool_free_bytes`, label `pool`); no host NQNs.
 pub fn render_with_pools(
     t: &Target,
     pools: &[crate::api::PoolView],
+) -> Result<String, std::fmt::Error> {
+    render_with(t, pools, false)
+}
+
+/// [`render_with_pools`]; with `host_labels` (`[metrics] host_labels = true`) the per-controller
+/// series also carry the host's NQN (`hostnqn`).
+pub fn render_with(
+    t: &Target,
+    pools: &[crate::api::PoolView],
+    host_labels: bool,
 ) -> Result<String, std::fmt::Error> {
     let mut reg = Registry::with_prefix("ebof");
     if !pools.is_empty() {
@@ -274,11 +293,13 @@ pub fn render_with_pools(
     let ctrls = Family::<KindLabels, Gauge>::default();
     reg.register("controllers", "Live controllers", ctrls.clone());
     let queues = Family::<CtrlLabels, Gauge>::default();
-    reg.register(
-        "controller_io_queues",
-        "I/O queues connected, per controller",
-        queues.clone(),
-    );
+    let host_queues = Family::<CtrlHostLabels, Gauge>::default();
+    let help = "I/O queues connected, per controller";
+    if host_labels {
+        reg.register("controller_io_queues", help, host_queues.clone());
+    } else {
+        reg.register("controller_io_queues", help, queues.clone());
+    }
     // Both kinds are always present, so a dashboard sees 0 rather than nothing.
     for k in ["io", "discovery"] {
         ctrls.get_or_create(&KindLabels { kind: k.into() }).set(0);
@@ -289,13 +310,21 @@ pub fn render_with_pools(
             ControllerKind::Discovery => ("discovery", ebof_config::DISCOVERY_NQN.to_string()),
         };
         ctrls.get_or_create(&KindLabels { kind: kind.into() }).inc();
-        queues
-            .get_or_create(&CtrlLabels {
-                cntlid: c.cntlid.0.to_string(),
-                subsystem,
-                hostnqn: c.hostnqn.clone(),
-            })
-            .set(i64::try_from(c.io_queue_count()).unwrap_or(i64::MAX));
+        let n = i64::try_from(c.io_queue_count()).unwrap_or(i64::MAX);
+        let cntlid = c.cntlid.0.to_string();
+        if host_labels {
+            host_queues
+                .get_or_create(&CtrlHostLabels {
+                    cntlid,
+                    subsystem,
+                    hostnqn: c.hostnqn.clone(),
+                })
+                .set(n);
+        } else {
+            queues
+                .get_or_create(&CtrlLabels { cntlid, subsystem })
+                .set(n);
+        }
     }
     let subsystems = Gauge::<i64>::default();
     subsystems.set(i64::try_from(t.subsystems().len()).unwrap_or(i64::MAX));
@@ -355,7 +384,9 @@ pub fn render_with_pools(
         &mut reg,
         "dim_refusals",
         "Discovery Information Management commands refused (untrusted discovery controller, change from another address, no room)",
-        t.events.dim_refusals.load(std::sync::atomic::Ordering::Relaxed),
+        t.events
+            .dim_refusals
+            .load(std::sync::atomic::Ordering::Relaxed),
     );
     let open = Gauge::<i64>::default();
     open.set(i64::try_from(st.connections_open).unwrap_or(i64::MAX));

@@ -82,6 +82,9 @@ pub enum ServerError {
         #[source]
         source: std::io::Error,
     },
+    /// The API's certificate or key could not be used (the message names the file).
+    #[error("{0}")]
+    Tls(String),
     /// The server's tokio runtime could not be built, or a bound listener's address read.
     #[error("management runtime: {0}")]
     Runtime(#[source] std::io::Error),
@@ -273,17 +276,39 @@ fn bind_tcp(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
     Ok(l)
 }
 
-/// A bound TCP listener for the whole API, with the bearer token every request must carry.
+/// A bound TCP listener for the whole API, with the bearer token every request must carry,
+/// and its TLS certificate when it speaks HTTPS.
 #[derive(Debug)]
 pub struct ApiListener {
     listener: std::net::TcpListener,
     token: Token,
+    tls: Option<crate::listen::TlsServer>,
 }
 
-/// Bind the API's TCP listener (`[management] listen`); requests must bring `token`.
+/// Bind the API's TCP listener (`[management] listen`); requests must bring `token`. Plain
+/// HTTP until [`ApiListener::with_tls`].
 pub fn bind_api_tcp(addr: SocketAddr, token: Token) -> Result<ApiListener, ServerError> {
     let listener = bind_tcp(addr).map_err(|source| ServerError::ApiTcp { addr, source })?;
-    Ok(ApiListener { listener, token })
+    Ok(ApiListener {
+        listener,
+        token,
+        tls: None,
+    })
+}
+
+impl ApiListener {
+    /// Speak HTTPS with the PEM certificate (chain) `cert` and key `key` (`[management]
+    /// tls_cert`, `tls_key`); a file that cannot be used is an error naming it.
+    pub fn with_tls(mut self, cert: &FsPath, key: &FsPath) -> Result<ApiListener, ServerError> {
+        self.tls =
+            Some(crate::listen::TlsServer::from_pem_files(cert, key).map_err(ServerError::Tls)?);
+        Ok(self)
+    }
+
+    /// Whether it speaks HTTPS.
+    pub fn is_tls(&self) -> bool {
+        self.tls.is_some()
+    }
 }
 
 /// The running management server. [`MgmtServer::stop`] (or drop) ends it and removes the socket.
@@ -415,12 +440,30 @@ fn unauthorized(r: Refusal) -> Response {
 }
 
 /// Start serving `socket` (the API), `api_tcp` (the API, bearer token required) and `metrics`
-/// (only `/metrics`) on a thread of its own.
+/// (only `/metrics`) on a thread of its own, the TCP listeners within the default
+/// [`Limits`](crate::listen::Limits).
 pub fn start(
     ctx: Arc<Control>,
     socket: Option<BoundSocket>,
     metrics: Option<std::net::TcpListener>,
     api_tcp: Option<ApiListener>,
+) -> Result<MgmtServer, ServerError> {
+    start_with(
+        ctx,
+        socket,
+        metrics,
+        api_tcp,
+        crate::listen::Limits::default(),
+    )
+}
+
+/// [`start`] with the TCP listeners' connections bounded by `limits`.
+pub fn start_with(
+    ctx: Arc<Control>,
+    socket: Option<BoundSocket>,
+    metrics: Option<std::net::TcpListener>,
+    api_tcp: Option<ApiListener>,
+    limits: crate::listen::Limits,
 ) -> Result<MgmtServer, ServerError> {
     let metrics_addr = match &metrics {
         Some(l) => Some(l.local_addr().map_err(ServerError::Runtime)?),
@@ -444,7 +487,13 @@ pub fn start(
         None => (None, None),
     };
     let api = router(ctx.clone());
-    let api_tcp = api_tcp.map(|a| (a.listener, authenticated_router(ctx.clone(), a.token)));
+    let api_tcp = api_tcp.map(|a| {
+        (
+            a.listener,
+            authenticated_router(ctx.clone(), a.token),
+            a.tls,
+        )
+    });
     let metrics_only = Router::new()
         .route(routes::METRICS, get(get_metrics))
         .fallback(unknown_endpoint)
@@ -460,17 +509,29 @@ pub fn start(
                         Err(e) => tracing::error!(error = %e, "management socket unusable"),
                     }
                 }
-                if let Some((l, app)) = api_tcp {
+                if let Some((l, app, tls)) = api_tcp {
                     match tokio::net::TcpListener::from_std(l) {
-                        Ok(l) => tasks.push(tokio::spawn(serve_tcp_api(l, app, rx.clone()))),
+                        Ok(l) => tasks.push(tokio::spawn(crate::listen::serve(
+                            l,
+                            app,
+                            tls,
+                            limits,
+                            rx.clone(),
+                            "API (TCP)",
+                        ))),
                         Err(e) => tracing::error!(error = %e, "management TCP listener unusable"),
                     }
                 }
                 if let Some(m) = metrics {
                     match tokio::net::TcpListener::from_std(m) {
-                        Ok(l) => {
-                            tasks.push(tokio::spawn(serve_until(l, metrics_only, rx, "metrics")))
-                        }
+                        Ok(l) => tasks.push(tokio::spawn(crate::listen::serve(
+                            l,
+                            metrics_only,
+                            None,
+                            limits,
+                            rx,
+                            "metrics",
+                        ))),
                         Err(e) => tracing::error!(error = %e, "metrics listener unusable"),
                     }
                 }
@@ -507,23 +568,6 @@ async fn serve_until<L>(
         .await;
     if let Err(e) = r {
         tracing::error!(error = %e, "management {what} endpoint stopped");
-    }
-}
-
-/// [`serve_until`] for the API on TCP: each request knows its peer's address (for the log of
-/// refused requests).
-async fn serve_tcp_api(
-    l: tokio::net::TcpListener,
-    app: Router,
-    mut stop: tokio::sync::watch::Receiver<bool>,
-) {
-    let r = axum::serve(l, app.into_make_service_with_connect_info::<SocketAddr>())
-        .with_graceful_shutdown(async move {
-            let _ = stop.wait_for(|v| *v).await;
-        })
-        .await;
-    if let Err(e) = r {
-        tracing::error!(error = %e, "management API (TCP) endpoint stopped");
     }
 }
 
@@ -602,7 +646,8 @@ async fn get_metrics(State(c): State<Ctx>) -> Response {
             .await
             .unwrap_or_default()
     };
-    match metrics::render_with_pools(&c.target, &pools) {
+    let host_labels = c.lock().metrics_host_labels;
+    match metrics::render_with(&c.target, &pools, host_labels) {
         Ok(text) => ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], text).into_response(),
         Err(_) => ApiResponse(ApiError::new(
             codes::INTERNAL,
@@ -962,6 +1007,160 @@ mod tests {
         .unwrap();
         let target = Arc::new(crate::build::build_target(&cfg).unwrap());
         Arc::new(Control::new(target, cfg, None))
+    }
+
+    /// M4: connections that send `GET / HTTP/1.1\r\n` and nothing more, or a head and no
+    /// body, are closed within the timeouts; past the cap, at once; the API works after.
+    #[test]
+    fn slow_clients_are_closed_and_capped() {
+        use std::io::{Read, Write};
+        use std::time::{Duration, Instant};
+        let limits = crate::listen::Limits {
+            header_timeout: Duration::from_millis(800),
+            idle_timeout: Duration::from_millis(800),
+            max_connections: 8,
+        };
+        let token = Token::new("t0k3n-0123456789").unwrap();
+        let l = bind_api_tcp("127.0.0.1:0".parse().unwrap(), token.clone()).unwrap();
+        let m = bind_metrics("127.0.0.1:0".parse().unwrap()).unwrap();
+        let srv = start_with(control(), None, Some(m), Some(l), limits).unwrap();
+        let (api, metrics) = (srv.api_addr.unwrap(), srv.metrics_addr.unwrap());
+        let open = |addr: SocketAddr, what: &[u8]| {
+            let mut s = std::net::TcpStream::connect(addr).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            s.write_all(what).unwrap();
+            s
+        };
+        let started = Instant::now();
+        let mut slow = Vec::new();
+        for addr in [api, metrics] {
+            for _ in 0..12 {
+                slow.push(open(addr, b"GET / HTTP/1.1\r\n"));
+            }
+            slow.push(open(
+                addr,
+                b"POST /v1/save HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n",
+            ));
+        }
+        for mut s in slow {
+            let mut b = Vec::new();
+            // Closed (EOF, or reset), perhaps after an error answer; never held.
+            let r = s.read_to_end(&mut b);
+            assert!(
+                r.is_ok()
+                    || r.as_ref()
+                        .is_err_and(|e| e.kind() != std::io::ErrorKind::WouldBlock),
+                "{r:?}"
+            );
+        }
+        let took = started.elapsed();
+        assert!(took < Duration::from_secs(5), "closed after {took:?}");
+        let c = Client::tcp(api.to_string(), Some(token));
+        assert_eq!(c.state().unwrap().subsystems.len(), 1);
+        let mut s = open(
+            metrics,
+            b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        );
+        let mut b = String::new();
+        s.read_to_string(&mut b).unwrap();
+        assert!(b.starts_with("HTTP/1.1 200"), "{b}");
+        srv.stop();
+    }
+
+    /// M1: the API on TCP speaks HTTPS with `tls_cert`/`tls_key`; the client checks the
+    /// certificate (a private CA through `ca_file`) and the name.
+    #[test]
+    fn https_with_a_private_ca() {
+        let t = tempfile::tempdir().unwrap();
+        let (ca, cert, key) = crate::listen::test_pki::make(t.path(), "good");
+        let (other_ca, _, other_key) = crate::listen::test_pki::make(t.path(), "other");
+        let token = Token::new("t0k3n-0123456789").unwrap();
+        let bind = || bind_api_tcp("127.0.0.1:0".parse().unwrap(), token.clone()).unwrap();
+        // Unusable files: an error naming the file.
+        let e = bind()
+            .with_tls(&t.path().join("none.pem"), &key)
+            .unwrap_err();
+        assert!(e.to_string().contains("none.pem"), "{e}");
+        let e = bind().with_tls(&cert, &other_key).unwrap_err();
+        assert!(e.to_string().contains("other-key.pem"), "{e}");
+
+        let l = bind().with_tls(&cert, &key).unwrap();
+        assert!(l.is_tls());
+        let srv = start(control(), None, None, Some(l)).unwrap();
+        let port = srv.api_addr.unwrap().port();
+        for url in [
+            format!("https://127.0.0.1:{port}"),
+            format!("https://localhost:{port}/"),
+            format!("127.0.0.1:{port}"),
+        ] {
+            let c = Client::https(&url, Some(&ca), Some(token.clone())).unwrap();
+            assert_eq!(c.state().unwrap().subsystems.len(), 1, "{url}");
+            assert!(c.endpoint().starts_with("management API at https://"));
+        }
+        let c = Client::api(&format!("https://127.0.0.1:{port}"), Some(&ca), None).unwrap();
+        assert!(
+            matches!(c.state(), Err(ClientError::Api(e)) if e.code == codes::UNAUTHORIZED),
+            "the token is still required"
+        );
+        // Not the CA that signed it, or none (the system's): refused, saying why.
+        for ca in [Some(other_ca.as_path()), None] {
+            let c = Client::https(
+                &format!("https://127.0.0.1:{port}"),
+                ca,
+                Some(token.clone()),
+            )
+            .unwrap();
+            match c.state() {
+                Err(ClientError::Tls(m)) => assert!(m.contains("not trusted"), "{m}"),
+                other => panic!("{other:?}"),
+            }
+        }
+        // A name the certificate does not carry (it names 127.0.0.1 and localhost).
+        let l2 = bind_api_tcp("127.0.0.2:0".parse().unwrap(), token.clone())
+            .unwrap()
+            .with_tls(&cert, &key)
+            .unwrap();
+        let srv2 = start(control(), None, None, Some(l2)).unwrap();
+        let c = Client::https(
+            &format!("https://{}", srv2.api_addr.unwrap()),
+            Some(&ca),
+            Some(token.clone()),
+        )
+        .unwrap();
+        match c.state() {
+            Err(ClientError::Tls(m)) => assert!(m.contains("not trusted"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+        srv2.stop();
+        // Plain HTTP to it: an error, not a hang.
+        assert!(
+            Client::tcp(format!("127.0.0.1:{port}"), Some(token.clone()))
+                .state()
+                .is_err()
+        );
+        // Bad input.
+        assert!(Client::https("https://127.0.0.1", None, None).is_err());
+        assert!(Client::https("https://h:1/x", None, None).is_err());
+        assert!(Client::api("http://127.0.0.1:1", Some(&ca), None).is_err());
+        assert!(Client::https("h:1", Some(&t.path().join("none.pem")), None).is_err());
+        srv.stop();
+    }
+
+    /// M1: a token never goes over plain HTTP to an address that is not loopback unless asked.
+    #[test]
+    fn no_token_in_clear_beyond_loopback() {
+        let token = Token::new("t0k3n-0123456789").unwrap();
+        // TEST-NET-1: refused before any connection is tried.
+        let c = Client::tcp("192.0.2.1:9651", Some(token.clone()));
+        let e = c.state().unwrap_err();
+        assert!(matches!(e, ClientError::PlainHttp { .. }), "{e:?}");
+        assert!(e.to_string().contains("https://192.0.2.1:9651"), "{e}");
+        assert!(e.to_string().contains("--insecure-http"), "{e}");
+        let e = Client::api("http://[2001:db8::1]:9651", None, Some(token))
+            .unwrap()
+            .state()
+            .unwrap_err();
+        assert!(matches!(e, ClientError::PlainHttp { .. }), "{e:?}");
     }
 
     /// M3: a socket directory another user made (or can write in) is not served in.

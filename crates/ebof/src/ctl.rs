@@ -17,10 +17,12 @@ pub struct CtlArgs {
     #[arg(long, short = 's', value_name = "PATH", global = true)]
     pub socket: Option<PathBuf>,
     /// Talk to the management API on TCP instead (`ebof serve --mgmt-listen ADDR:PORT`), with
-    /// the bearer token of --token-file or $EBOF_TOKEN.
+    /// the bearer token of --token-file or $EBOF_TOKEN: `https://HOST:PORT` when the server
+    /// has `[management] tls_cert`/`tls_key`, else `ADDR:PORT` (plain HTTP: loopback only,
+    /// unless --insecure-http).
     #[arg(
         long,
-        value_name = "ADDR:PORT",
+        value_name = "[https://]HOST:PORT",
         global = true,
         conflicts_with = "socket"
     )]
@@ -28,6 +30,14 @@ pub struct CtlArgs {
     /// File holding the bearer token for --api (else $EBOF_TOKEN).
     #[arg(long, value_name = "PATH", global = true, requires = "api")]
     pub token_file: Option<PathBuf>,
+    /// CA certificates (PEM) that sign the server's certificate, for `--api https://…` (else
+    /// the system's).
+    #[arg(long, value_name = "PATH", global = true, requires = "api")]
+    pub ca_file: Option<PathBuf>,
+    /// Send the token over plain HTTP to an address that is not loopback (anyone on the path
+    /// can read it; else $EBOF_ALLOW_PLAIN_HTTP=1). Use HTTPS instead where you can.
+    #[arg(long, global = true, requires = "api")]
+    pub insecure_http: bool,
     /// Print JSON (the API's answer as is) instead of tables.
     #[arg(long, global = true)]
     pub json: bool,
@@ -370,6 +380,8 @@ pub enum HostCmd {
 
 /// The environment variable `ebof ctl --api` takes the token from without --token-file.
 pub const TOKEN_ENV: &str = "EBOF_TOKEN";
+/// `EBOF_ALLOW_PLAIN_HTTP=1`: what `ebof ctl --insecure-http` says.
+pub const PLAIN_HTTP_ENV: &str = "EBOF_ALLOW_PLAIN_HTTP";
 
 /// The client `ebof ctl` talks through: TCP with a token (`--api`), else the Unix socket.
 fn client(a: &CtlArgs) -> Result<Client> {
@@ -390,7 +402,10 @@ fn client(a: &CtlArgs) -> Result<Client> {
             }
         },
     };
-    Ok(Client::tcp(addr.clone(), token))
+    let plain = a.insecure_http || std::env::var_os(PLAIN_HTTP_ENV).is_some_and(|v| v == "1");
+    Ok(Client::api(addr, a.ca_file.as_deref(), token)
+        .map_err(err)?
+        .allow_plain_http(plain))
 }
 
 pub fn run(a: CtlArgs) -> Result<()> {
@@ -1570,10 +1585,26 @@ pub fn start_management(
     };
     let api_tcp = match (&cfg.management.listen, token) {
         (Some(l), Some(token)) if !cfg.management.disabled => {
-            Some(ebof_mgmt::bind_api_tcp(l.socket_addr(), token)?)
+            let api = ebof_mgmt::bind_api_tcp(l.socket_addr(), token)?;
+            match (&cfg.management.tls_cert, &cfg.management.tls_key) {
+                (Some(cert), Some(key)) => Some(api.with_tls(cert, key)?),
+                _ => Some(api),
+            }
         }
         _ => None,
     };
+    let https = api_tcp.as_ref().is_some_and(|a| a.is_tls());
+    if let Some(l) = &cfg.management.listen
+        && api_tcp.is_some()
+        && !https
+        && !l.socket_addr().ip().is_loopback()
+    {
+        tracing::warn!(
+            address = %l.socket_addr(),
+            "the management API on TCP speaks plain HTTP: its token travels in clear \
+             (set [management] tls_cert and tls_key for HTTPS)"
+        );
+    }
     if socket.is_none() && metrics.is_none() && api_tcp.is_none() {
         return Ok(None);
     }
@@ -1588,7 +1619,11 @@ pub fn start_management(
         socket = path.as_deref().unwrap_or("none"),
         tcp = %server
             .api_addr
-            .map_or_else(|| "none".to_string(), |a| format!("{a} (bearer token)")),
+            .map_or_else(|| "none".to_string(), |a| if https {
+                format!("https://{a} (bearer token)")
+            } else {
+                format!("{a} (bearer token, plain HTTP)")
+            }),
         metrics = %server
             .metrics_addr
             .map_or_else(|| "none".to_string(), |a| format!("http://{a}/metrics")),
