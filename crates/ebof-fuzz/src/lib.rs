@@ -36,6 +36,10 @@
 //!   tampered records; honest data arrives whole, failures are sticky and answered by alerts.
 //! - [`targets::dim`]: bytes into the Discovery Information Management decoder (TP 8010);
 //!   offsets of refusals inside the data, stable round trips of what is accepted.
+//! - [`targets::dim_registry`]: sequences of DIM register / update / deregister from many
+//!   identities (host NQNs, source addresses, authenticated or not, trusted or not) against a
+//!   CDC target's registry; its bounds, the CDC's admission and the origin rule hold, and what
+//!   the CDC was told to announce matches the registry after every step.
 //! - [`targets::csi_names`]: text into the CSI driver's volume-context listener decoder
 //!   and the names it derives from CSI names (`ebof_csi::names`).
 
@@ -172,6 +176,12 @@ pub const TARGETS: &[Target] = &[
         run: targets::dim::run,
         max_len: 8 * 1024,
         time_div: 4,
+    },
+    Target {
+        name: "dim_registry",
+        run: targets::dim_registry::run,
+        max_len: 2400,
+        time_div: 2,
     },
     Target {
         name: "csi_names",

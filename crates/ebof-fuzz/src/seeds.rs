@@ -49,6 +49,9 @@ pub fn all() -> Vec<(&'static str, String, Vec<u8>)> {
     for (name, bytes) in dim_seeds() {
         v.push(("dim", name, bytes));
     }
+    for (name, bytes) in dim_registry_seeds() {
+        v.push(("dim_registry", name, bytes));
+    }
     for (name, bytes) in csi_names_seeds() {
         v.push(("csi_names", name, bytes));
     }
@@ -837,4 +840,57 @@ fn dim_seeds() -> Vec<(String, Vec<u8>)> {
     other[1024 + 256 + 5] = b'X';
     v.push(("host-other-nqn".into(), other));
     v
+}
+
+// ----------------------------------------------------------------------------------------
+// dim_registry (steps `[op, who, what, arg]`, see the target's docs)
+
+fn dim_registry_seeds() -> Vec<(String, Vec<u8>)> {
+    let steps = |v: &[[u8; 4]]| v.iter().flatten().copied().collect::<Vec<u8>>();
+    // Identity 1 at 10.0.0.1 (who = 1 | 1 << 5), identity 25 (authenticated) at 10.0.0.2.
+    let (one, auth) = (1 | (1 << 5), 25 | (2 << 5));
+    let mut flood = Vec::new();
+    for i in 0..200u8 {
+        // Fresh host NQNs from one address, then from others.
+        flood.push([3, (i / 64) << 5, 0, i]);
+    }
+    flood.push([7, one, 0, 0]);
+    flood.push([0, one, 0, 1]);
+    flood.push([6, 0, 0, 0]);
+    flood.push([3, 0, 0, 250]);
+    vec![
+        (
+            "untrusted-then-trusted".into(),
+            steps(&[
+                [0, one, 3, 0],
+                [7, one, 0, 0],
+                [0, one, 3, 0],
+                [0, one, 1, 4],
+                [1, one, 0, 2],
+                [2, one, 0, 0],
+            ]),
+        ),
+        (
+            "authenticated-announcer-and-forger".into(),
+            steps(&[
+                [0, auth, 1, 0],
+                [2, 25 | (3 << 5), 0, 0],
+                [0, 25 | (3 << 5), 0, 5],
+                [5, auth, 0, 0],
+                [6, 0, 0, 0],
+                [3, 2, 0, 0],
+                [0, auth, 2, 6],
+            ]),
+        ),
+        (
+            "member-limit".into(),
+            steps(&[
+                [7, one, 0, 0],
+                [0, one, 3, 0],
+                [0, one | 0x80, 0x83, 4],
+                [0, 2 | (1 << 5), 3, 8],
+            ]),
+        ),
+        ("host-flood".into(), steps(&flood)),
+    ]
 }

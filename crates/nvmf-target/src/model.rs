@@ -534,8 +534,16 @@ impl Target {
             DimTask::Register | DimTask::Update => {
                 let old = match m.get(&key) {
                     Some(old) => {
+                        // The replacement counts where it comes from: room is checked as
+                        // for a new one, without the registration it replaces.
+                        let old = old.clone();
+                        m.remove(&key);
+                        if !dim_room(&m, &reg) {
+                            m.insert(key, old);
+                            return Err(DimRefusal::Full);
+                        }
                         reg.registered = old.registered;
-                        Some(old.clone())
+                        Some(old)
                     }
                     None if task == DimTask::Update => return Err(DimRefusal::Unknown),
                     None => {

@@ -765,3 +765,37 @@ fn discovery_controllers_authenticate_hosts_with_keys() {
     assert!(c.status.is_success(), "{c:?}");
     assert!(t.dim_registrations()[0].authenticated);
 }
+
+/// Found by the `dim_registry` fuzz target: a registration registered again from another
+/// address counts there, so moving registrations cannot pass the per-address cap.
+#[test]
+fn dim_reregistration_from_another_address_counts_there() {
+    let t = target();
+    let reg = |h: &mut Host| {
+        let n = h.hostnqn.clone();
+        let d = DimData::host(&n, [7; 16], "x", "y", None, None).encode();
+        h.dim(DimTask::Register, &d).status
+    };
+    let nqn = |p: usize, i: usize| format!("nqn.2026-11.io.move:p{p}-h{i}");
+    let mut keep = Vec::new();
+    for p in 0..2 {
+        for i in 0..MAX_DIM_PER_PEER {
+            let mut h = disc_from(&t, &nqn(p, i), &format!("10.80.0.{p}:1000"));
+            assert!(reg(&mut h).is_success());
+            keep.push(h);
+        }
+    }
+    // Address 1 is full: host p0-h0 registering again from there is refused and keeps its
+    // registration from address 0.
+    let mut moved = disc_from(&t, &nqn(0, 0), "10.80.0.1:2000");
+    assert_eq!(reg(&mut moved), Status::INSUFFICIENT_DISCOVERY_RESOURCES);
+    let r = t
+        .dim_registrations()
+        .into_iter()
+        .find(|r| r.hostnqn == nqn(0, 0))
+        .unwrap();
+    assert_eq!(r.peer, Some(addr("10.80.0.0:1000")));
+    // From its own address it still may.
+    let mut again = disc_from(&t, &nqn(0, 0), "10.80.0.0:3000");
+    assert!(reg(&mut again).is_success());
+}

@@ -5,6 +5,7 @@ pub mod config_struct;
 pub mod config_text;
 pub mod csi_names;
 pub mod dim;
+pub mod dim_registry;
 pub mod host_queue;
 pub mod pdu;
 pub mod rdma_wire;
