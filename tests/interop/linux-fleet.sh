@@ -131,6 +131,9 @@ mdns = false
 
 [cdc]
 members = ["${BOX_IPS[0]}:$DISC_PORT", "${BOX_IPS[1]}:$DISC_PORT", "${BOX_IPS[2]}:$DISC_PORT"]
+# who else may announce itself by DIM (ETYPE DDC): nobody; the members' own addresses may
+# (ADR 0025). Hosts registering themselves (nvme dim, stafd) need no trust.
+trusted = []
 EOF
 }
 
