@@ -38,14 +38,20 @@ pub fn ensure_parent_dir(field: &str, path: &Path) -> Result<(), String> {
     if path.exists() || dir.is_dir() {
         return Ok(());
     }
-    std::fs::create_dir_all(dir).map_err(|e| {
-        format!(
-            "{field}: directory {} does not exist and cannot be created; create it \
+    // Owner-only, as the file it will hold (issue 32, M2).
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| {
+            format!(
+                "{field}: directory {} does not exist and cannot be created; create it \
              (mkdir -p {}) or choose another path: {e}",
-            dir.display(),
-            dir.display()
-        )
-    })?;
+                dir.display(),
+                dir.display()
+            )
+        })?;
     tracing::info!(directory = %dir.display(), "created directory for a file namespace");
     Ok(())
 }

@@ -1094,9 +1094,28 @@ mod allowlist_tests {
         }
         assert!(!outside.exists(), "nothing made outside");
         assert_eq!(c.running(), before);
-        // Inside the data directory and the pool's: fine.
+        // Inside the data directory and the pool's: fine; directories made for the file are
+        // owner-only, as the file is (M2), whatever the umask.
+        crate::paths::tests::umask_022();
         c.add_namespace(NQN, &file(&data.join("a.img"))).unwrap();
         c.add_namespace(NQN, &file(&pool.join("b.img"))).unwrap();
+        c.add_namespace(NQN, &file(&data.join("new/dir/c.img")))
+            .unwrap();
+        use std::os::unix::fs::MetadataExt;
+        for p in [data.join("new"), data.join("new/dir")] {
+            assert_eq!(
+                std::fs::metadata(&p).unwrap().mode() & 0o777,
+                0o700,
+                "{p:?}"
+            );
+        }
+        for p in [data.join("a.img"), data.join("new/dir/c.img")] {
+            assert_eq!(
+                std::fs::metadata(&p).unwrap().mode() & 0o777,
+                0o600,
+                "{p:?}"
+            );
+        }
     }
 
     #[test]
