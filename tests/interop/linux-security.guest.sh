@@ -271,6 +271,33 @@ e_tls_plaintext() {
 	expect_fail "plaintext connect to the TLS-required port" nvme connect -t tcp -a "$E_IP" \
 		-s "$TLS_PORT" -n "$SNQN" --hostnqn="$H_TLS" --hostid="$ID_TLS"
 }
+# T1 of the 2026-11 review: ebof serves with tls_rekey_records = 16 (256 KiB per key), so a busy
+# TLS queue crosses the KeyUpdate threshold many times a second. The kernel host reads through
+# kTLS, which takes no KeyUpdate: ebof must keep its key (tls_key_update = "peer"), and the host
+# must see no error, reset or reconnect. fio writes and verifies (verify_backlog: reads of what
+# was written, interleaved) for SEC_REKEY_SECS seconds.
+REKEY_SECS=${SEC_REKEY_SECS:-60}
+e_tls_rekey() {
+	_need_ebof || return 0
+	local rc=0 bad
+	guest_request ebof-tls-stats mark 60 || fail "ebof-tls-stats mark (host side)"
+	sec_connect tls "$SNQN" "$E_IP" "$TLS_PORT" "$H_TLS" "$ID_TLS" --tls
+	kmsg_mark
+	FIO_TIMEOUT=$((REKEY_SECS + 120)) fio_verify sec-rekey "$NSDEV" 32M randwrite 16k 8 \
+		--time_based --runtime="$REKEY_SECS" --verify_backlog=64 || rc=$?
+	echo "kernel since the fio start:"
+	kmsg_since | sed 's/^/    k /'
+	bad=$(kmsg_since | grep -iE 'nvme.*(reset|reconnect|timeout|error|fail)|tls.*(error|fail)' || true)
+	sec_disconnect "$SNQN"
+	if [[ ${SEC_TLS_KEY_UPDATE:-peer} == always ]]; then
+		echo "EXPERIMENT (tls_key_update = always): fio status $rc; kernel lines above"
+		guest_request ebof-tls-stats check 60 || true
+		return 0
+	fi
+	((rc == 0)) || fail "fio over TLS past the KeyUpdate threshold failed (status $rc)"
+	[[ -z $bad ]] || fail "the kernel host logged errors/resets over TLS: $bad"
+	guest_request ebof-tls-stats check 60 || fail "ebof's TLS record stats (host side, above)"
+}
 e_tls_auth() {
 	_need_ebof || return 0
 	cid tls,auth,ctrl "$SNQN" "$E_IP" "$TLS_PORT" "$H_AUTH" "$ID_AUTH" --tls --dhchap-secret="$E_KEY_AUTH" \
@@ -311,4 +338,5 @@ step "ebof: TLS, --tls-key on the command line" e_tls_cmdline
 step "ebof: wrong PSK refused" e_tls_wrong_psk
 step "ebof: plaintext to the TLS-required port refused" e_tls_plaintext
 step "ebof: TLS + DH-HMAC-CHAP two-way" e_tls_auth
+step "ebof: TLS past the KeyUpdate threshold (16 records), fio verify ${REKEY_SECS} s, no reset" e_tls_rekey
 step "tlshd log" the_end

@@ -14,7 +14,11 @@
 #       with the hosts' DH-HMAC-CHAP keys and TLS PSKs the guest generated; the guest connects with
 #       each. If `ebof serve` rejects the configuration (an unknown field: no DH-HMAC-CHAP/TLS yet),
 #       the answer is 77 and the guest SKIPS every ebof step. Once ebof serve ran, its log must not
-#       contain any of the secrets.
+#       contain any of the secrets. ebof serves with `[target] tls_rekey_records = 16` (16
+#       full-size-record equivalents per key: every 256 KiB) and the default `tls_key_update =
+#       "peer"`; the guest runs fio --verify for $SEC_REKEY_SECS s over TLS and asks
+#       (guest_request ebof-tls-stats) that ebof kept its key past the threshold many times
+#       (KeyUpdates deferred) and sent the kernel host no KeyUpdate.
 #
 # Usage (as root; build first: cargo build --release -p ebof):
 #   tests/interop/linux-security.sh
@@ -26,6 +30,9 @@
 #   RUST_LOG               passed to `ebof serve` (default info)
 #   EBOF_INTEROP_TARGET=kernel  reference run: part (ii) goes to the guest kernel's own target,
 #                          configured like the ebof one (checks the steps; the wrong-PSK step skips)
+#   SEC_REKEY_SECS         fio time of the KeyUpdate-threshold step (default 60)
+#   SEC_TLS_KEY_UPDATE     ebof's [target] tls_key_update (default "peer"; "always" is the
+#                          experiment of ADR 0024: the rekey step then shows what the host does)
 # Exit status: 0 passed, else failed.
 # shellcheck disable=SC2317 # host_on_* are called indirectly
 set -uo pipefail
@@ -149,6 +156,10 @@ size = "64M"
 
 [management]
 enabled = false
+
+[target]
+tls_rekey_records = 16
+tls_key_update = "${SEC_TLS_KEY_UPDATE:-peer}"
 EOF
 	echo "---- $RUN_DIR/ebof.toml (keys elided) ----"
 	sed -E 's/(DHHC-1|NVMeTLSkey-1):[0-9]+:[^"]*/\1:…/' "$RUN_DIR/ebof.toml"
@@ -190,6 +201,27 @@ host_on_ebof_start() {
 	return 1
 }
 
+# guest_request ebof-tls-stats mark|check: "mark" before the rekey step's connect; "check" after
+# its disconnect: since the mark, ebof kept its key past the threshold (deferrals in the
+# per-connection stats it logs at close) and sent no KeyUpdate to the kernel host. With
+# SEC_TLS_KEY_UPDATE=always: only reported.
+host_on_ebof_tls_stats() {
+	local log=$RUN_DIR/target.log mark=$RUN_DIR/tls-stats.mark deferred sent new
+	if [[ $1 == mark ]]; then
+		wc -l <"$log" >"$mark"
+		return 0
+	fi
+	new=$(tail -n +$(($(cat "$mark" 2>/dev/null || echo 0) + 1)) "$log")
+	grep -E 'KeyUpdate threshold reached|TLS record stats at close' <<<"$new" | tail -n 5
+	deferred=$(grep -oE 'key_updates_deferred=[0-9]+' <<<"$new" | awk -F= '{ s += $2 } END { print s + 0 }')
+	sent=$(grep -oE 'key_updates_sent=[0-9]+' <<<"$new" | awk -F= '{ s += $2 } END { print s + 0 }')
+	log "ebof TLS record stats: KeyUpdates deferred $deferred, sent $sent (tls_key_update = ${SEC_TLS_KEY_UPDATE:-peer})"
+	[[ ${SEC_TLS_KEY_UPDATE:-peer} == always ]] && return 0
+	((sent == 0)) || { warn "ebof sent $sent KeyUpdates to a peer that never sent one"; return 1; }
+	((deferred >= 10)) || { warn "the rekey step crossed the threshold only $deferred times (want >= 10)"; return 1; }
+	return 0
+}
+
 # after the run: ebof serve still alive, and none of the guest's secrets in its log
 check_ebof_after() {
 	local rc=0 v
@@ -216,7 +248,8 @@ check_ebof_after() {
 interop_init linux-security
 vm_setup
 vm_env "KERNEL_NQN=nqn.2026-11.io.ebof:ksec" "EBOF_NQN=nqn.2026-11.io.ebof:sec" \
-	"SEC_TARGET=${EBOF_INTEROP_TARGET:-ebof}"
+	"SEC_TARGET=${EBOF_INTEROP_TARGET:-ebof}" "SEC_REKEY_SECS=${SEC_REKEY_SECS:-60}" \
+	"SEC_TLS_KEY_UPDATE=${SEC_TLS_KEY_UPDATE:-peer}"
 vm_run "$INTEROP_DIR/linux-security.guest.sh" "${EBOF_INTEROP_TIMEOUT:-900}"
 rc=$?
 if [[ -n $EBOF_STARTED ]]; then
