@@ -233,15 +233,8 @@ enum Cmd {
     Add(SocketAddr),
     /// Stop the member task.
     Remove(SocketAddr),
-    /// Discovery services announced by DIM registration `key` (pull registration): members
-    /// unless already; entries must point at `own` (the registration's addresses).
-    Announce {
-        key: RegKey,
-        addrs: Vec<SocketAddr>,
-        own: HashSet<IpAddr>,
-    },
-    /// Announced discovery services registration `key` withdrew (deregister, replaced, expired).
-    Withdraw { key: RegKey, addrs: Vec<SocketAddr> },
+    /// Members left: recompute the views (off the reactor threads) and tell the hosts.
+    Refresh,
     /// Stop everything.
     Stop,
 }
@@ -538,14 +531,43 @@ impl CentralDiscovery for Shared {
 
     fn registered(&self, reg: &DimRegistration) {
         let addrs = announced_addrs(reg);
-        if !addrs.is_empty() {
-            let mut own: HashSet<IpAddr> = addrs.iter().map(|a| a.ip()).collect();
-            own.extend(reg.peer.map(|p| p.ip()));
-            let _ = self.tx.send(Cmd::Announce {
-                key: (reg.hostnqn.clone(), reg.entity_nqn.clone()),
-                addrs,
-                own,
-            });
+        if addrs.is_empty() {
+            return;
+        }
+        let mut own: HashSet<IpAddr> = addrs.iter().map(|a| a.ip()).collect();
+        own.extend(reg.peer.map(|p| p.ip()));
+        let key = (reg.hostnqn.clone(), reg.entity_nqn.clone());
+        let mut started = Vec::new();
+        {
+            let mut st = self.lock();
+            for a in addrs {
+                if let Some(m) = st.members.get_mut(&a) {
+                    if m.announced {
+                        m.owners.insert(key.clone());
+                        m.own.extend(own.iter().copied());
+                    }
+                    continue;
+                }
+                // Admission checked the limit; two admissions at once may both have passed.
+                if st.members.len() >= self.cfg.max_members {
+                    nvmf_target::warn_every!(member = %a, "central discovery: member limit reached, announcement ignored");
+                    continue;
+                }
+                tracing::info!(member = %a, host = %key.0, "central discovery: member announced itself");
+                st.members.insert(
+                    a,
+                    Member {
+                        announced: true,
+                        owners: BTreeSet::from([key.clone()]),
+                        own: own.clone(),
+                        ..Member::default()
+                    },
+                );
+                started.push(a);
+            }
+        }
+        for a in started {
+            let _ = self.tx.send(Cmd::Add(a));
         }
     }
 
@@ -555,22 +577,52 @@ impl CentralDiscovery for Shared {
             .into_iter()
             .filter(|a| !keep.contains(a))
             .collect();
-        if !gone.is_empty() {
-            let _ = self.tx.send(Cmd::Withdraw {
-                key: (old.hostnqn.clone(), old.entity_nqn.clone()),
-                addrs: gone,
-            });
-        }
+        self.withdraw(&(old.hostnqn.clone(), old.entity_nqn.clone()), gone);
         self.registered(new);
     }
 
     fn deregistered(&self, reg: &DimRegistration) {
-        let addrs = announced_addrs(reg);
-        if !addrs.is_empty() {
-            let _ = self.tx.send(Cmd::Withdraw {
-                key: (reg.hostnqn.clone(), reg.entity_nqn.clone()),
-                addrs,
-            });
+        self.withdraw(
+            &(reg.hostnqn.clone(), reg.entity_nqn.clone()),
+            announced_addrs(reg),
+        );
+    }
+}
+
+impl Shared {
+    /// Registration `key` no longer announces `addrs`: announced members it was the last
+    /// owner of leave (their tasks stop, the views are recomputed on the CDC's thread).
+    fn withdraw(&self, key: &RegKey, addrs: Vec<SocketAddr>) {
+        if addrs.is_empty() {
+            return;
+        }
+        let mut gone = Vec::new();
+        {
+            let mut st = self.lock();
+            for a in addrs {
+                let Some(m) = st.members.get_mut(&a) else {
+                    continue;
+                };
+                if !m.announced {
+                    continue;
+                }
+                m.owners.remove(key);
+                if m.owners.is_empty() {
+                    tracing::info!(member = %a, "central discovery: announced member withdrawn");
+                    st.members.remove(&a);
+                    gone.push(a);
+                }
+            }
+            if !gone.is_empty() {
+                st.epoch += 1;
+            }
+        }
+        let refresh = !gone.is_empty();
+        for a in gone {
+            let _ = self.tx.send(Cmd::Remove(a));
+        }
+        if refresh {
+            let _ = self.tx.send(Cmd::Refresh);
         }
     }
 }
@@ -784,58 +836,8 @@ async fn run(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Cmd>) {
                         t.abort();
                     }
                 }
-                Some(Cmd::Announce { key, addrs, own }) => {
-                    let mut st = shared.lock();
-                    for a in addrs {
-                        if let Some(m) = st.members.get_mut(&a) {
-                            if m.announced {
-                                m.owners.insert(key.clone());
-                                m.own.extend(own.iter().copied());
-                            }
-                            continue;
-                        }
-                        if st.members.len() >= shared.cfg.max_members {
-                            nvmf_target::warn_every!(member = %a, "central discovery: member limit reached, announcement ignored");
-                            continue;
-                        }
-                        tracing::info!(member = %a, host = %key.0, "central discovery: member announced itself");
-                        let m = Member {
-                            announced: true,
-                            owners: BTreeSet::from([key.clone()]),
-                            own: own.clone(),
-                            ..Member::default()
-                        };
-                        st.members.insert(a, m);
-                        if let Some(old) = tasks.insert(a, tokio::spawn(member_loop(shared.clone(), a))) {
-                            old.abort();
-                        }
-                    }
-                }
-                Some(Cmd::Withdraw { key, addrs }) => {
-                    let any = {
-                        let mut st = shared.lock();
-                        let mut any = false;
-                        for a in addrs {
-                            let Some(m) = st.members.get_mut(&a) else { continue };
-                            if !m.announced {
-                                continue;
-                            }
-                            m.owners.remove(&key);
-                            if m.owners.is_empty() {
-                                tracing::info!(member = %a, "central discovery: announced member withdrawn");
-                                st.members.remove(&a);
-                                if let Some(t) = tasks.remove(&a) {
-                                    t.abort();
-                                }
-                                any = true;
-                            }
-                        }
-                        if any {
-                            st.epoch += 1;
-                        }
-                        any
-                    };
-                    if any && refresh_views(&shared) {
+                Some(Cmd::Refresh) => {
+                    if refresh_views(&shared) {
                         shared.changed();
                     }
                 }
@@ -858,12 +860,11 @@ async fn run(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Cmd>) {
 
 /// Recompute every host's view outside the lock and swap the new views in; true when any
 /// changed. The inputs are `Arc`s of the members' logs taken under the lock; when what the
-/// views are made of changed meanwhile (the epoch moved) it starts again, a few times, then
-/// settles for the last result.
+/// views are made of changed meanwhile (the epoch moved) it starts again, and after three
+/// tries computes under the lock (bounded by the entry caps).
 fn refresh_views(shared: &Shared) -> bool {
     let max = shared.cfg.max_view_entries.max(1);
-    let mut changed = false;
-    for attempt in 0..4 {
+    for _ in 0..3 {
         let (epoch, inputs): (u64, Vec<(String, Logs)>) = {
             let st = shared.lock();
             (
@@ -883,13 +884,21 @@ fn refresh_views(shared: &Shared) -> bool {
             })
             .collect();
         let mut st = shared.lock();
-        if st.epoch != epoch && attempt < 3 {
+        if st.epoch != epoch {
             continue;
         }
+        let mut changed = false;
         for (h, v) in views {
             changed |= st.install(&h, v, false);
         }
-        break;
+        return changed;
+    }
+    let mut st = shared.lock();
+    let names: Vec<String> = st.hosts.keys().cloned().collect();
+    let mut changed = false;
+    for h in names {
+        let v = union_of(st.inputs(&h).iter(), max);
+        changed |= st.install(&h, v, false);
     }
     changed
 }
@@ -1067,17 +1076,24 @@ async fn first_reads(shared: Arc<Shared>, host: String) {
             results.push(r);
         }
     }
-    let inputs = {
+    let max = shared.cfg.max_view_entries.max(1);
+    let (epoch, inputs) = {
         let mut st = shared.lock();
         for (a, h, r) in results {
             store(&mut st, a, vec![(h, r)], shared.cfg.max_member_entries);
         }
-        st.inputs(&host)
+        (st.epoch, st.inputs(&host))
     };
-    let view = union_of(inputs.iter(), shared.cfg.max_view_entries.max(1));
-    // A member change meanwhile reaches this view through its own refresh, which recomputes
-    // every view that exists by then.
-    shared.lock().install(&host, view, true);
+    let view = union_of(inputs.iter(), max);
+    let mut st = shared.lock();
+    // A member removed meanwhile (the API, from another thread): compute again, under the
+    // lock (one host, bounded).
+    let view = if st.epoch == epoch {
+        view
+    } else {
+        union_of(st.inputs(&host).iter(), max)
+    };
+    st.install(&host, view, true);
 }
 
 /// The persistent discovery connection to member `addr`, for as long as it is a member.

@@ -506,7 +506,8 @@ async fn an_untrusted_discovery_controller_cannot_announce() {
         &[x.addr],
     )
     .await;
-    assert!(r.is_err(), "an untrusted pull registration was accepted");
+    let e = r.expect_err("an untrusted pull registration was accepted");
+    assert!(e.contains("sct 2 sc 0x86"), "Access Denied: {e}");
     assert!(c.target.dim_registrations().is_empty());
     let log = nvmf_host::discover(c.addr, &host(HOST1)).await.unwrap();
     for e in &log.entries {
@@ -609,7 +610,7 @@ async fn announced_members_are_replaced_withdrawn_and_expire() {
 }
 
 /// The CDC's member limit: an announcement beyond it is refused (Insufficient Discovery
-/// Resources), configured members are not counted against announcers' room only.
+/// Resources) and adds nothing.
 #[tokio::test]
 async fn announcements_beyond_the_member_limit_are_refused() {
     let (c, cdc) = cdc_with(&[], |cfg| {
@@ -638,7 +639,9 @@ async fn announcements_beyond_the_member_limit_are_refused() {
         &dead[4..],
     )
     .await;
-    assert!(r.is_err(), "fifth member admitted");
+    let e = r.expect_err("fifth member admitted");
+    assert!(e.contains("sct 1 sc 0x32"), "{e}");
+    assert!(cdc.members().len() <= 4, "{:?}", cdc.members());
     client.disconnect().await;
     cdc.stop();
 }
