@@ -1289,6 +1289,75 @@ mod tests {
         );
     }
 
+    /// C5: recomputing every view (256 hosts × 2 members × 512 entries each, all distinct)
+    /// holds the lock the reactors take only briefly: a thread that takes it meanwhile (as
+    /// `entries` does for a discovery Connect) never waits long.
+    #[test]
+    fn views_are_computed_outside_the_lock() {
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let shared = Arc::new(Shared {
+            cfg: CdcConfig::new(vec![], "nqn.x:cdc".into()),
+            st: Mutex::new(State::new(vec![], 1)),
+            tx,
+            target: Weak::new(),
+        });
+        {
+            let mut st = shared.lock();
+            for (i, port) in ["4420", "4421"].iter().enumerate() {
+                let log = Arc::new(
+                    (0..512)
+                        .map(|k| e(&format!("nqn.x:m{i}-{k}"), port))
+                        .collect::<Vec<_>>(),
+                );
+                let mut m = Member {
+                    live: true,
+                    ..Member::default()
+                };
+                for h in 0..256 {
+                    m.logs.insert(format!("nqn.h:{h}"), log.clone());
+                }
+                st.members
+                    .insert(SocketAddr::from(([10, 0, 0, i as u8 + 1], 8009)), m);
+            }
+            for h in 0..256 {
+                st.hosts.insert(
+                    format!("nqn.h:{h}"),
+                    Host {
+                        last_seen: Instant::now(),
+                        served: true,
+                        view: Some(Arc::new(Vec::new())),
+                    },
+                );
+            }
+        }
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (s2, stop2) = (shared.clone(), stop.clone());
+        let prober = std::thread::spawn(move || {
+            let mut worst = Duration::ZERO;
+            while !stop2.load(std::sync::atomic::Ordering::Relaxed) {
+                let t0 = Instant::now();
+                drop(s2.lock());
+                worst = worst.max(t0.elapsed());
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            worst
+        });
+        let t0 = Instant::now();
+        assert!(refresh_views(&shared));
+        let total = t0.elapsed();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let worst = prober.join().unwrap();
+        eprintln!("recompute of 256 views: {total:?}; longest lock wait meanwhile {worst:?}");
+        assert_eq!(
+            shared.lock().hosts["nqn.h:7"]
+                .view
+                .as_ref()
+                .map(|v| v.len()),
+            Some(1024)
+        );
+        assert!(worst * 4 < total, "lock held {worst:?} of {total:?}");
+    }
+
     fn reg(hostnqn: &str, peer: &str, authenticated: bool) -> DimRegistration {
         let now = Instant::now();
         DimRegistration {
