@@ -486,14 +486,19 @@ fn start_announcer(
     let name = std::fs::read_to_string("/etc/hostname")
         .map(|s| s.trim().to_string())
         .unwrap_or_else(|_| "ebof".into());
-    tracing::info!(%cdc, addresses = %join(&addrs), %nqn, "announcing to the central discovery controller");
+    // A `[[hosts]]` DH-HMAC-CHAP key for the announcer's NQN authenticates it to the CDC
+    // (which admits authenticated announcers, ADR 0025).
+    let dhchap = ebof_mgmt::cdc::host_keys(cfg)
+        .map_err(|e| anyhow::anyhow!("{e}"))?
+        .remove(&nqn);
+    tracing::info!(%cdc, addresses = %join(&addrs), %nqn, authenticated = dhchap.is_some(), "announcing to the central discovery controller");
     ebof_cdc::Announcer::start(ebof_cdc::AnnounceConfig {
         cdc,
         nqn,
         addrs,
         name,
         backoff_max: std::time::Duration::from_secs(10),
-        dhchap: None,
+        dhchap,
     })
     .context("announcing to the central discovery controller")
 }

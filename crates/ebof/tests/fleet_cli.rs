@@ -164,14 +164,36 @@ fn a_pool_box_starts_empty_and_is_provisioned_live() {
 
 #[test]
 fn a_member_announces_itself_to_the_cdc() {
+    announce(false);
+}
+
+/// The member's announcer NQN has a DH-HMAC-CHAP key in both boxes' `[[hosts]]`: the CDC
+/// requires it and admits the authenticated announcer without trusting its address.
+#[test]
+fn a_member_announces_itself_with_dh_hmac_chap() {
+    announce(true);
+}
+
+fn announce(authenticated: bool) {
     let dir = tempfile::tempdir().unwrap();
     let cdc: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let member: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let cdc_file = dir.path().join("cdc.toml");
+    let (trusted, hosts) = if authenticated {
+        (
+            "",
+            format!(
+                "\n[[hosts]]\nnqn = \"nqn.2026-11.io.ebof:ddc:{member}\"\n\
+                 dhchap_key = \"DHHC-1:01:VZi5tbir3nYufwfgCrjX0O2mmPHFkObvzamIRZnYUahWiFGg:\"\n"
+            ),
+        )
+    } else {
+        ("trusted = [\"127.0.0.1\"]\n", String::new())
+    };
     std::fs::write(
         &cdc_file,
         format!(
-            "[[listeners]]\naddress = \"127.0.0.1\"\nport = {}\n\n[management]\nenabled = false\n\n[cdc]\nmembers = []\ntrusted = [\"127.0.0.1\"]\n",
+            "[[listeners]]\naddress = \"127.0.0.1\"\nport = {}\n\n[management]\nenabled = false\n\n[cdc]\nmembers = []\n{trusted}{hosts}",
             cdc.port()
         ),
     )
@@ -192,7 +214,7 @@ fn a_member_announces_itself_to_the_cdc() {
     std::fs::write(
         &m_file,
         format!(
-            "[[listeners]]\naddress = \"127.0.0.1\"\nport = {}\n\n[discovery]\ncdc = \"{cdc}\"\n\n[management]\nenabled = false\n\n[[subsystems]]\nnqn = \"{nqn}\"\nallow_any_host = true\n[[subsystems.namespaces]]\nbackend = \"ram\"\nsize = \"16M\"\n",
+            "[[listeners]]\naddress = \"127.0.0.1\"\nport = {}\n\n[discovery]\ncdc = \"{cdc}\"\n\n[management]\nenabled = false\n{hosts}\n[[subsystems]]\nnqn = \"{nqn}\"\nallow_any_host = true\n[[subsystems.namespaces]]\nbackend = \"ram\"\nsize = \"16M\"\n",
             member.port()
         ),
     )
