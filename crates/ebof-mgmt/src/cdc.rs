@@ -328,6 +328,12 @@ mod tests {
         assert_eq!(api.cdc_trusted().unwrap().trusted, want);
         assert!(api.set_cdc_trusted(&[]).unwrap().trusted.is_empty());
         assert!(cdc.trusted().is_empty());
+        // DIM refusals are a metric.
+        assert!(
+            crate::metrics::render(&target)
+                .unwrap()
+                .contains("ebof_dim_refusals_total 0")
+        );
         srv.stop();
         cdc.stop();
     }
