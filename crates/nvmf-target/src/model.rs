@@ -520,12 +520,20 @@ impl Target {
         let key = (reg.hostnqn.clone(), reg.entity_nqn.clone());
         let mut m = self.dim.lock().unwrap_or_else(|e| e.into_inner());
         // A discovery controller's registration is changed or withdrawn only from the address
-        // that made it, or by a connection that proved its host NQN: host NQNs are
-        // self-declared and an announcer's is easy to guess.
+        // that made it, or by a connection that proved its host NQN, while that host NQN has
+        // another discovery connection (the announcer's persistent one): host NQNs are
+        // self-declared and an announcer's is easy to guess. An announcer that moved (its old
+        // connection gone) registers again from its new address.
         if pull
             && !reg.authenticated
             && let Some(old) = m.get(&key)
             && old.peer.map(|p| p.ip()) != reg.peer.map(|p| p.ip())
+            && self
+                .controllers()
+                .iter()
+                .filter(|c| c.is_discovery() && c.hostnqn == reg.hostnqn)
+                .count()
+                > 1
         {
             return Err(DimRefusal::NotOrigin);
         }

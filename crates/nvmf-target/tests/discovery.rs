@@ -648,6 +648,20 @@ fn dim_ddc_registration_changes_only_from_its_origin() {
             .is_success()
     );
     assert!(t.dim_registrations().is_empty());
+    // An announcer that moved: once its old connection is gone it registers again from its
+    // new address.
+    assert!(
+        real.dim(DimTask::Register, &ddc_dim(ddc, "10.77.0.20:8009"))
+            .status
+            .is_success()
+    );
+    drop(real);
+    let c = forger.dim(DimTask::Register, &ddc_dim(ddc, "10.77.0.99:8009"));
+    assert!(c.status.is_success(), "{c:?}");
+    assert_eq!(
+        t.dim_registrations()[0].peer,
+        Some(addr("10.77.0.99:50000"))
+    );
 }
 
 /// C3: self-declared host NQNs cannot fill the registry against a real announcer: a cap per

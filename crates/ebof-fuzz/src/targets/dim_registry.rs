@@ -322,6 +322,8 @@ pub fn run(data: &[u8], feat: &mut Features) {
             };
             conns.insert(key.clone(), c);
         }
+        // Another discovery connection of this host NQN, from another address.
+        let others = conns.keys().any(|(n, p)| *n == nqn && *p != who >> 5);
         let Some(c) = conns.get_mut(&key) else {
             continue;
         };
@@ -386,7 +388,8 @@ pub fn run(data: &[u8], feat: &mut Features) {
         if ddc && st.is_success() {
             assert!(trusted_before, "an untrusted DDC task succeeded: {nqn}");
             // The origin rule: a change of an existing DDC registration came from its
-            // address or an authenticated connection.
+            // address, an authenticated connection, or while no other connection of its host
+            // NQN exists (the announcer moved).
             let key = (nqn.clone(), data.eid.clone());
             if let Some(old) = before
                 .iter()
@@ -394,6 +397,7 @@ pub fn run(data: &[u8], feat: &mut Features) {
             {
                 assert!(
                     authenticated(id)
+                        || !others
                         || old.peer.map(|p| p.ip()) == Some(IpAddr::from([10, 0, 0, who >> 5])),
                     "a DDC registration changed from another address"
                 );
@@ -402,7 +406,10 @@ pub fn run(data: &[u8], feat: &mut Features) {
         check(&t, &cdc);
         // How full the registry and the member set are: new levels are new features.
         feat.add(5, (after.len() / 16) as u64);
-        feat.add(6, cdc.model().members().len() as u64 | u64::from(op & 7) << 8);
+        feat.add(
+            6,
+            cdc.model().members().len() as u64 | u64::from(op & 7) << 8,
+        );
     }
     drop(conns);
     check(&t, &cdc);
