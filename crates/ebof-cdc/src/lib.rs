@@ -128,7 +128,9 @@ pub struct CdcConfig {
     pub max_member_entries: usize,
     /// Most entries of one host's view (default 1024, what a discovery log read holds).
     pub max_view_entries: usize,
-    /// Most first reads (of every member, for a new host) running at once (default 16).
+    /// Most first reads (of every member, for a new host) running at once (default 16); at
+    /// most four times as many new hosts wait for their first view, later ones are admitted
+    /// on a later poll.
     pub max_first_reads: usize,
     /// New hosts admitted per second, with a burst of as many (default 32). A host not
     /// admitted yet sees CSTS.RDY 0 and is admitted on a later poll.
@@ -282,6 +284,8 @@ struct State {
     /// Moves on every change of what the views are made of (members, their liveness, logs).
     epoch: u64,
     trusted: Vec<Trusted>,
+    /// Hosts recorded whose first view is not ready yet.
+    pending: usize,
     /// New-host admission: tokens left and when they were counted.
     tokens: f64,
     refilled: Instant,
@@ -332,6 +336,7 @@ impl State {
             members: BTreeMap::new(),
             hosts: HashMap::new(),
             epoch: 0,
+            pending: 0,
             trusted,
             tokens: f64::from(burst),
             refilled: Instant::now(),
@@ -367,6 +372,7 @@ impl State {
             }
             None if first => {
                 h.view = Some(Arc::new(next));
+                self.pending = self.pending.saturating_sub(1);
                 false
             }
             None => false,
@@ -435,7 +441,9 @@ impl Shared {
         let elapsed = now.saturating_duration_since(st.refilled).as_secs_f64();
         st.tokens = (st.tokens + elapsed * rate).min(rate);
         st.refilled = now;
-        if st.tokens < 1.0 {
+        // Admitted hosts still waiting for their first view are bounded too (a few rounds of
+        // first reads), so the queue of first reads cannot grow while members are slow.
+        if st.tokens < 1.0 || st.pending >= self.cfg.max_first_reads.max(1) * 4 {
             return;
         }
         if st.hosts.len() >= self.cfg.max_hosts.max(1) {
@@ -455,6 +463,7 @@ impl Shared {
             }
         }
         st.tokens -= 1.0;
+        st.pending += 1;
         st.hosts.insert(
             hostnqn.to_string(),
             Host {
@@ -491,7 +500,9 @@ impl Shared {
 }
 
 fn forget_host(st: &mut State, host: &str) {
-    st.hosts.remove(host);
+    if st.hosts.remove(host).is_some_and(|h| h.view.is_none()) {
+        st.pending = st.pending.saturating_sub(1);
+    }
     for m in st.members.values_mut() {
         m.logs.remove(host);
     }
@@ -1055,6 +1066,10 @@ async fn refresh_member(shared: &Arc<Shared>, addr: SocketAddr) {
 /// A new host: read every live member's log as it (in parallel, each bounded), then give it
 /// its first view.
 async fn first_reads(shared: Arc<Shared>, host: String) {
+    if !shared.lock().hosts.contains_key(&host) {
+        // Forgotten while it waited for a slot.
+        return;
+    }
     let members: Vec<SocketAddr> = shared
         .lock()
         .members
