@@ -635,6 +635,23 @@ masking() {
 }
 
 # ---------------------------------------------------------------------------------------------
+# (g) discovery DH-HMAC-CHAP: box 3 has a secret for host C
+
+discovery_auth() {
+	local ip=${BOX_IPS[2]} out rc=0
+	out=$(run -t 60 nvme discover -t tcp -a "$ip" -s "$DISC_PORT" --hostnqn="$HOST_C" --hostid="$HOST_C_ID" 2>&1) || rc=$?
+	echo "$out"
+	if ((rc == 0)) && grep -q "$NQN_PREFIX-box3" <<<"$out"; then
+		fail "box 3 served host C's discovery log without its DH-HMAC-CHAP secret"
+	fi
+	echo "without the secret: refused (status $rc)"
+	out=$(run -t 60 nvme discover -t tcp -a "$ip" -s "$DISC_PORT" --hostnqn="$HOST_C" --hostid="$HOST_C_ID" \
+		--dhchap-secret="$HOST_C_KEY" 2>&1) || fail "nvme discover --dhchap-secret as host C failed: $out"
+	echo "$out"
+	grep -q "$NQN_PREFIX-box3" <<<"$out" || fail "nvme discover --dhchap-secret as host C does not list box 3"
+}
+
+# ---------------------------------------------------------------------------------------------
 
 finish() {
 	local rc=$1 n
@@ -661,6 +678,7 @@ check "(f) LVM striped over the three boxes, XFS, db_bench" lvm_db
 check "stafd's persistent discovery connections unchanged since (b)" persistent_dcs
 check "(f) disconnect, reconnect, the data reads back" reconnect_readback
 check "(e) masking: two host NQNs see different nvme list-ns" masking
+check "(g) nvme discover --dhchap-secret: box 3 authenticates host C's discovery" discovery_auth
 echo
 echo "---- $FAILED check(s) failed ----"
 ((FAILED == 0))

@@ -16,7 +16,10 @@
 #       2 and against the CDC registers the host (`ebof ctl show --json` lists it);
 #   (e) with masking (namespace `hosts = [...]`, on box 3), two host NQNs see different `nvme list-ns`;
 #   (f) LVM striped over the three boxes carries XFS and RocksDB's db_bench; the data reads back
-#       after the host disconnects and reconnects.
+#       after the host disconnects and reconnects;
+#   (g) box 3 has a DH-HMAC-CHAP secret for host C: `nvme discover` as host C without
+#       --dhchap-secret is refused, with it lists box 3 (discovery authenticates hosts that have
+#       secrets, as nvmet does; ADR 0025).
 # A feature that is not in the binary yet makes its step SKIP, with the reason: the CDC and masking
 # when `ebof serve --print-config` rejects their configuration (here, before boot), mDNS while the
 # binary does not name _nvme-disc._tcp, referrals while box 1's log has none and `ebof ctl` knows no
@@ -59,6 +62,8 @@ MASK_NQN=$NQN_PREFIX-mask
 U=nqn.2014-08.org.nvmexpress:uuid
 HOST_A_ID=f1ee0001-0000-4000-8000-00000000000a HOST_B_ID=f1ee0002-0000-4000-8000-00000000000b
 HOST_A=$U:$HOST_A_ID HOST_B=$U:$HOST_B_ID
+HOST_C_ID=f1ee0003-0000-4000-8000-00000000000c HOST_C=$U:f1ee0003-0000-4000-8000-00000000000c
+HOST_C_KEY=DHHC-1:01:VZi5tbir3nYufwfgCrjX0O2mmPHFkObvzamIRZnYUahWiFGg:
 BOX_SIZE=${EBOF_FLEET_BOX_SIZE:-128M} # 3 x 128 MiB striped: above XFS's 300 MB minimum
 
 need_ebof linux-fleet serve ctl
@@ -90,6 +95,7 @@ allow_any_host = true
 nsid = 1
 backend = "ram"
 size = "$BOX_SIZE"
+$( ((n == 3)) && printf '\n# (g) host C authenticates, its discovery too\n[[hosts]]\nnqn = "%s"\ndhchap_key = "%s"\n' "$HOST_C" "$HOST_C_KEY")
 EOF
 	[[ -n $mask ]] || return 0
 	cat <<EOF
@@ -250,7 +256,8 @@ vm_setup
 host_step "start three boxes and the CDC" start_fleet || { check_after 1; die "the fleet did not start"; }
 vm_env "NQN_PREFIX=$NQN_PREFIX" "BOX_IPS=${BOX_IPS[*]}" "CDC_IP=$CDC_IP" "IO_PORT=$IO_PORT" \
 	"DISC_PORT=$DISC_PORT" "MASK_NQN=$MASK_NQN" "HOST_A=$HOST_A" "HOST_A_ID=$HOST_A_ID" \
-	"HOST_B=$HOST_B" "HOST_B_ID=$HOST_B_ID" "CDC_SKIP=$CDC_SKIP" "MASK_SKIP=$MASK_SKIP" \
+	"HOST_B=$HOST_B" "HOST_B_ID=$HOST_B_ID" "HOST_C=$HOST_C" "HOST_C_ID=$HOST_C_ID" \
+	"HOST_C_KEY=$HOST_C_KEY" "CDC_SKIP=$CDC_SKIP" "MASK_SKIP=$MASK_SKIP" \
 	"SEE_SECS=${EBOF_FLEET_SEE_SECS:-60}" "MDNS_REFERENCE=${EBOF_FLEET_MDNS:-}"
 vm_run "$INTEROP_DIR/linux-fleet.guest.sh" "${EBOF_INTEROP_TIMEOUT:-720}"
 rc=$?
