@@ -53,8 +53,7 @@ pub fn host_keys(
     let mut out = std::collections::HashMap::new();
     for (i, h) in cfg.hosts.iter().enumerate() {
         let Some(k) = &h.dhchap_key else { continue };
-        if h
-            .subsystem
+        if h.subsystem
             .as_deref()
             .is_some_and(|s| s != nvme_spec::DISCOVERY_NQN)
         {
