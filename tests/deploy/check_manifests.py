@@ -869,12 +869,18 @@ def check_boxes(secret, key, mount_path, where, errors):
         return
     keys = set(data) | set(secret.body.get("data") or {})
     for i, b in enumerate(boxes["boxes"]):
-        bad = set(b) - {"api", "token_file", "zone", "name"}
+        bad = set(b) - {"api", "token_file", "zone", "name", "ca_file", "insecure_http"}
         if bad:
             errors.append(f"{secret.where()}: {key} boxes[{i}]: unknown keys {sorted(bad)}")
         api = b.get("api", "")
-        if not re.match(r"^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+):[0-9]{1,5}$", api):
-            errors.append(f"{secret.where()}: {key} boxes[{i}].api {api!r} is not ADDR:PORT")
+        if not re.match(r"^(https://)?(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+):[0-9]{1,5}$", api):
+            errors.append(f"{secret.where()}: {key} boxes[{i}].api {api!r} is not [https://]ADDR:PORT")
+        # The token never travels in clear beyond loopback (issue 32): HTTPS, or said so.
+        if not api.startswith("https://") and not b.get("insecure_http") and not api.startswith(("127.", "[::1]", "localhost:")):
+            errors.append(f"{secret.where()}: {key} boxes[{i}].api {api!r} is plain HTTP: use https:// (or insecure_http = true)")
+        ca = b.get("ca_file")
+        if ca and (os.path.dirname(ca).rstrip("/") != mount_path.rstrip("/") or os.path.basename(ca) not in keys):
+            errors.append(f"{secret.where()}: {key} boxes[{i}].ca_file {ca!r} is not a key of this Secret mounted at {mount_path}")
         tf = b.get("token_file")
         if not tf:
             errors.append(f"{secret.where()}: {key} boxes[{i}] has no token_file")

@@ -72,6 +72,6 @@ while read -r dir; do
 done < <(toml directory)
 # the example box is the one the Kubernetes example's boxes Secret points at
 api=$(toml listen)
-grep -q "api = \"$api\"" deploy/kubernetes/boxes-secret.yaml ||
+grep -Eq "api = \"(https://)?$api\"" deploy/kubernetes/boxes-secret.yaml ||
 	fail "$CONF: [management] listen $api is not a box of deploy/kubernetes/boxes-secret.yaml"
 log "$CONF agrees with $UNIT and deploy/kubernetes/boxes-secret.yaml"

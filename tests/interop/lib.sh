@@ -782,6 +782,25 @@ need_ebof() {
 	done
 }
 
+# make_api_cert DIR IP: a private CA ($DIR/ca.pem) and the box's HTTPS certificate for the
+# management API at IP ($DIR/api-cert.pem, key $DIR/api-key.pem, 0600), with the openssl tool.
+# The token never travels over plain HTTP beyond loopback (issue 32), so boxes the CSI
+# controller reaches over the test network speak HTTPS.
+make_api_cert() {
+	local d=$1 ip=$2 ec=(-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes)
+	(
+		umask 077
+		openssl req -x509 "${ec[@]}" -keyout "$d/ca.key" -out "$d/ca.pem" -days 2 \
+			-subj "/CN=ebof interop CA" -addext basicConstraints=critical,CA:TRUE \
+			-addext keyUsage=critical,keyCertSign,cRLSign &&
+			openssl req "${ec[@]}" -keyout "$d/api-key.pem" -out "$d/api.csr" -subj "/CN=ebof" &&
+			printf 'subjectAltName=IP:%s\n' "$ip" >"$d/api-ext.cnf" &&
+			openssl x509 -req -in "$d/api.csr" -CA "$d/ca.pem" -CAkey "$d/ca.key" \
+				-CAcreateserial -out "$d/api-cert.pem" -days 2 -extfile "$d/api-ext.cnf"
+	) >"$d/make_api_cert.log" 2>&1 || { cat "$d/make_api_cert.log" >&2; return 1; }
+	chmod 0644 "$d/ca.pem" "$d/api-cert.pem"
+}
+
 # serve_with_mgmt CONFIG PORT...: `ebof serve --config CONFIG` in the netns (background process
 # "target") with its management API on $MGMT_SOCK ($RUN_DIR/mgmt.sock); waits until every PORT
 # listens and the socket exists

@@ -42,6 +42,7 @@ need_ebof linux-csi-auth serve csi
 write_config() {
 	mkdir -p "$RUN_DIR/pool"
 	(umask 077 && head -c 32 /dev/urandom | base64 >"$RUN_DIR/token")
+	make_api_cert "$RUN_DIR" "$HOST_IP" || return 1
 	cat >"$RUN_DIR/ebof.toml" <<EOF
 # written by tests/interop/linux-csi-auth.sh: a pool box with no subsystem
 [[listeners]]
@@ -51,6 +52,8 @@ port = $TARGET_PORT
 [management]
 listen = "$HOST_IP:$API_PORT"
 token_file = "$RUN_DIR/token"
+tls_cert = "$RUN_DIR/api-cert.pem"
+tls_key = "$RUN_DIR/api-key.pem"
 autosave = true
 
 [[pools]]
@@ -61,7 +64,8 @@ EOF
 	cat >"$RUN_DIR/boxes.toml" <<EOF
 [[boxes]]
 name = "box1"
-api = "$HOST_IP:$API_PORT"
+api = "https://$HOST_IP:$API_PORT"
+ca_file = "$RUN_DIR/ca.pem"
 token_file = "$RUN_DIR/token"
 EOF
 }

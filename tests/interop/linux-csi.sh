@@ -56,6 +56,7 @@ need_ebof linux-csi serve ctl csi
 write_config() {
 	mkdir -p "$RUN_DIR/pool"
 	(umask 077 && head -c 32 /dev/urandom | base64 >"$RUN_DIR/token")
+	make_api_cert "$RUN_DIR" "$HOST_IP" || return 1
 	cat >"$RUN_DIR/ebof.toml" <<EOF
 # written by tests/interop/linux-csi.sh: a pool box with no subsystem
 [[listeners]]
@@ -69,6 +70,8 @@ port = $TARGET_PORT2
 [management]
 listen = "$HOST_IP:$API_PORT"
 token_file = "$RUN_DIR/token"
+tls_cert = "$RUN_DIR/api-cert.pem"
+tls_key = "$RUN_DIR/api-key.pem"
 autosave = true
 
 [[pools]]
@@ -79,10 +82,12 @@ EOF
 	cat "$RUN_DIR/ebof.toml"
 	# what the guest's controller needs: the boxes file and the token (owner-only, as on a box)
 	install -m 0600 "$RUN_DIR/token" "$X/token"
+	install -m 0644 "$RUN_DIR/ca.pem" "$X/ca.pem"
 	cat >"$X/boxes.toml" <<EOF
 [[boxes]]
 name = "box1"
-api = "$HOST_IP:$API_PORT"
+api = "https://$HOST_IP:$API_PORT"
+ca_file = "/xchg/ca.pem"
 token_file = "/xchg/token"
 EOF
 }
@@ -139,8 +144,9 @@ vm_env "TARGET_PORTS=$TARGET_PORT $TARGET_PORT2" "TARGET_IP=$HOST_IP" "API_PORT=
 write_config
 host_step "CSI client: csi_pb2.py from csi.proto (protoc)" gen_client || die "cannot make the CSI client"
 host_step "start the pool box (ebof serve, API on $HOST_IP:$API_PORT)" start_box || die "the box did not start"
-host_step "ebof ctl --api $HOST_IP:$API_PORT (token) show" "$EBOF_BIN" ctl --api "$HOST_IP:$API_PORT" \
-	--token-file "$RUN_DIR/token" show || { bg_log_tail target; die "the box's TCP management API does not answer"; }
+host_step "ebof ctl --api https://$HOST_IP:$API_PORT (token) show" "$EBOF_BIN" ctl \
+	--api "https://$HOST_IP:$API_PORT" --ca-file "$RUN_DIR/ca.pem" --token-file "$RUN_DIR/token" show ||
+	{ bg_log_tail target; die "the box's TCP management API does not answer"; }
 
 vm_run "$INTEROP_DIR/linux-csi.guest.sh" "${EBOF_INTEROP_TIMEOUT:-420}"
 rc=$?

@@ -4,10 +4,15 @@
 //! ```toml
 //! [[boxes]]
 //! name = "ebof-1"               # optional; default the API address
-//! api = "10.0.0.11:8080"        # the box's `[management] listen`
+//! api = "https://10.0.0.11:9651"   # the box's `[management] listen` (HTTPS: tls_cert/tls_key)
+//! ca_file = "/etc/ebof-csi/ca.pem" # optional: the CA that signed the box's certificate
 //! token_file = "/etc/ebof-csi/tokens/ebof-1"   # its bearer token (never logged)
 //! zone = "rack-a"               # optional: the topology.csi.ebof.io/zone of its volumes
 //! ```
+//!
+//! `api = "HOST:PORT"` (or `http://…`) is plain HTTP: the token would travel in clear, so it
+//! is refused for an address that is not loopback unless `insecure_http = true` (issue 32,
+//! review M1; the management client's rule, `ebof_mgmt::client`).
 
 use ebof_mgmt::Client;
 use serde::Deserialize;
@@ -20,8 +25,15 @@ pub struct BoxSpec {
     /// How messages name it; default the API address.
     #[serde(default)]
     pub name: Option<String>,
-    /// `HOST:PORT` of its management API on TCP.
+    /// `https://HOST:PORT` (or plain `HOST:PORT`) of its management API on TCP.
     pub api: String,
+    /// CA certificates (PEM) that sign the box's certificate (HTTPS only); relative to the
+    /// boxes file. Default: the system's.
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
+    /// Send the token over plain HTTP to an address that is not loopback.
+    #[serde(default)]
+    pub insecure_http: bool,
     /// File holding its bearer token.
     pub token_file: PathBuf,
     /// Topology zone of the box.
@@ -91,10 +103,29 @@ pub fn load(path: &Path) -> Result<Vec<Box>, BoxesError> {
     let mut out: Vec<Box> = Vec::with_capacity(file.boxes.len());
     for (i, b) in file.boxes.into_iter().enumerate() {
         let at = format!("boxes[{i}]");
-        if b.api.parse::<std::net::SocketAddr>().is_err() && !looks_like_host_port(&b.api) {
+        let https = b.api.starts_with("https://");
+        let authority = b
+            .api
+            .strip_prefix("https://")
+            .or_else(|| b.api.strip_prefix("http://"))
+            .unwrap_or(&b.api);
+        let authority = authority.strip_suffix('/').unwrap_or(authority);
+        let literal = authority.parse::<std::net::SocketAddr>().ok();
+        if literal.is_none() && !looks_like_host_port(authority) {
             return Err(invalid(format!(
-                "{at}.api: {:?} is not HOST:PORT of a management API",
+                "{at}.api: {:?} is not HOST:PORT or https://HOST:PORT of a management API",
                 b.api
+            )));
+        }
+        if !https
+            && !b.insecure_http
+            && literal.is_some_and(|a| !a.ip().to_canonical().is_loopback())
+        {
+            return Err(invalid(format!(
+                "{at}.api: plain HTTP to {authority} would send the box's token in clear: \
+                 write api = \"https://{authority}\" (the box's [management] tls_cert and \
+                 tls_key; ca_file for a private CA), or insecure_http = true on a network you \
+                 trust"
             )));
         }
         if let Some(z) = &b.zone
@@ -118,12 +149,23 @@ pub fn load(path: &Path) -> Result<Vec<Box>, BoxesError> {
         };
         let token = ebof_mgmt::read_token_file(&token_path)
             .map_err(|e| invalid(format!("{at}.token_file: {e}")))?;
+        let ca_file = b.ca_file.as_ref().map(|c| {
+            if c.is_absolute() {
+                c.clone()
+            } else {
+                base.join(c)
+            }
+        });
+        let key_seed = crate::keys::KeySeed::from_token(token.expose());
+        let client = Client::api(&b.api, ca_file.as_deref(), Some(token))
+            .map_err(|e| invalid(format!("{at}: {e}")))?
+            .allow_plain_http(b.insecure_http);
         out.push(Box {
             name,
             api: b.api.clone(),
             zone: b.zone.clone(),
-            key_seed: crate::keys::KeySeed::from_token(token.expose()),
-            client: Client::tcp(b.api.clone(), Some(token)),
+            key_seed,
+            client,
         });
     }
     Ok(out)
@@ -179,6 +221,36 @@ mod tests {
         assert!(!format!("{:?}", b[0].client).contains("secret-token-1"));
     }
 
+    /// Issue 32 (M1): `api = "https://…"` with a `ca_file` (relative to the boxes file), and
+    /// plain HTTP beyond loopback only when asked for.
+    #[test]
+    fn boxes_over_https_or_plain_http_when_asked() {
+        let d = tempfile::tempdir().unwrap();
+        write(d.path(), "t", "tok\n");
+        write(d.path(), "ca.pem", "not a certificate\n");
+        let f = write(
+            d.path(),
+            "boxes.toml",
+            "[[boxes]]\napi = \"https://10.0.0.11:9651\"\ntoken_file = \"t\"\n\
+             [[boxes]]\napi = \"box2.example:9651\"\ntoken_file = \"t\"\n\
+             [[boxes]]\napi = \"10.0.0.13:9651\"\ninsecure_http = true\ntoken_file = \"t\"\n",
+        );
+        let b = load(&f).unwrap();
+        assert_eq!(
+            b[0].client.endpoint(),
+            "management API at https://10.0.0.11:9651"
+        );
+        assert_eq!(b[2].client.endpoint(), "management API at 10.0.0.13:9651");
+        // A CA file that holds no certificate: said at load.
+        let f = write(
+            d.path(),
+            "boxes.toml",
+            "[[boxes]]\napi = \"https://10.0.0.11:9651\"\nca_file = \"ca.pem\"\ntoken_file = \"t\"\n",
+        );
+        let e = load(&f).unwrap_err().to_string();
+        assert!(e.contains("ca.pem"), "{e}");
+    }
+
     #[test]
     fn bad_boxes_files_say_what_is_wrong() {
         let d = tempfile::tempdir().unwrap();
@@ -190,20 +262,37 @@ mod tests {
                 "boxes[0].api",
             ),
             (
-                "[[boxes]]\napi = \"1.2.3.4:1\"\ntoken_file = \"t\"\nzone = \"-x\"\n",
+                "[[boxes]]\napi = \"127.0.0.1:1\"\ntoken_file = \"t\"\nzone = \"-x\"\n",
                 "boxes[0].zone",
             ),
             (
-                "[[boxes]]\napi = \"1.2.3.4:1\"\ntoken_file = \"missing\"\n",
+                "[[boxes]]\napi = \"127.0.0.1:1\"\ntoken_file = \"missing\"\n",
                 "boxes[0].token_file",
             ),
             (
-                "[[boxes]]\napi = \"1.2.3.4:1\"\ntoken_file = \"t\"\n[[boxes]]\napi = \"1.2.3.4:1\"\ntoken_file = \"t\"\n",
+                "[[boxes]]\napi = \"127.0.0.1:1\"\ntoken_file = \"t\"\n[[boxes]]\napi = \"127.0.0.1:1\"\ntoken_file = \"t\"\n",
                 "named twice",
             ),
             (
-                "[[boxes]]\napi = \"1.2.3.4:1\"\ntoken = \"t\"\n",
+                "[[boxes]]\napi = \"127.0.0.1:1\"\ntoken = \"t\"\n",
                 "unknown field",
+            ),
+            // Issue 32 (M1): no token in clear beyond loopback; a CA is for HTTPS.
+            (
+                "[[boxes]]\napi = \"10.0.0.11:9651\"\ntoken_file = \"t\"\n",
+                "would send the box's token in clear",
+            ),
+            (
+                "[[boxes]]\napi = \"http://10.0.0.11:9651\"\ntoken_file = \"t\"\n",
+                "https://10.0.0.11:9651",
+            ),
+            (
+                "[[boxes]]\napi = \"127.0.0.1:9651\"\nca_file = \"ca.pem\"\ntoken_file = \"t\"\n",
+                "for HTTPS",
+            ),
+            (
+                "[[boxes]]\napi = \"https://10.0.0.11\"\ntoken_file = \"t\"\n",
+                "boxes[0].api",
             ),
         ];
         for (text, want) in cases {
