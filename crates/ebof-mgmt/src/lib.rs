@@ -6,7 +6,9 @@
 //! Prometheus exposition ([`metrics`]), the server ([`server`]) and the blocking client that
 //! `ebof ctl` uses ([`client`]); the mDNS responder that publishes the discovery listeners
 //! (NVMe TP 8009, [`mdns`]), kept in step with listener and mode changes by [`Control`];
-//! storage pools, the directories namespaces are provisioned in by name and size ([`pools`]).
+//! storage pools, the directories namespaces are provisioned in by name and size ([`pools`]);
+//! where the API may make or open storage and save, and when two paths are one file
+//! ([`paths`]); the TCP listeners' HTTPS, connection cap and timeouts ([`listen`]).
 //!
 //! **What it is not**: no protocol logic and nothing on the data path. It runs on one thread
 //! with its own tokio runtime and reaches the target through `Arc<nvmf_target::Target>` only:
@@ -23,9 +25,9 @@ pub mod auth;
 pub mod build;
 pub mod cdc;
 pub mod client;
-pub mod listen;
 pub mod control;
 pub mod hostkeys;
+pub mod listen;
 pub mod masking;
 pub mod mdns;
 pub mod metrics;
