@@ -218,7 +218,7 @@ pub fn check(authorization: Option<&[u8]>, token: &Token) -> Result<(), Refusal>
     }
 }
 
-/// Refused requests are logged at warn at most once per [`RateLimit::period`], with the
+/// Refused requests are logged at warn at most once per period, with the
 /// number of those not logged since.
 #[derive(Debug)]
 pub struct RateLimit {

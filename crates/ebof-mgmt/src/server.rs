@@ -1,8 +1,10 @@
 //! The management server: axum (HTTP/1.1) on a Unix socket, optionally the same API on a TCP
 //! address with a bearer token ([`crate::auth`]), and optionally `/metrics` alone on another TCP
 //! address, on one thread with its own current-thread tokio runtime. It reaches the target only
-//! through `Arc<Target>`: snapshot loads for reads, [`Target::update_subsystem`] for changes,
-//! atomics for counters and disconnects. The reactors never wait for it.
+//! through `Arc<Target>`: snapshot loads for reads,
+//! [`nvmf_target::Target::update_subsystem`] for changes, atomics for counters and
+//! disconnects. The reactors never wait for it. The TCP listeners (HTTPS with
+//! [`ApiListener::with_tls`], bounded connections) are served by [`crate::listen`].
 
 use crate::api::{
     self, AllowAnyHostRequest, ApiError, HostRequest, ListenerRemoveQuery, ListenerRequest,
