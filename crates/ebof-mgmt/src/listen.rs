@@ -80,10 +80,19 @@ impl TlsServer {
     /// Load `cert` (PEM, the server's certificate first, then any intermediates) and `key`
     /// (PEM). TLS 1.2 and 1.3 with Mozilla's intermediate ciphers. The error names the file.
     pub fn from_pem_files(cert: &Path, key: &Path) -> Result<TlsServer, String> {
+        // The OS's word first (missing, unreadable): OpenSSL's error stack says it obscurely.
+        for (what, p) in [("tls_cert", cert), ("tls_key", key)] {
+            std::fs::File::open(p)
+                .map_err(|e| format!("management {what} {}: {e}", p.display()))?;
+        }
         let mut b = SslAcceptor::mozilla_intermediate_v5(SslMethod::tls_server())
             .map_err(|e| format!("TLS: {e}"))?;
-        b.set_certificate_chain_file(cert)
-            .map_err(|e| format!("management tls_cert {}: {e}", cert.display()))?;
+        b.set_certificate_chain_file(cert).map_err(|e| {
+            format!(
+                "management tls_cert {}: not a PEM certificate chain: {e}",
+                cert.display()
+            )
+        })?;
         b.set_private_key_file(key, SslFiletype::PEM).map_err(|e| {
             format!(
                 "management tls_key {}: {e} (a PEM key, the one of tls_cert {}?)",
