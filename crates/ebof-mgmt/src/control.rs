@@ -800,9 +800,16 @@ pub fn write_config(cfg: &Config, path: &Path) -> Result<u64, String> {
         f.write_all(text.as_bytes())
             .map_err(|e| fail("cannot write", e))?;
         f.sync_all().map_err(|e| fail("cannot sync", e))?;
-        // A file that exists keeps the mode its owner gave it (the content is complete now).
+        // A file that exists keeps the mode its owner gave it (the content is complete now),
+        // except that a configuration holding inline secrets (DH-HMAC-CHAP keys the CSI
+        // controller installs, TLS PSKs) is never left readable by group or others.
         if let Ok(meta) = std::fs::metadata(path) {
-            let _ = f.set_permissions(meta.permissions());
+            use std::os::unix::fs::PermissionsExt;
+            let mut mode = meta.permissions().mode() & 0o7777;
+            if holds_inline_secrets(cfg) {
+                mode &= 0o700;
+            }
+            let _ = f.set_permissions(std::fs::Permissions::from_mode(mode));
         }
         std::fs::rename(&tmp, path)
             .map_err(|e| format!("cannot replace {}: {e}", path.display()))?;
@@ -817,11 +824,40 @@ pub fn write_config(cfg: &Config, path: &Path) -> Result<u64, String> {
     result
 }
 
+/// Whether the configuration's text holds a secret itself (not a path to one).
+fn holds_inline_secrets(cfg: &Config) -> bool {
+    use ebof_config::SecretSource;
+    cfg.hosts.iter().any(|h| {
+        [&h.dhchap_key, &h.dhchap_ctrl_key, &h.tls_key]
+            .into_iter()
+            .any(|k| matches!(k, Some(SecretSource::Inline(_))))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     const NQN: &str = "nqn.2026-11.io.ebof:t";
+
+    #[test]
+    fn a_saved_configuration_with_inline_keys_is_owner_only() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ebof.toml");
+        std::fs::write(&path, "# old\n").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let mut cfg = Config::from_toml_str(TOML).unwrap();
+        write_config(&cfg, &path).unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&path), 0o644, "no secrets: the owner's mode is kept");
+        let with_key = format!(
+            "{TOML}[[hosts]]\nnqn = \"nqn.2014-08.org.example:h\"\ndhchap_key = \"DHHC-1:00:ZjRhMWY3MzY0NjhhNTFmMmUwOGQ4ZTc5ZTc3YTc3Zjc0OTNlYzQyN2IwNDYyYjQ=:\"\n"
+        );
+        cfg = Config::from_toml_str(&with_key).unwrap();
+        write_config(&cfg, &path).unwrap();
+        assert_eq!(mode(&path), 0o600, "inline keys: group and others lose access");
+    }
     const TOML: &str = "[[listeners]]\naddress = \"127.0.0.1\"\nport = 0\n\
                         [[subsystems]]\nnqn = \"nqn.2026-11.io.ebof:t\"\n\
                         [[subsystems.namespaces]]\nbackend = \"ram\"\nsize = \"1M\"\n";
