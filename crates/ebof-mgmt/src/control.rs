@@ -856,7 +856,11 @@ mod tests {
         );
         cfg = Config::from_toml_str(&with_key).unwrap();
         write_config(&cfg, &path).unwrap();
-        assert_eq!(mode(&path), 0o600, "inline keys: group and others lose access");
+        assert_eq!(
+            mode(&path),
+            0o600,
+            "inline keys: group and others lose access"
+        );
     }
     const TOML: &str = "[[listeners]]\naddress = \"127.0.0.1\"\nport = 0\n\
                         [[subsystems]]\nnqn = \"nqn.2026-11.io.ebof:t\"\n\
