@@ -256,6 +256,21 @@ pub fn listener_infos(cfg: &Config) -> Vec<ListenerInfo> {
         .collect()
 }
 
+/// A [`Control`](crate::control::Control) over one subsystem (`nqn.2026-11.io.ebof:t`) with a
+/// 1 MiB RAM namespace and no configuration file: the fixture of the crate's unit tests.
+#[cfg(test)]
+pub(crate) fn test_control() -> std::sync::Arc<crate::control::Control> {
+    use std::sync::Arc;
+    let cfg = ebof_config::Config::from_toml_str(
+        "[[listeners]]\naddress = \"127.0.0.1\"\nport = 0\n\
+         [[subsystems]]\nnqn = \"nqn.2026-11.io.ebof:t\"\n\
+         [[subsystems.namespaces]]\nbackend = \"ram\"\nsize = \"1M\"\n",
+    )
+    .unwrap();
+    let target = Arc::new(build_target(&cfg).unwrap());
+    Arc::new(crate::control::Control::new(target, cfg, None))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

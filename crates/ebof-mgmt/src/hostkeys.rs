@@ -296,14 +296,7 @@ mod tests {
     const OTHER: &str = "nqn.2014-08.org.nvmexpress:uuid:0c5ea000-0000-4000-8000-00000000000b";
 
     fn control() -> Arc<Control> {
-        let cfg = ebof_config::Config::from_toml_str(
-            "[[listeners]]\naddress = \"127.0.0.1\"\nport = 0\n\
-             [[subsystems]]\nnqn = \"nqn.2026-11.io.ebof:t\"\n\
-             [[subsystems.namespaces]]\nbackend = \"ram\"\nsize = \"1M\"\n",
-        )
-        .unwrap();
-        let target = Arc::new(crate::build::build_target(&cfg).unwrap());
-        Arc::new(Control::new(target, cfg, None))
+        crate::build::test_control()
     }
 
     fn key(byte: u8) -> String {

@@ -1001,14 +1001,7 @@ mod tests {
     use crate::client::{Client, ClientError};
 
     fn control() -> Arc<Control> {
-        let cfg = ebof_config::Config::from_toml_str(
-            "[[listeners]]\naddress = \"127.0.0.1\"\nport = 0\n\
-             [[subsystems]]\nnqn = \"nqn.2026-11.io.ebof:t\"\n\
-             [[subsystems.namespaces]]\nbackend = \"ram\"\nsize = \"1M\"\n",
-        )
-        .unwrap();
-        let target = Arc::new(crate::build::build_target(&cfg).unwrap());
-        Arc::new(Control::new(target, cfg, None))
+        crate::build::test_control()
     }
 
     /// M4: connections that send `GET / HTTP/1.1\r\n` and nothing more, or a head and no
