@@ -11,8 +11,7 @@
 //! backend's memory (no userspace copy). [`ConnCore::iovecs`] lists the wire order;
 //! [`ConnCore::take_output`] flattens it for tests.
 
-use crate::duties::{self, Close, Driver, Duties};
-use crate::reactor::ConnEnd;
+use crate::duties::{self, Close, Driver, Duties, Offload};
 use ebof_backend::Backend;
 use nvmf_target::{C2hData, Disposition, Queue, Target};
 use nvmf_tcp::{TargetConn, TargetConnConfig, TargetEvent};
@@ -63,6 +62,34 @@ pub struct ConnCore {
     keep: Vec<Arc<dyn Backend>>,
     /// The driver duties' state (ready slots, deadlines, activity).
     duties: Duties,
+}
+
+/// Why a connection ended (for the log).
+#[derive(Debug)]
+pub enum ConnEnd {
+    /// The peer closed the socket.
+    PeerClosed,
+    /// A protocol violation; C2HTermReq sent.
+    Protocol(nvmf_tcp::ProtocolError),
+    /// The host sent H2CTermReq.
+    HostTerminated {
+        /// Fatal Error Status (FES) of the H2CTermReq.
+        fes: u16,
+        /// Fatal Error Information (FEI): e.g. the offset of the offending field.
+        fei: u32,
+    },
+    /// The controller was torn down (keep-alive expiry, reset, admin queue gone).
+    ControllerGone,
+    /// Socket error.
+    Io(std::io::Error),
+    /// The server is stopping.
+    Stopped,
+    /// No ICReq and Fabrics Connect within the handshake deadline.
+    HandshakeTimeout(Duration),
+    /// Connected, but DH-HMAC-CHAP not completed within [`duties::AUTH_TIMEOUT`] of Connect.
+    AuthTimeout,
+    /// TLS refused or failed (bad handshake, unknown PSK, plaintext on a TLS-only listener).
+    Tls(crate::tls::TlsError),
 }
 
 /// Outcome of processing received bytes.
@@ -118,7 +145,7 @@ impl ConnCore {
     /// The batch duties without new input ([`duties::after_batch`]): run ready slots, retry
     /// deferred commands, drain completions. Returns whether a deferred command ran; call
     /// every loop round while [`duties::keep_hot`].
-    pub fn run_duties(&mut self, now: Instant, offload: &mut dyn FnMut(&mut Queue, u16)) -> bool {
+    pub fn run_duties(&mut self, now: Instant, offload: &mut dyn Offload) -> bool {
         duties::after_batch(self, &mut (), now, offload)
     }
 
@@ -248,7 +275,7 @@ impl ConnCore {
     /// ([`duties::after_batch`]): I/O on non-blocking backends runs inline, slots whose backend
     /// may block are handed to `offload`, deferred commands are retried, and completions are
     /// drained into the output.
-    pub fn process(&mut self, now: Instant, mut offload: impl FnMut(&mut Queue, u16)) -> Step {
+    pub fn process(&mut self, now: Instant, offload: &mut dyn Offload) -> Step {
         let mut commands = 0usize;
         loop {
             let res = self
@@ -314,7 +341,7 @@ impl ConnCore {
         if commands > 0 {
             self.queue.touch(now);
         }
-        duties::after_batch(self, &mut (), now, &mut offload);
+        duties::after_batch(self, &mut (), now, offload);
         Step::Continue
     }
 

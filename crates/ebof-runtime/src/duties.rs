@@ -24,7 +24,6 @@
 //! A third transport implements [`Driver`], feeds its input through the queue, and calls the
 //! three functions; that is the whole contract.
 
-use crate::engine::{Engine, Job};
 use nvme_spec::Status;
 use nvmf_target::Queue;
 use std::time::{Duration, Instant};
@@ -90,6 +89,22 @@ impl Deadlines {
     }
 }
 
+/// Where a core sends a ready slot whose backend may block (file, block): the run loop's I/O
+/// engine. Its completion comes back through [`io_done`]. Any `FnMut(&mut Queue, u16)` is one
+/// (tests and replays run the I/O on the spot).
+pub trait Offload {
+    /// Start the prepared I/O of `slot` (`Queue::io_request`, `Queue::take_io_buffer`)
+    /// elsewhere.
+    fn offload(&mut self, q: &mut Queue, slot: u16);
+}
+
+impl<F: FnMut(&mut Queue, u16)> Offload for F {
+    #[inline]
+    fn offload(&mut self, q: &mut Queue, slot: u16) {
+        self(q, slot)
+    }
+}
+
 /// The transport-independent state a core keeps for its duties.
 #[derive(Debug)]
 pub struct Duties {
@@ -125,12 +140,7 @@ impl Duties {
 
     /// Run the ready slots, then (if any command is deferred) retry the deferred ones and run
     /// those that may go. Returns whether a deferred command ran.
-    pub fn run(
-        &mut self,
-        q: &mut Queue,
-        now: Instant,
-        offload: &mut dyn FnMut(&mut Queue, u16),
-    ) -> bool {
+    pub fn run(&mut self, q: &mut Queue, now: Instant, offload: &mut dyn Offload) -> bool {
         self.execute(q, offload);
         let throttled = q.has_throttled();
         if !throttled && !q.has_deferred() {
@@ -147,11 +157,11 @@ impl Duties {
         any
     }
 
-    fn execute(&mut self, q: &mut Queue, offload: &mut dyn FnMut(&mut Queue, u16)) {
+    fn execute(&mut self, q: &mut Queue, offload: &mut dyn Offload) {
         for i in 0..self.to_execute.len() {
             let slot = self.to_execute[i];
             if q.io_request(slot).is_some_and(|r| r.may_block()) {
-                offload(q, slot);
+                offload.offload(q, slot);
             } else {
                 q.execute_inline(slot);
             }
@@ -182,7 +192,7 @@ pub fn after_batch<D: Driver>(
     d: &mut D,
     io: &mut D::Io<'_>,
     now: Instant,
-    offload: &mut dyn FnMut(&mut Queue, u16),
+    offload: &mut dyn Offload,
 ) -> bool {
     let (q, duties) = d.parts();
     let any = duties.run(q, now, offload);
@@ -229,28 +239,4 @@ pub fn on_tick<D: Driver>(d: &mut D, io: &mut D::Io<'_>, now: Instant) -> Option
         d.release_idle(io);
     }
     close
-}
-
-/// Hand the prepared I/O of `slot` to the engine, tagged with its connection (`conn`, the
-/// index in the run loop's table, and `generation`, so a completion for a closed connection
-/// whose index was reused is recognised). Returns false when the slot holds no request.
-pub(crate) fn offload(
-    engine: &mut Engine,
-    q: &mut Queue,
-    slot: u16,
-    conn: usize,
-    generation: u64,
-) -> bool {
-    let Some(req) = q.io_request(slot).cloned() else {
-        return false;
-    };
-    let buf = q.take_io_buffer(slot);
-    engine.start(Job {
-        conn,
-        generation,
-        slot,
-        req,
-        buf,
-    });
-    true
 }

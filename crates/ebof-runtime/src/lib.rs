@@ -19,6 +19,7 @@ pub mod conn;
 pub mod duties;
 pub mod engine;
 pub mod limits;
+mod mailbox;
 mod pace;
 #[cfg(feature = "rdma")]
 pub mod rdma;
@@ -27,6 +28,6 @@ pub mod reactor;
 pub mod server;
 pub mod tls;
 
+pub use conn::ConnEnd;
 pub use engine::{EngineConfig, IoEngineKind};
-pub use reactor::ConnEnd;
 pub use server::{ListenerControl, Server, ServerConfig, ServerHandle};

@@ -18,9 +18,9 @@
 
 use crate::duties::{self, Close};
 use crate::engine::{Done, Engine, EngineConfig};
+use crate::mailbox::Mailbox;
 use crate::pace::Pace;
 use crate::rdma_core::{Buf, Local, Memory, Op, RdmaQueueConfig, RdmaQueueCore};
-use crate::reactor::Mailbox;
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
 use nvmf_rdma::verbs::{
@@ -495,14 +495,9 @@ impl Queues {
                         && let Some(d) = Self::mem_of(&mut self.devs, c.dev)
                     {
                         let _e = c.span.clone().entered();
-                        let g = u64::from(c.generation);
-                        let mut n = 0usize;
-                        work |= c
-                            .core
-                            .run_duties(Instant::now(), &mut d.mem, &mut |q, slot| {
-                                n += usize::from(duties::offload(engine, q, slot, i, g));
-                            });
-                        c.offloaded += n;
+                        let mut off = engine.offloader(i, u64::from(c.generation));
+                        work |= c.core.run_duties(Instant::now(), &mut d.mem, &mut off);
+                        c.offloaded += off.started;
                         post(c, i);
                     }
                     let deferred = duties::keep_hot(&mut c.core);
@@ -1022,11 +1017,7 @@ fn complete(
     }
     let span = c.span.clone();
     let _e = span.enter();
-    let generation = u64::from(c.generation);
-    let mut offloaded = 0usize;
-    let mut offload = |q: &mut nvmf_target::Queue, slot: u16| {
-        offloaded += usize::from(duties::offload(engine, q, slot, i, generation));
-    };
+    let mut offload = engine.offloader(i, u64::from(c.generation));
     match (kind, wc.opcode) {
         (K_RECV, _) => {
             if !wc.ok() {
@@ -1073,7 +1064,7 @@ fn complete(
         }
         _ => {}
     }
-    c.offloaded += offloaded;
+    c.offloaded += offload.started;
     post(c, i);
     if !c.hot
         && c.ending.is_none()

@@ -31,7 +31,7 @@
 //! admin data (Identify, log pages) is small and copied into staging; in-capsule data is copied
 //! out of the receive buffer so the buffer can be posted again at once.
 
-use crate::duties::{self, Close, Driver, Duties};
+use crate::duties::{self, Close, Driver, Duties, Offload};
 use ebof_backend::{Backend, BackendError};
 use nvme_spec::Sqe;
 use nvmf_rdma::wire::{self, DataDesc};
@@ -231,7 +231,7 @@ impl RdmaQueueCore {
         &mut self,
         now: Instant,
         mem: &mut dyn Memory,
-        offload: &mut dyn FnMut(&mut Queue, u16),
+        offload: &mut dyn Offload,
     ) -> bool {
         duties::after_batch(self, mem, now, offload)
     }
@@ -263,7 +263,7 @@ impl RdmaQueueCore {
         bytes: &[u8],
         now: Instant,
         mem: &mut dyn Memory,
-        offload: &mut dyn FnMut(&mut Queue, u16),
+        offload: &mut dyn Offload,
     ) -> Result<(), RdmaError> {
         let Some(sqe) = Sqe::from_slice(bytes) else {
             return Err(RdmaError::ShortCapsule(bytes.len()));
@@ -367,7 +367,7 @@ impl RdmaQueueCore {
         tag: u32,
         ok: bool,
         mem: &mut dyn Memory,
-        offload: &mut dyn FnMut(&mut Queue, u16),
+        offload: &mut dyn Offload,
     ) {
         let Some(dest) = self.reads.remove(&tag) else {
             return;

@@ -16,21 +16,22 @@
 //! fixed-size worker pool); their completions are reaped every round, and the ring's eventfd
 //! (or the pool's waker) wakes a sleeping reactor.
 
-use crate::conn::{ConnCore, Step};
+use crate::conn::{ConnCore, ConnEnd, Step};
 use crate::duties::{self, Close};
 use crate::engine::{Done, Engine, EngineConfig};
 use crate::limits::{Admission, Admitted};
+use crate::mailbox::{Command, Inbox, Mailbox, NewConn};
 use crate::pace::Pace;
 use crate::tls::{ConnTls, TlsAcceptor};
 use mio::net::{TcpListener, TcpStream};
-use mio::{Events, Interest, Poll, Token, Waker};
+use mio::{Events, Interest, Poll, Token};
 use nvmf_target::Target;
-use nvmf_tcp::{ProtocolError, TargetConnConfig};
+use nvmf_tcp::TargetConnConfig;
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Longest sleep in `epoll_wait` (the stop flag is also checked this often).
@@ -46,95 +47,6 @@ const WAKER: Token = Token(usize::MAX);
 /// The I/O engine's completion notification (io_uring eventfd).
 const ENGINE: Token = Token(usize::MAX - 1);
 const LISTENER_BASE: usize = usize::MAX / 2;
-
-/// Why a connection ended (for the log).
-#[derive(Debug)]
-pub enum ConnEnd {
-    /// The peer closed the socket.
-    PeerClosed,
-    /// A protocol violation; C2HTermReq sent.
-    Protocol(ProtocolError),
-    /// The host sent H2CTermReq.
-    HostTerminated {
-        /// Fatal Error Status (FES) of the H2CTermReq.
-        fes: u16,
-        /// Fatal Error Information (FEI): e.g. the offset of the offending field.
-        fei: u32,
-    },
-    /// The controller was torn down (keep-alive expiry, reset, admin queue gone).
-    ControllerGone,
-    /// Socket error.
-    Io(io::Error),
-    /// The server is stopping.
-    Stopped,
-    /// No ICReq and Fabrics Connect within the handshake deadline.
-    HandshakeTimeout(Duration),
-    /// Connected, but DH-HMAC-CHAP not completed within [`duties::AUTH_TIMEOUT`] of Connect.
-    AuthTimeout,
-    /// TLS refused or failed (bad handshake, unknown PSK, plaintext on a TLS-only listener).
-    Tls(crate::tls::TlsError),
-}
-
-/// A connection handed to a reactor.
-pub(crate) struct NewConn {
-    pub stream: std::net::TcpStream,
-    pub admitted: Admitted,
-    pub local: SocketAddr,
-    pub peer: SocketAddr,
-    pub discovery_only: bool,
-}
-
-/// Where other threads reach a reactor: new connections, plus the waker that interrupts its
-/// `epoll_wait` (also for the I/O engine's worker threads).
-pub(crate) struct Mailbox {
-    inbox: Mutex<Inbox>,
-    waker: Waker,
-}
-
-/// What other threads hand a reactor: taken whole once per loop round (one lock).
-#[derive(Default)]
-struct Inbox {
-    new_conns: Vec<NewConn>,
-    commands: Vec<Command>,
-}
-
-/// Control-plane requests to a reactor.
-pub(crate) enum Command {
-    /// Accept on this listener (bound by the caller), discovery-only or not.
-    AddListener(
-        std::net::TcpListener,
-        bool,
-        std::sync::mpsc::Sender<io::Result<()>>,
-    ),
-    /// Stop accepting on the listener bound to this address and close it; answers whether
-    /// there was one.
-    RemoveListener(SocketAddr, std::sync::mpsc::Sender<bool>),
-}
-
-impl Mailbox {
-    /// A mailbox whose waker interrupts `registry`'s poll with `token`.
-    pub fn new(registry: &mio::Registry, token: Token) -> io::Result<Mailbox> {
-        Ok(Mailbox {
-            inbox: Mutex::new(Inbox::default()),
-            waker: Waker::new(registry, token)?,
-        })
-    }
-    pub fn deliver(&self, c: NewConn) {
-        if let Ok(mut v) = self.inbox.lock() {
-            v.new_conns.push(c);
-        }
-        let _ = self.waker.wake();
-    }
-    pub fn command(&self, c: Command) {
-        if let Ok(mut v) = self.inbox.lock() {
-            v.commands.push(c);
-        }
-        let _ = self.waker.wake();
-    }
-    pub fn wake(&self) {
-        let _ = self.waker.wake();
-    }
-}
 
 /// Everything a reactor thread needs; built on the spawning thread, run on the reactor.
 pub(crate) struct Reactor {
@@ -326,11 +238,7 @@ impl Reactor {
         tls: Option<Arc<dyn TlsAcceptor>>,
     ) -> io::Result<(Reactor, Arc<Mailbox>)> {
         let poll = Poll::new()?;
-        let waker = Waker::new(poll.registry(), WAKER)?;
-        let mailbox = Arc::new(Mailbox {
-            inbox: Mutex::new(Inbox::default()),
-            waker,
-        });
+        let mailbox = Arc::new(Mailbox::new(poll.registry(), WAKER)?);
         Ok((
             Reactor {
                 core,
@@ -511,12 +419,7 @@ impl Reactor {
         let Inbox {
             new_conns: new,
             commands,
-        } = match self.mailbox.inbox.lock() {
-            Ok(mut v) if !v.new_conns.is_empty() || !v.commands.is_empty() => {
-                std::mem::take(&mut *v)
-            }
-            _ => Inbox::default(),
-        };
+        } = self.mailbox.take();
         for c in commands {
             self.run_command(c);
         }
@@ -751,12 +654,9 @@ impl Reactor {
         }
         let due = c.wake.is_some_and(|w| Instant::now() >= w);
         if c.core.queue.has_deferred() || due {
-            let generation = c.generation;
-            let mut offloaded = 0usize;
-            work |= c.core.run_duties(Instant::now(), &mut |q, slot| {
-                offloaded += usize::from(duties::offload(engine, q, slot, idx, generation));
-            });
-            c.offloaded += offloaded;
+            let mut off = engine.offloader(idx, c.generation);
+            work |= c.core.run_duties(Instant::now(), &mut off);
+            c.offloaded += off.started;
             if let Err(e) = send_pending(c, iov) {
                 end(c, ConnEnd::Io(e));
                 return (true, false);
@@ -808,12 +708,9 @@ impl Reactor {
         if !matches!(input, Input::Nothing) {
             work = true;
             let now = Instant::now();
-            let generation = c.generation;
-            let mut offloaded = 0usize;
-            let step = c.core.process(now, |q, slot| {
-                offloaded += usize::from(duties::offload(engine, q, slot, idx, generation));
-            });
-            c.offloaded += offloaded;
+            let mut off = engine.offloader(idx, c.generation);
+            let step = c.core.process(now, &mut off);
+            c.offloaded += off.started;
             if let Step::Close(e) = step {
                 last_words(c);
                 let linger = matches!(e, ConnEnd::Protocol(_));

@@ -9,7 +9,8 @@
 use crate::affinity;
 use crate::engine::EngineConfig;
 use crate::limits::{Admission, ConnCaps};
-use crate::reactor::{Command, Mailbox, Reactor};
+use crate::mailbox::{Command, Mailbox};
+use crate::reactor::Reactor;
 use nvmf_target::Target;
 use nvmf_tcp::TargetConnConfig;
 use std::net::{SocketAddr, TcpListener as StdListener};

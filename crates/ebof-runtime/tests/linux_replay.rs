@@ -32,7 +32,9 @@ fn replay(file: &str, digests: bool) {
     let mut core = ConnCore::new(target, TargetConnConfig::default(), local, Instant::now());
     for chunk in bytes.chunks(1500) {
         assert_eq!(core.feed(chunk), chunk.len());
-        match core.process(Instant::now(), |_, _| panic!("RAM never offloads")) {
+        match core.process(Instant::now(), &mut |_: &mut nvmf_target::Queue, _: u16| {
+            panic!("RAM never offloads")
+        }) {
             Step::Continue => {}
             Step::Close(e) => panic!("{file}: target closed: {e:?}"),
         }

@@ -98,13 +98,13 @@ impl Sim {
             // The receive buffer starts empty and grows as a reader that fills it would.
             assert_eq!(self.core.feed(chunk), chunk.len());
             // Backends that may block (file) run synchronously here, as a worker would.
-            let offload = |q: &mut nvmf_target::Queue, slot: u16| {
+            let mut offload = |q: &mut nvmf_target::Queue, slot: u16| {
                 let req = q.io_request(slot).cloned().expect("offloaded slot has I/O");
                 let mut buf = q.take_io_buffer(slot);
                 let status = nvmf_target::execute_io(&req, &mut buf);
                 q.complete_io(slot, status, buf);
             };
-            match self.core.process(self.now, offload) {
+            match self.core.process(self.now, &mut offload) {
                 Step::Continue => {}
                 Step::Close(e) => panic!("target closed: {e:?}"),
             }
@@ -778,7 +778,11 @@ fn term_req_is_the_last_pdu_of_a_batch() {
     // H2CData for a transfer tag that has no R2T: fatal.
     s.host.encode_h2c_data(&mut batch, 41, 3, 0, &[0u8; 512]);
     assert_eq!(s.core.feed(&batch), batch.len());
-    let step = s.core.process(s.now, |_, _| panic!("RAM never offloads"));
+    let step = s
+        .core
+        .process(s.now, &mut |_: &mut nvmf_target::Queue, _: u16| {
+            panic!("RAM never offloads")
+        });
     assert!(matches!(step, Step::Close(_)));
     // As the reactor does after every process, closing or not.
     s.core.flush_completions();

@@ -262,12 +262,14 @@ impl Conn {
     /// One reactor round: process, run offloaded I/O, flush, check the output.
     fn step(&mut self, feat: &mut Features, all_out: &mut Vec<u8>) {
         let mut offloaded = Vec::new();
-        let step = self.core.process(self.now, |q, slot| {
-            if let Some(req) = q.io_request(slot).cloned() {
-                let buf = q.take_io_buffer(slot);
-                offloaded.push((slot, req, buf));
-            }
-        });
+        let step = self
+            .core
+            .process(self.now, &mut |q: &mut nvmf_target::Queue, slot: u16| {
+                if let Some(req) = q.io_request(slot).cloned() {
+                    let buf = q.take_io_buffer(slot);
+                    offloaded.push((slot, req, buf));
+                }
+            });
         self.core.flush_completions();
         // The worker pool, synchronously: completions arrive after the batch, as they would.
         for (slot, req, mut buf) in offloaded {

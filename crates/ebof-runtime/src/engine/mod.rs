@@ -23,9 +23,10 @@
 mod pool;
 mod uring;
 
-use crate::reactor::Mailbox;
+use crate::duties::Offload;
+use crate::mailbox::Mailbox;
 use nvme_spec::Status;
-use nvmf_target::{IoOp, IoRequest};
+use nvmf_target::{IoOp, IoRequest, Queue};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, mpsc};
 
@@ -104,6 +105,35 @@ pub(crate) struct Engine {
     outstanding: usize,
 }
 
+/// One connection's offload to its run loop's engine ([`Offload`]): each prepared I/O becomes a
+/// [`Job`] tagged with the connection (`conn`, its index in the run loop's table, and
+/// `generation`, so a completion for a closed connection whose index was reused is
+/// recognised). `started` counts the jobs started.
+pub(crate) struct Offloader<'a> {
+    engine: &'a mut Engine,
+    conn: usize,
+    generation: u64,
+    /// Jobs started through this offloader.
+    pub started: usize,
+}
+
+impl Offload for Offloader<'_> {
+    fn offload(&mut self, q: &mut Queue, slot: u16) {
+        let Some(req) = q.io_request(slot).cloned() else {
+            return;
+        };
+        let buf = q.take_io_buffer(slot);
+        self.engine.start(Job {
+            conn: self.conn,
+            generation: self.generation,
+            slot,
+            req,
+            buf,
+        });
+        self.started += 1;
+    }
+}
+
 /// The io_uring fallback is logged once per process, not once per reactor.
 static FALLBACK_LOGGED: AtomicBool = AtomicBool::new(false);
 
@@ -152,6 +182,16 @@ impl Engine {
         match &mut self.uring {
             Some(u) => u.register(registry, token),
             None => Ok(()),
+        }
+    }
+
+    /// The offload of connection `conn` (of `generation`) to this engine.
+    pub fn offloader(&mut self, conn: usize, generation: u64) -> Offloader<'_> {
+        Offloader {
+            engine: self,
+            conn,
+            generation,
+            started: 0,
         }
     }
 

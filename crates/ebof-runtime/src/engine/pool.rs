@@ -2,7 +2,7 @@
 //! thread is idle, kept until the reactor stops. Jobs beyond the threads wait in a queue.
 
 use super::{Done, Job};
-use crate::reactor::Mailbox;
+use crate::mailbox::Mailbox;
 use ebof_backend::BackendError;
 use nvmf_target::{execute_io, io_status};
 use std::collections::VecDeque;
