@@ -259,6 +259,36 @@ pub fn uuid_nqn(id: &uuid::Uuid) -> String {
     format!("nqn.2014-08.org.nvmexpress:uuid:{}", id.hyphenated())
 }
 
+/// Where and how to open one queue's connection (derived from a [`HostConfig`]).
+#[derive(Clone, Debug)]
+pub(crate) struct LinkParams {
+    pub addr: std::net::SocketAddr,
+    pub digests: nvmf_tcp::Digests,
+    /// Largest C2HData DATA accepted in one PDU; bounds the receive buffer.
+    pub max_c2h_data: u32,
+    pub connect_timeout: Duration,
+    /// TLS: the configured key (the identity and PSK are derived per queue from the NQNs).
+    pub tls: Option<TlsKey>,
+}
+
+/// What one queue's Fabrics Connect carries.
+#[derive(Clone, Debug)]
+pub(crate) struct ConnectParams {
+    pub qid: nvme_spec::QueueId,
+    /// SQ entries (SQSIZE + 1), ≥ 2.
+    pub entries: u16,
+    pub dissqfc: bool,
+    pub kato_ms: u32,
+    pub cntlid: nvme_spec::ControllerId,
+    pub hostid: [u8; 16],
+    pub hostnqn: String,
+    pub subnqn: String,
+    /// In-capsule data limit for this queue (admin: 8 KiB; I/O: IOCCSZ*16 - 64).
+    pub icd_max: usize,
+    /// DH-HMAC-CHAP secrets, for a controller that asks for authentication.
+    pub dhchap: Option<DhchapKeys>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -29,10 +29,11 @@ use nvme_spec::{CommandId, ControllerId, Cqe, NamespaceId, QueueId, Sqe};
 use nvmf_tcp::Digests;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::config::HostConfig;
+use crate::command::{Completion, DataDir};
+use crate::config::{ConnectParams, HostConfig, LinkParams};
 use crate::error::{HostError, Result};
 use crate::io::{IoConnector, IoQueue, IoQueueOptions};
-use crate::queue::{Completion, ConnectParams, DataDir, LinkParams};
+use crate::session;
 use crate::transport::{AnyQueue, admin_icd_max};
 
 /// Admin queue entries (SQSIZE 31, as the Linux host uses).
@@ -341,7 +342,7 @@ impl Controller {
             dhchap: cfg.dhchap.clone(),
         };
         let (mut q, cntlid) =
-            AnyQueue::connect(cfg.transport, &lp, &cp, 0, ADMIN_MAX_TRANSFER).await?;
+            session::connect(cfg.transport, &lp, &cp, 0, ADMIN_MAX_TRANSFER).await?;
         let (cap, vs, id) = enable(&mut q, cfg.admin_timeout).await?;
         let discovery = id.cntrltype == cntrltype::DISCOVERY || subnqn == nvme_spec::DISCOVERY_NQN;
 
@@ -791,7 +792,7 @@ async fn exec_ok(
     dir: DataDir,
     in_len: usize,
 ) -> Result<(Cqe, Vec<u8>)> {
-    let (cqe, data) = tokio::time::timeout(t, q.execute(sqe, dir, &[], in_len))
+    let (cqe, data) = tokio::time::timeout(t, session::execute(q, sqe, dir, &[], in_len))
         .await
         .map_err(|_| HostError::Timeout("admin command during bring-up"))??;
     if cqe.status.is_success() {

@@ -23,10 +23,10 @@ use nvme_spec::opcode::io;
 use nvme_spec::{CommandId, ControllerId, NamespaceId, QueueId, Sqe};
 use nvmf_tcp::Digests;
 
-use crate::config::HostConfig;
-use crate::config::Transport;
+use crate::command::{Completion, DataDir};
+use crate::config::{ConnectParams, HostConfig, LinkParams, Transport};
 use crate::error::{HostError, Result};
-use crate::queue::{Completion, ConnectParams, DataDir, LinkParams};
+use crate::session;
 use crate::transport::AnyQueue;
 
 /// Default and minimum largest transfer an I/O queue is prepared to receive in one PDU.
@@ -180,7 +180,7 @@ impl IoConnector {
             dhchap: self.cfg.dhchap.clone(),
         };
         let (q, _) =
-            AnyQueue::connect(self.cfg.transport, &lp, &cp, o.prealloc.min(max_io), max_io).await?;
+            session::connect(self.cfg.transport, &lp, &cp, o.prealloc.min(max_io), max_io).await?;
         Ok(IoQueue {
             q,
             max_io,
@@ -392,7 +392,7 @@ impl IoQueue {
     /// nothing is outstanding. A controller silent for the configured I/O timeout while
     /// commands are outstanding fails the queue with [`HostError::Timeout`].
     pub async fn poll_completions<F: FnMut(Completion<'_>)>(&mut self, mut f: F) -> Result<usize> {
-        self.q.poll(&mut f, self.timeout, self.busy_poll).await
+        session::poll(&mut self.q, &mut f, self.timeout, self.busy_poll).await
     }
 
     /// Like [`IoQueue::poll_completions`] but never waits: sends pending output and handles
@@ -430,20 +430,20 @@ impl IoQueue {
     async fn wait_for(&mut self, cid: CommandId, mut sink: impl FnMut(&[u8])) -> Result<()> {
         let mut status = None;
         while status.is_none() {
-            self.q
-                .poll(
-                    &mut |c: Completion<'_>| {
-                        if c.cid == cid {
-                            if c.is_success() {
-                                sink(c.data);
-                            }
-                            status = Some(c.status());
+            session::poll(
+                &mut self.q,
+                &mut |c: Completion<'_>| {
+                    if c.cid == cid {
+                        if c.is_success() {
+                            sink(c.data);
                         }
-                    },
-                    self.timeout,
-                    self.busy_poll,
-                )
-                .await?;
+                        status = Some(c.status());
+                    }
+                },
+                self.timeout,
+                self.busy_poll,
+            )
+            .await?;
         }
         match status {
             Some(s) if s.is_success() => Ok(()),

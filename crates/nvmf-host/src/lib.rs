@@ -16,9 +16,12 @@
 //! bulk `read` into the receive buffer → `HostConn::decode_one` → completions by CID (= slot
 //! index) → the caller's callback.
 //!
-//! Layout: [`config`] (host identity, tunables), `queue` (the per-connection engine: slots,
-//! flow control, R2T/H2CData, C2HData), [`rdma`] (the NVMe/RDMA queue engine and, with the
-//! `rdma` feature, its verbs shell), `transport` (the enum both kinds of queue sit behind), [`controller`] (admin queue task, keep-alive, AER,
+//! Layout, bottom up: [`config`] (host identity, tunables, per-queue parameters), `command`
+//! (data direction, completion), `queue` (the NVMe/TCP queue: slots, transmit buffer, the
+//! sans-IO engine — flow control, R2T/H2CData, C2HData — and its socket shell), [`rdma`] (the
+//! NVMe/RDMA queue engine and, with the `rdma` feature, its verbs shell), `transport` (the one
+//! seam: the enum both kinds of queue sit behind), `session` (what runs on any queue: Fabrics
+//! Connect, DH-HMAC-CHAP, the polling loop), [`controller`] (admin queue task, keep-alive, AER,
 //! admin commands), [`io`] (I/O queues), [`discovery`], [`error`].
 //!
 //! # Example
@@ -68,6 +71,7 @@
 //! capsules submitted between two polls leave in one `write`; reads are bulk and every whole
 //! PDU in the buffer is handled before the next wait.
 
+mod command;
 pub mod config;
 pub mod controller;
 pub mod discovery;
@@ -75,8 +79,10 @@ pub mod error;
 pub mod io;
 mod queue;
 pub mod rdma;
+mod session;
 mod transport;
 
+pub use command::{Completion, DataDir};
 pub use config::{DhchapKeys, HostConfig, HostIdentity, TlsKey, Transport};
 pub use controller::{AsyncEvent, Controller};
 pub use discovery::{DiscoveryLog, discover};
@@ -84,4 +90,3 @@ pub use error::HostError;
 pub use io::{IoConnector, IoQueue, IoQueueOptions};
 #[doc(hidden)]
 pub use queue::QueueCore;
-pub use queue::{Completion, DataDir};

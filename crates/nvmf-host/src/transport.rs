@@ -1,20 +1,38 @@
 //! The transport seam: one queue type over NVMe/TCP or NVMe/RDMA, statically dispatched.
 //!
-//! [`AnyQueue`] is an enum, not a trait object: a TCP queue costs one predictable branch per
-//! call, and without the `rdma` feature the enum has a single variant and the branch folds away.
+//! [`AnyQueue`] is an enum, and it is the only seam: the NVMe-level code above it
+//! (`crate::session`: Connect, authentication, the polling loop; the controller's admin task;
+//! [`crate::IoQueue`]) is written once against it, and each transport type below it only
+//! moves bytes. Why an enum and not a trait: the transport is chosen at run time
+//! ([`HostConfig::transport`](crate::HostConfig::transport)) while [`crate::Controller`] and
+//! [`crate::IoQueue`] are plain (non-generic) types, so a trait would need either a type
+//! parameter on the public API or a trait object — and a trait object can carry neither the
+//! generic completion callbacks nor the `async` methods without boxing, and costs an indirect
+//! call per operation. The enum costs one predictable branch per call (every call on a queue
+//! takes the same arm), with the callee inlined into it; without the `rdma` feature it has a
+//! single variant and the branch folds away. The TCP queue stays inline (no pointer to chase
+//! per command); the RDMA queue, which is larger, is boxed.
+//!
+//! What each transport type provides, as inherent methods of the same names (`each!` below
+//! expands one expression per variant, so a missing method is a compile error, not a silent
+//! default): a sans-IO engine in the field `eng` (`submit`, `can_submit`, `in_flight`,
+//! `capacity`, `qid`, `flow_control`, `icd_max`, `connected`, `fail_in_flight`:
+//! [`crate::QueueCore`] for TCP, [`crate::rdma::engine::RdmaEngine`] for RDMA), and on the queue
+//! itself `io_round` (all the I/O possible without waiting), `wait_ready`, `break_link`,
+//! `idle`, `is_broken`, `set_busy_poll`, `peer`, `maxh2cdata` and `digests`. The guards every
+//! transport needs (no use after a failure, a failure breaks the link) are written here, once.
 
 use std::net::SocketAddr;
-use std::time::Duration;
 
-use nvme_spec::{CommandId, ControllerId, Cqe, QueueId, Sqe};
+use nvme_spec::{CommandId, QueueId, Sqe};
 use nvmf_tcp::Digests;
 
-use crate::config::Transport;
+use crate::command::{Completion, DataDir};
+use crate::config::{ConnectParams, LinkParams, Transport};
 use crate::error::{HostError, Result};
-use crate::queue::{Completion, ConnectParams, DataDir, LinkParams, Queue};
+use crate::queue::Queue;
 
-/// One NVMe queue on either transport. The TCP queue stays inline (no pointer to chase per
-/// command); the RDMA queue, which is larger, is boxed.
+/// One NVMe queue on either transport.
 #[allow(clippy::large_enum_variant)]
 pub(crate) enum AnyQueue {
     Tcp(Queue),
@@ -22,6 +40,7 @@ pub(crate) enum AnyQueue {
     Rdma(Box<crate::rdma::link::RdmaQueue>),
 }
 
+/// `$e` evaluated with `$q` bound to the queue of whichever transport `$self` holds.
 macro_rules! each {
     ($self:expr, $q:ident => $e:expr) => {
         match $self {
@@ -42,26 +61,28 @@ pub(crate) fn admin_icd_max(t: Transport) -> usize {
 }
 
 impl AnyQueue {
-    /// Open a queue on `t` and run the Fabrics Connect. `max_transfer` bounds one command's
-    /// data (RDMA: the size of each slot's registered buffer).
-    pub(crate) async fn connect(
+    /// Open a queue's transport on `t` (no NVMe command yet: the Fabrics Connect is
+    /// `crate::session::connect`'s). `max_transfer` bounds one command's data (RDMA: the size
+    /// of each slot's registered buffer); `prealloc` is each TCP slot buffer's starting size.
+    pub(crate) async fn open(
         t: Transport,
         lp: &LinkParams,
         cp: &ConnectParams,
         prealloc: usize,
         max_transfer: usize,
-    ) -> Result<(AnyQueue, ControllerId)> {
+    ) -> Result<AnyQueue> {
         match t {
             Transport::Tcp => {
                 let _ = max_transfer;
-                let (q, id) = Queue::connect(lp, cp, prealloc).await?;
-                Ok((AnyQueue::Tcp(q), id))
+                check_entries(cp)?;
+                Ok(AnyQueue::Tcp(Queue::open(lp, cp, prealloc).await?))
             }
             #[cfg(feature = "rdma")]
             Transport::Rdma => {
                 check_rdma_params(lp)?;
-                let (q, id) = crate::rdma::link::RdmaQueue::connect(lp, cp, max_transfer).await?;
-                Ok((AnyQueue::Rdma(Box::new(q)), id))
+                check_entries(cp)?;
+                let q = crate::rdma::link::RdmaQueue::open(lp, cp, max_transfer).await?;
+                Ok(AnyQueue::Rdma(Box::new(q)))
             }
             #[cfg(not(feature = "rdma"))]
             Transport::Rdma => {
@@ -75,23 +96,29 @@ impl AnyQueue {
         }
     }
 
+    /// Apply the Fabrics Connect response's SQHD (see `connected` on the engines).
+    pub(crate) fn connected(&mut self, sqhd: u16, dissqfc: bool) {
+        each!(self, q => q.eng.connected(sqhd, dissqfc))
+    }
+
     pub(crate) fn qid(&self) -> QueueId {
-        each!(self, q => q.qid())
+        each!(self, q => q.eng.qid())
     }
     pub(crate) fn peer(&self) -> SocketAddr {
         each!(self, q => q.peer())
     }
     pub(crate) fn in_flight(&self) -> usize {
-        each!(self, q => q.in_flight())
+        each!(self, q => q.eng.in_flight())
     }
+    /// Most commands that can be outstanding at once.
     pub(crate) fn capacity(&self) -> usize {
-        each!(self, q => q.capacity())
+        each!(self, q => q.eng.capacity())
     }
     pub(crate) fn flow_control(&self) -> bool {
-        each!(self, q => q.flow_control())
+        each!(self, q => q.eng.flow_control())
     }
     pub(crate) fn icd_max(&self) -> usize {
-        each!(self, q => q.icd_max())
+        each!(self, q => q.eng.icd_max())
     }
     /// MAXH2CDATA (NVMe/TCP; 0 on RDMA, which has no H2CData).
     pub(crate) fn maxh2cdata(&self) -> u32 {
@@ -105,9 +132,20 @@ impl AnyQueue {
         each!(self, q => q.is_broken())
     }
     pub(crate) fn can_submit(&self) -> bool {
-        each!(self, q => q.can_submit())
+        each!(self, q => !q.is_broken() && q.eng.can_submit())
+    }
+    /// Nothing outstanding and nothing left to send.
+    pub(crate) fn idle(&self) -> bool {
+        each!(self, q => q.idle())
+    }
+    /// Busy polling (TCP: raw non-blocking reads; nothing to change on RDMA).
+    pub(crate) fn set_busy_poll(&mut self, busy: bool) {
+        each!(self, q => q.set_busy_poll(busy))
     }
 
+    /// Queue a command for sending. The CID and SGL of `sqe` are filled in here. For
+    /// [`DataDir::ToController`], `fill` writes the `len` bytes to send into the slot's buffer
+    /// (it is not called otherwise). Returns `Ok(None)` when the queue is full.
     #[inline]
     pub(crate) fn submit(
         &mut self,
@@ -117,41 +155,60 @@ impl AnyQueue {
         user: u64,
         fill: impl FnOnce(&mut [u8]),
     ) -> Result<Option<CommandId>> {
-        each!(self, q => q.submit(sqe, dir, len, user, fill))
+        each!(self, q => {
+            if q.is_broken() {
+                return Err(HostError::Disconnected);
+            }
+            q.eng.submit(sqe, dir, len, user, fill)
+        })
     }
 
+    /// Do all the I/O possible without waiting and call `f` for each completed command.
+    /// Returns the number completed. On error the queue is broken: every later call fails with
+    /// [`HostError::Disconnected`].
     #[inline]
     pub(crate) fn try_io<F: FnMut(Completion<'_>)>(&mut self, f: &mut F) -> Result<usize> {
-        each!(self, q => q.try_io(f))
+        each!(self, q => {
+            if q.is_broken() {
+                return Err(HostError::Disconnected);
+            }
+            let r = q.io_round(f);
+            if let Err(e) = &r {
+                q.break_link(e);
+            }
+            r
+        })
     }
 
+    /// Wait until the transport can make progress. Cancel-safe.
     pub(crate) async fn wait_ready(&mut self) -> Result<()> {
         each!(self, q => q.wait_ready().await)
     }
 
-    #[inline]
-    pub(crate) async fn poll<F: FnMut(Completion<'_>)>(
-        &mut self,
-        f: &mut F,
-        idle_timeout: Duration,
-        busy: bool,
-    ) -> Result<usize> {
-        each!(self, q => q.poll(f, idle_timeout, busy).await)
+    /// Mark the queue dead after `e` (telling the controller why, where the transport can).
+    pub(crate) fn break_link(&mut self, e: &HostError) {
+        each!(self, q => q.break_link(e))
     }
 
-    pub(crate) async fn execute(
-        &mut self,
-        sqe: Sqe,
-        dir: DataDir,
-        out: &[u8],
-        in_len: usize,
-    ) -> Result<(Cqe, Vec<u8>)> {
-        each!(self, q => q.execute(sqe, dir, out, in_len).await)
-    }
-
+    /// Forget every outstanding command (calling `f` with each one's user tag) and mark the
+    /// queue dead: once commands are abandoned their CIDs cannot be reused safely.
     pub(crate) fn fail_in_flight(&mut self, f: impl FnMut(u64)) {
-        each!(self, q => q.fail_in_flight(f))
+        each!(self, q => {
+            q.break_link(&HostError::Disconnected);
+            q.eng.fail_in_flight(f)
+        })
     }
+}
+
+/// A queue needs at least 2 SQ entries (one slot).
+fn check_entries(cp: &ConnectParams) -> Result<()> {
+    if cp.entries < 2 {
+        return Err(HostError::InvalidArgument(format!(
+            "queue size {} (need at least 2 entries)",
+            cp.entries
+        )));
+    }
+    Ok(())
 }
 
 /// NVMe/RDMA has no TLS and no digests (NVMe/TCP features): refuse them up front.
@@ -172,6 +229,7 @@ fn check_rdma_params(lp: &LinkParams) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn lp() -> LinkParams {
         LinkParams {

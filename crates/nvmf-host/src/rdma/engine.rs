@@ -17,8 +17,8 @@
 use nvme_spec::{CommandId, Cqe, QueueId, Sqe};
 
 use super::wire;
+use crate::command::{Completion, DataDir};
 use crate::error::{HostError, Result};
-use crate::queue::{Completion, DataDir};
 
 /// Size of a response capsule: one completion queue entry, no data (NVMe-oF 1.1, 7.3.2).
 pub const RESPONSE_LEN: usize = 16;

@@ -15,9 +15,7 @@
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
-use std::time::Duration;
 
-use nvme_spec::{CommandId, ControllerId, Cqe, QueueId, Sqe};
 use nvmf_rdma::verbs::{
     self, CmEvent, CmEventKind, CmId, CompChannel, ConnParams, Cq, EventChannel, Mr, QpCaps,
     RecvWr, SendOp, SendWr, Sge, Wc,
@@ -27,11 +25,9 @@ use nvmf_tcp::Digests;
 use tokio::io::unix::AsyncFd;
 
 use super::engine::{EngineConfig, RECV_WR_BIT, RdmaEngine};
+use crate::command::Completion;
+use crate::config::{ConnectParams, LinkParams};
 use crate::error::{HostError, Result};
-use crate::queue::{
-    Completion, ConnectParams, DataDir, Driver, LinkParams, drive_execute, drive_poll,
-    fabrics_connect,
-};
 
 /// Bound on address and route resolution (Linux `NVME_RDMA_CM_TIMEOUT_MS`).
 const CM_TIMEOUT_MS: i32 = 3000;
@@ -43,7 +39,7 @@ const RD_ATOMIC: u8 = 16;
 const IB_CM_REJ_CONSUMER_DEFINED: i32 = 28;
 /// Completions taken from the CQ per poll.
 const WC_BATCH: usize = 32;
-/// CQ polls per [`RdmaQueue::try_io`] before returning to the caller.
+/// CQ polls per [`RdmaQueue::io_round`] before returning to the caller.
 const POLL_BUDGET: usize = 64;
 
 fn rdma_err(e: verbs::Error) -> HostError {
@@ -80,7 +76,8 @@ pub(crate) struct RdmaQueue {
     /// Held for its registration (the engine puts its rkey in every keyed SGL).
     _data_mr: Mr,
     ctrl_mr: Mr,
-    eng: RdmaEngine,
+    /// Submission and the queue's accessors go straight to the engine.
+    pub(crate) eng: RdmaEngine,
     peer: SocketAddr,
     broken: bool,
     wcs: [Wc; WC_BATCH],
@@ -174,18 +171,13 @@ async fn expect_event(
 }
 
 impl RdmaQueue {
-    /// Open the queue (see the module docs) and run the Fabrics Connect on it.
-    pub(crate) async fn connect(
+    /// Open the queue (see the module docs) for the queue `cp` describes, its slot buffers
+    /// `max_transfer` bytes each. The Fabrics Connect is the caller's next step.
+    pub(crate) async fn open(
         lp: &LinkParams,
         cp: &ConnectParams,
         max_transfer: usize,
-    ) -> Result<(RdmaQueue, ControllerId)> {
-        if cp.entries < 2 {
-            return Err(HostError::InvalidArgument(format!(
-                "queue size {} (need at least 2 entries)",
-                cp.entries
-            )));
-        }
+    ) -> Result<RdmaQueue> {
         verbs::devices().map_err(HostError::Rdma)?;
         let eng = RdmaEngine::new(EngineConfig {
             qid: cp.qid,
@@ -193,14 +185,9 @@ impl RdmaQueue {
             icd_max: cp.icd_max,
             stride: max_transfer,
         })?;
-        let mut q = tokio::time::timeout(lp.connect_timeout, Self::establish(lp, cp, eng))
+        tokio::time::timeout(lp.connect_timeout, Self::establish(lp, cp, eng))
             .await
-            .map_err(|_| HostError::Timeout("RDMA connection set-up"))??;
-        let cqe = fabrics_connect(&mut q, lp.connect_timeout, cp).await?;
-        q.eng.connected(cqe.sqhd, cp.dissqfc);
-        tracing::debug!(peer = %lp.addr, qid = cp.qid.0, cntlid = cqe.dw0 & 0xFFFF,
-            flow_control = q.eng.flow_control(), "RDMA queue connected");
-        Ok((q, ControllerId((cqe.dw0 & 0xFFFF) as u16)))
+            .map_err(|_| HostError::Timeout("RDMA connection set-up"))?
     }
 
     async fn establish(lp: &LinkParams, cp: &ConnectParams, mut eng: RdmaEngine) -> Result<Self> {
@@ -289,23 +276,8 @@ impl RdmaQueue {
         Ok(q)
     }
 
-    pub(crate) fn qid(&self) -> QueueId {
-        self.eng.qid()
-    }
     pub(crate) fn peer(&self) -> SocketAddr {
         self.peer
-    }
-    pub(crate) fn in_flight(&self) -> usize {
-        self.eng.in_flight()
-    }
-    pub(crate) fn capacity(&self) -> usize {
-        self.eng.capacity()
-    }
-    pub(crate) fn flow_control(&self) -> bool {
-        self.eng.flow_control()
-    }
-    pub(crate) fn icd_max(&self) -> usize {
-        self.eng.icd_max()
     }
     pub(crate) fn maxh2cdata(&self) -> u32 {
         0
@@ -316,23 +288,13 @@ impl RdmaQueue {
     pub(crate) fn is_broken(&self) -> bool {
         self.broken
     }
-    pub(crate) fn can_submit(&self) -> bool {
-        !self.broken && self.eng.can_submit()
+    /// Nothing outstanding: sends are posted by every `io_round`, so nothing waits to go out
+    /// between calls.
+    pub(crate) fn idle(&self) -> bool {
+        self.eng.in_flight() == 0
     }
-
-    pub(crate) fn submit(
-        &mut self,
-        sqe: Sqe,
-        dir: DataDir,
-        len: usize,
-        user: u64,
-        fill: impl FnOnce(&mut [u8]),
-    ) -> Result<Option<CommandId>> {
-        if self.broken {
-            return Err(HostError::Disconnected);
-        }
-        self.eng.submit(sqe, dir, len, user, fill)
-    }
+    /// Completions are always polled from the CQ: nothing to change for busy polling.
+    pub(crate) fn set_busy_poll(&mut self, _busy: bool) {}
 
     /// Post the receives and SENDs the engine has queued.
     fn flush(&mut self) -> Result<()> {
@@ -375,18 +337,7 @@ impl RdmaQueue {
 
     /// Post what is queued, then take every completion the CQ has (re-arming it when found
     /// empty) and complete commands through `f`. Never waits.
-    pub(crate) fn try_io<F: FnMut(Completion<'_>)>(&mut self, f: &mut F) -> Result<usize> {
-        if self.broken {
-            return Err(HostError::Disconnected);
-        }
-        let r = self.try_io_inner(f);
-        if let Err(e) = &r {
-            self.break_link(e);
-        }
-        r
-    }
-
-    fn try_io_inner<F: FnMut(Completion<'_>)>(&mut self, f: &mut F) -> Result<usize> {
+    pub(crate) fn io_round<F: FnMut(Completion<'_>)>(&mut self, f: &mut F) -> Result<usize> {
         self.flush()?;
         let mut done = 0;
         let mut armed = false;
@@ -425,7 +376,7 @@ impl RdmaQueue {
         Ok(done)
     }
 
-    fn break_link(&mut self, e: &HostError) {
+    pub(crate) fn break_link(&mut self, e: &HostError) {
         if self.broken {
             return;
         }
@@ -458,61 +409,5 @@ impl RdmaQueue {
                 Ok(())
             }
         }
-    }
-
-    /// See [`drive_poll`].
-    pub(crate) async fn poll<F: FnMut(Completion<'_>)>(
-        &mut self,
-        f: &mut F,
-        idle_timeout: Duration,
-        busy: bool,
-    ) -> Result<usize> {
-        drive_poll(self, f, idle_timeout, busy).await
-    }
-
-    /// See [`drive_execute`].
-    pub(crate) async fn execute(
-        &mut self,
-        sqe: Sqe,
-        dir: DataDir,
-        out: &[u8],
-        in_len: usize,
-    ) -> Result<(Cqe, Vec<u8>)> {
-        drive_execute(self, sqe, dir, out, in_len).await
-    }
-
-    /// Forget every outstanding command and mark the queue dead.
-    pub(crate) fn fail_in_flight(&mut self, f: impl FnMut(u64)) {
-        self.break_link(&HostError::Disconnected);
-        self.eng.fail_in_flight(f);
-    }
-}
-
-impl Driver for RdmaQueue {
-    fn try_io<F: FnMut(Completion<'_>)>(&mut self, f: &mut F) -> Result<usize> {
-        RdmaQueue::try_io(self, f)
-    }
-    fn idle(&self) -> bool {
-        // Sends are posted by every `try_io`: nothing waits to go out between calls.
-        self.eng.in_flight() == 0
-    }
-    fn in_flight(&self) -> usize {
-        self.eng.in_flight()
-    }
-    async fn wait_ready(&mut self) -> Result<()> {
-        RdmaQueue::wait_ready(self).await
-    }
-    fn break_link(&mut self, e: &HostError) {
-        RdmaQueue::break_link(self, e)
-    }
-    fn submit(
-        &mut self,
-        sqe: Sqe,
-        dir: DataDir,
-        len: usize,
-        user: u64,
-        fill: impl FnOnce(&mut [u8]),
-    ) -> Result<Option<CommandId>> {
-        RdmaQueue::submit(self, sqe, dir, len, user, fill)
     }
 }
