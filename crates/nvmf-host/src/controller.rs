@@ -31,6 +31,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::command::{Completion, DataDir};
 use crate::config::{ConnectParams, HostConfig, LinkParams};
+use crate::discovery::log::{self as discovery_log, DiscoveryLog};
 use crate::error::{HostError, Result};
 use crate::io::{IoConnector, IoQueue, IoQueueOptions};
 use crate::session;
@@ -725,8 +726,8 @@ impl Controller {
     }
 
     /// Read the full discovery log (see [`crate::discovery`]).
-    pub async fn discovery_log(&self) -> Result<crate::discovery::DiscoveryLog> {
-        crate::discovery::read_log(self).await
+    pub async fn discovery_log(&self) -> Result<DiscoveryLog> {
+        discovery_log::read(|len, offset| self.get_log_page(lid::DISCOVERY, 0, len, offset)).await
     }
 }
 
