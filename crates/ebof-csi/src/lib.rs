@@ -15,6 +15,7 @@
 //! ([`ebof_mgmt::Client`] over TCP with a bearer token); nodes through `nvme-cli`, `mount`
 //! and the file systems' own tools.
 
+pub mod authority;
 pub mod boxes;
 pub mod controller;
 pub mod identity;

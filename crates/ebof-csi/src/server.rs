@@ -93,7 +93,12 @@ pub async fn serve(opts: Options, shutdown: impl Future<Output = ()>) -> anyhow:
         node = node.is_some(),
         "ebof csi serving"
     );
-    let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
+    // Every connection through AuthorityFix: h2 would reset the requests of the many gRPC
+    // clients that send the socket path as :authority (src/authority.rs).
+    let incoming = tokio_stream::StreamExt::map(
+        tokio_stream::wrappers::UnixListenerStream::new(listener),
+        |conn| conn.map(crate::authority::AuthorityFix::new),
+    );
     let result = tonic::transport::Server::builder()
         .add_service(pb::identity_server::IdentityServer::new(identity))
         .add_optional_service(controller.map(pb::controller_server::ControllerServer::new))
