@@ -13,50 +13,11 @@
 //! malformed one is refused without echoing it.
 
 use crate::api::{ApiError, codes, routes};
-use crate::client::{Client, ClientError};
 use crate::control::{Control, check, subsystem_index};
 use ebof_config::{HostSecurity, SecretSource, codes as cfg_codes};
-use serde::{Deserialize, Serialize};
-use std::fmt;
 use std::sync::Arc;
 
-/// `PUT …/hosts/{hostnqn}/dhchap`: the host's DH-HMAC-CHAP secret on this subsystem, and the
-/// controller's for bidirectional authentication. Replaces what was set before.
-#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct HostKeyRequest {
-    /// The host's secret, `DHHC-1:NN:<base64>:` (as `nvme gen-dhchap-key` makes).
-    pub dhchap_key: String,
-    /// The controller's secret (the host's `--dhchap-ctrl-secret`), if the controller must
-    /// authenticate to the host too.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dhchap_ctrl_key: Option<String>,
-}
-
-impl fmt::Debug for HostKeyRequest {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("HostKeyRequest")
-            .field("dhchap_key", &"<redacted>")
-            .field(
-                "dhchap_ctrl_key",
-                &self.dhchap_ctrl_key.as_ref().map(|_| "<redacted>"),
-            )
-            .finish()
-    }
-}
-
-/// What a host must present on a subsystem, without the keys.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct HostKeyView {
-    /// The subsystem.
-    pub subsystem: String,
-    /// The host.
-    pub hostnqn: String,
-    /// The host must authenticate with DH-HMAC-CHAP on this subsystem.
-    pub dhchap: bool,
-    /// The controller authenticates to the host too.
-    pub bidirectional: bool,
-}
+pub use ebof_api::hostkeys::{HostKeyRequest, HostKeyView};
 
 /// The entry of (`hostnqn`, `nqn`) in `[[hosts]]`.
 fn entry_index(cfg: &ebof_config::Config, nqn: &str, hostnqn: &str) -> Option<usize> {
@@ -236,59 +197,10 @@ pub(crate) fn router() -> axum::Router<Arc<Control>> {
     )
 }
 
-/// The client's side of the routes above.
-impl Client {
-    /// `PUT /v1/subsystems/{nqn}/hosts/{hostnqn}/dhchap`: set the host's DH-HMAC-CHAP keys on
-    /// the subsystem.
-    pub fn set_host_key(
-        &self,
-        nqn: &str,
-        hostnqn: &str,
-        req: &HostKeyRequest,
-    ) -> Result<HostKeyView, ClientError> {
-        let body = serde_json::to_string(req).map_err(|e| self.host_key_error(e.to_string()))?;
-        self.host_key_call("PUT", nqn, hostnqn, Some(body))
-    }
-
-    /// `DELETE /v1/subsystems/{nqn}/hosts/{hostnqn}/dhchap`: remove them.
-    pub fn remove_host_key(&self, nqn: &str, hostnqn: &str) -> Result<HostKeyView, ClientError> {
-        self.host_key_call("DELETE", nqn, hostnqn, None)
-    }
-
-    fn host_key_error(&self, message: String) -> ClientError {
-        ClientError::Transport {
-            endpoint: self.endpoint(),
-            message,
-        }
-    }
-
-    fn host_key_call(
-        &self,
-        method: &str,
-        nqn: &str,
-        hostnqn: &str,
-        body: Option<String>,
-    ) -> Result<HostKeyView, ClientError> {
-        let uri = routes::fill(routes::HOST_DHCHAP, &[nqn, hostnqn]);
-        let (status, bytes) = self.raw(method, &uri, body)?;
-        if (200..300).contains(&status) {
-            serde_json::from_slice(&bytes)
-                .map_err(|e| self.host_key_error(format!("unexpected answer to {uri}: {e}")))
-        } else {
-            match serde_json::from_slice::<ApiError>(&bytes) {
-                Ok(e) => Err(ClientError::Api(e)),
-                Err(_) => Err(self.host_key_error(format!(
-                    "HTTP {status} from {uri}: {}",
-                    String::from_utf8_lossy(&bytes)
-                ))),
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::client::{Client, ClientError};
     use nvme_auth::{DhchapSecret, KeyTransform};
 
     const SUB: &str = "nqn.2026-11.io.ebof:t";
