@@ -5,11 +5,11 @@
 //! - **Slots**: `entries - 1` preallocated command slots; the CID of a command *is* its slot
 //!   index, and a free list hands them out. Each slot owns a reusable data buffer that grows to
 //!   the largest transfer it has seen and is never shrunk, so steady-state I/O allocates nothing.
-//! - **Submission** only appends the CapsuleCmd to the transmit buffer; the next
-//!   `try_io` sends everything queued since the last one in one `writev`. Write data
-//!   (in-capsule, or H2CData answering an R2T) of 2 KiB or more is not copied
-//!   into the transmit buffer: it is sent from the slot's buffer, which stays pinned (not
-//!   reused) until it is out, even if the command completes first (`txbuf`).
+//! - **Submission** only appends the CapsuleCmd to the transmit buffer; the next I/O round
+//!   ([`Queue::io_round`]) sends everything queued since the last one in one `writev`. Write
+//!   data (in-capsule, or H2CData answering an R2T) of 2 KiB or more is not copied into the
+//!   transmit buffer: it is sent from the slot's buffer, which stays pinned (not reused) until
+//!   it is out, even if the command completes first ([`txbuf`]).
 //! - **Reception** reads in bulk into a receive buffer sized for the largest PDU plus a read
 //!   window, and feeds `nvmf_tcp::HostConn::decode_one` until it asks for more bytes.
 //! - **Never blocks writing while the controller is blocked writing to us**: writing and reading
@@ -19,13 +19,13 @@
 //! number the controller has not yet fetched (tail − SQHD) is tracked from each response's SQHD.
 //! When the queue was connected with CATTR.DISSQFC and the controller agreed (SQHD 0xFFFF in the
 //! Connect response) SQHD is ignored and C2HData SUCCESS completes a read without a response.
-
 //!
-//! Parts: [`slots`] (CIDs, slot buffers, SQ accounting) ← [`txbuf`] (output with spliced write
-//! data) ← [`engine`] ([`QueueCore`]: capsules, R2T/H2CData, C2HData and responses, sans-IO) ←
-//! [`link`] (socket, TLS, ICReq) ← [`Queue`] here, which ties the engine to its link. The
-//! NVMe-level steps every transport shares (Fabrics Connect, DH-HMAC-CHAP, the polling loop)
-//! are in `crate::session`, over the transport seam `crate::transport::AnyQueue`.
+//! Parts, each using the ones before it: [`slots`] (CIDs, slot buffers, SQ accounting),
+//! [`txbuf`] (output with spliced write data), [`engine`] ([`QueueCore`], sans-IO: capsules,
+//! R2T/H2CData, C2HData and responses), [`link`] (socket, TLS, ICReq/ICResp), and [`Queue`]
+//! here, which ties the engine to its link. The NVMe-level steps every transport shares
+//! (Fabrics Connect, DH-HMAC-CHAP, the polling loop) are in `crate::session`, over the
+//! transport seam `crate::transport::AnyQueue`.
 
 mod engine;
 mod link;
