@@ -136,15 +136,39 @@ impl ConnCore {
         self.duties.deadlines = duties::Deadlines::new(now, t);
     }
 
-    /// The periodic tick ([`duties::on_tick`]): timers and events, the handshake and
-    /// authentication deadlines, idle buffers. `Some` when the connection must close.
+    /// Measure command latency with the run loop's clock (`Instant::now`); without one it is
+    /// measured to the last `now` given (tests, replays).
+    pub fn set_clock(&mut self, clock: duties::Clock) {
+        self.duties.set_clock(clock);
+    }
+
+    /// The one deadline of the connection ([`duties::poll_timeout`]): call
+    /// [`ConnCore::handle_timeout`] once it has come. Already past while commands are deferred.
+    #[inline]
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.duties.poll_timeout(&self.queue)
+    }
+
+    /// Do what is due at `now` ([`duties::handle_timeout`]): deferred and throttled commands,
+    /// the periodic timers, deadlines and idle buffers. `Ok(ran)`: whether a deferred or
+    /// throttled command ran; `Err` when the connection must close.
+    pub fn handle_timeout(
+        &mut self,
+        now: Instant,
+        offload: &mut dyn Offload,
+    ) -> Result<bool, Close> {
+        duties::handle_timeout(self, &mut (), now, offload)
+    }
+
+    /// The periodic part of [`ConnCore::handle_timeout`], now ([`duties::on_tick`]): timers
+    /// and events, the handshake and authentication deadlines, idle buffers. `Some` when the
+    /// connection must close.
     pub fn tick(&mut self, now: Instant) -> Option<Close> {
         duties::on_tick(self, &mut (), now)
     }
 
     /// The batch duties without new input ([`duties::after_batch`]): run ready slots, retry
-    /// deferred commands, drain completions. Returns whether a deferred command ran; call
-    /// every loop round while [`duties::keep_hot`].
+    /// deferred commands, drain completions. Returns whether a deferred command ran.
     pub fn run_duties(&mut self, now: Instant, offload: &mut dyn Offload) -> bool {
         duties::after_batch(self, &mut (), now, offload)
     }
@@ -353,46 +377,54 @@ impl ConnCore {
         let out = &mut self.out;
         let ext = &mut self.ext;
         let keep = &mut self.keep;
-        self.queue.drain_completions(|cqe, data, shortcut| {
-            match data {
-                C2hData::Bytes(d) => {
-                    if !d.is_empty() {
-                        conn.encode_c2h_data(out, cqe.cid, 0, d, true, shortcut);
+        let clock = self.duties.clock();
+        self.queue
+            .drain_completions_at(clock, |cqe, data, shortcut| {
+                match data {
+                    C2hData::Bytes(d) => {
+                        if !d.is_empty() {
+                            conn.encode_c2h_data(out, cqe.cid, 0, d, true, shortcut);
+                        }
                     }
-                }
-                C2hData::Read {
-                    backend,
-                    offset,
-                    len,
-                } => {
-                    if len >= ZERO_COPY_MIN
-                        && let Some(ptr) = backend.memory(offset, len)
-                        && conn.encode_c2h_data_head(out, cqe.cid, 0, len, true, shortcut)
-                    {
-                        ext.push(ExtSeg {
-                            at: out.len(),
-                            ptr,
+                    C2hData::Read {
+                        backend,
+                        offset,
+                        len,
+                    } => {
+                        if len >= ZERO_COPY_MIN
+                            && let Some(ptr) = backend.memory(offset, len)
+                            && conn.encode_c2h_data_head(out, cqe.cid, 0, len, true, shortcut)
+                        {
+                            ext.push(ExtSeg {
+                                at: out.len(),
+                                ptr,
+                                len,
+                            });
+                            if !keep.iter().any(|k| Arc::ptr_eq(k, backend)) {
+                                keep.push(backend.clone());
+                            }
+                            if !shortcut {
+                                conn.encode_resp(out, cqe);
+                            }
+                            return Ok(());
+                        }
+                        // On error nothing was appended; the queue calls us again with the error.
+                        conn.encode_c2h_data_with(
+                            out,
+                            cqe.cid,
+                            0,
                             len,
-                        });
-                        if !keep.iter().any(|k| Arc::ptr_eq(k, backend)) {
-                            keep.push(backend.clone());
-                        }
-                        if !shortcut {
-                            conn.encode_resp(out, cqe);
-                        }
-                        return Ok(());
+                            true,
+                            shortcut,
+                            |buf, off| backend.read(offset + off, buf),
+                        )?;
                     }
-                    // On error nothing was appended; the queue calls us again with the error.
-                    conn.encode_c2h_data_with(out, cqe.cid, 0, len, true, shortcut, |buf, off| {
-                        backend.read(offset + off, buf)
-                    })?;
                 }
-            }
-            if !shortcut {
-                conn.encode_resp(out, cqe);
-            }
-            Ok(())
-        });
+                if !shortcut {
+                    conn.encode_resp(out, cqe);
+                }
+                Ok(())
+            });
     }
 }
 

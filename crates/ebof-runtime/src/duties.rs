@@ -9,20 +9,33 @@
 //!
 //! | when | duty | here |
 //! |---|---|---|
-//! | after each batch of input (commands, data, RDMA READ done) | run the slots that became ready: inline when the backend does not block, else the I/O engine | [`after_batch`] → [`Duties::run`] |
+//! | after each batch of input (commands, data, RDMA READ done) | run the slots that became ready: inline when the backend does not block, else through the driver's [`Offload`] (its I/O engine) | [`after_batch`] → [`Duties::run`] |
 //! | after each batch, while any command is deferred | retry commands deferred at a namespace gate (a fused Compare-and-Write also times out its drain here) | [`after_batch`] → [`Queue::retry_deferred`] |
+//! | after each batch | release commands held by their namespace's QoS limits whose tokens have accrued | [`after_batch`] → [`Queue::retry_throttled`] |
 //! | after each batch | drain completions into the transport's output | [`after_batch`] → [`Driver::flush`] |
-//! | every loop round | while [`Driver::keep_hot`] (commands deferred): retry again and do not sleep | the run loop, through [`after_batch`] |
-//! | after each batch, and when [`next_wake`] comes | release commands held by their namespace's QoS limits whose tokens have accrued | [`after_batch`] → [`Queue::retry_throttled`] |
-//! | before sleeping | sleep no longer than [`next_wake`] (QoS waits: a timer, not a spin) | the run loop |
 //! | offloaded I/O done | complete the slot, drain completions | [`io_done`] |
-//! | each tick (500 ms) | timers: keep-alive expiry, AER delivery, counters published; close when the controller is gone or reset | [`on_tick`] → [`Queue::poll_timers`] |
-//! | each tick | handshake deadline (`[target] handshake_timeout_ms`) until Fabrics Connect; then, if the host must authenticate, [`AUTH_TIMEOUT`] from Connect | [`on_tick`] → [`Deadlines`] |
-//! | each tick | a queue that received nothing since the last tick gives idle buffers back | [`on_tick`] → [`Driver::release_idle`] |
+//! | when [`poll_timeout`] comes | everything timed, through one deadline (below) | [`handle_timeout`] |
 //! | output sent (transport-specific moment) | streamed reads leave their namespace gate | the core: [`Queue::output_sent`] |
 //!
+//! **Time reaches a driver one way** (quinn's shape): [`poll_timeout`] is the earliest instant
+//! the queue needs the run loop back without input, and [`handle_timeout`] does what is due
+//! then. The run loop sleeps no longer than the earliest deadline of its queues and calls
+//! [`handle_timeout`] for those whose deadline has come. The deadline folds:
+//!
+//! | timer | when | done by [`handle_timeout`] |
+//! |---|---|---|
+//! | deferred commands | already due while any wait (the loop does not sleep: a Compare-and-Write waits only for commands already running, at most `CAW_DRAIN_TIMEOUT`) | [`Queue::retry_deferred`] |
+//! | QoS wake-up | the earliest instant a throttled command may run (a timer, not a spin) | [`Queue::retry_throttled`] |
+//! | periodic timers | every [`nvmf_target::TIMER_PERIOD`] (500 ms, on one grid for all queues) | keep-alive expiry, AER delivery, counters published ([`Queue::poll_timers`]); close when the controller is gone or reset |
+//! | handshake | `[target] handshake_timeout_ms` after accept, until Fabrics Connect; then, if the host must authenticate, [`AUTH_TIMEOUT`] from Connect | [`Deadlines`] |
+//! | idle buffers | with the periodic timers: a queue that received nothing since the last period gives idle buffers back | [`Driver::release_idle`] |
+//!
+//! The core never reads the clock: every `now` comes from the driver, and the latency of a
+//! command is measured to the driver's [`Clock`] (set with `set_clock`; without one, to the
+//! last `now` given, which keeps tests and replays deterministic).
+//!
 //! A third transport implements [`Driver`], feeds its input through the queue, and calls the
-//! three functions; that is the whole contract.
+//! functions; that is the whole contract.
 
 use nvme_spec::Status;
 use nvmf_target::Queue;
@@ -43,6 +56,9 @@ pub enum Close {
     /// Connected, but DH-HMAC-CHAP not finished within [`AUTH_TIMEOUT`] of Connect.
     AuthTimeout,
 }
+
+/// The driver's clock, read by a core only to measure (command latency), never to decide.
+pub type Clock = fn() -> Instant;
 
 /// The handshake and authentication deadlines of one queue.
 #[derive(Debug)]
@@ -67,6 +83,12 @@ impl Deadlines {
     /// The configured handshake timeout.
     pub fn timeout(&self) -> Duration {
         self.timeout
+    }
+
+    /// When [`Deadlines::expired`] must be checked next (`None`: connected, nothing pending).
+    #[inline]
+    pub fn at(&self) -> Option<Instant> {
+        self.deadline
     }
 
     /// Check at `now`: `Some` when the queue must close. Once the queue is connected (and
@@ -114,6 +136,10 @@ pub struct Duties {
     active: bool,
     /// Handshake and authentication deadlines.
     pub deadlines: Deadlines,
+    /// The driver's clock, for latency (`None`: the last `now` given).
+    clock: Option<Clock>,
+    /// The last `now` a driver gave.
+    last_now: Instant,
 }
 
 impl Duties {
@@ -123,6 +149,30 @@ impl Duties {
             to_execute: Vec::with_capacity(64),
             active: false,
             deadlines: Deadlines::new(now, handshake_timeout),
+            clock: None,
+            last_now: now,
+        }
+    }
+
+    /// Measure command latency with `clock` (a run loop: `Instant::now`).
+    pub fn set_clock(&mut self, clock: Clock) {
+        self.clock = Some(clock);
+    }
+
+    /// The time to measure completions against: the driver's clock, else the last `now`.
+    #[inline]
+    pub fn clock(&self) -> impl FnMut() -> Instant + use<> {
+        let (clock, last) = (self.clock, self.last_now);
+        move || clock.map_or(last, |c| c())
+    }
+
+    /// The one deadline of the queue with these duties ([`poll_timeout`]).
+    #[inline]
+    pub fn poll_timeout(&self, q: &Queue) -> Option<Instant> {
+        let t = q.poll_timeout();
+        match self.deadlines.at() {
+            Some(d) => Some(t.map_or(d, |t| t.min(d))),
+            None => t,
         }
     }
 
@@ -138,9 +188,10 @@ impl Duties {
         self.active = true;
     }
 
-    /// Run the ready slots, then (if any command is deferred) retry the deferred ones and run
-    /// those that may go. Returns whether a deferred command ran.
+    /// Run the ready slots, then (if any command is deferred or throttled) retry those and
+    /// run the ones that may go. Returns whether a deferred command ran.
     pub fn run(&mut self, q: &mut Queue, now: Instant, offload: &mut dyn Offload) -> bool {
+        self.last_now = now;
         self.execute(q, offload);
         let throttled = q.has_throttled();
         if !throttled && !q.has_deferred() {
@@ -186,8 +237,7 @@ pub trait Driver {
 }
 
 /// After a batch of input: run what became ready, retry deferred commands, flush. Returns
-/// whether a deferred command ran. Also the per-round call of a core that
-/// [`keep_hot`]s.
+/// whether a deferred command ran.
 pub fn after_batch<D: Driver>(
     d: &mut D,
     io: &mut D::Io<'_>,
@@ -200,19 +250,46 @@ pub fn after_batch<D: Driver>(
     any
 }
 
-/// True while the queue has deferred commands: the run loop calls [`after_batch`] every round
-/// and does not sleep (a Compare-and-Write waits only for commands already running, at most
-/// `CAW_DRAIN_TIMEOUT`).
-pub fn keep_hot<D: Driver>(d: &mut D) -> bool {
-    d.parts().0.has_deferred()
+/// The one deadline (quinn's `poll_timeout`): the earliest instant the run loop must call
+/// [`handle_timeout`] for this queue without input. It folds every timer of the queue (the
+/// table above); an instant already past means "now, and do not sleep" (commands deferred at a
+/// namespace gate). `None`: nothing timed (a queue always has its periodic timers, so only
+/// a core that has none).
+#[inline]
+pub fn poll_timeout<D: Driver>(d: &mut D) -> Option<Instant> {
+    let (q, duties) = d.parts();
+    duties.poll_timeout(q)
 }
 
-/// When the run loop must come back to this queue without input: the earliest instant a
-/// command held by its namespace's QoS limits may run ([`nvmf_target::qos`]). The loop sleeps
-/// until then (it does not spin: a throttled command may wait milliseconds or seconds) and
-/// calls [`after_batch`], which releases it.
-pub fn next_wake<D: Driver>(d: &mut D) -> Option<Instant> {
-    d.parts().0.next_wake()
+/// Do what is due at `now` ([`poll_timeout`]): retry deferred commands and release throttled
+/// ones (running those that may go), the periodic timers with the idle-buffer duty, the
+/// handshake and authentication deadlines; flush what that completed (an AER, released
+/// commands). `Ok(ran)`: whether a deferred or throttled command ran; `Err` when the queue must
+/// close.
+pub fn handle_timeout<D: Driver>(
+    d: &mut D,
+    io: &mut D::Io<'_>,
+    now: Instant,
+    offload: &mut dyn Offload,
+) -> Result<bool, Close> {
+    let (q, duties) = d.parts();
+    duties.last_now = now;
+    let fired = q.handle_timeout(now, &mut duties.to_execute);
+    let ran = !duties.to_execute.is_empty();
+    duties.execute(q, offload);
+    let close = if fired.close {
+        Some(Close::ControllerGone)
+    } else if fired.timers || duties.deadlines.at().is_some_and(|t| now >= t) {
+        duties.deadlines.expired(q, now)
+    } else {
+        None
+    };
+    let idle = fired.timers && !std::mem::take(&mut duties.active);
+    d.flush(io);
+    if idle {
+        d.release_idle(io);
+    }
+    close.map_or(Ok(ran), Err)
 }
 
 /// Offloaded I/O of `slot` finished with `status` (its buffer back): complete and flush.
@@ -221,10 +298,12 @@ pub fn io_done<D: Driver>(d: &mut D, io: &mut D::Io<'_>, slot: u16, status: Stat
     d.flush(io);
 }
 
-/// The periodic tick: timers and events, deadlines, idle buffers; flushes what the timers
-/// completed (an AER). `Some` when the queue must close.
+/// The periodic part of [`handle_timeout`], run at `now` whether or not its period has come
+/// (tests and replays drive time this way): timers and events, deadlines, idle buffers;
+/// flushes what the timers completed (an AER). `Some` when the queue must close.
 pub fn on_tick<D: Driver>(d: &mut D, io: &mut D::Io<'_>, now: Instant) -> Option<Close> {
     let (q, duties) = d.parts();
+    duties.last_now = now;
     let gone = q.poll_timers(now);
     let close = if gone {
         Some(Close::ControllerGone)

@@ -26,6 +26,7 @@ pub mod rdma;
 pub mod rdma_core;
 pub mod reactor;
 pub mod server;
+mod timers;
 pub mod tls;
 
 pub use conn::ConnEnd;

@@ -21,6 +21,7 @@ use crate::engine::{Done, Engine, EngineConfig};
 use crate::mailbox::Mailbox;
 use crate::pace::Pace;
 use crate::rdma_core::{Buf, Local, Memory, Op, RdmaQueueConfig, RdmaQueueCore};
+use crate::timers::Timers;
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
 use nvmf_rdma::verbs::{
@@ -337,8 +338,10 @@ struct RdmaConn {
     recv_size: usize,
     ending: Option<Instant>,
     offloaded: usize,
-    /// In the thread's list of queues with deferred commands.
+    /// In the thread's list of queues whose deadline has come (`Queues::hot`).
     hot: bool,
+    /// The queue's deadline armed in `Queues::timers` ([`RdmaQueueCore::poll_timeout`]).
+    timer: Option<Instant>,
 }
 
 /// Where a thread receives connect requests handed to it.
@@ -378,14 +381,12 @@ const K_WRITE: u64 = 3;
 struct Queues {
     devs: Vec<(usize, DevCtx)>,
     conns: Vec<Option<RdmaConn>>,
-    /// Queues with commands deferred at a namespace gate: their duties run every round and
-    /// the thread does not sleep while there are any (`crate::duties::keep_hot`). Queues
-    /// with commands held by QoS limits are listed too; they only need a timer.
+    /// Queues whose deadline has come ([`RdmaQueueCore::poll_timeout`]): serviced every round
+    /// ([`Queues::run_hot`]); the thread does not sleep while any stays (commands deferred at
+    /// a namespace gate).
     hot: Vec<usize>,
-    /// A queue in `hot` has deferred commands: poll without sleeping.
-    spin: bool,
-    /// Earliest QoS wake-up of the queues in `hot` (`crate::duties::next_wake`).
-    wake: Option<Instant>,
+    /// Every other queue's one deadline, earliest first.
+    timers: Timers,
     /// Bumped per admitted queue (tags its work requests and CM events).
     generation: u32,
 }
@@ -452,9 +453,22 @@ impl Queues {
     /// Completions, per device: polled every round while spinning (no syscall: the CQ is in
     /// shared memory on RNICs and rxe alike); the channel is read only when it `fired`, and
     /// the CQ re-armed only before sleeping. True if there were any.
-    fn completions(&mut self, fired: bool, wcs: &mut [Wc], engine: &mut Engine) -> bool {
+    fn completions(
+        &mut self,
+        fired: bool,
+        now: Instant,
+        wcs: &mut [Wc],
+        engine: &mut Engine,
+    ) -> bool {
+        let Queues {
+            devs,
+            conns,
+            hot,
+            timers,
+            ..
+        } = self;
         let mut work = false;
-        for (_, d) in self.devs.iter_mut() {
+        for (_, d) in devs.iter_mut() {
             if fired && d.ch.drain(&mut d.cq) > 0 {
                 d.armed = false;
             }
@@ -471,58 +485,93 @@ impl Queues {
                 }
                 work = true;
                 for wc in &wcs[..n] {
-                    complete(wc, &mut self.conns, &mut d.mem, engine, &mut self.hot);
+                    complete(
+                        wc,
+                        now,
+                        conns,
+                        &mut d.mem,
+                        engine,
+                        (&mut *hot, &mut *timers),
+                    );
                 }
             }
         }
         work
     }
 
-    /// The batch duties of every queue with deferred commands (retried every round while any
-    /// wait). True if a deferred command ran.
-    fn run_hot(&mut self, engine: &mut Engine) -> bool {
+    /// Queues whose deadline has come at `now` join `hot`.
+    fn expire(&mut self, now: Instant) {
+        let Queues {
+            conns, hot, timers, ..
+        } = self;
+        timers.expire(now, |i, generation, at| {
+            let Some(Some(c)) = conns.get_mut(i) else {
+                return;
+            };
+            if u64::from(c.generation) != generation || c.timer != Some(at) {
+                return;
+            }
+            c.timer = None;
+            if c.ending.is_none() && !c.hot {
+                c.hot = true;
+                hot.push(i);
+            }
+        });
+    }
+
+    /// Do what is due for every queue in `hot` ([`RdmaQueueCore::handle_timeout`]: deferred
+    /// and throttled commands, periodic timers, deadlines; a queue that must close is
+    /// disconnected). A queue whose deadline is still due (deferred commands) stays; the
+    /// others are armed. True if a deferred or throttled command ran.
+    fn run_hot(&mut self, now: Instant, engine: &mut Engine, target: &Target) -> bool {
         let mut work = false;
         let mut k = 0;
-        let now = Instant::now();
-        let mut spin = false;
-        let mut wake: Option<Instant> = None;
         while k < self.hot.len() {
             let i = self.hot[k];
             let keep = match self.conns.get_mut(i) {
                 Some(Some(c)) if c.ending.is_none() => {
-                    let due = duties::next_wake(&mut c.core).is_some_and(|w| now >= w);
-                    if (due || duties::keep_hot(&mut c.core))
+                    if c.core.poll_timeout().is_some_and(|at| at <= now)
                         && let Some(d) = Self::mem_of(&mut self.devs, c.dev)
                     {
                         let _e = c.span.clone().entered();
+                        if c.timer.is_some_and(|at| at <= now) {
+                            c.timer = None;
+                        }
                         let mut off = engine.offloader(i, u64::from(c.generation));
-                        work |= c.core.run_duties(Instant::now(), &mut d.mem, &mut off);
+                        let r = c.core.handle_timeout(now, &mut d.mem, &mut off);
                         c.offloaded += off.started;
                         post(c, i);
+                        match r {
+                            Ok(ran) => work |= ran,
+                            Err(why) => {
+                                log_close(why, target);
+                                c.ending = Some(now);
+                                let _ = c.id.disconnect();
+                            }
+                        }
                     }
-                    let deferred = duties::keep_hot(&mut c.core);
-                    let w = duties::next_wake(&mut c.core);
-                    spin |= deferred;
-                    if let Some(w) = w {
-                        wake = Some(wake.map_or(w, |x| x.min(w)));
+                    match c.core.poll_timeout() {
+                        _ if c.ending.is_some() => false,
+                        Some(at) if at <= now => true,
+                        Some(at) => {
+                            let g = u64::from(c.generation);
+                            self.timers.arm(at, i, g, &mut c.timer);
+                            false
+                        }
+                        None => false,
                     }
-                    c.hot = deferred || w.is_some();
-                    c.hot
-                }
-                Some(Some(c)) => {
-                    c.hot = false;
-                    false
                 }
                 _ => false,
             };
             if keep {
                 k += 1;
             } else {
+                if let Some(Some(c)) = self.conns.get_mut(i) {
+                    c.hot = false;
+                }
                 self.hot.swap_remove(k);
             }
         }
-        self.spin = spin;
-        self.wake = wake;
         work
     }
 
@@ -530,6 +579,7 @@ impl Queues {
     /// started it). True if any did.
     fn reap(&mut self, engine: &mut Engine) -> bool {
         let mut work = false;
+        let mut now = None;
         engine.reap(|done: Done| {
             work = true;
             if let Some(Some(c)) = self.conns.get_mut(done.conn)
@@ -540,31 +590,11 @@ impl Queues {
                 c.core
                     .complete_io(done.slot, done.status, done.buf, &mut d.mem);
                 post(c, done.conn);
+                let now = *now.get_or_insert_with(Instant::now);
+                settle(c, done.conn, now, (&mut self.hot, &mut self.timers));
             }
         });
         work
-    }
-
-    /// The tick duties of every live queue (`crate::duties::on_tick`); a queue they close is
-    /// disconnected.
-    fn tick(&mut self, now: Instant, target: &Target) {
-        for (i, slot) in self.conns.iter_mut().enumerate() {
-            let Some(c) = slot else { continue };
-            if c.ending.is_some() {
-                continue;
-            }
-            let Some(d) = Self::mem_of(&mut self.devs, c.dev) else {
-                continue;
-            };
-            let _e = c.span.clone().entered();
-            let close = c.core.tick(now, &mut d.mem);
-            post(c, i);
-            if let Some(why) = close {
-                log_close(why, target);
-                c.ending = Some(now);
-                let _ = c.id.disconnect();
-            }
-        }
     }
 
     /// Free queues that ended and whose work requests have flushed (or waited [`DRAIN`]).
@@ -640,7 +670,8 @@ impl RdmaThread {
         let mut qs = Queues::default();
         let mut events = Events::with_capacity(256);
         let mut wcs = [Wc::default(); 32];
-        let mut pace = Pace::new(self.spin, Instant::now());
+        let mut now = Instant::now();
+        let mut pace = Pace::new(self.spin, now);
         let mut ready = Ready {
             cm: true,
             listen: listen_ch.is_some(),
@@ -648,15 +679,15 @@ impl RdmaThread {
             comp: false,
         };
         loop {
-            let now = Instant::now();
-            let timeout = if pace.spinning(now, qs.spin) {
+            let timeout = if pace.spinning(now, !qs.hot.is_empty()) {
                 Duration::ZERO
             } else if qs.arm_all() || ready.comp {
                 ready.comp = true;
                 Duration::ZERO
             } else {
                 let t = pace.sleep(now, MAX_SLEEP);
-                qs.wake
+                qs.timers
+                    .next()
                     .map_or(t, |w| t.min(w.saturating_duration_since(now)))
             };
             if let Err(e) = self.poll.poll(&mut events, Some(timeout))
@@ -697,20 +728,22 @@ impl RdmaThread {
             if std::mem::take(&mut ready.cm) {
                 work |= qs.cm_events(&ch);
             }
-            work |= qs.completions(std::mem::take(&mut ready.comp), &mut wcs, &mut engine);
-            work |= qs.run_hot(&mut engine);
+            now = Instant::now();
+            let fired = std::mem::take(&mut ready.comp);
+            work |= qs.completions(fired, now, &mut wcs, &mut engine);
+            // Fresh: a capsule just received may have left commands deferred (due at once).
+            now = Instant::now();
+            qs.expire(now);
+            work |= qs.run_hot(now, &mut engine, &self.target);
             // Offloaded I/O started this round goes to the kernel; what finished comes back.
             engine.submit();
             work |= qs.reap(&mut engine);
-            let now = Instant::now();
+            now = Instant::now();
             if work {
                 pace.worked(now);
             }
-            if pace.tick_due(now) {
-                qs.tick(now, &self.target);
-                if self.stop.load(Ordering::Acquire) {
-                    break;
-                }
+            if pace.chores_due(now) && self.stop.load(Ordering::Acquire) {
+                break;
             }
             qs.free_ended(now, &self.target);
         }
@@ -832,6 +865,7 @@ impl RdmaThread {
             devs,
             conns,
             generation,
+            timers,
             ..
         } = qs;
         let Incoming {
@@ -919,10 +953,11 @@ impl RdmaThread {
             return;
         }
         d.cq_used += cq_need;
+        let now = Instant::now();
         let mut core = RdmaQueueCore::new(
             self.target.clone(),
             local,
-            Instant::now(),
+            now,
             RdmaQueueConfig {
                 max_reads: u32::from(params.responder_resources.max(1))
                     .min(u32::from(depth.max(1))),
@@ -930,6 +965,11 @@ impl RdmaThread {
             },
         );
         core.queue.set_discovery_only(discovery_only);
+        core.set_clock(Instant::now);
+        let mut timer = None;
+        if let Some(at) = core.poll_timeout() {
+            timers.arm(at, i, u64::from(generation), &mut timer);
+        }
         tracing::debug!(entries, hrqsize = req.hrqsize, "RDMA queue accepted");
         drop(_e);
         conns[i] = Some(RdmaConn {
@@ -945,6 +985,7 @@ impl RdmaThread {
             ending: None,
             offloaded: 0,
             hot: false,
+            timer,
         });
     }
 }
@@ -996,14 +1037,15 @@ fn log_close(why: Close, target: &Target) {
     }
 }
 
-/// One completion: find its queue, hand it to the core, post what follows; a queue left with
-/// deferred commands joins `hot`.
+/// One completion: find its queue, hand it to the core, post what follows; a queue whose
+/// deadline has come joins `hot`, else its deadline is armed ([`settle`]).
 fn complete(
     wc: &Wc,
+    mut now: Instant,
     conns: &mut [Option<RdmaConn>],
     mem: &mut DevMem,
     engine: &mut Engine,
-    hot: &mut Vec<usize>,
+    clock: (&mut Vec<usize>, &mut Timers),
 ) {
     let i = (wc.wr_id >> 40) as usize;
     let g = ((wc.wr_id >> 32) & 0xFF) as u32;
@@ -1030,7 +1072,8 @@ fn complete(
             let start = k * c.recv_size;
             let len = (wc.byte_len as usize).min(c.recv_size);
             let bytes = &c.recv_buf[start..start + len];
-            if let Err(e) = c.core.on_recv(bytes, Instant::now(), mem, &mut offload) {
+            now = Instant::now();
+            if let Err(e) = c.core.on_recv(bytes, now, mem, &mut offload) {
                 nvmf_target::warn_every!(error = %e, "NVMe/RDMA protocol error; disconnecting");
                 c.ending.get_or_insert_with(Instant::now);
                 let _ = c.id.disconnect();
@@ -1054,7 +1097,8 @@ fn complete(
             if !wc.ok() && c.ending.is_none() {
                 nvmf_target::warn_every!(status = %wc.status_str(), "RDMA READ of host data failed");
             }
-            c.core.on_read_done(tag, wc.ok(), mem, &mut offload);
+            now = Instant::now();
+            c.core.on_read_done(tag, wc.ok(), now, mem, &mut offload);
         }
         (K_SEND, _) => {
             if !wc.ok() && c.ending.is_none() {
@@ -1066,12 +1110,22 @@ fn complete(
     }
     c.offloaded += offload.started;
     post(c, i);
-    if !c.hot
-        && c.ending.is_none()
-        && (duties::keep_hot(&mut c.core) || duties::next_wake(&mut c.core).is_some())
-    {
-        c.hot = true;
-        hot.push(i);
+    settle(c, i, now, clock);
+}
+
+/// After a queue's state changed at `now`: if its deadline has come it joins `hot` (serviced
+/// this round), else its deadline is armed.
+fn settle(c: &mut RdmaConn, i: usize, now: Instant, (hot, timers): (&mut Vec<usize>, &mut Timers)) {
+    if c.ending.is_some() || c.hot {
+        return;
+    }
+    match c.core.poll_timeout() {
+        Some(at) if at <= now => {
+            c.hot = true;
+            hot.push(i);
+        }
+        Some(at) => timers.arm(at, i, u64::from(c.generation), &mut c.timer),
+        None => {}
     }
 }
 

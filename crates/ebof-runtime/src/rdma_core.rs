@@ -218,15 +218,43 @@ impl RdmaQueueCore {
         }
     }
 
-    /// The periodic tick ([`duties::on_tick`]): timers and events, the handshake and
-    /// authentication deadlines, idle buffers. `Some` when the queue must close.
+    /// Measure command latency with the run loop's clock (`Instant::now`); without one it is
+    /// measured to the last `now` given (tests).
+    pub fn set_clock(&mut self, clock: duties::Clock) {
+        self.duties.set_clock(clock);
+    }
+
+    /// The one deadline of the queue ([`duties::poll_timeout`]): call
+    /// [`RdmaQueueCore::handle_timeout`] once it has come. Already past while commands are
+    /// deferred.
+    #[inline]
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.duties.poll_timeout(&self.queue)
+    }
+
+    /// Do what is due at `now` ([`duties::handle_timeout`]): deferred and throttled commands,
+    /// the periodic timers, deadlines and idle buffers; queues what that completed as work
+    /// requests. `Ok(ran)`: whether a deferred or throttled command ran; `Err` when the queue
+    /// must close.
+    pub fn handle_timeout(
+        &mut self,
+        now: Instant,
+        mem: &mut dyn Memory,
+        offload: &mut dyn Offload,
+    ) -> Result<bool, Close> {
+        duties::handle_timeout(self, mem, now, offload)
+    }
+
+    /// The periodic part of [`RdmaQueueCore::handle_timeout`], now ([`duties::on_tick`]):
+    /// timers and events, the handshake and authentication deadlines, idle buffers. `Some`
+    /// when the queue must close.
     pub fn tick(&mut self, now: Instant, mem: &mut dyn Memory) -> Option<Close> {
         duties::on_tick(self, mem, now)
     }
 
     /// The batch duties without new input ([`duties::after_batch`]): run ready slots, retry
     /// deferred commands, queue completions as work requests. Returns whether a deferred
-    /// command ran; call every loop round while [`duties::keep_hot`].
+    /// command ran.
     pub fn run_duties(
         &mut self,
         now: Instant,
@@ -366,6 +394,7 @@ impl RdmaQueueCore {
         &mut self,
         tag: u32,
         ok: bool,
+        now: Instant,
         mem: &mut dyn Memory,
         offload: &mut dyn Offload,
     ) {
@@ -389,7 +418,7 @@ impl RdmaQueueCore {
             }
         };
         self.dispose(disp);
-        duties::after_batch(self, mem, Instant::now(), offload);
+        duties::after_batch(self, mem, now, offload);
     }
 
     /// The SEND `tag` completed (successfully or flushed): its buffers go back.
@@ -447,63 +476,65 @@ impl RdmaQueueCore {
         let sends = &mut self.sends;
         let next_tag = &mut self.next_tag;
         let zc = &mut self.zero_copy_sends;
-        self.queue.drain_completions(|cqe, data, _shortcut| {
-            let desc = remote.get(&cqe.cid).copied();
-            let mut ctx = SendCtx::default();
-            if !data.is_empty() {
-                // The queue checked SGL1 is a keyed block of exactly this length.
-                let Some(DataDesc::Keyed { addr, key, .. }) = desc else {
-                    return Err(BackendError::Io(std::io::Error::other(
-                        "no keyed SGL for command data",
-                    )));
+        let clock = self.duties.clock();
+        self.queue
+            .drain_completions_at(clock, |cqe, data, _shortcut| {
+                let desc = remote.get(&cqe.cid).copied();
+                let mut ctx = SendCtx::default();
+                if !data.is_empty() {
+                    // The queue checked SGL1 is a keyed block of exactly this length.
+                    let Some(DataDesc::Keyed { addr, key, .. }) = desc else {
+                        return Err(BackendError::Io(std::io::Error::other(
+                            "no keyed SGL for command data",
+                        )));
+                    };
+                    let local = match data {
+                        C2hData::Read {
+                            backend,
+                            offset,
+                            len,
+                        } => stage_read(mem, backend, offset, len, &mut ctx)?,
+                        C2hData::Bytes(d) => {
+                            let mut b = mem.staging(d.len()).ok_or_else(no_staging)?;
+                            // SAFETY: a lent buffer is ours until released.
+                            unsafe { b.bytes_mut()[..d.len()].copy_from_slice(d) };
+                            let l = Local {
+                                ptr: b.ptr.as_ptr(),
+                                len: d.len() as u32,
+                                lkey: b.lkey,
+                            };
+                            ctx.bufs.push(b);
+                            l
+                        }
+                    };
+                    ops.push(Op::Write {
+                        addr,
+                        rkey: key,
+                        local,
+                    });
+                }
+                remote.remove(&cqe.cid);
+                if ctx.zero_copy {
+                    *zc += 1;
+                }
+                *next_tag = next_tag.wrapping_add(1);
+                let tag = *next_tag;
+                let invalidate = match desc {
+                    Some(DataDesc::Keyed {
+                        key,
+                        invalidate: true,
+                        ..
+                    }) => Some(key),
+                    _ => None,
                 };
-                let local = match data {
-                    C2hData::Read {
-                        backend,
-                        offset,
-                        len,
-                    } => stage_read(mem, backend, offset, len, &mut ctx)?,
-                    C2hData::Bytes(d) => {
-                        let mut b = mem.staging(d.len()).ok_or_else(no_staging)?;
-                        // SAFETY: a lent buffer is ours until released.
-                        unsafe { b.bytes_mut()[..d.len()].copy_from_slice(d) };
-                        let l = Local {
-                            ptr: b.ptr.as_ptr(),
-                            len: d.len() as u32,
-                            lkey: b.lkey,
-                        };
-                        ctx.bufs.push(b);
-                        l
-                    }
-                };
-                ops.push(Op::Write {
-                    addr,
-                    rkey: key,
-                    local,
+                ops.push(Op::Send {
+                    tag,
+                    cqe: cqe.to_bytes(),
+                    invalidate,
                 });
-            }
-            remote.remove(&cqe.cid);
-            if ctx.zero_copy {
-                *zc += 1;
-            }
-            *next_tag = next_tag.wrapping_add(1);
-            let tag = *next_tag;
-            let invalidate = match desc {
-                Some(DataDesc::Keyed {
-                    key,
-                    invalidate: true,
-                    ..
-                }) => Some(key),
-                _ => None,
-            };
-            ops.push(Op::Send {
-                tag,
-                cqe: cqe.to_bytes(),
-                invalidate,
+                sends.insert(tag, ctx);
+                Ok(())
             });
-            sends.insert(tag, ctx);
-            Ok(())
-        });
         if self.zero_copy_sends == 0 {
             // Reads drained so far were copied into staging: their data has left the
             // namespace, so they leave its gate now (zero-copy ones leave when their SEND is

@@ -22,10 +22,11 @@ use crate::engine::{Done, Engine, EngineConfig};
 use crate::limits::{Admission, Admitted};
 use crate::mailbox::{Command, Inbox, Mailbox, NewConn};
 use crate::pace::Pace;
+use crate::timers::Timers;
 use crate::tls::{ConnTls, TlsAcceptor};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
-use nvmf_target::Target;
+use nvmf_target::{TIMER_PERIOD, Target};
 use nvmf_tcp::TargetConnConfig;
 use std::io;
 use std::net::SocketAddr;
@@ -96,9 +97,8 @@ struct ConnState {
     /// Counted in the reactor's number of ending connections.
     end_counted: bool,
     in_ready: bool,
-    /// Commands wait for their namespace's QoS budget: service the connection at this
-    /// instant (`crate::duties::next_wake`), listed in `Table::throttled`.
-    wake: Option<Instant>,
+    /// The connection's deadline armed in `Table::timers` ([`ConnCore::poll_timeout`]).
+    timer: Option<Instant>,
     /// Plain, TLS, or not decided yet ([`crate::tls`]).
     tls: ConnTls,
     /// This connection's place under the connection caps (given back on drop).
@@ -116,9 +116,8 @@ struct Table {
     ready: Vec<usize>,
     /// Connections that have ended and wait to be retired.
     ending: usize,
-    /// Connections with QoS-throttled commands (their `wake` is set; stale entries are dropped
-    /// by [`Table::wake_due`]).
-    throttled: Vec<usize>,
+    /// Each connection's one deadline ([`ConnCore::poll_timeout`]), earliest first.
+    timers: Timers,
     /// Bumped per registered connection (tags its offloaded I/O).
     generation: u64,
 }
@@ -145,16 +144,12 @@ impl Table {
         }
     }
 
-    /// How long to sleep: `until_tick`, or less when an ended connection's linger runs out
-    /// first.
-    fn sleep(&self, until_tick: Duration, now: Instant) -> Duration {
-        let mut t = until_tick;
-        for &i in &self.throttled {
-            if let Some(Some(c)) = self.conns.get(i)
-                && let Some(w) = c.s.wake
-            {
-                t = t.min(w.saturating_duration_since(now));
-            }
+    /// How long to sleep: `until`, or less when a connection's deadline comes first or an ended
+    /// connection's linger runs out first.
+    fn sleep(&self, until: Duration, now: Instant) -> Duration {
+        let mut t = until;
+        if let Some(at) = self.timers.next() {
+            t = t.min(at.saturating_duration_since(now));
         }
         if self.ending == 0 {
             return t;
@@ -174,53 +169,57 @@ impl Table {
         t
     }
 
-    /// Connections whose QoS wake-up has come join the ready list (their throttled commands
-    /// are released by the duties when serviced).
-    fn wake_due(&mut self, now: Instant) {
-        let mut k = 0;
-        while k < self.throttled.len() {
-            let i = self.throttled[k];
-            let Some(Some(c)) = self.conns.get_mut(i) else {
-                self.throttled.swap_remove(k);
-                continue;
+    /// Connections whose deadline has come join the ready list: [`Reactor::service`] does what
+    /// is due ([`ConnCore::handle_timeout`]).
+    fn expire(&mut self, now: Instant) {
+        let Table {
+            conns,
+            ready,
+            timers,
+            ..
+        } = self;
+        timers.expire(now, |i, generation, at| {
+            let Some(Some(c)) = conns.get_mut(i) else {
+                return;
             };
             let c = &mut c.s;
-            match c.wake {
-                Some(w) if c.ending.is_none() => {
-                    if w <= now && !c.in_ready && !c.blocked {
-                        c.in_ready = true;
-                        self.ready.push(i);
-                    }
-                    k += 1;
-                }
-                _ => {
-                    self.throttled.swap_remove(k);
-                }
+            if c.generation != generation || c.timer != Some(at) || c.ending.is_some() {
+                return;
             }
-        }
+            c.timer = None;
+            if !c.in_ready {
+                c.in_ready = true;
+                ready.push(i);
+            }
+        });
     }
 
-    /// The tick duties of every live connection (`crate::duties::on_tick`): those that must
-    /// close end; those with output (an AER completed) are serviced.
-    fn tick(&mut self, now: Instant) {
-        for (i, c) in self.conns.iter_mut().enumerate() {
-            let Some(c) = c else { continue };
-            let _g = c.span.enter();
-            let c = &mut c.s;
-            if c.ending.is_some() {
-                continue;
+    /// After a service: a connection whose deadline has already come stays in the ready list
+    /// (`keep`: commands deferred at a namespace gate are retried every round); else its
+    /// deadline is armed. A connection waiting for `EPOLLOUT` is not spun for: its due
+    /// deadline is looked at again a period later, or when the socket drains.
+    fn rearm(&mut self, i: usize, now: Instant, keep: bool) {
+        let Some(Some(c)) = self.conns.get_mut(i) else {
+            return;
+        };
+        let c = &mut c.s;
+        if c.ending.is_some() {
+            return;
+        }
+        let Some(at) = c.core.poll_timeout() else {
+            return;
+        };
+        if at <= now {
+            if keep {
+                return;
             }
-            let close = c.core.tick(now);
-            if has_output(c) && !c.in_ready {
-                c.in_ready = true;
-                self.ready.push(i);
-            }
-            if let Some(why) = close {
-                c.ending = Some((ConnEnd::from(why), now));
-                c.end_counted = true;
-                self.ending += 1;
+            if c.blocked {
+                self.timers
+                    .arm(now + TIMER_PERIOD, i, c.generation, &mut c.timer);
+                return;
             }
         }
+        self.timers.arm(at, i, c.generation, &mut c.timer);
     }
 }
 
@@ -342,14 +341,11 @@ impl Reactor {
         let mut events = Events::with_capacity(1024);
         let mut t = Table::default();
         let mut iov: Vec<libc::iovec> = Vec::with_capacity(IOV_BATCH);
-        let mut pace = Pace::new(self.spin, Instant::now());
-        // Connections were retired since the last tick: hand freed memory back to the OS.
+        let mut now = Instant::now();
+        let mut pace = Pace::new(self.spin, now);
+        // Connections were retired since the last chores: hand freed memory back to the OS.
         let mut trim_due = false;
         loop {
-            let now = Instant::now();
-            if !t.throttled.is_empty() {
-                t.wake_due(now);
-            }
             let spinning = pace.spinning(now, !t.ready.is_empty());
             let timeout = if spinning {
                 Duration::ZERO
@@ -371,15 +367,17 @@ impl Reactor {
                 }
             }
             self.take_inbox(&mut t);
+            now = Instant::now();
+            t.expire(now);
             // Offloaded completions, then every ready connection.
             let mut work = false;
             engine.reap(|done| work |= deliver(done, &mut t.conns, &mut t.ready));
-            work |= self.service_ready(&mut t, &mut iov, &mut engine);
+            work |= self.service_ready(&mut t, now, &mut iov, &mut engine);
             // Offloaded I/O started this round goes to the kernel now; what completed at once
             // (page-cache hits) is delivered now too.
             engine.submit();
             engine.reap(|done| work |= deliver(done, &mut t.conns, &mut t.ready));
-            let now = Instant::now();
+            now = Instant::now();
             if work {
                 pace.worked(now);
             } else if spinning {
@@ -387,8 +385,7 @@ impl Reactor {
                 // SAFETY: sched_yield has no preconditions.
                 unsafe { libc::sched_yield() };
             }
-            if pace.tick_due(now) {
-                t.tick(now);
+            if pace.chores_due(now) {
                 if std::mem::take(&mut trim_due) {
                     release_freed_memory();
                 }
@@ -436,6 +433,7 @@ impl Reactor {
     fn service_ready(
         &self,
         t: &mut Table,
+        now: Instant,
         iov: &mut Vec<libc::iovec>,
         engine: &mut Engine,
     ) -> bool {
@@ -445,13 +443,8 @@ impl Reactor {
             let i = t.ready[k];
             let keep = match t.conns.get_mut(i) {
                 Some(Some(c)) => {
-                    let (did, keep) = self.service(c, i, iov, engine);
+                    let (did, keep, at) = self.service(c, i, now, iov, engine);
                     work |= did;
-                    let wake = c.s.core.queue.next_wake();
-                    if wake.is_some() && c.s.wake.is_none() {
-                        t.throttled.push(i);
-                    }
-                    c.s.wake = wake;
                     if c.s.ending.is_some() && !c.s.end_counted {
                         c.s.end_counted = true;
                         t.ending += 1;
@@ -459,6 +452,7 @@ impl Reactor {
                     if !keep {
                         c.s.in_ready = false;
                     }
+                    t.rearm(i, at, keep);
                     keep
                 }
                 _ => false,
@@ -603,6 +597,7 @@ impl Reactor {
         let tls = ConnTls::for_listener(mode);
         let now = Instant::now();
         let mut core = ConnCore::new(self.target.clone(), self.tcp, local, now);
+        core.set_clock(Instant::now);
         core.set_handshake_timeout(now, self.handshake_timeout);
         core.queue.set_discovery_only(discovery_only);
         core.queue.set_peer(peer);
@@ -619,7 +614,7 @@ impl Reactor {
                 ending: None,
                 end_counted: false,
                 in_ready: true,
-                wake: None,
+                timer: None,
                 tls,
                 _admitted: admitted,
             },
@@ -627,62 +622,70 @@ impl Reactor {
         Some(i)
     }
 
-    /// Move one connection forward: send pending output, read, process, send. Returns (did
-    /// any work, keep it in the ready list).
+    /// Move one connection forward: do what its deadline has made due, send pending output,
+    /// read, process, send. Returns (did any work, keep it in the ready list, the latest
+    /// instant read).
     fn service(
         &self,
         conn: &mut Conn,
         idx: usize,
+        mut now: Instant,
         iov: &mut Vec<libc::iovec>,
         engine: &mut Engine,
-    ) -> (bool, bool) {
+    ) -> (bool, bool, Instant) {
         let Conn { span, s: c } = conn;
         if c.ending.is_some() {
-            return (false, false);
+            return (false, false, now);
         }
         let _g = span.enter();
         let mut work = false;
-        if has_output(c) {
-            match send(c, iov) {
-                Ok(true) => work = true,
-                Ok(false) => return (work, false),
-                Err(e) => {
-                    end(c, ConnEnd::Io(e));
-                    return (true, false);
+        // The one clock: deferred and throttled commands, periodic timers, deadlines.
+        if c.core.poll_timeout().is_some_and(|at| at <= now) {
+            if c.timer.is_some_and(|at| at <= now) {
+                c.timer = None;
+            }
+            let mut off = engine.offloader(idx, c.generation);
+            let r = c.core.handle_timeout(now, &mut off);
+            c.offloaded += off.started;
+            match r {
+                Ok(ran) => work |= ran,
+                Err(why) => {
+                    end(c, ConnEnd::from(why));
+                    return (true, false, now);
                 }
             }
         }
-        let due = c.wake.is_some_and(|w| Instant::now() >= w);
-        if c.core.queue.has_deferred() || due {
-            let mut off = engine.offloader(idx, c.generation);
-            work |= c.core.run_duties(Instant::now(), &mut off);
-            c.offloaded += off.started;
-            if let Err(e) = send_pending(c, iov) {
-                end(c, ConnEnd::Io(e));
-                return (true, false);
+        if has_output(c) {
+            match send(c, iov) {
+                Ok(true) => work = true,
+                Ok(false) => return (work, false, now),
+                Err(e) => {
+                    end(c, ConnEnd::Io(e));
+                    return (true, false, now);
+                }
             }
         }
-        // Deferred commands keep the connection in the ready list: the loop does not sleep
-        // while they wait (a Compare-and-Write waits only for commands already running).
-        let deferred = c.core.queue.has_deferred();
+        // A deadline already due (commands deferred at a namespace gate) keeps the connection
+        // in the ready list: the loop does not sleep while they wait (a Compare-and-Write
+        // waits only for commands already running).
         if !c.readable {
             if c.core.queue.should_close() {
                 end(c, ConnEnd::ControllerGone);
             }
-            return (work, deferred && !c.blocked);
+            return (work, due(c, now) && !c.blocked, now);
         }
         let input = read_available(c, self.tls.as_ref());
         let closed = match input {
             Input::Nothing => false,
             Input::Error(e) => {
                 end(c, ConnEnd::Io(e));
-                return (true, false);
+                return (true, false, now);
             }
             Input::Tls(e) => {
                 // An alert, if the session made one, goes out before the close.
                 last_words(c);
                 end(c, ConnEnd::Tls(e));
-                return (true, false);
+                return (true, false, now);
             }
             Input::Closed => {
                 if !c.tls.is_plain() {
@@ -690,7 +693,7 @@ impl Reactor {
                     last_words(c);
                 }
                 end(c, ConnEnd::PeerClosed);
-                return (true, false);
+                return (true, false, now);
             }
             Input::Data => false,
             Input::DataThenClosed => true,
@@ -707,7 +710,7 @@ impl Reactor {
         }
         if !matches!(input, Input::Nothing) {
             work = true;
-            let now = Instant::now();
+            now = Instant::now();
             let mut off = engine.offloader(idx, c.generation);
             let step = c.core.process(now, &mut off);
             c.offloaded += off.started;
@@ -718,26 +721,23 @@ impl Reactor {
                 if linger && let Some((_, until)) = &mut c.ending {
                     *until = Instant::now() + TERM_GRACE;
                 }
-                return (true, false);
+                return (true, false, now);
             }
             if closed {
                 last_words(c);
                 end(c, ConnEnd::PeerClosed);
-                return (true, false);
+                return (true, false, now);
             }
         }
         if let Err(e) = send_pending(c, iov) {
             end(c, ConnEnd::Io(e));
-            return (true, false);
+            return (true, false, now);
         }
         if c.core.queue.should_close() {
             end(c, ConnEnd::ControllerGone);
-            return (true, false);
+            return (true, false, now);
         }
-        (
-            work,
-            (c.readable || c.core.queue.has_deferred()) && !c.blocked,
-        )
+        (work, (c.readable || due(c, now)) && !c.blocked, now)
     }
 }
 
@@ -784,6 +784,12 @@ fn deliver(done: Done, conns: &mut [Option<Conn>], ready: &mut Vec<usize>) -> bo
         ready.push(done.conn);
     }
     true
+}
+
+/// The connection's deadline has come at `now` (commands deferred: always).
+#[inline]
+fn due(c: &ConnState, now: Instant) -> bool {
+    c.core.poll_timeout().is_some_and(|at| at <= now)
 }
 
 fn end(c: &mut ConnState, why: ConnEnd) {

@@ -199,7 +199,13 @@ impl Host {
                         } else {
                             let ok = !self.fail_reads;
                             let mut off = |_: &mut nvmf_target::Queue, _: u16| unreachable!();
-                            self.core.on_read_done(tag, ok, &mut self.mem, &mut off);
+                            self.core.on_read_done(
+                                tag,
+                                ok,
+                                Instant::now(),
+                                &mut self.mem,
+                                &mut off,
+                            );
                         }
                     }
                     Op::Write { addr, rkey, local } => {
@@ -221,7 +227,7 @@ impl Host {
         }
     }
 
-    /// The batch duties a poller runs every round while the queue [`duties::keep_hot`]s.
+    /// The batch duties a poller runs every round while the queue has deferred commands.
     fn duties(&mut self, now: Instant) -> bool {
         let mut off = |_: &mut nvmf_target::Queue, _: u16| panic!("RAM never offloads");
         let ran = self.core.run_duties(now, &mut self.mem, &mut off);
@@ -230,7 +236,7 @@ impl Host {
     }
 
     fn hot(&mut self) -> bool {
-        duties::keep_hot(&mut self.core)
+        self.core.queue.has_deferred()
     }
 
     /// Answers (CID, status) received since `from`.
@@ -244,7 +250,8 @@ impl Host {
     fn release_held(&mut self) {
         for tag in std::mem::take(&mut self.held) {
             let mut off = |_: &mut nvmf_target::Queue, _: u16| unreachable!();
-            self.core.on_read_done(tag, true, &mut self.mem, &mut off);
+            self.core
+                .on_read_done(tag, true, Instant::now(), &mut self.mem, &mut off);
         }
         self.run_ops();
     }
@@ -800,4 +807,126 @@ fn an_idle_queue_gives_its_buffers_back_on_the_tick() {
     h.recv(r.as_bytes()).unwrap();
     assert!(h.last_cqe().status.is_success());
     assert_eq!(h.regions[&key], vec![1u8; 512]);
+}
+
+/// Drive a queue only through its one deadline, as a run loop does: [`duties::handle_timeout`]
+/// at each [`duties::poll_timeout`], until it closes or the deadline passes `until`. Returns
+/// the instant and reason of the close.
+fn drive(h: &mut Host, until: Instant) -> Option<(Instant, Close)> {
+    let mut off = |_: &mut nvmf_target::Queue, _: u16| panic!("RAM never offloads");
+    let mut last: Option<Instant> = None;
+    for _ in 0..10_000 {
+        let at = h
+            .core
+            .poll_timeout()
+            .expect("a queue always has a deadline");
+        if let Some(l) = last {
+            assert!(at > l, "handle_timeout moved the deadline on");
+        }
+        if at > until {
+            return None;
+        }
+        let r = h.core.handle_timeout(at, &mut h.mem, &mut off);
+        h.run_ops();
+        if let Err(why) = r {
+            return Some((at, why));
+        }
+        last = Some(at);
+    }
+    panic!("the deadline did not move on");
+}
+
+#[test]
+fn the_one_deadline_covers_the_handshake_timeout() {
+    let backend = ram();
+    let short = std::time::Duration::from_millis(300);
+    let cfg = RdmaQueueConfig {
+        handshake_timeout: short,
+        ..RdmaQueueConfig::default()
+    };
+    let before = Instant::now();
+    let mut h = Host::new(&backend, true, cfg);
+    let after = Instant::now();
+    let (at, why) = drive(&mut h, before + std::time::Duration::from_secs(10)).expect("closed");
+    assert_eq!(why, Close::HandshakeTimeout(short));
+    assert!(
+        at >= before + short && at <= after + short,
+        "closed at its deadline"
+    );
+}
+
+#[test]
+fn the_one_deadline_covers_the_auth_timeout() {
+    let backend = ram();
+    let t = target(backend.clone());
+    t.set_auth_policy(Some(Arc::new(EveryHost)));
+    let mut h = Host::on(t, &backend, true, RdmaQueueConfig::default());
+    let c = h.connect_kato(0, 31, 0xFFFF, 0);
+    assert!(c.status.is_success(), "{c:?}");
+    let connected = Instant::now();
+    let s = std::time::Duration::from_secs;
+    let (at, why) = drive(&mut h, connected + duties::AUTH_TIMEOUT + s(10)).expect("closed");
+    assert_eq!(why, Close::AuthTimeout);
+    assert!(at >= connected + duties::AUTH_TIMEOUT);
+    assert!(at <= connected + duties::AUTH_TIMEOUT + nvmf_target::TIMER_PERIOD * 2 + s(1));
+}
+
+#[test]
+fn the_one_deadline_covers_the_keep_alive_timer() {
+    let backend = ram();
+    let mut h = Host::new(&backend, true, RdmaQueueConfig::default());
+    let c = h.connect_kato(0, 31, 0xFFFF, 2000);
+    assert!(c.status.is_success(), "{c:?}");
+    let connected = Instant::now();
+    let kato = std::time::Duration::from_millis(2000);
+    let (at, why) = drive(&mut h, connected + kato * 10).expect("closed");
+    assert_eq!(
+        why,
+        Close::ControllerGone,
+        "keep-alive expiry tears the controller down"
+    );
+    assert!(at > connected + kato - std::time::Duration::from_millis(100));
+    assert!(
+        at <= connected + kato + nvmf_target::TIMER_PERIOD * 2,
+        "{:?}",
+        at - connected
+    );
+}
+
+#[test]
+fn the_one_deadline_covers_idle_buffers_and_deferred_commands() {
+    // Idle buffers: given back at the second period without input.
+    let (mut h, _backend) = io_host(false, RdmaQueueConfig::default());
+    let key = h.region(vec![7; 64 * 1024]);
+    let mut w = rw(0x01, 60, 0, 128);
+    wire::set_keyed_sgl(&mut w, 0, 64 * 1024, key, false);
+    h.recv(w.as_bytes()).unwrap();
+    assert!(h.last_cqe().status.is_success());
+    let busy = h.core.queue.idle_footprint();
+    assert!(busy > 0);
+    let mut off = |_: &mut nvmf_target::Queue, _: u16| panic!("RAM never offloads");
+    let mut periods = 0;
+    while h.core.queue.idle_footprint() == busy {
+        let at = h.core.poll_timeout().expect("a deadline");
+        assert_eq!(h.core.handle_timeout(at, &mut h.mem, &mut off), Ok(false));
+        periods += 1;
+        assert!(periods <= 3, "given back within two periods");
+    }
+    // Deferred commands: the deadline is already due (the loop does not sleep) until they run.
+    let (mut q1, mut q2, _backend) = write_in_flight_then_compare_and_write();
+    let now = Instant::now();
+    assert!(
+        q2.core.poll_timeout().expect("a deadline") <= now,
+        "due at once"
+    );
+    q1.release_held();
+    let before = q2.cqes.len();
+    let now = Instant::now();
+    assert_eq!(q2.core.handle_timeout(now, &mut q2.mem, &mut off), Ok(true));
+    q2.run_ops();
+    assert_eq!(q2.answers(before).len(), 2, "the pair ran");
+    assert!(
+        q2.core.poll_timeout().expect("a deadline") > now,
+        "nothing due any more"
+    );
 }

@@ -32,7 +32,8 @@
 //!
 //! Commands that touch namespace data pass the namespace's [`gate`], which makes fused
 //! Compare-and-Write atomic. One that finds it closed is *deferred* ([`Disposition::Parked`]):
-//! while [`Queue::has_deferred`], the driver calls [`Queue::retry_deferred`] every loop
+//! while [`Queue::has_deferred`], the queue's deadline ([`Queue::poll_timeout`]) is already
+//! due, so the driver calls [`Queue::handle_timeout`] (which retries them) every loop
 //! iteration and runs the slots it returns like [`Disposition::Execute`] ones.
 //!
 //! # What a transport driver owes a `Queue` (the duties)
@@ -40,18 +41,21 @@
 //! A queue never acts on its own; every transport's driver must do the following, and a driver
 //! that skips one leaves commands stuck (a deferred command never runs, a Compare-and-Write
 //! holds its namespace's gate forever) or queues open (no handshake deadline). The runtime
-//! writes them once (`ebof_runtime::duties`: `after_batch`, `io_done`, `on_tick`) and both
-//! transports (NVMe/TCP `ConnCore`, NVMe/RDMA `RdmaQueueCore`) call that code.
+//! writes them once (`ebof_runtime::duties`: `after_batch`, `io_done`, and for time the pair
+//! `poll_timeout`/`handle_timeout`) and both transports (NVMe/TCP `ConnCore`, NVMe/RDMA
+//! `RdmaQueueCore`) call that code. Time reaches a queue one way (quinn's shape): the queue
+//! never reads the clock; [`Queue::poll_timeout`] is its one deadline and
+//! [`Queue::handle_timeout`] does what is due.
 //!
 //! | when | duty |
 //! |---|---|
 //! | after each batch of input | run every [`Disposition::Execute`] slot: [`Queue::execute_inline`] if [`IoRequest::may_block`] is false, else offload and later [`Queue::complete_io`] |
-//! | after each batch, and every loop round while [`Queue::has_deferred`] (without sleeping) | [`Queue::retry_deferred`], run what it returns (this also times out a Compare-and-Write's drain) |
-//! | after each batch and each offloaded completion | [`Queue::drain_completions`] into the transport's output |
+//! | after each batch | [`Queue::retry_deferred`] and [`Queue::retry_throttled`], run what they return (this also times out a Compare-and-Write's drain) |
+//! | after each batch and each offloaded completion | [`Queue::drain_completions_at`] into the transport's output (latency measured to the driver's clock) |
 //! | when output drained so far has been sent | [`Queue::output_sent`] (streamed reads leave the gate) |
-//! | each tick (≤ 1 s) | [`Queue::poll_timers`] (keep-alive, AER delivery; true: close), then drain completions |
-//! | each tick, until connected | close after the configured handshake timeout without Fabrics Connect; after Connect, while [`Queue::auth_pending`], after the authentication timeout (30 s) |
-//! | each tick with no input since the last | [`Queue::release_idle_buffers`] (and the transport's own buffers) |
+//! | when [`Queue::poll_timeout`] comes (deferred commands: every loop round, without sleeping; QoS: the wake-up; otherwise every [`TIMER_PERIOD`]) | [`Queue::handle_timeout`]: deferred and throttled commands, and per period [`Queue::poll_timers`] (keep-alive, AER delivery; `close`: close), then drain completions |
+//! | the driver's own deadline, until connected | close after the configured handshake timeout without Fabrics Connect; after Connect, while [`Queue::auth_pending`], after the authentication timeout (30 s) |
+//! | each period with no input since the last | [`Queue::release_idle_buffers`] (and the transport's own buffers) |
 //! | at close | drop the queue only after offloaded I/O has come back (its buffers belong to the engine until then) |
 //!
 //! # Layout
@@ -169,4 +173,6 @@ pub use model::{
     ADMIN_QUEUE_MAX, EventCounters, ListenerInfo, ListenerTls, Namespace, Subsystem, Target,
     TargetLimits, UpdateError,
 };
-pub use queue::{C2hData, CAW_DRAIN_TIMEOUT, Disposition, Queue, QueueRole, Transport};
+pub use queue::{
+    C2hData, CAW_DRAIN_TIMEOUT, Disposition, Queue, QueueRole, TIMER_PERIOD, Timeout, Transport,
+};

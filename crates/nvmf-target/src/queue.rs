@@ -33,7 +33,7 @@ use nvme_spec::sqe::{PSDT_SGL_MPTR_CONTIG, SGL_ICD, SGL_TRANSPORT};
 use nvme_spec::{Cqe, Sqe, Status};
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 mod fused;
 mod ns_cache;
@@ -169,6 +169,8 @@ pub struct Queue {
     stats: StatsBatch,
     /// Time of the command being handled (sans-IO: given by the driver).
     now: Instant,
+    /// When the periodic timers ([`Queue::poll_timers`]) are due next ([`Queue::poll_timeout`]).
+    timers_at: Instant,
     /// QoS: this queue's buckets on limited namespaces and its throttled commands.
     throttle: throttle::Throttle,
 }
@@ -185,6 +187,7 @@ impl Queue {
             auth: crate::auth::QueueAuth::default(),
             stats: StatsBatch::default(),
             now,
+            timers_at: next_period(now),
             throttle: throttle::Throttle::default(),
         }
     }
@@ -257,6 +260,45 @@ impl Queue {
         self.deliver_events();
         self.session.check_keep_alive(now);
         self.should_close()
+    }
+
+    /// The one deadline of this queue (quinn's `poll_timeout`): the earliest of its periodic
+    /// timers (keep-alive expiry, AER delivery, counters published: every [`TIMER_PERIOD`]),
+    /// the QoS wake-up of a throttled command ([`Queue::next_wake`]) and, while commands are
+    /// deferred at a namespace gate, their retry (already due: an instant not after the last
+    /// `now` the queue was given). Call [`Queue::handle_timeout`] once it has come. Never
+    /// `None`: the periodic timers always run.
+    #[inline]
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let mut t = self.timers_at;
+        if let Some(w) = self.next_wake() {
+            t = t.min(w);
+        }
+        if self.has_deferred() {
+            t = t.min(self.now);
+        }
+        Some(t)
+    }
+
+    /// Run what is due at `now` ([`Queue::poll_timeout`]): release throttled commands whose
+    /// time has come and retry deferred ones (those that may run now are appended to `ready`,
+    /// as by [`Queue::retry_throttled`] and [`Queue::retry_deferred`]), and, once per
+    /// [`TIMER_PERIOD`], the periodic timers ([`Queue::poll_timers`]).
+    pub fn handle_timeout(&mut self, now: Instant, ready: &mut Vec<u16>) -> Timeout {
+        if self.has_throttled() {
+            self.retry_throttled(now, ready);
+        }
+        if self.has_deferred() {
+            self.retry_deferred(now, ready);
+        }
+        if now < self.timers_at {
+            return Timeout::default();
+        }
+        self.timers_at = next_period(now);
+        Timeout {
+            timers: true,
+            close: self.poll_timers(now),
+        }
     }
 
     /// Record host traffic for the traffic-based keep-alive (call once per received batch that
@@ -801,8 +843,23 @@ impl Queue {
     /// and return the error: the command then fails (NVMe status from the backend error, Error
     /// log entry, SMART media error) and `emit` is called again for it with the error CQE and
     /// no data. `emit`'s result is ignored otherwise.
+    ///
+    /// Latency is measured to the queue's last `now` (the time of the last command handled);
+    /// a driver measures to the real time of the drain with [`Queue::drain_completions_at`].
     pub fn drain_completions(
         &mut self,
+        emit: impl FnMut(&Cqe, C2hData<'_>, bool) -> Result<(), BackendError>,
+    ) {
+        let now = self.now;
+        self.drain_completions_at(|| now, emit);
+    }
+
+    /// [`Queue::drain_completions`], with the commands' latency measured to the time
+    /// `clock` tells (the driver's clock; read at most once per drain, when the first I/O
+    /// command is counted).
+    pub fn drain_completions_at(
+        &mut self,
+        mut clock: impl FnMut() -> Instant,
         mut emit: impl FnMut(&Cqe, C2hData<'_>, bool) -> Result<(), BackendError>,
     ) {
         let qid = self.session.qid();
@@ -829,7 +886,7 @@ impl Queue {
                         offset: req.offset,
                         len,
                     };
-                    let latency = elapsed_ns(s.start, &mut now);
+                    let latency = elapsed_ns(s.start, &mut now, &mut clock);
                     match emit(s.cqe(), data, shortcut) {
                         Ok(()) => self.stats.add(req, Status::SUCCESS, latency),
                         Err(e) => {
@@ -848,7 +905,7 @@ impl Queue {
                 if let Some(req) = &s.io
                     && !req.ns.is_removed()
                 {
-                    let latency = elapsed_ns(s.start, &mut now);
+                    let latency = elapsed_ns(s.start, &mut now, &mut clock);
                     self.stats.add(req, s.cqe().status, latency);
                 }
                 let len = (s.c2h_len as usize).min(s.buf.len());
@@ -882,10 +939,46 @@ impl Drop for Queue {
     }
 }
 
-/// Nanoseconds from `start` to now (read once per drain and kept in `now`).
-fn elapsed_ns(start: Instant, now: &mut Option<Instant>) -> u64 {
-    let now = *now.get_or_insert_with(Instant::now);
+/// Nanoseconds from `start` to now (read from `clock` once per drain and kept in `now`).
+fn elapsed_ns(
+    start: Instant,
+    now: &mut Option<Instant>,
+    clock: &mut impl FnMut() -> Instant,
+) -> u64 {
+    let now = *now.get_or_insert_with(clock);
     u64::try_from(now.saturating_duration_since(start).as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// How often a queue's periodic timers run ([`Queue::poll_timers`] through
+/// [`Queue::handle_timeout`]): keep-alive expiry, AER delivery, counters published.
+pub const TIMER_PERIOD: Duration = Duration::from_millis(500);
+
+/// What [`Queue::handle_timeout`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Timeout {
+    /// The periodic timers ran (a driver does its own periodic duties with them).
+    pub timers: bool,
+    /// The connection must close (controller gone or reset; see [`Queue::poll_timers`]).
+    pub close: bool,
+}
+
+/// Where every queue's periodic timers fall: one grid for the whole process (its origin is
+/// the first instant a queue was given), so the queues of a run loop come due together and
+/// an idle loop wakes once per period, not once per queue.
+static GRID: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+
+/// The first point of the timer grid after `now`.
+fn next_period(now: Instant) -> Instant {
+    let origin = *GRID.get_or_init(|| now);
+    let Some(since) = now.checked_duration_since(origin) else {
+        return now + TIMER_PERIOD;
+    };
+    let period = TIMER_PERIOD.as_nanos();
+    let steps = since.as_nanos() / period + 1;
+    let at = u64::try_from(steps * period).unwrap_or(u64::MAX);
+    origin
+        .checked_add(Duration::from_nanos(at))
+        .unwrap_or(now + TIMER_PERIOD)
 }
 
 /// Outcome of phase 2.

@@ -147,3 +147,47 @@ fn unlimited_never_holds_and_lifting_releases() {
     h.q.retry_throttled(wake, &mut ready);
     assert_eq!(ready.len(), 20 - ran);
 }
+
+/// The queue's one deadline (`poll_timeout`) names the QoS wake-up, and `handle_timeout` at
+/// that instant releases what waits (no separate `next_wake`/`retry_throttled` calls).
+#[test]
+fn the_one_deadline_covers_the_qos_wake_and_handle_timeout_releases() {
+    let (t, ns) = target();
+    let (_admin, mut h) = io_queue(&t);
+    ns.qos.set(QosLimits {
+        iops: 1000,
+        ..Default::default()
+    });
+    let t0 = Instant::now();
+    let ran = burst(&mut h, 20, t0, 100);
+    assert_eq!(h.drain().len(), ran);
+    let wake = h.q.next_wake().expect("a wake-up");
+    let deadline = h.q.poll_timeout().expect("a deadline");
+    assert!(
+        deadline <= wake,
+        "the deadline is no later than the QoS wake-up"
+    );
+    // Drive time only through the pair, as a run loop does.
+    let mut released = 0;
+    let mut at = deadline;
+    for _ in 0..100 {
+        let mut ready = Vec::new();
+        h.q.handle_timeout(at, &mut ready);
+        for s in ready {
+            h.q.execute_inline(s);
+            released += 1;
+        }
+        if !h.q.has_throttled() {
+            break;
+        }
+        let next = h.q.poll_timeout().expect("a deadline");
+        assert!(next > at, "handle_timeout moved the deadline on");
+        at = next;
+    }
+    assert_eq!(released, 20 - ran, "every throttled command ran");
+    assert!(at <= t0 + Duration::from_millis(50), "{:?}", at - t0);
+    assert!(h.drain().iter().all(|(c, _)| c.status.is_success()));
+    // Nothing throttled: only the periodic timers remain, within one period.
+    let last = h.q.poll_timeout().expect("the periodic timers");
+    assert!(last > at && last <= at + nvmf_target::TIMER_PERIOD);
+}

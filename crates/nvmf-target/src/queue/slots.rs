@@ -114,7 +114,7 @@ pub(super) struct Slot {
 }
 
 impl Slot {
-    fn new() -> Slot {
+    fn new(now: Instant) -> Slot {
         Slot {
             state: SlotState::Free,
             sqe: Sqe::default(),
@@ -127,7 +127,7 @@ impl Slot {
             direct: None,
             direct_status: Status::SUCCESS,
             cqe: Cqe::default(),
-            start: Instant::now(),
+            start: now,
             fused: Fused::None,
             gate: false,
         }
@@ -315,7 +315,7 @@ impl Slots {
                     return None;
                 }
                 let idx = u16::try_from(self.slots.len()).ok()?;
-                self.slots.push(Slot::new());
+                self.slots.push(Slot::new(now));
                 idx
             }
         };
