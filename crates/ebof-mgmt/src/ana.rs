@@ -1,29 +1,40 @@
 //! ANA states from the configuration and the management API onto the target's ANA table
-//! ([`nvmf_target::ana`]): applied at start, set at run time (`PUT /v1/ana`,
-//! `ebof ctl ana set`), shown in `GET /v1/state`.
+//! ([`nvmf_target::ana`]): applied at start and after every change by [`Ana`], set at run time
+//! (`PUT /v1/ana`, `ebof ctl ana set`), shown in `GET /v1/state`.
 
 use crate::api::{AnaChanged, AnaRequest, AnaView, ApiError, codes};
-use crate::control::{Control, check};
+use crate::apply::Apply;
+use crate::lookup::check;
+use crate::running::Running;
 use ebof_config::{AnaState, Config, codes as cfg_codes};
 use nvmf_target::Target;
 use nvmf_target::ana::AnaError;
-use std::net::SocketAddr;
 
-/// Set every configured ANA state on the target (at start).
-pub fn apply_config(cfg: &Config, target: &Target) -> Result<(), String> {
-    for (i, a) in cfg.ana.iter().enumerate() {
-        target
-            .set_ana_state(a.listener.socket_addr(), a.group, a.state)
-            .map_err(|e| format!("ana[{i}]: {e}"))?;
-    }
-    Ok(())
-}
+/// The ANA applier ([`crate::apply`]): on every NVMe listener of the configuration, the
+/// configured states are set and every other group is optimized (a listener added at run time
+/// starts optimized: its old states, if it had some, went with its removal from the
+/// configuration). Listeners no longer configured keep their table rows, for the connections
+/// that came in through them.
+#[derive(Debug)]
+pub struct Ana;
 
-/// A listener (re)added at run time starts with every group optimized (its old states, if it
-/// had some, went with its removal from the configuration).
-pub fn reset_listener(target: &Target, addr: SocketAddr) {
-    for (g, _) in target.ana.non_optimized(addr) {
-        let _ = target.set_ana_state(addr, g, AnaState::Optimized);
+impl Apply for Ana {
+    fn apply(&self, _old: &Config, new: &Config, live: &Target) -> Result<(), ApiError> {
+        for l in &new.listeners {
+            let addr = l.socket_addr();
+            for (i, a) in new.ana.iter().enumerate() {
+                if a.listener == *l && live.ana.state(addr, a.group) != a.state {
+                    live.set_ana_state(addr, a.group, a.state)
+                        .map_err(|e| ana_error(e, &format!("ana[{i}]")))?;
+                }
+            }
+            for (g, _) in live.ana.non_optimized(addr) {
+                if !new.ana.iter().any(|a| a.listener == *l && a.group == g) {
+                    let _ = live.set_ana_state(addr, g, AnaState::Optimized);
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -47,25 +58,27 @@ pub fn views(target: &Target) -> Vec<AnaView> {
         .collect()
 }
 
-fn ana_error(e: AnaError) -> ApiError {
+/// The table's refusal as an API error at `path`.
+fn ana_error(e: AnaError, path: &str) -> ApiError {
     match e {
-        AnaError::Group(_) => ApiError::new(cfg_codes::INVALID_ANA_GROUP, "group", e.to_string()),
-        AnaError::TooManyPorts => ApiError::new(codes::INTERNAL, "listener", e.to_string()),
+        AnaError::Group(_) => ApiError::new(cfg_codes::INVALID_ANA_GROUP, path, e.to_string()),
+        AnaError::TooManyPorts => ApiError::new(codes::INTERNAL, path, e.to_string()),
     }
 }
 
-impl Control {
-    /// `PUT /v1/ana`: the request is checked as a configuration change (the listener must be
-    /// an NVMe listener of the running configuration, the group 1..=32, the state one of the
-    /// five names), then the target's table is set and the controllers on that listener told.
-    pub fn set_ana(&self, req: &AnaRequest) -> Result<AnaChanged, ApiError> {
-        let listener = ebof_config::parse_listener(&req.listener, ebof_config::DEFAULT_PORT)
-            .map_err(|e| ApiError::from_config(&e, "listener"))?;
-        let group = ebof_config::check_ana_group(i64::from(req.group))
-            .map_err(|e| ApiError::from_config(&e, "group"))?;
-        let state = ebof_config::parse_ana_state(&req.state)
-            .map_err(|e| ApiError::from_config(&e, "state"))?;
-        self.change(|cfg| {
+/// `PUT /v1/ana`: the request is checked as a configuration change (the listener must be an
+/// NVMe listener of the running configuration, the group 1..=32, the state one of the five
+/// names), then [`Ana`] sets the target's table and the controllers on that listener are told.
+pub(crate) fn set(r: &Running, req: &AnaRequest) -> Result<AnaChanged, ApiError> {
+    let listener = ebof_config::parse_listener(&req.listener, ebof_config::DEFAULT_PORT)
+        .map_err(|e| ApiError::from_config(&e, "listener"))?;
+    let group = ebof_config::check_ana_group(i64::from(req.group))
+        .map_err(|e| ApiError::from_config(&e, "group"))?;
+    let state =
+        ebof_config::parse_ana_state(&req.state).map_err(|e| ApiError::from_config(&e, "state"))?;
+    let addr = listener.socket_addr();
+    let changed = r
+        .change(|cfg| {
             if !cfg.listeners.contains(&listener) {
                 return Err(ApiError::new(
                     codes::UNKNOWN_LISTENER,
@@ -77,27 +90,36 @@ impl Control {
             }
             cfg.set_ana_state(listener, group, state);
             check(cfg)?;
-            let addr = listener.socket_addr();
-            let changed = self
-                .target
-                .set_ana_state(addr, group, state)
-                .map_err(ana_error)?;
-            Ok(AnaChanged {
-                ana: AnaView {
-                    listener: addr.to_string(),
-                    group,
-                    state: state.name().to_string(),
-                },
-                changed,
-                change_count: self.target.ana.change_count(),
-            })
+            Ok(r.target().ana.state(addr, group) != state)
         })
-    }
+        .map_err(|mut e| {
+            // The request's own fields, not the configuration's `ana[i]`.
+            if e.path.starts_with("ana[") {
+                e.path = if e.code == cfg_codes::INVALID_ANA_GROUP {
+                    "group"
+                } else {
+                    "listener"
+                }
+                .into();
+            }
+            e
+        })?;
+    Ok(AnaChanged {
+        ana: AnaView {
+            listener: addr.to_string(),
+            group,
+            state: state.name().to_string(),
+        },
+        changed,
+        change_count: r.target().ana.change_count(),
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::SocketAddr;
+    use crate::control::Control;
     use std::sync::Arc;
 
     const TOML: &str = r#"

@@ -1,7 +1,17 @@
-//! From configuration to target model: open the backends of namespaces and build the
-//! [`Target`]. Used by `ebof serve` at start and by the management API when a namespace is
-//! added, so both check and open storage the same way and fail with the same messages.
+//! From configuration to target: open the backends of namespaces, build the [`Target`] and
+//! apply the rest of the configuration to it through the appliers ([`crate::apply`], listed in
+//! [`appliers`]), as the change from nothing ([`nothing`]) to the file. Used by `ebof serve` at
+//! start; the management API opens the namespaces it adds with the same [`open_namespace`] and
+//! runs the same appliers after every change, so both check and apply the configuration the same
+//! way and fail with the same messages.
 
+use crate::ana::Ana;
+use crate::api::ApiError;
+use crate::apply::Apply;
+use crate::hostkeys::HostKeys;
+use crate::masking::Masking;
+use crate::qos::Qos;
+use crate::referrals::Referrals;
 use ebof_backend::{BackendOptions, BackendSpec};
 use ebof_config::{BackendChoice, Config};
 use nvmf_target::reservation::{FileStore, NsReservations};
@@ -133,6 +143,16 @@ pub fn reservation_state_path(
     }
 }
 
+/// The files a pool namespace owns (deleted with it, [`crate::pools::delete_files`]): its data file and its persisted reservation state.
+pub(crate) fn owned_files(n: &ebof_config::Namespace, state_dir: Option<&Path>) -> Vec<PathBuf> {
+    let (Some(_), Some(path)) = (&n.pool, n.backend.path()) else {
+        return Vec::new();
+    };
+    let mut files = vec![path.to_path_buf()];
+    files.extend(reservation_state_path(n, state_dir));
+    files
+}
+
 /// The persisted reservation state at `path` (none yet: empty). An unreadable or corrupt file
 /// is an error: persisted reservations are never dropped silently.
 fn load_reservations(path: &Path, field: &str) -> Result<NsReservations, String> {
@@ -161,12 +181,40 @@ fn load_reservations(path: &Path, field: &str) -> Result<NsReservations, String>
     ))
 }
 
-/// The per-host masking of a configured subsystem: the NSIDs that have a `hosts` list.
-pub fn ns_hosts(s: &ebof_config::Subsystem) -> std::collections::BTreeMap<u32, Vec<String>> {
-    s.namespaces
-        .iter()
-        .filter_map(|n| n.hosts.clone().map(|h| (n.nsid, h)))
-        .collect()
+/// The appliers of the configuration's parts that have live state in the target, in the order
+/// they run ([`crate::apply`]). Services serve attaches after start add theirs (the CDC's
+/// members, the mDNS records).
+pub(crate) fn appliers() -> Vec<Arc<dyn Apply>> {
+    vec![
+        Arc::new(Ana),
+        Arc::new(Referrals),
+        Arc::new(Qos),
+        Arc::new(Masking),
+        Arc::new(HostKeys),
+    ]
+}
+
+/// What start-up applies the configuration from: `cfg` without anything the appliers set (no
+/// subsystems, listeners, ANA states, referrals, host keys or CDC).
+pub fn nothing(cfg: &Config) -> Config {
+    let mut c = cfg.clone();
+    c.subsystems.clear();
+    c.listeners.clear();
+    c.discovery = None;
+    c.ana.clear();
+    c.discovery_settings.referrals.clear();
+    c.hosts.clear();
+    c.cdc = None;
+    c
+}
+
+/// An applier's refusal at start, as start-up reports it (`path: message`).
+fn start_error(e: ApiError) -> String {
+    if e.path.is_empty() {
+        e.message
+    } else {
+        format!("{}: {}", e.path, e.message)
+    }
 }
 
 /// Open every backend and build the target model. Nothing is started on failure.
@@ -191,7 +239,7 @@ pub fn build_target(cfg: &Config) -> Result<Target, String> {
             allow_any_host: s.allow_any_host,
             hosts: s.hosts.clone(),
             namespaces,
-            ns_hosts: ns_hosts(s),
+            ns_hosts: crate::masking::ns_hosts(s),
         });
     }
     let t = &cfg.target;
@@ -203,8 +251,9 @@ pub fn build_target(cfg: &Config) -> Result<Target, String> {
         max_transfer: MAX_TRANSFER,
     };
     let target = Target::new(subsystems, listener_infos(cfg), limits, Instant::now());
-    crate::ana::apply_config(cfg, &target)?;
-    crate::referrals::apply_config(cfg, &target)?;
+    let appliers = appliers();
+    crate::apply::all(appliers.iter().map(|a| &**a), &nothing(cfg), cfg, &target)
+        .map_err(start_error)?;
     Ok(target)
 }
 
@@ -229,8 +278,8 @@ pub fn settle_bound_ports(cfg: &mut Config, bound: &[std::net::SocketAddr], targ
     }
     if changed {
         target.set_listeners(listener_infos(cfg));
-        if let Err(e) = crate::ana::apply_config(cfg, target) {
-            tracing::warn!(error = %e, "ANA states of listeners on port 0 not applied");
+        if let Err(e) = Ana.apply(cfg, cfg, target) {
+            tracing::warn!(error = %start_error(e), "ANA states of listeners on port 0 not applied");
         }
     }
 }

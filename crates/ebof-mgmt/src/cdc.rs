@@ -2,7 +2,10 @@
 //! add/remove kept in step with the running configuration (`[cdc] members`).
 
 use crate::api::{ApiError, CdcMemberRequest, CdcMemberView, CdcTrusted, CdcView, codes};
-use crate::control::Control;
+use crate::apply::Apply;
+use crate::running::Running;
+use ebof_config::Config;
+use nvmf_target::Target;
 use std::sync::Arc;
 
 /// The API view of one member.
@@ -85,109 +88,136 @@ fn parse_member(address: &str, path: &str) -> Result<std::net::SocketAddr, ApiEr
         .map_err(|e| ApiError::from_config(&e.at(path), path))
 }
 
-impl Control {
-    /// This box runs a Central Discovery Controller (started by `ebof serve` from `[cdc]`).
-    pub fn attach_cdc(&self, cdc: Arc<ebof_cdc::Cdc>) {
-        let _ = self.cdc.set(cdc);
-    }
+/// The CDC applier ([`crate::apply`]), attached with the CDC (which starts from `[cdc]` of the
+/// same configuration): members configured since `old` join, members no longer configured
+/// leave (their entries leave every host's view at once), and a changed trust list is live for
+/// later registrations.
+#[derive(Debug)]
+pub struct CdcMembers(pub Arc<ebof_cdc::Cdc>);
 
-    /// The CDC's view, when this box is one.
-    pub fn cdc_view(&self) -> Option<CdcView> {
-        self.cdc.get().map(|c| view(c))
-    }
-
-    /// `GET /v1/cdc`.
-    pub fn cdc(&self) -> Result<CdcView, ApiError> {
-        self.cdc_view().ok_or_else(not_a_cdc)
-    }
-
-    /// `POST /v1/cdc/members`: add a member (recorded in `[cdc] members`).
-    pub fn add_cdc_member(&self, req: &CdcMemberRequest) -> Result<CdcMemberView, ApiError> {
-        let cdc = self.cdc.get().ok_or_else(not_a_cdc)?.clone();
-        let addr = parse_member(&req.address, "address")?;
-        self.change(|cfg| {
-            let c = cfg.cdc.as_mut().ok_or_else(not_a_cdc)?;
-            if c.members.iter().any(|m| m.socket_addr() == addr) {
-                return Err(ApiError::new(
-                    codes::DUPLICATE_MEMBER,
-                    "address",
-                    format!("{addr} is already a member"),
-                ));
-            }
-            c.members.push(ebof_config::Listener {
-                address: addr.ip(),
-                port: addr.port(),
-            });
-            cfg.validate()
-                .map_err(|e| ApiError::from_config(&e, "address"))?;
-            cdc.add_member(addr);
-            Ok(())
-        })?;
-        cdc.members()
-            .iter()
-            .find(|m| m.address == addr)
-            .map(member_view)
-            .ok_or_else(|| ApiError::new(codes::INTERNAL, "", "member vanished"))
-    }
-
-    /// `GET /v1/cdc/trusted`.
-    pub fn cdc_trusted(&self) -> Result<CdcTrusted, ApiError> {
-        let cdc = self.cdc.get().ok_or_else(not_a_cdc)?;
-        Ok(CdcTrusted {
-            trusted: cdc.trusted().iter().map(|t| t.to_string()).collect(),
-        })
-    }
-
-    /// `PUT /v1/cdc/trusted`: replace `[cdc] trusted`, live (later registrations are checked
-    /// against it) and in the running configuration. Every entry is an IP address or an NQN;
-    /// the first that is neither is the error (`trusted[i]`), and nothing changes.
-    pub fn set_cdc_trusted(&self, req: &CdcTrusted) -> Result<CdcTrusted, ApiError> {
-        let cdc = self.cdc.get().ok_or_else(not_a_cdc)?.clone();
-        let mut list = Vec::with_capacity(req.trusted.len());
-        for (i, t) in req.trusted.iter().enumerate() {
-            let path = format!("trusted[{i}]");
-            let t = ebof_config::TrustedAnnouncer::parse(t.trim())
-                .map_err(|e| ApiError::from_config(&e.at(&path), &path))?;
-            if !list.contains(&t) {
-                list.push(t);
-            }
+impl Apply for CdcMembers {
+    fn apply(&self, old: &Config, new: &Config, _live: &Target) -> Result<(), ApiError> {
+        let members = |c: &Config| -> Vec<std::net::SocketAddr> {
+            c.cdc
+                .iter()
+                .flat_map(|c| c.members.iter().map(|m| m.socket_addr()))
+                .collect()
+        };
+        let (was, is) = (members(old), members(new));
+        for a in is.iter().filter(|a| !was.contains(a)) {
+            self.0.add_member(*a);
         }
-        self.change(|cfg| {
-            let c = cfg.cdc.as_mut().ok_or_else(not_a_cdc)?;
-            c.trusted = list.clone();
-            cfg.validate()
-                .map_err(|e| ApiError::from_config(&e, "trusted"))?;
-            cdc.set_trusted(trusted(&list));
-            Ok(())
-        })?;
-        tracing::info!(
-            trusted = list.len(),
-            "central discovery: trusted announcers replaced"
-        );
-        self.cdc_trusted()
+        for a in was.iter().filter(|a| !is.contains(a)) {
+            self.0.remove_member(*a);
+        }
+        let list = |c: &Config| c.cdc.as_ref().map(|c| c.trusted.clone());
+        if let Some(t) = list(new)
+            && list(old).as_ref() != Some(&t)
+        {
+            self.0.set_trusted(trusted(&t));
+        }
+        Ok(())
     }
+}
 
-    /// `DELETE /v1/cdc/members/{address}`: remove a member; its entries leave every host's
-    /// view at once. Returns the CDC as it is now.
-    pub fn remove_cdc_member(&self, address: &str) -> Result<CdcView, ApiError> {
-        let cdc = self.cdc.get().ok_or_else(not_a_cdc)?.clone();
-        let addr = parse_member(address, "address")?;
-        self.change(|cfg| {
-            let c = cfg.cdc.as_mut().ok_or_else(not_a_cdc)?;
-            let before = c.members.len();
-            c.members.retain(|m| m.socket_addr() != addr);
-            if c.members.len() == before {
-                return Err(ApiError::new(
-                    codes::UNKNOWN_MEMBER,
-                    "address",
-                    format!("{addr} is not a member (see `ebof ctl cdc list`)"),
-                ));
-            }
-            cdc.remove_member(addr);
-            Ok(())
-        })?;
-        Ok(view(&cdc))
+/// `GET /v1/cdc`: the CDC's view, or `not-a-cdc`.
+pub(crate) fn get(cdc: Option<&ebof_cdc::Cdc>) -> Result<CdcView, ApiError> {
+    cdc.map(view).ok_or_else(not_a_cdc)
+}
+
+/// `POST /v1/cdc/members`: add a member (recorded in `[cdc] members`).
+pub(crate) fn add_member(
+    r: &Running,
+    cdc: Option<&ebof_cdc::Cdc>,
+    req: &CdcMemberRequest,
+) -> Result<CdcMemberView, ApiError> {
+    let cdc = cdc.ok_or_else(not_a_cdc)?;
+    let addr = parse_member(&req.address, "address")?;
+    r.change(|cfg| {
+        let c = cfg.cdc.as_mut().ok_or_else(not_a_cdc)?;
+        if c.members.iter().any(|m| m.socket_addr() == addr) {
+            return Err(ApiError::new(
+                codes::DUPLICATE_MEMBER,
+                "address",
+                format!("{addr} is already a member"),
+            ));
+        }
+        c.members.push(ebof_config::Listener {
+            address: addr.ip(),
+            port: addr.port(),
+        });
+        cfg.validate()
+            .map_err(|e| ApiError::from_config(&e, "address"))
+    })?;
+    cdc.members()
+        .iter()
+        .find(|m| m.address == addr)
+        .map(member_view)
+        .ok_or_else(|| ApiError::new(codes::INTERNAL, "", "member vanished"))
+}
+
+/// `GET /v1/cdc/trusted`.
+pub(crate) fn get_trusted(cdc: Option<&ebof_cdc::Cdc>) -> Result<CdcTrusted, ApiError> {
+    let cdc = cdc.ok_or_else(not_a_cdc)?;
+    Ok(CdcTrusted {
+        trusted: cdc.trusted().iter().map(|t| t.to_string()).collect(),
+    })
+}
+
+/// `PUT /v1/cdc/trusted`: replace `[cdc] trusted`, live (later registrations are checked
+/// against it) and in the running configuration. Every entry is an IP address or an NQN; the
+/// first that is neither is the error (`trusted[i]`), and nothing changes.
+pub(crate) fn set_trusted(
+    r: &Running,
+    cdc: Option<&ebof_cdc::Cdc>,
+    req: &CdcTrusted,
+) -> Result<CdcTrusted, ApiError> {
+    cdc.ok_or_else(not_a_cdc)?;
+    let mut list = Vec::with_capacity(req.trusted.len());
+    for (i, t) in req.trusted.iter().enumerate() {
+        let path = format!("trusted[{i}]");
+        let t = ebof_config::TrustedAnnouncer::parse(t.trim())
+            .map_err(|e| ApiError::from_config(&e.at(&path), &path))?;
+        if !list.contains(&t) {
+            list.push(t);
+        }
     }
+    r.change(|cfg| {
+        let c = cfg.cdc.as_mut().ok_or_else(not_a_cdc)?;
+        c.trusted = list.clone();
+        cfg.validate()
+            .map_err(|e| ApiError::from_config(&e, "trusted"))
+    })?;
+    tracing::info!(
+        trusted = list.len(),
+        "central discovery: trusted announcers replaced"
+    );
+    get_trusted(cdc)
+}
+
+/// `DELETE /v1/cdc/members/{address}`: remove a member; its entries leave every host's view at
+/// once. Returns the CDC as it is now.
+pub(crate) fn remove_member(
+    r: &Running,
+    cdc: Option<&ebof_cdc::Cdc>,
+    address: &str,
+) -> Result<CdcView, ApiError> {
+    let cdc = cdc.ok_or_else(not_a_cdc)?;
+    let addr = parse_member(address, "address")?;
+    r.change(|cfg| {
+        let c = cfg.cdc.as_mut().ok_or_else(not_a_cdc)?;
+        let before = c.members.len();
+        c.members.retain(|m| m.socket_addr() != addr);
+        if c.members.len() == before {
+            return Err(ApiError::new(
+                codes::UNKNOWN_MEMBER,
+                "address",
+                format!("{addr} is not a member (see `ebof ctl cdc list`)"),
+            ));
+        }
+        Ok(())
+    })?;
+    Ok(view(cdc))
 }
 
 #[cfg(test)]
@@ -195,6 +225,7 @@ mod tests {
     use super::*;
     use crate::api::{NamespaceRequest, SubsystemRequest};
     use crate::client::{Client, ClientError};
+    use crate::control::Control;
     use ebof_config::Config;
 
     fn control(toml: &str) -> (Arc<Control>, Arc<nvmf_target::Target>) {

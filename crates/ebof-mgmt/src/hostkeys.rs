@@ -12,10 +12,12 @@
 //! key is set, [`HostKeyView`]), logged, shown in `GET /v1/state` or in metrics, and a
 //! malformed one is refused without echoing it.
 
-use crate::api::{ApiError, codes, routes};
-use crate::control::{Control, check, subsystem_index};
-use ebof_config::{HostSecurity, SecretSource, codes as cfg_codes};
-use std::sync::Arc;
+use crate::api::{ApiError, codes};
+use crate::apply::Apply;
+use crate::lookup::{check, subsystem_index};
+use crate::running::Running;
+use ebof_config::{Config, HostSecurity, SecretSource, codes as cfg_codes};
+use nvmf_target::Target;
 
 pub use ebof_api::hostkeys::{HostKeyRequest, HostKeyView};
 
@@ -38,169 +40,114 @@ fn secret(s: &str, field: &str) -> Result<SecretSource, ApiError> {
     Ok(SecretSource::Inline(s.trim().to_string()))
 }
 
-impl Control {
-    /// Make the target's authentication policy the one of `cfg` (checked before anything
-    /// changes: a secret that cannot be decoded fails the request).
-    fn auth_policy_of(
-        &self,
-        cfg: &ebof_config::Config,
-    ) -> Result<Option<Arc<dyn nvmf_target::auth::AuthPolicy>>, ApiError> {
-        crate::security::auth_policy(cfg)
-            .map_err(|e| ApiError::new(cfg_codes::INVALID_SECRET, "", e))
-    }
+/// The authentication applier ([`crate::apply`]): when the `[[hosts]]` entries change, the
+/// target's policy is rebuilt from them ([`crate::security::auth_policy`]) and swapped in; it
+/// takes effect at each host's next Connect. A secret that cannot be decoded fails the change.
+#[derive(Debug)]
+pub struct HostKeys;
 
-    /// `PUT /v1/subsystems/{nqn}/hosts/{hostnqn}/dhchap`: from the next Connect on, `hostnqn`
-    /// must authenticate with these keys on `nqn` (and only there). Host entries of subsystems
-    /// that no longer exist are dropped on the way.
-    pub fn set_host_key(
-        &self,
-        nqn: &str,
-        hostnqn: &str,
-        req: &HostKeyRequest,
-    ) -> Result<HostKeyView, ApiError> {
-        ebof_config::check_nqn(hostnqn).map_err(|e| ApiError::from_config(&e, "hostnqn"))?;
-        let host = secret(&req.dhchap_key, "dhchap_key")?;
-        let ctrl = req
-            .dhchap_ctrl_key
-            .as_deref()
-            .map(|c| secret(c, "dhchap_ctrl_key"))
-            .transpose()?;
-        self.change(|cfg| {
-            subsystem_index(cfg, nqn)?;
-            let live: Vec<String> = cfg.subsystems.iter().map(|s| s.nqn.clone()).collect();
-            cfg.hosts
-                .retain(|h| h.subsystem.as_ref().is_none_or(|s| live.contains(s)));
-            let bidirectional = ctrl.is_some();
-            match entry_index(cfg, nqn, hostnqn) {
-                Some(i) => {
-                    cfg.hosts[i].dhchap_key = Some(host);
-                    cfg.hosts[i].dhchap_ctrl_key = ctrl;
-                }
-                None => cfg.hosts.push(HostSecurity {
-                    nqn: hostnqn.to_string(),
-                    subsystem: Some(nqn.to_string()),
-                    dhchap_key: Some(host),
-                    dhchap_ctrl_key: ctrl,
-                    tls_key: None,
-                    tls_psk_rfc8446: false,
-                }),
-            }
-            check(cfg)?;
-            let policy = self.auth_policy_of(cfg)?;
-            self.target.set_auth_policy(policy);
-            tracing::info!(
-                subsystem = nqn,
-                host = hostnqn,
-                bidirectional,
-                "DH-HMAC-CHAP key set"
-            );
-            Ok(HostKeyView {
-                subsystem: nqn.to_string(),
-                hostnqn: hostnqn.to_string(),
-                dhchap: true,
-                bidirectional,
-            })
-        })
-    }
-
-    /// `DELETE /v1/subsystems/{nqn}/hosts/{hostnqn}/dhchap`: the keys of `hostnqn` on `nqn`
-    /// go (the entry goes with them unless it holds a TLS key). `unknown-host` when there
-    /// are none; the subsystem need not exist any more.
-    pub fn remove_host_key(&self, nqn: &str, hostnqn: &str) -> Result<HostKeyView, ApiError> {
-        self.change(|cfg| {
-            let Some(i) = entry_index(cfg, nqn, hostnqn).filter(|&i| {
-                cfg.hosts[i].dhchap_key.is_some() || cfg.hosts[i].dhchap_ctrl_key.is_some()
-            }) else {
-                return Err(ApiError::new(
-                    codes::UNKNOWN_HOST,
-                    "hostnqn",
-                    format!("{hostnqn:?} has no DH-HMAC-CHAP key of its own on {nqn}"),
-                ));
-            };
-            if cfg.hosts[i].tls_key.is_some() {
-                cfg.hosts[i].dhchap_key = None;
-                cfg.hosts[i].dhchap_ctrl_key = None;
-            } else {
-                cfg.hosts.remove(i);
-            }
-            check(cfg)?;
-            let policy = self.auth_policy_of(cfg)?;
-            self.target.set_auth_policy(policy);
-            tracing::info!(subsystem = nqn, host = hostnqn, "DH-HMAC-CHAP key removed");
-            Ok(HostKeyView {
-                subsystem: nqn.to_string(),
-                hostnqn: hostnqn.to_string(),
-                dhchap: false,
-                bidirectional: false,
-            })
-        })
+impl Apply for HostKeys {
+    fn apply(&self, old: &Config, new: &Config, live: &Target) -> Result<(), ApiError> {
+        if old.hosts == new.hosts {
+            return Ok(());
+        }
+        let policy = crate::security::auth_policy(new)
+            .map_err(|e| ApiError::new(cfg_codes::INVALID_SECRET, "", e))?;
+        live.set_auth_policy(policy);
+        Ok(())
     }
 }
 
-/// The routes of this module, merged into the API's router.
-pub(crate) fn router() -> axum::Router<Arc<Control>> {
-    use axum::extract::{Path, State};
-    use axum::response::{IntoResponse, Response};
-    type PathArg = Result<Path<(String, String)>, axum::extract::rejection::PathRejection>;
+/// `PUT /v1/subsystems/{nqn}/hosts/{hostnqn}/dhchap`: from the next Connect on, `hostnqn` must
+/// authenticate with these keys on `nqn` (and only there). Host entries of subsystems that no
+/// longer exist are dropped on the way.
+pub(crate) fn set_key(
+    r: &Running,
+    nqn: &str,
+    hostnqn: &str,
+    req: &HostKeyRequest,
+) -> Result<HostKeyView, ApiError> {
+    ebof_config::check_nqn(hostnqn).map_err(|e| ApiError::from_config(&e, "hostnqn"))?;
+    let host = secret(&req.dhchap_key, "dhchap_key")?;
+    let ctrl = req
+        .dhchap_ctrl_key
+        .as_deref()
+        .map(|c| secret(c, "dhchap_ctrl_key"))
+        .transpose()?;
+    let bidirectional = ctrl.is_some();
+    r.change(|cfg| {
+        subsystem_index(cfg, nqn)?;
+        let live: Vec<String> = cfg.subsystems.iter().map(|s| s.nqn.clone()).collect();
+        cfg.hosts
+            .retain(|h| h.subsystem.as_ref().is_none_or(|s| live.contains(s)));
+        match entry_index(cfg, nqn, hostnqn) {
+            Some(i) => {
+                cfg.hosts[i].dhchap_key = Some(host);
+                cfg.hosts[i].dhchap_ctrl_key = ctrl;
+            }
+            None => cfg.hosts.push(HostSecurity {
+                nqn: hostnqn.to_string(),
+                subsystem: Some(nqn.to_string()),
+                dhchap_key: Some(host),
+                dhchap_ctrl_key: ctrl,
+                tls_key: None,
+                tls_psk_rfc8446: false,
+            }),
+        }
+        check(cfg)
+    })?;
+    tracing::info!(
+        subsystem = nqn,
+        host = hostnqn,
+        bidirectional,
+        "DH-HMAC-CHAP key set"
+    );
+    Ok(HostKeyView {
+        subsystem: nqn.to_string(),
+        hostnqn: hostnqn.to_string(),
+        dhchap: true,
+        bidirectional,
+    })
+}
 
-    fn answer(r: Result<HostKeyView, ApiError>) -> Response {
-        match r {
-            Ok(v) => axum::Json(v).into_response(),
-            Err(e) => {
-                let status = axum::http::StatusCode::from_u16(e.http_status())
-                    .unwrap_or(axum::http::StatusCode::INTERNAL_SERVER_ERROR);
-                (status, axum::Json(e)).into_response()
-            }
-        }
-    }
-    async fn blocking(
-        f: impl FnOnce() -> Result<HostKeyView, ApiError> + Send + 'static,
-    ) -> Response {
-        answer(tokio::task::spawn_blocking(f).await.unwrap_or_else(|_| {
-            Err(ApiError::new(
-                codes::INTERNAL,
-                "",
-                "the request failed on the server's side",
-            ))
-        }))
-    }
-    async fn put_key(
-        State(c): State<Arc<Control>>,
-        path: PathArg,
-        body: Result<axum::Json<HostKeyRequest>, axum::extract::rejection::JsonRejection>,
-    ) -> Response {
-        let (Path((nqn, host)), axum::Json(req)) = match (path, body) {
-            (Ok(p), Ok(b)) => (p, b),
-            (Err(e), _) => {
-                return answer(Err(ApiError::new(codes::BAD_REQUEST, "", e.body_text())));
-            }
-            // Never the body's text: it may hold a secret.
-            (_, Err(_)) => {
-                return answer(Err(ApiError::new(
-                    codes::BAD_REQUEST,
-                    "",
-                    "the body must be {\"dhchap_key\": \"DHHC-1:…\", \"dhchap_ctrl_key\": \"DHHC-1:…\" (optional)}",
-                )));
-            }
+/// `DELETE /v1/subsystems/{nqn}/hosts/{hostnqn}/dhchap`: the keys of `hostnqn` on `nqn` go (the
+/// entry goes with them unless it holds a TLS key). `unknown-host` when there are none; the
+/// subsystem need not exist any more.
+pub(crate) fn remove_key(r: &Running, nqn: &str, hostnqn: &str) -> Result<HostKeyView, ApiError> {
+    r.change(|cfg| {
+        let Some(i) = entry_index(cfg, nqn, hostnqn).filter(|&i| {
+            cfg.hosts[i].dhchap_key.is_some() || cfg.hosts[i].dhchap_ctrl_key.is_some()
+        }) else {
+            return Err(ApiError::new(
+                codes::UNKNOWN_HOST,
+                "hostnqn",
+                format!("{hostnqn:?} has no DH-HMAC-CHAP key of its own on {nqn}"),
+            ));
         };
-        blocking(move || c.set_host_key(&nqn, &host, &req)).await
-    }
-    async fn delete_key(State(c): State<Arc<Control>>, path: PathArg) -> Response {
-        match path {
-            Ok(Path((nqn, host))) => blocking(move || c.remove_host_key(&nqn, &host)).await,
-            Err(e) => answer(Err(ApiError::new(codes::BAD_REQUEST, "", e.body_text()))),
+        if cfg.hosts[i].tls_key.is_some() {
+            cfg.hosts[i].dhchap_key = None;
+            cfg.hosts[i].dhchap_ctrl_key = None;
+        } else {
+            cfg.hosts.remove(i);
         }
-    }
-    axum::Router::new().route(
-        routes::HOST_DHCHAP,
-        axum::routing::put(put_key).delete(delete_key),
-    )
+        check(cfg)
+    })?;
+    tracing::info!(subsystem = nqn, host = hostnqn, "DH-HMAC-CHAP key removed");
+    Ok(HostKeyView {
+        subsystem: nqn.to_string(),
+        hostnqn: hostnqn.to_string(),
+        dhchap: false,
+        bidirectional: false,
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::routes;
+    use std::sync::Arc;
     use crate::client::{Client, ClientError};
+    use crate::control::Control;
     use nvme_auth::{DhchapSecret, KeyTransform};
 
     const SUB: &str = "nqn.2026-11.io.ebof:t";

@@ -1,14 +1,26 @@
 //! # ebof-mgmt — the control plane of `ebof serve`
 //!
-//! **What it is**: the management API (versioned JSON over HTTP/1.1, served by axum on a Unix
-//! socket, owner-only, and optionally on TCP with a bearer token: [`auth`]), its typed vocabulary ([`api`]: requests, responses, [`api::ApiError`]
-//! with stable codes and field paths), what each request does to the target ([`ops`]), the
-//! Prometheus exposition ([`metrics`]), the server ([`server`]) and the blocking client that
-//! `ebof ctl` uses ([`client`]); the mDNS responder that publishes the discovery listeners
-//! (NVMe TP 8009, [`mdns`]), kept in step with listener and mode changes by [`Control`];
-//! storage pools, the directories namespaces are provisioned in by name and size ([`pools`]);
-//! where the API may make or open storage and save, and when two paths are one file
-//! ([`paths`]); the TCP listeners' HTTPS, connection cap and timeouts ([`listen`]).
+//! **What it is**: the server side of the management API (versioned JSON over HTTP/1.1, served
+//! by axum on a Unix socket, owner-only, and optionally on TCP with a bearer token: [`server`],
+//! [`listen`] for the TCP listeners' HTTPS, connection cap and timeouts), and the one road from
+//! configuration to the live target. Its vocabulary, client and token live in `ebof-api`
+//! (re-exported at [`api`], [`client`], [`auth`]).
+//!
+//! - **The road** ([`apply`]): start-up ([`build`]: open the namespaces, build the target, run
+//!   the appliers from nothing to the file) and every change through the API
+//!   ([`running::Running::change`]: edit a copy of the running configuration, validate it as the
+//!   file is validated, run the same appliers, commit) apply a feature's part of the
+//!   configuration in one place.
+//! - **The request surface**: [`Control`], one thin method per request, over the feature
+//!   modules: subsystems and their hosts ([`subsystems`], [`ops`]), namespaces ([`namespaces`]),
+//!   QoS ([`qos`]), per-host masking ([`masking`]), DH-HMAC-CHAP keys ([`hostkeys`],
+//!   [`security`]), NVMe listeners ([`listeners`]), ANA states ([`ana`]), discovery referrals and
+//!   DIM registrations ([`referrals`]), the mDNS responder that publishes the discovery
+//!   listeners (NVMe TP 8009, [`mdns`]), storage pools ([`pools`]), snapshots and clones
+//!   ([`snapshots`], kept on disk by [`snapshot_store`]), the Central Discovery Controller
+//!   adapter ([`cdc`]); where the API may make or open storage and save, and when two paths are
+//!   one file ([`paths`]).
+//! - **Reads**: the state and counters ([`ops`]) and the Prometheus exposition ([`metrics`]).
 //!
 //! **What it is not**: no protocol logic and nothing on the data path. It runs on one thread
 //! with its own tokio runtime and reaches the target through `Arc<nvmf_target::Target>` only:
@@ -21,6 +33,7 @@
 
 pub mod ana;
 pub mod api;
+pub mod apply;
 pub mod auth;
 pub mod build;
 pub mod cdc;
@@ -28,17 +41,23 @@ pub mod client;
 pub mod control;
 pub mod hostkeys;
 pub mod listen;
+pub mod listeners;
+mod lookup;
 pub mod masking;
 pub mod mdns;
 pub mod metrics;
+pub mod namespaces;
 pub mod ops;
 pub mod paths;
 pub mod pools;
 pub mod qos;
 pub mod referrals;
+pub mod running;
 pub mod security;
 pub mod server;
+pub mod snapshot_store;
 pub mod snapshots;
+pub mod subsystems;
 
 pub use api::{ApiError, State, Stats};
 pub use auth::{Token, TokenFileError, load_token_file, read_token_file};

@@ -2,147 +2,161 @@
 //! (`[[subsystems.namespaces]] hosts` of the configuration), changed while hosts are connected.
 //!
 //! A namespace without a host list is visible to every host its subsystem admits; with one,
-//! only to the hosts listed. [`Control::set_namespace_hosts`] sets the list (an empty list hides
-//! the namespace from every host), [`Control::attach_namespace_host`] and
-//! [`Control::detach_namespace_host`] add or remove one host, [`Control::unmask_namespace`]
-//! drops the list. Each change is checked as the configuration file is, recorded in the
-//! running configuration (autosaved when configured), and applied to the target as one
-//! subsystem snapshot swap: connected hosts whose view changed get a Namespace Attribute
+//! only to the hosts listed. [`set`] sets the list (an empty list hides the namespace from
+//! every host), [`attach`] and [`detach`] add or remove one host, [`unmask`] drops the list
+//! (`Control::set_namespace_hosts` and its siblings are their requests). Each change is checked as the configuration file is, recorded in the
+//! running configuration (autosaved when configured), and applied to the target by [`Masking`]
+//! as one subsystem snapshot swap: connected hosts whose view changed get a Namespace Attribute
 //! Changed event listing exactly the namespaces that appeared or disappeared for them
 //! ([`nvmf_target::Subsystem::view`]). The namespace itself is untouched (same storage,
 //! counters, reservations).
 
 use crate::api::{ApiError, NamespaceChanged, codes};
-use crate::control::{
-    Control, check, namespace_index, namespace_view, parse_nsid, subsystem_index,
-    unknown_namespace, update_error,
-};
-use ebof_config::codes as cfg;
+use crate::apply::Apply;
+use crate::ops::namespace_changed;
+use crate::running::Running;
+use ebof_config::{Config, codes as cfg};
+use nvmf_target::Target;
+use std::collections::BTreeMap;
 
-impl Control {
-    /// `PUT /v1/subsystems/{nqn}/namespaces/{nsid}/hosts`: only `hosts` see namespace `nsid`
-    /// of `nqn` (none, for an empty list). Errors name `hosts[i]` for a bad or repeated NQN.
-    pub fn set_namespace_hosts(
-        &self,
-        nqn: &str,
-        nsid: &str,
-        hosts: &[String],
-    ) -> Result<NamespaceChanged, ApiError> {
-        ebof_config::check_ns_hosts("hosts", hosts).map_err(|e| ApiError::from_config(&e, ""))?;
-        self.change_ns_hosts(nqn, nsid, |_, _| Ok(Some(hosts.to_vec())))
-    }
+/// The per-host masking of a configured subsystem: the NSIDs that have a `hosts` list.
+pub fn ns_hosts(s: &ebof_config::Subsystem) -> BTreeMap<u32, Vec<String>> {
+    s.namespaces
+        .iter()
+        .filter_map(|n| n.hosts.clone().map(|h| (n.nsid, h)))
+        .collect()
+}
 
-    /// `DELETE /v1/subsystems/{nqn}/namespaces/{nsid}/hosts`: namespace `nsid` of `nqn` is
-    /// visible to every host the subsystem admits again.
-    pub fn unmask_namespace(&self, nqn: &str, nsid: &str) -> Result<NamespaceChanged, ApiError> {
-        self.change_ns_hosts(nqn, nsid, |_, _| Ok(None))
-    }
+/// The masking applier ([`crate::apply`]): every configured namespace has its configured host
+/// list, set in one subsystem snapshot swap per subsystem (connected hosts whose view changed
+/// get a Namespace Attribute Changed event). Namespaces are opened masked
+/// ([`crate::build::build_target`], [`crate::namespaces::add_in`]), so this finds nothing to
+/// do at start or after an add.
+#[derive(Debug)]
+pub struct Masking;
 
-    /// `POST /v1/subsystems/{nqn}/namespaces/{nsid}/hosts`: host `hostnqn` sees namespace
-    /// `nsid` too. The namespace must have a host list (one visible to every host already is
-    /// visible to this one: `namespace-not-masked`); a host already listed is
-    /// `duplicate-host`.
-    pub fn attach_namespace_host(
-        &self,
-        nqn: &str,
-        nsid: &str,
-        hostnqn: &str,
-    ) -> Result<NamespaceChanged, ApiError> {
-        ebof_config::check_nqn(hostnqn).map_err(|e| ApiError::from_config(&e, "hostnqn"))?;
-        self.change_ns_hosts(nqn, nsid, |cur, nsid| {
-            let Some(list) = cur else {
-                return Err(not_masked(nqn, nsid, hostnqn, "attach"));
+impl Apply for Masking {
+    fn apply(&self, _old: &Config, new: &Config, live: &Target) -> Result<(), ApiError> {
+        for s in &new.subsystems {
+            let Some(ls) = live.subsystem(&s.nqn) else {
+                continue;
             };
-            if list.iter().any(|h| h == hostnqn) {
-                return Err(ApiError::new(
-                    cfg::DUPLICATE_HOST,
-                    "hostnqn",
-                    format!("{hostnqn} is already attached to namespace {nsid} of {nqn}"),
-                ));
+            let differs =
+                |n: &&ebof_config::Namespace| ls.ns_host_list(n.nsid) != n.hosts.as_deref();
+            if !s.namespaces.iter().any(|n| differs(&n)) {
+                continue;
             }
-            let mut list = list.to_vec();
-            list.push(hostnqn.to_string());
-            Ok(Some(list))
-        })
-    }
-
-    /// `DELETE /v1/subsystems/{nqn}/namespaces/{nsid}/hosts/{hostnqn}`: host `hostnqn` no
-    /// longer sees namespace `nsid` (I/O it sends there fails with Invalid Namespace). A host
-    /// not in the list is `unknown-host`; a namespace visible to every host is
-    /// `namespace-not-masked` (restrict it with a host list instead).
-    pub fn detach_namespace_host(
-        &self,
-        nqn: &str,
-        nsid: &str,
-        hostnqn: &str,
-    ) -> Result<NamespaceChanged, ApiError> {
-        self.change_ns_hosts(nqn, nsid, |cur, nsid| {
-            let Some(list) = cur else {
-                return Err(not_masked(nqn, nsid, hostnqn, "detach"));
-            };
-            let Some(i) = list.iter().position(|h| h == hostnqn) else {
-                return Err(ApiError::new(
-                    codes::UNKNOWN_HOST,
-                    "hostnqn",
-                    format!(
-                        "{hostnqn:?} is not attached to namespace {nsid} of {nqn} (attached: {})",
-                        if list.is_empty() {
-                            "none".to_string()
-                        } else {
-                            list.join(", ")
-                        }
-                    ),
-                ));
-            };
-            let mut list = list.to_vec();
-            list.remove(i);
-            Ok(Some(list))
-        })
-    }
-
-    /// Replace the host list of namespace `nsid` of `nqn` by `f(current list, nsid)`, in the
-    /// running configuration (validated as a file is) and then in the target.
-    fn change_ns_hosts(
-        &self,
-        nqn: &str,
-        nsid: &str,
-        f: impl FnOnce(Option<&[String]>, u32) -> Result<Option<Vec<String>>, ApiError>,
-    ) -> Result<NamespaceChanged, ApiError> {
-        let nsid = parse_nsid(nsid)?;
-        self.change(|cfg| {
-            let si = subsystem_index(cfg, nqn)?;
-            let ni = namespace_index(cfg, si, nsid)?;
-            let hosts = f(cfg.subsystems[si].namespaces[ni].hosts.as_deref(), nsid)?;
-            cfg.subsystems[si].namespaces[ni].hosts = hosts.clone();
-            check(cfg)?;
-            let mut live = None;
-            self.target
-                .update_subsystem(nqn, |s| {
-                    let Some(n) = s.namespace(nsid) else {
-                        return Err(unknown_namespace(nqn, nsid));
+            live.update_subsystem(&s.nqn, |cur| {
+                let mut next = cur.clone();
+                for n in &s.namespaces {
+                    match &n.hosts {
+                        Some(h) => next.ns_hosts.insert(n.nsid, h.clone()),
+                        None => next.ns_hosts.remove(&n.nsid),
                     };
-                    live = Some(n.clone());
-                    let mut s = s.clone();
-                    match &hosts {
-                        Some(h) => s.ns_hosts.insert(nsid, h.clone()),
-                        None => s.ns_hosts.remove(&nsid),
-                    };
-                    Ok(s)
-                })
-                .map_err(|e| update_error(nqn, e))?;
-            let live = live.ok_or_else(|| unknown_namespace(nqn, nsid))?;
-            tracing::info!(
-                subsystem = nqn,
-                nsid,
-                hosts = ?hosts,
-                "namespace host list changed by the management API"
-            );
-            Ok(NamespaceChanged {
-                subsystem: nqn.to_string(),
-                namespace: namespace_view(&live, &cfg.subsystems[si].namespaces[ni]),
+                }
+                Ok::<_, ApiError>(next)
             })
-        })
+            .map_err(|e| crate::lookup::update_error(&s.nqn, e))?;
+        }
+        Ok(())
     }
+}
+
+/// `PUT /v1/subsystems/{nqn}/namespaces/{nsid}/hosts`: only `hosts` see namespace `nsid` of
+/// `nqn` (none, for an empty list). Errors name `hosts[i]` for a bad or repeated NQN.
+pub(crate) fn set(
+    r: &Running,
+    nqn: &str,
+    nsid: &str,
+    hosts: &[String],
+) -> Result<NamespaceChanged, ApiError> {
+    ebof_config::check_ns_hosts("hosts", hosts).map_err(|e| ApiError::from_config(&e, ""))?;
+    change_hosts(r, nqn, nsid, |_, _| Ok(Some(hosts.to_vec())))
+}
+
+/// `DELETE /v1/subsystems/{nqn}/namespaces/{nsid}/hosts`: namespace `nsid` of `nqn` is
+/// visible to every host the subsystem admits again.
+pub(crate) fn unmask(r: &Running, nqn: &str, nsid: &str) -> Result<NamespaceChanged, ApiError> {
+    change_hosts(r, nqn, nsid, |_, _| Ok(None))
+}
+
+/// `POST /v1/subsystems/{nqn}/namespaces/{nsid}/hosts`: host `hostnqn` sees namespace `nsid`
+/// too (see [`crate::control::Control::attach_namespace_host`]).
+pub(crate) fn attach(
+    r: &Running,
+    nqn: &str,
+    nsid: &str,
+    hostnqn: &str,
+) -> Result<NamespaceChanged, ApiError> {
+    ebof_config::check_nqn(hostnqn).map_err(|e| ApiError::from_config(&e, "hostnqn"))?;
+    change_hosts(r, nqn, nsid, |cur, nsid| {
+        let Some(list) = cur else {
+            return Err(not_masked(nqn, nsid, hostnqn, "attach"));
+        };
+        if list.iter().any(|h| h == hostnqn) {
+            return Err(ApiError::new(
+                cfg::DUPLICATE_HOST,
+                "hostnqn",
+                format!("{hostnqn} is already attached to namespace {nsid} of {nqn}"),
+            ));
+        }
+        let mut list = list.to_vec();
+        list.push(hostnqn.to_string());
+        Ok(Some(list))
+    })
+}
+
+/// `DELETE /v1/subsystems/{nqn}/namespaces/{nsid}/hosts/{hostnqn}`: host `hostnqn` no longer
+/// sees namespace `nsid` (see [`crate::control::Control::detach_namespace_host`]).
+pub(crate) fn detach(
+    r: &Running,
+    nqn: &str,
+    nsid: &str,
+    hostnqn: &str,
+) -> Result<NamespaceChanged, ApiError> {
+    change_hosts(r, nqn, nsid, |cur, nsid| {
+        let Some(list) = cur else {
+            return Err(not_masked(nqn, nsid, hostnqn, "detach"));
+        };
+        let Some(i) = list.iter().position(|h| h == hostnqn) else {
+            return Err(ApiError::new(
+                codes::UNKNOWN_HOST,
+                "hostnqn",
+                format!(
+                    "{hostnqn:?} is not attached to namespace {nsid} of {nqn} (attached: {})",
+                    if list.is_empty() {
+                        "none".to_string()
+                    } else {
+                        list.join(", ")
+                    }
+                ),
+            ));
+        };
+        let mut list = list.to_vec();
+        list.remove(i);
+        Ok(Some(list))
+    })
+}
+
+/// Replace the host list of namespace `nsid` of `nqn` by `f(current list, nsid)` in the running
+/// configuration (validated as a file is); [`Masking`] applies it.
+fn change_hosts(
+    r: &Running,
+    nqn: &str,
+    nsid: &str,
+    f: impl FnOnce(Option<&[String]>, u32) -> Result<Option<Vec<String>>, ApiError>,
+) -> Result<NamespaceChanged, ApiError> {
+    let (hosts, live, c) = r.change_namespace(nqn, nsid, |ns| {
+        ns.hosts = f(ns.hosts.as_deref(), ns.nsid)?;
+        Ok(ns.hosts.clone())
+    })?;
+    tracing::info!(
+        subsystem = nqn,
+        nsid = c.nsid,
+        hosts = ?hosts,
+        "namespace host list changed by the management API"
+    );
+    Ok(namespace_changed(nqn, &live, &c))
 }
 
 fn not_masked(nqn: &str, nsid: u32, hostnqn: &str, what: &str) -> ApiError {
@@ -162,6 +176,7 @@ mod tests {
     use super::*;
     use crate::api::{NamespaceRequest, routes};
     use crate::client::{Client, ClientError};
+    use crate::control::Control;
     use crate::server::{bind_api_tcp, start};
     use crate::{Token, build};
     use ebof_config::Config;

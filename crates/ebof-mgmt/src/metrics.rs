@@ -131,165 +131,216 @@ pub fn render_with(
     host_labels: bool,
 ) -> Result<String, std::fmt::Error> {
     let mut reg = Registry::with_prefix("ebof");
-    if !pools.is_empty() {
-        for (name, help, get) in [
-            (
-                "pool_capacity_bytes",
-                "Storage pool capacity: its size cap, else its file system's size",
-                (|p: &crate::api::PoolView| p.capacity_bytes) as fn(&crate::api::PoolView) -> u64,
-            ),
-            (
-                "pool_provisioned_bytes",
-                "Sizes of the storage pool's namespaces added up",
-                |p| p.provisioned_bytes,
-            ),
-            (
-                "pool_free_bytes",
-                "What the storage pool can still provision",
-                |p| p.free_bytes,
-            ),
-        ] {
-            let f = Family::<PoolLabels, Gauge>::default();
-            reg.register(name, help, f.clone());
-            for p in pools {
-                f.get_or_create(&PoolLabels {
-                    pool: p.name.clone(),
-                })
-                .set(i64::try_from(get(p)).unwrap_or(i64::MAX));
-            }
+    register_pools(&mut reg, pools);
+    let st = ops::stats(t);
+    register_namespaces(&mut reg, t, &st);
+    register_controllers(&mut reg, t, host_labels);
+    register_box(&mut reg, t, &st);
+    let mut out = String::new();
+    encode(&mut out, &reg)?;
+    Ok(out)
+}
+
+/// A figure of a pool, of a namespace's counters, of the box's counters.
+type PoolFigure = fn(&crate::api::PoolView) -> u64;
+type NsFigure = fn(&crate::api::NamespaceStats) -> u64;
+type BoxFigure = fn(&crate::api::Stats, &Target) -> u64;
+
+/// One gauge per pool and figure.
+const POOL_GAUGES: [(&str, &str, PoolFigure); 3] = [
+    (
+        "pool_capacity_bytes",
+        "Storage pool capacity: its size cap, else its file system's size",
+        |p| p.capacity_bytes,
+    ),
+    (
+        "pool_provisioned_bytes",
+        "Sizes of the storage pool's namespaces added up",
+        |p| p.provisioned_bytes,
+    ),
+    (
+        "pool_free_bytes",
+        "What the storage pool can still provision",
+        |p| p.free_bytes,
+    ),
+];
+
+fn register_pools(reg: &mut Registry, pools: &[crate::api::PoolView]) {
+    if pools.is_empty() {
+        return;
+    }
+    for (name, help, get) in POOL_GAUGES {
+        let f = Family::<PoolLabels, Gauge>::default();
+        reg.register(name, help, f.clone());
+        for p in pools {
+            f.get_or_create(&PoolLabels {
+                pool: p.name.clone(),
+            })
+            .set(gauge_value(get(p)));
         }
     }
-    let reads = counter_family(
-        &mut reg,
-        "namespace_read_commands",
-        "Read commands completed",
-    );
-    let writes = counter_family(
-        &mut reg,
+}
+
+fn gauge_value(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+/// The per-namespace counters taken from [`ops::stats`].
+const NS_COUNTERS: [(&str, &str, NsFigure); 5] = [
+    ("namespace_read_commands", "Read commands completed", |n| {
+        n.read_commands
+    }),
+    (
         "namespace_write_commands",
         "Write commands completed",
-    );
-    let rbytes = counter_family(&mut reg, "namespace_read_bytes", "Bytes read by hosts");
-    let wbytes = counter_family(
-        &mut reg,
-        "namespace_written_bytes",
-        "Bytes written by hosts",
-    );
-    let merr = counter_family(
-        &mut reg,
+        |n| n.write_commands,
+    ),
+    ("namespace_read_bytes", "Bytes read by hosts", |n| {
+        n.bytes_read
+    }),
+    ("namespace_written_bytes", "Bytes written by hosts", |n| {
+        n.bytes_written
+    }),
+    (
         "namespace_media_errors",
         "Commands failed by the backend (media and data integrity errors)",
-    );
-    let size = Family::<NsLabels, Gauge>::default();
+        |n| n.media_errors,
+    ),
+];
+
+/// The per-namespace families read from the live namespaces.
+#[derive(Default)]
+struct NsFamilies {
+    size: Family<NsLabels, Gauge>,
+    allocated: Family<NsLabels, Gauge>,
+    berr: Family<NsClassLabels, Counter<u64>>,
+    qos_waited: Family<NsLabels, Counter<u64>>,
+    qos_wait: Family<NsLabels, Counter<f64, std::sync::atomic::AtomicU64>>,
+    qos_limit: Family<NsQosLabels, Gauge>,
+    read_lat: Vec<(NsLabels, LatencySnapshot)>,
+    write_lat: Vec<(NsLabels, LatencySnapshot)>,
+}
+
+/// Every per-namespace family, registered in exposition order.
+fn register_namespaces(reg: &mut Registry, t: &Target, st: &crate::api::Stats) {
+    let counters: Vec<_> = NS_COUNTERS
+        .iter()
+        .map(|(name, help, get)| (counter_family(reg, name, help), get))
+        .collect();
+    let mut f = NsFamilies::default();
     reg.register(
         "namespace_size_bytes",
         "Namespace capacity in bytes",
-        size.clone(),
+        f.size.clone(),
     );
-    let allocated = Family::<NsLabels, Gauge>::default();
     reg.register(
         "namespace_allocated_bytes",
         "Bytes the namespace's backend holds (thin namespaces: what was written and not deallocated)",
-        allocated.clone(),
+        f.allocated.clone(),
     );
-    let st = ops::stats(t);
     for n in &st.namespaces {
         let l = NsLabels {
             subsystem: n.subsystem.clone(),
             nsid: n.nsid.to_string(),
         };
-        reads.get_or_create(&l).inc_by(n.read_commands);
-        writes.get_or_create(&l).inc_by(n.write_commands);
-        rbytes.get_or_create(&l).inc_by(n.bytes_read);
-        wbytes.get_or_create(&l).inc_by(n.bytes_written);
-        merr.get_or_create(&l).inc_by(n.media_errors);
+        for (family, get) in &counters {
+            family.get_or_create(&l).inc_by(get(n));
+        }
     }
-    let berr = Family::<NsClassLabels, Counter<u64>>::default();
     reg.register(
         "namespace_backend_errors",
         "Backend failures by class (no_space, read_only, media, ...)",
-        berr.clone(),
+        f.berr.clone(),
     );
-    let qos_waited = counter_family(
-        &mut reg,
+    reg.register(
         "namespace_qos_waited_commands",
         "Commands that waited for the namespace's QoS limits",
+        f.qos_waited.clone(),
     );
-    let qos_wait = Family::<NsLabels, Counter<f64, std::sync::atomic::AtomicU64>>::default();
     reg.register(
         "namespace_qos_wait_seconds",
         "Total time commands waited for the namespace's QoS limits, seconds",
-        qos_wait.clone(),
+        f.qos_wait.clone(),
     );
-    let qos_limit = Family::<NsQosLabels, Gauge>::default();
     reg.register(
         "namespace_qos_limit",
         "QoS limits set on the namespace (iops: commands/s; mbps: 10^6 bytes/s)",
-        qos_limit.clone(),
+        f.qos_limit.clone(),
     );
-    let mut read_lat = Vec::new();
-    let mut write_lat = Vec::new();
     for s in t.subsystems().iter() {
         for n in &s.namespaces {
-            let l = NsLabels {
-                subsystem: s.nqn.clone(),
-                nsid: n.nsid.to_string(),
-            };
-            let (waited, wait) = n.qos.waits();
-            if waited > 0 {
-                qos_waited.get_or_create(&l).inc_by(waited);
-                qos_wait.get_or_create(&l).inc_by(wait.as_secs_f64());
-            }
-            let lim = crate::qos::qos_view(n).unwrap_or_default();
-            for (limit, v) in [
-                ("iops", lim.iops),
-                ("mbps", lim.mbps),
-                ("read_iops", lim.read_iops),
-                ("write_iops", lim.write_iops),
-                ("read_mbps", lim.read_mbps),
-                ("write_mbps", lim.write_mbps),
-            ] {
-                if v > 0 {
-                    qos_limit
-                        .get_or_create(&NsQosLabels {
-                            subsystem: s.nqn.clone(),
-                            nsid: n.nsid.to_string(),
-                            limit: limit.to_string(),
-                        })
-                        .set(i64::try_from(v).unwrap_or(i64::MAX));
-                }
-            }
-            size.get_or_create(&l)
-                .set(i64::try_from(n.backend.size()).unwrap_or(i64::MAX));
-            allocated
-                .get_or_create(&l)
-                .set(i64::try_from(n.backend.allocated_bytes()).unwrap_or(i64::MAX));
-            for c in nvmf_target::FailureClass::ALL {
-                let v =
-                    n.stats.backend_errors[c as usize].load(std::sync::atomic::Ordering::Relaxed);
-                if v > 0 {
-                    berr.get_or_create(&NsClassLabels {
-                        subsystem: s.nqn.clone(),
-                        nsid: n.nsid.to_string(),
-                        class: c.name().to_string(),
-                    })
-                    .inc_by(v);
-                }
-            }
-            read_lat.push((l.clone(), n.stats.read_latency.snapshot()));
-            write_lat.push((l, n.stats.write_latency.snapshot()));
+            f.read(&s.nqn, n);
         }
     }
     reg.register_collector(Box::new(LatencyFamily {
         name: "namespace_read_latency_seconds",
         help: "Latency of successful reads in the target (receive to completion), seconds",
-        series: read_lat,
+        series: f.read_lat,
     }));
     reg.register_collector(Box::new(LatencyFamily {
         name: "namespace_write_latency_seconds",
         help: "Latency of successful writes in the target (receive to completion), seconds",
-        series: write_lat,
+        series: f.write_lat,
     }));
+}
+
+impl NsFamilies {
+    /// The series of namespace `n` of subsystem `nqn`.
+    fn read(&mut self, nqn: &str, n: &nvmf_target::Namespace) {
+        let l = NsLabels {
+            subsystem: nqn.to_string(),
+            nsid: n.nsid.to_string(),
+        };
+        let (waited, wait) = n.qos.waits();
+        if waited > 0 {
+            self.qos_waited.get_or_create(&l).inc_by(waited);
+            self.qos_wait.get_or_create(&l).inc_by(wait.as_secs_f64());
+        }
+        let lim = crate::qos::qos_view(n).unwrap_or_default();
+        for (limit, v) in [
+            ("iops", lim.iops),
+            ("mbps", lim.mbps),
+            ("read_iops", lim.read_iops),
+            ("write_iops", lim.write_iops),
+            ("read_mbps", lim.read_mbps),
+            ("write_mbps", lim.write_mbps),
+        ] {
+            if v > 0 {
+                self.qos_limit
+                    .get_or_create(&NsQosLabels {
+                        subsystem: nqn.to_string(),
+                        nsid: n.nsid.to_string(),
+                        limit: limit.to_string(),
+                    })
+                    .set(gauge_value(v));
+            }
+        }
+        self.size
+            .get_or_create(&l)
+            .set(gauge_value(n.backend.size()));
+        self.allocated
+            .get_or_create(&l)
+            .set(gauge_value(n.backend.allocated_bytes()));
+        for c in nvmf_target::FailureClass::ALL {
+            let v = n.stats.backend_errors[c as usize].load(std::sync::atomic::Ordering::Relaxed);
+            if v > 0 {
+                self.berr
+                    .get_or_create(&NsClassLabels {
+                        subsystem: nqn.to_string(),
+                        nsid: n.nsid.to_string(),
+                        class: c.name().to_string(),
+                    })
+                    .inc_by(v);
+            }
+        }
+        self.read_lat
+            .push((l.clone(), n.stats.read_latency.snapshot()));
+        self.write_lat.push((l, n.stats.write_latency.snapshot()));
+    }
+}
+
+/// Controllers by kind, and I/O queues per controller.
+fn register_controllers(reg: &mut Registry, t: &Target, host_labels: bool) {
     let ctrls = Family::<KindLabels, Gauge>::default();
     reg.register("controllers", "Live controllers", ctrls.clone());
     let queues = Family::<CtrlLabels, Gauge>::default();
@@ -326,72 +377,75 @@ pub fn render_with(
                 .set(n);
         }
     }
-    let subsystems = Gauge::<i64>::default();
-    subsystems.set(i64::try_from(t.subsystems().len()).unwrap_or(i64::MAX));
-    reg.register("subsystems", "Subsystems served", subsystems);
-    counter(
-        &mut reg,
+}
+
+/// The box's event counters, in exposition order.
+const BOX_COUNTERS: [(&str, &str, BoxFigure); 10] = [
+    (
         "keep_alive_expiries",
         "Controllers torn down because their keep-alive timer expired",
-        st.keep_alive_expiries,
-    );
-    counter(
-        &mut reg,
+        |s, _| s.keep_alive_expiries,
+    ),
+    (
         "admin_disconnects",
         "Controllers disconnected through the management API",
-        st.admin_disconnects,
-    );
-    for (name, help, v) in [
-        (
-            "connections_accepted",
-            "TCP connections accepted",
-            st.connections_accepted,
-        ),
-        (
-            "connections_refused",
-            "TCP connections refused by the connection caps",
-            st.connections_refused,
-        ),
-        (
-            "protocol_errors",
-            "Connections terminated for an NVMe/TCP protocol error",
-            st.protocol_errors,
-        ),
-        (
-            "host_terminations",
-            "Connections the host ended with H2CTermReq",
-            st.host_terminations,
-        ),
-        (
-            "handshake_timeouts",
-            "Connections closed for missing the ICReq / Connect deadline",
-            st.handshake_timeouts,
-        ),
-        (
-            "auth_failures",
-            "Failed in-band authentications (DH-HMAC-CHAP), per queue",
-            st.auth_failures,
-        ),
-        (
-            "tls_failures",
-            "Connections refused or ended by TLS (handshake, unknown PSK, plaintext on a TLS-only listener)",
-            st.tls_failures,
-        ),
-    ] {
-        counter(&mut reg, name, help, v);
-    }
-    counter(
-        &mut reg,
+        |s, _| s.admin_disconnects,
+    ),
+    (
+        "connections_accepted",
+        "TCP connections accepted",
+        |s, _| s.connections_accepted,
+    ),
+    (
+        "connections_refused",
+        "TCP connections refused by the connection caps",
+        |s, _| s.connections_refused,
+    ),
+    (
+        "protocol_errors",
+        "Connections terminated for an NVMe/TCP protocol error",
+        |s, _| s.protocol_errors,
+    ),
+    (
+        "host_terminations",
+        "Connections the host ended with H2CTermReq",
+        |s, _| s.host_terminations,
+    ),
+    (
+        "handshake_timeouts",
+        "Connections closed for missing the ICReq / Connect deadline",
+        |s, _| s.handshake_timeouts,
+    ),
+    (
+        "auth_failures",
+        "Failed in-band authentications (DH-HMAC-CHAP), per queue",
+        |s, _| s.auth_failures,
+    ),
+    (
+        "tls_failures",
+        "Connections refused or ended by TLS (handshake, unknown PSK, plaintext on a TLS-only listener)",
+        |s, _| s.tls_failures,
+    ),
+    (
         "dim_refusals",
         "Discovery Information Management commands refused (untrusted discovery controller, change from another address, no room)",
-        t.events
-            .dim_refusals
-            .load(std::sync::atomic::Ordering::Relaxed),
-    );
+        |_, t| {
+            t.events
+                .dim_refusals
+                .load(std::sync::atomic::Ordering::Relaxed)
+        },
+    ),
+];
+
+/// The box: subsystems served, event counters, connections open.
+fn register_box(reg: &mut Registry, t: &Target, st: &crate::api::Stats) {
+    let subsystems = Gauge::<i64>::default();
+    subsystems.set(gauge_value(t.subsystems().len() as u64));
+    reg.register("subsystems", "Subsystems served", subsystems);
+    for (name, help, get) in BOX_COUNTERS {
+        counter(reg, name, help, get(st, t));
+    }
     let open = Gauge::<i64>::default();
-    open.set(i64::try_from(st.connections_open).unwrap_or(i64::MAX));
+    open.set(gauge_value(st.connections_open));
     reg.register("connections_open", "TCP connections open", open);
-    let mut out = String::new();
-    encode(&mut out, &reg)?;
-    Ok(out)
 }

@@ -5,6 +5,7 @@ use crate::api::{
     self, ApiError, ControllerView, Disconnected, LatencyPercentiles, ListenerView, NamespaceStats,
     NamespaceView, State, Stats, SubsystemRemoved, SubsystemRequest, SubsystemView, codes,
 };
+use crate::lookup::unknown_subsystem;
 use ebof_config::codes as cfg;
 use nvmf_target::{ControllerKind, Namespace, Subsystem, Target, UpdateError};
 use std::sync::Arc;
@@ -77,6 +78,26 @@ fn reservation_view(n: &Namespace) -> Option<api::ReservationView> {
             })
             .collect(),
     })
+}
+
+/// The API view of live namespace `n` configured as `c` (path and host list from the
+/// configuration).
+pub(crate) fn configured_view(n: &Namespace, c: &ebof_config::Namespace) -> NamespaceView {
+    let mut v = namespace_view(n, c.backend.path().map(|p| p.display().to_string()));
+    v.hosts = c.hosts.clone();
+    v
+}
+
+/// The answer to a namespace change: live namespace `n` of `nqn`, configured as `c`.
+pub(crate) fn namespace_changed(
+    nqn: &str,
+    n: &Namespace,
+    c: &ebof_config::Namespace,
+) -> api::NamespaceChanged {
+    api::NamespaceChanged {
+        subsystem: nqn.to_string(),
+        namespace: configured_view(n, c),
+    }
 }
 
 /// `GET /v1/state`.
@@ -216,14 +237,6 @@ fn update(
         Err(UpdateError::UnknownSubsystem) => Err(unknown_subsystem(nqn)),
         Err(UpdateError::Rejected(e)) => Err(e),
     }
-}
-
-pub(crate) fn unknown_subsystem(nqn: &str) -> ApiError {
-    ApiError::new(
-        codes::UNKNOWN_SUBSYSTEM,
-        "nqn",
-        format!("no subsystem {nqn:?} (see `ebof ctl show`)"),
-    )
 }
 
 /// `POST /v1/subsystems/{nqn}/hosts`: allow `hostnqn` to connect. Connected controllers are

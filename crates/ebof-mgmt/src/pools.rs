@@ -17,7 +17,6 @@
 //! its creation and the configuration's commit) and is replaced, with a warning.
 
 use crate::api::{ApiError, FsSpaceView, PoolView, codes};
-use crate::control::Control;
 use ebof_config::{Config, Pool, codes as cfg_codes};
 use nvmf_target::Target;
 use std::path::{Path, PathBuf};
@@ -75,14 +74,6 @@ pub fn pool_views(cfg: &Config, target: &Target) -> Vec<PoolView> {
         .iter()
         .map(|p| pool_view(cfg, target, p))
         .collect()
-}
-
-impl Control {
-    /// `GET /v1/pools`: every storage pool with its accounting.
-    pub fn pools(&self) -> Vec<PoolView> {
-        let cfg = self.lock();
-        pool_views(&cfg, &self.target)
-    }
 }
 
 /// The pool a request names, or `invalid-pool` / `unknown-pool` at `field`.
@@ -171,16 +162,6 @@ pub(crate) fn clear_orphan(path: &Path, field: &str) -> Result<(), ApiError> {
     }
 }
 
-/// The files a pool namespace owns: its data file and its persisted reservation state.
-pub(crate) fn owned_files(n: &ebof_config::Namespace, state_dir: Option<&Path>) -> Vec<PathBuf> {
-    let (Some(_), Some(path)) = (&n.pool, n.backend.path()) else {
-        return Vec::new();
-    };
-    let mut files = vec![path.to_path_buf()];
-    files.extend(crate::build::reservation_state_path(n, state_dir));
-    files
-}
-
 /// Delete the files of removed pool namespaces (after the removal is committed). A failure is
 /// logged: the namespace is gone either way, and a file left is replaced as an orphan later.
 pub(crate) fn delete_files(files: &[PathBuf]) {
@@ -230,6 +211,7 @@ pub fn ensure_directories(cfg: &Config) -> Result<(), String> {
 mod tests {
     use super::*;
     use crate::api::NamespaceRequest;
+    use crate::control::Control;
     use std::sync::Arc;
 
     const NQN: &str = "nqn.2026-11.io.ebof:vol";

@@ -2,20 +2,20 @@
 //! total and per direction (`[[subsystems.namespaces]] qos = { … }` of the configuration),
 //! changed while hosts do I/O.
 //!
-//! [`Control::set_namespace_qos`] replaces the namespace's limits as a whole (a key not given
-//! is unlimited), [`Control::clear_namespace_qos`] removes them. Each change is checked as the
+//! `PUT …/qos` replaces the namespace's limits as a whole (a key not given is unlimited),
+//! `DELETE …/qos` removes them ([`crate::control::Control::set_namespace_qos`],
+//! [`crate::control::Control::clear_namespace_qos`]). Each change is checked as the
 //! configuration file is (code `invalid-qos`, the key as field), recorded in the running
 //! configuration (autosaved when configured) and applied to the live namespace at once: its
 //! queues pick the new limits up at their next command, and commands already waiting under the
 //! old limits are released within `nvmf_target::qos::RECHECK`. The namespace is otherwise
 //! untouched (no event to hosts: QoS is not visible in NVMe).
 
-use crate::api::{ApiError, NamespaceChanged, QosRequest, QosView};
-use crate::control::{
-    Control, check, namespace_index, namespace_view, parse_nsid, subsystem_index,
-};
-use nvmf_target::Namespace;
+use crate::api::{ApiError, QosRequest, QosView};
+use crate::apply::Apply;
+use ebof_config::Config;
 use nvmf_target::qos::QosLimits;
+use nvmf_target::{Namespace, Target};
 
 /// The data path's limits for the configuration's.
 pub fn limits(q: &ebof_config::Qos) -> QosLimits {
@@ -48,62 +48,42 @@ pub(crate) fn qos_view(n: &Namespace) -> Option<QosView> {
     })
 }
 
-impl Control {
-    /// `PUT /v1/subsystems/{nqn}/namespaces/{nsid}/qos`: namespace `nsid` of `nqn` gets the
-    /// limits `req` (replacing any it had; a key not given is unlimited). Errors: a bad value
-    /// (`invalid-qos`, field the key), an unknown subsystem or namespace.
-    pub fn set_namespace_qos(
-        &self,
-        nqn: &str,
-        nsid: &str,
-        req: &QosRequest,
-    ) -> Result<NamespaceChanged, ApiError> {
-        let fields = ebof_config::QosFields {
-            iops: req.iops,
-            mbps: req.mbps,
-            read_iops: req.read_iops,
-            write_iops: req.write_iops,
-            read_mbps: req.read_mbps,
-            write_mbps: req.write_mbps,
-        };
-        let q = fields
-            .check("")
-            .map_err(|e| ApiError::from_config(&e, ""))?;
-        self.change_ns_qos(nqn, nsid, q)
-    }
+/// The QoS applier ([`crate::apply`]): every configured namespace has its configured limits
+/// (its queues pick them up at their next command). Namespaces are opened with their limits
+/// ([`crate::build::open_namespace`]), so this finds nothing to do at start.
+#[derive(Debug)]
+pub struct Qos;
 
-    /// `DELETE /v1/subsystems/{nqn}/namespaces/{nsid}/qos`: namespace `nsid` of `nqn` is
-    /// unlimited again.
-    pub fn clear_namespace_qos(&self, nqn: &str, nsid: &str) -> Result<NamespaceChanged, ApiError> {
-        self.change_ns_qos(nqn, nsid, ebof_config::Qos::default())
+impl Apply for Qos {
+    fn apply(&self, _old: &Config, new: &Config, live: &Target) -> Result<(), ApiError> {
+        for s in &new.subsystems {
+            let Some(ls) = live.subsystem(&s.nqn) else {
+                continue;
+            };
+            for n in &s.namespaces {
+                if let Some(ln) = ls.namespace(n.nsid)
+                    && ln.qos.limits() != limits(&n.qos)
+                {
+                    ln.qos.set(limits(&n.qos));
+                }
+            }
+        }
+        Ok(())
     }
+}
 
-    fn change_ns_qos(
-        &self,
-        nqn: &str,
-        nsid: &str,
-        q: ebof_config::Qos,
-    ) -> Result<NamespaceChanged, ApiError> {
-        let nsid = parse_nsid(nsid)?;
-        self.change(|cfg| {
-            let si = subsystem_index(cfg, nqn)?;
-            let ni = namespace_index(cfg, si, nsid)?;
-            let live = self.live_namespace(nqn, nsid)?;
-            cfg.subsystems[si].namespaces[ni].qos = q;
-            check(cfg)?;
-            live.qos.set(limits(&q));
-            tracing::info!(
-                subsystem = nqn,
-                nsid,
-                qos = %q.inline_table(),
-                "namespace QoS limits changed by the management API"
-            );
-            Ok(NamespaceChanged {
-                subsystem: nqn.to_string(),
-                namespace: namespace_view(&live, &cfg.subsystems[si].namespaces[ni]),
-            })
-        })
-    }
+/// The limits of a `PUT …/qos` request, checked as the configuration file checks them (code
+/// `invalid-qos`, the key as field).
+pub(crate) fn requested(req: &QosRequest) -> Result<ebof_config::Qos, ApiError> {
+    let fields = ebof_config::QosFields {
+        iops: req.iops,
+        mbps: req.mbps,
+        read_iops: req.read_iops,
+        write_iops: req.write_iops,
+        read_mbps: req.read_mbps,
+        write_mbps: req.write_mbps,
+    };
+    fields.check("").map_err(|e| ApiError::from_config(&e, ""))
 }
 
 #[cfg(test)]
@@ -111,6 +91,7 @@ mod tests {
     use super::*;
     use crate::api::codes;
     use crate::build;
+    use crate::control::Control;
     use ebof_config::Config;
     use std::sync::Arc;
 

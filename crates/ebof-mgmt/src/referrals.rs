@@ -5,9 +5,12 @@
 //! the target keeps ([`nvmf_target::Target::dim_registrations`]).
 
 use crate::api::{
-    ApiError, DimEntryView, DimRegistrationView, ReferralRequest, Referrals, codes, uuid_string,
+    ApiError, DimEntryView, DimRegistrationView, ReferralRequest, Referrals as ReferralsView,
+    codes, uuid_string,
 };
-use crate::control::{Control, check};
+use crate::apply::Apply;
+use crate::lookup::check;
+use crate::running::Running;
 use ebof_config::{Config, Listener};
 use nvmf_target::{MAX_REFERRALS, Referral, Target};
 use std::time::Instant;
@@ -21,11 +24,24 @@ fn referrals_of(cfg: &Config) -> Vec<Referral> {
         .collect()
 }
 
-/// Serve the configured referrals (at start, and after each change of them).
-pub fn apply_config(cfg: &Config, target: &Target) -> Result<bool, String> {
-    target
-        .set_referrals(referrals_of(cfg))
-        .map_err(|e| format!("discovery.referrals: {e}"))
+/// The referrals applier ([`crate::apply`]): the discovery log serves the configured
+/// referrals (discovery controllers with Discovery Log Page Change enabled get the event when
+/// they change).
+#[derive(Debug)]
+pub struct Referrals;
+
+impl Apply for Referrals {
+    fn apply(&self, _old: &Config, new: &Config, live: &Target) -> Result<(), ApiError> {
+        live.set_referrals(referrals_of(new))
+            .map(|_| ())
+            .map_err(|e| {
+                ApiError::new(
+                    codes::TOO_MANY_REFERRALS,
+                    "discovery.referrals",
+                    e.to_string(),
+                )
+            })
+    }
 }
 
 /// `ADDR:PORT` of every referral served, in discovery log order.
@@ -93,82 +109,87 @@ fn parse(address: &str) -> Result<Listener, ApiError> {
     Ok(l)
 }
 
-impl Control {
-    /// `GET /v1/discovery/referrals`.
-    pub fn referrals(&self) -> Referrals {
-        Referrals {
-            referrals: list(&self.target),
-            changed: false,
-            genctr: self.target.discovery_genctr(),
+/// `GET /v1/discovery/referrals`.
+pub(crate) fn view(target: &Target) -> ReferralsView {
+    ReferralsView {
+        referrals: list(target),
+        changed: false,
+        genctr: target.discovery_genctr(),
+    }
+}
+
+/// `POST /v1/discovery/referrals`: refer hosts to one more discovery service; discovery
+/// controllers with Discovery Log Page Change enabled get the event. Recorded in the running
+/// configuration (`[discovery] referrals`).
+pub(crate) fn add(r: &Running, req: &ReferralRequest) -> Result<ReferralsView, ApiError> {
+    let l = parse(&req.address)?;
+    change(r, |list| {
+        if list.contains(&l) {
+            return Err(ApiError::new(
+                codes::DUPLICATE_REFERRAL,
+                "address",
+                format!("hosts are referred to {l} already"),
+            ));
         }
-    }
+        if list.len() >= MAX_REFERRALS {
+            return Err(ApiError::new(
+                codes::TOO_MANY_REFERRALS,
+                "address",
+                format!(
+                    "{MAX_REFERRALS} referrals are served already, the most the discovery log holds"
+                ),
+            ));
+        }
+        list.push(l);
+        Ok(())
+    })
+}
 
-    /// `POST /v1/discovery/referrals`: refer hosts to one more discovery service; discovery
-    /// controllers with Discovery Log Page Change enabled get the event. Recorded in the
-    /// running configuration (`[discovery] referrals`).
-    pub fn add_referral(&self, req: &ReferralRequest) -> Result<Referrals, ApiError> {
-        let l = parse(&req.address)?;
-        self.change(|cfg| {
-            let list = &mut cfg.discovery_settings.referrals;
-            if list.contains(&l) {
-                return Err(ApiError::new(
-                    codes::DUPLICATE_REFERRAL,
-                    "address",
-                    format!("hosts are referred to {l} already"),
-                ));
+/// `DELETE /v1/discovery/referrals/{address}`: stop referring hosts to `address`
+/// (`ADDR[:PORT]`, port 8009 by default).
+pub(crate) fn remove(r: &Running, address: &str) -> Result<ReferralsView, ApiError> {
+    let l = parse(address)?;
+    change(r, |list| {
+        let Some(i) = list.iter().position(|x| *x == l) else {
+            return Err(ApiError::new(
+                codes::UNKNOWN_REFERRAL,
+                "address",
+                format!("no referral to {l} (see `ebof ctl referral list`)"),
+            ));
+        };
+        list.remove(i);
+        Ok(())
+    })
+}
+
+/// Edit the configured referrals with `f`; [`Referrals`] serves them.
+fn change(
+    r: &Running,
+    f: impl FnOnce(&mut Vec<Listener>) -> Result<(), ApiError>,
+) -> Result<ReferralsView, ApiError> {
+    let changed = r
+        .change(|cfg| {
+            let before = referrals_of(cfg);
+            f(&mut cfg.discovery_settings.referrals)?;
+            check(cfg)?;
+            Ok(referrals_of(cfg) != before)
+        })
+        .map_err(|mut e| {
+            if e.path == "discovery.referrals" {
+                e.path = "address".into();
             }
-            if list.len() >= MAX_REFERRALS {
-                return Err(ApiError::new(
-                    codes::TOO_MANY_REFERRALS,
-                    "address",
-                    format!("{MAX_REFERRALS} referrals are served already, the most the discovery log holds"),
-                ));
-            }
-            list.push(l);
-            self.apply_referrals(cfg)
-        })
-    }
-
-    /// `DELETE /v1/discovery/referrals/{address}`: stop referring hosts to `address`
-    /// (`ADDR[:PORT]`, port 8009 by default).
-    pub fn remove_referral(&self, address: &str) -> Result<Referrals, ApiError> {
-        let l = parse(address)?;
-        self.change(|cfg| {
-            let list = &mut cfg.discovery_settings.referrals;
-            let Some(i) = list.iter().position(|r| *r == l) else {
-                return Err(ApiError::new(
-                    codes::UNKNOWN_REFERRAL,
-                    "address",
-                    format!("no referral to {l} (see `ebof ctl referral list`)"),
-                ));
-            };
-            list.remove(i);
-            self.apply_referrals(cfg)
-        })
-    }
-
-    fn apply_referrals(&self, cfg: &Config) -> Result<Referrals, ApiError> {
-        check(cfg)?;
-        let changed = self
-            .target
-            .set_referrals(referrals_of(cfg))
-            .map_err(|e| ApiError::new(codes::TOO_MANY_REFERRALS, "address", e.to_string()))?;
-        Ok(Referrals {
-            referrals: list(&self.target),
-            changed,
-            genctr: self.target.discovery_genctr(),
-        })
-    }
-
-    /// `GET /v1/discovery/registrations`.
-    pub fn registrations(&self) -> Vec<DimRegistrationView> {
-        registrations(&self.target)
-    }
+            e
+        })?;
+    Ok(ReferralsView {
+        changed,
+        ..view(r.target())
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::control::Control;
     use nvme_spec::dim::{DimData, DimTask};
     use nvme_spec::fabrics::{ConnectCmd, ConnectData, PropertyCmd, cc, prop};
     use nvme_spec::opcode::{admin, fctype};

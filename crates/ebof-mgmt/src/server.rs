@@ -316,7 +316,7 @@ pub fn router(ctx: Ctx) -> Router {
         .route(routes::SNAPSHOT, delete(delete_snapshot))
         .route(routes::SNAPSHOT_CLONES, post(post_snapshot_clone))
         .route(routes::POOLS, get(get_pools))
-        .merge(crate::hostkeys::router())
+        .merge(hostkeys_router())
         .fallback(unknown_endpoint)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(ctx)
@@ -934,6 +934,66 @@ async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) ->
         format!("{method} is not allowed on {}", uri.path()),
     ))
     .into_response()
+}
+
+/// The routes of the DH-HMAC-CHAP keys ([`crate::hostkeys`]), merged into the API's router.
+fn hostkeys_router() -> axum::Router<Arc<Control>> {
+    use axum::extract::{Path, State};
+    use axum::response::{IntoResponse, Response};
+    type PathArg = Result<Path<(String, String)>, axum::extract::rejection::PathRejection>;
+
+    fn answer(r: Result<crate::hostkeys::HostKeyView, ApiError>) -> Response {
+        match r {
+            Ok(v) => axum::Json(v).into_response(),
+            Err(e) => {
+                let status = axum::http::StatusCode::from_u16(e.http_status())
+                    .unwrap_or(axum::http::StatusCode::INTERNAL_SERVER_ERROR);
+                (status, axum::Json(e)).into_response()
+            }
+        }
+    }
+    async fn blocking(
+        f: impl FnOnce() -> Result<crate::hostkeys::HostKeyView, ApiError> + Send + 'static,
+    ) -> Response {
+        answer(tokio::task::spawn_blocking(f).await.unwrap_or_else(|_| {
+            Err(ApiError::new(
+                codes::INTERNAL,
+                "",
+                "the request failed on the server's side",
+            ))
+        }))
+    }
+    async fn put_key(
+        State(c): State<Arc<Control>>,
+        path: PathArg,
+        body: Result<axum::Json<crate::hostkeys::HostKeyRequest>, axum::extract::rejection::JsonRejection>,
+    ) -> Response {
+        let (Path((nqn, host)), axum::Json(req)) = match (path, body) {
+            (Ok(p), Ok(b)) => (p, b),
+            (Err(e), _) => {
+                return answer(Err(ApiError::new(codes::BAD_REQUEST, "", e.body_text())));
+            }
+            // Never the body's text: it may hold a secret.
+            (_, Err(_)) => {
+                return answer(Err(ApiError::new(
+                    codes::BAD_REQUEST,
+                    "",
+                    "the body must be {\"dhchap_key\": \"DHHC-1:…\", \"dhchap_ctrl_key\": \"DHHC-1:…\" (optional)}",
+                )));
+            }
+        };
+        blocking(move || c.set_host_key(&nqn, &host, &req)).await
+    }
+    async fn delete_key(State(c): State<Arc<Control>>, path: PathArg) -> Response {
+        match path {
+            Ok(Path((nqn, host))) => blocking(move || c.remove_host_key(&nqn, &host)).await,
+            Err(e) => answer(Err(ApiError::new(codes::BAD_REQUEST, "", e.body_text()))),
+        }
+    }
+    axum::Router::new().route(
+        crate::api::routes::HOST_DHCHAP,
+        axum::routing::put(put_key).delete(delete_key),
+    )
 }
 
 #[cfg(test)]

@@ -25,345 +25,31 @@ use crate::api::{
     self, ApiError, CloneMade, CloneRequest, NamespaceRequest, SnapshotDeleted, SnapshotRequest,
     SnapshotView, codes,
 };
-use crate::control::{Control, namespace_index, parse_nsid, subsystem_index};
+use crate::lookup::{live_namespace, namespace_index, parse_nsid, subsystem_index};
+use crate::running::Running;
 use ebof_backend::clone::{CloneMethod, Fallback, clone_file};
 use ebof_config::{BackendChoice, Config};
 use nvmf_target::gate::Gate;
-use serde::{Deserialize, Serialize};
-use std::collections::{BTreeSet, HashSet};
 use std::fs::File;
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-/// Directory of a namespace's snapshots, beside the namespace's file.
-pub const DIR_NAME: &str = ".ebof-snapshots";
-/// The manifest version this code writes and reads.
-pub const MANIFEST_VERSION: u32 = 1;
-/// Longest snapshot name, in characters.
-pub const NAME_MAX: usize = 64;
+pub(crate) use crate::snapshot_store::Book;
+pub use crate::snapshot_store::{
+    CATALOGUE, DIR_NAME, Found, MANIFEST_VERSION, Manifest, ManifestOrigin, NAME_MAX, scan_dir,
+    validate_name, write_atomic,
+};
+use crate::snapshot_store::{
+    data_file_name, find_all, manifest_file_name, snapshot_dir_of, sync_dir,
+};
+
 /// Longest wait for the origin's commands in flight to drain before a snapshot gives up.
 pub const HOLD_TIMEOUT: Duration = Duration::from_secs(5);
 /// Most flushes of the origin before its writes are held (see [`PRE_FLUSH_QUICK`]).
 pub const PRE_FLUSH_PASSES: u32 = 3;
 /// A flush this quick left little dirty data: hold the writes now.
 pub const PRE_FLUSH_QUICK: Duration = Duration::from_millis(10);
-/// The catalogue of snapshot directories in `[target] state_dir`.
-pub const CATALOGUE: &str = "snapshot-dirs.json";
-
-/// Check a snapshot name: 1 to [`NAME_MAX`] characters of `A-Z a-z 0-9 . _ -`, the first a
-/// letter or digit (so no hidden file, no `..`, no option look-alike, no path separator).
-pub fn validate_name(name: &str) -> Result<(), ApiError> {
-    let bad = |why: String| {
-        Err(ApiError::new(
-            codes::INVALID_SNAPSHOT_NAME,
-            "name",
-            format!(
-                "{name:?} is not a snapshot name: {why} (allowed: 1 to {NAME_MAX} of A-Z a-z 0-9 \
-                 . _ -, starting with a letter or digit)"
-            ),
-        ))
-    };
-    if name.is_empty() {
-        return bad("it is empty".into());
-    }
-    if name.chars().count() > NAME_MAX {
-        return bad(format!("it has {} characters", name.chars().count()));
-    }
-    if let Some((i, c)) = name
-        .chars()
-        .enumerate()
-        .find(|(_, c)| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
-    {
-        let what = if c == '/' || c == '\\' {
-            "a path separator".to_string()
-        } else if c.is_control() {
-            format!("a control character (U+{:04X})", u32::from(c))
-        } else {
-            format!("{c:?}")
-        };
-        return bad(format!("character {} is {what}", i + 1));
-    }
-    if !name.starts_with(|c: char| c.is_ascii_alphanumeric()) {
-        return bad("it does not start with a letter or digit".into());
-    }
-    Ok(())
-}
-
-/// Where a snapshot was taken from, as its manifest records it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ManifestOrigin {
-    /// Subsystem NQN.
-    pub subsystem: String,
-    /// Namespace ID.
-    pub nsid: u32,
-    /// Namespace UUID, text form.
-    pub uuid: String,
-    /// The origin's file.
-    pub path: String,
-}
-
-/// A snapshot's manifest (`NAME.json`, JSON). Unknown fields are ignored (a later ebof may add
-/// some within version 1); a different `version` is refused.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Manifest {
-    /// [`MANIFEST_VERSION`].
-    pub version: u32,
-    /// The snapshot's name (the manifest's file stem).
-    pub name: String,
-    /// The namespace it copies.
-    pub origin: ManifestOrigin,
-    /// Bytes.
-    pub size: u64,
-    /// The origin's logical block size.
-    pub block_size: u32,
-    /// Seconds since the Unix epoch.
-    pub created: u64,
-    /// `reflink` or `copy`.
-    pub method: String,
-    /// The data file, relative to the manifest's directory (`NAME.img`).
-    pub data: String,
-    /// Microseconds the origin's I/O was held.
-    #[serde(default)]
-    pub pause_us: u64,
-    /// Microseconds the whole snapshot took.
-    #[serde(default)]
-    pub duration_us: u64,
-}
-
-impl Manifest {
-    /// The manifest as written (pretty JSON, a final newline).
-    pub fn to_json(&self) -> String {
-        let mut s = serde_json::to_string_pretty(self).unwrap_or_default();
-        s.push('\n');
-        s
-    }
-
-    /// Read a manifest from `text`; `stem` is its file name without `.json`, which must be
-    /// its name. The error says what is wrong.
-    pub fn parse(text: &str, stem: &str) -> Result<Manifest, String> {
-        let v: serde_json::Value =
-            serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
-        match v.get("version").and_then(serde_json::Value::as_u64) {
-            Some(n) if n == u64::from(MANIFEST_VERSION) => {}
-            Some(n) => {
-                return Err(format!(
-                    "manifest version {n} is not supported (this ebof reads version \
-                     {MANIFEST_VERSION})"
-                ));
-            }
-            None => return Err("no manifest version".into()),
-        }
-        let m: Manifest =
-            serde_json::from_value(v).map_err(|e| format!("not a snapshot manifest: {e}"))?;
-        validate_name(&m.name).map_err(|e| e.message)?;
-        if m.name != stem {
-            return Err(format!(
-                "it names snapshot {:?}, its file says {stem:?}",
-                m.name
-            ));
-        }
-        if m.data != data_file_name(&m.name) {
-            return Err(format!("unexpected data file {:?}", m.data));
-        }
-        if m.method != CloneMethod::Reflink.as_str() && m.method != CloneMethod::Copy.as_str() {
-            return Err(format!("unknown method {:?}", m.method));
-        }
-        Ok(m)
-    }
-
-    /// The API's view of the snapshot in `dir`.
-    pub fn view(&self, dir: &Path) -> SnapshotView {
-        SnapshotView {
-            name: self.name.clone(),
-            origin: api::SnapshotOrigin {
-                subsystem: self.origin.subsystem.clone(),
-                nsid: self.origin.nsid,
-                uuid: self.origin.uuid.clone(),
-                path: self.origin.path.clone(),
-            },
-            size: self.size,
-            block_size: self.block_size,
-            created: self.created,
-            method: self.method.clone(),
-            path: dir.join(&self.data).display().to_string(),
-            pause_us: self.pause_us,
-            duration_us: self.duration_us,
-        }
-    }
-}
-
-fn data_file_name(name: &str) -> String {
-    format!("{name}.img")
-}
-
-fn manifest_file_name(name: &str) -> String {
-    format!("{name}.json")
-}
-
-/// Write `bytes` as `dir/name` atomically: a temporary file in `dir` (owner-only, new, under
-/// an unpredictable name: [`crate::paths::create_private`]), written and synced, renamed over
-/// `name`, then `dir` synced. On failure the temporary file is removed.
-pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<()> {
-    let tmp = dir.join(crate::paths::temp_name(name)?);
-    let result = (|| {
-        let mut f = crate::paths::create_private(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, dir.join(name))?;
-        sync_dir(dir)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
-}
-
-fn sync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
-}
-
-/// A snapshot found on disk.
-#[derive(Clone, Debug)]
-pub struct Found {
-    /// Its directory.
-    pub dir: PathBuf,
-    /// Its manifest.
-    pub manifest: Manifest,
-}
-
-/// Read every manifest in `dir` (a missing directory has none). Manifests that cannot be
-/// read come back as warnings (`path: why`), the rest as snapshots.
-pub fn scan_dir(dir: &Path) -> (Vec<Found>, Vec<String>) {
-    let (mut found, mut warnings) = (Vec::new(), Vec::new());
-    let entries = match std::fs::read_dir(dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return (found, warnings),
-        Err(e) => {
-            warnings.push(format!("{}: {e}", dir.display()));
-            return (found, warnings);
-        }
-    };
-    let mut names: Vec<String> = entries
-        .filter_map(|e| e.ok())
-        .filter_map(|e| e.file_name().to_str().map(str::to_string))
-        .filter(|n| n.ends_with(".json") && !n.starts_with('.'))
-        .collect();
-    names.sort();
-    for n in names {
-        let path = dir.join(&n);
-        let stem = &n[..n.len() - ".json".len()];
-        let parsed = std::fs::read_to_string(&path)
-            .map_err(|e| e.to_string())
-            .and_then(|t| Manifest::parse(&t, stem));
-        match parsed {
-            Ok(manifest) => found.push(Found {
-                dir: dir.to_path_buf(),
-                manifest,
-            }),
-            Err(e) => warnings.push(format!("{}: {e} (skipped)", path.display())),
-        }
-    }
-    (found, warnings)
-}
-
-/// The catalogue of snapshot directories kept in `[target] state_dir`.
-#[derive(Debug, Default, Serialize, Deserialize)]
-struct Catalogue {
-    version: u32,
-    dirs: BTreeSet<PathBuf>,
-}
-
-/// The control plane's memory of snapshot directories (see the module docs).
-#[derive(Debug, Default)]
-pub(crate) struct Book {
-    inner: Mutex<BookInner>,
-}
-
-#[derive(Debug, Default)]
-struct BookInner {
-    /// Directories used or found since start (and those of the catalogue).
-    dirs: BTreeSet<PathBuf>,
-    /// Manifests already warned about (warned once, not on every list).
-    warned: HashSet<String>,
-}
-
-impl Book {
-    /// The book of a target configured with `cfg`: the catalogue in its `state_dir`, if any.
-    pub(crate) fn new(cfg: &Config) -> Book {
-        let book = Book::default();
-        if let Some(sd) = &cfg.target.state_dir {
-            let path = sd.join(CATALOGUE);
-            match std::fs::read_to_string(&path) {
-                Ok(t) => match serde_json::from_str::<Catalogue>(&t) {
-                    Ok(c) if c.version == MANIFEST_VERSION => {
-                        book.lock().dirs.extend(c.dirs);
-                    }
-                    Ok(c) => tracing::warn!(
-                        path = %path.display(),
-                        version = c.version,
-                        "snapshot catalogue of an unknown version: ignored"
-                    ),
-                    Err(e) => tracing::warn!(
-                        path = %path.display(),
-                        error = %e,
-                        "snapshot catalogue unreadable: ignored"
-                    ),
-                },
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => tracing::warn!(
-                    path = %path.display(),
-                    error = %e,
-                    "snapshot catalogue unreadable: ignored"
-                ),
-            }
-        }
-        book
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, BookInner> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Remember `dir`; with a `state_dir`, record it in the catalogue there (best effort: a
-    /// failure is logged, the snapshot is made regardless).
-    fn remember(&self, dir: &Path, state_dir: Option<&Path>) {
-        let mut b = self.lock();
-        let mut dirs = b.dirs.clone();
-        dirs.insert(dir.to_path_buf());
-        if let Some(sd) = state_dir {
-            let cat = Catalogue {
-                version: MANIFEST_VERSION,
-                dirs: dirs.clone(),
-            };
-            let text = serde_json::to_string_pretty(&cat).unwrap_or_default();
-            let r = crate::paths::private_dir(sd)
-                .and_then(|()| write_atomic(sd, CATALOGUE, text.as_bytes()));
-            if let Err(e) = r {
-                tracing::warn!(
-                    state_dir = %sd.display(),
-                    error = %e,
-                    "snapshot catalogue not written: the snapshot is found again after a \
-                     restart only while a file namespace remains in its directory"
-                );
-            }
-        }
-        b.dirs = dirs;
-    }
-}
-
-/// The snapshot directory of a file namespace at `path` (made absolute, so that the server's
-/// working directory does not matter later).
-fn snapshot_dir_of(path: &Path) -> PathBuf {
-    let abs = std::fs::canonicalize(path)
-        .unwrap_or_else(|_| std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf()));
-    let parent = match abs.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    parent.join(DIR_NAME)
-}
 
 /// The origin's gate, closed and drained; opened again when dropped.
 struct Hold<'a>(&'a Gate);
@@ -458,458 +144,417 @@ fn nqn_tail(nqn: &str) -> String {
     if s.is_empty() { "ns".into() } else { s }
 }
 
-impl Control {
-    /// Every snapshot directory to look in (see the module docs).
-    fn snapshot_dirs(&self, cfg: &Config) -> BTreeSet<PathBuf> {
-        let mut dirs: BTreeSet<PathBuf> = self.snapshots_book.lock().dirs.clone();
-        for s in &cfg.subsystems {
-            for n in &s.namespaces {
-                if let BackendChoice::File { path, .. } = &n.backend {
-                    dirs.insert(snapshot_dir_of(path));
-                }
-            }
-        }
-        dirs
-    }
+/// `GET /v1/snapshots`: every snapshot, by name.
+pub(crate) fn list(r: &Running, book: &Book) -> Vec<SnapshotView> {
+    let cfg = r.lock();
+    find_all(book, &cfg)
+        .iter()
+        .map(|f| f.manifest.view(&f.dir))
+        .collect()
+}
 
-    /// Every snapshot, by name (the first found wins a name found twice, with a warning).
-    fn find_all(&self, cfg: &Config) -> Vec<Found> {
-        let mut all: Vec<Found> = Vec::new();
-        let mut warnings = Vec::new();
-        for d in self.snapshot_dirs(cfg) {
-            let (found, w) = scan_dir(&d);
-            warnings.extend(w);
-            for f in found {
-                if let Some(first) = all.iter().find(|x| x.manifest.name == f.manifest.name) {
-                    warnings.push(format!(
-                        "{}: snapshot {} is also in {} (skipped)",
-                        f.dir.display(),
-                        f.manifest.name,
-                        first.dir.display()
-                    ));
-                    continue;
-                }
-                all.push(f);
-            }
-        }
-        let mut book = self.snapshots_book.lock();
-        for w in warnings {
-            if book.warned.insert(w.clone()) {
-                tracing::warn!("snapshot manifest: {w}");
-            }
-        }
-        let new: BTreeSet<PathBuf> = all
-            .iter()
-            .map(|f| f.dir.clone())
-            .filter(|d| !book.dirs.contains(d))
-            .collect();
-        drop(book);
-        // A directory found through a namespace of the configuration goes into the catalogue
-        // too: the snapshot is then found after its origin is gone.
-        for d in new {
-            self.snapshots_book
-                .remember(&d, cfg.target.state_dir.as_deref());
-        }
-        all.sort_by(|a, b| a.manifest.name.cmp(&b.manifest.name));
-        all
+/// `POST /v1/subsystems/{nqn}/namespaces/{nsid}/snapshots`: a crash-consistent
+/// point-in-time copy of file namespace `nsid` of `nqn` (see the module docs).
+pub(crate) fn snapshot_namespace(
+    r: &Running,
+    book: &Book,
+    nqn: &str,
+    nsid: &str,
+    req: &SnapshotRequest,
+) -> Result<SnapshotView, ApiError> {
+    let started = Instant::now();
+    let nsid = parse_nsid(nsid)?;
+    validate_name(&req.name)?;
+    // The configuration lock serialises snapshots, deletes and namespace changes.
+    let cfg = r.lock();
+    let si = subsystem_index(&cfg, nqn)?;
+    let nc = &cfg.subsystems[si].namespaces[namespace_index(&cfg, si, nsid)?];
+    let origin = origin_file(nc, nqn)?;
+    let live = live_namespace(r.target(), nqn, nsid)?;
+    if let Some(f) = find_all(book, &cfg)
+        .into_iter()
+        .find(|f| f.manifest.name == req.name)
+    {
+        return Err(ApiError::new(
+            codes::DUPLICATE_SNAPSHOT,
+            "name",
+            format!(
+                "snapshot {} exists already (of {} namespace {}, in {})",
+                req.name,
+                f.manifest.origin.subsystem,
+                f.manifest.origin.nsid,
+                f.dir.display()
+            ),
+        ));
     }
+    let dir = snapshot_dir_of(&origin);
+    let (data, dst) = create_data_file(&dir, &req.name)?;
+    let undo = Undo(vec![data.clone()]);
+    let src = File::open(&origin)
+        .map_err(|e| io_error(&e, "nsid", format!("cannot open {}", origin.display())))?;
+    let (cloned, pause, size) = copy_held(&live, &src, &dst, &origin, nqn)?;
+    let method = cloned.map_err(|e| {
+        io_error(
+            &e,
+            "name",
+            format!("cannot clone {} into {}", origin.display(), data.display()),
+        )
+    })?;
+    dst.sync_all()
+        .map_err(|e| io_error(&e, "name", format!("cannot sync {}", data.display())))?;
+    let mut m = Manifest {
+        version: MANIFEST_VERSION,
+        name: req.name.clone(),
+        origin: ManifestOrigin {
+            subsystem: nqn.to_string(),
+            nsid,
+            uuid: api::uuid_string(&live.uuid),
+            path: origin.display().to_string(),
+        },
+        size,
+        block_size: live.block_size,
+        created: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+        method: method.as_str().to_string(),
+        data: data_file_name(&req.name),
+        pause_us: micros(pause),
+        duration_us: 0,
+    };
+    m.duration_us = micros(started.elapsed());
+    write_atomic(&dir, &manifest_file_name(&req.name), m.to_json().as_bytes()).map_err(|e| {
+        io_error(
+            &e,
+            "name",
+            format!("cannot write the manifest in {}", dir.display()),
+        )
+    })?;
+    undo.disarm();
+    book.remember(&dir, cfg.target.state_dir.as_deref());
+    tracing::info!(
+        subsystem = nqn,
+        nsid,
+        snapshot = %req.name,
+        method = method.as_str(),
+        pause_us = m.pause_us,
+        duration_us = m.duration_us,
+        "snapshot taken"
+    );
+    Ok(m.view(&dir))
+}
 
-    /// `GET /v1/snapshots`: every snapshot, by name.
-    pub fn snapshots(&self) -> Vec<SnapshotView> {
-        let cfg = self.lock();
-        self.find_all(&cfg)
-            .iter()
-            .map(|f| f.manifest.view(&f.dir))
-            .collect()
+/// The file of file namespace `nc` of `nqn`, or `snapshot-unsupported`.
+fn origin_file(nc: &ebof_config::Namespace, nqn: &str) -> Result<PathBuf, ApiError> {
+    match &nc.backend {
+        BackendChoice::File { path, .. } => Ok(path.clone()),
+        other => Err(ApiError::new(
+            codes::SNAPSHOT_UNSUPPORTED,
+            "nsid",
+            format!(
+                "namespace {} of {nqn} is a {} namespace: only file namespaces \
+                 have snapshots",
+                nc.nsid,
+                other.kind()
+            ),
+        )),
     }
+}
 
-    /// `POST /v1/subsystems/{nqn}/namespaces/{nsid}/snapshots`: a crash-consistent
-    /// point-in-time copy of file namespace `nsid` of `nqn` (see the module docs).
-    pub fn snapshot_namespace(
-        &self,
-        nqn: &str,
-        nsid: &str,
-        req: &SnapshotRequest,
-    ) -> Result<SnapshotView, ApiError> {
-        let started = Instant::now();
-        let nsid = parse_nsid(nsid)?;
-        validate_name(&req.name)?;
-        // The configuration lock serialises snapshots, deletes and namespace changes.
-        let cfg = self.lock();
-        let si = subsystem_index(&cfg, nqn)?;
-        let nc = &cfg.subsystems[si].namespaces[namespace_index(&cfg, si, nsid)?];
-        let origin = match &nc.backend {
-            BackendChoice::File { path, .. } => path.clone(),
-            other => {
-                return Err(ApiError::new(
-                    codes::SNAPSHOT_UNSUPPORTED,
-                    "nsid",
-                    format!(
-                        "namespace {nsid} of {nqn} is a {} namespace: only file namespaces \
-                         have snapshots",
-                        other.kind()
-                    ),
-                ));
-            }
-        };
-        let live = self.live_namespace(nqn, nsid)?;
-        if let Some(f) = self
-            .find_all(&cfg)
-            .into_iter()
-            .find(|f| f.manifest.name == req.name)
-        {
+/// Create the data file of snapshot `name` in `dir` (and `dir`), owner-only and new.
+fn create_data_file(dir: &Path, name: &str) -> Result<(PathBuf, File), ApiError> {
+    crate::paths::private_dir(dir)
+        .map_err(|e| io_error(&e, "name", format!("cannot create {}", dir.display())))?;
+    let data = dir.join(data_file_name(name));
+    match crate::paths::create_private(&data) {
+        Ok(f) => Ok((data, f)),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Err(ApiError::new(
+            codes::DUPLICATE_SNAPSHOT,
+            "name",
+            format!(
+                "{} exists already (left by an earlier snapshot without its manifest? \
+                 remove it or choose another name)",
+                data.display()
+            ),
+        )),
+        Err(e) => Err(io_error(
+            &e,
+            "name",
+            format!("cannot create {}", data.display()),
+        )),
+    }
+}
+
+/// Copy the origin `src` (namespace `live`, file `origin`, of `nqn`) into `dst` while its
+/// commands are held (see the module docs): the clone's outcome, how long I/O was held and
+/// the size copied.
+fn copy_held(
+    live: &nvmf_target::Namespace,
+    src: &File,
+    dst: &File,
+    origin: &Path,
+    nqn: &str,
+) -> Result<(io::Result<CloneMethod>, Duration, u64), ApiError> {
+    let nsid = live.nsid;
+    // Flush first, outside the hold: FICLONE writes back the dirty pages of the file while
+    // the writes are held, so the less is dirty then, the shorter the hold. A flush that
+    // took long means writes dirtied pages meanwhile: flush again, a few times at most.
+    for _ in 0..PRE_FLUSH_PASSES {
+        let t = Instant::now();
+        if let Err(e) = live.backend.flush() {
             return Err(ApiError::new(
-                codes::DUPLICATE_SNAPSHOT,
-                "name",
-                format!(
-                    "snapshot {} exists already (of {} namespace {}, in {})",
-                    req.name,
-                    f.manifest.origin.subsystem,
-                    f.manifest.origin.nsid,
-                    f.dir.display()
-                ),
-            ));
-        }
-        let dir = snapshot_dir_of(&origin);
-        crate::paths::private_dir(&dir)
-            .map_err(|e| io_error(&e, "name", format!("cannot create {}", dir.display())))?;
-        let data = dir.join(data_file_name(&req.name));
-        let dst = match crate::paths::create_private(&data) {
-            Ok(f) => f,
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                return Err(ApiError::new(
-                    codes::DUPLICATE_SNAPSHOT,
-                    "name",
-                    format!(
-                        "{} exists already (left by an earlier snapshot without its manifest? \
-                         remove it or choose another name)",
-                        data.display()
-                    ),
-                ));
-            }
-            Err(e) => {
-                return Err(io_error(
-                    &e,
-                    "name",
-                    format!("cannot create {}", data.display()),
-                ));
-            }
-        };
-        let undo = Undo(vec![data.clone()]);
-        let src = File::open(&origin)
-            .map_err(|e| io_error(&e, "nsid", format!("cannot open {}", origin.display())))?;
-        // Flush first, outside the hold: FICLONE writes back the dirty pages of the file while
-        // the writes are held, so the less is dirty then, the shorter the hold. A flush that
-        // took long means writes dirtied pages meanwhile: flush again, a few times at most.
-        for _ in 0..PRE_FLUSH_PASSES {
-            let t = Instant::now();
-            if let Err(e) = live.backend.flush() {
-                return Err(ApiError::new(
-                    codes::SNAPSHOT_FAILED,
-                    "nsid",
-                    format!(
-                        "flush of {} failed: {e}; nothing was made",
-                        origin.display()
-                    ),
-                ));
-            }
-            if t.elapsed() < PRE_FLUSH_QUICK {
-                break;
-            }
-        }
-        let Some(held) = hold(&live.gate, HOLD_TIMEOUT) else {
-            return Err(ApiError::new(
-                codes::SNAPSHOT_BUSY,
+                codes::SNAPSHOT_FAILED,
                 "nsid",
                 format!(
-                    "the commands in flight on namespace {nsid} of {nqn} did not finish within \
-                     {} s; nothing was made, try again",
-                    HOLD_TIMEOUT.as_secs()
+                    "flush of {} failed: {e}; nothing was made",
+                    origin.display()
                 ),
             ));
-        };
-        let paused = Instant::now();
-        let size = live.backend.size();
-        let cloned = clone_file(&src, &dst, Fallback::Copy);
-        drop(held);
-        let pause = paused.elapsed();
-        let method = cloned.map_err(|e| {
-            io_error(
-                &e,
-                "name",
-                format!("cannot clone {} into {}", origin.display(), data.display()),
-            )
-        })?;
-        dst.sync_all()
-            .map_err(|e| io_error(&e, "name", format!("cannot sync {}", data.display())))?;
-        let mut m = Manifest {
-            version: MANIFEST_VERSION,
-            name: req.name.clone(),
-            origin: ManifestOrigin {
-                subsystem: nqn.to_string(),
-                nsid,
-                uuid: api::uuid_string(&live.uuid),
-                path: origin.display().to_string(),
-            },
-            size,
-            block_size: live.block_size,
-            created: SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs()),
-            method: method.as_str().to_string(),
-            data: data_file_name(&req.name),
-            pause_us: micros(pause),
-            duration_us: 0,
-        };
-        m.duration_us = micros(started.elapsed());
-        write_atomic(&dir, &manifest_file_name(&req.name), m.to_json().as_bytes()).map_err(
-            |e| {
-                io_error(
-                    &e,
-                    "name",
-                    format!("cannot write the manifest in {}", dir.display()),
-                )
-            },
-        )?;
-        undo.disarm();
-        self.snapshots_book
-            .remember(&dir, cfg.target.state_dir.as_deref());
-        tracing::info!(
-            subsystem = nqn,
-            nsid,
-            snapshot = %req.name,
-            method = method.as_str(),
-            pause_us = m.pause_us,
-            duration_us = m.duration_us,
-            "snapshot taken"
-        );
-        Ok(m.view(&dir))
+        }
+        if t.elapsed() < PRE_FLUSH_QUICK {
+            break;
+        }
     }
+    let Some(held) = hold(&live.gate, HOLD_TIMEOUT) else {
+        return Err(ApiError::new(
+            codes::SNAPSHOT_BUSY,
+            "nsid",
+            format!(
+                "the commands in flight on namespace {nsid} of {nqn} did not finish within \
+                 {} s; nothing was made, try again",
+                HOLD_TIMEOUT.as_secs()
+            ),
+        ));
+    };
+    let paused = Instant::now();
+    let size = live.backend.size();
+    let cloned = clone_file(src, dst, Fallback::Copy);
+    drop(held);
+    let pause = paused.elapsed();
+    Ok((cloned, pause, size))
+}
 
-    /// `DELETE /v1/snapshots/{name}`: remove the manifest (the snapshot is gone from then on),
-    /// then the data. Clones made from it are files of their own and stay.
-    pub fn delete_snapshot(&self, name: &str) -> Result<SnapshotDeleted, ApiError> {
-        validate_name(name)?;
-        let cfg = self.lock();
-        let f = self
-            .find_all(&cfg)
+/// `DELETE /v1/snapshots/{name}`: remove the manifest (the snapshot is gone from then on),
+/// then the data. Clones made from it are files of their own and stay.
+pub(crate) fn delete(r: &Running, book: &Book, name: &str) -> Result<SnapshotDeleted, ApiError> {
+    validate_name(name)?;
+    let cfg = r.lock();
+    let f = find_all(book, &cfg)
+        .into_iter()
+        .find(|f| f.manifest.name == name)
+        .ok_or_else(|| unknown_snapshot(name))?;
+    let manifest = f.dir.join(manifest_file_name(name));
+    std::fs::remove_file(&manifest).map_err(|e| {
+        ApiError::new(
+            codes::SNAPSHOT_FAILED,
+            "name",
+            format!("cannot remove {}: {e}", manifest.display()),
+        )
+    })?;
+    let data = f.dir.join(&f.manifest.data);
+    if let Err(e) = std::fs::remove_file(&data)
+        && e.kind() != io::ErrorKind::NotFound
+    {
+        tracing::warn!(path = %data.display(), error = %e, "snapshot data not removed");
+    }
+    let _ = sync_dir(&f.dir);
+    tracing::info!(snapshot = name, "snapshot deleted");
+    Ok(SnapshotDeleted {
+        name: name.to_string(),
+        path: data.display().to_string(),
+    })
+}
+
+/// `POST /v1/snapshots/{name}/clones`: copy (reflink) the snapshot into a new file and add
+/// it as a file namespace exactly as `POST …/namespaces` adds one (events, masking). If
+/// the namespace cannot be added, the new file is removed.
+pub(crate) fn clone(
+    r: &Running,
+    book: &Book,
+    name: &str,
+    req: &CloneRequest,
+) -> Result<CloneMade, ApiError> {
+    let started = Instant::now();
+    validate_name(name)?;
+    if let Some(pool) = &req.pool {
+        return clone_into_pool(r, book, name, req, pool, started);
+    }
+    let (found, nsid, snap_data) = {
+        let cfg = r.lock();
+        let f = find_all(book, &cfg)
             .into_iter()
             .find(|f| f.manifest.name == name)
             .ok_or_else(|| unknown_snapshot(name))?;
-        let manifest = f.dir.join(manifest_file_name(name));
-        std::fs::remove_file(&manifest).map_err(|e| {
-            ApiError::new(
-                codes::SNAPSHOT_FAILED,
-                "name",
-                format!("cannot remove {}: {e}", manifest.display()),
-            )
-        })?;
+        let nsid = clone_nsid(&cfg, req)?;
         let data = f.dir.join(&f.manifest.data);
-        if let Err(e) = std::fs::remove_file(&data)
-            && e.kind() != io::ErrorKind::NotFound
-        {
-            tracing::warn!(path = %data.display(), error = %e, "snapshot data not removed");
-        }
-        let _ = sync_dir(&f.dir);
-        tracing::info!(snapshot = name, "snapshot deleted");
-        Ok(SnapshotDeleted {
-            name: name.to_string(),
-            path: data.display().to_string(),
-        })
-    }
+        (f, nsid, data)
+    };
+    let src = File::open(&snap_data)
+        .map_err(|e| io_error(&e, "name", format!("cannot open {}", snap_data.display())))?;
+    let running = r.get();
+    let (path, dst) =
+        clone_destination(&running, &found, &req.subsystem, nsid, req.path.as_deref())?;
+    let undo = Undo(vec![path.clone()]);
+    let method = fill_clone(&src, &snap_data, &dst, &path, "path")?;
+    let add = clone_namespace(&found, nsid, req, Some(path.display().to_string()), None);
+    let added = crate::namespaces::add(r, &req.subsystem, &add)?;
+    undo.disarm();
+    tracing::info!(
+        snapshot = name,
+        subsystem = %req.subsystem,
+        nsid,
+        path = %path.display(),
+        method = method.as_str(),
+        "clone added as a namespace"
+    );
+    Ok(CloneMade {
+        snapshot: name.to_string(),
+        method: method.as_str().to_string(),
+        duration_us: micros(started.elapsed()),
+        added,
+    })
+}
 
-    /// `POST /v1/snapshots/{name}/clones`: copy (reflink) the snapshot into a new file and add
-    /// it as a file namespace exactly as `POST …/namespaces` adds one (events, masking). If
-    /// the namespace cannot be added, the new file is removed.
-    pub fn clone_snapshot(&self, name: &str, req: &CloneRequest) -> Result<CloneMade, ApiError> {
-        let started = Instant::now();
-        validate_name(name)?;
-        if let Some(pool) = &req.pool {
-            return self.clone_into_pool(name, req, pool, started);
-        }
-        let (found, nsid, snap_data) = {
-            let cfg = self.lock();
-            let f = self
-                .find_all(&cfg)
-                .into_iter()
-                .find(|f| f.manifest.name == name)
-                .ok_or_else(|| unknown_snapshot(name))?;
-            let nsid = clone_nsid(&cfg, req)?;
-            let data = f.dir.join(&f.manifest.data);
-            (f, nsid, data)
-        };
-        let src = File::open(&snap_data)
-            .map_err(|e| io_error(&e, "name", format!("cannot open {}", snap_data.display())))?;
-        let running = self.running();
-        let (path, dst) =
-            self.clone_destination(&running, &found, &req.subsystem, nsid, req.path.as_deref())?;
-        let undo = Undo(vec![path.clone()]);
-        let method = fill_clone(&src, &snap_data, &dst, &path, "path")?;
-        let add = clone_namespace(&found, nsid, req, Some(path.display().to_string()), None);
-        let added = self.add_namespace(&req.subsystem, &add)?;
-        undo.disarm();
-        tracing::info!(
-            snapshot = name,
-            subsystem = %req.subsystem,
-            nsid,
-            path = %path.display(),
-            method = method.as_str(),
-            "clone added as a namespace"
-        );
-        Ok(CloneMade {
-            snapshot: name.to_string(),
-            method: method.as_str().to_string(),
-            duration_us: micros(started.elapsed()),
-            added,
-        })
+/// [`Control::clone_snapshot`] into storage pool `pool`: the whole of it under the
+/// configuration lock (room checked, file made in the pool, namespace added), so no other
+/// request can take the room or the file name meanwhile.
+fn clone_into_pool(
+    r: &Running,
+    book: &Book,
+    name: &str,
+    req: &CloneRequest,
+    pool: &str,
+    started: Instant,
+) -> Result<CloneMade, ApiError> {
+    if req.path.is_some() {
+        return Err(ApiError::new(
+            ebof_config::codes::FORBIDDEN_FIELD,
+            "path",
+            format!("a clone made in pool {pool} gets its file from the pool: leave `path` out"),
+        ));
     }
-
-    /// [`Control::clone_snapshot`] into storage pool `pool`: the whole of it under the
-    /// configuration lock (room checked, file made in the pool, namespace added), so no other
-    /// request can take the room or the file name meanwhile.
-    fn clone_into_pool(
-        &self,
-        name: &str,
-        req: &CloneRequest,
-        pool: &str,
-        started: Instant,
-    ) -> Result<CloneMade, ApiError> {
-        if req.path.is_some() {
+    let mut method = CloneMethod::Copy;
+    let added = r.change(|cfg| {
+        let found = find_all(book, cfg)
+            .into_iter()
+            .find(|f| f.manifest.name == name)
+            .ok_or_else(|| unknown_snapshot(name))?;
+        let nsid = clone_nsid(cfg, req)?;
+        let p = crate::pools::requested_pool(cfg, pool, "pool")?;
+        let view = crate::pools::pool_view(cfg, r.target(), &p);
+        crate::pools::ensure_room(&view, found.manifest.size, "a clone", "pool")?;
+        let path = p.file_for(&req.subsystem, nsid);
+        if let Some(other) = cfg.subsystems.iter().find_map(|s| {
+            s.namespaces
+                .iter()
+                .find(|n| n.backend.path() == Some(path.as_path()))
+                .map(|n| format!("{} namespace {}", s.nqn, n.nsid))
+        }) {
             return Err(ApiError::new(
-                ebof_config::codes::FORBIDDEN_FIELD,
-                "path",
-                format!(
-                    "a clone made in pool {pool} gets its file from the pool: leave `path` out"
-                ),
+                codes::FILE_EXISTS,
+                "pool",
+                format!("{} is the file of {other} already", path.display()),
             ));
         }
-        let mut method = CloneMethod::Copy;
-        let added = self.change(|cfg| {
-            let found = self
-                .find_all(cfg)
-                .into_iter()
-                .find(|f| f.manifest.name == name)
-                .ok_or_else(|| unknown_snapshot(name))?;
-            let nsid = clone_nsid(cfg, req)?;
-            let p = crate::pools::requested_pool(cfg, pool, "pool")?;
-            let view = crate::pools::pool_view(cfg, &self.target, &p);
-            crate::pools::ensure_room(&view, found.manifest.size, "a clone", "pool")?;
-            let path = p.file_for(&req.subsystem, nsid);
-            if let Some(other) = cfg.subsystems.iter().find_map(|s| {
-                s.namespaces
-                    .iter()
-                    .find(|n| n.backend.path() == Some(path.as_path()))
-                    .map(|n| format!("{} namespace {}", s.nqn, n.nsid))
-            }) {
-                return Err(ApiError::new(
-                    codes::FILE_EXISTS,
-                    "pool",
-                    format!("{} is the file of {other} already", path.display()),
-                ));
-            }
-            crate::pools::clear_orphan(&path, "pool")?;
-            let snap_data = found.dir.join(&found.manifest.data);
-            let src = File::open(&snap_data).map_err(|e| {
-                io_error(&e, "name", format!("cannot open {}", snap_data.display()))
-            })?;
-            let dst = crate::paths::create_private(&path)
-                .map_err(|e| io_error(&e, "pool", format!("cannot create {}", path.display())))?;
-            let undo = Undo(vec![path.clone()]);
-            method = fill_clone(&src, &snap_data, &dst, &path, "pool")?;
-            let add = clone_namespace(&found, nsid, req, None, Some(pool.to_string()));
-            let added = self.add_namespace_in(cfg, &req.subsystem, &add, Some(&path))?;
-            undo.disarm();
-            Ok(added)
-        })?;
-        tracing::info!(
-            snapshot = name,
-            subsystem = %req.subsystem,
-            nsid = added.namespace.nsid,
-            pool,
-            method = method.as_str(),
-            "clone added as a namespace in a pool"
-        );
-        Ok(CloneMade {
-            snapshot: name.to_string(),
-            method: method.as_str().to_string(),
-            duration_us: micros(started.elapsed()),
-            added,
-        })
-    }
+        crate::pools::clear_orphan(&path, "pool")?;
+        let snap_data = found.dir.join(&found.manifest.data);
+        let src = File::open(&snap_data)
+            .map_err(|e| io_error(&e, "name", format!("cannot open {}", snap_data.display())))?;
+        let dst = crate::paths::create_private(&path)
+            .map_err(|e| io_error(&e, "pool", format!("cannot create {}", path.display())))?;
+        let undo = Undo(vec![path.clone()]);
+        method = fill_clone(&src, &snap_data, &dst, &path, "pool")?;
+        let add = clone_namespace(&found, nsid, req, None, Some(pool.to_string()));
+        let added = crate::namespaces::add_in(r.target(), cfg, &req.subsystem, &add, Some(&path))?;
+        undo.disarm();
+        Ok(added)
+    })?;
+    tracing::info!(
+        snapshot = name,
+        subsystem = %req.subsystem,
+        nsid = added.namespace.nsid,
+        pool,
+        method = method.as_str(),
+        "clone added as a namespace in a pool"
+    );
+    Ok(CloneMade {
+        snapshot: name.to_string(),
+        method: method.as_str().to_string(),
+        duration_us: micros(started.elapsed()),
+        added,
+    })
+}
 
-    /// The clone's new file, created (never an existing one): `path` as asked, else in the
-    /// directory that holds the snapshot directory, named after subsystem, NSID and snapshot.
-    fn clone_destination(
-        &self,
-        cfg: &Config,
-        found: &Found,
-        nqn: &str,
-        nsid: u32,
-        path: Option<&str>,
-    ) -> Result<(PathBuf, File), ApiError> {
-        let create = |p: &Path| crate::paths::create_private(p);
-        if let Some(p) = path {
-            if p.is_empty() || p.contains('\0') {
-                return Err(ApiError::new(
-                    ebof_config::codes::INVALID_PATH,
-                    "path",
-                    "the path must be a non-empty path without NUL bytes",
-                ));
-            }
-            let p = PathBuf::from(p);
-            crate::paths::check_file(cfg, &p, "path")?;
-            return match create(&p) {
-                Ok(f) => Ok((p, f)),
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Err(ApiError::new(
-                    codes::FILE_EXISTS,
-                    "path",
-                    format!(
-                        "{} exists already: a clone never overwrites a file",
-                        p.display()
-                    ),
-                )),
-                Err(e) => Err(io_error(
+/// The clone's new file, created (never an existing one): `path` as asked, else in the
+/// directory that holds the snapshot directory, named after subsystem, NSID and snapshot.
+fn clone_destination(
+    cfg: &Config,
+    found: &Found,
+    nqn: &str,
+    nsid: u32,
+    path: Option<&str>,
+) -> Result<(PathBuf, File), ApiError> {
+    let create = |p: &Path| crate::paths::create_private(p);
+    if let Some(p) = path {
+        if p.is_empty() || p.contains('\0') {
+            return Err(ApiError::new(
+                ebof_config::codes::INVALID_PATH,
+                "path",
+                "the path must be a non-empty path without NUL bytes",
+            ));
+        }
+        let p = PathBuf::from(p);
+        crate::paths::check_file(cfg, &p, "path")?;
+        return match create(&p) {
+            Ok(f) => Ok((p, f)),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Err(ApiError::new(
+                codes::FILE_EXISTS,
+                "path",
+                format!(
+                    "{} exists already: a clone never overwrites a file",
+                    p.display()
+                ),
+            )),
+            Err(e) => Err(io_error(
+                &e,
+                "path",
+                format!("cannot create {}", p.display()),
+            )),
+        };
+    }
+    let home = found
+        .dir
+        .parent()
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+    let stem = format!("{}-ns{nsid}-{}", nqn_tail(nqn), found.manifest.name);
+    // Beside the snapshot's origin, if the API may make files there.
+    crate::paths::check_file(cfg, &home.join(format!("{stem}.img")), "path")?;
+    for i in 1..=100u32 {
+        let file = if i == 1 {
+            format!("{stem}.img")
+        } else {
+            format!("{stem}-{i}.img")
+        };
+        let p = home.join(file);
+        match create(&p) {
+            Ok(f) => return Ok((p, f)),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(e) => {
+                return Err(io_error(
                     &e,
                     "path",
                     format!("cannot create {}", p.display()),
-                )),
-            };
-        }
-        let home = found
-            .dir
-            .parent()
-            .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
-        let stem = format!("{}-ns{nsid}-{}", nqn_tail(nqn), found.manifest.name);
-        // Beside the snapshot's origin, if the API may make files there.
-        crate::paths::check_file(cfg, &home.join(format!("{stem}.img")), "path")?;
-        for i in 1..=100u32 {
-            let file = if i == 1 {
-                format!("{stem}.img")
-            } else {
-                format!("{stem}-{i}.img")
-            };
-            let p = home.join(file);
-            match create(&p) {
-                Ok(f) => return Ok((p, f)),
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
-                Err(e) => {
-                    return Err(io_error(
-                        &e,
-                        "path",
-                        format!("cannot create {}", p.display()),
-                    ));
-                }
+                ));
             }
         }
-        Err(ApiError::new(
-            codes::FILE_EXISTS,
-            "path",
-            format!(
-                "{}/{stem}.img and 99 numbered variants exist: say where with path",
-                home.display()
-            ),
-        ))
     }
+    Err(ApiError::new(
+        codes::FILE_EXISTS,
+        "path",
+        format!(
+            "{}/{stem}.img and 99 numbered variants exist: say where with path",
+            home.display()
+        ),
+    ))
 }
 
 /// The NSID of a clone in `req.subsystem`: as asked (and free), else the lowest free one.
@@ -1008,6 +653,7 @@ fn clone_namespace(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::control::Control;
 
     fn manifest(name: &str) -> Manifest {
         Manifest {
