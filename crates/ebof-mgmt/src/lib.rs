@@ -39,6 +39,7 @@ pub mod build;
 pub mod cdc;
 pub mod client;
 pub mod control;
+mod handlers;
 pub mod hostkeys;
 pub mod listen;
 pub mod listeners;
