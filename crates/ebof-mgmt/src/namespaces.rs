@@ -54,24 +54,7 @@ pub(crate) fn add_in(
         // before the namespace is in the configuration: it is not counted yet).
         let mut pool_file: Option<(PathBuf, crate::api::PoolView)> = None;
         if let Some(name) = &req.pool {
-            let pool = crate::pools::requested_pool(cfg, name, &format!("{field}.pool"))?;
-            if req.path.is_some() {
-                return Err(ApiError::new(
-                    cfg_codes::FORBIDDEN_FIELD,
-                    format!("{field}.path"),
-                    format!(
-                        "a namespace made in pool {name} gets its file from the pool (in {}): leave `path` out",
-                        pool.directory.display()
-                    ),
-                ));
-            }
-            if req.size.is_none() {
-                return Err(ApiError::new(
-                    cfg_codes::MISSING_FIELD,
-                    format!("{field}.size"),
-                    format!("size is required for a namespace made in pool {name}"),
-                ));
-            }
+            let pool = requested_pool(cfg, req, name, &field)?;
             let path = match prepared {
                 Some(p) => p.to_path_buf(),
                 None => pool.file_for(nqn, nsid),
@@ -137,6 +120,35 @@ pub(crate) fn add_in(
             namespace: ops::configured_view(&opened, &ns),
         })
     }
+}
+
+/// Pool `name` of a request to make a namespace in it, or why not: an unknown pool, a `path`
+/// (the box names the file) or no `size`, at `field`.
+fn requested_pool(
+    cfg: &Config,
+    req: &NamespaceRequest,
+    name: &str,
+    field: &str,
+) -> Result<ebof_config::Pool, ApiError> {
+    let pool = crate::pools::requested_pool(cfg, name, &format!("{field}.pool"))?;
+    if req.path.is_some() {
+        return Err(ApiError::new(
+            cfg_codes::FORBIDDEN_FIELD,
+            format!("{field}.path"),
+            format!(
+                "a namespace made in pool {name} gets its file from the pool (in {}): leave `path` out",
+                pool.directory.display()
+            ),
+        ));
+    }
+    if req.size.is_none() {
+        return Err(ApiError::new(
+            cfg_codes::MISSING_FIELD,
+            format!("{field}.size"),
+            format!("size is required for a namespace made in pool {name}"),
+        ));
+    }
+    Ok(pool)
 }
 
 /// `DELETE /v1/subsystems/{nqn}/namespaces/{nsid}`: detach the namespace. Commands in
