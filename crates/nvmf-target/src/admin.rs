@@ -2,9 +2,11 @@
 //! Asynchronous Event Request, Abort, Keep Alive — for I/O and discovery controllers.
 
 use crate::controller::Controller;
+use crate::discovery::{CURRENT_DISCOVERY_EFLAGS, entry};
 use crate::error::{CmdError, CmdResult};
-use crate::model::{ADMIN_QUEUE_MAX, Namespace, Subsystem};
+use crate::model::{ADMIN_QUEUE_MAX, ListenerInfo, ListenerTls, Namespace, Subsystem};
 use crate::queue::{Exec, Queue, Transport};
+use nvme_spec::discovery::{encode_discovery_log, subtype};
 use nvme_spec::identify::{
     self, IDENTIFY_DATA_LEN, IdentifyController, IdentifyControllerNvm, IdentifyNamespace,
     IdentifyNamespaceCsIndep, IdentifyNamespaceNvm, LbaFormat, NsIdDescriptor, cns, csi, nsfeat,
@@ -161,13 +163,13 @@ impl Queue {
             .target()
             .dim_apply(task, reg)
             .map_err(|r| match r {
-                crate::model::DimRefusal::Unknown => {
+                crate::target::DimRefusal::Unknown => {
                     CmdError::in_data(Status::INVALID_FIELD, off::EID)
                 }
-                crate::model::DimRefusal::Full => {
+                crate::target::DimRefusal::Full => {
                     CmdError::in_data(Status::INSUFFICIENT_DISCOVERY_RESOURCES, off::EID)
                 }
-                crate::model::DimRefusal::Untrusted | crate::model::DimRefusal::NotOrigin => {
+                crate::target::DimRefusal::Untrusted | crate::target::DimRefusal::NotOrigin => {
                     CmdError::in_data(Status::ACCESS_DENIED, off::EID)
                 }
             })?;
@@ -708,7 +710,7 @@ pub fn identify_namespace(ns: &Namespace) -> IdentifyNamespace {
     }
 }
 
-fn smart_log(list: &[&Arc<Namespace>], target: &crate::model::Target, errors: u64) -> SmartLog {
+fn smart_log(list: &[&Arc<Namespace>], target: &crate::target::Target, errors: u64) -> SmartLog {
     let mut log = SmartLog {
         temperature: 273 + 35,
         avail_spare: 100,
@@ -732,6 +734,51 @@ fn smart_log(list: &[&Arc<Namespace>], target: &crate::model::Target, errors: u6
     log.power_on_hours = u128::from(target.started.elapsed().as_secs() / 3600);
     log.num_err_log_entries = u128::from(errors);
     log
+}
+
+impl Queue {
+    /// The full discovery log page for the host of `ctrl`.
+    pub(crate) fn discovery_log(&self, ctrl: &Controller) -> Vec<u8> {
+        let t = self.session.target();
+        let local = self.session.local();
+        let listeners = t.listeners();
+        let mut entries = Vec::new();
+        for s in t
+            .subsystems()
+            .iter()
+            .filter(|s| s.host_allowed(&ctrl.hostnqn))
+        {
+            for l in listeners.iter() {
+                entries.push(entry(l, subtype::NVME, &s.nqn, 0));
+            }
+        }
+        if let Some(c) = t.central()
+            && let Some(more) = c.entries(&ctrl.hostnqn)
+        {
+            entries.extend(more.iter().cloned());
+        }
+        for (i, r) in t.referrals().iter().enumerate() {
+            entries.push(r.log_entry(i));
+        }
+        // The current discovery subsystem, reachable where this host is connected.
+        let here = listeners
+            .iter()
+            .find(|l| l.addr == local)
+            .copied()
+            .unwrap_or(ListenerInfo {
+                addr: local,
+                portid: 0,
+                tls: ListenerTls::Off,
+                transport: self.session.transport(),
+            });
+        entries.push(entry(
+            &here,
+            subtype::CURRENT_DISCOVERY,
+            DISCOVERY_NQN,
+            CURRENT_DISCOVERY_EFLAGS,
+        ));
+        encode_discovery_log(t.discovery_genctr(), &entries)
+    }
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@
 //! control plane writes ([`AnaTable::path_status`]). States changed while a command is in
 //! flight apply from the next command on.
 
-use crate::model::{Subsystem, Target};
+use crate::model::Subsystem;
 use nvme_spec::Status;
 pub use nvme_spec::ana::AnaState;
 use nvme_spec::ana::{AnaGroupDesc, AnaLog};
@@ -24,7 +24,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU8, Ordering};
 
 /// ANA groups per target (Identify Controller ANAGRPMAX and NANAGRPID).
-pub const MAX_GROUPS: u32 = 32;
+pub use crate::model::MAX_GROUPS;
 /// Listener addresses the table can tell apart (slot 0 is the catch-all).
 pub const PORT_SLOTS: usize = 64;
 /// ANA Transition Time reported in Identify Controller (seconds): how long a host waits in
@@ -235,32 +235,6 @@ pub(crate) fn identify_controller(
     id.nanagrpid = MAX_GROUPS;
     id.oaes |= oaes::ANA_CHANGE;
     id.mnan = max_namespaces.clamp(1, id.nn.max(1));
-}
-
-impl Target {
-    /// Set the state of ANA group `grpid` on listener `addr`; when it changed, every I/O
-    /// controller that came in through `addr` and has a namespace in the group gets an ANA
-    /// Change event. Returns whether it changed.
-    pub fn set_ana_state(
-        &self,
-        addr: SocketAddr,
-        grpid: u32,
-        state: AnaState,
-    ) -> Result<bool, AnaError> {
-        if !self.ana.set(addr, grpid, state)? {
-            return Ok(false);
-        }
-        tracing::info!(%addr, group = grpid, %state, "ANA state changed");
-        for c in self.controllers() {
-            if c.local_addr() == Some(addr)
-                && c.subsystem()
-                    .is_some_and(|s| s.namespaces.iter().any(|n| n.ana_group() == grpid))
-            {
-                c.ana_changed();
-            }
-        }
-        Ok(true)
-    }
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 //! [`crate::execute_io`] does for every operation the io_uring engine does not run itself).
 
 use crate::error::CmdError;
-use crate::io::{IoOp, IoRequest, NsRef, failed_as, lba_range};
+use crate::io::{IoOp, IoRequest, NsRef, backend_status, failed, failed_as, lba_range};
 use crate::model::Namespace;
 use nvme_spec::opcode::io;
 use nvme_spec::{Sqe, Status};
@@ -111,6 +111,61 @@ pub(crate) fn prepare(
         offset,
         len,
     })
+}
+
+/// Run `req` on its backend. `buf` holds write data / DSM ranges, or receives read data.
+pub fn execute_io(req: &IoRequest, buf: &mut Vec<u8>) -> Status {
+    let b = &req.ns.backend;
+    let res = match &req.op {
+        IoOp::Read => {
+            // Reuse the buffer's capacity; no allocation once it reached the working size.
+            buf.resize(req.len as usize, 0);
+            b.read(req.offset, buf)
+        }
+        IoOp::Write { fua } => match buf.get(..req.len as usize) {
+            Some(data) => b
+                .write(req.offset, data)
+                .and_then(|()| if *fua { b.flush() } else { Ok(()) }),
+            // Cannot happen for a command built by `prepare_io`; never a panic.
+            None => return Status::INTERNAL,
+        },
+        IoOp::Flush => b.flush(),
+        IoOp::FlushAll(s) => s.namespaces.iter().try_for_each(|n| n.backend.flush()),
+        IoOp::WriteZeroes { deallocate, fua } => if *deallocate {
+            b.deallocate(req.offset, req.len)
+        } else {
+            b.write_zeroes(req.offset, req.len)
+        }
+        .and_then(|()| if *fua { b.flush() } else { Ok(()) }),
+        IoOp::Deallocate { nr } => {
+            let bs = u64::from(req.ns.block_size);
+            let nsze = req.ns.blocks();
+            for r in buf.chunks_exact(16).take(*nr as usize) {
+                let nlb = u64::from(u32::from_le_bytes([r[4], r[5], r[6], r[7]]));
+                let slba =
+                    u64::from_le_bytes([r[8], r[9], r[10], r[11], r[12], r[13], r[14], r[15]]);
+                if nlb == 0 {
+                    continue;
+                }
+                match slba.checked_add(nlb) {
+                    Some(end) if end <= nsze => {}
+                    _ => return Status::LBA_RANGE,
+                }
+                if let Err(e) = b.deallocate(slba * bs, nlb * bs) {
+                    return backend_status(&e, true);
+                }
+            }
+            Ok(())
+        }
+        IoOp::Compare => return compare(req, buf),
+        IoOp::Verify => return verify(req, buf),
+        IoOp::Copy { nr, fua } => return copy(req, *nr, *fua, buf),
+        IoOp::CompareWrite { fua } => return compare_and_write(req, *fua, buf),
+    };
+    match res {
+        Ok(()) => Status::SUCCESS,
+        Err(e) => failed(req, &e),
+    }
 }
 
 /// True if `a` and `b` hold the same bytes.

@@ -2,16 +2,13 @@
 //! host may see it — one entry per subsystem it may access × listener, plus the current
 //! discovery subsystem entry for the listener the host came in through.
 
-use crate::Transport;
-use crate::controller::Controller;
 use crate::model::ADMIN_QUEUE_MAX;
-use crate::queue::Queue;
+use crate::model::Transport;
 use crate::{ListenerInfo, ListenerTls};
 use nvme_spec::DISCOVERY_NQN;
 use nvme_spec::dim::EntityType;
 use nvme_spec::discovery::{
-    CNTLID_DYNAMIC, DiscoveryLogEntry, adrfam, eflags, encode_discovery_log, rdma_tsas, subtype,
-    tcp_sectype, treq,
+    CNTLID_DYNAMIC, DiscoveryLogEntry, adrfam, eflags, rdma_tsas, subtype, tcp_sectype, treq,
 };
 use std::net::SocketAddr;
 use std::time::Instant;
@@ -25,7 +22,7 @@ fn security(tls: ListenerTls) -> (u8, u8) {
     }
 }
 
-fn entry(l: &ListenerInfo, sub: u8, nqn: &str, flags: u16) -> DiscoveryLogEntry {
+pub(crate) fn entry(l: &ListenerInfo, sub: u8, nqn: &str, flags: u16) -> DiscoveryLogEntry {
     let (addr, portid) = (l.addr, l.portid);
     let (mut secure, mut sectype) = security(l.tls);
     let (mut prtype, mut cms) = (0, 0);
@@ -274,48 +271,3 @@ pub struct DimRegistration {
 /// its discovery connections whatever the flags (it reads only NCC). Linux nvmet sets no
 /// EFLAGS at all, so every one of these hosts already copes with DUPRETINFO clear.
 pub const CURRENT_DISCOVERY_EFLAGS: u16 = eflags::EPCSD;
-
-impl Queue {
-    /// The full discovery log page for the host of `ctrl`.
-    pub(crate) fn discovery_log(&self, ctrl: &Controller) -> Vec<u8> {
-        let t = self.session.target();
-        let local = self.session.local();
-        let listeners = t.listeners();
-        let mut entries = Vec::new();
-        for s in t
-            .subsystems()
-            .iter()
-            .filter(|s| s.host_allowed(&ctrl.hostnqn))
-        {
-            for l in listeners.iter() {
-                entries.push(entry(l, subtype::NVME, &s.nqn, 0));
-            }
-        }
-        if let Some(c) = t.central()
-            && let Some(more) = c.entries(&ctrl.hostnqn)
-        {
-            entries.extend(more.iter().cloned());
-        }
-        for (i, r) in t.referrals().iter().enumerate() {
-            entries.push(r.log_entry(i));
-        }
-        // The current discovery subsystem, reachable where this host is connected.
-        let here = listeners
-            .iter()
-            .find(|l| l.addr == local)
-            .copied()
-            .unwrap_or(ListenerInfo {
-                addr: local,
-                portid: 0,
-                tls: ListenerTls::Off,
-                transport: self.session.transport(),
-            });
-        entries.push(entry(
-            &here,
-            subtype::CURRENT_DISCOVERY,
-            DISCOVERY_NQN,
-            CURRENT_DISCOVERY_EFLAGS,
-        ));
-        encode_discovery_log(t.discovery_genctr(), &entries)
-    }
-}

@@ -1,6 +1,7 @@
-//! NVM I/O against the namespace backend: the prepared request ([`IoRequest`]), its execution
-//! ([`execute_io`]), and the one place backend errors map to NVMe status ([`backend_status`]);
-//! the queue's SMART counter batch. The commands themselves are prepared in `io_cmd.rs`.
+//! NVM I/O against the namespace backend: the prepared request ([`IoRequest`]), the one
+//! place backend errors map to NVMe status ([`backend_status`]; its execution,
+//! [`crate::execute_io`], is in `cmds.rs`), and the queue's SMART counter batch. The
+//! commands themselves are prepared in `io_cmd.rs`.
 
 use crate::error::CmdError;
 use crate::log_limit::RateLimit;
@@ -230,64 +231,9 @@ pub fn backend_status(e: &BackendError, write: bool) -> Status {
     }
 }
 
-/// Run `req` on its backend. `buf` holds write data / DSM ranges, or receives read data.
-pub fn execute_io(req: &IoRequest, buf: &mut Vec<u8>) -> Status {
-    let b = &req.ns.backend;
-    let res = match &req.op {
-        IoOp::Read => {
-            // Reuse the buffer's capacity; no allocation once it reached the working size.
-            buf.resize(req.len as usize, 0);
-            b.read(req.offset, buf)
-        }
-        IoOp::Write { fua } => match buf.get(..req.len as usize) {
-            Some(data) => b
-                .write(req.offset, data)
-                .and_then(|()| if *fua { b.flush() } else { Ok(()) }),
-            // Cannot happen for a command built by `prepare_io`; never a panic.
-            None => return Status::INTERNAL,
-        },
-        IoOp::Flush => b.flush(),
-        IoOp::FlushAll(s) => s.namespaces.iter().try_for_each(|n| n.backend.flush()),
-        IoOp::WriteZeroes { deallocate, fua } => if *deallocate {
-            b.deallocate(req.offset, req.len)
-        } else {
-            b.write_zeroes(req.offset, req.len)
-        }
-        .and_then(|()| if *fua { b.flush() } else { Ok(()) }),
-        IoOp::Deallocate { nr } => {
-            let bs = u64::from(req.ns.block_size);
-            let nsze = req.ns.blocks();
-            for r in buf.chunks_exact(16).take(*nr as usize) {
-                let nlb = u64::from(u32::from_le_bytes([r[4], r[5], r[6], r[7]]));
-                let slba =
-                    u64::from_le_bytes([r[8], r[9], r[10], r[11], r[12], r[13], r[14], r[15]]);
-                if nlb == 0 {
-                    continue;
-                }
-                match slba.checked_add(nlb) {
-                    Some(end) if end <= nsze => {}
-                    _ => return Status::LBA_RANGE,
-                }
-                if let Err(e) = b.deallocate(slba * bs, nlb * bs) {
-                    return backend_status(&e, true);
-                }
-            }
-            Ok(())
-        }
-        IoOp::Compare => return crate::cmds::compare(req, buf),
-        IoOp::Verify => return crate::cmds::verify(req, buf),
-        IoOp::Copy { nr, fua } => return crate::cmds::copy(req, *nr, *fua, buf),
-        IoOp::CompareWrite { fua } => return crate::cmds::compare_and_write(req, *fua, buf),
-    };
-    match res {
-        Ok(()) => Status::SUCCESS,
-        Err(e) => failed(req, &e),
-    }
-}
-
 /// The NVMe status of `req` whose backend operation a driver ran itself (the runtime's
-/// io_uring engine) instead of through [`execute_io`]: success, or the failure logged and
-/// mapped exactly as [`execute_io`] maps it.
+/// io_uring engine) instead of through [`crate::execute_io`]: success, or the failure logged and
+/// mapped exactly as [`crate::execute_io`] maps it.
 pub fn io_status(req: &IoRequest, result: Result<(), BackendError>) -> Status {
     match result {
         Ok(()) => Status::SUCCESS,

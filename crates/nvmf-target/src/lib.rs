@@ -70,7 +70,8 @@
 //!   `io.rs`'s SMART counter batch;
 //! - the command handlers, `impl Queue` blocks that use those parts: `fabrics.rs`,
 //!   `auth_cmd.rs`, `admin.rs`, `discovery.rs`, `io_cmd.rs`, `resv_cmd.rs`, [`cmds`];
-//! - backend I/O and its status mapping: `io.rs` ([`execute_io`], [`backend_status`]).
+//! - backend I/O and its status mapping: `io.rs` ([`backend_status`]); running a request on
+//!   its backend: `cmds.rs` ([`execute_io`], with Compare, Verify, Copy and Compare-and-Write).
 //!
 //! # Example
 //!
@@ -161,18 +162,21 @@ pub mod qos;
 mod queue;
 pub mod reservation;
 mod resv_cmd;
+mod target;
 
+pub use cmds::execute_io;
 pub use controller::{Controller, ControllerKind};
 pub use discovery::{
     CURRENT_DISCOVERY_EFLAGS, CentralDiscovery, DIM_STALE, DimDenial, DimRegistration,
     MAX_DIM_DATA, MAX_DIM_ENTRIES, MAX_DIM_PER_HOST, MAX_DIM_PER_PEER, MAX_DIM_RESERVED,
     MAX_DIM_TOTAL, MAX_REFERRALS, Referral, ReferralError,
 };
-pub use io::{FailureClass, IoOp, IoRequest, NsRef, backend_status, execute_io, io_status};
+pub use io::{FailureClass, IoOp, IoRequest, NsRef, backend_status, io_status};
 pub use model::{
-    ADMIN_QUEUE_MAX, EventCounters, ListenerInfo, ListenerTls, Namespace, Subsystem, Target,
-    TargetLimits, UpdateError,
+    ADMIN_QUEUE_MAX, EventCounters, ListenerInfo, ListenerTls, Namespace, Subsystem, TargetLimits,
+    UpdateError,
 };
 pub use queue::{
     C2hData, CAW_DRAIN_TIMEOUT, Disposition, Queue, QueueRole, TIMER_PERIOD, Timeout, Transport,
 };
+pub use target::Target;

@@ -26,10 +26,10 @@
 use crate::controller::Controller;
 use crate::error::{CmdError, CmdResult};
 use crate::io::{IoOp, IoRequest, StatsBatch};
-use crate::model::Target;
+use crate::target::Target;
 use ebof_backend::{Backend, BackendError};
 use nvme_spec::opcode::{admin, fctype};
-use nvme_spec::sqe::{PSDT_SGL_MPTR_CONTIG, SGL_ICD, SGL_TRANSPORT};
+use nvme_spec::sqe::{PSDT_SGL_MPTR_CONTIG, SGL_ICD};
 use nvme_spec::{Cqe, Sqe, Status};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -46,35 +46,8 @@ pub(crate) use ns_cache::NsCache;
 pub(crate) use session::Session;
 use slots::{Completion, Fused, SlotState, Slots};
 
-/// The fabric a queue runs on: what its SGLs for command data look like.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Transport {
-    /// NVMe/TCP: Transport SGL Data Block (5Ah): R2T/H2CData and C2HData.
-    #[default]
-    Tcp,
-    /// NVMe/RDMA: Keyed SGL Data Block (40h, 4Fh with invalidate): RDMA READ and WRITE.
-    Rdma,
-}
+pub use crate::model::Transport;
 
-impl Transport {
-    /// Whether an SGL1 of type byte `t` describes data moved by the transport (not in the
-    /// capsule).
-    #[inline]
-    pub fn data_sgl(self, t: u8) -> bool {
-        match self {
-            Transport::Tcp => t == SGL_TRANSPORT,
-            Transport::Rdma => t == 0x40 || t == 0x4F,
-        }
-    }
-
-    /// The transport type (TRTYPE) of discovery log entries.
-    pub fn trtype(self) -> u8 {
-        match self {
-            Transport::Tcp => nvme_spec::discovery::trtype::TCP,
-            Transport::Rdma => nvme_spec::discovery::trtype::RDMA,
-        }
-    }
-}
 /// What a queue is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum QueueRole {
@@ -706,7 +679,7 @@ impl Queue {
                 Err(e) => crate::io::backend_status(&e, true),
             },
             (Some(_), IoOp::Write { fua: false }) => Status::SUCCESS,
-            _ => crate::io::execute_io(&req, &mut buf),
+            _ => crate::cmds::execute_io(&req, &mut buf),
         };
         s.io = Some(req);
         s.state = SlotState::Executing;

@@ -10,7 +10,8 @@
 use super::{QueueRole, Transport};
 use crate::controller::Controller;
 use crate::error::CmdError;
-use crate::model::{ADMIN_INLINE_DATA, ADMIN_QUEUE_MAX, Namespace, Target};
+use crate::model::{ADMIN_INLINE_DATA, ADMIN_QUEUE_MAX, Namespace};
+use crate::target::Target;
 use nvme_spec::Status;
 use std::net::SocketAddr;
 use std::sync::Arc;
