@@ -7,7 +7,7 @@
 //!
 //! - at start-up, as the change from an empty configuration to the file
 //!   ([`crate::build::build_target`] after the namespaces are opened), and
-//! - after every change through the management API ([`crate::running::Running::change`]: the
+//! - after every change through the management API (`crate::running::Running::change`: the
 //!   request edits a copy of the running configuration and validates it, the appliers run, and
 //!   only then is the copy committed),
 //!
@@ -23,7 +23,7 @@
 //! | masking | [`crate::masking::Masking`] | each subsystem's per-namespace host lists |
 //! | DH-HMAC-CHAP keys | [`crate::hostkeys::HostKeys`] | the target's authentication policy |
 //! | CDC | [`crate::cdc::CdcMembers`] | the Central Discovery Controller's members and trust list |
-//! | mDNS | [`crate::mdns::Publish`] | the records the responder publishes |
+//! | mDNS | [`crate::mdns`] (still `Control::sync_mdns`, after the commit) | the records the responder publishes |
 //!
 //! Three parts are not diffs of the configuration, and keep one shared function that both roads
 //! call instead: **namespaces** are opened whole (backend, ANA group, QoS, host list and

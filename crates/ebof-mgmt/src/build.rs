@@ -1,6 +1,6 @@
 //! From configuration to target: open the backends of namespaces, build the [`Target`] and
 //! apply the rest of the configuration to it through the appliers ([`crate::apply`], listed in
-//! [`appliers`]), as the change from nothing ([`nothing`]) to the file. Used by `ebof serve` at
+//! `appliers`), as the change from nothing ([`nothing`]) to the file. Used by `ebof serve` at
 //! start; the management API opens the namespaces it adds with the same [`open_namespace`] and
 //! runs the same appliers after every change, so both check and apply the configuration the same
 //! way and fail with the same messages.

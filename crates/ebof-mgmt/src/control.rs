@@ -1,10 +1,10 @@
 //! The management API's request surface: one method per request, each a thin call into the
 //! feature module that does it.
 //!
-//! [`Control`] holds the running configuration ([`crate::running::Running`]: the configuration
+//! [`Control`] holds the running configuration (`crate::running::Running`: the configuration
 //! `ebof serve` runs, with the target and the appliers that keep the target in step with it,
 //! [`crate::apply`]) and what serve attaches after start (the listeners' control, the mDNS
-//! responder, the CDC). Every change goes through [`crate::running::Running::change`]: a copy
+//! responder, the CDC). Every change goes through `crate::running::Running::change`: a copy
 //! of the configuration is edited and validated as a configuration file is (errors carry the
 //! file's field paths and codes), the appliers make the target match it, and only then does the
 //! copy become the running configuration. A request either applies whole or changes nothing.
@@ -192,7 +192,7 @@ impl Control {
 
     /// `POST /v1/subsystems/{nqn}/namespaces`: open (or create) the storage and attach it;
     /// connected hosts are told with a Namespace Attribute Changed event
-    /// ([`namespaces::add_in`]).
+    /// (`namespaces::add_in`).
     pub fn add_namespace(
         &self,
         nqn: &str,
@@ -202,13 +202,13 @@ impl Control {
     }
 
     /// `DELETE /v1/subsystems/{nqn}/namespaces/{nsid}`: detach the namespace
-    /// ([`namespaces::remove`]).
+    /// (`namespaces::remove`).
     pub fn remove_namespace(&self, nqn: &str, nsid: &str) -> Result<NamespaceRemoved, ApiError> {
         namespaces::remove(&self.running, nqn, nsid)
     }
 
     /// `PUT /v1/subsystems/{nqn}/namespaces/{nsid}/size`: grow (or, when confirmed, shrink)
-    /// the namespace in place ([`namespaces::resize`]).
+    /// the namespace in place (`namespaces::resize`).
     pub fn resize_namespace(
         &self,
         nqn: &str,
@@ -301,7 +301,7 @@ impl Control {
     }
 
     /// `PUT /v1/subsystems/{nqn}/hosts/{hostnqn}/dhchap`: from the next Connect on, `hostnqn`
-    /// must authenticate with these keys on `nqn` (and only there) ([`hostkeys::set_key`]).
+    /// must authenticate with these keys on `nqn` (and only there) (`hostkeys::set_key`).
     pub fn set_host_key(
         &self,
         nqn: &str,
@@ -312,7 +312,7 @@ impl Control {
     }
 
     /// `DELETE /v1/subsystems/{nqn}/hosts/{hostnqn}/dhchap`: the keys of `hostnqn` on `nqn`
-    /// go ([`hostkeys::remove_key`]).
+    /// go (`hostkeys::remove_key`).
     pub fn remove_host_key(&self, nqn: &str, hostnqn: &str) -> Result<HostKeyView, ApiError> {
         hostkeys::remove_key(&self.running, nqn, hostnqn)
     }
@@ -401,13 +401,13 @@ impl Control {
         snapshots::snapshot_namespace(&self.running, &self.snapshots_book, nqn, nsid, req)
     }
 
-    /// `DELETE /v1/snapshots/{name}`: delete a snapshot ([`snapshots::delete`]).
+    /// `DELETE /v1/snapshots/{name}`: delete a snapshot (`snapshots::delete`).
     pub fn delete_snapshot(&self, name: &str) -> Result<SnapshotDeleted, ApiError> {
         snapshots::delete(&self.running, &self.snapshots_book, name)
     }
 
     /// `POST /v1/snapshots/{name}/clone`: a new namespace from a snapshot
-    /// ([`snapshots::clone`]).
+    /// (`snapshots::clone`).
     pub fn clone_snapshot(&self, name: &str, req: &CloneRequest) -> Result<CloneMade, ApiError> {
         snapshots::clone(&self.running, &self.snapshots_book, name, req)
     }

@@ -8,7 +8,7 @@
 //!
 //! - **The road** ([`apply`]): start-up ([`build`]: open the namespaces, build the target, run
 //!   the appliers from nothing to the file) and every change through the API
-//!   ([`running::Running::change`]: edit a copy of the running configuration, validate it as the
+//!   (`running::Running::change`: edit a copy of the running configuration, validate it as the
 //!   file is validated, run the same appliers, commit) apply a feature's part of the
 //!   configuration in one place.
 //! - **The request surface**: [`Control`], one thin method per request, over the feature

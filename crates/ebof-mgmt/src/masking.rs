@@ -2,8 +2,8 @@
 //! (`[[subsystems.namespaces]] hosts` of the configuration), changed while hosts are connected.
 //!
 //! A namespace without a host list is visible to every host its subsystem admits; with one,
-//! only to the hosts listed. [`set`] sets the list (an empty list hides the namespace from
-//! every host), [`attach`] and [`detach`] add or remove one host, [`unmask`] drops the list
+//! only to the hosts listed. `set` sets the list (an empty list hides the namespace from
+//! every host), `attach` and `detach` add or remove one host, `unmask` drops the list
 //! (`Control::set_namespace_hosts` and its siblings are their requests). Each change is checked as the configuration file is, recorded in the
 //! running configuration (autosaved when configured), and applied to the target by [`Masking`]
 //! as one subsystem snapshot swap: connected hosts whose view changed get a Namespace Attribute
@@ -30,7 +30,7 @@ pub fn ns_hosts(s: &ebof_config::Subsystem) -> BTreeMap<u32, Vec<String>> {
 /// The masking applier ([`crate::apply`]): every configured namespace has its configured host
 /// list, set in one subsystem snapshot swap per subsystem (connected hosts whose view changed
 /// get a Namespace Attribute Changed event). Namespaces are opened masked
-/// ([`crate::build::build_target`], [`crate::namespaces::add_in`]), so this finds nothing to
+/// ([`crate::build::build_target`], `crate::namespaces::add_in`), so this finds nothing to
 /// do at start or after an add.
 #[derive(Debug)]
 pub struct Masking;

@@ -1,8 +1,8 @@
 //! The running configuration, and the one way it changes.
 //!
-//! [`Running`] holds the configuration `ebof serve` runs (the file plus command-line overrides,
+//! `Running` holds the configuration `ebof serve` runs (the file plus command-line overrides,
 //! as validated at start) beside the live [`Target`], and the appliers ([`crate::apply`]) that
-//! keep the target in step with it. [`Running::change`] edits a copy of the configuration
+//! keep the target in step with it. `Running::change` edits a copy of the configuration
 //! (the edit validates the copy exactly as a configuration file is validated, so errors carry
 //! the file's field paths and codes, before any step that touches storage or sockets), runs
 //! every applier, and only then makes the copy the running configuration. A request either
@@ -99,7 +99,7 @@ impl Running {
     }
 
     /// A change of namespace `nsid` (as the request path gives it) of subsystem `nqn`: `f`
-    /// edits its configuration, the copy is validated and applied ([`Running::change`]).
+    /// edits its configuration, the copy is validated and applied (`Running::change`).
     /// Returns `f`'s result, the live namespace and its configuration after the change.
     pub(crate) fn change_namespace<T>(
         &self,

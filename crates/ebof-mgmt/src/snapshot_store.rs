@@ -6,10 +6,10 @@
 //! The manifest is written last, atomically ([`write_atomic`]): it is what makes a snapshot
 //! exist. A data file without one is left over from a crash and is never listed.
 //!
-//! **Finding them** ([`find_all`]). The directories scanned are: [`DIR_NAME`] beside every file
+//! **Finding them** (`find_all`). The directories scanned are: [`DIR_NAME`] beside every file
 //! namespace of the running configuration, every directory a snapshot was made in since start,
 //! and the catalogue [`CATALOGUE`] in `[target] state_dir` (when configured) that remembers
-//! every directory ever used ([`Book`]), so a snapshot outlives its origin across restarts.
+//! every directory ever used (`Book`), so a snapshot outlives its origin across restarts.
 
 use crate::api::{self, ApiError, SnapshotView, codes};
 use ebof_backend::clone::CloneMethod;
