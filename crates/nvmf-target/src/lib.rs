@@ -152,6 +152,7 @@ mod controller;
 mod discovery;
 mod error;
 mod fabrics;
+mod failure;
 pub mod gate;
 mod io;
 mod io_cmd;

@@ -2,6 +2,7 @@
 //! [`crate::Target`] that holds them (with the controller registry and the target-wide
 //! registries) is in `target.rs`, on top.
 
+use crate::failure::FailureClass;
 use ebof_backend::Backend;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -153,8 +154,8 @@ pub struct NsStats {
     /// Latency of successful reads and writes (see [`crate::latency`]).
     pub read_latency: crate::latency::LatencyHistogram,
     pub write_latency: crate::latency::LatencyHistogram,
-    /// Backend failures by [`crate::FailureClass`] (indexed by the class).
-    pub backend_errors: [AtomicU64; crate::FailureClass::COUNT],
+    /// Backend failures by [`FailureClass`] (indexed by the class).
+    pub backend_errors: [AtomicU64; FailureClass::COUNT],
 }
 
 /// An NVM subsystem: NQN, identity, host access list and namespaces.
