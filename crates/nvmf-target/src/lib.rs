@@ -60,8 +60,10 @@
 //!
 //! # Layout
 //!
-//! - the model and controllers: `model.rs`, `controller.rs`, [`ana`], [`reservation`],
-//!   [`gate`];
+//! - the model's leaf data (`model.rs`: [`Namespace`], [`Subsystem`], listeners, limits,
+//!   counters), the failure classes (`failure.rs`), controllers (`controller.rs`), [`ana`],
+//!   [`reservation`], [`gate`]; on top of them [`Target`] (`target.rs`) with its registries
+//!   (controllers, ANA table, auth policy, Central Discovery Controller, referrals, DIM);
 //! - [`Queue`] (`queue.rs`) composes typed parts, each owning its fields privately:
 //!   `queue/session.rs` (target, connection facts, role and controller, the per-command
 //!   checks), `queue/slots.rs` (slot table, completion list, SQHD, the completion funnel),
@@ -69,7 +71,8 @@
 //!   deferred commands, gate entries held for streamed reads), [`auth`]'s queue state, and
 //!   `io.rs`'s SMART counter batch;
 //! - the command handlers, `impl Queue` blocks that use those parts: `fabrics.rs`,
-//!   `auth_cmd.rs`, `admin.rs`, `discovery.rs`, `io_cmd.rs`, `resv_cmd.rs`, [`cmds`];
+//!   `auth_cmd.rs`, `admin.rs` (with the discovery log), `io_cmd.rs`, `resv_cmd.rs`, [`cmds`];
+//!   `discovery.rs` holds the discovery types (referrals, DIM, the CDC seam) and entries;
 //! - backend I/O and its status mapping: `io.rs` ([`backend_status`]); running a request on
 //!   its backend: `cmds.rs` ([`execute_io`], with Compare, Verify, Copy and Compare-and-Write).
 //!
