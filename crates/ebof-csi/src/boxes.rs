@@ -12,9 +12,9 @@
 //!
 //! `api = "HOST:PORT"` (or `http://…`) is plain HTTP: the token would travel in clear, so it
 //! is refused for an address that is not loopback unless `insecure_http = true` (issue 32,
-//! review M1; the management client's rule, `ebof_mgmt::client`).
+//! review M1; the management client's rule, `ebof_api::client`).
 
-use ebof_mgmt::Client;
+use ebof_api::Client;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
@@ -147,7 +147,7 @@ pub fn load(path: &Path) -> Result<Vec<Box>, BoxesError> {
         } else {
             base.join(&b.token_file)
         };
-        let token = ebof_mgmt::read_token_file(&token_path)
+        let token = ebof_api::read_token_file(&token_path)
             .map_err(|e| invalid(format!("{at}.token_file: {e}")))?;
         let ca_file = b.ca_file.as_ref().map(|c| {
             if c.is_absolute() {

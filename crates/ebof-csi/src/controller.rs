@@ -19,11 +19,10 @@ use crate::names::{self, ctx};
 use crate::pb;
 use crate::pb::volume_capability::{AccessType, access_mode::Mode};
 use crate::rpc::{BusySet, invalid, ok, required};
-use ebof_mgmt::api::{
-    CloneRequest, NamespaceRequest, QosRequest, ResizeRequest, SnapshotView, State,
-    SubsystemRequest, SubsystemView,
+use ebof_api::{
+    ApiError, ClientError, CloneRequest, NamespaceRequest, QosRequest, ResizeRequest, SnapshotView,
+    State, SubsystemRequest, SubsystemView,
 };
-use ebof_mgmt::{ApiError, ClientError};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -307,7 +306,7 @@ impl Controller {
     async fn on_box<T, F>(&self, idx: usize, f: F) -> Result<T, ClientError>
     where
         T: Send + 'static,
-        F: FnOnce(&ebof_mgmt::Client) -> Result<T, ClientError> + Send + 'static,
+        F: FnOnce(&ebof_api::Client) -> Result<T, ClientError> + Send + 'static,
     {
         let client = self.boxes[idx].client.clone();
         let name = self.boxes[idx].name.clone();
@@ -326,7 +325,7 @@ impl Controller {
     async fn settle<T, F>(&self, idx: usize, what: &str, done: &[&str], f: F) -> Result<(), Status>
     where
         T: Send + 'static,
-        F: FnOnce(&ebof_mgmt::Client) -> Result<T, ClientError> + Send + 'static,
+        F: FnOnce(&ebof_api::Client) -> Result<T, ClientError> + Send + 'static,
     {
         match self.on_box(idx, f).await {
             Ok(_) => Ok(()),
@@ -941,7 +940,7 @@ impl pb::controller_server::Controller for Controller {
         let mut publish_context = std::collections::HashMap::new();
         if auth == AuthMode::Dhchap {
             let pair = self.boxes[b.idx].key_seed.dhchap(&r.volume_id, &r.node_id);
-            let req = ebof_mgmt::hostkeys::HostKeyRequest {
+            let req = ebof_api::HostKeyRequest {
                 dhchap_key: pair.host.to_string(),
                 dhchap_ctrl_key: Some(pair.ctrl.to_string()),
             };

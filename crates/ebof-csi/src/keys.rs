@@ -2,7 +2,7 @@
 //! DH-HMAC-CHAP secrets of each (volume, node) pair.
 //!
 //! The controller installs the pair's secrets on the volume's box at ControllerPublishVolume
-//! (`PUT …/hosts/{node}/dhchap`, [`ebof_mgmt::hostkeys`]) and hands them to that node in the
+//! (`PUT …/hosts/{node}/dhchap`, [`ebof_api::hostkeys`]) and hands them to that node in the
 //! publish context; the node connects with `nvme connect --dhchap-secret=…
 //! --dhchap-ctrl-secret=…` (both directions authenticate). ControllerUnpublishVolume removes
 //! them with the node's host NQN.

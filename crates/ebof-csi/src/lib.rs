@@ -12,7 +12,7 @@
 //! racing on one name converge on one volume (see `docs/adr/0023-csi-driver.md`).
 //!
 //! **What it is not**: no data path. Boxes are reached through their management API
-//! ([`ebof_mgmt::Client`] over TCP with a bearer token); nodes through `nvme-cli`, `mount`
+//! ([`ebof_api::Client`] over TCP with a bearer token); nodes through `nvme-cli`, `mount`
 //! and the file systems' own tools.
 
 pub mod authority;

@@ -6,7 +6,7 @@
 mod common;
 
 use common::served::{HOST_B, NQN, perf_on, serve, state};
-use ebof_mgmt::Client;
+use ebof_api::Client;
 use serde_json::Value;
 use std::time::{Duration, Instant};
 
@@ -43,9 +43,7 @@ fn io_on_namespace_1_is_untouched_by_churn() {
         let stop = stop.clone();
         let sock = s.sock.clone();
         std::thread::spawn(move || {
-            use ebof_mgmt::api::{
-                ListenerRequest, NamespaceRequest, ResizeRequest, SubsystemRequest,
-            };
+            use ebof_api::{ListenerRequest, NamespaceRequest, ResizeRequest, SubsystemRequest};
             let c = Client::new(&sock);
             let other = "nqn.2026-11.io.ebof:churn";
             let mut rounds = 0u32;

@@ -10,12 +10,12 @@
 mod common;
 
 use common::{EBOF, Target, ebof_host, free_port};
+use ebof_api::Client as Mgmt;
 use ebof_csi::names;
 use ebof_csi::pb;
 use ebof_csi::pb::volume_capability::{
     AccessMode, AccessType, BlockVolume, MountVolume, access_mode::Mode,
 };
-use ebof_mgmt::Client as Mgmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -40,7 +40,7 @@ impl PoolBox {
         Mgmt::new(&self.sock)
     }
 
-    fn state(&self) -> ebof_mgmt::State {
+    fn state(&self) -> ebof_api::State {
         self.mgmt().state().expect("box state")
     }
 
@@ -1111,7 +1111,7 @@ fn crashes_and_races_converge_on_one_volume() {
     let nqn = names::volume_nqn(name);
     for b in &f.boxes[..2] {
         b.mgmt()
-            .add_subsystem(&ebof_mgmt::api::SubsystemRequest {
+            .add_subsystem(&ebof_api::SubsystemRequest {
                 nqn: nqn.clone(),
                 serial: None,
                 model: None,

@@ -1,5 +1,5 @@
 //! The control plane end to end: `ebof serve --mgmt-socket … --metrics-listen …` and
-//! `ebof ctl` (and the raw API through `ebof_mgmt::Client`). Every invalid request gets one
+//! `ebof ctl` (and the raw API through `ebof_api::Client`). Every invalid request gets one
 //! clear error and changes nothing; counters match what `ebof perf` did.
 
 mod common;
@@ -9,7 +9,7 @@ use common::served::{
     state,
 };
 use common::{EBOF, Output, Target, ebof, free_port};
-use ebof_mgmt::Client;
+use ebof_api::Client;
 use serde_json::Value;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -372,7 +372,7 @@ fn raw_api_errors_are_typed() {
     let c = Client::new(&s.sock);
     let check = |method: &str, uri: &str, body: Option<&str>, status: u16, code: &str| {
         let (st, b) = c.raw(method, uri, body.map(str::to_string)).unwrap();
-        let e: ebof_mgmt::ApiError = serde_json::from_slice(&b)
+        let e: ebof_api::ApiError = serde_json::from_slice(&b)
             .unwrap_or_else(|_| panic!("{method} {uri}: {}", String::from_utf8_lossy(&b)));
         assert_eq!((st, e.code.as_str()), (status, code), "{method} {uri}: {e}");
     };

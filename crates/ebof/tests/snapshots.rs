@@ -368,7 +368,7 @@ fn snapshot_overwrite_clone_delete_restart() {
     );
     ctl_json(&sock, &["ns", "remove", NQN, "7"]);
     // The empty name, through the API (the command line cannot send one it would accept).
-    let e = ebof_mgmt::Client::new(&sock)
+    let e = ebof_api::Client::new(&sock)
         .snapshot_namespace(NQN, "1", "")
         .unwrap_err();
     assert!(e.to_string().contains("invalid-snapshot-name"), "{e}");
@@ -463,7 +463,7 @@ fn a_snapshot_under_a_write_workload_holds_no_torn_block() {
     });
     // Wait (bounded) until the run writes: the namespace's write counter moves (queues
     // publish it every 1024 commands and on their tick).
-    let client = ebof_mgmt::Client::new(&sock);
+    let client = ebof_api::Client::new(&sock);
     let writes = || {
         client
             .stats()

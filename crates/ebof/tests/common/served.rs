@@ -2,7 +2,7 @@
 //! calls the control-plane tests (`ctl.rs`, `churn.rs`) make against it.
 
 use super::{Output, Target, ebof, free_port};
-use ebof_mgmt::Client;
+use ebof_api::Client;
 use serde_json::Value;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
