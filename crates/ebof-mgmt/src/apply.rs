@@ -57,3 +57,95 @@ pub fn all<'a>(
         .into_iter()
         .try_for_each(|a| a.apply(old, new, live))
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::running::Running;
+    use ebof_config::Config;
+    use nvmf_target::Target;
+    use std::sync::Arc;
+
+    const SUB: &str = "nqn.2026-11.io.ebof:road";
+    const HOST: &str = "nqn.2014-08.org.example:h";
+
+    fn file(extra: bool) -> Config {
+        let mut t = String::from(
+            "[[listeners]]\naddress = \"127.0.0.1\"\nport = 4420\n\
+             [[listeners]]\naddress = \"127.0.0.1\"\nport = 4421\n",
+        );
+        if extra {
+            t += "[discovery]\nreferrals = [\"10.0.0.9:8009\"]\n\
+                  [[ana]]\nlistener = \"127.0.0.1:4421\"\ngroup = 2\nstate = \"inaccessible\"\n\
+                  [[hosts]]\nnqn = \"nqn.2014-08.org.example:h\"\n";
+            let key = nvme_auth::DhchapSecret::from_key(nvme_auth::KeyTransform::Sha256, &[7; 32])
+                .unwrap()
+                .encode()
+                .to_string();
+            t += &format!("dhchap_key = \"{key}\"\n");
+        }
+        t += &format!("[[subsystems]]\nnqn = \"{SUB}\"\n");
+        t += "[[subsystems.namespaces]]\nbackend = \"ram\"\nsize = \"1M\"\n";
+        t += "[[subsystems.namespaces]]\nbackend = \"ram\"\nsize = \"1M\"\nana_group = 2\n";
+        if extra {
+            t += "qos = { iops = 500, write_mbps = 7 }\nhosts = [\"nqn.2014-08.org.example:h\"]\n";
+        }
+        Config::from_toml_str(&t).unwrap()
+    }
+
+    /// What the appliers set, as the target shows it.
+    fn live(t: &Target) -> String {
+        let s = t.subsystem(SUB).unwrap();
+        let ns: Vec<_> = s
+            .namespaces
+            .iter()
+            .map(|n| {
+                (
+                    n.nsid,
+                    n.qos.limits(),
+                    s.ns_host_list(n.nsid).map(<[_]>::to_vec),
+                )
+            })
+            .collect();
+        let auth = t
+            .auth_policy()
+            .is_some_and(|p| p.session(HOST, SUB, 0).is_some());
+        format!(
+            "{:?} {:?} {ns:?} {auth}",
+            crate::ana::views(t),
+            crate::referrals::list(t)
+        )
+    }
+
+    /// The one road: a box started from a file and a box given the same configuration as a
+    /// change are the same box.
+    #[test]
+    fn the_file_at_start_and_the_same_change_give_the_same_target() {
+        let full = file(true);
+        let started = crate::build::build_target(&full).unwrap();
+        let bare = file(false);
+        let changed = Arc::new(crate::build::build_target(&bare).unwrap());
+        let r = Running::new(changed.clone(), bare, None, crate::build::appliers());
+        assert_ne!(
+            live(&started),
+            live(&changed),
+            "the bare file sets none of it"
+        );
+        r.change(|cfg| {
+            *cfg = full.clone();
+            crate::lookup::check(cfg)
+        })
+        .unwrap();
+        assert_eq!(live(&started), live(&changed));
+        assert!(live(&started).ends_with("true"), "{}", live(&started));
+        // And back: the change to the bare file undoes all of it.
+        r.change(|cfg| {
+            *cfg = file(false);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(
+            live(&changed),
+            live(&crate::build::build_target(&file(false)).unwrap())
+        );
+    }
+}
