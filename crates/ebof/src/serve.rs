@@ -3,7 +3,9 @@
 
 use anyhow::{Context, Result, bail};
 use ebof_config::{BackendChoice, Config, IoEngine, Overrides, format_size};
+use ebof_mgmt::{MgmtServer, Token};
 use ebof_runtime::{EngineConfig, IoEngineKind, Server, ServerConfig, affinity};
+use nvmf_target::Target;
 use nvmf_tcp::TargetConnConfig;
 use std::ffi::OsStr;
 use std::net::SocketAddr;
@@ -250,7 +252,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
     let default_discovery = a.config.is_none() && a.discovery_listen.is_none();
     check_listeners(&mut cfg, default_discovery)?;
     // A bad token file fails before any backend is opened.
-    let mgmt_token = crate::ctl::management_token(&cfg)?;
+    let mgmt_token = management_token(&cfg)?;
     let target = Arc::new(ebof_mgmt::build::build_target(&cfg).map_err(anyhow::Error::msg)?);
     let auth = ebof_mgmt::security::auth_policy(&cfg).map_err(anyhow::Error::msg)?;
     if auth.is_some() {
@@ -359,7 +361,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
         tls,
     };
     // The management API first: a socket conflict fails before any host can connect.
-    let mgmt = crate::ctl::start_management(&cfg, target.clone(), a.config.clone(), mgmt_token)?;
+    let mgmt = start_management(&cfg, target.clone(), a.config.clone(), mgmt_token)?;
     let handle = match Server::start(target.clone(), server_cfg) {
         Ok(h) => h,
         Err(e) => {
@@ -501,6 +503,109 @@ fn start_announcer(
         dhchap,
     })
     .context("announcing to the central discovery controller")
+}
+
+/// `ebof serve`: the bearer token of the management API on TCP, read and checked (owner-only,
+/// not empty) before anything is opened or started, so a bad token file fails at once. `None`
+/// when the API is not served on TCP.
+pub fn management_token(cfg: &Config) -> Result<Option<Token>> {
+    let m = &cfg.management;
+    if m.disabled || m.listen.is_none() {
+        return Ok(None);
+    }
+    let Some(path) = &m.token_file else {
+        // Config::validate refuses `listen` without `token_file`; never serve without one.
+        anyhow::bail!(
+            "management.token_file: the management API on TCP requires a token file (--mgmt-token-file)"
+        );
+    };
+    Ok(Some(ebof_mgmt::load_token_file(path)?))
+}
+
+/// `ebof serve`: bind the management socket and the metrics listener (before anything else is
+/// started, so a conflict fails at once) and serve them on their own thread.
+///
+/// The default socket is a convenience, like the default discovery listener: when another
+/// `ebof serve` holds it, serve without a management API and say so. A configured socket that
+/// is in use is an error.
+pub fn start_management(
+    cfg: &Config,
+    target: Arc<Target>,
+    config_file: Option<PathBuf>,
+    token: Option<Token>,
+) -> Result<Option<(MgmtServer, Arc<ebof_mgmt::Control>)>> {
+    let socket = if cfg.management.disabled {
+        None
+    } else {
+        let (path, explicit) = match &cfg.management.socket {
+            Some(p) => (p.clone(), true),
+            None => (ebof_mgmt::default_socket_path(), false),
+        };
+        match ebof_mgmt::bind_socket(&path) {
+            Ok(s) => Some(s),
+            // Taken by another serve, or not usable by us: run without it, and say so.
+            Err(e) if !explicit => {
+                tracing::warn!(
+                    error = %e,
+                    "no management API (`ebof ctl`) on the default socket; \
+                     set --mgmt-socket to serve one"
+                );
+                None
+            }
+            Err(e) => return Err(e).context("management API"),
+        }
+    };
+    let metrics = match &cfg.metrics {
+        Some(l) => Some(ebof_mgmt::bind_metrics(l.socket_addr())?),
+        None => None,
+    };
+    let api_tcp = match (&cfg.management.listen, token) {
+        (Some(l), Some(token)) if !cfg.management.disabled => {
+            let api = ebof_mgmt::bind_api_tcp(l.socket_addr(), token)?;
+            match (&cfg.management.tls_cert, &cfg.management.tls_key) {
+                (Some(cert), Some(key)) => Some(api.with_tls(cert, key)?),
+                _ => Some(api),
+            }
+        }
+        _ => None,
+    };
+    let https = api_tcp.as_ref().is_some_and(|a| a.is_tls());
+    if let Some(l) = &cfg.management.listen
+        && api_tcp.is_some()
+        && !https
+        && !l.socket_addr().ip().is_loopback()
+    {
+        tracing::warn!(
+            address = %l.socket_addr(),
+            "the management API on TCP speaks plain HTTP: its token travels in clear \
+             (set [management] tls_cert and tls_key for HTTPS)"
+        );
+    }
+    if socket.is_none() && metrics.is_none() && api_tcp.is_none() {
+        return Ok(None);
+    }
+    let path = socket.as_ref().map(|s| s.path().display().to_string());
+    let control = Arc::new(ebof_mgmt::Control::new(
+        target,
+        cfg.clone(),
+        config_file.map(|p| std::path::absolute(&p).unwrap_or(p)),
+    ));
+    let server = ebof_mgmt::start(control.clone(), socket, metrics, api_tcp)?;
+    tracing::info!(
+        socket = path.as_deref().unwrap_or("none"),
+        tcp = %server
+            .api_addr
+            .map_or_else(|| "none".to_string(), |a| if https {
+                format!("https://{a} (bearer token)")
+            } else {
+                format!("{a} (bearer token, plain HTTP)")
+            }),
+        metrics = %server
+            .metrics_addr
+            .map_or_else(|| "none".to_string(), |a| format!("http://{a}/metrics")),
+        "management API"
+    );
+    Ok(Some((server, control)))
 }
 
 pub(crate) fn init_tracing() {
