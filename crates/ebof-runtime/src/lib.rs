@@ -14,7 +14,7 @@
 
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
-pub mod affinity;
+pub use ebof_affinity as affinity;
 pub mod conn;
 pub mod duties;
 pub mod engine;

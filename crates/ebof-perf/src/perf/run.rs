@@ -13,7 +13,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use ebof_runtime::affinity;
+use ebof_affinity as affinity;
 use nvmf_host::{Controller, IoConnector};
 use tokio::sync::{mpsc, watch};
 

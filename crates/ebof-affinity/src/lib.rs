@@ -1,4 +1,9 @@
-//! CPU affinity helpers.
+//! # ebof-affinity — CPU affinity helpers
+//!
+//! Pin the calling thread to a core, list the cores this process may run on, and read a core
+//! list such as `0-3,6`. Shared by the target's reactors (`ebof-runtime`, re-exported there as
+//! `ebof_runtime::affinity`) and the load generator (`ebof-perf`, `ebof perf --cores`), so
+//! that the load generator does not link the target to get them. It depends on `libc` only.
 
 /// Pin the calling thread to `core`. Returns an error string if the kernel refuses (e.g. the
 /// core is not in the process's allowed set).
@@ -69,4 +74,26 @@ pub fn parse_core_list(s: &str) -> Result<Vec<usize>, String> {
     out.sort_unstable();
     out.dedup();
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn core_lists() {
+        assert_eq!(parse_core_list("0-1,4").unwrap(), vec![0, 1, 4]);
+        assert_eq!(parse_core_list(" 3, 1,1 ,2-3").unwrap(), vec![1, 2, 3]);
+        assert!(parse_core_list("").is_err());
+        assert!(parse_core_list("3-1").is_err());
+        assert!(parse_core_list("4096").is_err());
+        assert!(parse_core_list("a").is_err());
+    }
+
+    #[test]
+    fn allowed_cores_are_listed_and_out_of_range_is_refused() {
+        let cores = allowed_cores();
+        assert!(!cores.is_empty());
+        assert!(pin_current_thread(libc::CPU_SETSIZE as usize).is_err());
+    }
 }
