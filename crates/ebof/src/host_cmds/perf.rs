@@ -7,9 +7,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Result;
+use ebof_affinity as affinity;
 use ebof_perf::Endpoint;
 use ebof_perf::perf::{self, Event, PerfOptions, RwMode, verify_only, vlog};
-use ebof_affinity as affinity;
 
 use super::common::{
     SecurityArgs, SubsystemArgs, apply_transport, host_config, parse_duration, parse_range,
