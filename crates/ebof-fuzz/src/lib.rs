@@ -42,6 +42,8 @@
 //!   the CDC was told to announce matches the registry after every step.
 //! - [`targets::csi_names`]: text into the CSI driver's volume-context listener decoder
 //!   and the names it derives from CSI names (`ebof_csi::names`).
+//! - [`targets::csi_authority`]: a gRPC client's bytes into the CSI socket's `:authority`
+//!   rewriter (HTTP/2 frames, HPACK); piece-independent, and its output a fixed point.
 
 #![forbid(unsafe_code)]
 
@@ -187,6 +189,12 @@ pub const TARGETS: &[Target] = &[
         name: "csi_names",
         run: targets::csi_names::run,
         max_len: 512,
+        time_div: 4,
+    },
+    Target {
+        name: "csi_authority",
+        run: targets::csi_authority::run,
+        max_len: 4096,
         time_div: 4,
     },
 ];

@@ -55,6 +55,9 @@ pub fn all() -> Vec<(&'static str, String, Vec<u8>)> {
     for (name, bytes) in csi_names_seeds() {
         v.push(("csi_names", name, bytes));
     }
+    for (name, bytes) in crate::targets::csi_authority::seeds() {
+        v.push(("csi_authority", name, bytes));
+    }
     v
 }
 

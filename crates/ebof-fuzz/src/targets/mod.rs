@@ -3,6 +3,7 @@
 pub mod auth;
 pub mod config_struct;
 pub mod config_text;
+pub mod csi_authority;
 pub mod csi_names;
 pub mod dim;
 pub mod dim_registry;
