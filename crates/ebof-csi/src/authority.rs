@@ -7,7 +7,7 @@
 //! blocks on the way in: an `:authority` that h2 would refuse becomes `localhost` (what grpc-go
 //! and Kubernetes send on a Unix socket); a valid one, or none, is left as it is. Nothing else
 //! of the request changes; the server's direction is not touched (see
-//! `docs/adr/0040-csi-any-authority.md`).
+//! `docs/adr/0026-csi-any-authority.md`).
 //!
 //! How, at the HTTP/2 frame layer ([`Rewriter`]): the connection preface and every frame but
 //! HEADERS and CONTINUATION pass through byte for byte. A header block (a HEADERS frame and its
