@@ -10,7 +10,7 @@ pub use args::CtlArgs;
 pub use run::run;
 
 use anyhow::Result;
-use ebof_mgmt::{Client, ClientError, Token};
+use ebof_api::{Client, ClientError, Token};
 use std::path::PathBuf;
 
 /// The environment variable `ebof ctl --api` takes the token from without --token-file.
@@ -24,11 +24,11 @@ fn client(a: &CtlArgs) -> Result<Client> {
         let path = a
             .socket
             .clone()
-            .unwrap_or_else(ebof_mgmt::default_socket_path);
+            .unwrap_or_else(ebof_api::default_socket_path);
         return Ok(Client::new(path));
     };
     let token = match &a.token_file {
-        Some(p) => Some(ebof_mgmt::read_token_file(p)?),
+        Some(p) => Some(ebof_api::read_token_file(p)?),
         None => match std::env::var(TOKEN_ENV) {
             Ok(t) => Some(Token::new(&t).map_err(|e| anyhow::anyhow!("{TOKEN_ENV}: {e}"))?),
             Err(std::env::VarError::NotPresent) => None,

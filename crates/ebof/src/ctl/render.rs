@@ -4,12 +4,12 @@
 //! Every table is a list of columns, each a heading with the cell it shows for one item
 //! ([`Column`]), drawn by [`columns`]: adding a column is one line.
 
-use ebof_config::format_size;
-use ebof_mgmt::api::{
+use ebof_api::{
     CdcMemberView, CdcView, ControllerView, DimRegistrationView, FsSpaceView, LatencyPercentiles,
     ListenerView, MdnsRecordView, MdnsView, NamespaceStats, NamespaceView, PoolView, QosView,
     SnapshotView, State, Stats,
 };
+use ebof_config::format_size;
 
 /// One column of a table: its heading, and its cell for one item.
 type Column<'a, T> = (&'static str, &'a dyn Fn(&T) -> String);

@@ -8,9 +8,9 @@ use super::args::{
 use super::render::{self, ns_hosts_text, qos_text};
 use super::{absolute, client, err};
 use anyhow::Result;
+use ebof_api::Client;
+use ebof_api::{ListenerView, NamespaceChanged, NamespaceRequest};
 use ebof_config::format_size;
-use ebof_mgmt::Client;
-use ebof_mgmt::api::{ListenerView, NamespaceChanged, NamespaceRequest};
 use serde::Serialize;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -48,9 +48,7 @@ pub fn run(a: CtlArgs) -> Result<()> {
         CtlCmd::Ana { cmd } => ana(&c, json, cmd),
         CtlCmd::Mdns { mode } => {
             let v = match mode {
-                Some(mode) => c
-                    .set_mdns(&ebof_mgmt::api::MdnsRequest { mode })
-                    .map_err(err)?,
+                Some(mode) => c.set_mdns(&ebof_api::MdnsRequest { mode }).map_err(err)?,
                 None => c.mdns().map_err(err)?,
             };
             emit(json, &v, render::mdns_text)
@@ -100,7 +98,7 @@ fn subsystem(c: &Client, json: bool, cmd: SubsystemCmd) -> Result<()> {
             model,
             no_allow_any_host,
         } => {
-            let req = ebof_mgmt::api::SubsystemRequest {
+            let req = ebof_api::SubsystemRequest {
                 nqn,
                 serial,
                 model,
@@ -171,7 +169,7 @@ fn listener(c: &Client, json: bool, cmd: ListenerCmd) -> Result<()> {
     match cmd {
         ListenerCmd::Add { address, discovery } => {
             let l = c
-                .add_listener(&ebof_mgmt::api::ListenerRequest { address, discovery })
+                .add_listener(&ebof_api::ListenerRequest { address, discovery })
                 .map_err(err)?;
             emit(json, &l, |l| {
                 format!("listening on {} ({})\n", l.address, kind(l))
@@ -201,7 +199,7 @@ fn ana(c: &Client, json: bool, cmd: AnaCmd) -> Result<()> {
         group,
         state,
     } = cmd;
-    let req = ebof_mgmt::api::AnaRequest {
+    let req = ebof_api::AnaRequest {
         listener,
         group,
         state,
@@ -238,7 +236,7 @@ fn referral(c: &Client, json: bool, cmd: ReferralCmd) -> Result<()> {
 
 /// `ebof ctl save [FILE]`.
 fn save(c: &Client, json: bool, file: Option<PathBuf>) -> Result<()> {
-    let req = ebof_mgmt::api::SaveRequest {
+    let req = ebof_api::SaveRequest {
         path: file.map(|f| absolute(&f).display().to_string()),
     };
     let r = c.save(&req).map_err(err)?;
@@ -347,7 +345,7 @@ fn ns(c: &Client, json: bool, cmd: NsCmd) -> Result<()> {
             size: new,
             shrink,
         } => {
-            let req = ebof_mgmt::api::ResizeRequest {
+            let req = ebof_api::ResizeRequest {
                 size: size(&new, "SIZE")?,
                 shrink,
             };
@@ -387,7 +385,7 @@ fn ns_add(c: &Client, json: bool, a: NsAddArgs) -> Result<()> {
         anyhow::bail!("--size goes with --file PATH or --pool NAME");
     }
     if let Some(name) = from_snapshot {
-        let req = ebof_mgmt::api::CloneRequest {
+        let req = ebof_api::CloneRequest {
             subsystem: nqn,
             nsid,
             path: file.map(|f| absolute(&f).display().to_string()),
@@ -494,7 +492,7 @@ fn ns_qos(c: &Client, json: bool, a: NsQosArgs) -> Result<()> {
         write_mbps,
         clear,
     } = a;
-    let req = ebof_mgmt::api::QosRequest {
+    let req = ebof_api::QosRequest {
         iops,
         mbps,
         read_iops,
