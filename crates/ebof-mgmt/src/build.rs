@@ -182,8 +182,8 @@ fn load_reservations(path: &Path, field: &str) -> Result<NsReservations, String>
 }
 
 /// The appliers of the configuration's parts that have live state in the target, in the order
-/// they run ([`crate::apply`]). Services serve attaches after start add theirs (the CDC's
-/// members, the mDNS records).
+/// they run ([`crate::apply`]). The services a control plane is given add theirs (the CDC's
+/// members, [`crate::control::Control::with_services`]).
 pub(crate) fn appliers() -> Vec<Arc<dyn Apply>> {
     vec![
         Arc::new(Ana),

@@ -88,7 +88,7 @@ fn parse_member(address: &str, path: &str) -> Result<std::net::SocketAddr, ApiEr
         .map_err(|e| ApiError::from_config(&e.at(path), path))
 }
 
-/// The CDC applier ([`crate::apply`]), attached with the CDC (which starts from `[cdc]` of the
+/// The CDC applier ([`crate::apply`]), given to the control plane with the CDC (which starts from `[cdc]` of the
 /// same configuration): members configured since `old` join, members no longer configured
 /// leave (their entries leave every host's view at once), and a changed trust list is live for
 /// later registrations.
@@ -274,12 +274,24 @@ mod tests {
 
     #[test]
     fn cdc_members_are_added_and_removed_live_and_saved() {
-        let (c, target) =
-            control("[[listeners]]\naddress = \"127.0.0.1\"\nport = 0\n[cdc]\nmembers = []\n");
+        let running = Config::from_toml_str(
+            "[[listeners]]\naddress = \"127.0.0.1\"\nport = 0\n[cdc]\nmembers = []\n",
+        )
+        .unwrap();
+        let target = Arc::new(crate::build::build_target(&running).unwrap());
         let mut cfg = ebof_cdc::CdcConfig::new(vec![], "nqn.2026-11.io.example:cdc".into());
         cfg.backoff_max = std::time::Duration::from_millis(300);
         let cdc = Arc::new(ebof_cdc::Cdc::start(&target, cfg).unwrap());
-        c.attach_cdc(cdc.clone());
+        let services = crate::control::Services {
+            cdc: Some(cdc.clone()),
+            ..Default::default()
+        };
+        let c = Arc::new(Control::with_services(
+            target.clone(),
+            running,
+            None,
+            services,
+        ));
         let token = crate::Token::new("t0k3n-0123456789").unwrap();
         let l = crate::server::bind_api_tcp("127.0.0.1:0".parse().unwrap(), token.clone()).unwrap();
         let srv = crate::server::start(c.clone(), None, None, Some(l)).unwrap();

@@ -3,8 +3,8 @@
 //!
 //! [`Control`] holds the running configuration (`crate::running::Running`: the configuration
 //! `ebof serve` runs, with the target and the appliers that keep the target in step with it,
-//! [`crate::apply`]) and what serve attaches after start (the listeners' control, the mDNS
-//! responder, the CDC). Every change goes through `crate::running::Running::change`: a copy
+//! [`crate::apply`]) and the services it steers, given at construction ([`Services`]: the
+//! listeners' control, the mDNS responder, the CDC). Every change goes through `crate::running::Running::change`: a copy
 //! of the configuration is edited and validated as a configuration file is (errors carry the
 //! file's field paths and codes), the appliers make the target match it, and only then does the
 //! copy become the running configuration. A request either applies whole or changes nothing.
@@ -52,50 +52,67 @@ pub struct Control {
     /// The target it changes (shared with the transports).
     pub target: Arc<Target>,
     running: Running,
-    listeners: std::sync::OnceLock<ListenerControl>,
-    /// The mDNS responder, once serve attaches it ([`Control::attach_mdns`]).
-    pub(crate) mdns: std::sync::OnceLock<Arc<crate::mdns::Responder>>,
-    /// The Central Discovery Controller, when this box runs one ([`Control::attach_cdc`]).
-    cdc: std::sync::OnceLock<Arc<ebof_cdc::Cdc>>,
+    /// The transports' listeners, when a server runs ([`Services::listeners`]).
+    listeners: Option<ListenerControl>,
+    /// The mDNS responder, when the box runs one ([`Services::mdns`]).
+    pub(crate) mdns: Option<Arc<crate::mdns::Responder>>,
+    /// The Central Discovery Controller, when this box runs one ([`Services::cdc`]).
+    cdc: Option<Arc<ebof_cdc::Cdc>>,
     /// Where snapshots are looked for ([`crate::snapshots`]).
     snapshots_book: snapshots::Book,
 }
 
+/// The running services a [`Control`] steers besides the target, given at construction
+/// ([`crate::Node`] starts them first); each is absent when the box does not run it.
+#[derive(Debug, Default)]
+pub struct Services {
+    /// Adds and removes the transports' listeners; without it, listener changes are refused.
+    pub listeners: Option<ListenerControl>,
+    /// The mDNS responder: it publishes the running configuration's discovery listeners from
+    /// construction on, and follows every listener and mode change.
+    pub mdns: Option<Arc<crate::mdns::Responder>>,
+    /// The Central Discovery Controller (started from `[cdc]`): later changes of `[cdc]` reach
+    /// it ([`cdc::CdcMembers`]).
+    pub cdc: Option<Arc<ebof_cdc::Cdc>>,
+}
+
 impl Control {
-    /// `running` is the configuration the target was built from (after start-up checks);
-    /// `config_file` is where `save` writes by default and autosave writes. Listener changes
-    /// are refused until [`Control::attach_server`].
+    /// A control plane with no services: `running` is the configuration the target was built
+    /// from, `config_file` where `save` writes by default and autosave writes (see
+    /// [`Control::with_services`]).
     pub fn new(target: Arc<Target>, running: Config, config_file: Option<PathBuf>) -> Control {
+        Control::with_services(target, running, config_file, Services::default())
+    }
+
+    /// The control plane of a box: `running` is the configuration the target was built from
+    /// (after start-up checks, ports bound as 0 settled: [`build::settle_bound_ports`]);
+    /// `config_file` is where `save` writes by default and autosave writes; `services` are
+    /// what it steers besides the target. The mDNS responder publishes `running` at once.
+    pub fn with_services(
+        target: Arc<Target>,
+        running: Config,
+        config_file: Option<PathBuf>,
+        services: Services,
+    ) -> Control {
         let snapshots_book = snapshots::Book::new(&running);
+        let mut appliers = build::appliers();
+        if let Some(c) = &services.cdc {
+            appliers.push(Arc::new(cdc::CdcMembers(c.clone())));
+        }
         let c = Control {
             snapshots_book,
-            running: Running::new(target.clone(), running, config_file, build::appliers()),
+            running: Running::new(target.clone(), running, config_file, appliers),
             target,
-            listeners: std::sync::OnceLock::new(),
-            mdns: std::sync::OnceLock::new(),
-            cdc: std::sync::OnceLock::new(),
+            listeners: services.listeners,
+            mdns: services.mdns,
+            cdc: services.cdc,
         };
         let found = c.snapshots().len();
         if found > 0 {
             tracing::info!(snapshots = found, "snapshots found");
         }
+        c.sync_mdns();
         c
-    }
-
-    /// The NVMe/TCP server is up: `listeners` reaches its reactors, `bound` are the addresses
-    /// it bound (I/O listeners, then discovery, as configured). Listeners configured with port
-    /// 0 get the port they were given, in the running configuration and the discovery log.
-    pub fn attach_server(&self, listeners: ListenerControl, bound: &[std::net::SocketAddr]) {
-        let _ = self.listeners.set(listeners);
-        build::settle_bound_ports(&mut self.running.lock(), bound, &self.target);
-    }
-
-    /// This box runs a Central Discovery Controller (started by `ebof serve` from `[cdc]`):
-    /// later changes of `[cdc]` reach it ([`cdc::CdcMembers`]).
-    pub fn attach_cdc(&self, cdc: Arc<ebof_cdc::Cdc>) {
-        if self.cdc.set(cdc.clone()).is_ok() {
-            self.running.add_applier(Arc::new(cdc::CdcMembers(cdc)));
-        }
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, Config> {
@@ -341,7 +358,7 @@ impl Control {
     }
 
     fn listener_control(&self) -> Result<&ListenerControl, ApiError> {
-        self.listeners.get().ok_or_else(|| {
+        self.listeners.as_ref().ok_or_else(|| {
             ApiError::new(
                 codes::UNSUPPORTED,
                 "",
@@ -414,35 +431,35 @@ impl Control {
 
     /// The CDC's view, when this box is one.
     pub fn cdc_view(&self) -> Option<CdcView> {
-        self.cdc.get().map(|c| cdc::view(c))
+        self.cdc.as_deref().map(cdc::view)
     }
 
     /// `GET /v1/cdc`.
     pub fn cdc(&self) -> Result<CdcView, ApiError> {
-        cdc::get(self.cdc.get().map(|c| &**c))
+        cdc::get(self.cdc.as_deref())
     }
 
     /// `POST /v1/cdc/members`: add a member (recorded in `[cdc] members`).
     pub fn add_cdc_member(&self, req: &CdcMemberRequest) -> Result<CdcMemberView, ApiError> {
-        cdc::add_member(&self.running, self.cdc.get().map(|c| &**c), req)
+        cdc::add_member(&self.running, self.cdc.as_deref(), req)
     }
 
     /// `GET /v1/cdc/trusted`.
     pub fn cdc_trusted(&self) -> Result<CdcTrusted, ApiError> {
-        cdc::get_trusted(self.cdc.get().map(|c| &**c))
+        cdc::get_trusted(self.cdc.as_deref())
     }
 
     /// `PUT /v1/cdc/trusted`: replace `[cdc] trusted`, live (later registrations are checked
     /// against it) and in the running configuration. Every entry is an IP address or an NQN;
     /// the first that is neither is the error (`trusted[i]`), and nothing changes.
     pub fn set_cdc_trusted(&self, req: &CdcTrusted) -> Result<CdcTrusted, ApiError> {
-        cdc::set_trusted(&self.running, self.cdc.get().map(|c| &**c), req)
+        cdc::set_trusted(&self.running, self.cdc.as_deref(), req)
     }
 
     /// `DELETE /v1/cdc/members/{address}`: remove a member; its entries leave every host's
     /// view at once. Returns the CDC as it is now.
     pub fn remove_cdc_member(&self, address: &str) -> Result<CdcView, ApiError> {
-        cdc::remove_member(&self.running, self.cdc.get().map(|c| &**c), address)
+        cdc::remove_member(&self.running, self.cdc.as_deref(), address)
     }
 
     /// `POST /v1/save`: write the running configuration to `req.path` or the file serve was

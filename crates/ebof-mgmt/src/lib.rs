@@ -21,6 +21,9 @@
 //!   adapter ([`cdc`]); where the API may make or open storage and save, and when two paths are
 //!   one file ([`paths`]).
 //! - **Reads**: the state and counters ([`ops`]) and the Prometheus exposition ([`metrics`]).
+//! - **The box** ([`node`]): [`Node::start`] starts the target, the NVMe servers, the control
+//!   plane (given the services it steers at construction, [`Services`]), the management API,
+//!   the CDC, the DIM announcer and mDNS in one order; [`Node::stop`] stops them in reverse.
 //!
 //! **What it is not**: no protocol logic and nothing on the data path. It runs on one thread
 //! with its own tokio runtime and reaches the target through `Arc<nvmf_target::Target>` only:
@@ -48,6 +51,7 @@ pub mod masking;
 pub mod mdns;
 pub mod metrics;
 pub mod namespaces;
+pub mod node;
 pub mod ops;
 pub mod paths;
 pub mod pools;
@@ -63,7 +67,8 @@ pub mod subsystems;
 pub use api::{ApiError, State, Stats};
 pub use auth::{Token, TokenFileError, load_token_file, read_token_file};
 pub use client::{Client, ClientError};
-pub use control::Control;
+pub use control::{Control, Services};
+pub use node::{Node, NodeError, NodeOptions};
 pub use server::{
     ApiListener, MgmtServer, ServerError, bind_api_tcp, bind_metrics, bind_socket,
     default_socket_path, start,

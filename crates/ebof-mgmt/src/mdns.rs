@@ -838,23 +838,15 @@ fn stop(d: Daemon) {
 }
 
 impl Control {
-    /// Give the control plane the responder: it publishes the running configuration now and
-    /// follows every listener and mode change from then on.
-    pub fn attach_mdns(&self, responder: Arc<Responder>) {
-        if self.mdns.set(responder).is_ok() {
-            self.sync_mdns();
-        }
-    }
-
     /// Publish what the running configuration asks for (after a listener or mode change).
     pub(crate) fn sync_mdns(&self) -> Option<MdnsView> {
-        let r = self.mdns.get()?;
+        let r = self.mdns.as_ref()?;
         Some(r.apply_config(|| self.running()))
     }
 
     /// `GET /v1/mdns`: the mode and the records.
     pub fn mdns(&self) -> MdnsView {
-        match self.mdns.get() {
+        match self.mdns.as_ref() {
             Some(r) => r.view(),
             None => MdnsView {
                 mode: Mode::from_setting(self.running().discovery_settings.mdns)
@@ -1114,9 +1106,12 @@ mod tests {
         let toml = "[[listeners]]\naddress = \"127.0.0.1\"\nport = 0\n[[subsystems]]\nnqn = \"nqn.2026-11.io.ebof:t\"\n[[subsystems.namespaces]]\nbackend = \"ram\"\nsize = \"1M\"\n";
         let cfg = Config::from_toml_str(toml).unwrap();
         let target = Arc::new(crate::build::build_target(&cfg).unwrap());
-        let c = Control::new(target, cfg, None);
         // A responder: loopback only, so `auto` publishes nothing and opens no socket.
-        c.attach_mdns(Arc::new(Responder::new()));
+        let services = crate::control::Services {
+            mdns: Some(Arc::new(Responder::new())),
+            ..Default::default()
+        };
+        let c = Control::with_services(target, cfg, None, services);
         let v = c.mdns();
         assert_eq!(v.mode, "auto");
         assert_eq!(v.records.len(), 1);

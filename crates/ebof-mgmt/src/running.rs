@@ -61,15 +61,6 @@ impl Running {
         self.lock().clone()
     }
 
-    /// One more applier: a service attached after start (which started from the running
-    /// configuration) joins every later change.
-    pub(crate) fn add_applier(&self, a: Arc<dyn Apply>) {
-        self.appliers
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(a);
-    }
-
     /// Edit a copy of the running configuration with `f` (which validates the copy before
     /// any step that touches storage or sockets), make the target match it (every applier),
     /// and on success commit the copy (and autosave it when configured).

@@ -104,6 +104,14 @@ impl BoundSocket {
     pub fn path(&self) -> &FsPath {
         &self.path
     }
+
+    /// Give the socket up unserved (a start that failed after binding it): the socket file is
+    /// removed if it is still the one we created, as [`MgmtServer::stop`] does.
+    pub fn close(self) {
+        if std::fs::metadata(&self.path).is_ok_and(|m| (m.dev(), m.ino()) == self.id) {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
 }
 
 /// Bind the management socket at `path`: the directory is created (0700) if missing; a socket

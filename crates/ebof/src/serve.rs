@@ -1,16 +1,12 @@
-//! `ebof serve`: load configuration, check the listeners can be bound, open backends, start the
-//! reactors, log what is served, and say "ready" last.
+//! `ebof serve`: flags → configuration → [`Node::start`] (the box, `ebof-mgmt`: checks,
+//! target, servers, control plane, services) → "ready" → wait for SIGINT/SIGTERM →
+//! [`Node::stop`].
 
-use anyhow::{Context, Result, bail};
-use ebof_config::{BackendChoice, Config, IoEngine, Overrides, format_size};
-use ebof_mgmt::{MgmtServer, Token};
-use ebof_runtime::{EngineConfig, IoEngineKind, Server, ServerConfig, affinity};
-use nvmf_target::Target;
-use nvmf_tcp::TargetConnConfig;
+use anyhow::Result;
+use ebof_config::{Config, Overrides};
+use ebof_mgmt::{Node, NodeOptions};
 use std::ffi::OsStr;
-use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
 
 #[derive(clap::Args, Debug)]
 pub struct ServeArgs {
@@ -160,61 +156,6 @@ pub fn effective_config(a: &ServeArgs) -> Result<Config> {
     Ok(cfg)
 }
 
-/// Check, before any backend is opened or file created, that every listener can be bound, so a
-/// port in use fails at once with nothing left behind. The probe sockets are bound but never
-/// listen (a client that connects meanwhile is refused, not accepted by a socket about to
-/// close: a readiness check would otherwise take the probe for the server), and they are
-/// closed again at once; SO_REUSEADDR as on the real listener, so its bind follows without
-/// delay.
-///
-/// The embedded default's discovery listener is a convenience: when its port is taken (another
-/// target on this machine), serve without it, say so, and keep answering discovery on the I/O
-/// listeners.
-fn check_listeners(cfg: &mut Config, optional_discovery: bool) -> Result<()> {
-    for l in &cfg.listeners {
-        if cfg.transport(l) == ebof_config::Transport::Rdma {
-            // RDMA CM ports are not TCP ports: librdmacm checks them when serve binds.
-            if l.port == 0 {
-                anyhow::bail!("RDMA listener {l}: give a port (0 is for NVMe/TCP listeners only)");
-            }
-            continue;
-        }
-        probe_bind(l.socket_addr())?;
-    }
-    if let Some(d) = &cfg.discovery
-        && cfg.transport(d) == ebof_config::Transport::Tcp
-    {
-        let addr = d.socket_addr();
-        match probe_bind(addr) {
-            Ok(()) => {}
-            Err(e) if optional_discovery => {
-                tracing::warn!(
-                    %addr,
-                    error = %e.root_cause(),
-                    "no dedicated discovery listener: discovery is still answered on {}",
-                    join(cfg.listeners.iter().map(|l| l.socket_addr()))
-                );
-                cfg.discovery = None;
-            }
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
-}
-
-fn probe_bind(addr: SocketAddr) -> Result<()> {
-    use socket2::{Domain, Protocol, Socket, Type};
-    let probe = || -> std::io::Result<()> {
-        let s = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
-        s.set_reuse_address(true)?;
-        if addr.is_ipv6() {
-            s.set_only_v6(true)?;
-        }
-        s.bind(&addr.into())
-    };
-    probe().with_context(|| format!("cannot listen on {addr}"))
-}
-
 /// `a, b, c` for a log line.
 fn join<T: std::fmt::Display>(items: impl IntoIterator<Item = T>) -> String {
     items
@@ -232,184 +173,33 @@ pub fn run(a: ServeArgs) -> Result<()> {
     unsafe {
         libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
     }
-    let mut cfg = effective_config(&a)?;
+    let cfg = effective_config(&a)?;
     if a.print_config {
         print!("{}", cfg.to_toml_string());
         return Ok(());
     }
-    let cores = match &cfg.target.cores {
-        Some(c) => {
-            let allowed = affinity::allowed_cores();
-            if let Some(bad) = c.iter().find(|c| !allowed.contains(c)) {
-                bail!(
-                    "target.cores: core {bad} is not available to this process (allowed: {allowed:?})"
-                );
-            }
-            c.clone()
-        }
-        None => affinity::allowed_cores(),
-    };
-    let default_discovery = a.config.is_none() && a.discovery_listen.is_none();
-    check_listeners(&mut cfg, default_discovery)?;
-    // A bad token file fails before any backend is opened.
-    let mgmt_token = management_token(&cfg)?;
-    let target = Arc::new(ebof_mgmt::build::build_target(&cfg).map_err(anyhow::Error::msg)?);
-    let auth = ebof_mgmt::security::auth_policy(&cfg).map_err(anyhow::Error::msg)?;
-    if auth.is_some() {
-        let hosts: Vec<&str> = cfg
-            .hosts
-            .iter()
-            .filter(|h| h.dhchap_key.is_some())
-            .map(|h| h.nqn.as_str())
-            .collect();
-        tracing::info!(hosts = %join(&hosts), "DH-HMAC-CHAP required of these hosts");
-    }
-    target.set_auth_policy(auth);
-    let tls = ebof_mgmt::security::tls_acceptor(&cfg).map_err(anyhow::Error::msg)?;
-    // The CDC first: the discovery service is central from the first host on.
-    let cdc = match &cfg.cdc {
-        Some(c) => Some(Arc::new(start_cdc(&target, &cfg, c)?)),
-        None => None,
-    };
-    if cfg.subsystems.is_empty() {
-        tracing::info!(
-            "no subsystems: add them at run time (`ebof ctl subsystem add`, `ebof ctl ns add`)"
-        );
-    }
-    for (s, sc) in target.subsystems().iter().zip(&cfg.subsystems) {
-        let hosts = if s.allow_any_host {
-            "any".to_string()
-        } else {
-            join(&s.hosts)
-        };
-        tracing::info!(nqn = %s.nqn, serial = %s.serial, hosts = %hosts, "subsystem");
-        for (n, nc) in s.namespaces.iter().zip(&sc.namespaces) {
-            let size = format_size(n.backend.size());
-            match &nc.backend {
-                BackendChoice::Ram { .. } => tracing::info!(
-                    subsystem = %s.nqn,
-                    nsid = n.nsid,
-                    backend = %n.backend.kind(),
-                    size = %size,
-                    block_size = n.block_size,
-                    "namespace"
-                ),
-                BackendChoice::File { path, .. } | BackendChoice::Block { path } => tracing::info!(
-                    subsystem = %s.nqn,
-                    nsid = n.nsid,
-                    backend = %n.backend.kind(),
-                    path = %path.display(),
-                    size = %size,
-                    block_size = n.block_size,
-                    direct = nc.direct,
-                    "namespace"
-                ),
-            }
-        }
-    }
-    let t = &cfg.target;
-    let tcp = TargetConnConfig {
-        maxh2cdata: t.max_h2c_data,
-        max_icd: t.io_inline_data.max(8192),
-        c2h_max: t.c2h_data_max,
-        max_ttags: 256,
-        cpda: 0,
-    };
-    let is_tcp = |l: &&ebof_config::Listener| cfg.transport(l) == ebof_config::Transport::Tcp;
-    let rdma = ebof_runtime::rdma::RdmaConfig {
-        listeners: cfg
-            .listeners
-            .iter()
-            .filter(|l| !is_tcp(l))
-            .map(|l| l.socket_addr())
-            .collect(),
-        discovery: cfg
-            .discovery
-            .as_ref()
-            .filter(|l| !is_tcp(l))
-            .map(|l| l.socket_addr()),
-    };
-    let server_cfg = ServerConfig {
-        listeners: cfg
-            .listeners
-            .iter()
-            .filter(is_tcp)
-            .map(|l| l.socket_addr())
-            .collect(),
-        discovery: cfg
-            .discovery
-            .as_ref()
-            .filter(is_tcp)
-            .map(|l| l.socket_addr()),
-        rdma,
-        cores: cores.clone(),
-        tcp,
+    let opts = NodeOptions {
+        config_file: a.config.clone(),
+        // The embedded default's discovery listener is a convenience: serve without it when
+        // its port is taken.
+        optional_discovery: a.config.is_none() && a.discovery_listen.is_none(),
         poll: std::time::Duration::from_micros(a.poll_us),
-        handshake_timeout: std::time::Duration::from_millis(t.handshake_timeout_ms.into()),
-        caps: ebof_runtime::limits::ConnCaps {
-            total: t.max_connections as usize,
-            per_address: t.max_connections_per_address as usize,
-        },
-        backlog: None,
-        engine: EngineConfig {
-            kind: match t.io_engine {
-                IoEngine::IoUring => IoEngineKind::IoUring,
-                IoEngine::Threads => IoEngineKind::Threads,
-            },
-            io_threads: usize::from(t.io_threads),
-        },
-        tls,
     };
-    // The management API first: a socket conflict fails before any host can connect.
-    let mgmt = start_management(&cfg, target.clone(), a.config.clone(), mgmt_token)?;
-    let handle = match Server::start(target.clone(), server_cfg) {
-        Ok(h) => h,
-        Err(e) => {
-            if let Some((m, _)) = mgmt {
-                m.stop();
-            }
-            return Err(e.into());
-        }
-    };
-    // Every listener in configuration order (the TCP ones as bound: port 0 resolved).
-    let mut tcp_bound = handle.bound.iter();
-    let bound: Vec<SocketAddr> = cfg
-        .listeners
-        .iter()
-        .chain(cfg.discovery.iter())
-        .filter_map(|l| {
-            if cfg.transport(l) == ebof_config::Transport::Tcp {
-                tcp_bound.next().copied()
-            } else {
-                Some(l.socket_addr())
-            }
-        })
-        .collect();
-    if let (Some((_, control)), Some(cdc)) = (&mgmt, &cdc) {
-        control.attach_cdc(cdc.clone());
-    }
-    match &mgmt {
-        Some((_, control)) => control.attach_server(handle.listener_control(), &bound),
-        None => ebof_mgmt::build::settle_bound_ports(&mut cfg, &bound, &target),
-    }
-    // mDNS (TP 8009): best effort, NVMe is served whatever it says. With the management API
-    // the control plane keeps it in step with listener and mode changes.
-    let mdns = Arc::new(ebof_mgmt::mdns::Responder::new());
-    match &mgmt {
-        Some((_, control)) => control.attach_mdns(mdns.clone()),
-        None => {
-            mdns.apply_config(|| cfg.clone());
-        }
-    }
-    let announcer = match &cfg.discovery_settings.cdc {
-        Some(c) => Some(start_announcer(&cfg, c.socket_addr(), &handle.bound)?),
-        None => None,
-    };
+    let node = Node::start(cfg, opts)?;
     tracing::info!(
-        listeners = %join(&bound),
-        cores = %join(&cores),
+        listeners = %join(node.listeners()),
+        cores = %join(node.cores()),
         "ebof serve ready"
     );
+    wait_for_signal()?;
+    tracing::info!("shutting down: flushing namespaces");
+    node.stop();
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Until SIGINT or SIGTERM.
+fn wait_for_signal() -> Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -420,192 +210,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
             _ = term.recv() => {}
         }
         anyhow::Ok(())
-    })?;
-    tracing::info!("shutting down: flushing namespaces");
-    if let Some((m, _)) = mgmt {
-        m.stop();
-    }
-    // Goodbye packets before the listeners close, so hosts forget them first.
-    mdns.shutdown();
-    if let Some(a) = &announcer {
-        a.stop();
-    }
-    if let Some(c) = &cdc {
-        c.stop();
-    }
-    handle.stop();
-    for s in target.subsystems().iter() {
-        for n in &s.namespaces {
-            if let Err(e) = n.backend.flush() {
-                tracing::error!(subsystem = %s.nqn, nsid = n.nsid, error = %e, "flush at shutdown failed");
-            }
-        }
-    }
-    tracing::info!("stopped");
-    Ok(())
-}
-
-/// Start the Central Discovery Controller of `[cdc]` on `target`.
-fn start_cdc(
-    target: &Arc<nvmf_target::Target>,
-    cfg: &Config,
-    c: &ebof_config::Cdc,
-) -> Result<ebof_cdc::Cdc> {
-    let members: Vec<SocketAddr> = c.members.iter().map(|m| m.socket_addr()).collect();
-    let hostnqn = c.hostnqn.clone().unwrap_or_else(ebof_cdc::default_hostnqn);
-    tracing::info!(
-        members = %join(&members),
-        %hostnqn,
-        trusted = c.trusted.len(),
-        "central discovery controller"
-    );
-    let mut cdc = ebof_cdc::CdcConfig::new(members, hostnqn);
-    cdc.trusted = ebof_mgmt::cdc::trusted(&c.trusted);
-    cdc.host_keys = ebof_mgmt::cdc::host_keys(cfg).map_err(|e| anyhow::anyhow!("{e}"))?;
-    ebof_cdc::Cdc::start(target, cdc).context("central discovery controller")
-}
-
-/// Announce this box's discovery service to the CDC at `cdc` (`[discovery] cdc`): the bound
-/// dedicated discovery listener if there is one (NVMe/TCP), else every NVMe/TCP listener.
-fn start_announcer(
-    cfg: &Config,
-    cdc: SocketAddr,
-    tcp_bound: &[SocketAddr],
-) -> Result<ebof_cdc::Announcer> {
-    let tcp_io = cfg
-        .listeners
-        .iter()
-        .filter(|l| cfg.transport(l) == ebof_config::Transport::Tcp)
-        .count();
-    let addrs: Vec<SocketAddr> = match tcp_bound.get(tcp_io) {
-        Some(d) => vec![*d],
-        None => tcp_bound.to_vec(),
-    };
-    let Some(first) = addrs.first() else {
-        bail!("[discovery] cdc: no NVMe/TCP discovery listener to announce");
-    };
-    let nqn = format!("nqn.2026-11.io.ebof:ddc:{first}");
-    let name = std::fs::read_to_string("/etc/hostname")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_else(|_| "ebof".into());
-    // A `[[hosts]]` DH-HMAC-CHAP key for the announcer's NQN authenticates it to the CDC
-    // (which admits authenticated announcers, ADR 0025).
-    let dhchap = ebof_mgmt::cdc::host_keys(cfg)
-        .map_err(|e| anyhow::anyhow!("{e}"))?
-        .remove(&nqn);
-    tracing::info!(%cdc, addresses = %join(&addrs), %nqn, authenticated = dhchap.is_some(), "announcing to the central discovery controller");
-    ebof_cdc::Announcer::start(ebof_cdc::AnnounceConfig {
-        cdc,
-        nqn,
-        addrs,
-        name,
-        backoff_max: std::time::Duration::from_secs(10),
-        dhchap,
     })
-    .context("announcing to the central discovery controller")
-}
-
-/// `ebof serve`: the bearer token of the management API on TCP, read and checked (owner-only,
-/// not empty) before anything is opened or started, so a bad token file fails at once. `None`
-/// when the API is not served on TCP.
-pub fn management_token(cfg: &Config) -> Result<Option<Token>> {
-    let m = &cfg.management;
-    if m.disabled || m.listen.is_none() {
-        return Ok(None);
-    }
-    let Some(path) = &m.token_file else {
-        // Config::validate refuses `listen` without `token_file`; never serve without one.
-        anyhow::bail!(
-            "management.token_file: the management API on TCP requires a token file (--mgmt-token-file)"
-        );
-    };
-    Ok(Some(ebof_mgmt::load_token_file(path)?))
-}
-
-/// `ebof serve`: bind the management socket and the metrics listener (before anything else is
-/// started, so a conflict fails at once) and serve them on their own thread.
-///
-/// The default socket is a convenience, like the default discovery listener: when another
-/// `ebof serve` holds it, serve without a management API and say so. A configured socket that
-/// is in use is an error.
-pub fn start_management(
-    cfg: &Config,
-    target: Arc<Target>,
-    config_file: Option<PathBuf>,
-    token: Option<Token>,
-) -> Result<Option<(MgmtServer, Arc<ebof_mgmt::Control>)>> {
-    let socket = if cfg.management.disabled {
-        None
-    } else {
-        let (path, explicit) = match &cfg.management.socket {
-            Some(p) => (p.clone(), true),
-            None => (ebof_mgmt::default_socket_path(), false),
-        };
-        match ebof_mgmt::bind_socket(&path) {
-            Ok(s) => Some(s),
-            // Taken by another serve, or not usable by us: run without it, and say so.
-            Err(e) if !explicit => {
-                tracing::warn!(
-                    error = %e,
-                    "no management API (`ebof ctl`) on the default socket; \
-                     set --mgmt-socket to serve one"
-                );
-                None
-            }
-            Err(e) => return Err(e).context("management API"),
-        }
-    };
-    let metrics = match &cfg.metrics {
-        Some(l) => Some(ebof_mgmt::bind_metrics(l.socket_addr())?),
-        None => None,
-    };
-    let api_tcp = match (&cfg.management.listen, token) {
-        (Some(l), Some(token)) if !cfg.management.disabled => {
-            let api = ebof_mgmt::bind_api_tcp(l.socket_addr(), token)?;
-            match (&cfg.management.tls_cert, &cfg.management.tls_key) {
-                (Some(cert), Some(key)) => Some(api.with_tls(cert, key)?),
-                _ => Some(api),
-            }
-        }
-        _ => None,
-    };
-    let https = api_tcp.as_ref().is_some_and(|a| a.is_tls());
-    if let Some(l) = &cfg.management.listen
-        && api_tcp.is_some()
-        && !https
-        && !l.socket_addr().ip().is_loopback()
-    {
-        tracing::warn!(
-            address = %l.socket_addr(),
-            "the management API on TCP speaks plain HTTP: its token travels in clear \
-             (set [management] tls_cert and tls_key for HTTPS)"
-        );
-    }
-    if socket.is_none() && metrics.is_none() && api_tcp.is_none() {
-        return Ok(None);
-    }
-    let path = socket.as_ref().map(|s| s.path().display().to_string());
-    let control = Arc::new(ebof_mgmt::Control::new(
-        target,
-        cfg.clone(),
-        config_file.map(|p| std::path::absolute(&p).unwrap_or(p)),
-    ));
-    let server = ebof_mgmt::start(control.clone(), socket, metrics, api_tcp)?;
-    tracing::info!(
-        socket = path.as_deref().unwrap_or("none"),
-        tcp = %server
-            .api_addr
-            .map_or_else(|| "none".to_string(), |a| if https {
-                format!("https://{a} (bearer token)")
-            } else {
-                format!("{a} (bearer token, plain HTTP)")
-            }),
-        metrics = %server
-            .metrics_addr
-            .map_or_else(|| "none".to_string(), |a| format!("http://{a}/metrics")),
-        "management API"
-    );
-    Ok(Some((server, control)))
 }
 
 pub(crate) fn init_tracing() {
@@ -642,42 +247,5 @@ mod tests {
         assert!(!colour_wanted(true, Some(OsStr::new("1"))));
         assert!(!colour_wanted(false, None));
         assert!(!colour_wanted(false, Some(OsStr::new(""))));
-    }
-
-    #[test]
-    fn a_taken_port_fails_the_check_but_not_for_the_default_discovery() {
-        let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = busy.local_addr().unwrap().port();
-        // I/O listener on a free port, discovery listener on the taken one.
-        let config = || {
-            let mut cfg = Config::embedded_default();
-            cfg.listeners[0].port = 0;
-            cfg.discovery = Some(ebof_config::Listener {
-                address: cfg.listeners[0].address,
-                port,
-            });
-            cfg
-        };
-        let mut cfg = config();
-        check_listeners(&mut cfg, true).unwrap();
-        assert_eq!(
-            cfg.discovery, None,
-            "the optional discovery listener is dropped"
-        );
-
-        let mut cfg = config();
-        let err = check_listeners(&mut cfg, false).unwrap_err();
-        assert!(
-            format!("{err:#}").starts_with(&format!("cannot listen on 127.0.0.1:{port}: ")),
-            "{err:#}"
-        );
-
-        let mut cfg = config();
-        cfg.listeners[0].port = port;
-        cfg.discovery = None;
-        assert!(
-            check_listeners(&mut cfg, true).is_err(),
-            "I/O listeners are never optional"
-        );
     }
 }
