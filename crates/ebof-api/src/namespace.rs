@@ -178,30 +178,10 @@ pub struct NamespaceHostsRequest {
 }
 
 /// `PUT /v1/subsystems/{nqn}/namespaces/{nsid}/qos`: the namespace's QoS limits, as a whole
-/// (a key not given is unlimited; 0 is unlimited; MB are 10^6 bytes). The keys of the
-/// configuration's `qos = { … }`, checked the same way (code `invalid-qos`, field the key).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct QosRequest {
-    /// Commands per second, both directions.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub iops: Option<i64>,
-    /// MB/s, both directions.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mbps: Option<i64>,
-    /// Read commands per second.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub read_iops: Option<i64>,
-    /// Write commands per second.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub write_iops: Option<i64>,
-    /// MB/s read.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub read_mbps: Option<i64>,
-    /// MB/s written.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub write_mbps: Option<i64>,
-}
+/// (a key not given is unlimited; 0 is unlimited; MB are 10^6 bytes). It is the
+/// configuration's `qos = { … }` itself ([`ebof_config::QosFields`]: the same keys, checked the
+/// same way, code `invalid-qos`, field the key); absent keys are left out of the JSON.
+pub type QosRequest = ebof_config::QosFields;
 
 /// Answer of `POST …/namespaces` and `PUT …/size`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -12,7 +12,7 @@
 
 use std::fmt::Write;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::error::{ConfigError, codes};
 
@@ -73,20 +73,28 @@ impl Qos {
 }
 
 /// `qos = { … }` as written: every key optional, loosely typed (checked by [`QosFields::check`]).
-#[derive(Debug, Default, Clone, PartialEq, Eq, Deserialize)]
+/// The management API's `PUT …/qos` body is this type too (`ebof_api::QosRequest`): one set
+/// of keys, checked one way, for the file and the API. In JSON an absent key is left out.
+#[derive(Debug, Default, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct QosFields {
     /// Commands per second.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub iops: Option<i64>,
     /// MB/s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mbps: Option<i64>,
     /// Read commands per second.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub read_iops: Option<i64>,
     /// Write commands per second.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub write_iops: Option<i64>,
     /// MB/s read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub read_mbps: Option<i64>,
     /// MB/s written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub write_mbps: Option<i64>,
 }
 

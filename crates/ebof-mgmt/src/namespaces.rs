@@ -275,14 +275,7 @@ fn namespace_fields(req: &NamespaceRequest, nsid: u32) -> ebof_config::Namespace
         direct: req.direct.filter(|&d| d),
         ana_group: req.ana_group.map(i64::from),
         hosts: req.hosts.clone(),
-        qos: req.qos.as_ref().map(|q| ebof_config::QosFields {
-            iops: q.iops,
-            mbps: q.mbps,
-            read_iops: q.read_iops,
-            write_iops: q.write_iops,
-            read_mbps: q.read_mbps,
-            write_mbps: q.write_mbps,
-        }),
+        qos: req.qos.clone(),
         pool: req.pool.clone(),
     }
 }

@@ -75,15 +75,7 @@ impl Apply for Qos {
 /// The limits of a `PUT …/qos` request, checked as the configuration file checks them (code
 /// `invalid-qos`, the key as field).
 pub(crate) fn requested(req: &QosRequest) -> Result<ebof_config::Qos, ApiError> {
-    let fields = ebof_config::QosFields {
-        iops: req.iops,
-        mbps: req.mbps,
-        read_iops: req.read_iops,
-        write_iops: req.write_iops,
-        read_mbps: req.read_mbps,
-        write_mbps: req.write_mbps,
-    };
-    fields.check("").map_err(|e| ApiError::from_config(&e, ""))
+    req.check("").map_err(|e| ApiError::from_config(&e, ""))
 }
 
 #[cfg(test)]
