@@ -44,7 +44,6 @@ use std::sync::{Arc, MutexGuard};
 
 pub use crate::running::write_config;
 
-pub(crate) use crate::lookup::check;
 
 /// The control plane of one running `ebof serve`.
 #[derive(Debug)]
@@ -117,14 +116,6 @@ impl Control {
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, Config> {
         self.running.lock()
-    }
-
-    /// A change of the running configuration ([`Running::change`]).
-    pub(crate) fn change<T>(
-        &self,
-        f: impl FnOnce(&mut Config) -> Result<T, ApiError>,
-    ) -> Result<T, ApiError> {
-        self.running.change(f)
     }
 
     /// The running configuration (what `save` would write).
@@ -460,6 +451,25 @@ impl Control {
     /// view at once. Returns the CDC as it is now.
     pub fn remove_cdc_member(&self, address: &str) -> Result<CdcView, ApiError> {
         cdc::remove_member(&self.running, self.cdc.as_deref(), address)
+    }
+
+    /// Publish what the running configuration asks for over mDNS ([`crate::mdns::sync`]).
+    pub(crate) fn sync_mdns(&self) -> Option<crate::api::MdnsView> {
+        crate::mdns::sync(self.mdns.as_deref(), &self.running)
+    }
+
+    /// `GET /v1/mdns`: the mode and the records.
+    pub fn mdns(&self) -> crate::api::MdnsView {
+        crate::mdns::view(self.mdns.as_deref(), &self.running)
+    }
+
+    /// `PUT /v1/mdns`: set the mode (`[discovery] mdns` of the running configuration, saved by
+    /// `save` and autosave) and publish or withdraw accordingly.
+    pub fn set_mdns(
+        &self,
+        req: &crate::api::MdnsRequest,
+    ) -> Result<crate::api::MdnsView, ApiError> {
+        crate::mdns::set_mode(self.mdns.as_deref(), &self.running, req)
     }
 
     /// `POST /v1/save`: write the running configuration to `req.path` or the file serve was

@@ -51,7 +51,7 @@
 //! published, and drives `mdns-sd`.
 
 use crate::api::{ApiError, MdnsRecordView, MdnsRequest, MdnsView, codes};
-use crate::control::Control;
+use crate::running::Running;
 use ebof_config::{Config, DISCOVERY_NQN, Transport};
 use mdns_sd::{DaemonEvent, IfKind, ServiceDaemon, ServiceInfo};
 use std::collections::{BTreeMap, BTreeSet};
@@ -837,49 +837,53 @@ fn stop(d: Daemon) {
     }
 }
 
-impl Control {
-    /// Publish what the running configuration asks for (after a listener or mode change).
-    pub(crate) fn sync_mdns(&self) -> Option<MdnsView> {
-        let r = self.mdns.as_ref()?;
-        Some(r.apply_config(|| self.running()))
-    }
+/// Publish what the running configuration of `r` asks for with `responder` (after a listener
+/// or mode change, and at start): the view afterwards.
+pub(crate) fn sync(responder: Option<&Responder>, r: &Running) -> Option<MdnsView> {
+    Some(responder?.apply_config(|| r.get()))
+}
 
-    /// `GET /v1/mdns`: the mode and the records.
-    pub fn mdns(&self) -> MdnsView {
-        match self.mdns.as_ref() {
-            Some(r) => r.view(),
-            None => MdnsView {
-                mode: Mode::from_setting(self.running().discovery_settings.mdns)
-                    .name()
-                    .into(),
-                records: Vec::new(),
-                error: Some("this server has no mDNS responder".into()),
-            },
-        }
+/// `GET /v1/mdns`: the mode and the records (without a responder: the configured mode, no
+/// records, and why).
+pub(crate) fn view(responder: Option<&Responder>, r: &Running) -> MdnsView {
+    match responder {
+        Some(x) => x.view(),
+        None => MdnsView {
+            mode: Mode::from_setting(r.get().discovery_settings.mdns)
+                .name()
+                .into(),
+            records: Vec::new(),
+            error: Some("this server has no mDNS responder".into()),
+        },
     }
+}
 
-    /// `PUT /v1/mdns`: set the mode (`[discovery] mdns` of the running configuration, saved by
-    /// `save` and autosave) and publish or withdraw accordingly.
-    pub fn set_mdns(&self, req: &MdnsRequest) -> Result<MdnsView, ApiError> {
-        let mode = Mode::parse(&req.mode).ok_or_else(|| {
-            ApiError::new(
-                codes::BAD_REQUEST,
-                "mode",
-                format!("unknown mDNS mode {:?}: on, off or auto", req.mode),
-            )
-        })?;
-        self.change(|cfg| {
-            cfg.discovery_settings.mdns = mode.setting();
-            crate::control::check(cfg)
-        })?;
-        tracing::info!(mode = mode.name(), "mDNS mode set by the management API");
-        Ok(self.sync_mdns().unwrap_or_else(|| self.mdns()))
-    }
+/// `PUT /v1/mdns`: set the mode (`[discovery] mdns` of the running configuration, saved by
+/// `save` and autosave), then publish or withdraw accordingly ([`sync`]).
+pub(crate) fn set_mode(
+    responder: Option<&Responder>,
+    r: &Running,
+    req: &MdnsRequest,
+) -> Result<MdnsView, ApiError> {
+    let mode = Mode::parse(&req.mode).ok_or_else(|| {
+        ApiError::new(
+            codes::BAD_REQUEST,
+            "mode",
+            format!("unknown mDNS mode {:?}: on, off or auto", req.mode),
+        )
+    })?;
+    r.change(|cfg| {
+        cfg.discovery_settings.mdns = mode.setting();
+        crate::lookup::check(cfg)
+    })?;
+    tracing::info!(mode = mode.name(), "mDNS mode set by the management API");
+    Ok(sync(responder, r).unwrap_or_else(|| view(responder, r)))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::control::Control;
 
     fn tcp(s: &str) -> DiscoveryListener {
         DiscoveryListener {
