@@ -44,7 +44,6 @@ use std::sync::{Arc, MutexGuard};
 
 pub use crate::running::write_config;
 
-
 /// The control plane of one running `ebof serve`.
 #[derive(Debug)]
 pub struct Control {
