@@ -19,7 +19,7 @@ use ebof_config::Config;
 use nvmf_target::{Namespace, Target};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// The running configuration of one `ebof serve`, its target and its appliers.
 #[derive(Debug)]
@@ -27,7 +27,7 @@ pub(crate) struct Running {
     target: Arc<Target>,
     cfg: Mutex<Config>,
     file: Option<PathBuf>,
-    appliers: RwLock<Vec<Arc<dyn Apply>>>,
+    appliers: Vec<Arc<dyn Apply>>,
 }
 
 impl Running {
@@ -42,7 +42,7 @@ impl Running {
             target,
             cfg: Mutex::new(cfg),
             file,
-            appliers: RwLock::new(appliers),
+            appliers,
         }
     }
 
@@ -71,10 +71,12 @@ impl Running {
         let mut cfg = self.lock();
         let mut next = cfg.clone();
         let out = f(&mut next)?;
-        {
-            let appliers = self.appliers.read().unwrap_or_else(|e| e.into_inner());
-            crate::apply::all(appliers.iter().map(|a| &**a), &cfg, &next, &self.target)?;
-        }
+        crate::apply::all(
+            self.appliers.iter().map(|a| &**a),
+            &cfg,
+            &next,
+            &self.target,
+        )?;
         *cfg = next;
         if cfg.management.autosave
             && let Some(path) = &self.file
