@@ -23,7 +23,7 @@
 //! | masking | [`crate::masking::Masking`] | each subsystem's per-namespace host lists |
 //! | DH-HMAC-CHAP keys | [`crate::hostkeys::HostKeys`] | the target's authentication policy |
 //! | CDC | [`crate::cdc::CdcMembers`] | the Central Discovery Controller's members and trust list |
-//! | mDNS | [`crate::mdns::sync`], after the commit (goodbyes are waited for: not under the configuration's lock) | the records the responder publishes |
+//! | mDNS | `crate::mdns::sync`, after the commit (goodbyes are waited for: not under the configuration's lock) | the records the responder publishes |
 //!
 //! Three parts are not diffs of the configuration, and keep one shared function that both roads
 //! call instead: **namespaces** are opened whole (backend, ANA group, QoS, host list and
