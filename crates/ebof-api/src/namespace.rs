@@ -51,27 +51,15 @@ pub struct NamespaceView {
     pub qos: Option<QosView>,
 }
 
-/// A namespace's QoS limits (0: unlimited; MB are 10^6 bytes) and their effect so far.
+/// A namespace's QoS limits (0: unlimited; MB are 10^6 bytes) and their effect so far. The
+/// limits are the configuration's [`ebof_config::Qos`], their keys inline in the JSON object
+/// (`iops`, `mbps`, `read_iops`, `write_iops`, `read_mbps`, `write_mbps`, then `waited`,
+/// `wait_us`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QosView {
-    /// Commands per second, both directions.
-    #[serde(default)]
-    pub iops: u64,
-    /// MB/s, both directions.
-    #[serde(default)]
-    pub mbps: u64,
-    /// Read commands per second.
-    #[serde(default)]
-    pub read_iops: u64,
-    /// Write commands per second.
-    #[serde(default)]
-    pub write_iops: u64,
-    /// MB/s read.
-    #[serde(default)]
-    pub read_mbps: u64,
-    /// MB/s written.
-    #[serde(default)]
-    pub write_mbps: u64,
+    /// The limits.
+    #[serde(flatten)]
+    pub limits: ebof_config::Qos,
     /// Commands that waited for the limits since the target started (published by each queue
     /// at least every 500 ms).
     #[serde(default)]
@@ -210,4 +198,40 @@ pub struct NamespaceRemoved {
     pub subsystem: String,
     /// NSID of the removed namespace.
     pub nsid: u32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn qos_json_is_what_it_was() {
+        let v = QosView {
+            limits: ebof_config::Qos {
+                iops: 1,
+                mbps: 2,
+                read_iops: 3,
+                write_iops: 4,
+                read_mbps: 5,
+                write_mbps: 6,
+            },
+            waited: 7,
+            wait_us: 8,
+        };
+        let j = r#"{"iops":1,"mbps":2,"read_iops":3,"write_iops":4,"read_mbps":5,"write_mbps":6,"waited":7,"wait_us":8}"#;
+        assert_eq!(serde_json::to_string(&v).unwrap(), j);
+        assert_eq!(serde_json::from_str::<QosView>(j).unwrap(), v);
+        let sparse: QosView = serde_json::from_str(r#"{"write_iops":4}"#).unwrap();
+        assert_eq!(sparse.limits.write_iops, 4);
+        assert_eq!((sparse.limits.iops, sparse.waited), (0, 0));
+        let req = QosRequest {
+            iops: Some(10),
+            write_mbps: Some(0),
+            ..Default::default()
+        };
+        let j = r#"{"iops":10,"write_mbps":0}"#;
+        assert_eq!(serde_json::to_string(&req).unwrap(), j);
+        assert_eq!(serde_json::from_str::<QosRequest>(j).unwrap(), req);
+        assert!(serde_json::from_str::<QosRequest>(r#"{"iops":1,"x":2}"#).is_err());
+    }
 }

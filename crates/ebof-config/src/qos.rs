@@ -21,8 +21,10 @@ pub const QOS_IOPS_MAX: u64 = 1_000_000_000_000;
 /// Highest MB/s limit accepted (10^6 bytes per MB).
 pub const QOS_MBPS_MAX: u64 = 1_000_000_000;
 
-/// A namespace's QoS limits; 0 is unlimited. The default: no limit.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// A namespace's QoS limits; 0 is unlimited. The default: no limit. The management API shows
+/// them in its namespace views as they are (`ebof_api::QosView`; in JSON an absent key is 0).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Qos {
     /// Commands per second, reads and writes together.
     pub iops: u64,

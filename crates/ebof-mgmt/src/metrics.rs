@@ -297,14 +297,7 @@ impl NsFamilies {
             self.qos_wait.get_or_create(&l).inc_by(wait.as_secs_f64());
         }
         let lim = crate::qos::qos_view(n).unwrap_or_default();
-        for (limit, v) in [
-            ("iops", lim.iops),
-            ("mbps", lim.mbps),
-            ("read_iops", lim.read_iops),
-            ("write_iops", lim.write_iops),
-            ("read_mbps", lim.read_mbps),
-            ("write_mbps", lim.write_mbps),
-        ] {
+        for (limit, v) in lim.limits.fields() {
             if v > 0 {
                 self.qos_limit
                     .get_or_create(&NsQosLabels {

@@ -37,12 +37,14 @@ pub(crate) fn qos_view(n: &Namespace) -> Option<QosView> {
         return None;
     }
     Some(QosView {
-        iops: l.iops,
-        mbps: l.mbps,
-        read_iops: l.read_iops,
-        write_iops: l.write_iops,
-        read_mbps: l.read_mbps,
-        write_mbps: l.write_mbps,
+        limits: ebof_config::Qos {
+            iops: l.iops,
+            mbps: l.mbps,
+            read_iops: l.read_iops,
+            write_iops: l.write_iops,
+            read_mbps: l.read_mbps,
+            write_mbps: l.write_mbps,
+        },
         waited,
         wait_us: u64::try_from(wait.as_micros()).unwrap_or(u64::MAX),
     })
@@ -124,7 +126,8 @@ mod tests {
         let r = c.set_namespace_qos(NQN, "1", &req).unwrap();
         let v = r.namespace.qos.unwrap();
         // The whole set is replaced: write_mbps is gone.
-        assert_eq!((v.iops, v.read_mbps, v.write_mbps), (1000, 50, 0));
+        let l = v.limits;
+        assert_eq!((l.iops, l.read_mbps, l.write_mbps), (1000, 50, 0));
         assert_eq!(
             live(&c),
             QosLimits {
@@ -205,7 +208,7 @@ mod tests {
                 }),
             )
             .unwrap();
-        assert_eq!(r.namespace.qos.map(|q| q.write_iops), Some(300));
+        assert_eq!(r.namespace.qos.map(|q| q.limits.write_iops), Some(300));
         let ns = c
             .target
             .subsystem(NQN)

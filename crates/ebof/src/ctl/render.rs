@@ -56,18 +56,13 @@ pub fn qos_text(q: Option<&QosView>) -> String {
     let Some(q) = q else {
         return "unlimited".to_string();
     };
-    let set: Vec<String> = [
-        ("iops", q.iops),
-        ("mbps", q.mbps),
-        ("read_iops", q.read_iops),
-        ("write_iops", q.write_iops),
-        ("read_mbps", q.read_mbps),
-        ("write_mbps", q.write_mbps),
-    ]
-    .iter()
-    .filter(|(_, v)| *v > 0)
-    .map(|(k, v)| format!("{k} {v}"))
-    .collect();
+    let set: Vec<String> = q
+        .limits
+        .fields()
+        .iter()
+        .filter(|(_, v)| *v > 0)
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect();
     let limits = if set.is_empty() {
         "unlimited".to_string()
     } else {
