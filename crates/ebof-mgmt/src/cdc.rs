@@ -9,7 +9,7 @@ use nvmf_target::Target;
 use std::sync::Arc;
 
 /// The API view of one member.
-fn member_view(m: &ebof_cdc::MemberStatus) -> CdcMemberView {
+fn member_view(m: &ebof_fleet::MemberStatus) -> CdcMemberView {
     CdcMemberView {
         address: m.address.to_string(),
         connected: m.connected,
@@ -24,7 +24,7 @@ fn member_view(m: &ebof_cdc::MemberStatus) -> CdcMemberView {
 }
 
 /// The API view of a running CDC.
-pub fn view(c: &ebof_cdc::Cdc) -> CdcView {
+pub fn view(c: &ebof_fleet::Cdc) -> CdcView {
     CdcView {
         hostnqn: c.hostnqn().to_string(),
         hosts: c.known_hosts(),
@@ -33,22 +33,22 @@ pub fn view(c: &ebof_cdc::Cdc) -> CdcView {
 }
 
 /// `[cdc] trusted` as the CDC takes it.
-pub fn trusted(list: &[ebof_config::TrustedAnnouncer]) -> Vec<ebof_cdc::Trusted> {
+pub fn trusted(list: &[ebof_config::TrustedAnnouncer]) -> Vec<ebof_fleet::Trusted> {
     list.iter()
         .map(|t| match t {
-            ebof_config::TrustedAnnouncer::Address(a) => ebof_cdc::Trusted::Address(*a),
-            ebof_config::TrustedAnnouncer::Nqn(n) => ebof_cdc::Trusted::Nqn(n.clone()),
+            ebof_config::TrustedAnnouncer::Address(a) => ebof_fleet::Trusted::Address(*a),
+            ebof_config::TrustedAnnouncer::Nqn(n) => ebof_fleet::Trusted::Nqn(n.clone()),
         })
         .collect()
 }
 
 /// The DH-HMAC-CHAP secrets of the CDC's `[[hosts]]` that apply to discovery (entries for
 /// every subsystem or for the discovery NQN), by host NQN, for the CDC's reads of its members
-/// as those hosts ([`ebof_cdc::CdcConfig::host_keys`]). A malformed secret is an error that
+/// as those hosts ([`ebof_fleet::CdcConfig::host_keys`]). A malformed secret is an error that
 /// names its place, never its value.
 pub fn host_keys(
     cfg: &ebof_config::Config,
-) -> Result<std::collections::HashMap<String, ebof_cdc::DhchapKeys>, String> {
+) -> Result<std::collections::HashMap<String, ebof_fleet::DhchapKeys>, String> {
     let parse = |s: &ebof_config::SecretSource, path: String| {
         let text = s.resolve().map_err(|e| format!("{path}: {e}"))?;
         nvme_auth::DhchapSecret::parse(&text).map_err(|e| format!("{path}: {e}"))
@@ -68,7 +68,7 @@ pub fn host_keys(
             .as_ref()
             .map(|c| parse(c, format!("hosts[{i}].dhchap_ctrl_key")))
             .transpose()?;
-        out.insert(h.nqn.clone(), ebof_cdc::DhchapKeys { host, ctrl });
+        out.insert(h.nqn.clone(), ebof_fleet::DhchapKeys { host, ctrl });
     }
     Ok(out)
 }
@@ -83,7 +83,7 @@ fn not_a_cdc() -> ApiError {
 
 /// `ADDR[:PORT]` of a member (port 8009 by default), errors at `path`.
 fn parse_member(address: &str, path: &str) -> Result<std::net::SocketAddr, ApiError> {
-    ebof_config::parse_listener(address, ebof_cdc::DEFAULT_MEMBER_PORT)
+    ebof_config::parse_listener(address, ebof_fleet::DEFAULT_MEMBER_PORT)
         .map(|l| l.socket_addr())
         .map_err(|e| ApiError::from_config(&e.at(path), path))
 }
@@ -93,7 +93,7 @@ fn parse_member(address: &str, path: &str) -> Result<std::net::SocketAddr, ApiEr
 /// leave (their entries leave every host's view at once), and a changed trust list is live for
 /// later registrations.
 #[derive(Debug)]
-pub struct CdcMembers(pub Arc<ebof_cdc::Cdc>);
+pub struct CdcMembers(pub Arc<ebof_fleet::Cdc>);
 
 impl Apply for CdcMembers {
     fn apply(&self, old: &Config, new: &Config, _live: &Target) -> Result<(), ApiError> {
@@ -121,14 +121,14 @@ impl Apply for CdcMembers {
 }
 
 /// `GET /v1/cdc`: the CDC's view, or `not-a-cdc`.
-pub(crate) fn get(cdc: Option<&ebof_cdc::Cdc>) -> Result<CdcView, ApiError> {
+pub(crate) fn get(cdc: Option<&ebof_fleet::Cdc>) -> Result<CdcView, ApiError> {
     cdc.map(view).ok_or_else(not_a_cdc)
 }
 
 /// `POST /v1/cdc/members`: add a member (recorded in `[cdc] members`).
 pub(crate) fn add_member(
     r: &Running,
-    cdc: Option<&ebof_cdc::Cdc>,
+    cdc: Option<&ebof_fleet::Cdc>,
     req: &CdcMemberRequest,
 ) -> Result<CdcMemberView, ApiError> {
     let cdc = cdc.ok_or_else(not_a_cdc)?;
@@ -157,7 +157,7 @@ pub(crate) fn add_member(
 }
 
 /// `GET /v1/cdc/trusted`.
-pub(crate) fn get_trusted(cdc: Option<&ebof_cdc::Cdc>) -> Result<CdcTrusted, ApiError> {
+pub(crate) fn get_trusted(cdc: Option<&ebof_fleet::Cdc>) -> Result<CdcTrusted, ApiError> {
     let cdc = cdc.ok_or_else(not_a_cdc)?;
     Ok(CdcTrusted {
         trusted: cdc.trusted().iter().map(|t| t.to_string()).collect(),
@@ -169,7 +169,7 @@ pub(crate) fn get_trusted(cdc: Option<&ebof_cdc::Cdc>) -> Result<CdcTrusted, Api
 /// first that is neither is the error (`trusted[i]`), and nothing changes.
 pub(crate) fn set_trusted(
     r: &Running,
-    cdc: Option<&ebof_cdc::Cdc>,
+    cdc: Option<&ebof_fleet::Cdc>,
     req: &CdcTrusted,
 ) -> Result<CdcTrusted, ApiError> {
     cdc.ok_or_else(not_a_cdc)?;
@@ -199,7 +199,7 @@ pub(crate) fn set_trusted(
 /// once. Returns the CDC as it is now.
 pub(crate) fn remove_member(
     r: &Running,
-    cdc: Option<&ebof_cdc::Cdc>,
+    cdc: Option<&ebof_fleet::Cdc>,
     address: &str,
 ) -> Result<CdcView, ApiError> {
     let cdc = cdc.ok_or_else(not_a_cdc)?;
@@ -279,9 +279,9 @@ mod tests {
         )
         .unwrap();
         let target = Arc::new(crate::build::build_target(&running).unwrap());
-        let mut cfg = ebof_cdc::CdcConfig::new(vec![], "nqn.2026-11.io.example:cdc".into());
+        let mut cfg = ebof_fleet::CdcConfig::new(vec![], "nqn.2026-11.io.example:cdc".into());
         cfg.backoff_max = std::time::Duration::from_millis(300);
-        let cdc = Arc::new(ebof_cdc::Cdc::start(&target, cfg).unwrap());
+        let cdc = Arc::new(ebof_fleet::Cdc::start(&target, cfg).unwrap());
         let services = crate::control::Services {
             cdc: Some(cdc.clone()),
             ..Default::default()
@@ -353,8 +353,8 @@ mod tests {
         assert_eq!(
             cdc.trusted(),
             [
-                ebof_cdc::Trusted::Address("10.0.0.2".parse().unwrap()),
-                ebof_cdc::Trusted::Nqn("nqn.2026-11.io.example:ddc".into())
+                ebof_fleet::Trusted::Address("10.0.0.2".parse().unwrap()),
+                ebof_fleet::Trusted::Nqn("nqn.2026-11.io.example:ddc".into())
             ]
         );
         let saved = Config::from_toml_str(&c.running().to_toml_string()).unwrap();

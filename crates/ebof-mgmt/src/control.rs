@@ -55,7 +55,7 @@ pub struct Control {
     /// The mDNS responder, when the box runs one ([`Services::mdns`]).
     pub(crate) mdns: Option<Arc<crate::mdns::Responder>>,
     /// The Central Discovery Controller, when this box runs one ([`Services::cdc`]).
-    cdc: Option<Arc<ebof_cdc::Cdc>>,
+    cdc: Option<Arc<ebof_fleet::Cdc>>,
     /// Where snapshots are looked for ([`crate::snapshots`]).
     snapshots_book: snapshots::Book,
 }
@@ -71,7 +71,7 @@ pub struct Services {
     pub mdns: Option<Arc<crate::mdns::Responder>>,
     /// The Central Discovery Controller (started from `[cdc]`): later changes of `[cdc]` reach
     /// it ([`cdc::CdcMembers`]).
-    pub cdc: Option<Arc<ebof_cdc::Cdc>>,
+    pub cdc: Option<Arc<ebof_fleet::Cdc>>,
 }
 
 impl Control {

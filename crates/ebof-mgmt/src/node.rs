@@ -111,11 +111,11 @@ pub struct Node {
 /// part-way) stops it in the reverse order.
 struct Parts {
     target: Arc<Target>,
-    cdc: Option<Arc<ebof_cdc::Cdc>>,
+    cdc: Option<Arc<ebof_fleet::Cdc>>,
     server: Option<ServerHandle>,
     mdns: Option<Arc<Responder>>,
     mgmt: Option<MgmtServer>,
-    announcer: Option<ebof_cdc::Announcer>,
+    announcer: Option<ebof_fleet::Announcer>,
 }
 
 impl std::fmt::Debug for Parts {
@@ -506,19 +506,19 @@ fn start_cdc(
     target: &Arc<Target>,
     cfg: &Config,
     c: &ebof_config::Cdc,
-) -> Result<ebof_cdc::Cdc, NodeError> {
+) -> Result<ebof_fleet::Cdc, NodeError> {
     let members: Vec<SocketAddr> = c.members.iter().map(|m| m.socket_addr()).collect();
-    let hostnqn = c.hostnqn.clone().unwrap_or_else(ebof_cdc::default_hostnqn);
+    let hostnqn = c.hostnqn.clone().unwrap_or_else(ebof_fleet::default_hostnqn);
     tracing::info!(
         members = %join(&members),
         %hostnqn,
         trusted = c.trusted.len(),
         "central discovery controller"
     );
-    let mut cdc = ebof_cdc::CdcConfig::new(members, hostnqn);
+    let mut cdc = ebof_fleet::CdcConfig::new(members, hostnqn);
     cdc.trusted = crate::cdc::trusted(&c.trusted);
     cdc.host_keys = crate::cdc::host_keys(cfg).map_err(|e| NodeError::Setup(e.to_string()))?;
-    ebof_cdc::Cdc::start(target, cdc).map_err(NodeError::Cdc)
+    ebof_fleet::Cdc::start(target, cdc).map_err(NodeError::Cdc)
 }
 
 /// Announce this box's discovery service to the CDC at `cdc` (`[discovery] cdc`): the bound
@@ -527,7 +527,7 @@ fn start_announcer(
     cfg: &Config,
     cdc: SocketAddr,
     tcp_bound: &[SocketAddr],
-) -> Result<ebof_cdc::Announcer, NodeError> {
+) -> Result<ebof_fleet::Announcer, NodeError> {
     let tcp_io = cfg
         .listeners
         .iter()
@@ -548,7 +548,7 @@ fn start_announcer(
         .map_err(|e| NodeError::Setup(e.to_string()))?
         .remove(&nqn);
     tracing::info!(%cdc, addresses = %join(&addrs), %nqn, authenticated = dhchap.is_some(), "announcing to the central discovery controller");
-    ebof_cdc::Announcer::start(ebof_cdc::AnnounceConfig {
+    ebof_fleet::Announcer::start(ebof_fleet::AnnounceConfig {
         cdc,
         nqn,
         addrs,

@@ -97,7 +97,7 @@ pub fn effective_config(a: &ServeArgs) -> Result<Config> {
         }
     };
     for m in &a.cdc_member {
-        let l = ebof_config::parse_listener(m, ebof_cdc::DEFAULT_MEMBER_PORT)
+        let l = ebof_config::parse_listener(m, ebof_fleet::DEFAULT_MEMBER_PORT)
             .map_err(|e| anyhow::anyhow!("{}", e.at("--cdc-member")))?;
         let c = cfg.cdc.get_or_insert_with(Default::default);
         if !c.members.contains(&l) {

@@ -4,9 +4,9 @@
 //! Controller, through the real queue state machine (`nvmf_target::Queue`: Connect, DH-HMAC-
 //! CHAP gate, the DIM command) and the real registry (`Target::dim_apply`).
 //!
-//! The CDC is a model with the admission rules of `ebof-cdc` (trusted source addresses and
+//! The CDC is a model with the admission rules of `ebof-fleet` (trusted source addresses and
 //! NQNs, authenticated connections, a member limit) that keeps the announced addresses by
-//! registration the way `ebof-cdc` does from the callbacks (`registered`, `replaced`,
+//! registration the way `ebof-fleet` does from the callbacks (`registered`, `replaced`,
 //! `deregistered`). After every step:
 //! - the registry's bounds hold: total, per host NQN, per source address for registrations
 //!   that were not admitted, the room kept for admitted ones;
@@ -83,7 +83,7 @@ impl AuthPolicy for Keys {
     }
 }
 
-/// The model CDC: ebof-cdc's admission rules and announced-address bookkeeping.
+/// The model CDC: ebof-fleet's admission rules and announced-address bookkeeping.
 #[derive(Debug, Default)]
 struct Model {
     trusted_ips: BTreeSet<IpAddr>,

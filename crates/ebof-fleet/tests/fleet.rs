@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ebof_backend::BackendSpec;
-use ebof_cdc::{Cdc, CdcConfig};
+use ebof_fleet::{Cdc, CdcConfig};
 use ebof_runtime::{Server, ServerConfig, ServerHandle};
 use nvme_spec::discovery::subtype;
 use nvmf_host::{AsyncEvent, Controller, HostConfig};
@@ -136,7 +136,7 @@ fn cdc_with(members: &[SocketAddr], f: impl FnOnce(&mut CdcConfig)) -> (Box1, Cd
 
 /// Loopback connections come from 127.0.0.1: trust it to announce.
 fn trust_loopback(cfg: &mut CdcConfig) {
-    cfg.trusted = vec![ebof_cdc::Trusted::Address("127.0.0.1".parse().unwrap())];
+    cfg.trusted = vec![ebof_fleet::Trusted::Address("127.0.0.1".parse().unwrap())];
 }
 
 fn host(nqn: &str) -> HostConfig {
@@ -419,7 +419,7 @@ async fn a_member_announces_itself_by_dim() {
     let (h, mut ev) = persistent(c.addr, HOST1).await;
     assert!(nqns(&h.discovery_log().await.unwrap()).is_empty());
     let t0 = Instant::now();
-    let ann = ebof_cdc::Announcer::start(ebof_cdc::AnnounceConfig {
+    let ann = ebof_fleet::Announcer::start(ebof_fleet::AnnounceConfig {
         cdc: c.addr,
         nqn: "nqn.2026-11.io.example:box-a".into(),
         addrs: vec![a.addr],
@@ -522,7 +522,7 @@ async fn an_untrusted_discovery_controller_cannot_announce() {
         1
     );
     // Trusted live: the same registration is admitted now.
-    cdc.set_trusted(vec![ebof_cdc::Trusted::Nqn(
+    cdc.set_trusted(vec![ebof_fleet::Trusted::Nqn(
         "nqn.2026-11.io.evil:ddc".into(),
     )]);
     send_dim(
@@ -739,7 +739,7 @@ async fn discovery_authenticates_hosts_with_secrets_across_the_fleet() {
     let (c, cdc) = cdc(&[]);
     c.target
         .set_auth_policy(ebof_mgmt::security::auth_policy(&cfg).unwrap());
-    let ann = ebof_cdc::Announcer::start(ebof_cdc::AnnounceConfig {
+    let ann = ebof_fleet::Announcer::start(ebof_fleet::AnnounceConfig {
         cdc: c.addr,
         nqn: HOST1.into(),
         addrs: vec![b.addr],

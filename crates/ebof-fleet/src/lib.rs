@@ -1,4 +1,4 @@
-//! # ebof-cdc — the fleet's discovery: how a box makes itself known, and the controller that
+//! # ebof-fleet — the fleet's discovery: how a box makes itself known, and the controller that
 //! gathers what every box shows
 //!
 //! - [`cdc`]: a Central Discovery Controller (NVMe TP 8010), one discovery service that shows
