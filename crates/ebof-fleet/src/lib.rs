@@ -4,15 +4,18 @@
 //! - [`cdc`]: a Central Discovery Controller (NVMe TP 8010), one discovery service that shows
 //!   each host the NVM subsystems every member of the fleet would show *that host* ([`Cdc`]);
 //! - [`announce`]: the member side, a box registering its discovery service with a CDC by DIM
-//!   pull registration ([`Announcer`]).
+//!   pull registration ([`Announcer`]);
+//! - [`mdns`]: the member side on its link, the discovery listeners published over mDNS /
+//!   DNS-SD (NVMe TP 8009) for hosts with an empty configuration ([`mdns::Responder`]).
 //!
-//! No `unsafe`.
+//! No `unsafe` but one function, [`mdns::interfaces`] (`getifaddrs(3)`).
 
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod announce;
 pub mod cdc;
+pub mod mdns;
 
 pub use announce::{AnnounceConfig, Announcer};
 pub use cdc::{Cdc, CdcConfig, DEFAULT_MEMBER_PORT, MemberStatus, Trusted, default_hostnqn};
