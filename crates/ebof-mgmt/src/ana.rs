@@ -118,8 +118,8 @@ pub(crate) fn set(r: &Running, req: &AnaRequest) -> Result<AnaChanged, ApiError>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::net::SocketAddr;
     use crate::control::Control;
+    use std::net::SocketAddr;
     use std::sync::Arc;
 
     const TOML: &str = r#"

@@ -145,10 +145,10 @@ pub(crate) fn remove_key(r: &Running, nqn: &str, hostnqn: &str) -> Result<HostKe
 mod tests {
     use super::*;
     use crate::api::routes;
-    use std::sync::Arc;
     use crate::client::{Client, ClientError};
     use crate::control::Control;
     use nvme_auth::{DhchapSecret, KeyTransform};
+    use std::sync::Arc;
 
     const SUB: &str = "nqn.2026-11.io.ebof:t";
     const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:0c5ea000-0000-4000-8000-00000000000a";

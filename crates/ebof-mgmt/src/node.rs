@@ -508,7 +508,10 @@ fn start_cdc(
     c: &ebof_config::Cdc,
 ) -> Result<ebof_fleet::Cdc, NodeError> {
     let members: Vec<SocketAddr> = c.members.iter().map(|m| m.socket_addr()).collect();
-    let hostnqn = c.hostnqn.clone().unwrap_or_else(ebof_fleet::default_hostnqn);
+    let hostnqn = c
+        .hostnqn
+        .clone()
+        .unwrap_or_else(ebof_fleet::default_hostnqn);
     tracing::info!(
         members = %join(&members),
         %hostnqn,
