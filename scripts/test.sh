@@ -40,6 +40,10 @@ step "cargo fmt --check"
 cargo fmt --all -- --check
 step "cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
+# The house limits of ARCHITECTURE.md ("where does a new feature go"): no production file over
+# 1,000 lines and no production function over 150 in the control plane, its clients and the host.
+step "house limits (scripts/arch_stats.py --check)"
+python3 scripts/arch_stats.py --check ebof ebof-mgmt ebof-api ebof-csi nvmf-host ebof-fleet
 step "cargo test"
 cargo test --workspace --locked
 # Every fuzz target: replay fuzz/corpus/<target>/, then mutate for EBOF_FUZZ_SECS (default 30)
