@@ -4,9 +4,10 @@ functions, module import circles per crate, and extension `impl` blocks of hub t
 
 Usage:
   arch_stats.py [--root DIR]                      report for every crate under DIR/crates
-  arch_stats.py --check [--max-file N] [--max-fn N] CRATE...
-                                                  exit 1 if a production file or function of
-                                                  a named crate is over the limit (the house
+  arch_stats.py --check [--circles-only] [--max-file N] [--max-fn N] CRATE...
+                                                  exit 1 if a named crate has a module import
+                                                  circle, or (unless --circles-only) a production
+                                                  file or function over the limit (the house
                                                   rule of issue 33: ~1,000 lines, ~150 lines)
 
 "Production" means: under `src/`, outside `#[cfg(test)]` items and outside files that are only
@@ -209,6 +210,8 @@ def main():
         i = args.index('--root'); root = args[i + 1]; del args[i:i + 2]
     max_file, max_fn, check = 1000, 150, False
     if '--check' in args: check = True; args.remove('--check')
+    sizes = '--circles-only' not in args
+    if not sizes: args.remove('--circles-only')
     if '--max-file' in args:
         i = args.index('--max-file'); max_file = int(args[i + 1]); del args[i:i + 2]
     if '--max-fn' in args:
@@ -219,14 +222,18 @@ def main():
         for name in args:
             if name not in crates:
                 print(f'arch_stats: no crate {name}'); bad += 1; continue
-            for mod, (path, text, ranges) in crate_files(crates[name]).items():
+            mods = crate_files(crates[name])
+            for c in circles(edges(mods), [m for m in mods if m]):
+                print(f'{name}: import circle of {len(c)} modules: {", ".join(c)}'); bad += 1
+            for mod, (path, text, ranges) in mods.items():
+                if not sizes: continue
                 n = production_lines(text, ranges)
                 if n > max_file:
                     print(f'{os.path.relpath(path, root)}: {n} production lines (limit {max_file})'); bad += 1
                 for fname, ln, length in functions(text, ranges):
                     if length > max_fn:
                         print(f'{os.path.relpath(path, root)}:{ln} fn {fname}: {length} lines (limit {max_fn})'); bad += 1
-        print(f'arch_stats --check: {bad} over the limits in {", ".join(args)}')
+        print(f'arch_stats --check: {bad} circles or over the limits in {", ".join(args)}')
         sys.exit(1 if bad else 0)
     all_fns, all_files = [], []
     print('## import circles per crate')
