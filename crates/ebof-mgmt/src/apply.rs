@@ -116,6 +116,46 @@ mod tests {
         )
     }
 
+    /// Fails every change that sets referrals (after the referrals applier ran).
+    #[derive(Debug)]
+    struct RefuseReferrals;
+    impl crate::apply::Apply for RefuseReferrals {
+        fn apply(&self, _: &Config, new: &Config, _: &Target) -> Result<(), crate::api::ApiError> {
+            if new.discovery_settings.referrals.is_empty() {
+                Ok(())
+            } else {
+                Err(crate::api::ApiError::new("test-refusal", "", "refused"))
+            }
+        }
+    }
+
+    /// A change an applier refuses changes nothing, not even what the appliers before it did.
+    #[test]
+    fn a_refused_change_leaves_the_target_as_it_was() {
+        let bare = file(false);
+        let t = Arc::new(crate::build::build_target(&bare).unwrap());
+        let mut appliers = crate::build::appliers();
+        appliers.push(Arc::new(RefuseReferrals));
+        let r = Running::new(t.clone(), bare.clone(), None, appliers);
+        let before = live(&t);
+        let err = r
+            .change(|cfg| {
+                *cfg = file(true);
+                crate::lookup::check(cfg)
+            })
+            .unwrap_err();
+        assert_eq!(err.code, "test-refusal");
+        assert_eq!(
+            live(&t),
+            before,
+            "the appliers before the refusal were undone"
+        );
+        assert_eq!(
+            r.get().discovery_settings.referrals,
+            bare.discovery_settings.referrals
+        );
+    }
+
     /// The one road: a box started from a file and a box given the same configuration as a
     /// change are the same box.
     #[test]

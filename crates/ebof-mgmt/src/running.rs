@@ -71,12 +71,24 @@ impl Running {
         let mut cfg = self.lock();
         let mut next = cfg.clone();
         let out = f(&mut next)?;
-        crate::apply::all(
+        if let Err(e) = crate::apply::all(
             self.appliers.iter().map(|a| &**a),
             &cfg,
             &next,
             &self.target,
-        )?;
+        ) {
+            // Appliers diff against what is live, so the change back undoes what the ones
+            // before the failure did: the request changes nothing.
+            if let Err(back) = crate::apply::all(
+                self.appliers.iter().map(|a| &**a),
+                &next,
+                &cfg,
+                &self.target,
+            ) {
+                tracing::error!(error = %back.message, "a failed change could not be undone whole");
+            }
+            return Err(e);
+        }
         *cfg = next;
         if cfg.management.autosave
             && let Some(path) = &self.file
