@@ -30,6 +30,9 @@ fn connect_reject_reason(e: &CmdError) -> &'static str {
         Status::CMD_SEQ_ERROR => {
             "I/O queue before the controller is ready, or QID already connected"
         }
+        s if s == Status::CONNECT_INVALID_PARAM.with_dnr(false) => {
+            "no such subsystem for now (removed while running, or expected): the host may retry"
+        }
         Status::CONNECT_INVALID_PARAM => match (in_data, ipo) {
             (true, connect_data_off::HOSTID) => "Connect data too short",
             (true, connect_data_off::CNTLID) => "unknown or non-dynamic controller ID (CNTLID)",
@@ -142,7 +145,7 @@ impl Queue {
                 self.session.target().subsystem(&d.subnqn)
             };
             let Some(sub) = sub else {
-                return Err(CmdError::connect_param(connect_data_off::SUBNQN, true));
+                return Err(self.no_such_subsystem(&d.subnqn));
             };
             if !sub.host_allowed(&d.hostnqn) {
                 let mut e = CmdError::connect_param(connect_data_off::HOSTNQN, true);
@@ -177,7 +180,7 @@ impl Queue {
             && !target.settle_connect(&ctrl, s)
         {
             ctrl.kill();
-            return Err(CmdError::connect_param(connect_data_off::SUBNQN, true));
+            return Err(self.no_such_subsystem(&d.subnqn));
         }
         ctrl.touch(now);
         // I/O controllers are logged at info when created and removed; discovery controllers
@@ -211,6 +214,19 @@ impl Queue {
         // unauthenticated. The policy is asked for the well-known discovery NQN.
         let authreq = self.start_auth(&d.hostnqn, &d.subnqn, 0);
         Ok((u32::from(cntlid) | authreq, 0))
+    }
+
+    /// An admin Connect to `subnqn`, which is not in the table: Invalid Parameters at SUBNQN,
+    /// with DNR clear when the target will serve that subsystem again
+    /// ([`crate::Target::will_serve`]: removed while running, or expected) so the host
+    /// retries until its `ctrl_loss_tmo` (Linux 6.10+ deletes the controller on DNR);
+    /// an NQN never served, or a discovery-only listener, keeps DNR.
+    fn no_such_subsystem(&self, subnqn: &str) -> CmdError {
+        let mut e = CmdError::connect_param(connect_data_off::SUBNQN, true);
+        if !self.session.discovery_only() && self.session.target().will_serve(subnqn) {
+            e.status = e.status.with_dnr(false);
+        }
+        e
     }
 
     fn connect_io(&mut self, cmd: &ConnectCmd, d: ConnectData) -> CmdResult {

@@ -159,6 +159,7 @@ mod failure;
 pub mod gate;
 mod io;
 mod io_cmd;
+pub mod known;
 pub mod latency;
 pub mod log_limit;
 mod model;

@@ -50,6 +50,8 @@ pub struct Target {
     referrals: ArcSwap<Vec<crate::discovery::Referral>>,
     /// DIM registrations by (host NQN, entity NQN) ([`Target::dim_registrations`]).
     dim: Mutex<DimMap>,
+    /// Subsystem NQNs removed while running or expected ([`Target::will_serve`]).
+    known: crate::known::KnownNqns,
 }
 
 /// The DIM registry: registrations by (host NQN, entity NQN).
@@ -126,6 +128,7 @@ impl Target {
             central: Mutex::new(None),
             referrals: ArcSwap::from_pointee(Vec::new()),
             dim: Mutex::new(Default::default()),
+            known: Default::default(),
         }
     }
 
@@ -503,6 +506,8 @@ impl Target {
             .filter(|s| !next.iter().any(|n| n.nqn == s.nqn))
             .map(|s| s.nqn.clone())
             .collect();
+        // Remembered before the swap: a Connect that finds the subsystem gone finds it here.
+        self.known.removed(gone.iter().map(String::as_str));
         self.subsystems.store(Arc::new(next));
         for c in self.controllers() {
             if !c.is_discovery() && gone.contains(&c.subnqn()) {
@@ -573,6 +578,29 @@ impl Target {
     /// The discovery log generation counter (GENCTR): bumped when the log's content changes.
     pub fn discovery_genctr(&self) -> u64 {
         self.genctr.load(Ordering::Relaxed)
+    }
+}
+
+impl Target {
+    /// True when `nqn`, though not in the table now, is a subsystem this target will serve
+    /// again: one removed while it runs ([`Target::update_table`]; the last
+    /// [`crate::known::MAX_TOMBSTONES`] removed are remembered) or one the control plane
+    /// expects ([`Target::set_expected_nqns`]). A Connect to it is refused without DNR, so the
+    /// host retries until its `ctrl_loss_tmo` instead of deleting its controller.
+    pub fn will_serve(&self, nqn: &str) -> bool {
+        self.known.will_serve(nqn)
+    }
+
+    /// Replace the subsystem NQNs the control plane expects to serve (a mirrored namespace's
+    /// subsystem, absent for a moment during a role change) whether or not they are in the
+    /// table now.
+    pub fn set_expected_nqns(&self, nqns: impl IntoIterator<Item = String>) {
+        self.known.set_expected(nqns);
+    }
+
+    /// The expected subsystem NQNs ([`Target::set_expected_nqns`]), sorted.
+    pub fn expected_nqns(&self) -> Vec<String> {
+        self.known.expected()
     }
 }
 
