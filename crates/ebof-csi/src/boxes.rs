@@ -10,6 +10,12 @@
 //! zone = "rack-a"               # optional: the topology.csi.ebof.io/zone of its volumes
 //! ```
 //!
+//! A top-level `witness = "ADDR:PORT"` (before the first `[[boxes]]`) names the witness the
+//! boxes' replicated volumes use (`replicas: "2"`): each box's own `[mirror] witness` in its
+//! configuration (the driver does not configure boxes); the controller then places no copy
+//! of a replicated volume on the box listening at that address while another pair of boxes
+//! can hold it (see `controller::mirror`).
+//!
 //! `api = "HOST:PORT"` (or `http://…`) is plain HTTP: the token would travel in clear, so it
 //! is refused for an address that is not loopback unless `insecure_http = true` (issue 32,
 //! review M1; the management client's rule, `ebof_api::client`).
@@ -45,7 +51,19 @@ pub struct BoxSpec {
 #[serde(deny_unknown_fields)]
 struct BoxesFile {
     #[serde(default)]
+    witness: Option<String>,
+    #[serde(default)]
     boxes: Vec<BoxSpec>,
+}
+
+/// The whole boxes file: the boxes, and the witness of their replicated volumes.
+#[derive(Clone, Debug)]
+pub struct Fleet {
+    /// The boxes, in file order.
+    pub boxes: Vec<Box>,
+    /// `witness = "ADDR:PORT"`: the NVMe listener of the box the pool boxes' `[mirror]
+    /// witness` names.
+    pub witness: Option<std::net::SocketAddr>,
 }
 
 /// A box the controller talks to.
@@ -87,6 +105,11 @@ pub enum BoxesError {
 
 /// Read and check the boxes file at `path`, and each box's token.
 pub fn load(path: &Path) -> Result<Vec<Box>, BoxesError> {
+    load_fleet(path).map(|f| f.boxes)
+}
+
+/// Read and check the boxes file at `path`, each box's token, and the witness.
+pub fn load_fleet(path: &Path) -> Result<Fleet, BoxesError> {
     let text = std::fs::read_to_string(path).map_err(|source| BoxesError::Read {
         path: path.to_path_buf(),
         source,
@@ -99,6 +122,14 @@ pub fn load(path: &Path) -> Result<Vec<Box>, BoxesError> {
     if file.boxes.is_empty() {
         return Err(invalid("no [[boxes]]: name at least one box".into()));
     }
+    let witness = match &file.witness {
+        None => None,
+        Some(w) => Some(w.parse::<std::net::SocketAddr>().map_err(|_| {
+            invalid(format!(
+                "witness: {w:?} is not ADDR:PORT (the NVMe listener of the box the pool boxes' [mirror] witness names)"
+            ))
+        })?),
+    };
     let base = path.parent().unwrap_or(Path::new("."));
     let mut out: Vec<Box> = Vec::with_capacity(file.boxes.len());
     for (i, b) in file.boxes.into_iter().enumerate() {
@@ -168,7 +199,10 @@ pub fn load(path: &Path) -> Result<Vec<Box>, BoxesError> {
             client,
         });
     }
-    Ok(out)
+    Ok(Fleet {
+        boxes: out,
+        witness,
+    })
 }
 
 fn looks_like_host_port(s: &str) -> bool {
@@ -215,6 +249,16 @@ mod tests {
         );
         let b = load(&f).unwrap();
         assert_eq!(b.len(), 2);
+        assert!(load_fleet(&f).unwrap().witness.is_none());
+        let w = write(
+            d.path(),
+            "witnessed.toml",
+            "witness = \"10.0.0.9:4420\"\n[[boxes]]\napi = \"127.0.0.1:8080\"\ntoken_file = \"t1\"\n",
+        );
+        assert_eq!(
+            load_fleet(&w).unwrap().witness,
+            Some("10.0.0.9:4420".parse().unwrap())
+        );
         assert_eq!(b[0].name, "127.0.0.1:8080");
         assert_eq!(b[0].zone.as_deref(), Some("rack-a"));
         assert_eq!(b[1].name, "b2");
@@ -293,6 +337,10 @@ mod tests {
             (
                 "[[boxes]]\napi = \"https://10.0.0.11\"\ntoken_file = \"t\"\n",
                 "boxes[0].api",
+            ),
+            (
+                "witness = \"box3\"\n[[boxes]]\napi = \"127.0.0.1:1\"\ntoken_file = \"t\"\n",
+                "witness: \"box3\" is not ADDR:PORT",
             ),
         ];
         for (text, want) in cases {

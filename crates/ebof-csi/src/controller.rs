@@ -16,10 +16,13 @@
 //!
 //! The rules are [`protocol::Protocol`]'s decisions, which [`create`] carries out. Beside them:
 //! request checks ([`checks`]), placement and how a volume is described ([`placement`]),
-//! publishing to nodes ([`publish`]) and snapshots ([`snapshots`]).
+//! publishing to nodes ([`publish`]) and snapshots ([`snapshots`]). A volume of two copies
+//! mirrored on two boxes (`replicas: "2"`, issue 34) extends these rules: [`mirror`].
 
 mod checks;
 mod create;
+mod expand;
+pub(crate) mod mirror;
 mod placement;
 mod protocol;
 mod publish;
@@ -30,10 +33,10 @@ pub use checks::size_for;
 use crate::boxes::Box as EBox;
 use crate::names;
 use crate::pb;
-use crate::pb::volume_capability::AccessType;
 use crate::rpc::{BusySet, invalid, ok, required};
 use checks::{check_capability, page, parse_params};
-use ebof_api::{ApiError, ClientError, ResizeRequest, State, SubsystemView};
+use ebof_api::{ApiError, ClientError, State, SubsystemView};
+use mirror::{CopyMirror, Mirrors, Role};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use tonic::{Request, Response, Status};
@@ -50,19 +53,44 @@ pub const GRANULE: u64 = 4096;
 pub struct Controller {
     boxes: Arc<Vec<EBox>>,
     busy: BusySet,
+    /// The boxes' witness (`witness` of the boxes file): no copy of a replicated volume on
+    /// the box listening there, when another pair exists.
+    witness: Option<std::net::SocketAddr>,
 }
 
 /// What one box holds now, as far as the controller cares.
 struct BoxState {
     idx: usize,
     state: State,
+    /// The mirror of each replicated volume's copy on the box.
+    mirrors: Mirrors,
 }
 
 /// A volume found on a box.
 struct Found {
     idx: usize,
     sub: SubsystemView,
+    /// Its namespace's mirror, for a copy of a replicated volume.
+    mirror: Option<CopyMirror>,
+    /// The box its mirror names as the peer (among the boxes read), if any.
+    peer: Option<usize>,
 }
+
+/// A volume as found for publish, unpublish and expand: the copy that serves it (the
+/// primary's, for a replicated volume), and for a replicated volume its peer.
+struct Located {
+    /// The box of the serving copy.
+    main: BoxState,
+    /// Its subsystem.
+    sub: SubsystemView,
+    /// The mirror of the serving copy (a replicated volume).
+    mirror: Option<CopyMirror>,
+    /// The peer's box and, when it answered, what it holds of the volume.
+    partner: Option<(usize, Option<Seen>)>,
+}
+
+/// A box that answered, and its subsystem of the volume if it has one.
+type Seen = (BoxState, Option<SubsystemView>);
 
 fn api_code(e: &ClientError) -> Option<&str> {
     match e {
@@ -77,6 +105,18 @@ impl Controller {
         Controller {
             boxes: Arc::new(boxes),
             busy: BusySet::default(),
+            witness: None,
+        }
+    }
+
+    /// The Controller service over the boxes of a boxes file, with its witness.
+    pub fn from_fleet(fleet: crate::boxes::Fleet) -> Controller {
+        if let Some(w) = fleet.witness {
+            tracing::info!(witness = %w, "replicated volumes: no copy on the witness's box; every box needs [mirror] witness = \"{w}\" in its configuration");
+        }
+        Controller {
+            witness: fleet.witness,
+            ..Controller::new(fleet.boxes)
         }
     }
 
@@ -135,12 +175,12 @@ impl Controller {
     }
 
     /// Read every box's state, in parallel.
-    async fn scan(&self) -> Vec<(usize, Result<State, ClientError>)> {
+    async fn scan(&self) -> Vec<(usize, Result<(State, Mirrors), ClientError>)> {
         let mut tasks = Vec::new();
         for i in 0..self.boxes.len() {
             let c = self.clone();
             tasks.push(tokio::spawn(async move {
-                (i, c.on_box(i, |cl| cl.state()).await)
+                (i, c.on_box(i, mirror::read_state).await)
             }));
         }
         let mut out = Vec::new();
@@ -154,9 +194,13 @@ impl Controller {
 
     /// Box `idx`'s state, or UNAVAILABLE naming it.
     async fn read_box(&self, idx: usize) -> Result<BoxState, Status> {
-        self.on_box(idx, |c| c.state())
+        self.on_box(idx, mirror::read_state)
             .await
-            .map(|state| BoxState { idx, state })
+            .map(|(state, mirrors)| BoxState {
+                idx,
+                state,
+                mirrors,
+            })
             .map_err(|e| self.box_error(idx, "reading its state", &e))
     }
 
@@ -165,24 +209,31 @@ impl Controller {
         let mut out = Vec::new();
         for (idx, r) in self.scan().await {
             match r {
-                Ok(state) => out.push(BoxState { idx, state }),
+                Ok((state, mirrors)) => out.push(BoxState {
+                    idx,
+                    state,
+                    mirrors,
+                }),
                 Err(e) => return Err(self.box_error(idx, "reading its state", &e)),
             }
         }
         Ok(out)
     }
 
-    fn find(all: &[BoxState], nqn: &str) -> Vec<Found> {
+    /// The subsystems named `nqn`, box by box, with their mirrors and peers' boxes.
+    fn find(&self, all: &[BoxState], nqn: &str) -> Vec<Found> {
         all.iter()
             .filter_map(|b| {
-                b.state
-                    .subsystems
-                    .iter()
-                    .find(|s| s.nqn == nqn)
-                    .map(|s| Found {
+                b.state.subsystems.iter().find(|s| s.nqn == nqn).map(|s| {
+                    let mirror = b.mirrors.get(nqn).cloned();
+                    let peer = mirror.as_ref().and_then(|m| self.box_at(all, &m.peer));
+                    Found {
                         idx: b.idx,
                         sub: s.clone(),
-                    })
+                        mirror,
+                        peer,
+                    }
+                })
             })
             .collect()
     }
@@ -194,11 +245,15 @@ impl Controller {
             .ok_or_else(|| Status::internal(format!("box {idx} missing from its own scan")))
     }
 
-    /// The volume `nqn` where it is complete (has its namespace), first by box order.
+    /// The copy of volume `nqn` that serves it: complete (has its namespace), a primary
+    /// before a secondary, first by box order.
     fn complete(found: &[Found]) -> Option<&Found> {
+        let done = |f: &&Found| f.sub.namespaces.iter().any(|n| n.nsid == names::NSID);
         found
             .iter()
-            .find(|f| f.sub.namespaces.iter().any(|n| n.nsid == names::NSID))
+            .filter(done)
+            .find(|f| f.mirror.as_ref().is_some_and(|m| m.role == Role::Primary))
+            .or_else(|| found.iter().find(done))
     }
 
     async fn remove_subsystem(&self, idx: usize, nqn: &str) -> Result<(), Status> {
@@ -228,34 +283,53 @@ impl Controller {
         Ok(true)
     }
 
-    /// The box and subsystem of volume `id`: NOT_FOUND when no box has it and every box
-    /// answered; UNAVAILABLE when it is on no box that answered but some box did not.
-    async fn locate(&self, id: &str) -> Result<(BoxState, SubsystemView), Status> {
+    /// Volume `id` where it is served, and its peer's box for a replicated volume: NOT_FOUND
+    /// when no box has it and every box answered; UNAVAILABLE when it is on no box that
+    /// answered but some box did not.
+    async fn locate(&self, id: &str) -> Result<Located, Status> {
         if !names::is_volume_id(id) {
             return Err(Status::not_found(format!("volume {id} does not exist")));
         }
         let mut unreachable = None;
-        let mut hit = None;
+        let mut reached = Vec::new();
         for (idx, r) in self.scan().await {
             match r {
-                Ok(state) => {
-                    if hit.is_none()
-                        && let Some(s) = state.subsystems.iter().find(|s| {
-                            s.nqn == id && s.namespaces.iter().any(|n| n.nsid == names::NSID)
-                        })
-                    {
-                        let s = s.clone();
-                        hit = Some((BoxState { idx, state }, s));
-                    }
-                }
+                Ok((state, mirrors)) => reached.push(BoxState {
+                    idx,
+                    state,
+                    mirrors,
+                }),
                 Err(e) => unreachable = Some(self.box_error(idx, "reading its state", &e)),
             }
         }
-        match (hit, unreachable) {
-            (Some(h), _) => Ok(h),
-            (None, Some(u)) => Err(u),
-            (None, None) => Err(Status::not_found(format!("volume {id} does not exist"))),
+        let found = self.find(&reached, id);
+        let Some(main) = Self::complete(&found) else {
+            return Err(unreachable
+                .unwrap_or_else(|| Status::not_found(format!("volume {id} does not exist"))));
+        };
+        let (main_idx, sub, mirror) = (main.idx, main.sub.clone(), main.mirror.clone());
+        let peer = mirror
+            .as_ref()
+            .and_then(|m| main.peer.or_else(|| self.box_by_host(&m.peer)));
+        let partner_sub =
+            peer.and_then(|p| found.iter().find(|f| f.idx == p).map(|f| f.sub.clone()));
+        let mut main_state = None;
+        let mut partner_state = None;
+        for b in reached {
+            if b.idx == main_idx {
+                main_state = Some(b);
+            } else if Some(b.idx) == peer {
+                partner_state = Some(b);
+            }
         }
+        let main =
+            main_state.ok_or_else(|| Status::internal("volume missing from its own scan"))?;
+        Ok(Located {
+            main,
+            sub,
+            mirror,
+            partner: peer.map(|p| (p, partner_state.map(|b| (b, partner_sub)))),
+        })
     }
 }
 
@@ -285,7 +359,11 @@ impl pb::controller_server::Controller for Controller {
         }
         let _busy = self.busy.hold(&r.volume_id)?;
         let all = self.scan_all().await?;
-        for f in Self::find(&all, &r.volume_id) {
+        let mut found = self.find(&all, &r.volume_id);
+        // A replicated volume's secondary copy first, its primary last: a delete cut short
+        // leaves a primary alone (which the next delete removes), never a secondary alone.
+        found.sort_by_key(|f| f.mirror.as_ref().is_some_and(|m| m.role == Role::Primary));
+        for f in found {
             self.remove_subsystem(f.idx, &r.volume_id).await?;
         }
         ok(pb::DeleteVolumeResponse {})
@@ -347,22 +425,27 @@ impl pb::controller_server::Controller for Controller {
         let r = req.into_inner();
         let all = self.scan_all().await?;
         let mut vols: BTreeMap<String, pb::list_volumes_response::Entry> = BTreeMap::new();
-        for b in &all {
-            for s in b
-                .state
-                .subsystems
-                .iter()
-                .filter(|s| names::is_volume_id(&s.nqn))
-            {
-                if let Some(v) = self.volume(b, s) {
-                    vols.entry(s.nqn.clone())
-                        .or_insert(pb::list_volumes_response::Entry {
-                            volume: Some(v),
-                            status: Some(pb::list_volumes_response::VolumeStatus {
-                                published_node_ids: s.hosts.clone(),
-                            }),
-                        });
-                }
+        let ids: std::collections::BTreeSet<&str> = all
+            .iter()
+            .flat_map(|b| b.state.subsystems.iter())
+            .map(|s| s.nqn.as_str())
+            .filter(|n| names::is_volume_id(n))
+            .collect();
+        for id in ids {
+            let found = self.find(&all, id);
+            let Some(main) = Self::complete(&found) else {
+                continue;
+            };
+            if let Some(v) = self.volume_of(&all, &found) {
+                vols.insert(
+                    id.to_string(),
+                    pb::list_volumes_response::Entry {
+                        volume: Some(v),
+                        status: Some(pb::list_volumes_response::VolumeStatus {
+                            published_node_ids: main.sub.hosts.clone(),
+                        }),
+                    },
+                );
             }
         }
         let all: Vec<_> = vols.into_values().collect();
@@ -393,7 +476,7 @@ impl pb::controller_server::Controller for Controller {
             if zone.as_ref().is_some_and(|z| bx.zone.as_ref() != Some(z)) {
                 continue;
             }
-            let Ok(state) = res else {
+            let Ok((state, _)) = res else {
                 continue; // a box that does not answer offers nothing now
             };
             for p in &state.pools {
@@ -462,51 +545,6 @@ impl pb::controller_server::Controller for Controller {
         &self,
         req: Request<pb::ControllerExpandVolumeRequest>,
     ) -> Result<Response<pb::ControllerExpandVolumeResponse>, Status> {
-        let r = req.into_inner();
-        required(&r.volume_id, "volume_id")?;
-        let range = r
-            .capacity_range
-            .as_ref()
-            .ok_or_else(|| invalid("capacity_range is required"))?;
-        let size = size_for(Some(range))?;
-        tracing::info!(volume = %r.volume_id, size, "ControllerExpandVolume");
-        let _busy = self.busy.hold(&r.volume_id)?;
-        let (b, sub) = self.locate(&r.volume_id).await?;
-        let current = sub
-            .namespaces
-            .iter()
-            .find(|n| n.nsid == names::NSID)
-            .map(|n| n.size)
-            .unwrap_or(0);
-        let node_expansion_required = !matches!(
-            r.volume_capability
-                .as_ref()
-                .and_then(|c| c.access_type.as_ref()),
-            Some(AccessType::Block(_))
-        );
-        if current >= size {
-            return ok(pb::ControllerExpandVolumeResponse {
-                capacity_bytes: current as i64,
-                node_expansion_required,
-            });
-        }
-        let n = r.volume_id.clone();
-        let changed = self
-            .on_box(b.idx, move |c| {
-                c.resize_namespace(
-                    &n,
-                    "1",
-                    &ResizeRequest {
-                        size,
-                        shrink: false,
-                    },
-                )
-            })
-            .await
-            .map_err(|e| self.box_error(b.idx, "growing the volume", &e))?;
-        ok(pb::ControllerExpandVolumeResponse {
-            capacity_bytes: changed.namespace.size as i64,
-            node_expansion_required,
-        })
+        self.expand(req).await
     }
 }

@@ -150,8 +150,11 @@ pub mod ctx {
     pub const UUID: &str = "uuid";
     /// The box's NVMe/TCP listeners, `tcp:ADDR:PORT` separated by commas (IPv6 in brackets).
     pub const LISTENERS: &str = "listeners";
-    /// The box that holds the volume (for people; the node does not need it).
+    /// The box that holds the volume (for people; the node does not need it); a replicated
+    /// volume's two boxes, the primary's first, separated by a comma.
     pub const BOX: &str = "box";
+    /// `2` for a replicated volume (its listeners are those of both boxes); absent: one copy.
+    pub const REPLICAS: &str = "replicas";
     /// The pool on that box.
     pub const POOL: &str = "pool";
     /// How the node authenticates ([`crate::keys::AuthMode`]: `none`, `dhchap`); absent:

@@ -71,7 +71,7 @@ pub async fn serve(opts: Options, shutdown: impl Future<Output = ()>) -> anyhow:
     }
     let path = endpoint_path(&opts.endpoint)?;
     let controller = match &opts.boxes {
-        Some(f) => Some(Controller::new(crate::boxes::load(f)?)),
+        Some(f) => Some(Controller::from_fleet(crate::boxes::load_fleet(f)?)),
         None => None,
     };
     let node = match &opts.node {

@@ -115,6 +115,9 @@ pub(super) struct Params {
     pub(super) qos: Option<QosRequest>,
     /// How nodes authenticate (`auth`).
     pub(super) auth: AuthMode,
+    /// Copies of the volume (`replicas`): 1, or 2 for a namespace mirrored on two boxes
+    /// (issue 34; [`super::mirror`]).
+    pub(super) replicas: u8,
 }
 
 impl Default for Params {
@@ -123,6 +126,7 @@ impl Default for Params {
             pool: None,
             qos: None,
             auth: AuthMode::DEFAULT,
+            replicas: 1,
         }
     }
 }
@@ -161,9 +165,20 @@ pub(super) fn parse_params(
             "readMbps" | "read_mbps" => (qos.read_mbps, any_qos) = (Some(num()?), true),
             "writeMbps" | "write_mbps" => (qos.write_mbps, any_qos) = (Some(num()?), true),
             "auth" => out.auth = AuthMode::parse(v).map_err(invalid)?,
+            "replicas" => {
+                out.replicas = match v.trim() {
+                    "1" => 1,
+                    "2" => 2,
+                    _ => {
+                        return Err(invalid(format!(
+                            "parameter replicas: {v:?} is not a number of copies the driver makes: \"1\" (the default) or \"2\" (mirrored on two boxes)"
+                        )));
+                    }
+                }
+            }
             _ => {
                 return Err(invalid(format!(
-                    "unknown parameter {k:?}: the driver takes pool, iops, mbps, readIops, writeIops, readMbps, writeMbps, auth"
+                    "unknown parameter {k:?}: the driver takes pool, iops, mbps, readIops, writeIops, readMbps, writeMbps, auth, replicas"
                 )));
             }
         }
@@ -278,11 +293,18 @@ mod tests {
         let tls = p(&[("auth", "tls")]).unwrap_err();
         assert_eq!(tls.code(), tonic::Code::InvalidArgument);
         assert!(tls.message().contains("not supported"), "{tls:?}");
+        assert_eq!(p(&[]).unwrap().replicas, 1, "the default");
+        assert_eq!(p(&[("replicas", "1")]).unwrap().replicas, 1);
+        assert_eq!(p(&[("replicas", "2")]).unwrap().replicas, 2);
         for bad in [
             &[("pool", "")][..],
             &[("iops", "-1")],
             &[("mbps", "x")],
             &[("colour", "red")],
+            &[("replicas", "3")],
+            &[("replicas", "0")],
+            &[("replicas", "two")],
+            &[("replicas", "")],
         ] {
             assert_eq!(
                 p(bad).unwrap_err().code(),

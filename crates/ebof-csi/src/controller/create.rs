@@ -1,8 +1,10 @@
 //! CreateVolume: the request checked, then the create protocol of the module docs run
-//! attempt by attempt ([`Protocol`] decides, these methods call the boxes).
+//! attempt by attempt ([`Protocol`] decides, these methods call the boxes); for a replicated
+//! volume, with the steps [`super::mirror`] adds.
 
 use super::checks::{Params, check_capabilities, parse_params, size_fits, size_for, zones};
-use super::protocol::{CREATE_ATTEMPTS, Look, Protocol, Verdict};
+use super::mirror::{self, Role};
+use super::protocol::{CREATE_ATTEMPTS, Look, Pair, Protocol, Verdict};
 use super::{BoxState, Controller, Found, api_code};
 use crate::keys::AuthMode;
 use crate::names::{self, ctx};
@@ -37,6 +39,8 @@ struct Target {
     idx: usize,
     pool: String,
     snap: Option<(String, SnapshotView)>,
+    /// A replicated volume's secondary: its box, pool and NVMe listener (the primary's peer).
+    secondary: Option<(usize, String, String)>,
 }
 
 /// The snapshot a request's content source names, if any.
@@ -72,6 +76,11 @@ impl Controller {
         let size = size_for(r.capacity_range.as_ref())?;
         let topo = zones(r.accessibility_requirements.as_ref());
         let snapshot = content_source(r)?;
+        if params.replicas > 1 && snapshot.is_some() {
+            return Err(invalid(
+                "restoring a snapshot into a replicas: \"2\" volume is not supported (the box clones into one copy): restore it with replicas \"1\"",
+            ));
+        }
         let job = Job {
             r,
             params,
@@ -106,12 +115,16 @@ impl Controller {
         let (r, nqn) = (job.r, &job.nqn);
         // Step 1: look on every box.
         let all = self.scan_all().await?;
-        let found = Self::find(&all, nqn);
-        if let Look::Exists { on, leftovers } = Protocol::look(&found) {
+        let found = self.find(&all, nqn);
+        if let Look::Exists {
+            on,
+            partner,
+            leftovers,
+        } = Protocol::look(&found)
+        {
             return self
-                .existing(job, &all, &found, on, &leftovers)
-                .await
-                .map(Some);
+                .existing(job, &all, &found, (on, partner), &leftovers)
+                .await;
         }
         let t = self.target(job, &all, &found)?;
         // Step 2: the subsystem, then look for a rival.
@@ -141,14 +154,20 @@ impl Controller {
             return Ok(None);
         }
         let again = self.scan_all().await?;
-        if Protocol::yields(&Self::find(&again, nqn), t.idx) {
+        let again = self.find(&again, nqn);
+        if Protocol::yields(&again, t.idx) {
             tracing::info!(volume = %r.name, box_ = %self.boxes[t.idx].name, "another attempt made the same volume elsewhere; yielding");
-            self.remove_subsystem(t.idx, nqn).await?;
+            // Not where a complete copy names this box as its peer (its secondary in the
+            // making), and only while it has no namespace.
+            if !Protocol::keeps(&again, t.idx) {
+                self.remove_unfinished(t.idx, nqn).await?;
+            }
             return Ok(None);
         }
-        // Step 3: the namespace.
+        // Step 3: the namespace (a replicated volume's primary).
         let from_snapshot = t.snap.is_some();
         let idx = t.idx;
+        let secondary = t.secondary.clone();
         match self.add_volume_namespace(job, t).await {
             Ok(Some(q)) => {
                 let n = nqn.clone();
@@ -170,30 +189,72 @@ impl Controller {
                 };
             }
         }
-        self.made(job, idx).await.map(Some)
+        // Step 4: a replicated volume's secondary.
+        if let Some((s, pool, _)) = secondary
+            && !self.make_secondary(job, idx, s, Some(pool)).await?
+        {
+            return Ok(None);
+        }
+        self.made(job).await.map(Some)
     }
 
-    /// The volume exists on box `on` (step 1 found it complete): the unfinished attempts on
-    /// `leftovers` go, and it is the answer if its size fits the request.
+    /// The volume exists on box `on` (step 1 found it complete; `partner`: its peer's box, for
+    /// a replicated volume): the unfinished attempts on `leftovers` go, a half-created
+    /// replicated volume gets its secondary, and it is the answer if its size and copies fit
+    /// the request (`None`: start the next attempt).
     async fn existing(
         &self,
         job: &Job<'_>,
         all: &[BoxState],
         found: &[Found],
-        on: usize,
+        (on, partner): (usize, Option<usize>),
         leftovers: &[usize],
-    ) -> Result<pb::Volume, Status> {
+    ) -> Result<Option<pb::Volume>, Status> {
         let f = found
             .iter()
             .find(|f| f.idx == on)
             .ok_or_else(|| Status::internal("volume missing from its own scan"))?;
         let b = Self::state_of(all, on)?;
+        let partner_state = partner.and_then(|p| all.iter().find(|b| b.idx == p));
         let v = self
-            .volume(b, &f.sub)
+            .volume(b, &f.sub, partner_state)
             .ok_or_else(|| Status::internal("volume without namespace"))?;
         // Unfinished rivals (a crash or a racing attempt): remove them.
         for &o in leftovers {
             self.remove_unfinished(o, &job.nqn).await?;
+        }
+        let copies = if f.mirror.is_some() { 2 } else { 1 };
+        if copies != job.params.replicas {
+            return Err(Status::already_exists(format!(
+                "volume {} exists with {copies} cop{}, not the {} asked (parameter replicas)",
+                job.r.name,
+                if copies == 1 { "y" } else { "ies" },
+                job.params.replicas
+            )));
+        }
+        match Protocol::pair(found, on) {
+            Pair::Single | Pair::Whole => {}
+            Pair::MakeSecondary { on: s } => {
+                tracing::info!(volume = %job.r.name, primary = %self.boxes[on].name, secondary = %self.boxes[s].name, "a half-created replicated volume: making its secondary");
+                if !self.make_secondary(job, on, s, None).await? {
+                    return Ok(None);
+                }
+                return self.made(job).await.map(Some);
+            }
+            Pair::PeerUnknown => {
+                let peer = f.mirror.as_ref().map(|m| m.peer.as_str()).unwrap_or("");
+                return Err(Status::failed_precondition(format!(
+                    "volume {}: its copy on box {} names peer {peer}, which is no NVMe listener of the boxes file's boxes",
+                    job.r.name, self.boxes[on].name
+                )));
+            }
+            Pair::Orphan => {
+                let peer = f.mirror.as_ref().map(|m| m.peer.as_str()).unwrap_or("");
+                return Err(Status::unavailable(format!(
+                    "volume {}: its copy on box {} is a secondary and its peer {peer} has no copy: promote it (ebof ctl ns mirror promote {} 1 on that box) or delete the volume",
+                    job.r.name, self.boxes[on].name, job.nqn
+                )));
+            }
         }
         if !size_fits(v.capacity_bytes as u64, job.r.capacity_range.as_ref()) {
             return Err(Status::already_exists(format!(
@@ -201,7 +262,111 @@ impl Controller {
                 job.r.name, v.capacity_bytes
             )));
         }
-        Ok(self.with_source(v, job.snapshot.as_deref(), job.params.auth))
+        Ok(Some(self.with_source(
+            v,
+            job.snapshot.as_deref(),
+            job.params.auth,
+        )))
+    }
+
+    /// Step 4 of a replicated volume: the secondary's copy on box `s` for the primary on box
+    /// `p` (its subsystem, adopted if there; its namespace naming the primary, in `pool` or
+    /// the box's pool with the most room). False: start the next attempt.
+    async fn make_secondary(
+        &self,
+        job: &Job<'_>,
+        p: usize,
+        s: usize,
+        pool: Option<String>,
+    ) -> Result<bool, Status> {
+        let nqn = &job.nqn;
+        let pb = self.read_box(p).await?;
+        let Some(ns) = pb
+            .state
+            .subsystems
+            .iter()
+            .find(|x| x.nqn == *nqn)
+            .and_then(|x| x.namespaces.iter().find(|n| n.nsid == names::NSID))
+            .cloned()
+        else {
+            return Ok(false); // the primary went (a delete): start over
+        };
+        let peer = self.listener_of(&pb).ok_or_else(|| {
+            Status::failed_precondition(format!(
+                "box {} has no NVMe/TCP listener for its peer to replicate to",
+                self.boxes[p].name
+            ))
+        })?;
+        let sb = self.read_box(s).await?;
+        let sub = sb.state.subsystems.iter().find(|x| x.nqn == *nqn);
+        if let Some(have) = sub.and_then(|x| x.namespaces.iter().find(|n| n.nsid == names::NSID)) {
+            let names_primary = sb
+                .mirrors
+                .get(nqn)
+                .is_some_and(|m| self.box_at(std::slice::from_ref(&pb), &m.peer) == Some(p));
+            if !names_primary || have.uuid != ns.uuid {
+                return Err(Status::internal(format!(
+                    "volume {}: box {} holds a copy that is not the secondary of the copy on box {}",
+                    job.r.name, self.boxes[s].name, self.boxes[p].name
+                )));
+            }
+            return Ok(true);
+        }
+        let pool = match pool {
+            Some(pool) => pool,
+            None => {
+                let none = (Vec::new(), Vec::new());
+                self.place(
+                    std::slice::from_ref(&sb),
+                    &job.r.name,
+                    ns.size,
+                    &job.params,
+                    &none,
+                )?
+                .1
+            }
+        };
+        if sub.is_none() {
+            let req = SubsystemRequest {
+                nqn: nqn.clone(),
+                serial: None,
+                model: Some("ebof-csi".into()),
+                allow_any_host: Some(false),
+            };
+            match self.on_box(s, move |c| c.add_subsystem(&req)).await {
+                Ok(_) => {}
+                Err(e) if api_code(&e) == Some("duplicate-nqn") => {}
+                Err(e) => return Err(self.box_error(s, "creating the secondary's subsystem", &e)),
+            }
+        }
+        let req = NamespaceRequest {
+            nsid: Some(names::NSID),
+            backend: "file".into(),
+            size: Some(ns.size),
+            block_size: Some(ns.block_size),
+            uuid: Some(ns.uuid.clone()),
+            qos: job.params.qos.clone(),
+            pool: Some(pool),
+            ..Default::default()
+        };
+        let n = nqn.clone();
+        match self
+            .on_box(s, move |c| {
+                mirror::add_mirrored_namespace(c, &n, &req, &peer, Role::Secondary)
+            })
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(e)
+                if matches!(
+                    api_code(&e),
+                    Some("duplicate-nsid") | Some("unknown-subsystem")
+                ) =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(self.box_error(s, "adding the secondary's namespace", &e)),
+        }
     }
 
     /// Where this attempt makes the volume: the snapshot's box, else an unfinished attempt's
@@ -243,6 +408,31 @@ impl Controller {
                 idx: sidx,
                 pool,
                 snap: Some((s.clone(), view)),
+                secondary: None,
+            });
+        }
+        if params.replicas > 1 {
+            let resume = match Protocol::look(found) {
+                Look::Make { resume } => resume,
+                Look::Exists { .. } => None,
+            };
+            let ((idx, pool), (s, spool)) = resume
+                .and_then(|at| {
+                    self.place_pair(all, &r.name, job.size, params, topo, Some(at))
+                        .ok()
+                })
+                .map_or_else(
+                    || self.place_pair(all, &r.name, job.size, params, topo, None),
+                    Ok,
+                )?;
+            let listener = self
+                .listener_of(Self::state_of(all, s)?)
+                .ok_or_else(|| Status::internal("the secondary's box has no listener"))?;
+            return Ok(Target {
+                idx,
+                pool,
+                snap: None,
+                secondary: Some((s, spool, listener)),
             });
         }
         let (idx, pool) = match Protocol::look(found) {
@@ -257,6 +447,7 @@ impl Controller {
             idx,
             pool,
             snap: None,
+            secondary: None,
         })
     }
 
@@ -278,8 +469,14 @@ impl Controller {
                 pool: Some(t.pool),
                 ..Default::default()
             };
+            let peer = t.secondary.map(|(_, _, listener)| listener);
             return self
-                .on_box(idx, move |c| c.add_namespace(&nqn, &req))
+                .on_box(idx, move |c| match peer {
+                    Some(peer) => {
+                        mirror::add_mirrored_namespace(c, &nqn, &req, &peer, Role::Primary)
+                    }
+                    None => c.add_namespace(&nqn, &req),
+                })
                 .await
                 .map(|_| None);
         };
@@ -314,18 +511,17 @@ impl Controller {
         Ok(job.params.qos.clone())
     }
 
-    /// The answer: the volume as its box `idx` reports it now (the other boxes were read by
-    /// step 2's check).
-    async fn made(&self, job: &Job<'_>, idx: usize) -> Result<pb::Volume, Status> {
-        let b = self.read_box(idx).await?;
-        let v = b
-            .state
-            .subsystems
-            .iter()
-            .find(|s| s.nqn == job.nqn)
-            .and_then(|sub| self.volume(&b, sub))
+    /// The answer: the volume as its boxes report it now (both copies of a replicated one).
+    async fn made(&self, job: &Job<'_>) -> Result<pb::Volume, Status> {
+        let all = self.scan_all().await?;
+        let found = self.find(&all, &job.nqn);
+        let whole = Self::complete(&found)
+            .is_some_and(|f| f.mirror.is_none() || Protocol::pair(&found, f.idx) == Pair::Whole);
+        let v = self
+            .volume_of(&all, &found)
+            .filter(|_| whole)
             .ok_or_else(|| Status::aborted("the volume vanished while it was made; retry"))?;
-        tracing::info!(volume = %job.r.name, id = %v.volume_id, box_ = %self.boxes[idx].name, size = v.capacity_bytes, "volume created");
+        tracing::info!(volume = %job.r.name, id = %v.volume_id, boxes = %v.volume_context.get(ctx::BOX).map_or("", |b| b.as_str()), size = v.capacity_bytes, "volume created");
         Ok(self.with_source(v, job.snapshot.as_deref(), job.params.auth))
     }
 

@@ -1,13 +1,17 @@
 //! Where volumes go and how they are described: placement over the boxes' pools (zones,
-//! free bytes, a rendezvous weight to break ties alike in every controller), and a volume's
-//! paths, topology and context.
+//! free bytes, a rendezvous weight to break ties alike in every controller), of one copy or
+//! of the two copies of a replicated volume ([`super::mirror`]), and a volume's paths,
+//! topology and context.
 
 use super::checks::Params;
-use super::{BoxState, Controller};
+use super::{BoxState, Controller, Found};
 use crate::names::{self, ctx};
 use crate::pb;
 use ebof_api::SubsystemView;
 use tonic::Status;
+
+/// Where a copy goes: a box and its pool.
+pub(super) type Spot = (usize, String);
 
 /// Rendezvous weight of (`name`, box `api`): breaks placement ties the same way in every
 /// controller.
@@ -53,34 +57,209 @@ impl Controller {
             .collect()
     }
 
-    pub(super) fn topology(&self, idx: usize) -> Vec<pb::Topology> {
-        self.boxes[idx]
-            .zone
-            .iter()
+    /// The zones of boxes `idxs`, each once, in that order.
+    pub(super) fn topology(&self, idxs: &[usize]) -> Vec<pb::Topology> {
+        let mut zones: Vec<&String> = Vec::new();
+        for z in idxs.iter().filter_map(|&i| self.boxes[i].zone.as_ref()) {
+            if !zones.contains(&z) {
+                zones.push(z);
+            }
+        }
+        zones
+            .into_iter()
             .map(|z| pb::Topology {
                 segments: [(crate::ZONE_KEY.to_string(), z.clone())].into(),
             })
             .collect()
     }
 
-    /// Volume `sub` of box `b` as CSI describes it (`None`: it has no namespace yet).
-    pub(super) fn volume(&self, b: &BoxState, sub: &SubsystemView) -> Option<pb::Volume> {
+    /// Volume `sub` of box `b` as CSI describes it (`None`: it has no namespace yet); a
+    /// replicated volume with the box of its other copy, `partner`: the paths of both, the
+    /// zones of both.
+    pub(super) fn volume(
+        &self,
+        b: &BoxState,
+        sub: &SubsystemView,
+        partner: Option<&BoxState>,
+    ) -> Option<pb::Volume> {
         let ns = sub.namespaces.iter().find(|n| n.nsid == names::NSID)?;
         let mut context = std::collections::HashMap::new();
         context.insert(ctx::NQN.to_string(), sub.nqn.clone());
         context.insert(ctx::UUID.to_string(), ns.uuid.clone());
-        context.insert(
-            ctx::LISTENERS.to_string(),
-            names::format_listeners(&self.paths(b)),
-        );
-        context.insert(ctx::BOX.to_string(), self.boxes[b.idx].name.clone());
+        let mut paths = self.paths(b);
+        let mut idxs = vec![b.idx];
+        let mut box_names = self.boxes[b.idx].name.clone();
+        if let Some(p) = partner {
+            for path in self.paths(p) {
+                if !paths.contains(&path) {
+                    paths.push(path);
+                }
+            }
+            idxs.push(p.idx);
+            box_names = format!("{box_names},{}", self.boxes[p.idx].name);
+            context.insert(ctx::REPLICAS.to_string(), "2".to_string());
+        }
+        context.insert(ctx::LISTENERS.to_string(), names::format_listeners(&paths));
+        context.insert(ctx::BOX.to_string(), box_names);
         Some(pb::Volume {
             capacity_bytes: ns.size as i64,
             volume_id: sub.nqn.clone(),
             volume_context: context,
             content_source: None,
-            accessible_topology: self.topology(b.idx),
+            accessible_topology: self.topology(&idxs),
         })
+    }
+
+    /// The volume whose subsystems are `found` (read in `all`), as CSI describes it: its
+    /// serving copy, and its peer's box for a replicated volume.
+    pub(super) fn volume_of(&self, all: &[BoxState], found: &[Found]) -> Option<pb::Volume> {
+        let main = Self::complete(found)?;
+        let b = all.iter().find(|b| b.idx == main.idx)?;
+        let partner = main.peer.and_then(|p| all.iter().find(|b| b.idx == p));
+        self.volume(b, &main.sub, partner)
+    }
+
+    /// The box (among those read, `all`) that listens at `addr` (`ADDR:PORT`, a copy's
+    /// mirror peer).
+    pub(super) fn box_at(&self, all: &[BoxState], addr: &str) -> Option<usize> {
+        let want: std::net::SocketAddr = addr.parse().ok()?;
+        all.iter()
+            .find(|b| {
+                b.state.listeners.iter().any(|l| l.address == addr)
+                    || self.paths(b).iter().any(|p| {
+                        p.port == want.port()
+                            && p.addr.parse::<std::net::IpAddr>().ok() == Some(want.ip())
+                    })
+            })
+            .map(|b| b.idx)
+    }
+
+    /// The box whose management API is at the IP address of `addr` (`ADDR:PORT`): how the
+    /// peer of a copy is known when its box does not answer.
+    pub(super) fn box_by_host(&self, addr: &str) -> Option<usize> {
+        let want: std::net::SocketAddr = addr.parse().ok()?;
+        self.boxes.iter().position(|b| {
+            let a = b
+                .api
+                .trim_start_matches("https://")
+                .trim_start_matches("http://");
+            a.trim_end_matches('/')
+                .rsplit_once(':')
+                .and_then(|(h, _)| h.trim_start_matches('[').trim_end_matches(']').parse().ok())
+                == Some(want.ip())
+        })
+    }
+
+    /// The NVMe/TCP listener of box `b` a peer box reaches the volume's copy on (its first
+    /// path), `ADDR:PORT`.
+    pub(super) fn listener_of(&self, b: &BoxState) -> Option<String> {
+        self.paths(b).first().map(|p| {
+            if p.addr.contains(':') {
+                format!("[{}]:{}", p.addr, p.port)
+            } else {
+                format!("{}:{}", p.addr, p.port)
+            }
+        })
+    }
+
+    /// The box the boxes file's witness listens on, if it is one of the boxes read.
+    fn witness_box(&self, all: &[BoxState]) -> Option<usize> {
+        self.witness.and_then(|w| self.box_at(all, &w.to_string()))
+    }
+
+    /// Where the two copies of a new replicated volume of `size` go: (box, pool) of the
+    /// primary and of the secondary, or why nowhere (see [`super::mirror`]: distinct boxes,
+    /// both in the zones allowed, different zones first, not the witness's box, then the
+    /// primary in a preferred zone, free bytes and rendezvous weight). With `primary`, the
+    /// primary's box is that one.
+    pub(super) fn place_pair(
+        &self,
+        all: &[BoxState],
+        name: &str,
+        size: u64,
+        params: &Params,
+        topo: &(Vec<String>, Vec<String>),
+        primary: Option<usize>,
+    ) -> Result<(Spot, Spot), Status> {
+        let (requisite, preferred) = topo;
+        // Per box: the pool with the most free bytes that holds the size.
+        let mut cands: Vec<(usize, String, u64, usize)> = Vec::new(); // idx, pool, free, rank
+        let mut seen = Vec::new();
+        for b in all {
+            let bx = &self.boxes[b.idx];
+            if !requisite.is_empty() && !bx.zone.as_ref().is_some_and(|z| requisite.contains(z)) {
+                continue;
+            }
+            if self.paths(b).is_empty() {
+                seen.push(format!("{}: no NVMe/TCP listener", bx.name));
+                continue;
+            }
+            let rank = bx
+                .zone
+                .as_ref()
+                .and_then(|z| preferred.iter().position(|p| p == z))
+                .unwrap_or(usize::MAX);
+            let best = b
+                .state
+                .pools
+                .iter()
+                .filter(|p| params.pool.as_ref().is_none_or(|w| *w == p.name))
+                .inspect(|p| {
+                    seen.push(format!(
+                        "{}/{}: {} bytes free",
+                        bx.name, p.name, p.free_bytes
+                    ))
+                })
+                .filter(|p| p.free_bytes >= size)
+                .max_by_key(|p| (p.free_bytes, std::cmp::Reverse(p.name.clone())));
+            if let Some(p) = best {
+                cands.push((b.idx, p.name.clone(), p.free_bytes, rank));
+            }
+        }
+        let witness = self.witness_box(all);
+        let zone = |i: usize| self.boxes[i].zone.as_ref();
+        let mut best = None;
+        for a in cands.iter().filter(|a| primary.is_none_or(|p| p == a.0)) {
+            for b in cands.iter().filter(|b| b.0 != a.0) {
+                let cross = zone(a.0).is_some() && zone(b.0).is_some() && zone(a.0) != zone(b.0);
+                let clear = witness.is_none_or(|w| w != a.0 && w != b.0);
+                let key = (
+                    cross,
+                    clear,
+                    usize::MAX - a.3,
+                    a.2.min(b.2),
+                    weight(name, &self.boxes[a.0].api),
+                    weight(name, &self.boxes[b.0].api),
+                );
+                if best.as_ref().is_none_or(|(k, _, _)| key > *k) {
+                    best = Some((key, a, b));
+                }
+            }
+        }
+        let Some(((cross, clear, ..), a, b)) = best else {
+            let zones = if requisite.is_empty() {
+                String::new()
+            } else {
+                format!(" in zones {requisite:?}")
+            };
+            return Err(Status::resource_exhausted(format!(
+                "replicas 2 needs two boxes{zones} that can hold {size} bytes{}; {} can ({})",
+                params
+                    .pool
+                    .as_ref()
+                    .map(|p| format!(" in a pool named {p}"))
+                    .unwrap_or_default(),
+                cands.len(),
+                seen.join("; ")
+            )));
+        };
+        if !cross {
+            tracing::warn!(volume = %name, primary = %self.boxes[a.0].name, secondary = %self.boxes[b.0].name, zone = ?zone(a.0), "no two boxes in different zones can hold the volume: both copies are in one zone (or the boxes have no zone), and that zone's loss loses both");
+        }
+        if !clear {
+            tracing::warn!(volume = %name, primary = %self.boxes[a.0].name, secondary = %self.boxes[b.0].name, "no pair without the witness's box can hold the volume: a copy is on the witness's box, so its loss leaves the other copy without a lease (promote it by hand)");
+        }
+        Ok(((a.0, a.1.clone()), (b.0, b.1.clone())))
     }
 
     /// Where a new volume of `size` goes: (box index, pool), or why nowhere.

@@ -4,6 +4,7 @@
 //! [`super::create`]; this type holds no I/O, so each rule has a unit test.
 
 use super::Found;
+use super::mirror::Role;
 use crate::names;
 use std::time::Duration;
 
@@ -21,10 +22,14 @@ pub(super) struct Protocol {
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum Look {
     /// It exists: complete (with its namespace) on box `on`, the first such box in box
-    /// order; unfinished attempts on the boxes `leftovers` are to be removed.
+    /// order (a replicated volume's primary before its secondary); unfinished attempts on the
+    /// boxes `leftovers` are to be removed.
     Exists {
-        /// The box that holds the volume.
+        /// The box that holds the volume (the serving copy).
         on: usize,
+        /// For a replicated volume, the box its copy on `on` names as the peer: its other
+        /// copy, complete or in the making (never a leftover).
+        partner: Option<usize>,
         /// Boxes with an unfinished attempt (a subsystem without its namespace).
         leftovers: Vec<usize>,
     },
@@ -34,6 +39,25 @@ pub(super) enum Look {
         /// The box of the first unfinished attempt.
         resume: Option<usize>,
     },
+}
+
+/// Where a replicated volume that exists stands (step 4 of [`super::mirror`]).
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Pair {
+    /// One copy, not mirrored.
+    Single,
+    /// Both copies are complete.
+    Whole,
+    /// A primary whose secondary is missing or unfinished on box `on`: make it.
+    MakeSecondary {
+        /// The secondary's box.
+        on: usize,
+    },
+    /// A mirrored copy whose peer is none of the boxes read: nothing to do about it here.
+    PeerUnknown,
+    /// A secondary whose primary is gone: never completed (a new primary would overwrite
+    /// the secondary's data); someone promotes it.
+    Orphan,
 }
 
 /// What a refusal of the box means for the attempt.
@@ -92,12 +116,13 @@ impl Protocol {
 
     /// Step 1: what the subsystems named after the volume, box by box, say.
     pub(super) fn look(found: &[Found]) -> Look {
-        match found.iter().find(|f| complete(f)) {
+        match super::Controller::complete(found) {
             Some(f) => Look::Exists {
                 on: f.idx,
+                partner: f.peer,
                 leftovers: found
                     .iter()
-                    .filter(|o| o.idx != f.idx && !complete(o))
+                    .filter(|o| o.idx != f.idx && Some(o.idx) != f.peer && !complete(o))
                     .map(|o| o.idx)
                     .collect(),
             },
@@ -127,6 +152,34 @@ impl Protocol {
     /// subsystem of the same name on another box.
     pub(super) fn yields(again: &[Found], idx: usize) -> bool {
         again.iter().any(|f| f.idx != idx)
+    }
+
+    /// A yielding attempt's subsystem on box `idx` stays when a complete copy on another box
+    /// names `idx` as its peer: it is that copy's secondary in the making.
+    pub(super) fn keeps(again: &[Found], idx: usize) -> bool {
+        again
+            .iter()
+            .any(|f| f.idx != idx && complete(f) && f.peer == Some(idx))
+    }
+
+    /// Where the volume that exists on box `on` stands as a pair.
+    pub(super) fn pair(found: &[Found], on: usize) -> Pair {
+        let Some(f) = found.iter().find(|f| f.idx == on) else {
+            return Pair::Single;
+        };
+        let Some(m) = &f.mirror else {
+            return Pair::Single;
+        };
+        let Some(p) = f.peer.filter(|&p| p != on) else {
+            return Pair::PeerUnknown;
+        };
+        if found.iter().any(|o| o.idx == p && complete(o)) {
+            Pair::Whole
+        } else if m.role == Role::Primary {
+            Pair::MakeSecondary { on: p }
+        } else {
+            Pair::Orphan
+        }
     }
 
     /// Making the subsystem was refused with API `code`.
@@ -190,6 +243,20 @@ mod tests {
                 hosts: vec![],
                 namespaces: if complete { vec![ns] } else { vec![] },
             },
+            mirror: None,
+            peer: None,
+        }
+    }
+
+    /// A copy of a replicated volume on box `idx` (complete) in `role`, naming box `peer`.
+    fn copy(idx: usize, role: Role, peer: usize) -> Found {
+        Found {
+            mirror: Some(super::super::mirror::CopyMirror {
+                role,
+                peer: format!("127.0.0.{peer}:4420"),
+            }),
+            peer: Some(peer),
+            ..on(idx, true)
         }
     }
 
@@ -225,9 +292,53 @@ mod tests {
             Protocol::look(&[on(0, false), on(1, true), on(2, true), on(3, false)]),
             Look::Exists {
                 on: 1,
+                partner: None,
                 leftovers: vec![0, 3]
             }
         );
+    }
+
+    /// Issue 34: the primary is the volume; its peer's box is its other copy, never a
+    /// leftover, complete or not.
+    #[test]
+    fn a_replicated_volume_is_its_primary_and_the_peer_it_names() {
+        use Role::*;
+        // Both complete: the primary serves, whatever the box order.
+        let whole = [copy(0, Secondary, 2), on(1, false), copy(2, Primary, 0)];
+        assert_eq!(
+            Protocol::look(&whole),
+            Look::Exists {
+                on: 2,
+                partner: Some(0),
+                leftovers: vec![1]
+            }
+        );
+        assert_eq!(Protocol::pair(&whole, 2), Pair::Whole);
+        // Half-created: the primary alone, or with an unfinished subsystem on its peer.
+        let half = [copy(1, Primary, 3), on(3, false), on(0, false)];
+        assert_eq!(
+            Protocol::look(&half),
+            Look::Exists {
+                on: 1,
+                partner: Some(3),
+                leftovers: vec![0]
+            }
+        );
+        assert_eq!(Protocol::pair(&half, 1), Pair::MakeSecondary { on: 3 });
+        assert_eq!(
+            Protocol::pair(&[copy(1, Primary, 3)], 1),
+            Pair::MakeSecondary { on: 3 }
+        );
+        // A secondary alone is not completed; one copy is single; an unknown peer is said.
+        assert_eq!(Protocol::pair(&[copy(1, Secondary, 3)], 1), Pair::Orphan);
+        assert_eq!(Protocol::pair(&[on(1, true)], 1), Pair::Single);
+        let mut lost = copy(1, Primary, 3);
+        lost.peer = None;
+        assert_eq!(Protocol::pair(&[lost], 1), Pair::PeerUnknown);
+        // A yielding attempt keeps its subsystem where a complete copy names its box.
+        assert!(Protocol::keeps(&[copy(1, Primary, 3), on(3, false)], 3));
+        assert!(!Protocol::keeps(&[on(1, false), on(3, false)], 3));
+        assert!(!Protocol::keeps(&[copy(1, Primary, 2), on(3, false)], 3));
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! Snapshots: CreateSnapshot, DeleteSnapshot and ListSnapshots over the boxes, and how a
-//! snapshot is found and described.
+//! snapshot is found and described. A replicated volume's snapshot is taken on its
+//! primary's copy only (why: [`super::mirror`]).
 
 use super::checks::page;
 use super::{BoxState, Controller, api_code};
@@ -65,7 +66,7 @@ impl Controller {
                 r.name, s.origin.subsystem
             )));
         }
-        let found = Self::find(&all, &r.source_volume_id);
+        let found = self.find(&all, &r.source_volume_id);
         let f = Self::complete(&found).ok_or_else(|| {
             Status::not_found(format!("volume {} does not exist", r.source_volume_id))
         })?;
