@@ -25,6 +25,9 @@ U=nqn.2014-08.org.nvmexpress:uuid
 H_AUTH=$U:5ec00001-0000-4000-8000-000000000001 ID_AUTH=5ec00001-0000-4000-8000-000000000001
 H_TLS=$U:5ec00002-0000-4000-8000-000000000002 ID_TLS=5ec00002-0000-4000-8000-000000000002
 H_BAD=$U:5ec00003-0000-4000-8000-000000000003 ID_BAD=5ec00003-0000-4000-8000-000000000003
+# the re-add step's subsystem (allow_any_host, a file namespace) and its host (no keys)
+RNQN=$SNQN-readd
+H_READD=$U:5ec00004-0000-4000-8000-000000000004 ID_READD=5ec00004-0000-4000-8000-000000000004
 FIO_MB=${SEC_FIO_MB:-8}
 EBOF_UP=''
 
@@ -199,7 +202,7 @@ ebof_start() {
 	gen_tls_key "$H_BAD" "$SNQN" 1 0 --insert >/dev/null
 	tls_keys
 	local IP=$E_IP
-	save_env ebof-keys.env SNQN IP PLAIN_PORT TLS_PORT H_AUTH H_TLS H_BAD E_KEY_AUTH E_KEY_CTRL E_TLS_AUTH \
+	save_env ebof-keys.env SNQN RNQN IP PLAIN_PORT TLS_PORT H_AUTH H_TLS H_BAD E_KEY_AUTH E_KEY_CTRL E_TLS_AUTH \
 		E_TLS_TLS E_TLS_BAD
 	local rc=0
 	if [[ $SEC_TARGET == kernel ]]; then
@@ -304,6 +307,66 @@ e_tls_auth() {
 		--dhchap-ctrl-secret="$E_KEY_CTRL"
 }
 
+# Issue 34 item 5, the shape of blktests nvme/061: the subsystem RNQN is removed with `ebof ctl` on
+# the running box while the host is connected, then added back. Linux 6.10+ deletes the
+# controller when a reconnect's Connect fails with DNR set ("Removing controller (16770)" for
+# 0x4182, nvmf_should_reconnect); ebof must refuse it with DNR clear, so the host retries every
+# --reconnect-delay and comes back live by itself. A read issued during the outage waits
+# (multipath queues while the controller is connecting) and completes; the data written before
+# the removal reads back intact.
+READD_SECS=${SEC_READD_SECS:-20}
+ctrl_state() { cat "/sys/class/nvme/$1/state" 2>/dev/null || echo gone; }
+_ctrl_in() { [[ $(ctrl_state "$1") == "$2" ]]; }
+# (`|| true` inside: grep -c fails on no match, and the ERR trap would print into the number)
+_kmsg_count_ge() {
+	local n
+	n=$(kmsg_since | grep -cE "$1" || true)
+	((n >= $2))
+}
+e_readd() {
+	_need_ebof || return 0
+	if [[ $SEC_TARGET == kernel ]]; then
+		step_skip "reference run: the kernel target is not managed with ebof ctl"
+		return 0
+	fi
+	local c dd_pid dd_rc=0 t0 secs
+	sec_connect plain "$RNQN" "$E_IP" "$PLAIN_PORT" "$H_READD" "$ID_READD" \
+		--reconnect-delay=1 --ctrl-loss-tmo=60 --keep-alive-tmo=5
+	c=$CTRL
+	sec_io readd 4M
+	kmsg_mark
+	guest_request readd remove 60 || fail "ebof ctl subsystem remove (host side)"
+	wait_for 15 _ctrl_in "$c" connecting ||
+		fail "$c is '$(ctrl_state "$c")' 15 s after the removal, not connecting"
+	echo "$c: connecting"
+	# I/O during the outage: queued by the multipath head, completes once a path is back
+	timeout -k 5 120 dd if="$NSDEV" of=/dev/null bs=4k count=64 iflag=direct status=none &
+	dd_pid=$!
+	# at least two refused reconnects in a row: the host goes on after a refusal
+	wait_for 15 _kmsg_count_ge "Failed reconnect attempt" 2 ||
+		fail "the host did not retry twice within 15 s (state $(ctrl_state "$c"))"
+	kmsg_since | sed 's/^/    k /'
+	kmsg_since | grep -q "Removing controller" && fail "the host gave up on $c (Removing controller)"
+	_ctrl_in "$c" connecting || fail "$c is '$(ctrl_state "$c")', not connecting"
+	guest_request readd add 60 || fail "ebof ctl subsystem add + ns add (host side)"
+	t0=$(_us)
+	wait_for "$READD_SECS" _ctrl_in "$c" live ||
+		fail "$c is '$(ctrl_state "$c")' $READD_SECS s after the subsystem came back, not live"
+	secs=$(_secs $(($(_us) - t0)))
+	echo "$c live again $secs s after the subsystem came back"
+	wait "$dd_pid" || dd_rc=$?
+	((dd_rc == 0)) || fail "the read issued during the outage failed (status $dd_rc)"
+	wait_for 20 _nvme_has_ns "$RNQN" 1 || fail "no namespace 1 block device for $RNQN after the reconnect"
+	NSDEV=/dev/$(nvme_ns_for "$RNQN" 1)
+	run nvme list-subsys
+	nvme list-subsys | grep -A6 -F "$RNQN" | grep -q ' live' || fail "nvme list-subsys shows no live path of $RNQN"
+	sec_io readd 4M --verify_only
+	sec_io readd-after 2M --offset=8M
+	kmsg_since | grep -q "Removing controller" && fail "the host logged Removing controller"
+	sec_disconnect "$RNQN"
+	printf 'readd\t%s\n' "$secs" >>"$X/seen.tsv"
+}
+
 the_end() {
 	tlshd_stop
 	echo "tlshd log (last 40 lines):"
@@ -339,4 +402,11 @@ step "ebof: wrong PSK refused" e_tls_wrong_psk
 step "ebof: plaintext to the TLS-required port refused" e_tls_plaintext
 step "ebof: TLS + DH-HMAC-CHAP two-way" e_tls_auth
 step "ebof: TLS past the KeyUpdate threshold (16 records), fio verify ${REKEY_SECS} s, no reset" e_tls_rekey
+step "ebof: subsystem removed and re-added, the host reconnects by itself (issue 34)" e_readd
 step "tlshd log" the_end
+# replicated volumes (draft, issue 34) in this boot: linux-security.sh with EBOF_INTEROP_MIRROR=1
+if [[ ${MIRROR:-} == 1 ]]; then
+	# shellcheck source=linux-mirror.guest.sh
+	source "$X/mirror.guest.sh"
+	mirror_steps
+fi

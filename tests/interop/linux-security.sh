@@ -19,6 +19,11 @@
 #       "peer"`; the guest runs fio --verify for $SEC_REKEY_SECS s over TLS and asks
 #       (guest_request ebof-tls-stats) that ebof kept its key past the threshold many times
 #       (KeyUpdates deferred) and sent the kernel host no KeyUpdate.
+#       Last, the re-add step (issue 34, the shape of blktests nvme/061): the subsystem
+#       `…:sec-readd` (file namespace) is removed with `ebof ctl` while the host is connected
+#       (guest_request readd remove); the 6.12 host must keep retrying (no "Removing
+#       controller": ebof refuses the reconnect's Connect with DNR clear) and, after `readd
+#       add`, come back live by itself within SEC_READD_SECS s with its data intact.
 #
 # Usage (as root; build first: cargo build --release -p ebof):
 #   tests/interop/linux-security.sh
@@ -31,6 +36,10 @@
 #   EBOF_INTEROP_TARGET=kernel  reference run: part (ii) goes to the guest kernel's own target,
 #                          configured like the ebof one (checks the steps; the wrong-PSK step skips)
 #   SEC_REKEY_SECS         fio time of the KeyUpdate-threshold step (default 60)
+#   SEC_READD_SECS         bound on the re-add step's reconnect once the subsystem is back
+#                          (default 20)
+#   EBOF_INTEROP_MIRROR=1  also run the replicated-volume steps (draft: linux-mirror.sh) in
+#                          this boot
 #   SEC_TLS_KEY_UPDATE     ebof's [target] tls_key_update (default "peer"; "always" is the
 #                          experiment of ADR 0024: the rekey step then shows what the host does)
 # Exit status: 0 passed, else failed.
@@ -154,8 +163,20 @@ nsid = 1
 backend = "ram"
 size = "64M"
 
+# the re-add step (issue 34): removed and added back with ebof ctl while a host is connected
+[[subsystems]]
+nqn = "${K[RNQN]}"
+allow_any_host = true
+
+[[subsystems.namespaces]]
+nsid = 1
+backend = "file"
+path = "$RUN_DIR/readd.img"
+size = "16M"
+
 [management]
-enabled = false
+socket = "$RUN_DIR/mgmt.sock"
+data_dirs = ["$RUN_DIR"]
 
 [target]
 tls_rekey_records = 16
@@ -222,6 +243,23 @@ host_on_ebof_tls_stats() {
 	return 0
 }
 
+# guest_request readd remove|add: the re-add step's subsystem removed with `ebof ctl` on the
+# running box, or added back as the configuration has it (same NQN, NSID, file; UUID and serial
+# are derived from the NQN, so the host sees the same namespace)
+host_on_readd() {
+	local nqn=${K[RNQN]:-} rc=0
+	[[ -n $nqn ]] || { warn "readd: no RNQN in ebof-keys.env"; return 1; }
+	MGMT_SOCK=$RUN_DIR/mgmt.sock
+	case $1 in
+	remove) host_on_ctl "subsystem remove $nqn" || rc=$? ;;
+	add) { host_on_ctl "subsystem add $nqn" && host_on_ctl "ns add $nqn --file $RUN_DIR/readd.img --nsid 1"; } || rc=$? ;;
+	*) warn "readd: unknown action '$1'"; return 1 ;;
+	esac
+	cat "$X/ctl.out" "$X/ctl.err" 2>/dev/null
+	log "readd $1: ebof ctl status $rc"
+	return "$rc"
+}
+
 # after the run: ebof serve still alive, and none of the guest's secrets in its log
 check_ebof_after() {
 	local rc=0 v
@@ -249,9 +287,19 @@ interop_init linux-security
 vm_setup
 vm_env "KERNEL_NQN=nqn.2026-11.io.ebof:ksec" "EBOF_NQN=nqn.2026-11.io.ebof:sec" \
 	"SEC_TARGET=${EBOF_INTEROP_TARGET:-ebof}" "SEC_REKEY_SECS=${SEC_REKEY_SECS:-60}" \
+	"SEC_READD_SECS=${SEC_READD_SECS:-20}" \
 	"SEC_TLS_KEY_UPDATE=${SEC_TLS_KEY_UPDATE:-peer}"
+# EBOF_INTEROP_MIRROR=1: the replicated-volume steps (draft, linux-mirror.sh) share this boot
+if [[ ${EBOF_INTEROP_MIRROR:-} == 1 ]]; then
+	# shellcheck source=linux-mirror.sh
+	source "$INTEROP_DIR/linux-mirror.sh"
+	mirror_attach
+fi
 vm_run "$INTEROP_DIR/linux-security.guest.sh" "${EBOF_INTEROP_TIMEOUT:-900}"
 rc=$?
+if [[ ${EBOF_INTEROP_MIRROR:-} == 1 ]]; then
+	mirror_detach "$rc" || rc=$?
+fi
 if [[ -n $EBOF_STARTED ]]; then
 	check_ebof_after || { ((rc == 0)) && rc=1; }
 	((rc != 0)) && bg_log_tail target 60
