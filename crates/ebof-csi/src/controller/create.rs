@@ -249,6 +249,12 @@ impl Controller {
                 )));
             }
             Pair::Orphan => {
+                // The boxes are read in parallel: a primary made while they were read may
+                // be missing from the look. Only a second look confirms it.
+                let fresh = self.scan_all().await?;
+                if Protocol::pair(&self.find(&fresh, &job.nqn), on) != Pair::Orphan {
+                    return Ok(None);
+                }
                 let peer = f.mirror.as_ref().map(|m| m.peer.as_str()).unwrap_or("");
                 return Err(Status::unavailable(format!(
                     "volume {}: its copy on box {} is a secondary and its peer {peer} has no copy: promote it (ebof ctl ns mirror promote {} 1 on that box) or delete the volume",

@@ -1,8 +1,8 @@
 //! Replicated volumes (issue 34): StorageClass parameter `replicas: "2"`.
 //!
 //! **What a replicated volume is.** The same subsystem (NQN = volume ID), namespace 1, UUID
-//! and size on two boxes, the namespace added with `mirror = { peer, role }` (the design in
-//! `docs/adr/0028`): the **primary** copy names the secondary box's NVMe/TCP listener as its
+//! and size on two boxes, the namespace added with `mirror = { peer, role }`
+//! (`docs/adr/0028-replicated-volumes.md`): the **primary** copy names the secondary box's NVMe/TCP listener as its
 //! peer and replicates every write to it; the **secondary** names the primary's. The boxes do
 //! the rest (the replication link, ANA states of the copies' paths, the write-intent bitmap,
 //! resync, promotion); the driver only places, makes, publishes, grows and deletes both copies.
