@@ -374,6 +374,31 @@ pub(crate) mod tests {
         );
     }
 
+    /// Issue 34: a replicated volume's subsystem has controllers to two boxes; with native
+    /// multipath the kernel shows one head for the namespace and a hidden path node under
+    /// each controller (`nvme4c4n1`, `nvme4c5n1`): the head is the device, once.
+    #[test]
+    fn a_volume_on_two_boxes_is_one_device_with_multipath() {
+        let want = "nqn.2026-11.io.ebof:csi:pvc-2-0011223344556677";
+        let d = tempfile::tempdir().unwrap();
+        fake_sysfs(
+            d.path(),
+            &[("nvme-subsys4", want, &[("nvme4n1", UUID, 1)])],
+            false,
+        );
+        let sub = d.path().join("class/nvme-subsystem/nvme-subsys4");
+        for (ctrl, path) in [("nvme4", "nvme4c4n1"), ("nvme5", "nvme4c5n1")] {
+            let p = sub.join(ctrl).join(path);
+            std::fs::create_dir_all(&p).unwrap();
+            std::fs::write(p.join("uuid"), format!("{UUID}\n")).unwrap();
+            std::fs::write(p.join("nsid"), "1\n").unwrap();
+        }
+        assert_eq!(
+            nvme_device_in(d.path(), want, UUID, 1),
+            Some(PathBuf::from("/dev/nvme4n1"))
+        );
+    }
+
     #[test]
     fn secrets_are_redacted_from_what_commands_say() {
         let s = "DHHC-1:01:c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0c2VjcmV0MTIzNDU2Nzg=:";

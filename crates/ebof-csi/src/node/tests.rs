@@ -260,6 +260,36 @@ fn the_node_connects_with_the_secrets_of_the_publish_context() {
     assert_eq!(f.calls(), "", "no tool ran");
 }
 
+/// Issue 34: a replicated volume lists the listeners of both boxes; the node connects every
+/// one not connected yet (a box that is down does not stop the stage), and the one device is
+/// found by the namespace UUID.
+#[test]
+fn a_replicated_volume_is_staged_through_the_paths_of_both_boxes() {
+    let f = fake_with(
+        "exit 2",
+        true,
+        "case \"$*\" in *127.0.0.3*) echo unreachable >&2; exit 1 ;; esac; exit 0",
+    );
+    let staging = f.dir.path().join("staging");
+    let mut req = f.stage_request(staging.to_str().unwrap());
+    req.volume_context.insert(
+        ctx::LISTENERS.into(),
+        "tcp:127.0.0.1:4420,tcp:127.0.0.2:4420,tcp:127.0.0.3:4421".into(),
+    );
+    req.volume_context.insert(ctx::REPLICAS.into(), "2".into());
+    req.volume_context.insert(ctx::AUTH.into(), "none".into());
+    block_on(f.node.node_stage_volume(Request::new(req))).unwrap();
+    let calls = f.calls();
+    let connects: Vec<&str> = calls
+        .lines()
+        .filter(|l| l.starts_with("nvme connect"))
+        .collect();
+    assert_eq!(connects.len(), 2, "{calls}");
+    assert!(connects[0].contains("-a 127.0.0.2 -s 4420"), "{calls}");
+    assert!(connects[1].contains("-a 127.0.0.3 -s 4421"), "{calls}");
+    assert!(calls.contains("/dev/nvme2n1"), "the one device: {calls}");
+}
+
 #[test]
 fn real_blkid_on_images_a_partition_table_is_not_empty() {
     // K2 with util-linux itself (no root, no loop device: blkid probes image files). An
