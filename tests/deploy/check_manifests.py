@@ -708,8 +708,11 @@ def check(root):
                 errors.append(f"{d.where()}: provisioner {d.body['provisioner']!r} is not the CSIDriver {driver!r}")
             params = d.body.get("parameters") or {}
             for k in params:
-                if k not in ("pool", "csi.storage.k8s.io/fstype", "auth"):
-                    errors.append(f"{d.where()}: parameter {k!r} is not one the driver takes (pool, csi.storage.k8s.io/fstype, auth)")
+                if k not in ("pool", "csi.storage.k8s.io/fstype", "auth", "replicas"):
+                    errors.append(f"{d.where()}: parameter {k!r} is not one the driver takes (pool, csi.storage.k8s.io/fstype, auth, replicas)")
+            replicas = params.get("replicas")
+            if replicas is not None and replicas not in ("1", "2"):
+                errors.append(f"{d.where()}: replicas {replicas!r} is not \"1\" or \"2\" (a quoted string)")
             auth = params.get("auth")
             if auth is not None and auth not in ("none", "dhchap"):
                 errors.append(f"{d.where()}: auth {auth!r} is not none or dhchap (tls and both are not supported yet)")
