@@ -471,6 +471,8 @@ impl pb::controller_server::Controller for Controller {
             .and_then(|t| t.segments.get(crate::ZONE_KEY).cloned());
         let mut total: u64 = 0;
         let mut max: u64 = 0;
+        // Each box's largest pool: a replicated volume's largest size is the second largest.
+        let mut per_box: Vec<u64> = Vec::new();
         for (idx, res) in self.scan().await {
             let bx = &self.boxes[idx];
             if zone.as_ref().is_some_and(|z| bx.zone.as_ref() != Some(z)) {
@@ -486,6 +488,21 @@ impl pb::controller_server::Controller for Controller {
                 total = total.saturating_add(p.free_bytes);
                 max = max.max(p.free_bytes);
             }
+            per_box.push(
+                state
+                    .pools
+                    .iter()
+                    .filter(|p| params.pool.as_ref().is_none_or(|w| *w == p.name))
+                    .map(|p| p.free_bytes)
+                    .max()
+                    .unwrap_or(0),
+            );
+        }
+        if params.replicas > 1 {
+            // Two copies on two boxes: half the bytes, and what the second box can hold.
+            per_box.sort_unstable_by(|a, b| b.cmp(a));
+            total /= 2;
+            max = per_box.get(1).copied().unwrap_or(0);
         }
         ok(pb::GetCapacityResponse {
             available_capacity: total.min(i64::MAX as u64) as i64,

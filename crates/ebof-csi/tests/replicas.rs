@@ -639,3 +639,30 @@ fn two_controllers_racing_on_one_name_make_one_pair() {
         assert_eq!(listeners(&v).len(), 2);
     }
 }
+
+#[test]
+fn capacity_for_two_copies_is_what_a_second_box_can_hold() {
+    let f = fleet(
+        &[(Some("a"), 4 * GIB), (Some("b"), 2 * GIB), (Some("c"), GIB)],
+        None,
+    );
+    let cap = |params: &[(&str, &str)]| {
+        f.rt.block_on(
+            f.ctl.get_capacity(Request::new(pb::GetCapacityRequest {
+                parameters: params
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+                ..Default::default()
+            })),
+        )
+        .unwrap()
+        .into_inner()
+    };
+    let one = cap(&[]);
+    assert_eq!(one.available_capacity, (7 * GIB) as i64);
+    assert_eq!(one.maximum_volume_size, Some((4 * GIB) as i64));
+    let two = cap(&[("replicas", "2")]);
+    assert_eq!(two.available_capacity, (7 * GIB / 2) as i64);
+    assert_eq!(two.maximum_volume_size, Some((2 * GIB) as i64));
+}

@@ -49,6 +49,9 @@
 //! does not stop a publish (a pod must start when one box is down: that is what a second copy
 //! is for) as long as one copy took the node; its host list catches up at the next publish.
 //!
+//! **GetCapacity** with `replicas: "2"` answers half the free bytes, and as the largest volume
+//! what the second largest box can hold.
+//!
 //! **Expansion** grows the secondary first, then the primary (a primary larger than its peer
 //! would replicate writes past the peer's end); both boxes must answer.
 //!
