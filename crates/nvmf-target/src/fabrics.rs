@@ -31,7 +31,11 @@ fn connect_reject_reason(e: &CmdError) -> &'static str {
             "I/O queue before the controller is ready, or QID already connected"
         }
         s if s == Status::CONNECT_INVALID_PARAM.with_dnr(false) => {
-            "no such subsystem for now (removed while running, or expected): the host may retry"
+            if ipo == connect_data_off::CNTLID {
+                "controller gone with its subsystem (removed for now): the host may retry"
+            } else {
+                "no such subsystem for now (removed while running, or expected): the host may retry"
+            }
         }
         Status::CONNECT_INVALID_PARAM => match (in_data, ipo) {
             (true, connect_data_off::HOSTID) => "Connect data too short",
@@ -231,7 +235,15 @@ impl Queue {
 
     fn connect_io(&mut self, cmd: &ConnectCmd, d: ConnectData) -> CmdResult {
         let Some(ctrl) = self.session.target().controller(d.cntlid.0) else {
-            return Err(CmdError::connect_param(connect_data_off::CNTLID, true));
+            // The controller ended with its subsystem between the host's admin and I/O
+            // Connects (removed under a reconnect): DNR clear when the subsystem will be
+            // served again, so the host starts its association over rather than deleting it.
+            let mut e = CmdError::connect_param(connect_data_off::CNTLID, true);
+            let t = self.session.target();
+            if t.subsystem(&d.subnqn).is_none() && t.will_serve(&d.subnqn) {
+                e.status = e.status.with_dnr(false);
+            }
+            return Err(e);
         };
         if ctrl.hostnqn != d.hostnqn {
             return Err(CmdError::connect_param(connect_data_off::HOSTNQN, true));

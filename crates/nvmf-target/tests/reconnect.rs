@@ -135,3 +135,37 @@ fn discovery_only_listener_keeps_dnr() {
     h.q.set_discovery_only(true);
     assert_refused(&h.connect(0, 0xFFFF), true);
 }
+
+/// An I/O queue Connect naming a controller that ended with its subsystem since the admin
+/// Connect (removed under a reconnect): Invalid Parameters at CNTLID with DNR clear, so the host
+/// starts over. A CNTLID no controller has for a subsystem in the table, or for one never
+/// served, keeps DNR.
+#[test]
+fn io_connect_to_a_controller_gone_with_its_subsystem_refuses_without_dnr() {
+    let t = target();
+    let mut h = Host::new(&t, local(), NQN, HOST);
+    let c = h.connect(0, 0xFFFF);
+    assert!(c.status.is_success());
+    let cntlid = (c.dw0 & 0xFFFF) as u16;
+    h.enable();
+    remove(&t, NQN);
+    let mut io = Host::new(&t, local(), NQN, HOST);
+    let c = io.connect(1, cntlid);
+    assert_eq!(
+        c.status,
+        Status::CONNECT_INVALID_PARAM.with_dnr(false),
+        "{c:?}"
+    );
+    assert_eq!(
+        c.dw0,
+        u32::from(connect_data_off::CNTLID) | IATTR_CONNECT_DATA
+    );
+    for nqn in [OTHER, NEVER] {
+        let mut io = Host::new(&t, local(), nqn, HOST);
+        assert_eq!(
+            io.connect(1, 0x0777).status,
+            Status::CONNECT_INVALID_PARAM.with_dnr(true),
+            "{nqn}"
+        );
+    }
+}
