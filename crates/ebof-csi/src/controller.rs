@@ -310,7 +310,8 @@ impl Controller {
         let (main_idx, sub, mirror) = (main.idx, main.sub.clone(), main.mirror.clone());
         let peer = mirror
             .as_ref()
-            .and_then(|m| main.peer.or_else(|| self.box_by_host(&m.peer)));
+            .and_then(|m| main.peer.or_else(|| self.box_by_host(&m.peer, main_idx)))
+            .filter(|&p| p != main_idx);
         let partner_sub =
             peer.and_then(|p| found.iter().find(|f| f.idx == p).map(|f| f.sub.clone()));
         let mut main_state = None;

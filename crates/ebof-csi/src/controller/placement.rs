@@ -134,20 +134,29 @@ impl Controller {
             .map(|b| b.idx)
     }
 
-    /// The box whose management API is at the IP address of `addr` (`ADDR:PORT`): how the
-    /// peer of a copy is known when its box does not answer.
-    pub(super) fn box_by_host(&self, addr: &str) -> Option<usize> {
+    /// The one box other than `not` whose management API is at the IP address of `addr`
+    /// (`ADDR:PORT`): how the peer of a copy is known when its box does not answer. None when
+    /// no box or several are there.
+    pub(super) fn box_by_host(&self, addr: &str, not: usize) -> Option<usize> {
         let want: std::net::SocketAddr = addr.parse().ok()?;
-        self.boxes.iter().position(|b| {
+        let at = |b: &crate::boxes::Box| {
             let a = b
                 .api
                 .trim_start_matches("https://")
                 .trim_start_matches("http://");
-            a.trim_end_matches('/')
-                .rsplit_once(':')
-                .and_then(|(h, _)| h.trim_start_matches('[').trim_end_matches(']').parse().ok())
-                == Some(want.ip())
-        })
+            a.trim_end_matches('/').rsplit_once(':').and_then(|(h, _)| {
+                h.trim_start_matches('[')
+                    .trim_end_matches(']')
+                    .parse::<std::net::IpAddr>()
+                    .ok()
+            })
+        };
+        let mut hits =
+            (0..self.boxes.len()).filter(|&i| i != not && at(&self.boxes[i]) == Some(want.ip()));
+        match (hits.next(), hits.next()) {
+            (Some(i), None) => Some(i),
+            _ => None,
+        }
     }
 
     /// The NVMe/TCP listener of box `b` a peer box reaches the volume's copy on (its first
