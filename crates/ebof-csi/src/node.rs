@@ -153,12 +153,14 @@ impl Node {
     }
 
     /// Connect every listener of the volume not connected yet; Ok when at least one path is
-    /// up.
+    /// up. A `replicated` volume's paths never give up (`--ctrl-loss-tmo=-1`): a box that
+    /// comes back after a long loss may be the one that serves the volume next.
     async fn connect(
         &self,
         nqn: &str,
         paths: &[names::Path],
         secrets: &[String],
+        replicated: bool,
     ) -> Result<(), Status> {
         let mut errors = Vec::new();
         let mut up = 0;
@@ -185,6 +187,9 @@ impl Node {
                 self.cfg.node_id.as_str(),
             ];
             args.extend(secrets.iter().map(String::as_str));
+            if replicated {
+                args.push("--ctrl-loss-tmo=-1");
+            }
             match sys::run(&self.os.nvme, &args, CMD_TIMEOUT).await {
                 Ok(_) => up += 1,
                 Err(e) => {
@@ -341,7 +346,11 @@ impl pb::node_server::Node for Node {
         let secrets = connect_secrets(&r.volume_context, &r.publish_context)?;
         let _busy = self.busy.hold(&r.volume_id)?;
         tracing::info!(volume = %r.volume_id, staging = %r.staging_target_path, dhchap = !secrets.is_empty(), "NodeStageVolume");
-        self.connect(nqn, &paths, &secrets).await?;
+        let replicated = r
+            .volume_context
+            .get(ctx::REPLICAS)
+            .is_some_and(|n| n != "1");
+        self.connect(nqn, &paths, &secrets, replicated).await?;
         let dev = self.wait_device(nqn, uuid).await?;
         let Access::Mount { fs_type, flags } = acc else {
             return ok(pb::NodeStageVolumeResponse {});

@@ -44,8 +44,10 @@
 //! **Publishing**: the node's host NQN and DH-HMAC-CHAP keys on both boxes (one key pair for
 //! the volume, derived from the seed of the pair's box whose API address sorts first, since
 //! the node connects every path with one secret), and the volume context lists every
-//! listener of both boxes; the node connects them all and finds the one block device by the
-//! namespace UUID (native multipath gives one head per subsystem). A box that does not answer
+//! listener of both boxes (and `replicas = 2`); the node connects them all, with
+//! `--ctrl-loss-tmo=-1` (a box back after a long loss may serve the volume next: its paths
+//! must not have been dropped), and finds the one block device by the namespace UUID (native
+//! multipath gives one head per subsystem). A box that does not answer
 //! does not stop a publish (a pod must start when one box is down: that is what a second copy
 //! is for) as long as one copy took the node; its host list catches up at the next publish.
 //!

@@ -261,8 +261,8 @@ fn the_node_connects_with_the_secrets_of_the_publish_context() {
 }
 
 /// Issue 34: a replicated volume lists the listeners of both boxes; the node connects every
-/// one not connected yet (a box that is down does not stop the stage), and the one device is
-/// found by the namespace UUID.
+/// one not connected yet (a box that is down does not stop the stage), with paths that never
+/// give up, and the one device is found by the namespace UUID.
 #[test]
 fn a_replicated_volume_is_staged_through_the_paths_of_both_boxes() {
     let f = fake_with(
@@ -287,6 +287,10 @@ fn a_replicated_volume_is_staged_through_the_paths_of_both_boxes() {
     assert_eq!(connects.len(), 2, "{calls}");
     assert!(connects[0].contains("-a 127.0.0.2 -s 4420"), "{calls}");
     assert!(connects[1].contains("-a 127.0.0.3 -s 4421"), "{calls}");
+    assert!(
+        connects.iter().all(|c| c.ends_with("--ctrl-loss-tmo=-1")),
+        "paths of a replicated volume never give up: {calls}"
+    );
     assert!(calls.contains("/dev/nvme2n1"), "the one device: {calls}");
 }
 
