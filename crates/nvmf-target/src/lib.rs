@@ -168,6 +168,7 @@ mod queue;
 pub mod reservation;
 mod resv_cmd;
 mod target;
+pub mod witness;
 
 pub use cmds::execute_io;
 pub use controller::{Controller, ControllerKind};
