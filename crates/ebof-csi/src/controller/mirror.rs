@@ -177,8 +177,10 @@ fn mirrors_of(body: &[u8]) -> Mirrors {
         };
         let role = if m.role.eq_ignore_ascii_case("primary") {
             Role::Primary
-        } else {
+        } else if m.role.eq_ignore_ascii_case("secondary") {
             Role::Secondary
+        } else {
+            continue; // not a role this driver knows: not a copy it can pair
         };
         out.insert(s.nqn, CopyMirror { role, peer: m.peer });
     }
@@ -233,5 +235,37 @@ mod tests {
         assert_eq!(m["a"].peer, "10.0.0.2:4420");
         assert_eq!(m["b"].role, Role::Secondary);
         assert!(mirrors_of(b"not json").is_empty());
+    }
+
+    /// What a box answers is peer input: nothing it sends makes the reading panic; a state
+    /// whose mirrors are not what they should be has none.
+    #[test]
+    fn odd_states_have_no_mirrors() {
+        for j in [
+            &b"null"[..],
+            b"[]",
+            b"{}",
+            br#"{"subsystems":7}"#,
+            br#"{"subsystems":[{"nqn":1}]}"#,
+            br#"{"subsystems":[{"nqn":"a","namespaces":[{"nsid":"1","mirror":{}}]}]}"#,
+            br#"{"subsystems":[{"nqn":"a","namespaces":[{"nsid":1,"mirror":[1]}]}]}"#,
+            br#"{"subsystems":[{"nqn":"a","namespaces":[{"nsid":1,"mirror":{}}]}]}"#,
+            br#"{"subsystems":[{"nqn":"a","namespaces":[{"nsid":1,"mirror":{"role":"x"}}]}]}"#,
+            br#"{"subsystems":[{"nqn":"a","namespaces":[{"nsid":4294967296}]}]}"#,
+        ] {
+            assert!(mirrors_of(j).is_empty(), "{}", String::from_utf8_lossy(j));
+        }
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        for n in 0..2000 {
+            let bytes: Vec<u8> = (0..(n % 97))
+                .map(|_| {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    b"{}[]\":,0123456789abcnqsmirolepd "[(seed % 32) as usize]
+                })
+                .collect();
+            let _ = mirrors_of(&bytes);
+        }
     }
 }
