@@ -47,6 +47,10 @@ impl Config {
         let _ = writeln!(out, "max_io_queues = {}", t.max_io_queues);
         let _ = writeln!(out, "max_namespaces = {}", t.max_namespaces);
         let _ = writeln!(out, "max_queue_size = {}", t.max_queue_size);
+        if (t.cntlid_min, t.cntlid_max) != (crate::model::CNTLID_MIN, crate::model::CNTLID_MAX) {
+            let _ = writeln!(out, "cntlid_min = {}", t.cntlid_min);
+            let _ = writeln!(out, "cntlid_max = {}", t.cntlid_max);
+        }
         let _ = writeln!(out, "handshake_timeout_ms = {}", t.handshake_timeout_ms);
         let _ = writeln!(out, "max_connections = {}", t.max_connections);
         let _ = writeln!(
@@ -298,6 +302,35 @@ mod tests {
             (e.code, e.path.as_str()),
             (crate::codes::INVALID_PATH, "target.state_dir")
         );
+    }
+
+    #[test]
+    fn cntlid_range_round_trips_and_is_checked() {
+        let text = format!("[target]\ncntlid_min = 1001\ncntlid_max = 2000\n{SMALL}");
+        let c = Config::from_toml_str(&text).unwrap();
+        assert_eq!((c.target.cntlid_min, c.target.cntlid_max), (1001, 2000));
+        let out = c.to_toml_string();
+        assert!(
+            out.contains("cntlid_min = 1001\ncntlid_max = 2000\n"),
+            "{out}"
+        );
+        assert_eq!(Config::from_toml_str(&out).unwrap(), c);
+        // the default range is not written out
+        let d = Config::from_toml_str(SMALL).unwrap();
+        assert_eq!((d.target.cntlid_min, d.target.cntlid_max), (1, 0xFFEF));
+        assert!(!d.to_toml_string().contains("cntlid"));
+        for (bad, path) in [
+            ("cntlid_min = 0", "target.cntlid_min"),
+            ("cntlid_max = 65520", "target.cntlid_max"),
+            ("cntlid_min = 10\ncntlid_max = 9", "target.cntlid_min"),
+        ] {
+            let e = Config::from_toml_str(&format!("[target]\n{bad}\n{SMALL}")).unwrap_err();
+            assert_eq!(
+                (e.code, e.path.as_str()),
+                (crate::codes::INVALID_TUNING, path),
+                "{bad}: {e}"
+            );
+        }
     }
 
     #[test]

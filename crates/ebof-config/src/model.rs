@@ -209,6 +209,12 @@ pub struct TargetTuning {
     /// Default 1024, as the Linux target (the ODCC test plan runs QD 256 per job). A queue
     /// only grows to what its host asks for at Connect.
     pub max_queue_size: u16,
+    /// Controller IDs this box hands out, `cntlid_min..=cntlid_max` within 1..=65519 (FFEFh).
+    /// Default the whole range. Boxes serving one subsystem together (a mirrored namespace,
+    /// ADR 0028) must take disjoint ranges: a host refuses a duplicate CNTLID in a subsystem.
+    pub cntlid_min: u16,
+    /// Last controller ID this box hands out (see `cntlid_min`). Default 65519.
+    pub cntlid_max: u16,
     /// A new connection must send its ICReq and complete Fabrics Connect within this many
     /// milliseconds, or it is closed: 100..=600000. Default 5000.
     pub handshake_timeout_ms: u32,
@@ -305,6 +311,11 @@ impl fmt::Display for IoEngine {
     }
 }
 
+/// Lowest controller ID (`[target] cntlid_min`'s default and floor).
+pub const CNTLID_MIN: u16 = 1;
+/// Highest controller ID a controller may have (FFEFh; `[target] cntlid_max`'s default).
+pub const CNTLID_MAX: u16 = 0xFFEF;
+
 impl Default for TargetTuning {
     fn default() -> Self {
         TargetTuning {
@@ -315,6 +326,8 @@ impl Default for TargetTuning {
             max_io_queues: 32,
             max_namespaces: 1024,
             max_queue_size: 1024,
+            cntlid_min: CNTLID_MIN,
+            cntlid_max: CNTLID_MAX,
             handshake_timeout_ms: 5000,
             max_connections: 16_384,
             max_connections_per_address: 4096,

@@ -155,6 +155,9 @@ struct RawTarget {
     max_namespaces: Option<i64>,
     /// Entries per queue (MQES+1).
     max_queue_size: Option<i64>,
+    /// Controller ID range of this box.
+    cntlid_min: Option<i64>,
+    cntlid_max: Option<i64>,
     /// ICReq + Connect deadline, milliseconds.
     handshake_timeout_ms: Option<i64>,
     /// Connection caps.
@@ -603,6 +606,8 @@ fn convert_target(raw: RawTarget) -> Result<TargetTuning, ConfigError> {
         max_io_queues: field(raw.max_io_queues, &rules::MAX_IO_QUEUES, d.max_io_queues)?,
         max_namespaces: field(raw.max_namespaces, &rules::MAX_NAMESPACES, d.max_namespaces)?,
         max_queue_size: field(raw.max_queue_size, &rules::MAX_QUEUE_SIZE, d.max_queue_size)?,
+        cntlid_min: field(raw.cntlid_min, &rules::CNTLID_MIN, d.cntlid_min)?,
+        cntlid_max: field(raw.cntlid_max, &rules::CNTLID_MAX, d.cntlid_max)?,
         handshake_timeout_ms: field(
             raw.handshake_timeout_ms,
             &rules::HANDSHAKE_TIMEOUT_MS,

@@ -100,6 +100,18 @@ pub(crate) mod rules {
         max: 4096,
         multiple_of: 1,
     };
+    pub(crate) const CNTLID_MIN: TuningRule = TuningRule {
+        field: "cntlid_min",
+        min: crate::model::CNTLID_MIN as i128,
+        max: crate::model::CNTLID_MAX as i128,
+        multiple_of: 1,
+    };
+    pub(crate) const CNTLID_MAX: TuningRule = TuningRule {
+        field: "cntlid_max",
+        min: crate::model::CNTLID_MIN as i128,
+        max: crate::model::CNTLID_MAX as i128,
+        multiple_of: 1,
+    };
     pub(crate) const HANDSHAKE_TIMEOUT_MS: TuningRule = TuningRule {
         field: "handshake_timeout_ms",
         min: 100,
@@ -223,6 +235,14 @@ fn validate_target(t: &TargetTuning) -> Result<(), ConfigError> {
     rules::MAX_IO_QUEUES.check(t.max_io_queues.into())?;
     rules::MAX_NAMESPACES.check(t.max_namespaces.into())?;
     rules::MAX_QUEUE_SIZE.check(t.max_queue_size.into())?;
+    rules::CNTLID_MIN.check(t.cntlid_min.into())?;
+    rules::CNTLID_MAX.check(t.cntlid_max.into())?;
+    if t.cntlid_min > t.cntlid_max {
+        return Err(rules::CNTLID_MIN.error(format!(
+            "cntlid_min = {} is above cntlid_max = {}: the range of controller IDs is empty",
+            t.cntlid_min, t.cntlid_max
+        )));
+    }
     rules::HANDSHAKE_TIMEOUT_MS.check(t.handshake_timeout_ms.into())?;
     rules::MAX_CONNECTIONS.check(t.max_connections.into())?;
     rules::MAX_CONNECTIONS_PER_ADDRESS.check(t.max_connections_per_address.into())?;

@@ -182,6 +182,8 @@ fn full_document_parses_to_expected_values() {
             max_io_queues: 8,
             max_namespaces: 64,
             max_queue_size: 256,
+            cntlid_min: 1,
+            cntlid_max: 0xFFEF,
             handshake_timeout_ms: 2500,
             max_connections: 100,
             max_connections_per_address: 10,

@@ -249,6 +249,8 @@ pub fn build_target(cfg: &Config) -> Result<Target, String> {
         max_namespaces: t.max_namespaces,
         max_queue_size: t.max_queue_size,
         max_transfer: MAX_TRANSFER,
+        cntlid_min: t.cntlid_min,
+        cntlid_max: t.cntlid_max,
     };
     let target = Target::new(subsystems, listener_infos(cfg), limits, Instant::now());
     let appliers = appliers();

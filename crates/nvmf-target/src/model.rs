@@ -23,6 +23,13 @@ pub struct TargetLimits {
     pub max_queue_size: u16,
     /// Maximum data transfer size in bytes (MDTS, a power of two × 4 KiB).
     pub max_transfer: u32,
+    /// Controller IDs this target hands out: `cntlid_min..=cntlid_max` (within
+    /// 1..=FFEFh). Boxes serving one subsystem together (a mirrored namespace, ADR 0028) take
+    /// disjoint ranges: a Linux host refuses a second controller with the same CNTLID in one
+    /// subsystem.
+    pub cntlid_min: u16,
+    /// Last controller ID handed out (see [`TargetLimits::cntlid_min`]).
+    pub cntlid_max: u16,
 }
 
 impl Default for TargetLimits {
@@ -33,6 +40,8 @@ impl Default for TargetLimits {
             max_namespaces: MAX_NAMESPACES,
             max_queue_size: 1024,
             max_transfer: 128 * 1024,
+            cntlid_min: nvme_spec::ControllerId::MIN,
+            cntlid_max: nvme_spec::ControllerId::MAX,
         }
     }
 }

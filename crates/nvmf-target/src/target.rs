@@ -111,6 +111,9 @@ impl Target {
         for s in &mut subsystems {
             s.namespaces.sort_by_key(|n| n.nsid);
         }
+        let first_cntlid = limits
+            .cntlid_min
+            .clamp(ControllerId::MIN, ControllerId::MAX);
         Target {
             subsystems: ArcSwap::from_pointee(subsystems.into_iter().map(Arc::new).collect()),
             writer: Mutex::new(()),
@@ -121,7 +124,7 @@ impl Target {
             started: now,
             registry: Mutex::new(Registry {
                 controllers: HashMap::new(),
-                next: ControllerId::MIN,
+                next: first_cntlid,
             }),
             ana: crate::ana::AnaTable::new(),
             auth: Mutex::new(None),
@@ -540,14 +543,11 @@ impl Target {
     ) -> Option<Arc<Controller>> {
         let mut r = self.registry.lock().unwrap_or_else(|e| e.into_inner());
         r.controllers.retain(|_, w| w.strong_count() > 0);
-        let span = u32::from(ControllerId::MAX - ControllerId::MIN) + 1;
+        let (min, max) = self.cntlid_range();
+        let span = u32::from(max - min) + 1;
         for _ in 0..span {
-            let id = r.next;
-            r.next = if id >= ControllerId::MAX {
-                ControllerId::MIN
-            } else {
-                id + 1
-            };
+            let id = r.next.clamp(min, max);
+            r.next = if id >= max { min } else { id + 1 };
             if let std::collections::hash_map::Entry::Vacant(v) = r.controllers.entry(id) {
                 let c = make(ControllerId(id));
                 v.insert(Arc::downgrade(&c));
@@ -555,6 +555,17 @@ impl Target {
             }
         }
         None
+    }
+
+    /// The controller IDs this target hands out (`TargetLimits::cntlid_min..=cntlid_max`,
+    /// kept within 1..=FFEFh and ordered even if the limits were not).
+    pub fn cntlid_range(&self) -> (u16, u16) {
+        let lo = self
+            .limits
+            .cntlid_min
+            .clamp(ControllerId::MIN, ControllerId::MAX);
+        let hi = self.limits.cntlid_max.clamp(lo, ControllerId::MAX);
+        (lo, hi)
     }
 
     /// Find a live controller by id.
@@ -627,5 +638,64 @@ impl Target {
             }
         }
         Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Controller, ControllerKind, TargetLimits};
+
+    fn target(min: u16, max: u16) -> Target {
+        let limits = TargetLimits {
+            cntlid_min: min,
+            cntlid_max: max,
+            ..TargetLimits::default()
+        };
+        Target::new(vec![], vec![], limits, Instant::now())
+    }
+
+    fn register(t: &Target) -> Option<Arc<Controller>> {
+        t.register_controller(|id| {
+            Arc::new(Controller::new(
+                id,
+                ControllerKind::Discovery,
+                "nqn.2014-08.org.nvmexpress:uuid:0".into(),
+                [0; 16],
+                None,
+                0,
+                Instant::now(),
+            ))
+        })
+    }
+
+    #[test]
+    fn controller_ids_come_from_the_configured_range_only() {
+        let t = target(1001, 1003);
+        assert_eq!(t.cntlid_range(), (1001, 1003));
+        let a = register(&t).unwrap();
+        let b = register(&t).unwrap();
+        let c = register(&t).unwrap();
+        let mut ids = [a.cntlid.0, b.cntlid.0, c.cntlid.0];
+        ids.sort_unstable();
+        assert_eq!(ids, [1001, 1002, 1003]);
+        // the range is used up: Connect answers Controller Busy
+        assert!(register(&t).is_none());
+        // a freed ID is handed out again, still inside the range
+        drop(b);
+        let d = register(&t).unwrap();
+        assert!((1001..=1003).contains(&d.cntlid.0));
+    }
+
+    #[test]
+    fn a_range_out_of_bounds_is_clamped_to_valid_ids() {
+        let t = target(0, 0xFFFF);
+        assert_eq!(t.cntlid_range(), (ControllerId::MIN, ControllerId::MAX));
+        assert_eq!(register(&t).unwrap().cntlid.0, ControllerId::MIN);
+        let t = target(9, 3);
+        assert_eq!(t.cntlid_range(), (9, 9));
+        let only = register(&t).unwrap();
+        assert_eq!(only.cntlid.0, 9);
+        assert!(register(&t).is_none());
     }
 }
