@@ -1,0 +1,191 @@
+//! The backend a mirrored namespace uses: reads local, writes on both copies (primary).
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use ebof_backend::{Backend, BackendError, BackendKind};
+use tokio::sync::mpsc::UnboundedSender;
+
+use crate::link::LinkReq;
+use crate::shared::Shared;
+use crate::{PeerState, Role};
+
+/// `Backend` over the local one that replicates writes to the peer on the primary.
+pub struct MirrorBackend {
+    shared: Arc<Shared>,
+    local: Arc<dyn Backend>,
+    link: UnboundedSender<LinkReq>,
+}
+
+impl std::fmt::Debug for MirrorBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MirrorBackend")
+            .field("nsid", &self.shared.spec.nsid)
+            .finish()
+    }
+}
+
+/// Refusal of a write on a box that must not complete one (not primary, or fenced).
+fn inaccessible() -> BackendError {
+    BackendError::Io(std::io::Error::other("mirror: path inaccessible"))
+}
+
+impl MirrorBackend {
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        local: Arc<dyn Backend>,
+        link: UnboundedSender<LinkReq>,
+    ) -> MirrorBackend {
+        MirrorBackend {
+            shared,
+            local,
+            link,
+        }
+    }
+
+    /// Replicate a change of `offset..offset+len`: mark its regions, run `local` under the
+    /// region locks while the peer gets `remote` (None: the change cannot be replicated as data,
+    /// the regions stay dirty and the peer is degraded), then wait for the peer.
+    fn replicated(
+        &self,
+        offset: u64,
+        len: u64,
+        remote: Option<Arc<Vec<u8>>>,
+        fua: bool,
+        local: impl FnOnce() -> Result<(), BackendError>,
+    ) -> Result<(), BackendError> {
+        if self.shared.role() != Role::Primary {
+            return local();
+        }
+        if self.shared.fenced.load(Ordering::Acquire) {
+            return Err(inaccessible());
+        }
+        self.shared.in_flight.fetch_add(1, Ordering::AcqRel);
+        let _flight = Flight(&self.shared);
+        self.shared.mark(offset, len);
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let res = {
+            let _locks = self.shared.region_locks(offset, len);
+            let sent = match remote {
+                Some(data) => {
+                    let done = Box::new(move |ok| {
+                        let _ = tx.send(ok);
+                    });
+                    self.link
+                        .send(LinkReq::Write {
+                            offset,
+                            data,
+                            fua,
+                            done,
+                        })
+                        .is_ok()
+                }
+                None => false,
+            };
+            (local(), sent)
+        };
+        let (local_res, sent) = res;
+        let remote_ok = sent && rx.recv().unwrap_or(false);
+        if !remote_ok {
+            self.shared.degrade();
+        }
+        local_res
+    }
+}
+
+/// Counts one replicated operation in flight.
+struct Flight<'a>(&'a Shared);
+
+impl Drop for Flight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl Backend for MirrorBackend {
+    fn kind(&self) -> BackendKind {
+        self.local.kind()
+    }
+
+    fn size(&self) -> u64 {
+        self.local.size()
+    }
+
+    fn resize(&self, new_size: u64) -> Result<(), BackendError> {
+        self.local.resize(new_size)
+    }
+
+    fn may_block(&self) -> bool {
+        // Replicated writes wait for the peer.
+        true
+    }
+
+    fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), BackendError> {
+        self.local.read(offset, buf)
+    }
+
+    fn memory(&self, offset: u64, len: usize) -> Option<std::ptr::NonNull<u8>> {
+        self.local.memory(offset, len)
+    }
+
+    fn write(&self, offset: u64, buf: &[u8]) -> Result<(), BackendError> {
+        let data = (self.shared.role() == Role::Primary).then(|| Arc::new(buf.to_vec()));
+        let len = buf.len() as u64;
+        self.replicated(offset, len, data, false, || self.local.write(offset, buf))
+    }
+
+    fn flush(&self) -> Result<(), BackendError> {
+        if self.shared.role() != Role::Primary {
+            return self.local.flush();
+        }
+        if self.shared.fenced.load(Ordering::Acquire) {
+            return Err(inaccessible());
+        }
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let done = Box::new(move |ok| {
+            let _ = tx.send(ok);
+        });
+        let sent = self.link.send(LinkReq::Flush { done }).is_ok();
+        let res = self.local.flush();
+        if !(sent && rx.recv().unwrap_or(false)) {
+            self.shared.degrade();
+        }
+        res
+    }
+
+    fn write_zeroes(&self, offset: u64, len: u64) -> Result<(), BackendError> {
+        let data = (self.shared.role() == Role::Primary && len <= 64 << 20)
+            .then(|| Arc::new(vec![0u8; len as usize]));
+        self.replicated(offset, len, data, false, || {
+            self.local.write_zeroes(offset, len)
+        })
+    }
+
+    fn deallocate(&self, offset: u64, len: u64) -> Result<(), BackendError> {
+        // Deallocated blocks read back as zeroes: the peer gets zeroes.
+        self.write_zeroes_or_dealloc(offset, len)
+    }
+
+    fn allocated_bytes(&self) -> u64 {
+        self.local.allocated_bytes()
+    }
+
+    fn thin(&self) -> bool {
+        self.local.thin()
+    }
+}
+
+impl MirrorBackend {
+    fn write_zeroes_or_dealloc(&self, offset: u64, len: u64) -> Result<(), BackendError> {
+        let data = (self.shared.role() == Role::Primary && len <= 64 << 20)
+            .then(|| Arc::new(vec![0u8; len as usize]));
+        self.replicated(offset, len, data, false, || {
+            self.local.deallocate(offset, len)
+        })
+    }
+
+    /// The peer state as the backend sees it (for tests).
+    pub fn peer_state(&self) -> PeerState {
+        self.shared.peer()
+    }
+}

@@ -1,0 +1,390 @@
+//! The replication link: a dedicated thread running a tokio current-thread runtime that owns
+//! the NVMe/TCP connection to the peer, replicates writes, and resyncs dirty regions.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use ebof_backend::Backend;
+use nvme_spec::{CommandId, NamespaceId, Sqe, Status};
+use nvmf_host::{Controller, DataDir, HostConfig, IoQueue};
+use tokio::sync::mpsc;
+
+use crate::shared::Shared;
+use crate::{PeerState, Role};
+
+/// Completion of a replicated operation: true when the peer has it.
+pub(crate) type LinkDone = Box<dyn FnOnce(bool) + Send>;
+
+/// Mirror Admit (vendor admin opcode, see the design).
+pub(crate) const OPC_MIRROR_ADMIT: u8 = 0xC1;
+/// Largest single replicated write (bytes); bigger ones are split.
+const CHUNK: usize = 128 * 1024;
+const BACKOFF_MIN: Duration = Duration::from_millis(50);
+const BACKOFF_MAX: Duration = Duration::from_secs(2);
+const TICK: Duration = Duration::from_millis(500);
+
+/// One request to the link thread.
+pub(crate) enum LinkReq {
+    /// Write `data` at byte `offset` (FUA if asked).
+    Write {
+        offset: u64,
+        data: Arc<Vec<u8>>,
+        fua: bool,
+        done: LinkDone,
+    },
+    /// Flush the peer's namespace.
+    Flush { done: LinkDone },
+}
+
+impl LinkReq {
+    fn fail(self) {
+        match self {
+            LinkReq::Write { done, .. } | LinkReq::Flush { done } => done(false),
+        }
+    }
+}
+
+/// The link thread and the channel to it.
+pub(crate) struct LinkHandle {
+    tx: mpsc::UnboundedSender<LinkReq>,
+    stop: Arc<AtomicBool>,
+    wake: Arc<tokio::sync::Notify>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl LinkHandle {
+    pub(crate) fn start(shared: Arc<Shared>, local: Arc<dyn Backend>) -> std::io::Result<Self> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let stop = Arc::new(AtomicBool::new(false));
+        let wake = Arc::new(tokio::sync::Notify::new());
+        let (s, w) = (stop.clone(), wake.clone());
+        let thread = std::thread::Builder::new()
+            .name(format!("mirror-{}", shared.spec.nsid))
+            .spawn(move || {
+                let rt = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(rt) => rt,
+                    Err(e) => return tracing::error!("mirror link runtime: {e}"),
+                };
+                let mut l = Link {
+                    shared,
+                    local,
+                    rx,
+                    stop: s,
+                    wake: w,
+                };
+                rt.block_on(l.run());
+            })?;
+        Ok(LinkHandle {
+            tx,
+            stop,
+            wake,
+            thread: Mutex::new(Some(thread)),
+        })
+    }
+
+    pub(crate) fn sender(&self) -> mpsc::UnboundedSender<LinkReq> {
+        self.tx.clone()
+    }
+
+    pub(crate) fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+        self.wake.notify_one();
+        let t = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(t) = t {
+            let _ = t.join();
+        }
+    }
+}
+
+struct Link {
+    shared: Arc<Shared>,
+    local: Arc<dyn Backend>,
+    rx: mpsc::UnboundedReceiver<LinkReq>,
+    stop: Arc<AtomicBool>,
+    wake: Arc<tokio::sync::Notify>,
+}
+
+/// A connected link: admin controller and one I/O queue.
+struct Conn {
+    ctrl: Controller,
+    q: IoQueue,
+}
+
+impl Link {
+    fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Acquire)
+    }
+
+    async fn run(&mut self) {
+        let mut backoff = BACKOFF_MIN;
+        while !self.stopping() {
+            if self.shared.role() != Role::Primary {
+                self.idle(TICK).await;
+                continue;
+            }
+            match self.connect().await {
+                Ok(mut c) => {
+                    backoff = BACKOFF_MIN;
+                    if let Err(e) = self.serve(&mut c).await {
+                        tracing::warn!(nsid = self.shared.spec.nsid, "mirror link lost: {e}");
+                    }
+                    self.shared.degrade();
+                    c.ctrl.disconnect().await;
+                }
+                Err(e) => {
+                    tracing::debug!(nsid = self.shared.spec.nsid, "mirror link connect: {e}");
+                    self.shared.degrade();
+                    self.idle(backoff).await;
+                    backoff = (backoff * 2).min(BACKOFF_MAX);
+                }
+            }
+        }
+        self.rx.close();
+        while let Ok(r) = self.rx.try_recv() {
+            r.fail();
+        }
+    }
+
+    /// Wait `d` (or a stop), failing every request that arrives meanwhile (link down).
+    async fn idle(&mut self, d: Duration) {
+        let deadline = tokio::time::Instant::now() + d;
+        loop {
+            tokio::select! {
+                r = self.rx.recv() => match r { Some(r) => r.fail(), None => return },
+                _ = tokio::time::sleep_until(deadline) => return,
+                _ = self.wake.notified() => return,
+            }
+        }
+    }
+
+    fn timeout(&self) -> Duration {
+        (self.shared.spec.lease * 2).max(Duration::from_secs(1))
+    }
+
+    async fn connect(&mut self) -> Result<Conn, String> {
+        let spec = &self.shared.spec;
+        let cfg = HostConfig {
+            hostnqn: spec.link_hostnqn.clone(),
+            io_queues: 1,
+            async_events: false,
+            ..spec.host.clone()
+        };
+        let to = self.timeout();
+        let ctrl = tokio::time::timeout(to, Controller::connect(spec.peer, &spec.subnqn, &cfg))
+            .await
+            .map_err(|_| "connect timed out".to_string())?
+            .map_err(|e| e.to_string())?;
+        let q = tokio::time::timeout(to, ctrl.io_queue(1, 0, false))
+            .await
+            .map_err(|_| "I/O queue connect timed out".to_string())?
+            .map_err(|e| e.to_string())?;
+        let synced = self.admit(&ctrl, false).await?;
+        if !synced {
+            self.shared.mark_all_dirty();
+        }
+        Ok(Conn { ctrl, q })
+    }
+
+    /// Mirror Admit with our epoch; Ok(peer holds a copy synced at this epoch).
+    async fn admit(&self, ctrl: &Controller, in_sync: bool) -> Result<bool, String> {
+        let sqe = admit_sqe(self.shared.spec.nsid, self.shared.epoch(), in_sync);
+        let (cqe, _) = tokio::time::timeout(
+            self.timeout(),
+            ctrl.admin_raw(sqe, DataDir::None, Vec::new(), 0),
+        )
+        .await
+        .map_err(|_| "mirror admit timed out".to_string())?
+        .map_err(|e| e.to_string())?;
+        if cqe.status == Status::INVALID_OPCODE {
+            // A peer without Mirror Admit (older target): no epoch fence on the peer.
+            tracing::warn!("mirror peer does not know Mirror Admit; replicating unfenced");
+            return Ok(false);
+        }
+        if !cqe.status.is_success() {
+            return Err(format!("mirror admit refused: {:?}", cqe.status));
+        }
+        Ok(cqe.dw0 & 1 == 1)
+    }
+
+    /// Serve requests and resync until the link fails or we stop.
+    async fn serve(&mut self, c: &mut Conn) -> Result<(), String> {
+        let mut cursor = 0u64;
+        let mut pass = Pass::new();
+        let resyncing = self.shared.dirty() > 0;
+        if resyncing {
+            pass.total = self.shared.dirty() * self.shared.spec.region_bytes;
+        }
+        let mut in_sync = !resyncing;
+        if in_sync {
+            self.admit(&c.ctrl, true).await?;
+            self.shared.set_peer(PeerState::InSync);
+        }
+        while !self.stopping() {
+            if self.shared.role() != Role::Primary {
+                return Ok(());
+            }
+            while let Ok(r) = self.rx.try_recv() {
+                self.replicate(c, r).await?;
+            }
+            if !in_sync {
+                match self.shared.next_dirty(cursor) {
+                    Some(r) => {
+                        self.copy_region(c, r, &mut pass).await?;
+                        cursor = r + 1;
+                        continue;
+                    }
+                    None => {
+                        self.admit(&c.ctrl, true).await?;
+                        self.shared.set_peer(PeerState::InSync);
+                        in_sync = true;
+                        tracing::info!(
+                            nsid = self.shared.spec.nsid,
+                            bytes = pass.done,
+                            "mirror resync done"
+                        );
+                    }
+                }
+            }
+            tokio::select! {
+                r = self.rx.recv() => match r {
+                    Some(r) => self.replicate(c, r).await?,
+                    None => return Ok(()),
+                },
+                _ = tokio::time::sleep(TICK) => self.shared.sweep(),
+                _ = self.wake.notified() => {}
+            }
+        }
+        Ok(())
+    }
+
+    async fn replicate(&self, c: &mut Conn, r: LinkReq) -> Result<(), String> {
+        let res = match &r {
+            LinkReq::Write {
+                offset, data, fua, ..
+            } => self.write(c, *offset, data, *fua).await,
+            LinkReq::Flush { .. } => self.io(c.q.flush(NamespaceId(self.shared.spec.nsid))).await,
+        };
+        let ok = res.is_ok();
+        match r {
+            LinkReq::Write { done, .. } | LinkReq::Flush { done } => done(ok),
+        }
+        res
+    }
+
+    async fn io<F>(&self, f: F) -> Result<(), String>
+    where
+        F: std::future::Future<Output = Result<(), nvmf_host::HostError>>,
+    {
+        match tokio::time::timeout(self.timeout(), f).await {
+            Err(_) => Err("replicated command timed out".into()),
+            Ok(r) => r.map_err(|e| e.to_string()),
+        }
+    }
+
+    async fn write(&self, c: &mut Conn, offset: u64, data: &[u8], fua: bool) -> Result<(), String> {
+        let bs = u64::from(self.shared.spec.block_size);
+        let nsid = NamespaceId(self.shared.spec.nsid);
+        let mut off = 0usize;
+        while off < data.len() {
+            let n = (data.len() - off).min(CHUNK);
+            let slba = (offset + off as u64) / bs;
+            let nlb = (n as u64 / bs) as u32;
+            let chunk = &data[off..off + n];
+            self.io(c.q.write(nsid, slba, nlb, chunk)).await?;
+            off += n;
+        }
+        if fua {
+            // FUA on the peer: a flush after the write is at least as strong.
+            self.io(c.q.flush(nsid)).await?;
+        }
+        Ok(())
+    }
+
+    /// Copy dirty region `r` (read local, write remote) under its lock and the rate limit.
+    /// The region lock is held across the remote write on purpose: this thread is the link's
+    /// own, and a host write to the region must wait for the copy (never stale data remote).
+    #[allow(clippy::await_holding_lock)]
+    async fn copy_region(&self, c: &mut Conn, r: u64, pass: &mut Pass) -> Result<(), String> {
+        let rb = self.shared.spec.region_bytes;
+        let off = r * rb;
+        let len = rb.min(self.shared.size.saturating_sub(off)) as usize;
+        if len == 0 {
+            self.shared.clear_region(r);
+            return Ok(());
+        }
+        let mut buf = vec![0u8; len];
+        {
+            let _g = self.shared.region_lock(r);
+            self.shared.clear_region(r);
+            if let Err(e) = self.local.read(off, &mut buf) {
+                self.shared.mark(off, len as u64);
+                return Err(format!("resync local read: {e}"));
+            }
+            if let Err(e) = self.write(c, off, &buf, false).await {
+                self.shared.mark(off, len as u64);
+                return Err(e);
+            }
+        }
+        pass.done += len as u64;
+        pass.total = pass.total.max(pass.done);
+        self.shared.set_peer(PeerState::Resyncing {
+            done: pass.done,
+            total: pass.total,
+        });
+        if let Some(rate) = self.shared.spec.resync_bytes_per_sec.filter(|r| *r > 0) {
+            let due = Duration::from_secs_f64(pass.done as f64 / rate as f64);
+            let spent = pass.start.elapsed();
+            if due > spent {
+                tokio::time::sleep(due - spent).await;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Progress of one resync pass.
+struct Pass {
+    start: Instant,
+    done: u64,
+    total: u64,
+}
+
+impl Pass {
+    fn new() -> Pass {
+        Pass {
+            start: Instant::now(),
+            done: 0,
+            total: 0,
+        }
+    }
+}
+
+/// The Mirror Admit SQE: NSID, CDW10/11 = epoch, CDW12 bit 0 = "you are in sync".
+pub(crate) fn admit_sqe(nsid: u32, epoch: u64, in_sync: bool) -> Sqe {
+    let mut sqe = Sqe::new(OPC_MIRROR_ADMIT, CommandId(0));
+    sqe.set_nsid(NamespaceId(nsid));
+    sqe.set_cdw(10, epoch as u32);
+    sqe.set_cdw(11, (epoch >> 32) as u32);
+    sqe.set_cdw(12, u32::from(in_sync));
+    sqe
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn admit_sqe_layout() {
+        let s = admit_sqe(3, 0x1_0000_0002, true);
+        assert_eq!(s.0[0], 0xC1);
+        assert_eq!(s.cdw(1), 3);
+        assert_eq!(s.cdw(10), 2);
+        assert_eq!(s.cdw(11), 1);
+        assert_eq!(s.cdw(12), 1);
+    }
+}

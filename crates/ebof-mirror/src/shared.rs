@@ -1,0 +1,139 @@
+//! State shared by the mirror, its backend and its link thread.
+
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+use crate::regions::Regions;
+use crate::{MirrorSpec, MirrorStatus, PeerState, Role};
+
+/// Striped per-region locks: a host write and the resync copy of the same region serialise.
+const STRIPES: usize = 256;
+
+pub(crate) struct Shared {
+    pub(crate) spec: MirrorSpec,
+    pub(crate) size: u64,
+    role: AtomicU8,
+    epoch: AtomicU64,
+    pub(crate) fenced: AtomicBool,
+    pub(crate) in_flight: AtomicU64,
+    peer: Mutex<PeerState>,
+    regions: Mutex<Regions>,
+    stripes: Vec<Mutex<()>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Shared {
+    pub(crate) fn new(spec: MirrorSpec, size: u64, role: Role, epoch: u64) -> Shared {
+        let regions = Regions::new(size, spec.region_bytes);
+        Shared {
+            spec,
+            size,
+            role: AtomicU8::new(role as u8),
+            epoch: AtomicU64::new(epoch),
+            fenced: AtomicBool::new(false),
+            in_flight: AtomicU64::new(0),
+            peer: Mutex::new(PeerState::Connecting),
+            regions: Mutex::new(regions),
+            stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
+        }
+    }
+
+    pub(crate) fn role(&self) -> Role {
+        if self.role.load(Ordering::Acquire) == Role::Primary as u8 {
+            Role::Primary
+        } else {
+            Role::Secondary
+        }
+    }
+
+    pub(crate) fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn become_primary(&self, epoch: u64) {
+        self.epoch.store(epoch, Ordering::Release);
+        // We cannot know what the peer holds: copy everything once it is back.
+        self.mark_all_dirty();
+        self.set_peer(PeerState::Connecting);
+        self.role.store(Role::Primary as u8, Ordering::Release);
+    }
+
+    pub(crate) fn peer(&self) -> PeerState {
+        *lock(&self.peer)
+    }
+
+    pub(crate) fn set_peer(&self, p: PeerState) {
+        *lock(&self.peer) = p;
+    }
+
+    /// A replicated write failed or could not be sent: degraded (bits stay set).
+    pub(crate) fn degrade(&self) {
+        let mut p = lock(&self.peer);
+        if *p != PeerState::Connecting {
+            *p = PeerState::Degraded;
+        }
+    }
+
+    pub(crate) fn mark_all_dirty(&self) {
+        lock(&self.regions).set_all(self.size);
+    }
+
+    /// Mark the regions of `offset..offset+len` dirty (before the data write is issued).
+    pub(crate) fn mark(&self, offset: u64, len: u64) {
+        let mut r = lock(&self.regions);
+        for i in r.span(offset, len) {
+            r.set(i);
+        }
+    }
+
+    pub(crate) fn next_dirty(&self, from: u64) -> Option<u64> {
+        lock(&self.regions).next_dirty(from)
+    }
+
+    pub(crate) fn clear_region(&self, r: u64) {
+        lock(&self.regions).clear(r);
+    }
+
+    pub(crate) fn dirty(&self) -> u64 {
+        lock(&self.regions).dirty()
+    }
+
+    /// Lazy clear: in sync and nothing in flight → no region can hold a write the peer lacks.
+    pub(crate) fn sweep(&self) {
+        let mut r = lock(&self.regions);
+        if self.peer() == PeerState::InSync && self.in_flight.load(Ordering::Acquire) == 0 {
+            r.clear_all();
+        }
+    }
+
+    /// The copy lock of every region touched by `offset..offset+len`, in ascending stripe order.
+    pub(crate) fn region_locks(&self, offset: u64, len: u64) -> Vec<MutexGuard<'_, ()>> {
+        let span = lock(&self.regions).span(offset, len);
+        let mut idx: Vec<usize> = span.map(|r| (r % STRIPES as u64) as usize).collect();
+        idx.sort_unstable();
+        idx.dedup();
+        idx.into_iter().map(|i| lock(&self.stripes[i])).collect()
+    }
+
+    pub(crate) fn region_lock(&self, r: u64) -> MutexGuard<'_, ()> {
+        lock(&self.stripes[(r % STRIPES as u64) as usize])
+    }
+
+    pub(crate) fn status(&self) -> MirrorStatus {
+        let dirty = self.dirty();
+        MirrorStatus {
+            role: self.role(),
+            epoch: self.epoch(),
+            peer: self.peer(),
+            peer_addr: self.spec.peer,
+            in_flight: self.in_flight.load(Ordering::Relaxed),
+            resync_bytes_left: (dirty * self.spec.region_bytes).min(self.size),
+            dirty_regions: dirty,
+            lease_ms_left: None,
+            fenced: self.fenced.load(Ordering::Relaxed),
+        }
+    }
+}
