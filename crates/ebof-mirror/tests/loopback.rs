@@ -1,0 +1,192 @@
+//! Two boxes on loopback: the secondary is the real server (`ebof_runtime::Server`) over a RAM
+//! namespace; the primary is a `Mirror` over another RAM backend, written through its backend.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ebof_backend::{Backend, BackendSpec};
+use ebof_mirror::{Fence, Mirror, MirrorSpec, PeerState, Role, RoleSink};
+use ebof_runtime::{Server, ServerConfig, ServerHandle};
+use nvmf_target::{ListenerInfo, Namespace, Subsystem, Target, TargetLimits};
+
+const NQN: &str = "nqn.2026-11.io.ebof:mirror-test";
+const LINK: &str = "nqn.2026-11.io.ebof:mirror-link";
+
+struct Box2 {
+    handle: Option<ServerHandle>,
+    addr: SocketAddr,
+}
+
+impl Drop for Box2 {
+    fn drop(&mut self) {
+        if let Some(h) = self.handle.take() {
+            h.stop();
+        }
+    }
+}
+
+/// The secondary box: the real server on `addr` (port 0: any) over `backend`.
+fn secondary(addr: SocketAddr, backend: Arc<dyn Backend>) -> Box2 {
+    let sub = Subsystem {
+        nqn: NQN.into(),
+        serial: "EBOFMIRROR".into(),
+        model: "ebof-test".into(),
+        allow_any_host: true,
+        hosts: vec![],
+        namespaces: vec![Arc::new(Namespace::new(1, backend, 512, [0x22; 16]))],
+        ns_hosts: Default::default(),
+    };
+    let target = Arc::new(Target::new(
+        vec![sub],
+        vec![ListenerInfo {
+            addr,
+            portid: 1,
+            tls: Default::default(),
+            transport: Default::default(),
+        }],
+        TargetLimits::default(),
+        Instant::now(),
+    ));
+    let cfg = ServerConfig::new(vec![addr], vec![0]);
+    let handle = Server::start(target, cfg).expect("start secondary");
+    let addr = handle.bound[0];
+    Box2 {
+        handle: Some(handle),
+        addr,
+    }
+}
+
+struct TestFence(std::sync::atomic::AtomicU64);
+
+impl Fence for TestFence {
+    fn epoch(&self) -> u64 {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
+    fn promote(&self, e: u64) -> Result<(), String> {
+        self.0.store(e, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    }
+    fn demote(&self) {}
+}
+
+struct Sink;
+
+impl RoleSink for Sink {
+    fn role_changed(&self, _role: Role, _epoch: u64) {}
+}
+
+fn ram(size: u64) -> Arc<dyn Backend> {
+    ebof_backend::open(&BackendSpec::Ram { size }).expect("ram")
+}
+
+fn spec(peer: SocketAddr) -> MirrorSpec {
+    MirrorSpec {
+        subnqn: NQN.into(),
+        nsid: 1,
+        volume_id: [0x22; 16],
+        block_size: 512,
+        peer,
+        role: Role::Primary,
+        link_hostnqn: LINK.into(),
+        link_queues: 1,
+        host: nvmf_host::HostConfig::default(),
+        witness: None,
+        lease: Duration::from_secs(2),
+        resync_bytes_per_sec: None,
+        region_bytes: 1 << 20,
+        state_path: None,
+        holder_id: [1; 16],
+    }
+}
+
+fn start(local: Arc<dyn Backend>, peer: SocketAddr) -> Arc<Mirror> {
+    Mirror::start(
+        spec(peer),
+        local,
+        Arc::new(TestFence(0.into())),
+        Arc::new(Sink),
+    )
+    .expect("start")
+}
+
+fn wait_for(m: &Mirror, what: &str, f: impl Fn(PeerState) -> bool) {
+    let t = Instant::now();
+    while !f(m.status().peer) {
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "no {what}: {:?}",
+            m.status()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn read(b: &dyn Backend, off: u64, len: usize) -> Vec<u8> {
+    let mut v = vec![0u8; len];
+    b.read(off, &mut v).expect("read");
+    v
+}
+
+fn pattern(seed: u8, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+#[test]
+fn writes_land_on_both_degrade_and_resync() {
+    const SIZE: u64 = 16 << 20;
+    let (pl, sl) = (ram(SIZE), ram(SIZE));
+    // An empty secondary gets a full copy of what the primary already holds.
+    pl.write(5 << 20, &pattern(7, 8192)).expect("seed");
+    let sec = secondary("127.0.0.1:0".parse().expect("addr"), sl.clone());
+    let m = start(pl.clone(), sec.addr);
+    wait_for(&m, "in sync", |p| p == PeerState::InSync);
+    assert_eq!(read(&*sl, 5 << 20, 8192), pattern(7, 8192));
+    let b = m.backend();
+
+    // In sync: a write is on both when it completes.
+    b.write(4096, &pattern(1, 65536)).expect("write");
+    b.flush().expect("flush");
+    assert_eq!(read(&*sl, 4096, 65536), pattern(1, 65536));
+    b.write_zeroes(8192, 4096).expect("zeroes");
+    assert_eq!(read(&*sl, 8192, 4096), vec![0; 4096]);
+
+    // Secondary down: writes still complete, locally, and mark their regions.
+    let addr = sec.addr;
+    drop(sec);
+    b.write(3 << 20, &pattern(2, 4096)).expect("degraded write");
+    b.write(9 << 20, &pattern(3, 4096)).expect("degraded write");
+    let st = m.status();
+    assert_eq!(st.peer, PeerState::Degraded, "{st:?}");
+    assert!(st.dirty_regions >= 2, "{st:?}");
+    assert_eq!(read(&*pl, 3 << 20, 4096), pattern(2, 4096));
+
+    // Back: resync, contents equal.
+    let _sec = secondary(addr, sl.clone());
+    wait_for(&m, "resync", |p| p == PeerState::InSync);
+    assert_eq!(read(&*sl, 0, SIZE as usize), read(&*pl, 0, SIZE as usize));
+    m.stop();
+}
+
+/// Prints (does not assert) the rate of an unthrottled full copy.
+#[test]
+fn full_copy_rate() {
+    const SIZE: u64 = 256 << 20;
+    let (pl, sl) = (ram(SIZE), ram(SIZE));
+    pl.write(0, &pattern(9, 1 << 20)).expect("seed");
+    let sec = secondary("127.0.0.1:0".parse().expect("addr"), sl.clone());
+    let t = Instant::now();
+    let m = start(pl.clone(), sec.addr);
+    wait_for(&m, "in sync", |p| p == PeerState::InSync);
+    let s = t.elapsed().as_secs_f64();
+    println!(
+        "full copy of {} MiB: {:.1} s, {:.0} MB/s",
+        SIZE >> 20,
+        s,
+        SIZE as f64 / s / 1e6
+    );
+    assert_eq!(read(&*sl, 0, 1 << 20), pattern(9, 1 << 20));
+    m.stop();
+}
