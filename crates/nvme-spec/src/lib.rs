@@ -57,6 +57,7 @@ pub mod ana;
 pub mod cqe;
 pub mod dim;
 pub mod discovery;
+pub mod ebof_vendor;
 pub mod fabrics;
 pub mod identify;
 pub mod ids;

@@ -1,0 +1,457 @@
+//! ebof's vendor-specific admin commands (ADR 0028, replicated volumes).
+//!
+//! * [`opcode::MIRROR_ADMIT`] (C1h) **Mirror Admit**, no data: NSID = the mirrored namespace,
+//!   CDW10/CDW11 = epoch (low/high), CDW12 bit 0 = "you are in sync as of this epoch". Sent by a
+//!   primary on its replication link. CQE DW0 bit 0 = the secondary holds a copy synced at this
+//!   epoch, DW1 = its synced epoch (low 32 bits).
+//! * [`opcode::WITNESS_LEASE`] (C5h) **Witness Lease**, 64 bytes host-to-controller data: bytes
+//!   0..16 volume id, 16..32 holder id, 32..40 epoch LE, 40..44 lease ms LE (1..=60000),
+//!   44 op (0 acquire/renew, 1 release, 2 query), 45 flags (bit 0 peer in sync), 46..64 zero.
+//!   CQE DW0 bit 0 = granted (bits 1..=31 reserved), DW1 = ms left on the current holder's lease.
+//!
+//! One decoder each ([`MirrorAdmit::decode`], [`WitnessLease::decode`]); they never panic and
+//! refuse every reserved bit set. Encoders build what the host side sends.
+
+use crate::cqe::Cqe;
+use crate::sqe::Sqe;
+use crate::status::Status;
+use crate::{le32, le64, put32, put64};
+
+/// The vendor admin opcodes.
+pub mod opcode {
+    /// Mirror Admit (C1h): no data transfer (bits 1:0 = 00b).
+    pub const MIRROR_ADMIT: u8 = 0xC1;
+    /// Witness Lease (C5h): host-to-controller data (bits 1:0 = 01b).
+    pub const WITNESS_LEASE: u8 = 0xC5;
+}
+
+/// Operation Denied (SCT 0h, SC 15h) with DNR: what a refused vendor command (or a replica-link
+/// I/O that its fence no longer admits) completes with.
+pub const OPERATION_DENIED: Status = Status {
+    sct: 0,
+    sc: 0x15,
+    more: false,
+    dnr: true,
+};
+
+/// Size of the Witness Lease data.
+pub const WITNESS_LEASE_DATA_LEN: usize = 64;
+/// Longest lease a Witness Lease may ask for, in milliseconds.
+pub const MAX_LEASE_MS: u32 = 60_000;
+
+/// Why a vendor command was refused by its decoder (maps to Invalid Field in Command).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VendorError {
+    /// The SQE's opcode is not the command decoded.
+    Opcode(u8),
+    /// NSID 0 or broadcast where a namespace is needed.
+    Nsid(u32),
+    /// Reserved bits set in the command dword `n` (its index in the SQE).
+    ReservedDword(usize),
+    /// The data is not exactly [`WITNESS_LEASE_DATA_LEN`] bytes.
+    DataLen(usize),
+    /// A reserved data byte is not zero (its offset).
+    ReservedByte(usize),
+    /// Lease duration outside 1..=[`MAX_LEASE_MS`].
+    LeaseMs(u32),
+    /// Op byte outside 0..=2.
+    Op(u8),
+}
+
+impl std::fmt::Display for VendorError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            VendorError::Opcode(o) => write!(f, "opcode {o:#04x} is not this command"),
+            VendorError::Nsid(n) => write!(f, "NSID {n:#x} names no single namespace"),
+            VendorError::ReservedDword(d) => write!(f, "reserved bits set in CDW{d}"),
+            VendorError::DataLen(n) => write!(f, "data is {n} bytes, want 64"),
+            VendorError::ReservedByte(o) => write!(f, "reserved data byte {o} is not zero"),
+            VendorError::LeaseMs(ms) => write!(f, "lease {ms} ms outside 1..=60000"),
+            VendorError::Op(op) => write!(f, "op {op} outside 0..=2"),
+        }
+    }
+}
+
+impl std::error::Error for VendorError {}
+
+/// A decoded Mirror Admit (C1h).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MirrorAdmit {
+    /// The mirrored namespace.
+    pub nsid: u32,
+    /// The primary's epoch.
+    pub epoch: u64,
+    /// The secondary is in sync as of this epoch (persist as synced).
+    pub in_sync: bool,
+}
+
+impl MirrorAdmit {
+    /// Decode from the SQE (opcode C1h, NSID 1..=FFFFFFFEh, CDW12 bits 31:1 and CDW13..15 zero).
+    pub fn decode(sqe: &Sqe) -> Result<MirrorAdmit, VendorError> {
+        if sqe.opcode() != opcode::MIRROR_ADMIT {
+            return Err(VendorError::Opcode(sqe.opcode()));
+        }
+        let nsid = sqe.nsid().0;
+        if nsid == 0 || nsid == u32::MAX {
+            return Err(VendorError::Nsid(nsid));
+        }
+        if sqe.cdw12() & !1 != 0 {
+            return Err(VendorError::ReservedDword(12));
+        }
+        for n in 13..16 {
+            if sqe.cdw(n) != 0 {
+                return Err(VendorError::ReservedDword(n));
+            }
+        }
+        let epoch = u64::from(sqe.cdw10()) | (u64::from(sqe.cdw11()) << 32);
+        Ok(MirrorAdmit {
+            nsid,
+            epoch,
+            in_sync: sqe.cdw12() & 1 != 0,
+        })
+    }
+
+    /// Encode into `sqe` (opcode, NSID, CDW10..12; CID and the rest left as they are).
+    pub fn encode_into(&self, sqe: &mut Sqe) {
+        sqe.0[0] = opcode::MIRROR_ADMIT;
+        sqe.set_nsid(crate::NamespaceId(self.nsid));
+        sqe.set_cdw(10, self.epoch as u32);
+        sqe.set_cdw(11, (self.epoch >> 32) as u32);
+        sqe.set_cdw(12, u32::from(self.in_sync));
+        for n in 13..16 {
+            sqe.set_cdw(n, 0);
+        }
+    }
+}
+
+/// The answer to a Mirror Admit (CQE DW0/DW1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AdmitReply {
+    /// The secondary holds a copy synced at the admitted epoch.
+    pub synced: bool,
+    /// Low 32 bits of the epoch the secondary's copy was last synced at.
+    pub synced_epoch_lo: u32,
+}
+
+impl AdmitReply {
+    /// Put into a CQE's DW0/DW1.
+    pub fn encode_into(&self, cqe: &mut Cqe) {
+        cqe.dw0 = u32::from(self.synced);
+        cqe.dw1 = self.synced_epoch_lo;
+    }
+    /// Read from a CQE's DW0/DW1 (reserved DW0 bits ignored).
+    pub fn from_cqe(cqe: &Cqe) -> AdmitReply {
+        AdmitReply {
+            synced: cqe.dw0 & 1 != 0,
+            synced_epoch_lo: cqe.dw1,
+        }
+    }
+}
+
+/// What a Witness Lease asks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LeaseOpCode {
+    /// 0: take the lease or renew it.
+    Acquire,
+    /// 1: give it up.
+    Release,
+    /// 2: only ask how it stands.
+    Query,
+}
+
+impl LeaseOpCode {
+    /// The wire byte.
+    pub fn to_byte(self) -> u8 {
+        match self {
+            LeaseOpCode::Acquire => 0,
+            LeaseOpCode::Release => 1,
+            LeaseOpCode::Query => 2,
+        }
+    }
+    /// From the wire byte.
+    pub fn from_byte(b: u8) -> Option<LeaseOpCode> {
+        match b {
+            0 => Some(LeaseOpCode::Acquire),
+            1 => Some(LeaseOpCode::Release),
+            2 => Some(LeaseOpCode::Query),
+            _ => None,
+        }
+    }
+}
+
+/// A decoded Witness Lease (C5h) data block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WitnessLease {
+    /// The volume (namespace NGUID).
+    pub volume: [u8; 16],
+    /// The box asking.
+    pub holder: [u8; 16],
+    /// The epoch it holds or wants.
+    pub epoch: u64,
+    /// Lease duration in ms (1..=60000).
+    pub lease_ms: u32,
+    /// What it asks.
+    pub op: LeaseOpCode,
+    /// Flags bit 0: its peer has every write it acknowledged.
+    pub peer_in_sync: bool,
+}
+
+impl WitnessLease {
+    /// Decode from the SQE (opcode C5h, CDW10..15 zero) and its 64-byte data.
+    pub fn decode(sqe: &Sqe, data: &[u8]) -> Result<WitnessLease, VendorError> {
+        if sqe.opcode() != opcode::WITNESS_LEASE {
+            return Err(VendorError::Opcode(sqe.opcode()));
+        }
+        for n in 10..16 {
+            if sqe.cdw(n) != 0 {
+                return Err(VendorError::ReservedDword(n));
+            }
+        }
+        let Ok(d) = <&[u8; WITNESS_LEASE_DATA_LEN]>::try_from(data) else {
+            return Err(VendorError::DataLen(data.len()));
+        };
+        if let Some(off) = (46..WITNESS_LEASE_DATA_LEN).find(|&o| d[o] != 0) {
+            return Err(VendorError::ReservedByte(off));
+        }
+        if d[45] & !1 != 0 {
+            return Err(VendorError::ReservedByte(45));
+        }
+        let lease_ms = le32(d, 40);
+        if lease_ms == 0 || lease_ms > MAX_LEASE_MS {
+            return Err(VendorError::LeaseMs(lease_ms));
+        }
+        let op = LeaseOpCode::from_byte(d[44]).ok_or(VendorError::Op(d[44]))?;
+        let mut volume = [0u8; 16];
+        volume.copy_from_slice(&d[0..16]);
+        let mut holder = [0u8; 16];
+        holder.copy_from_slice(&d[16..32]);
+        Ok(WitnessLease {
+            volume,
+            holder,
+            epoch: le64(d, 32),
+            lease_ms,
+            op,
+            peer_in_sync: d[45] & 1 != 0,
+        })
+    }
+
+    /// The 64-byte data.
+    pub fn encode_data(&self) -> [u8; WITNESS_LEASE_DATA_LEN] {
+        let mut d = [0u8; WITNESS_LEASE_DATA_LEN];
+        d[0..16].copy_from_slice(&self.volume);
+        d[16..32].copy_from_slice(&self.holder);
+        put64(&mut d, 32, self.epoch);
+        put32(&mut d, 40, self.lease_ms);
+        d[44] = self.op.to_byte();
+        d[45] = u8::from(self.peer_in_sync);
+        d
+    }
+
+    /// Set the SQE's opcode and clear CDW10..15 (CID and SGL are the transport's).
+    pub fn encode_sqe(sqe: &mut Sqe) {
+        sqe.0[0] = opcode::WITNESS_LEASE;
+        for n in 10..16 {
+            sqe.set_cdw(n, 0);
+        }
+    }
+}
+
+/// The answer to a Witness Lease (CQE DW0/DW1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeaseReplyDw {
+    /// The requester holds the lease now (or gave it up, for Release).
+    pub granted: bool,
+    /// Ms left on the current holder's lease.
+    pub ms_left: u32,
+}
+
+impl LeaseReplyDw {
+    /// Put into a CQE's DW0/DW1.
+    pub fn encode_into(&self, cqe: &mut Cqe) {
+        cqe.dw0 = u32::from(self.granted);
+        cqe.dw1 = self.ms_left;
+    }
+    /// Read from a CQE's DW0/DW1 (reserved DW0 bits ignored).
+    pub fn from_cqe(cqe: &Cqe) -> LeaseReplyDw {
+        LeaseReplyDw {
+            granted: cqe.dw0 & 1 != 0,
+            ms_left: cqe.dw1,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{CommandId, QueueId};
+
+    fn admit_sqe(a: &MirrorAdmit) -> Sqe {
+        let mut s = Sqe::new(opcode::MIRROR_ADMIT, CommandId(3));
+        a.encode_into(&mut s);
+        s
+    }
+
+    fn lease() -> WitnessLease {
+        WitnessLease {
+            volume: [7; 16],
+            holder: [9; 16],
+            epoch: 0x1_0000_0002,
+            lease_ms: 4000,
+            op: LeaseOpCode::Release,
+            peer_in_sync: true,
+        }
+    }
+
+    fn lease_sqe() -> Sqe {
+        let mut s = Sqe::new(0, CommandId(4));
+        WitnessLease::encode_sqe(&mut s);
+        s
+    }
+
+    #[test]
+    fn admit_round_trip() {
+        for a in [
+            MirrorAdmit {
+                nsid: 1,
+                epoch: 0,
+                in_sync: false,
+            },
+            MirrorAdmit {
+                nsid: 0xFFFF_FFFE,
+                epoch: u64::MAX,
+                in_sync: true,
+            },
+            MirrorAdmit {
+                nsid: 5,
+                epoch: 0x1234_5678_9ABC_DEF0,
+                in_sync: true,
+            },
+        ] {
+            assert_eq!(MirrorAdmit::decode(&admit_sqe(&a)), Ok(a));
+        }
+    }
+
+    #[test]
+    fn admit_refusals() {
+        let a = MirrorAdmit {
+            nsid: 1,
+            epoch: 2,
+            in_sync: false,
+        };
+        let mut s = admit_sqe(&a);
+        s.0[0] = 0xC5;
+        assert_eq!(MirrorAdmit::decode(&s), Err(VendorError::Opcode(0xC5)));
+        for nsid in [0, u32::MAX] {
+            let mut s = admit_sqe(&a);
+            s.set_nsid(crate::NamespaceId(nsid));
+            assert_eq!(MirrorAdmit::decode(&s), Err(VendorError::Nsid(nsid)));
+        }
+        let mut s = admit_sqe(&a);
+        s.set_cdw(12, 2);
+        assert_eq!(MirrorAdmit::decode(&s), Err(VendorError::ReservedDword(12)));
+        for n in 13..16 {
+            let mut s = admit_sqe(&a);
+            s.set_cdw(n, 1 << 31);
+            assert_eq!(MirrorAdmit::decode(&s), Err(VendorError::ReservedDword(n)));
+        }
+    }
+
+    #[test]
+    fn admit_reply_round_trip() {
+        let r = AdmitReply {
+            synced: true,
+            synced_epoch_lo: 77,
+        };
+        let mut c = Cqe::new(CommandId(1), QueueId::ADMIN, Status::SUCCESS);
+        r.encode_into(&mut c);
+        assert_eq!((c.dw0, c.dw1), (1, 77));
+        assert_eq!(AdmitReply::from_cqe(&Cqe::decode(&c.to_bytes())), r);
+        assert!(!OPERATION_DENIED.is_success());
+        assert!(OPERATION_DENIED.dnr);
+        assert_eq!((OPERATION_DENIED.sct, OPERATION_DENIED.sc), (0, 0x15));
+    }
+
+    #[test]
+    fn lease_round_trip() {
+        let s = lease_sqe();
+        for op in [
+            LeaseOpCode::Acquire,
+            LeaseOpCode::Release,
+            LeaseOpCode::Query,
+        ] {
+            for (ms, sync) in [(1, false), (MAX_LEASE_MS, true)] {
+                let l = WitnessLease {
+                    op,
+                    lease_ms: ms,
+                    peer_in_sync: sync,
+                    ..lease()
+                };
+                assert_eq!(WitnessLease::decode(&s, &l.encode_data()), Ok(l));
+            }
+        }
+        let r = LeaseReplyDw {
+            granted: true,
+            ms_left: 3999,
+        };
+        let mut c = Cqe::default();
+        r.encode_into(&mut c);
+        assert_eq!(LeaseReplyDw::from_cqe(&c), r);
+    }
+
+    #[test]
+    fn lease_refusals() {
+        let s = lease_sqe();
+        let d = lease().encode_data();
+        let mut bad = s;
+        bad.0[0] = 0xC1;
+        assert_eq!(
+            WitnessLease::decode(&bad, &d),
+            Err(VendorError::Opcode(0xC1))
+        );
+        for n in 10..16 {
+            let mut bad = s;
+            bad.set_cdw(n, 1);
+            assert_eq!(
+                WitnessLease::decode(&bad, &d),
+                Err(VendorError::ReservedDword(n))
+            );
+        }
+        assert_eq!(
+            WitnessLease::decode(&s, &d[..63]),
+            Err(VendorError::DataLen(63))
+        );
+        let mut long = d.to_vec();
+        long.push(0);
+        assert_eq!(
+            WitnessLease::decode(&s, &long),
+            Err(VendorError::DataLen(65))
+        );
+        for off in 46..64 {
+            let mut bad = d;
+            bad[off] = 1;
+            assert_eq!(
+                WitnessLease::decode(&s, &bad),
+                Err(VendorError::ReservedByte(off))
+            );
+        }
+        let mut bad = d;
+        bad[45] = 2;
+        assert_eq!(
+            WitnessLease::decode(&s, &bad),
+            Err(VendorError::ReservedByte(45))
+        );
+        for ms in [0, MAX_LEASE_MS + 1, u32::MAX] {
+            let mut bad = d;
+            bad[40..44].copy_from_slice(&ms.to_le_bytes());
+            assert_eq!(
+                WitnessLease::decode(&s, &bad),
+                Err(VendorError::LeaseMs(ms))
+            );
+        }
+        for op in [3u8, 0xFF] {
+            let mut bad = d;
+            bad[44] = op;
+            assert_eq!(WitnessLease::decode(&s, &bad), Err(VendorError::Op(op)));
+        }
+    }
+}
