@@ -162,6 +162,7 @@ mod io_cmd;
 pub mod known;
 pub mod latency;
 pub mod log_limit;
+pub mod mirror;
 mod model;
 pub mod qos;
 mod queue;
@@ -178,6 +179,7 @@ pub use discovery::{
     MAX_DIM_TOTAL, MAX_REFERRALS, Referral, ReferralError,
 };
 pub use io::{FailureClass, IoOp, IoRequest, NsRef, backend_status, io_status};
+pub use mirror::{Admit, MirrorFence, MirrorRole, PersistFn, PromoteError};
 pub use model::{
     ADMIN_QUEUE_MAX, EventCounters, ListenerInfo, ListenerTls, Namespace, Subsystem, TargetLimits,
     UpdateError,

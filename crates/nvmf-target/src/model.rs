@@ -83,6 +83,9 @@ pub struct Namespace {
     /// Per-namespace QoS limits and their shared budgets ([`crate::qos`]); unlimited unless
     /// set.
     pub qos: crate::qos::NsQos,
+    /// The fence of a mirrored namespace ([`crate::mirror`]); None: not mirrored. Set with
+    /// [`Namespace::with_mirror`].
+    pub mirror: Option<Arc<crate::mirror::MirrorFence>>,
 }
 
 impl Namespace {
@@ -100,6 +103,24 @@ impl Namespace {
             ana_group: 1,
             gate: crate::gate::Gate::default(),
             qos: crate::qos::NsQos::default(),
+            mirror: None,
+        }
+    }
+    /// The namespace mirrored, fenced by `fence` (replica-link sessions write only through it).
+    pub fn with_mirror(mut self, fence: Arc<crate::mirror::MirrorFence>) -> Namespace {
+        self.mirror = Some(fence);
+        self
+    }
+    /// Promote the namespace's mirror fence to primary at `new_epoch` after draining its gate
+    /// ([`crate::mirror::MirrorFence::promote`]). Not mirrored: Ok, nothing done.
+    pub fn promote_mirror(
+        &self,
+        new_epoch: u64,
+        timeout: std::time::Duration,
+    ) -> Result<(), crate::mirror::PromoteError> {
+        match &self.mirror {
+            Some(f) => f.promote(&self.gate, new_epoch, timeout),
+            None => Ok(()),
         }
     }
     /// The namespace with reservations persisted through `store` (PTPL capable), starting
