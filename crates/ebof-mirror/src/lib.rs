@@ -6,12 +6,14 @@
 //! written regions dirty, and resyncs them when the link is back. See
 //! `notes/mirror-design.md` and ADR 0028.
 
-#![deny(clippy::unwrap_used, clippy::expect_used)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod backend;
+pub mod bitmap;
 mod link;
 pub mod regions;
 mod shared;
+pub mod state;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -178,9 +180,14 @@ impl Mirror {
                 "region, block size and link queues must be > 0".into(),
             ));
         }
-        let role = spec.role;
-        let epoch = fence.epoch().max(u64::from(role == Role::Primary));
-        let shared = Arc::new(Shared::new(spec, local.size(), role, epoch));
+        let (role, epoch) = initial_role(&spec, fence.epoch())?;
+        let bitmap_path = spec.state_path.as_ref().map(|p| p.with_extension("bitmap"));
+        let bitmap = bitmap::Bitmap::open(local.size(), spec.region_bytes, bitmap_path.as_deref())
+            .map_err(|source| MirrorError::State {
+                path: bitmap_path.clone().unwrap_or_default(),
+                source,
+            })?;
+        let shared = Arc::new(Shared::new(spec, local.size(), role, epoch, bitmap));
         if role == Role::Primary {
             // A first-start primary has never synced the peer: full copy once it is reachable.
             shared.mark_all_dirty();
@@ -225,6 +232,7 @@ impl Mirror {
             return Err(MirrorError::Promote("a witness decides; use force".into()));
         }
         let epoch = self.shared.epoch().max(self.fence.epoch()) + 1;
+        persist(&self.shared.spec, epoch, Role::Primary)?;
         self.fence.promote(epoch).map_err(MirrorError::Promote)?;
         self.shared.become_primary(epoch);
         self.sink.role_changed(Role::Primary, epoch);
@@ -235,6 +243,45 @@ impl Mirror {
     pub fn stop(&self) {
         self.link.stop();
     }
+}
+
+/// The role and epoch to start with: persisted state → secondary at its epoch (never a second
+/// primary); a first start takes the configured role and writes the state.
+fn initial_role(spec: &MirrorSpec, fence_epoch: u64) -> Result<(Role, u64), MirrorError> {
+    let Some(path) = &spec.state_path else {
+        return Ok((
+            spec.role,
+            fence_epoch.max(u64::from(spec.role == Role::Primary)),
+        ));
+    };
+    let err = |source| MirrorError::State {
+        path: path.clone(),
+        source,
+    };
+    match state::load(path).map_err(err)? {
+        Some(st) => Ok((Role::Secondary, st.epoch.max(fence_epoch))),
+        None => {
+            let epoch = fence_epoch.max(u64::from(spec.role == Role::Primary));
+            persist(spec, epoch, spec.role)?;
+            Ok((spec.role, epoch))
+        }
+    }
+}
+
+/// Save epoch and role (synced: we are, or are becoming, the primary's copy holder).
+fn persist(spec: &MirrorSpec, epoch: u64, role: Role) -> Result<(), MirrorError> {
+    let Some(path) = &spec.state_path else {
+        return Ok(());
+    };
+    let st = state::State {
+        epoch,
+        role,
+        synced: role == Role::Primary,
+    };
+    state::save(path, &st).map_err(|source| MirrorError::State {
+        path: path.clone(),
+        source,
+    })
 }
 
 impl Drop for Mirror {

@@ -3,7 +3,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-use crate::regions::Regions;
+use crate::bitmap::Bitmap;
 use crate::{MirrorSpec, MirrorStatus, PeerState, Role};
 
 /// Striped per-region locks: a host write and the resync copy of the same region serialise.
@@ -17,7 +17,7 @@ pub(crate) struct Shared {
     pub(crate) fenced: AtomicBool,
     pub(crate) in_flight: AtomicU64,
     peer: Mutex<PeerState>,
-    regions: Mutex<Regions>,
+    regions: Mutex<Bitmap>,
     stripes: Vec<Mutex<()>>,
 }
 
@@ -26,8 +26,13 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Shared {
-    pub(crate) fn new(spec: MirrorSpec, size: u64, role: Role, epoch: u64) -> Shared {
-        let regions = Regions::new(size, spec.region_bytes);
+    pub(crate) fn new(
+        spec: MirrorSpec,
+        size: u64,
+        role: Role,
+        epoch: u64,
+        regions: Bitmap,
+    ) -> Shared {
         Shared {
             spec,
             size,
@@ -84,13 +89,13 @@ impl Shared {
     /// Mark the regions of `offset..offset+len` dirty (before the data write is issued).
     pub(crate) fn mark(&self, offset: u64, len: u64) {
         let mut r = lock(&self.regions);
-        for i in r.span(offset, len) {
+        for i in r.regions().span(offset, len) {
             r.set(i);
         }
     }
 
     pub(crate) fn next_dirty(&self, from: u64) -> Option<u64> {
-        lock(&self.regions).next_dirty(from)
+        lock(&self.regions).regions().next_dirty(from)
     }
 
     pub(crate) fn clear_region(&self, r: u64) {
@@ -98,7 +103,7 @@ impl Shared {
     }
 
     pub(crate) fn dirty(&self) -> u64 {
-        lock(&self.regions).dirty()
+        lock(&self.regions).regions().dirty()
     }
 
     /// Lazy clear: in sync and nothing in flight → no region can hold a write the peer lacks.
@@ -111,7 +116,7 @@ impl Shared {
 
     /// The copy lock of every region touched by `offset..offset+len`, in ascending stripe order.
     pub(crate) fn region_locks(&self, offset: u64, len: u64) -> Vec<MutexGuard<'_, ()>> {
-        let span = lock(&self.regions).span(offset, len);
+        let span = lock(&self.regions).regions().span(offset, len);
         let mut idx: Vec<usize> = span.map(|r| (r % STRIPES as u64) as usize).collect();
         idx.sort_unstable();
         idx.dedup();
