@@ -190,3 +190,35 @@ fn full_copy_rate() {
     assert_eq!(read(&*sl, 0, 1 << 20), pattern(9, 1 << 20));
     m.stop();
 }
+
+/// A box with persisted state restarts as secondary, with its dirty regions remembered; a
+/// manual promotion makes it primary at epoch + 1.
+#[test]
+fn restart_as_secondary_keeps_dirty_regions() {
+    const SIZE: u64 = 8 << 20;
+    let dir = std::env::temp_dir().join(format!("ebof-mirror-restart-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let mut sp = spec("127.0.0.1:9".parse().expect("addr")); // nothing listens: degraded
+    sp.state_path = Some(dir.join("ns1.state"));
+    let pl = ram(SIZE);
+    let fence = || Arc::new(TestFence(0.into()));
+    let m = Mirror::start(sp.clone(), pl.clone(), fence(), Arc::new(Sink)).expect("start");
+    assert_eq!(m.status().role, Role::Primary);
+    let epoch = m.status().epoch;
+    m.backend()
+        .write(2 << 20, &pattern(4, 4096))
+        .expect("write");
+    m.stop();
+    drop(m);
+    let m = Mirror::start(sp, pl, fence(), Arc::new(Sink)).expect("restart");
+    let st = m.status();
+    assert_eq!(st.role, Role::Secondary, "{st:?}");
+    assert_eq!(st.epoch, epoch);
+    assert!(st.dirty_regions >= 1, "{st:?}");
+    assert!(m.promote(false).is_ok());
+    assert_eq!(m.status().role, Role::Primary);
+    assert_eq!(m.status().epoch, epoch + 1);
+    assert!(m.promote(false).is_err());
+    m.stop();
+    std::fs::remove_dir_all(&dir).expect("cleanup");
+}
