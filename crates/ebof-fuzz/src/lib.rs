@@ -44,6 +44,8 @@
 //!   and the names it derives from CSI names (`ebof_csi::names`).
 //! - [`targets::csi_authority`]: a gRPC client's bytes into the CSI socket's `:authority`
 //!   rewriter (HTTP/2 frames, HPACK); piece-independent, and its output a fixed point.
+//! - [`targets::vendor_cmds`]: an SQE and data into the vendor admin decoders (C1h Mirror
+//!   Admit, C5h Witness Lease); known refusals only, identity round trips of what is accepted.
 
 #![forbid(unsafe_code)]
 
@@ -195,6 +197,12 @@ pub const TARGETS: &[Target] = &[
         name: "csi_authority",
         run: targets::csi_authority::run,
         max_len: 4096,
+        time_div: 4,
+    },
+    Target {
+        name: "vendor_cmds",
+        run: targets::vendor_cmds::run,
+        max_len: 256,
         time_div: 4,
     },
 ];

@@ -58,6 +58,9 @@ pub fn all() -> Vec<(&'static str, String, Vec<u8>)> {
     for (name, bytes) in crate::targets::csi_authority::seeds() {
         v.push(("csi_authority", name, bytes));
     }
+    for (name, bytes) in crate::targets::vendor_cmds::seeds() {
+        v.push(("vendor_cmds", name, bytes));
+    }
     v
 }
 

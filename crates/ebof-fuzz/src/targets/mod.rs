@@ -13,3 +13,4 @@ pub mod rdma_wire;
 pub mod target_conn;
 pub mod tls_psk;
 pub mod tls_record;
+pub mod vendor_cmds;
