@@ -10,6 +10,7 @@
 
 mod backend;
 pub mod bitmap;
+mod fence;
 mod link;
 pub mod regions;
 mod shared;
@@ -23,6 +24,7 @@ use std::time::Duration;
 use ebof_backend::Backend;
 
 pub use backend::MirrorBackend;
+pub use fence::NsFence;
 use shared::Shared;
 
 /// The role of this box for one mirrored namespace.

@@ -7,6 +7,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use ebof_backend::Backend;
+use nvme_spec::ebof_vendor::{self, AdmitReply, MirrorAdmit};
 use nvme_spec::{CommandId, NamespaceId, Sqe, Status};
 use nvmf_host::{Controller, DataDir, HostConfig, IoQueue};
 use tokio::sync::mpsc;
@@ -18,7 +19,7 @@ use crate::{PeerState, Role};
 pub(crate) type LinkDone = Box<dyn FnOnce(bool) + Send>;
 
 /// Mirror Admit (vendor admin opcode, see the design).
-pub(crate) const OPC_MIRROR_ADMIT: u8 = 0xC1;
+pub(crate) const OPC_MIRROR_ADMIT: u8 = ebof_vendor::opcode::MIRROR_ADMIT;
 /// Largest single replicated write (bytes); bigger ones are split.
 const CHUNK: usize = 128 * 1024;
 const BACKOFF_MIN: Duration = Duration::from_millis(50);
@@ -208,7 +209,7 @@ impl Link {
         if !cqe.status.is_success() {
             return Err(format!("mirror admit refused: {:?}", cqe.status));
         }
-        Ok(cqe.dw0 & 1 == 1)
+        Ok(AdmitReply::from_cqe(&cqe).synced)
     }
 
     /// Serve requests and resync until the link fails or we stop.
@@ -367,10 +368,12 @@ impl Pass {
 /// The Mirror Admit SQE: NSID, CDW10/11 = epoch, CDW12 bit 0 = "you are in sync".
 pub(crate) fn admit_sqe(nsid: u32, epoch: u64, in_sync: bool) -> Sqe {
     let mut sqe = Sqe::new(OPC_MIRROR_ADMIT, CommandId(0));
-    sqe.set_nsid(NamespaceId(nsid));
-    sqe.set_cdw(10, epoch as u32);
-    sqe.set_cdw(11, (epoch >> 32) as u32);
-    sqe.set_cdw(12, u32::from(in_sync));
+    MirrorAdmit {
+        nsid,
+        epoch,
+        in_sync,
+    }
+    .encode_into(&mut sqe);
     sqe
 }
 
@@ -386,5 +389,13 @@ mod tests {
         assert_eq!(s.cdw(10), 2);
         assert_eq!(s.cdw(11), 1);
         assert_eq!(s.cdw(12), 1);
+        assert_eq!(
+            MirrorAdmit::decode(&s).ok(),
+            Some(MirrorAdmit {
+                nsid: 3,
+                epoch: 0x1_0000_0002,
+                in_sync: true
+            })
+        );
     }
 }
