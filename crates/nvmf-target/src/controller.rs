@@ -113,9 +113,32 @@ pub struct Controller {
     ns_gen: AtomicU32,
     /// An asynchronous event is pending (a cheap check for the admin queue's tick).
     event_pending: AtomicBool,
+    /// A mirror's replication link (host NQN = `Target::mirror_link_nqn`): its I/O is fenced
+    /// by the namespace's [`crate::mirror::MirrorFence`] instead of ANA and reservations.
+    replica_link: AtomicBool,
+    /// The epoch Mirror Admit (C1h) admitted this link at; 0 until admitted.
+    replica_epoch: AtomicU64,
 }
 
 impl Controller {
+    /// A mirror's replication link controller (set at Connect).
+    #[inline]
+    pub fn is_replica_link(&self) -> bool {
+        self.replica_link.load(Ordering::Relaxed)
+    }
+    /// Mark it a replication link (Connect, before any queue of it runs a command).
+    pub(crate) fn set_replica_link(&self) {
+        self.replica_link.store(true, Ordering::SeqCst);
+    }
+    /// The epoch this link was admitted at (0: not admitted).
+    #[inline]
+    pub fn replica_epoch(&self) -> u64 {
+        self.replica_epoch.load(Ordering::SeqCst)
+    }
+    /// Record the epoch Mirror Admit admitted this link at.
+    pub(crate) fn set_replica_epoch(&self, epoch: u64) {
+        self.replica_epoch.store(epoch, Ordering::SeqCst);
+    }
     /// A controller for host `hostnqn`/`hostid`, with write cache enabled and no I/O queue
     /// connected; `kato` `None` disables the keep-alive timer, `max_qid` is the highest I/O
     /// queue id it accepts.
@@ -155,6 +178,8 @@ impl Controller {
             base: now,
             qids: Mutex::new(vec![false; usize::from(max_qid) + 1]),
             ns_gen: AtomicU32::new(0),
+            replica_link: AtomicBool::new(false),
+            replica_epoch: AtomicU64::new(0),
             event_pending: AtomicBool::new(false),
         }
     }

@@ -36,6 +36,8 @@ impl Queue {
         if !matches!(self.session.role(), QueueRole::Io { .. })
             || sqe.opcode() != io::WRITE
             || sqe.fuse() != 0
+            // A replication link's data lands only after its fence is checked inside the gate.
+            || self.session.is_replica_link()
         {
             return None;
         }

@@ -562,6 +562,14 @@ impl Queue {
                 }
                 let slot = &mut self.slots[idx];
                 let inside = !req.op.gated() || fused::enter_gate(slot, &req);
+                if inside && self.session.replica_fenced(&req.ns) {
+                    if std::mem::take(&mut slot.gate) {
+                        req.ns.gate.exit(1);
+                    }
+                    let denied = nvme_spec::ebof_vendor::OPERATION_DENIED;
+                    return self.complete_err(idx, denied.into());
+                }
+                let slot = &mut self.slots[idx];
                 slot.io = Some(req);
                 if !inside {
                     return self.defer(idx);

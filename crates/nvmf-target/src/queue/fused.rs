@@ -527,6 +527,14 @@ impl Queue {
                     match s.io.take() {
                         Some(req) => {
                             let inside = enter_gate(s, &req);
+                            if inside && self.session.replica_fenced(&req.ns) {
+                                if std::mem::take(&mut s.gate) {
+                                    req.ns.gate.exit(1);
+                                }
+                                let denied = nvme_spec::ebof_vendor::OPERATION_DENIED;
+                                self.complete_err(idx, denied.into());
+                                continue;
+                            }
                             s.io = Some(req);
                             inside
                         }

@@ -41,6 +41,8 @@ pub(crate) struct Session {
     touched: Option<Instant>,
     /// The host's address on this connection, when the transport reported it.
     peer: Option<SocketAddr>,
+    /// The controller is a mirror's replication link ([`Controller::is_replica_link`]).
+    replica_link: bool,
 }
 
 impl Session {
@@ -58,6 +60,7 @@ impl Session {
             tls_peer: None,
             touched: None,
             peer: None,
+            replica_link: false,
         }
     }
 
@@ -78,6 +81,7 @@ impl Session {
 
     /// Fabrics Connect succeeded: this queue is `role` of `ctrl`.
     pub(crate) fn connected(&mut self, ctrl: Arc<Controller>, role: QueueRole) {
+        self.replica_link = ctrl.is_replica_link();
         self.ctrl = Some(ctrl);
         self.role = role;
     }
@@ -224,6 +228,10 @@ impl Session {
     /// atomic load while the namespace has no reservation.
     #[inline]
     pub(crate) fn resv_check(&self, ns: &Namespace, op: u8) -> Result<(), CmdError> {
+        if self.replica_link {
+            // Fenced by the mirror instead ([`Session::ana_check`]).
+            return Ok(());
+        }
         match &self.ctrl {
             Some(c) => ns.resv.check(&c.hostid, op).map_err(|s| CmdError::at(s, 0)),
             None => Ok(()),
@@ -234,10 +242,36 @@ impl Session {
     /// inaccessible, lost or in transition on this queue's listener (one relaxed load).
     #[inline]
     pub(crate) fn ana_check(&self, ns: &Namespace) -> Result<(), CmdError> {
+        if self.replica_link {
+            return self.replica_check(ns);
+        }
         match self.target.ana.path_status(self.ana_row + ns.ana_index()) {
             None => Ok(()),
             Some(s) => Err(s.into()),
         }
+    }
+
+    /// A replication link's I/O: only to a mirrored namespace whose fence is secondary at the
+    /// epoch the link was admitted at; else Operation Denied + DNR.
+    #[cold]
+    pub(crate) fn replica_check(&self, ns: &Namespace) -> Result<(), CmdError> {
+        match (&ns.mirror, &self.ctrl) {
+            (Some(f), Some(c)) if f.admits_replica(c.replica_epoch()) => Ok(()),
+            _ => Err(nvme_spec::ebof_vendor::OPERATION_DENIED.into()),
+        }
+    }
+
+    /// This queue belongs to a mirror's replication link.
+    #[inline]
+    pub(crate) fn is_replica_link(&self) -> bool {
+        self.replica_link
+    }
+
+    /// True on a replication link's queue whose command on `ns` its fence no longer admits
+    /// (checked again after entering the namespace gate: a promotion drains the gate first).
+    #[inline]
+    pub(crate) fn replica_fenced(&self, ns: &Namespace) -> bool {
+        self.replica_link && self.replica_check(ns).is_err()
     }
 
     /// The connection closed: an admin queue takes its controller down, an I/O queue gives its

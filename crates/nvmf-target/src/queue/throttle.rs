@@ -144,6 +144,14 @@ impl Queue {
                 continue;
             };
             let inside = !req.op.gated() || fused::enter_gate(slot, &req);
+            if inside && self.session.replica_fenced(&req.ns) {
+                if std::mem::take(&mut slot.gate) {
+                    req.ns.gate.exit(1);
+                }
+                let denied = nvme_spec::ebof_vendor::OPERATION_DENIED;
+                self.complete_err(w.slot, denied.into());
+                continue;
+            }
             slot.io = Some(req);
             if inside {
                 slot.state = SlotState::Ready;
