@@ -175,6 +175,9 @@ impl Queue {
             })
             .ok_or(CmdError::at(Status::CONNECT_CTRL_BUSY, 0xFFFF))?;
         ctrl.set_local_addr(self.session.local());
+        if !ctrl.is_discovery() && target.is_mirror_link(&d.hostnqn) {
+            ctrl.set_replica_link();
+        }
         // The subsystem may have been removed or changed (Target::update_table,
         // update_subsystem) between our lookup and the registration; a change reaches the
         // controllers registered before its swap, so one more lookup after registering closes

@@ -52,6 +52,8 @@ pub struct Target {
     dim: Mutex<DimMap>,
     /// Subsystem NQNs removed while running or expected ([`Target::will_serve`]).
     known: crate::known::KnownNqns,
+    /// Host NQN of mirror replication links ([`Target::set_mirror_link_nqn`]).
+    mirror_link_nqn: Mutex<Option<String>>,
 }
 
 /// The DIM registry: registrations by (host NQN, entity NQN).
@@ -132,7 +134,32 @@ impl Target {
             referrals: ArcSwap::from_pointee(Vec::new()),
             dim: Mutex::new(Default::default()),
             known: Default::default(),
+            mirror_link_nqn: Mutex::new(None),
         }
+    }
+
+    /// Connections whose Connect host NQN is `nqn` are mirror replication links (ADR 0028):
+    /// their I/O is fenced by the namespace's `MirrorFence` instead of ANA and reservations,
+    /// and they may send Mirror Admit (C1h). `None`: no replication links.
+    pub fn set_mirror_link_nqn(&self, nqn: Option<String>) {
+        *self.mirror_link_nqn.lock().unwrap_or_else(|e| e.into_inner()) = nqn;
+    }
+
+    /// The host NQN of mirror replication links ([`Target::set_mirror_link_nqn`]).
+    pub fn mirror_link_nqn(&self) -> Option<String> {
+        self.mirror_link_nqn
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// True when `hostnqn` is the mirror replication links' host NQN.
+    pub fn is_mirror_link(&self, hostnqn: &str) -> bool {
+        self.mirror_link_nqn
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_deref()
+            == Some(hostnqn)
     }
 
     /// The referrals the discovery controllers serve (a snapshot).
