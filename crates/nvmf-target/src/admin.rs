@@ -51,6 +51,10 @@ impl Queue {
             | admin::KEEP_ALIVE
             | admin::ASYNC_EVENT_REQUEST
             | admin::ABORT => 0,
+            nvme_spec::ebof_vendor::opcode::WITNESS_LEASE => {
+                let ctrl = self.session.ctrl().map(|c| &**c);
+                crate::witness_cmd::lease_data_len(self.session.target(), ctrl)?
+            }
             // An opcode we do not implement is Invalid Command Opcode whatever data it
             // carries (not Data SGL Length Invalid for data we would not have taken).
             _ => return Err(CmdError::at(Status::INVALID_OPCODE, 0)),
@@ -99,6 +103,13 @@ impl Queue {
             // reports "command not aborted", which the spec allows.
             admin::ABORT if !disc => Ok((1, 0)),
             admin::DISCOVERY_INFO_MGMT if disc => self.execute_dim(&ctrl, sqe, buf),
+            nvme_spec::ebof_vendor::opcode::WITNESS_LEASE => crate::witness_cmd::execute_lease(
+                self.session.target(),
+                &ctrl,
+                sqe,
+                buf,
+                self.now(),
+            ),
             _ => Err(CmdError::at(Status::INVALID_OPCODE, 0)),
         };
         Exec::Done(r)
@@ -444,6 +455,10 @@ impl Queue {
                     admin::ASYNC_EVENT_REQUEST,
                     admin::KEEP_ALIVE,
                 ] {
+                    log.acs[usize::from(op)] = effects::CSUPP;
+                }
+                if crate::witness_cmd::serves_lease(self.session.target(), ctrl) {
+                    let op = nvme_spec::ebof_vendor::opcode::WITNESS_LEASE;
                     log.acs[usize::from(op)] = effects::CSUPP;
                 }
                 log.iocs[usize::from(io::FLUSH)] = effects::CSUPP | effects::LBCC;

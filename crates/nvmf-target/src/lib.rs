@@ -170,6 +170,7 @@ pub mod reservation;
 mod resv_cmd;
 mod target;
 pub mod witness;
+mod witness_cmd;
 
 pub use cmds::execute_io;
 pub use controller::{Controller, ControllerKind};

@@ -54,6 +54,8 @@ pub struct Target {
     known: crate::known::KnownNqns,
     /// Host NQN of mirror replication links ([`Target::set_mirror_link_nqn`]).
     mirror_link_nqn: Mutex<Option<String>>,
+    /// The witness's lease table, when this box is a witness ([`Target::set_witness`]).
+    witness: Mutex<Option<crate::witness::LeaseTable>>,
 }
 
 /// The DIM registry: registrations by (host NQN, entity NQN).
@@ -135,7 +137,35 @@ impl Target {
             dim: Mutex::new(Default::default()),
             known: Default::default(),
             mirror_link_nqn: Mutex::new(None),
+            witness: Mutex::new(None),
         }
+    }
+
+    /// Make this box a witness with `table` (Witness Lease, C5h, is then answered on
+    /// controllers of [`crate::witness::WITNESS_NQN`]), or stop being one with `None`.
+    pub fn set_witness(&self, table: Option<crate::witness::LeaseTable>) {
+        *self.witness.lock().unwrap_or_else(|e| e.into_inner()) = table;
+    }
+
+    /// This box is a witness ([`Target::set_witness`]).
+    pub fn is_witness(&self) -> bool {
+        self.witness
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
+    }
+
+    /// Answer a lease request at `now` (`None`: this box is no witness).
+    pub fn witness_request(
+        &self,
+        req: &crate::witness::LeaseRequest,
+        now: Instant,
+    ) -> Option<crate::witness::LeaseReply> {
+        self.witness
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_mut()
+            .map(|t| t.request(req, now))
     }
 
     /// Connections whose Connect host NQN is `nqn` are mirror replication links (ADR 0028):

@@ -21,6 +21,9 @@ use std::time::{Duration, Instant};
 /// Volumes one witness keeps.
 pub const MAX_VOLUMES: usize = 4096;
 
+/// The witness subsystem: Witness Lease (C5h) is answered only on its controllers.
+pub const WITNESS_NQN: &str = "nqn.2026-11.io.ebof:witness";
+
 /// What a requester asks ([`LeaseTable::request`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LeaseOp {
@@ -58,6 +61,24 @@ pub struct LeaseReply {
     pub left: Duration,
     /// The volume's current epoch (0: unknown volume).
     pub epoch: u64,
+}
+
+impl From<&nvme_spec::ebof_vendor::WitnessLease> for LeaseRequest {
+    fn from(w: &nvme_spec::ebof_vendor::WitnessLease) -> LeaseRequest {
+        use nvme_spec::ebof_vendor::LeaseOpCode;
+        LeaseRequest {
+            volume: w.volume,
+            holder: w.holder,
+            epoch: w.epoch,
+            lease: Duration::from_millis(u64::from(w.lease_ms)),
+            op: match w.op {
+                LeaseOpCode::Acquire => LeaseOp::Acquire,
+                LeaseOpCode::Release => LeaseOp::Release,
+                LeaseOpCode::Query => LeaseOp::Query,
+            },
+            peer_in_sync: w.peer_in_sync,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
