@@ -12,6 +12,7 @@ mod backend;
 pub mod bitmap;
 mod fence;
 mod link;
+mod pipe;
 pub mod regions;
 mod shared;
 pub mod state;

@@ -12,6 +12,7 @@ use nvme_spec::{CommandId, NamespaceId, Sqe, Status};
 use nvmf_host::{Controller, DataDir, HostConfig, IoQueue};
 use tokio::sync::mpsc;
 
+use crate::pipe::{CHUNK, Pipe, Sub};
 use crate::shared::Shared;
 use crate::{PeerState, Role};
 
@@ -20,8 +21,6 @@ pub(crate) type LinkDone = Box<dyn FnOnce(bool) + Send>;
 
 /// Mirror Admit (vendor admin opcode, see the design).
 pub(crate) const OPC_MIRROR_ADMIT: u8 = ebof_vendor::opcode::MIRROR_ADMIT;
-/// Largest single replicated write (bytes); bigger ones are split.
-const CHUNK: usize = 128 * 1024;
 const BACKOFF_MIN: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
 const TICK: Duration = Duration::from_millis(500);
@@ -40,7 +39,7 @@ pub(crate) enum LinkReq {
 }
 
 impl LinkReq {
-    fn fail(self) {
+    pub(crate) fn fail(self) {
         match self {
             LinkReq::Write { done, .. } | LinkReq::Flush { done } => done(false),
         }
@@ -173,6 +172,7 @@ impl Link {
             hostnqn: spec.link_hostnqn.clone(),
             io_queues: 1,
             async_events: false,
+            io_timeout: self.timeout(),
             ..spec.host.clone()
         };
         let to = self.timeout();
@@ -212,48 +212,57 @@ impl Link {
         Ok(AdmitReply::from_cqe(&cqe).synced)
     }
 
-    /// Serve requests and resync until the link fails or we stop.
+    /// Serve requests and resync until the link fails or we stop; on failure every request
+    /// in flight or waiting fails (the primary degrades).
     async fn serve(&mut self, c: &mut Conn) -> Result<(), String> {
+        let mut pipe = Pipe::new(self.shared.spec.nsid, self.shared.spec.block_size);
+        let mut stash = None;
+        let r = self.serve_pipe(c, &mut pipe, &mut stash).await;
+        pipe.fail_all();
+        if let Some(r) = stash {
+            LinkReq::fail(r);
+        }
+        r
+    }
+
+    async fn serve_pipe(
+        &mut self,
+        c: &mut Conn,
+        pipe: &mut Pipe,
+        stash: &mut Option<LinkReq>,
+    ) -> Result<(), String> {
         let mut cursor = 0u64;
         let mut pass = Pass::new();
-        let resyncing = self.shared.dirty() > 0;
-        if resyncing {
-            pass.total = self.shared.dirty() * self.shared.spec.region_bytes;
-        }
-        let mut in_sync = !resyncing;
+        pass.total = self.shared.dirty() * self.shared.spec.region_bytes;
+        let mut in_sync = pass.total == 0;
         if in_sync {
             self.admit(&c.ctrl, true).await?;
             self.shared.set_peer(PeerState::InSync);
         }
-        while !self.stopping() {
-            if self.shared.role() != Role::Primary {
-                return Ok(());
-            }
-            while let Ok(r) = self.rx.try_recv() {
-                self.replicate(c, r).await?;
+        while !self.stopping() && self.shared.role() == Role::Primary {
+            self.intake(c, pipe, stash).await?;
+            if pipe.in_flight() > 0 && (in_sync || stash.is_some()) {
+                pipe.poll(&mut c.q).await?;
+                continue;
             }
             if !in_sync {
-                match self.shared.next_dirty(cursor) {
-                    Some(r) => {
-                        self.copy_region(c, r, &mut pass).await?;
-                        cursor = r + 1;
-                        continue;
-                    }
-                    None => {
-                        self.admit(&c.ctrl, true).await?;
-                        self.shared.set_peer(PeerState::InSync);
-                        in_sync = true;
-                        tracing::info!(
-                            nsid = self.shared.spec.nsid,
-                            bytes = pass.done,
-                            "mirror resync done"
-                        );
-                    }
+                while pipe.in_flight() > 0 {
+                    pipe.poll(&mut c.q).await?;
                 }
+                if let Some(r) = self.shared.next_dirty(cursor) {
+                    self.copy_region(c, r, &mut pass).await?;
+                    cursor = r + 1;
+                    continue;
+                }
+                self.admit(&c.ctrl, true).await?;
+                self.shared.set_peer(PeerState::InSync);
+                in_sync = true;
+                let nsid = self.shared.spec.nsid;
+                tracing::info!(nsid, bytes = pass.done, "mirror resync done");
             }
             tokio::select! {
                 r = self.rx.recv() => match r {
-                    Some(r) => self.replicate(c, r).await?,
+                    Some(r) => *stash = Some(r),
                     None => return Ok(()),
                 },
                 _ = tokio::time::sleep(TICK) => self.shared.sweep(),
@@ -261,6 +270,37 @@ impl Link {
             }
         }
         Ok(())
+    }
+
+    /// Submit waiting requests while the queue has room.
+    async fn intake(
+        &mut self,
+        c: &mut Conn,
+        pipe: &mut Pipe,
+        stash: &mut Option<LinkReq>,
+    ) -> Result<(), String> {
+        loop {
+            let r = match stash.take() {
+                Some(r) => r,
+                None => match self.rx.try_recv() {
+                    Ok(r) => r,
+                    Err(_) => return Ok(()),
+                },
+            };
+            match pipe.submit(&mut c.q, r)? {
+                Sub::Queued => {}
+                Sub::Full(r) => {
+                    *stash = Some(r);
+                    return Ok(());
+                }
+                Sub::Big(r) => {
+                    while pipe.in_flight() > 0 {
+                        pipe.poll(&mut c.q).await?;
+                    }
+                    self.replicate(c, r).await?;
+                }
+            }
+        }
     }
 
     async fn replicate(&self, c: &mut Conn, r: LinkReq) -> Result<(), String> {

@@ -1,0 +1,155 @@
+//! Replicated writes and flushes pipelined on one link I/O queue: many commands in flight,
+//! each request's `done` called when all its chunks have completed.
+
+use std::collections::HashMap;
+
+use nvme_spec::NamespaceId;
+use nvmf_host::IoQueue;
+
+use crate::link::{LinkDone, LinkReq};
+
+/// Largest single replicated write command (bytes); bigger requests are split.
+pub(crate) const CHUNK: usize = 128 * 1024;
+
+/// The outcome of [`Pipe::submit`].
+pub(crate) enum Sub {
+    /// Submitted (all its chunks).
+    Queued,
+    /// No room now: poll, then submit it again.
+    Full(LinkReq),
+    /// More chunks than the queue has slots: run it alone, unpipelined.
+    Big(LinkReq),
+}
+
+struct Pending {
+    parts: usize,
+    ok: bool,
+    done: LinkDone,
+}
+
+/// The requests in flight on the queue.
+pub(crate) struct Pipe {
+    nsid: NamespaceId,
+    block: usize,
+    pending: HashMap<u64, Pending>,
+    next: u64,
+}
+
+impl Pipe {
+    pub(crate) fn new(nsid: u32, block_size: u32) -> Pipe {
+        Pipe {
+            nsid: NamespaceId(nsid),
+            block: block_size.max(1) as usize,
+            pending: HashMap::new(),
+            next: 0,
+        }
+    }
+
+    /// Requests in flight.
+    pub(crate) fn in_flight(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Bytes per write command on `q` (a multiple of the block size).
+    pub(crate) fn chunk(&self, q: &IoQueue) -> usize {
+        let c = CHUNK.min(q.max_io().max(self.block));
+        (c / self.block).max(1) * self.block
+    }
+
+    /// Submit `r` (all chunks or none).
+    pub(crate) fn submit(&mut self, q: &mut IoQueue, r: LinkReq) -> Result<Sub, String> {
+        let chunk = self.chunk(q);
+        let parts = match &r {
+            LinkReq::Write { data, .. } => data.len().div_ceil(chunk).max(1),
+            LinkReq::Flush { .. } => 1,
+        };
+        let free = q.capacity().saturating_sub(q.in_flight());
+        if parts > q.capacity().saturating_sub(1).max(1) {
+            return Ok(Sub::Big(r));
+        }
+        if parts > free {
+            return Ok(Sub::Full(r));
+        }
+        let id = self.next;
+        self.next += 1;
+        let err = |e: nvmf_host::HostError| e.to_string();
+        match r {
+            LinkReq::Write {
+                offset,
+                data,
+                fua,
+                done,
+            } => {
+                for (i, part) in data.chunks(chunk).enumerate() {
+                    let slba = (offset + (i * chunk) as u64) / self.block as u64;
+                    let nlb = (part.len() / self.block) as u32;
+                    let s = q
+                        .submit_write_fua(self.nsid, slba, nlb, part.len(), id, fua, |b| {
+                            b.copy_from_slice(part)
+                        })
+                        .map_err(err)?;
+                    if s.is_none() {
+                        return Err("link queue full after room was checked".into());
+                    }
+                }
+                self.pending.insert(
+                    id,
+                    Pending {
+                        parts,
+                        ok: true,
+                        done,
+                    },
+                );
+            }
+            LinkReq::Flush { done } => {
+                if q.submit_flush(self.nsid, id).map_err(err)?.is_none() {
+                    return Err("link queue full after room was checked".into());
+                }
+                self.pending.insert(
+                    id,
+                    Pending {
+                        parts,
+                        ok: true,
+                        done,
+                    },
+                );
+            }
+        }
+        Ok(Sub::Queued)
+    }
+
+    /// Wait for completions and finish the requests they complete. A command answered with an
+    /// error fails its request and the link (Err: reconnect, the primary degrades).
+    pub(crate) async fn poll(&mut self, q: &mut IoQueue) -> Result<(), String> {
+        let mut failed = None;
+        let pending = &mut self.pending;
+        q.poll_completions(|c| {
+            let Some(p) = pending.get_mut(&c.user) else {
+                return;
+            };
+            if !c.is_success() {
+                p.ok = false;
+                failed = Some(c.status());
+            }
+            p.parts -= 1;
+            if p.parts == 0
+                && let Some(p) = pending.remove(&c.user)
+            {
+                (p.done)(p.ok);
+            }
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+        match failed {
+            Some(s) => Err(format!("peer answered {s:?}")),
+            None => Ok(()),
+        }
+    }
+
+    /// Fail every request in flight (the link is gone).
+    pub(crate) fn fail_all(&mut self) {
+        for (_, p) in self.pending.drain() {
+            (p.done)(false);
+        }
+    }
+}
