@@ -51,6 +51,8 @@ impl Queue {
             | admin::KEEP_ALIVE
             | admin::ASYNC_EVENT_REQUEST
             | admin::ABORT => 0,
+            // Mirror Admit (ADR 0028): no data; refused in phase 2 off a replication link.
+            nvme_spec::ebof_vendor::opcode::MIRROR_ADMIT => 0,
             nvme_spec::ebof_vendor::opcode::WITNESS_LEASE => {
                 let ctrl = self.session.ctrl().map(|c| &**c);
                 crate::witness_cmd::lease_data_len(self.session.target(), ctrl)?
@@ -103,6 +105,9 @@ impl Queue {
             // reports "command not aborted", which the spec allows.
             admin::ABORT if !disc => Ok((1, 0)),
             admin::DISCOVERY_INFO_MGMT if disc => self.execute_dim(&ctrl, sqe, buf),
+            nvme_spec::ebof_vendor::opcode::MIRROR_ADMIT if !disc => {
+                crate::mirror_cmd::execute_admit(&ctrl, sqe)
+            }
             nvme_spec::ebof_vendor::opcode::WITNESS_LEASE => crate::witness_cmd::execute_lease(
                 self.session.target(),
                 &ctrl,
@@ -455,6 +460,10 @@ impl Queue {
                     admin::ASYNC_EVENT_REQUEST,
                     admin::KEEP_ALIVE,
                 ] {
+                    log.acs[usize::from(op)] = effects::CSUPP;
+                }
+                if ctrl.is_replica_link() {
+                    let op = nvme_spec::ebof_vendor::opcode::MIRROR_ADMIT;
                     log.acs[usize::from(op)] = effects::CSUPP;
                 }
                 if crate::witness_cmd::serves_lease(self.session.target(), ctrl) {

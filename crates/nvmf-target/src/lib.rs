@@ -163,6 +163,7 @@ pub mod known;
 pub mod latency;
 pub mod log_limit;
 pub mod mirror;
+mod mirror_cmd;
 mod model;
 pub mod qos;
 mod queue;
