@@ -16,6 +16,7 @@ mod pipe;
 pub mod regions;
 mod shared;
 pub mod state;
+pub mod witness;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
