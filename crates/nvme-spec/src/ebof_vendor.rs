@@ -367,7 +367,7 @@ mod tests {
         assert_eq!((c.dw0, c.dw1), (1, 77));
         assert_eq!(AdmitReply::from_cqe(&Cqe::decode(&c.to_bytes())), r);
         assert!(!OPERATION_DENIED.is_success());
-        assert!(OPERATION_DENIED.dnr);
+        const { assert!(OPERATION_DENIED.dnr) };
         assert_eq!((OPERATION_DENIED.sct, OPERATION_DENIED.sc), (0, 0x15));
     }
 

@@ -172,7 +172,10 @@ impl Target {
     /// their I/O is fenced by the namespace's `MirrorFence` instead of ANA and reservations,
     /// and they may send Mirror Admit (C1h). `None`: no replication links.
     pub fn set_mirror_link_nqn(&self, nqn: Option<String>) {
-        *self.mirror_link_nqn.lock().unwrap_or_else(|e| e.into_inner()) = nqn;
+        *self
+            .mirror_link_nqn
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = nqn;
     }
 
     /// The host NQN of mirror replication links ([`Target::set_mirror_link_nqn`]).
