@@ -8,9 +8,17 @@ use std::time::{Duration, Instant};
 use ebof_backend::{Backend, BackendSpec};
 use ebof_mirror::{Fence, Mirror, MirrorSpec, PeerState, Role, RoleSink};
 use ebof_runtime::{Server, ServerConfig, ServerHandle};
-use nvmf_target::{ListenerInfo, Namespace, Subsystem, Target, TargetLimits};
+use nvmf_target::{
+    ListenerInfo, MirrorFence, MirrorRole, Namespace, Subsystem, Target, TargetLimits,
+};
 
 const NQN: &str = "nqn.2026-11.io.ebof:mirror-test";
+
+/// A subsystem NQN of its own per test: a port freed by one test and taken by another's
+/// secondary must not take a link meant for the first.
+fn nqn(tag: &str) -> String {
+    format!("{NQN}-{tag}")
+}
 const LINK: &str = "nqn.2026-11.io.ebof:mirror-link";
 
 struct Box2 {
@@ -26,15 +34,28 @@ impl Drop for Box2 {
     }
 }
 
-/// The secondary box: the real server on `addr` (port 0: any) over `backend`.
-fn secondary(addr: SocketAddr, backend: Arc<dyn Backend>) -> Box2 {
+/// A secondary's fence (kept across its restarts, as its persisted state would be).
+fn sec_fence() -> Arc<MirrorFence> {
+    Arc::new(MirrorFence::new(0, MirrorRole::Secondary))
+}
+
+/// The secondary box: the real server on `addr` (port 0: any) over `backend`, fenced by
+/// `fence`, taking replica links from `LINK`.
+fn secondary(
+    nqn: &str,
+    addr: SocketAddr,
+    backend: Arc<dyn Backend>,
+    fence: &Arc<MirrorFence>,
+) -> Box2 {
     let sub = Subsystem {
-        nqn: NQN.into(),
+        nqn: nqn.into(),
         serial: "EBOFMIRROR".into(),
         model: "ebof-test".into(),
         allow_any_host: true,
         hosts: vec![],
-        namespaces: vec![Arc::new(Namespace::new(1, backend, 512, [0x22; 16]))],
+        namespaces: vec![Arc::new(
+            Namespace::new(1, backend, 512, [0x22; 16]).with_mirror(fence.clone()),
+        )],
         ns_hosts: Default::default(),
     };
     let target = Arc::new(Target::new(
@@ -48,6 +69,7 @@ fn secondary(addr: SocketAddr, backend: Arc<dyn Backend>) -> Box2 {
         TargetLimits::default(),
         Instant::now(),
     ));
+    target.set_mirror_link_nqn(Some(LINK.into()));
     let cfg = ServerConfig::new(vec![addr], vec![0]);
     let handle = Server::start(target, cfg).expect("start secondary");
     let addr = handle.bound[0];
@@ -80,9 +102,9 @@ fn ram(size: u64) -> Arc<dyn Backend> {
     ebof_backend::open(&BackendSpec::Ram { size }).expect("ram")
 }
 
-fn spec(peer: SocketAddr) -> MirrorSpec {
+fn spec(nqn: &str, peer: SocketAddr) -> MirrorSpec {
     MirrorSpec {
-        subnqn: NQN.into(),
+        subnqn: nqn.into(),
         nsid: 1,
         volume_id: [0x22; 16],
         block_size: 512,
@@ -100,9 +122,9 @@ fn spec(peer: SocketAddr) -> MirrorSpec {
     }
 }
 
-fn start(local: Arc<dyn Backend>, peer: SocketAddr) -> Arc<Mirror> {
+fn start(nqn: &str, local: Arc<dyn Backend>, peer: SocketAddr) -> Arc<Mirror> {
     Mirror::start(
-        spec(peer),
+        spec(nqn, peer),
         local,
         Arc::new(TestFence(0.into())),
         Arc::new(Sink),
@@ -112,7 +134,13 @@ fn start(local: Arc<dyn Backend>, peer: SocketAddr) -> Arc<Mirror> {
 
 fn wait_for(m: &Mirror, what: &str, f: impl Fn(PeerState) -> bool) {
     let t = Instant::now();
+    let mut last = None;
     while !f(m.status().peer) {
+        let st = m.status();
+        if last != Some(st.peer) {
+            eprintln!("{what}: {st:?}");
+            last = Some(st.peer);
+        }
         assert!(
             t.elapsed() < Duration::from_secs(60),
             "no {what}: {:?}",
@@ -136,12 +164,13 @@ fn pattern(seed: u8, len: usize) -> Vec<u8> {
 
 #[test]
 fn writes_land_on_both_degrade_and_resync() {
+    let n = nqn("writes_land_on_both_degrade_and_resync");
     const SIZE: u64 = 16 << 20;
-    let (pl, sl) = (ram(SIZE), ram(SIZE));
+    let (pl, sl, sf) = (ram(SIZE), ram(SIZE), sec_fence());
     // An empty secondary gets a full copy of what the primary already holds.
     pl.write(5 << 20, &pattern(7, 8192)).expect("seed");
-    let sec = secondary("127.0.0.1:0".parse().expect("addr"), sl.clone());
-    let m = start(pl.clone(), sec.addr);
+    let sec = secondary(&n, "127.0.0.1:0".parse().expect("addr"), sl.clone(), &sf);
+    let m = start(&n, pl.clone(), sec.addr);
     wait_for(&m, "in sync", |p| p == PeerState::InSync);
     assert_eq!(read(&*sl, 5 << 20, 8192), pattern(7, 8192));
     let b = m.backend();
@@ -163,22 +192,38 @@ fn writes_land_on_both_degrade_and_resync() {
     assert!(st.dirty_regions >= 2, "{st:?}");
     assert_eq!(read(&*pl, 3 << 20, 4096), pattern(2, 4096));
 
-    // Back: resync, contents equal.
-    let _sec = secondary(addr, sl.clone());
+    // A clean region changed behind the mirror's back on the secondary: a dirty-only resync
+    // leaves it alone (a full copy would overwrite it).
+    sl.write(12 << 20, &pattern(99, 4096)).expect("side write");
+    assert_eq!(read(&*sl, 12 << 20, 4096), pattern(99, 4096), "side write");
+
+    // Back: the secondary was in sync at our epoch: only the dirty regions are copied.
+    let _sec = secondary(&n, addr, sl.clone(), &sf);
     wait_for(&m, "resync", |p| p == PeerState::InSync);
+    assert_eq!(read(&*sl, 3 << 20, 4096), pattern(2, 4096));
+    assert_eq!(read(&*sl, 9 << 20, 4096), pattern(3, 4096));
+    assert_eq!(
+        read(&*sl, 12 << 20, 4096),
+        pattern(99, 4096),
+        "clean region copied"
+    );
+    sl.write(12 << 20, &read(&*pl, 12 << 20, 4096))
+        .expect("undo side write");
     assert_eq!(read(&*sl, 0, SIZE as usize), read(&*pl, 0, SIZE as usize));
+    assert_eq!(sf.epoch(), m.status().epoch);
     m.stop();
 }
 
 /// Prints (does not assert) the rate of an unthrottled full copy.
 #[test]
 fn full_copy_rate() {
+    let n = nqn("full_copy_rate");
     const SIZE: u64 = 256 << 20;
-    let (pl, sl) = (ram(SIZE), ram(SIZE));
+    let (pl, sl, sf) = (ram(SIZE), ram(SIZE), sec_fence());
     pl.write(0, &pattern(9, 1 << 20)).expect("seed");
-    let sec = secondary("127.0.0.1:0".parse().expect("addr"), sl.clone());
+    let sec = secondary(&n, "127.0.0.1:0".parse().expect("addr"), sl.clone(), &sf);
     let t = Instant::now();
-    let m = start(pl.clone(), sec.addr);
+    let m = start(&n, pl.clone(), sec.addr);
     wait_for(&m, "in sync", |p| p == PeerState::InSync);
     let s = t.elapsed().as_secs_f64();
     println!(
@@ -195,10 +240,11 @@ fn full_copy_rate() {
 /// manual promotion makes it primary at epoch + 1.
 #[test]
 fn restart_as_secondary_keeps_dirty_regions() {
+    let n = nqn("restart_as_secondary_keeps_dirty_regions");
     const SIZE: u64 = 8 << 20;
     let dir = std::env::temp_dir().join(format!("ebof-mirror-restart-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
-    let mut sp = spec("127.0.0.1:9".parse().expect("addr")); // nothing listens: degraded
+    let mut sp = spec(&n, "127.0.0.1:9".parse().expect("addr")); // nothing listens: degraded
     sp.state_path = Some(dir.join("ns1.state"));
     let pl = ram(SIZE);
     let fence = || Arc::new(TestFence(0.into()));
@@ -227,10 +273,11 @@ fn restart_as_secondary_keeps_dirty_regions() {
 /// rate (not asserted).
 #[test]
 fn concurrent_writes_are_on_both() {
+    let n = nqn("concurrent_writes_are_on_both");
     const SIZE: u64 = 32 << 20;
-    let (pl, sl) = (ram(SIZE), ram(SIZE));
-    let sec = secondary("127.0.0.1:0".parse().expect("addr"), sl.clone());
-    let m = start(pl.clone(), sec.addr);
+    let (pl, sl, sf) = (ram(SIZE), ram(SIZE), sec_fence());
+    let sec = secondary(&n, "127.0.0.1:0".parse().expect("addr"), sl.clone(), &sf);
+    let m = start(&n, pl.clone(), sec.addr);
     wait_for(&m, "in sync", |p| p == PeerState::InSync);
     let b = m.backend();
     let t = Instant::now();
