@@ -51,8 +51,13 @@ impl Queue {
             | admin::KEEP_ALIVE
             | admin::ASYNC_EVENT_REQUEST
             | admin::ABORT => 0,
-            // Mirror Admit (ADR 0028): no data; refused in phase 2 off a replication link.
-            nvme_spec::ebof_vendor::opcode::MIRROR_ADMIT => 0,
+            // Mirror Admit (ADR 0028), no data: known only on a replication link (elsewhere
+            // Invalid Command Opcode, as any opcode we do not implement).
+            nvme_spec::ebof_vendor::opcode::MIRROR_ADMIT
+                if self.session.ctrl().is_some_and(|c| c.is_replica_link()) =>
+            {
+                0
+            }
             nvme_spec::ebof_vendor::opcode::WITNESS_LEASE => {
                 let ctrl = self.session.ctrl().map(|c| &**c);
                 crate::witness_cmd::lease_data_len(self.session.target(), ctrl)?

@@ -10,8 +10,10 @@ use nvme_spec::Sqe;
 use nvme_spec::Status;
 use nvme_spec::ebof_vendor::{AdmitReply, MirrorAdmit, OPERATION_DENIED, VendorError};
 
-/// Execute a Mirror Admit on `ctrl`. Not a replication link, no such mirrored namespace, not
-/// secondary, or an epoch older than the fence's → Operation Denied + DNR. CQE DW0 bit 0: the
+/// Execute a Mirror Admit on `ctrl` (off a replication link phase 1 already answered Invalid
+/// Command Opcode, as for any opcode we do not implement: `tests/discovery.rs`). No such
+/// mirrored namespace, not secondary, or an epoch older than the fence's → Operation Denied +
+/// DNR. CQE DW0 bit 0: the
 /// local copy is synced at this epoch; DW1: the low 32 bits of the epoch it was synced at.
 pub(crate) fn execute_admit(ctrl: &Controller, sqe: &Sqe) -> CmdResult {
     if !ctrl.is_replica_link() {

@@ -133,9 +133,9 @@ fn replica_link_bypasses_ana_only_once_admitted() {
 #[test]
 fn mirror_admit_refusals() {
     let (t, _ns, fence) = target();
-    // Not a replication link.
+    // Not a replication link: an opcode it does not know.
     let (mut ha, _hq) = connect(&t, HOSTNQN);
-    assert_eq!(admit(&mut ha, 1, 3, false).0, OPERATION_DENIED);
+    assert_eq!(admit(&mut ha, 1, 3, false).0, Status::INVALID_OPCODE);
     let (mut la, _lq) = connect(&t, LINK);
     // Older than the fence.
     assert_eq!(admit(&mut la, 1, 2, false).0, OPERATION_DENIED);
