@@ -12,39 +12,16 @@ use nvme_spec::{CommandId, NamespaceId, Sqe, Status};
 use nvmf_host::{Controller, DataDir, HostConfig, IoQueue};
 use tokio::sync::mpsc;
 
+pub(crate) use crate::pipe::LinkReq;
 use crate::pipe::{CHUNK, Pipe, Sub};
 use crate::shared::Shared;
 use crate::{PeerState, Role};
-
-/// Completion of a replicated operation: true when the peer has it.
-pub(crate) type LinkDone = Box<dyn FnOnce(bool) + Send>;
 
 /// Mirror Admit (vendor admin opcode, see the design).
 pub(crate) const OPC_MIRROR_ADMIT: u8 = ebof_vendor::opcode::MIRROR_ADMIT;
 const BACKOFF_MIN: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
 const TICK: Duration = Duration::from_millis(500);
-
-/// One request to the link thread.
-pub(crate) enum LinkReq {
-    /// Write `data` at byte `offset` (FUA if asked).
-    Write {
-        offset: u64,
-        data: Arc<Vec<u8>>,
-        fua: bool,
-        done: LinkDone,
-    },
-    /// Flush the peer's namespace.
-    Flush { done: LinkDone },
-}
-
-impl LinkReq {
-    pub(crate) fn fail(self) {
-        match self {
-            LinkReq::Write { done, .. } | LinkReq::Flush { done } => done(false),
-        }
-    }
-}
 
 /// The link thread and the channel to it.
 pub(crate) struct LinkHandle {

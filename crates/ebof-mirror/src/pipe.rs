@@ -2,11 +2,34 @@
 //! each request's `done` called when all its chunks have completed.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use nvme_spec::NamespaceId;
 use nvmf_host::IoQueue;
 
-use crate::link::{LinkDone, LinkReq};
+/// Completion of a replicated operation: true when the peer has it.
+pub(crate) type LinkDone = Box<dyn FnOnce(bool) + Send>;
+
+/// One request to the link thread.
+pub(crate) enum LinkReq {
+    /// Write `data` at byte `offset` (FUA if asked).
+    Write {
+        offset: u64,
+        data: Arc<Vec<u8>>,
+        fua: bool,
+        done: LinkDone,
+    },
+    /// Flush the peer's namespace.
+    Flush { done: LinkDone },
+}
+
+impl LinkReq {
+    pub(crate) fn fail(self) {
+        match self {
+            LinkReq::Write { done, .. } | LinkReq::Flush { done } => done(false),
+        }
+    }
+}
 
 /// Largest single replicated write command (bytes); bigger requests are split.
 pub(crate) const CHUNK: usize = 128 * 1024;
