@@ -304,3 +304,41 @@ fn concurrent_writes_are_on_both() {
     assert_eq!(read(&*sl, 0, 16 << 20), read(&*pl, 0, 16 << 20));
     m.stop();
 }
+
+/// A peer that refuses replica writes (it was promoted: its fence moved on) leaves the old
+/// primary degraded: writes complete locally, their regions stay dirty, the link is not
+/// re-admitted at the stale epoch. A resync under a rate limit takes at least size / rate.
+#[test]
+fn refused_peer_degrades_and_resync_is_throttled() {
+    let n = nqn("refused");
+    const SIZE: u64 = 8 << 20;
+    let (pl, sl, sf) = (ram(SIZE), ram(SIZE), sec_fence());
+    let sec = secondary(&n, "127.0.0.1:0".parse().expect("addr"), sl.clone(), &sf);
+    let mut sp = spec(&n, sec.addr);
+    sp.resync_bytes_per_sec = Some(16 << 20);
+    let t = Instant::now();
+    let m = Mirror::start(sp, pl, Arc::new(TestFence(0.into())), Arc::new(Sink)).expect("start");
+    wait_for(&m, "in sync", |p| p == PeerState::InSync);
+    let took = t.elapsed();
+    assert!(
+        took >= Duration::from_millis(400),
+        "8 MiB at 16 MiB/s took {took:?}"
+    );
+    sf.promote(
+        &nvmf_target::gate::Gate::default(),
+        2,
+        Duration::from_secs(1),
+    )
+    .expect("promote peer");
+    m.backend()
+        .write(1 << 20, &pattern(5, 4096))
+        .expect("write completes locally");
+    let st = m.status();
+    assert_ne!(st.peer, PeerState::InSync, "{st:?}");
+    assert!(st.dirty_regions >= 1, "{st:?}");
+    assert_ne!(read(&*sl, 1 << 20, 4096), pattern(5, 4096));
+    std::thread::sleep(Duration::from_millis(300));
+    assert_ne!(m.status().peer, PeerState::InSync);
+    m.stop();
+    drop(sec);
+}
