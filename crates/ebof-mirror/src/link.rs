@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use ebof_backend::Backend;
 use nvme_spec::ebof_vendor::{self, AdmitReply, MirrorAdmit};
-use nvme_spec::{CommandId, NamespaceId, Sqe, Status};
+use nvme_spec::{CommandId, NamespaceId, Sqe};
 use nvmf_host::{Controller, DataDir, HostConfig, IoQueue};
 use tokio::sync::mpsc;
 
@@ -178,11 +178,6 @@ impl Link {
         .await
         .map_err(|_| "mirror admit timed out".to_string())?
         .map_err(|e| e.to_string())?;
-        if cqe.status == Status::INVALID_OPCODE {
-            // A peer without Mirror Admit (older target): no epoch fence on the peer.
-            tracing::warn!("mirror peer does not know Mirror Admit; replicating unfenced");
-            return Ok(false);
-        }
         if !cqe.status.is_success() {
             return Err(format!("mirror admit refused: {:?}", cqe.status));
         }
