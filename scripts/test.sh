@@ -44,7 +44,7 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 # 1,000 lines and no production function over 150 in the control plane, its clients and the host;
 # no module import circle there nor in the data path's runtime and target.
 step "house limits (scripts/arch_stats.py --check)"
-python3 scripts/arch_stats.py --check ebof ebof-mgmt ebof-api ebof-csi nvmf-host ebof-fleet
+python3 scripts/arch_stats.py --check ebof ebof-mgmt ebof-api ebof-csi nvmf-host ebof-fleet ebof-mirror
 python3 scripts/arch_stats.py --check --circles-only ebof-runtime nvmf-target ebof-perf
 step "cargo test"
 cargo test --workspace --locked
