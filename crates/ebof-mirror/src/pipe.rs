@@ -96,7 +96,8 @@ impl Pipe {
         let id = self.next;
         self.next += 1;
         let err = |e: nvmf_host::HostError| e.to_string();
-        match r {
+        const FULL: &str = "link queue full after room was checked";
+        let done = match r {
             LinkReq::Write {
                 offset,
                 data,
@@ -112,32 +113,26 @@ impl Pipe {
                         })
                         .map_err(err)?;
                     if s.is_none() {
-                        return Err("link queue full after room was checked".into());
+                        return Err(FULL.into());
                     }
                 }
-                self.pending.insert(
-                    id,
-                    Pending {
-                        parts,
-                        ok: true,
-                        done,
-                    },
-                );
+                done
             }
             LinkReq::Flush { done } => {
                 if q.submit_flush(self.nsid, id).map_err(err)?.is_none() {
-                    return Err("link queue full after room was checked".into());
+                    return Err(FULL.into());
                 }
-                self.pending.insert(
-                    id,
-                    Pending {
-                        parts,
-                        ok: true,
-                        done,
-                    },
-                );
+                done
             }
-        }
+        };
+        self.pending.insert(
+            id,
+            Pending {
+                parts,
+                ok: true,
+                done,
+            },
+        );
         Ok(Sub::Queued)
     }
 
