@@ -115,9 +115,6 @@ impl Target {
         for s in &mut subsystems {
             s.namespaces.sort_by_key(|n| n.nsid);
         }
-        let first_cntlid = limits
-            .cntlid_min
-            .clamp(ControllerId::MIN, ControllerId::MAX);
         Target {
             subsystems: ArcSwap::from_pointee(subsystems.into_iter().map(Arc::new).collect()),
             writer: Mutex::new(()),
@@ -128,7 +125,8 @@ impl Target {
             started: now,
             registry: Mutex::new(Registry {
                 controllers: HashMap::new(),
-                next: first_cntlid,
+                // kept in range where it is used (`register_controller`)
+                next: limits.cntlid_min,
             }),
             ana: crate::ana::AnaTable::new(),
             auth: Mutex::new(None),
