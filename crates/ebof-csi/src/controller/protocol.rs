@@ -216,23 +216,12 @@ mod tests {
 
     /// The subsystem of the volume on box `idx`, with its namespace when `complete`.
     fn on(idx: usize, complete: bool) -> Found {
-        let ns = NamespaceView {
-            nsid: names::NSID,
-            backend: "file".into(),
-            size: 1 << 30,
-            block_size: 512,
-            uuid: String::new(),
-            nguid: String::new(),
-            eui64: String::new(),
-            path: None,
-            ana_group: 1,
-            reservation: None,
-            hosts: None,
-            thin: true,
-            allocated_bytes: 0,
-            filesystem: None,
-            qos: None,
-        };
+        // From JSON, so the view's later optional fields need no mention here.
+        let ns: NamespaceView = serde_json::from_value(serde_json::json!({
+            "nsid": names::NSID, "backend": "file", "size": 1u64 << 30, "block_size": 512,
+            "uuid": "", "thin": true,
+        }))
+        .unwrap();
         Found {
             idx,
             sub: SubsystemView {

@@ -242,23 +242,12 @@ fn serve(mut conn: TcpStream, inner: &Mutex<Inner>, listener: &str) {
 }
 
 fn namespace_view(nsid: u32, size: u64, uuid: &str) -> NamespaceView {
-    NamespaceView {
-        nsid,
-        backend: "file".into(),
-        size,
-        block_size: 512,
-        uuid: uuid.into(),
-        nguid: String::new(),
-        eui64: String::new(),
-        path: None,
-        ana_group: 1,
-        reservation: None,
-        hosts: None,
-        thin: true,
-        allocated_bytes: 0,
-        filesystem: None,
-        qos: None,
-    }
+    // From JSON, so the view's later optional fields need no mention here.
+    serde_json::from_value(json!({
+        "nsid": nsid, "backend": "file", "size": size, "block_size": 512, "uuid": uuid,
+        "ana_group": 1, "thin": true,
+    }))
+    .unwrap()
 }
 
 fn state(g: &Inner, listener: &str) -> Value {
@@ -373,7 +362,10 @@ fn route(g: &mut Inner, method: &str, path: &str, body: &Value, listener: &str) 
                 }
                 g.mirrors.insert(
                     nqn.to_string(),
-                    json!({"role": role, "peer": peer, "epoch": 1, "state": "in-sync"}),
+                    json!({"role": role, "peer": peer, "epoch": 1, "state": "in-sync",
+                        "resync_done": 0, "resync_total": 0, "resync_bytes_left": 0,
+                        "dirty_regions": 0, "in_flight": 0, "lease_ms_left": null,
+                        "fenced": false}),
                 );
             }
             let ns = namespace_view(nsid, size, body["uuid"].as_str().unwrap_or(""));
