@@ -85,6 +85,11 @@ pub mod codes {
     /// `save` to a path that is neither the running configuration's file nor inside
     /// `[management] data_dirs`.
     pub const SAVE_PATH_NOT_ALLOWED: &str = "save-path-not-allowed";
+    /// A mirror request on a namespace that is not mirrored.
+    pub const NOT_MIRRORED: &str = "not-mirrored";
+    /// A promotion refused (already primary; a witness decides and `force` was not given; the
+    /// namespace's commands did not drain).
+    pub const PROMOTE_REFUSED: &str = "promote-refused";
 }
 
 /// An API error: a stable code, the field path of the request that is wrong (empty when the
@@ -134,7 +139,8 @@ impl ApiError {
             | codes::UNKNOWN_MEMBER
             | codes::UNKNOWN_SNAPSHOT
             | ebof_config::codes::UNKNOWN_POOL
-            | codes::NOT_A_CDC => 404,
+            | codes::NOT_A_CDC
+            | codes::NOT_MIRRORED => 404,
             codes::NO_SPACE | codes::POOL_FULL => 507,
             codes::SNAPSHOT_BUSY => 503,
             codes::SNAPSHOT_FAILED => 500,
@@ -156,7 +162,8 @@ impl ApiError {
             | codes::DUPLICATE_MEMBER
             | codes::DUPLICATE_SNAPSHOT
             | codes::FILE_EXISTS
-            | codes::SHRINK_NOT_CONFIRMED => 409,
+            | codes::SHRINK_NOT_CONFIRMED
+            | codes::PROMOTE_REFUSED => 409,
             _ => 400,
         }
     }

@@ -41,8 +41,9 @@ pub use listener::{
     ListenerView,
 };
 pub use namespace::{
-    FsSpaceView, NamespaceChanged, NamespaceHostsRequest, NamespaceRemoved, NamespaceRequest,
-    NamespaceView, QosRequest, QosView, RegistrantView, ReservationView, ResizeRequest,
+    FsSpaceView, MirrorPromoteRequest, MirrorView, NamespaceChanged, NamespaceHostsRequest,
+    NamespaceRemoved, NamespaceRequest, NamespaceView, QosRequest, QosView, RegistrantView,
+    ReservationView, ResizeRequest,
 };
 pub use routes::{PREFIX, percent_encode};
 pub use socket::{check_socket_dir, default_socket_path};

@@ -49,6 +49,48 @@ pub struct NamespaceView {
     /// limit and nothing ever waited.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub qos: Option<QosView>,
+    /// Replication state of a mirrored namespace (ADR 0028); absent when not mirrored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mirror: Option<MirrorView>,
+}
+
+/// A mirrored namespace's replication state (`GET …/namespaces/{nsid}/mirror`,
+/// `ebof ctl --json ns mirror status`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MirrorView {
+    /// `primary` or `secondary`.
+    pub role: String,
+    /// The volume's epoch (raised by every promotion).
+    pub epoch: u64,
+    /// The peer box's listener.
+    pub peer: String,
+    /// `in-sync`, `degraded`, `resyncing` or `connecting` (a secondary says `connecting`: it
+    /// has no link of its own).
+    pub state: String,
+    /// Bytes copied by the resync in progress.
+    pub resync_done: u64,
+    /// Bytes the resync in progress copies in all.
+    pub resync_total: u64,
+    /// Bytes the peer still lacks (dirty regions × region size).
+    pub resync_bytes_left: u64,
+    /// Regions marked in the write-intent bitmap.
+    pub dirty_regions: u64,
+    /// Replicated operations in flight.
+    pub in_flight: u64,
+    /// Milliseconds left of the primary's lease (null without a witness).
+    pub lease_ms_left: Option<u64>,
+    /// The primary lost its lease: it completes no write until it has it again.
+    pub fenced: bool,
+}
+
+/// `POST /v1/subsystems/{nqn}/namespaces/{nsid}/mirror/promote`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MirrorPromoteRequest {
+    /// Promote although a witness decides (an operator override: the old primary must be
+    /// known dead, or two primaries may write).
+    #[serde(default)]
+    pub force: bool,
 }
 
 /// A namespace's QoS limits (0: unlimited; MB are 10^6 bytes) and their effect so far. The
@@ -154,6 +196,10 @@ pub struct NamespaceRequest {
     /// is removed. `backend` may be left out (it is `file`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pool: Option<String>,
+    /// Mirror the namespace with the same namespace on a peer box (the configuration's
+    /// `mirror = { peer, role }`, code `invalid-mirror`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mirror: Option<ebof_config::MirrorFields>,
 }
 
 /// `PUT /v1/subsystems/{nqn}/namespaces/{nsid}/hosts`: the hosts that may see the namespace

@@ -49,6 +49,10 @@ pub const NAMESPACE_HOSTS: &str = "/v1/subsystems/{nqn}/namespaces/{nsid}/hosts"
 pub const NAMESPACE_HOST: &str = "/v1/subsystems/{nqn}/namespaces/{nsid}/hosts/{hostnqn}";
 /// `PUT`: set a namespace's QoS limits ([`crate::QosRequest`]); `DELETE`: remove them.
 pub const NAMESPACE_QOS: &str = "/v1/subsystems/{nqn}/namespaces/{nsid}/qos";
+/// `GET`: a mirrored namespace's replication state.
+pub const NAMESPACE_MIRROR: &str = "/v1/subsystems/{nqn}/namespaces/{nsid}/mirror";
+/// `POST`: promote the secondary copy on this box to primary.
+pub const NAMESPACE_MIRROR_PROMOTE: &str = "/v1/subsystems/{nqn}/namespaces/{nsid}/mirror/promote";
 /// `GET`: the referrals served ([`crate::Referrals`]); `POST` [`crate::ReferralRequest`]:
 /// add one.
 pub const REFERRALS: &str = "/v1/discovery/referrals";

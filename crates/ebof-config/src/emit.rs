@@ -208,10 +208,12 @@ impl Config {
                     let _ = writeln!(out, "hosts = [{}]", hosts.join(", "));
                 }
                 crate::qos::emit(&mut out, &ns.qos);
+                crate::mirror::emit_ns(&mut out, &ns.mirror);
             }
         }
         crate::ana::emit(&mut out, self);
         crate::security::emit(&mut out, self);
+        crate::mirror::emit(&mut out, self);
         out
     }
 }

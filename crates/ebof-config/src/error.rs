@@ -96,6 +96,8 @@ pub mod codes {
     pub const DUPLICATE_POOL: &str = "duplicate-pool";
     /// A namespace's `pool` (or a request's) names no configured pool.
     pub const UNKNOWN_POOL: &str = "unknown-pool";
+    /// A replicated namespace, `[mirror]` or `[witness]` setting is unusable.
+    pub const INVALID_MIRROR: &str = "invalid-mirror";
 
     /// Every code above (for checks that a refusal carries a known code).
     pub const ALL: &[&str] = &[
@@ -143,6 +145,7 @@ pub mod codes {
         INVALID_POOL,
         DUPLICATE_POOL,
         UNKNOWN_POOL,
+        INVALID_MIRROR,
     ];
 }
 

@@ -112,6 +112,7 @@
 mod ana;
 mod emit;
 mod error;
+mod mirror;
 mod model;
 mod overrides;
 mod parse;
@@ -127,6 +128,11 @@ pub use ana::{
     ANA_GROUP_MAX, AnaSetting, AnaState, DEFAULT_ANA_GROUP, check_ana_group, parse_ana_state,
 };
 pub use error::{ConfigError, codes};
+pub use mirror::{
+    DEFAULT_LEASE_MAX_MS, DEFAULT_LEASE_MS, DEFAULT_LINK_HOSTNQN, DEFAULT_LINK_QUEUES,
+    DEFAULT_REGION_KIB, LEASE_MS_MAX, LEASE_MS_MIN, LINK_QUEUES_MAX, MirrorFields, MirrorRole,
+    MirrorSettings, NamespaceMirror, WitnessSettings,
+};
 pub use model::{
     BackendChoice, Cdc, Config, DEFAULT_BLOCK_SIZE, DEFAULT_DISCOVERY_PORT, DEFAULT_FILE_SIZE,
     DEFAULT_MANAGEMENT_PORT, DEFAULT_METRICS_PORT, DEFAULT_MODEL, DEFAULT_NQN, DEFAULT_PORT,

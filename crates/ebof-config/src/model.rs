@@ -75,6 +75,10 @@ pub struct Config {
     /// `/metrics`. Off by default: a host NQN is the only credential of hosts that use neither
     /// DH-HMAC-CHAP nor TLS, and `/metrics` needs no token.
     pub metrics_host_labels: bool,
+    /// `[mirror]`: the replication links of mirrored namespaces (ADR 0028).
+    pub mirror: crate::mirror::MirrorSettings,
+    /// `[witness]`: this box keeps leases for other boxes' mirrors; `None`: it does not.
+    pub witness: Option<crate::mirror::WitnessSettings>,
 }
 
 /// `[cdc]`: this box is a Central Discovery Controller: its discovery service shows each host
@@ -456,6 +460,9 @@ pub struct Namespace {
     /// only; the file is inside the pool's directory). The pool counts it, and removing the
     /// namespace through the management API deletes the file. `None`: not in a pool.
     pub pool: Option<String>,
+    /// `mirror = { peer, role }`: the namespace is mirrored synchronously with the same
+    /// namespace on the peer box (ADR 0028); `None`: not mirrored.
+    pub mirror: Option<crate::mirror::NamespaceMirror>,
 }
 
 /// The storage behind a namespace. Opening it is the backend crate's job.
@@ -564,6 +571,7 @@ impl Namespace {
             hosts: None,
             qos: crate::qos::Qos::default(),
             pool: None,
+            mirror: None,
         }
     }
 }
@@ -604,6 +612,8 @@ impl Config {
             cdc: None,
             pools: Vec::new(),
             metrics_host_labels: false,
+            mirror: crate::mirror::MirrorSettings::default(),
+            witness: None,
         }
     }
 }

@@ -52,6 +52,10 @@ pub(crate) struct RawConfig {
     /// `[[pools]]`: storage pools.
     #[serde(default)]
     pools: Vec<crate::pool::RawPool>,
+    /// `[mirror]`: replication link settings.
+    mirror: Option<crate::mirror::RawMirror>,
+    /// `[witness]`: keep leases for other boxes' mirrors.
+    witness: Option<crate::mirror::RawWitness>,
 }
 
 /// `[cdc]`.
@@ -353,6 +357,8 @@ pub struct NamespaceFields {
     pub qos: Option<crate::qos::QosFields>,
     /// The storage pool owning the file (`file` only); absent: none.
     pub pool: Option<String>,
+    /// `mirror = { peer = "ADDR:PORT", role = "primary" | "secondary" }`; absent: not mirrored.
+    pub mirror: Option<crate::mirror::MirrorFields>,
 }
 
 /// A size as written: an integer or a string with a unit.
@@ -541,6 +547,11 @@ impl RawConfig {
         let hosts = crate::security::convert(self.hosts)?;
         let cdc = self.cdc.map(convert_cdc).transpose()?;
         let pools = crate::pool::convert(self.pools)?;
+        let mirror = crate::mirror::convert_mirror(self.mirror)?;
+        let witness = self
+            .witness
+            .map(crate::mirror::convert_witness)
+            .transpose()?;
         Ok(Config {
             target,
             listeners,
@@ -556,6 +567,8 @@ impl RawConfig {
             cdc,
             pools,
             metrics_host_labels,
+            mirror,
+            witness,
         })
     }
 }
@@ -901,6 +914,11 @@ impl Namespace {
                 }
                 None => None,
             },
+            mirror: raw
+                .mirror
+                .as_ref()
+                .map(|m| m.check(&format!("{path}.mirror")))
+                .transpose()?,
         })
     }
 }

@@ -158,7 +158,8 @@ impl Config {
         crate::ana::validate(self)?;
         crate::security::validate(self)?;
         validate_management(&self.management)?;
-        crate::pool::validate(self)
+        crate::pool::validate(self)?;
+        crate::mirror::validate(self)
     }
 }
 

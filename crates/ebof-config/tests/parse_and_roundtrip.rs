@@ -51,6 +51,7 @@ fn embedded_default_validates_and_matches_its_doc() {
             hosts: None,
             qos: Default::default(),
             pool: None,
+            mirror: None,
         }]
     );
 }
@@ -239,6 +240,7 @@ fn full_document_parses_to_expected_values() {
                     hosts: None,
                     qos: Default::default(),
                     pool: None,
+                    mirror: None,
                 },
                 Namespace {
                     nsid: 7,
@@ -256,6 +258,7 @@ fn full_document_parses_to_expected_values() {
                     hosts: None,
                     qos: Default::default(),
                     pool: None,
+                    mirror: None,
                 },
                 Namespace {
                     nsid: 3,
@@ -270,6 +273,7 @@ fn full_document_parses_to_expected_values() {
                     hosts: None,
                     qos: Default::default(),
                     pool: None,
+                    mirror: None,
                 },
             ],
         }
@@ -329,6 +333,7 @@ fn round_trip_of_awkward_values() {
         hosts: None,
         qos: Default::default(),
         pool: None,
+        mirror: None,
     });
     c.subsystems[0].namespaces.push(Namespace {
         nsid: 2,
@@ -340,6 +345,7 @@ fn round_trip_of_awkward_values() {
         hosts: None,
         qos: Default::default(),
         pool: None,
+        mirror: None,
     });
     c.listeners.push(Listener {
         address: "fe80::1".parse().unwrap(),

@@ -29,7 +29,9 @@ impl Apply for Ana {
                 }
             }
             for (g, _) in live.ana.non_optimized(addr) {
-                if !new.ana.iter().any(|a| a.listener == *l && a.group == g) {
+                if !new.ana.iter().any(|a| a.listener == *l && a.group == g)
+                    && !crate::mirror::mirrored_group(new, g)
+                {
                     let _ = live.set_ana_state(addr, g, AnaState::Optimized);
                 }
             }

@@ -86,14 +86,17 @@ pub fn check_direct_block_size(
     Ok(())
 }
 
-/// Open the backend of configured namespace `n` (creating a missing file and its directory)
-/// and make the namespace. `field` names it in errors, e.g. `subsystems[0].namespaces[1]`.
+/// Open the backend of configured namespace `n` of subsystem `nqn` in configuration `cfg`
+/// (creating a missing file and its directory) and make the namespace; a mirrored one runs its
+/// mirror ([`crate::mirror::open`]). `field` names it in errors, e.g.
+/// `subsystems[0].namespaces[1]`.
 pub fn open_namespace(
+    nqn: &str,
     n: &ebof_config::Namespace,
-    ram_huge_pages: bool,
-    state_dir: Option<&Path>,
+    cfg: &Config,
     field: &str,
-) -> Result<Namespace, String> {
+) -> Result<Arc<Namespace>, String> {
+    let (ram_huge_pages, state_dir) = (cfg.target.ram_huge_pages, cfg.target.state_dir.as_deref());
     if let BackendChoice::File { path, .. } = &n.backend {
         ensure_parent_dir(&format!("{field}.path"), path)?;
     }
@@ -115,14 +118,26 @@ pub fn open_namespace(
             n.block_size
         ));
     }
-    let ns = Namespace::new(n.nsid, backend, n.block_size, n.uuid).with_ana_group(n.ana_group);
+    let mirror = match &n.mirror {
+        Some(m) => Some(crate::mirror::open(nqn, n, m, cfg, backend.clone(), field)?),
+        None => None,
+    };
+    let backend = mirror.as_ref().map_or(backend, |m| m.backend.clone());
+    let mut ns = Namespace::new(n.nsid, backend, n.block_size, n.uuid).with_ana_group(n.ana_group);
+    if let Some(m) = &mirror {
+        ns = ns.with_mirror(m.fence.clone());
+    }
     if !n.qos.is_unlimited() {
         ns.qos.set(crate::qos::limits(&n.qos));
     }
-    match reservation_state_path(n, state_dir) {
-        Some(path) => Ok(ns.with_reservations(load_reservations(&path, field)?)),
-        None => Ok(ns),
+    if let Some(path) = reservation_state_path(n, state_dir) {
+        ns = ns.with_reservations(load_reservations(&path, field)?);
     }
+    let ns = Arc::new(ns);
+    if let Some(m) = mirror {
+        m.attach(&ns);
+    }
+    Ok(ns)
 }
 
 /// Where namespace `n` persists its reservations (Persist Through Power Loss): in
@@ -191,6 +206,7 @@ pub(crate) fn appliers() -> Vec<Arc<dyn Apply>> {
         Arc::new(Qos),
         Arc::new(Masking),
         Arc::new(HostKeys),
+        Arc::new(crate::mirror::MirrorApply),
     ]
 }
 
@@ -225,12 +241,7 @@ pub fn build_target(cfg: &Config) -> Result<Target, String> {
         let mut namespaces = Vec::new();
         for (ni, n) in s.namespaces.iter().enumerate() {
             let field = format!("subsystems[{si}].namespaces[{ni}]");
-            namespaces.push(Arc::new(open_namespace(
-                n,
-                cfg.target.ram_huge_pages,
-                cfg.target.state_dir.as_deref(),
-                &field,
-            )?));
+            namespaces.push(open_namespace(&s.nqn, n, cfg, &field)?);
         }
         subsystems.push(Subsystem {
             nqn: s.nqn.clone(),

@@ -65,6 +65,7 @@ pub fn router(ctx: Ctx) -> Router {
         .route(routes::SNAPSHOT_CLONES, post(post_snapshot_clone))
         .route(routes::POOLS, get(get_pools))
         .merge(hostkeys_router())
+        .merge(crate::mirror::router())
         .fallback(unknown_endpoint)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(ctx)
@@ -96,11 +97,16 @@ fn json<T: serde::Serialize>(r: Result<T, ApiError>) -> Response {
     }
 }
 
-fn bad_body(r: JsonRejection) -> ApiError {
+/// `e` as the response that carries it.
+pub(crate) fn error_response(e: ApiError) -> Response {
+    ApiResponse(e).into_response()
+}
+
+pub(crate) fn bad_body(r: JsonRejection) -> ApiError {
     ApiError::new(codes::BAD_REQUEST, "", r.body_text())
 }
 
-fn bad_path(r: PathRejection) -> ApiError {
+pub(crate) fn bad_path(r: PathRejection) -> ApiError {
     ApiError::new(codes::BAD_REQUEST, "", r.body_text())
 }
 
@@ -140,7 +146,7 @@ type PathArg<T> = Result<Path<T>, PathRejection>;
 type Body<T> = Result<axum::Json<T>, JsonRejection>;
 
 /// Run a change on the blocking pool: it may open, create or flush storage.
-async fn blocking<T: serde::Serialize + Send + 'static>(
+pub(crate) async fn blocking<T: serde::Serialize + Send + 'static>(
     f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
 ) -> Response {
     match tokio::task::spawn_blocking(f).await {

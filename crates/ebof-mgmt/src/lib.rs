@@ -50,6 +50,7 @@ mod lookup;
 pub mod masking;
 pub mod mdns;
 pub mod metrics;
+pub mod mirror;
 pub mod namespaces;
 pub mod node;
 pub mod ops;

@@ -23,7 +23,9 @@ pub(crate) fn add(
     nqn: &str,
     req: &NamespaceRequest,
 ) -> Result<NamespaceChanged, ApiError> {
-    r.change(|cfg| add_in(r.target(), cfg, nqn, req, None))
+    let out = r.change(|cfg| add_in(r.target(), cfg, nqn, req, None))?;
+    crate::mirror::bind(r.target());
+    Ok(out)
 }
 
 /// `POST /v1/subsystems/{nqn}/namespaces` on the copy `cfg` of the running configuration
@@ -83,19 +85,12 @@ pub(crate) fn add_in(
             crate::pools::clear_orphan(path, &format!("{field}.pool"))?;
             undo_file = Some(path.clone());
         }
-        let opened = build::open_namespace(
-            &ns,
-            cfg.target.ram_huge_pages,
-            cfg.target.state_dir.as_deref(),
-            &field,
-        )
-        .map_err(|m| {
+        let opened = build::open_namespace(nqn, &ns, cfg, &field).map_err(|m| {
             if let Some(p) = &undo_file {
                 let _ = std::fs::remove_file(p);
             }
             ApiError::new(codes::BACKEND_FAILED, field, m)
         })?;
-        let opened = Arc::new(opened);
         target
             .update_subsystem(nqn, |s| {
                 let mut n = s.clone();
@@ -107,6 +102,8 @@ pub(crate) fn add_in(
                 Ok::<_, ApiError>(n)
             })
             .map_err(|e| update_error(nqn, e))?;
+        // A mirrored namespace's group takes its role's state before any host can see it.
+        crate::mirror::apply_now(&opened, target);
         tracing::info!(
             subsystem = nqn,
             nsid,
@@ -277,5 +274,6 @@ fn namespace_fields(req: &NamespaceRequest, nsid: u32) -> ebof_config::Namespace
         hosts: req.hosts.clone(),
         qos: req.qos.clone(),
         pool: req.pool.clone(),
+        mirror: req.mirror.clone(),
     }
 }

@@ -253,6 +253,7 @@ impl Parts {
         if let Some(c) = self.cdc.take() {
             c.stop();
         }
+        crate::mirror::stop_all(&self.target);
         if !served {
             return;
         }
@@ -374,6 +375,7 @@ fn management_token(cfg: &Config) -> Result<Option<Token>, NodeError> {
 /// The target of `cfg` (namespaces opened, the appliers run), with its DH-HMAC-CHAP policy.
 fn open_target(cfg: &Config) -> Result<Arc<Target>, NodeError> {
     let target = Arc::new(crate::build::build_target(cfg).map_err(NodeError::Setup)?);
+    crate::mirror::bind(&target);
     let auth = crate::security::auth_policy(cfg).map_err(NodeError::Setup)?;
     if auth.is_some() {
         let hosts: Vec<&str> = cfg

@@ -55,6 +55,7 @@ pub(crate) fn namespace_view(n: &Namespace, path: Option<String>) -> NamespaceVi
             fsid: f.fsid,
         }),
         qos: crate::qos::qos_view(n),
+        mirror: crate::mirror::view_of(n),
     }
 }
 

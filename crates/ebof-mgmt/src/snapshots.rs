@@ -647,6 +647,8 @@ fn clone_namespace(
         // A clone starts unlimited, like any new namespace (`ns qos` sets limits).
         qos: None,
         pool,
+        // A clone is a namespace of its own: mirror it with `ns add` if wanted.
+        mirror: None,
     }
 }
 

@@ -56,6 +56,9 @@ pub struct Target {
     mirror_link_nqn: Mutex<Option<String>>,
     /// The witness's lease table, when this box is a witness ([`Target::set_witness`]).
     witness: Mutex<Option<crate::witness::LeaseTable>>,
+    /// The witness subsystem a box with `[witness]` serves outside its subsystem table
+    /// ([`Target::set_witness_hosts`]): never in a discovery log nor in [`Target::subsystems`].
+    witness_sub: Mutex<Option<Arc<Subsystem>>>,
 }
 
 /// The DIM registry: registrations by (host NQN, entity NQN).
@@ -136,6 +139,7 @@ impl Target {
             known: Default::default(),
             mirror_link_nqn: Mutex::new(None),
             witness: Mutex::new(None),
+            witness_sub: Mutex::new(None),
         }
     }
 
@@ -143,6 +147,25 @@ impl Target {
     /// controllers of [`crate::witness::WITNESS_NQN`]), or stop being one with `None`.
     pub fn set_witness(&self, table: Option<crate::witness::LeaseTable>) {
         *self.witness.lock().unwrap_or_else(|e| e.into_inner()) = table;
+    }
+
+    /// Serve the witness subsystem ([`crate::witness::WITNESS_NQN`], no namespaces) to the host
+    /// NQNs `hosts` only, outside the subsystem table (so no discovery log lists it and the
+    /// control plane's subsystems are untouched); `None` stops serving it. A subsystem of that
+    /// NQN in the table, if any, is found first.
+    pub fn set_witness_hosts(&self, hosts: Option<Vec<String>>) {
+        let sub = hosts.map(|hosts| {
+            Arc::new(Subsystem {
+                nqn: crate::witness::WITNESS_NQN.to_string(),
+                serial: "EBOFWITNESS".into(),
+                model: "ebof witness".into(),
+                allow_any_host: false,
+                hosts,
+                namespaces: Vec::new(),
+                ns_hosts: Default::default(),
+            })
+        });
+        *self.witness_sub.lock().unwrap_or_else(|e| e.into_inner()) = sub;
     }
 
     /// This box is a witness ([`Target::set_witness`]).
@@ -441,11 +464,20 @@ impl Target {
 
     /// The current snapshot of the subsystem named `nqn`.
     pub fn subsystem(&self, nqn: &str) -> Option<Arc<Subsystem>> {
-        self.subsystems
+        let found = self
+            .subsystems
             .load()
             .iter()
             .find(|s| s.nqn == nqn)
-            .cloned()
+            .cloned();
+        if found.is_none() && nqn == crate::witness::WITNESS_NQN {
+            return self
+                .witness_sub
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+        }
+        found
     }
 
     /// Replace the subsystem `nqn` by `f(current)`, atomically for readers: a Connect sees
