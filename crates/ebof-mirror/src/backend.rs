@@ -2,19 +2,23 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 use ebof_backend::{Backend, BackendError, BackendKind};
 use tokio::sync::mpsc::UnboundedSender;
 
+use crate::lease::Ask;
 use crate::link::LinkReq;
 use crate::shared::Shared;
-use crate::{PeerState, Role};
+use crate::{PeerState, Role, inaccessible};
 
 /// `Backend` over the local one that replicates writes to the peer on the primary.
 pub struct MirrorBackend {
     shared: Arc<Shared>,
     local: Arc<dyn Backend>,
     link: UnboundedSender<LinkReq>,
+    /// The lease loop (with a witness).
+    lease: Option<UnboundedSender<Ask>>,
 }
 
 impl std::fmt::Debug for MirrorBackend {
@@ -25,21 +29,65 @@ impl std::fmt::Debug for MirrorBackend {
     }
 }
 
-/// Refusal of a write on a box that must not complete one (not primary, or fenced).
-fn inaccessible() -> BackendError {
-    BackendError::Io(std::io::Error::other("mirror: path inaccessible"))
-}
-
 impl MirrorBackend {
     pub(crate) fn new(
         shared: Arc<Shared>,
         local: Arc<dyn Backend>,
         link: UnboundedSender<LinkReq>,
+        lease: Option<UnboundedSender<Ask>>,
     ) -> MirrorBackend {
         MirrorBackend {
             shared,
             local,
             link,
+            lease,
+        }
+    }
+
+    /// Complete a replicated operation whose local half gave `local` and remote half `remote_ok`.
+    fn finish(&self, local: Result<(), BackendError>, remote_ok: bool) -> Result<(), BackendError> {
+        match (local, remote_ok) {
+            (Err(e), ok) => {
+                if !ok {
+                    self.shared.degrade();
+                }
+                Err(e)
+            }
+            (Ok(()), true) => self.lease_gate(),
+            (Ok(()), false) => self.remote_failed(),
+        }
+    }
+
+    /// A primary may start (and complete) a write or flush: not fenced, lease held.
+    fn lease_gate(&self) -> Result<(), BackendError> {
+        if self.shared.lease_ok() {
+            Ok(())
+        } else {
+            Err(inaccessible())
+        }
+    }
+
+    /// The remote half of an operation failed: degraded, and with a witness the operation
+    /// may complete alone only once the witness holds our "peer not in sync" report (see
+    /// `lease.rs`); else Err(inaccessible) (the lease loop has fenced us).
+    fn remote_failed(&self) -> Result<(), BackendError> {
+        let failed_at = Instant::now();
+        self.shared.degrade();
+        let Some(lease) = &self.lease else {
+            return Ok(());
+        };
+        if self.shared.forced.load(Ordering::Acquire)
+            || (self.shared.covered.load(Ordering::SeqCst) && self.shared.lease_ok())
+        {
+            return Ok(());
+        }
+        let (reply, rx) = std::sync::mpsc::sync_channel(1);
+        if lease.send(Ask::Degrade { failed_at, reply }).is_err() {
+            return Err(inaccessible());
+        }
+        match rx.recv_timeout(self.shared.spec.lease) {
+            Ok(true) => Ok(()),
+            _ => Err(inaccessible()),
         }
     }
 
@@ -57,9 +105,7 @@ impl MirrorBackend {
         if self.shared.role() != Role::Primary {
             return local();
         }
-        if self.shared.fenced.load(Ordering::Acquire) {
-            return Err(inaccessible());
-        }
+        self.lease_gate()?;
         self.shared.in_flight.fetch_add(1, Ordering::AcqRel);
         let _flight = Flight(&self.shared);
         self.shared.mark(offset, len);
@@ -86,10 +132,7 @@ impl MirrorBackend {
         };
         let (local_res, sent) = res;
         let remote_ok = sent && rx.recv().unwrap_or(false);
-        if !remote_ok {
-            self.shared.degrade();
-        }
-        local_res
+        self.finish(local_res, remote_ok)
     }
 }
 
@@ -138,19 +181,15 @@ impl Backend for MirrorBackend {
         if self.shared.role() != Role::Primary {
             return self.local.flush();
         }
-        if self.shared.fenced.load(Ordering::Acquire) {
-            return Err(inaccessible());
-        }
+        self.lease_gate()?;
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         let done = Box::new(move |ok| {
             let _ = tx.send(ok);
         });
         let sent = self.link.send(LinkReq::Flush { done }).is_ok();
         let res = self.local.flush();
-        if !(sent && rx.recv().unwrap_or(false)) {
-            self.shared.degrade();
-        }
-        res
+        let remote_ok = sent && rx.recv().unwrap_or(false);
+        self.finish(res, remote_ok)
     }
 
     fn write_zeroes(&self, offset: u64, len: u64) -> Result<(), BackendError> {

@@ -57,4 +57,8 @@ impl Fence for NsFence {
             self.fence.demote();
         }
     }
+
+    fn synced_epoch(&self) -> u64 {
+        self.fence.synced_at()
+    }
 }

@@ -11,9 +11,11 @@
 mod backend;
 pub mod bitmap;
 mod fence;
+mod lease;
 mod link;
 mod pipe;
 pub mod regions;
+mod role;
 mod shared;
 pub mod state;
 pub mod witness;
@@ -27,6 +29,7 @@ use ebof_backend::Backend;
 
 pub use backend::MirrorBackend;
 pub use fence::NsFence;
+use role::{Roles, persist};
 use shared::Shared;
 
 /// The role of this box for one mirrored namespace.
@@ -118,6 +121,14 @@ pub struct MirrorSpec {
 pub trait RoleSink: Send + Sync + 'static {
     /// The mirror became `role` at `epoch`.
     fn role_changed(&self, role: Role, epoch: u64);
+    /// The primary lost its lease (`true`: it completes no write or flush, the box should make
+    /// the namespace's ANA group inaccessible) or got it back (`false`: the group goes back to
+    /// what the role says). Called only while primary; a role change resets it (a new role
+    /// starts unfenced, except a primary with a witness, which is told `fenced(true)` right
+    /// after `role_changed(Primary, _)` at start, until its first grant).
+    fn fenced(&self, fenced: bool) {
+        let _ = fenced;
+    }
 }
 
 /// The target-side fence of a mirrored namespace (implemented for `nvmf_target::MirrorFence`
@@ -129,6 +140,37 @@ pub trait Fence: Send + Sync + 'static {
     fn promote(&self, new_epoch: u64) -> Result<(), String>;
     /// Become secondary (new replica writes at the current epoch or later are admitted).
     fn demote(&self);
+    /// The epoch the local copy was last synced at (0: never, or unknown). A secondary with a
+    /// witness asks for the lease (automatic promotion) only while this equals its current
+    /// epoch; the default (0) means "never promoted by the witness".
+    fn synced_epoch(&self) -> u64 {
+        0
+    }
+}
+
+/// The payload of the `BackendError::Io` a mirrored namespace's backend returns for a write or
+/// flush this box must not complete: not the primary's lease holder (fenced), or the peer
+/// unreachable and the witness did not take our "peer not in sync" report. The NVMe status
+/// should be ANA Inaccessible (SCT 3h SC 02h, DNR clear): test with [`is_inaccessible`]. (An
+/// engine-level `BackendError::PathInaccessible` would replace this; it does not exist yet.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("mirror: path inaccessible (no lease)")]
+pub struct PathInaccessible;
+
+/// The error [`MirrorBackend`] returns when it must not complete a write or flush.
+pub(crate) fn inaccessible() -> ebof_backend::BackendError {
+    ebof_backend::BackendError::Io(std::io::Error::other(PathInaccessible))
+}
+
+/// True for the error [`MirrorBackend`] returns when it must not complete a write or flush
+/// ([`PathInaccessible`]): map it to ANA Inaccessible.
+pub fn is_inaccessible(e: &ebof_backend::BackendError) -> bool {
+    match e {
+        ebof_backend::BackendError::Io(io) => io
+            .get_ref()
+            .is_some_and(|inner| inner.downcast_ref::<PathInaccessible>().is_some()),
+        _ => false,
+    }
 }
 
 /// What can go wrong with a mirror.
@@ -158,8 +200,8 @@ pub struct Mirror {
     shared: Arc<Shared>,
     local: Arc<dyn Backend>,
     link: link::LinkHandle,
-    fence: Arc<dyn Fence>,
-    sink: Arc<dyn RoleSink>,
+    lease: Option<lease::LeaseHandle>,
+    roles: Arc<Roles>,
 }
 
 impl std::fmt::Debug for Mirror {
@@ -196,19 +238,37 @@ impl Mirror {
             // A first-start primary has never synced the peer: full copy once it is reachable.
             shared.mark_all_dirty();
         }
-        let link =
-            link::LinkHandle::start(shared.clone(), local.clone()).map_err(MirrorError::Thread)?;
+        let with_witness = shared.spec.witness.is_some();
+        if role == Role::Primary && with_witness {
+            // No write before the witness's first grant.
+            shared
+                .fenced
+                .store(true, std::sync::atomic::Ordering::Release);
+        }
         match role {
             Role::Primary => fence.promote(epoch).map_err(MirrorError::Promote)?,
             Role::Secondary => fence.demote(),
         }
-        sink.role_changed(role, epoch);
+        let link =
+            link::LinkHandle::start(shared.clone(), local.clone()).map_err(MirrorError::Thread)?;
+        let roles = Arc::new(Roles::new(shared.clone(), fence, sink));
+        roles.sink.role_changed(role, epoch);
+        if role == Role::Primary && with_witness {
+            roles.sink.fenced(true);
+        }
+        let lease = match lease::LeaseHandle::start(roles.clone()) {
+            Ok(l) => l,
+            Err(e) => {
+                link.stop();
+                return Err(MirrorError::Thread(e));
+            }
+        };
         Ok(Arc::new(Mirror {
             shared,
             local,
             link,
-            fence,
-            sink,
+            lease,
+            roles,
         }))
     }
 
@@ -218,6 +278,7 @@ impl Mirror {
             self.shared.clone(),
             self.local.clone(),
             self.link.sender(),
+            self.lease.as_ref().map(lease::LeaseHandle::sender),
         ))
     }
 
@@ -228,23 +289,35 @@ impl Mirror {
 
     /// Manual promotion (no witness, or `force`): epoch + 1, role primary; the peer gets a
     /// full copy when it comes back.
+    ///
+    /// With a witness, `force` is a manual override and **unsafe**: the box serves without a
+    /// lease (never fenced, never demoted by the witness) until the witness grants it one; if
+    /// the old primary is in fact alive and writing, both copies diverge (split brain). Use it
+    /// only when the old primary is known dead and the witness will not grant the lease (its
+    /// last report said not in sync, or the witness itself is gone).
     pub fn promote(&self, force: bool) -> Result<(), MirrorError> {
         if self.shared.role() == Role::Primary {
             return Err(MirrorError::Promote("already primary".into()));
         }
-        if self.shared.spec.witness.is_some() && !force {
+        let forced = self.shared.spec.witness.is_some();
+        if forced && !force {
             return Err(MirrorError::Promote("a witness decides; use force".into()));
         }
-        let epoch = self.shared.epoch().max(self.fence.epoch()) + 1;
-        persist(&self.shared.spec, epoch, Role::Primary)?;
-        self.fence.promote(epoch).map_err(MirrorError::Promote)?;
-        self.shared.become_primary(epoch);
-        self.sink.role_changed(Role::Primary, epoch);
-        Ok(())
+        if forced {
+            tracing::warn!(
+                nsid = self.shared.spec.nsid,
+                "mirror: forced promotion past the witness (serving without a lease)"
+            );
+        }
+        self.roles.promote(None, forced).map(|_| ())
     }
 
-    /// Stop the link thread (joins it). In-flight replicated writes fail into degraded mode.
+    /// Stop the lease and link threads (joins them; no lease Release is sent: the lease runs
+    /// out on the witness). In-flight replicated writes fail into degraded mode.
     pub fn stop(&self) {
+        if let Some(l) = &self.lease {
+            l.stop();
+        }
         self.link.stop();
     }
 }
@@ -272,24 +345,8 @@ fn initial_role(spec: &MirrorSpec, fence_epoch: u64) -> Result<(Role, u64), Mirr
     }
 }
 
-/// Save epoch and role (synced: we are, or are becoming, the primary's copy holder).
-fn persist(spec: &MirrorSpec, epoch: u64, role: Role) -> Result<(), MirrorError> {
-    let Some(path) = &spec.state_path else {
-        return Ok(());
-    };
-    let st = state::State {
-        epoch,
-        role,
-        synced: role == Role::Primary,
-    };
-    state::save(path, &st).map_err(|source| MirrorError::State {
-        path: path.clone(),
-        source,
-    })
-}
-
 impl Drop for Mirror {
     fn drop(&mut self) {
-        self.link.stop();
+        self.stop();
     }
 }

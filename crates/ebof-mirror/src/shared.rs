@@ -2,6 +2,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use crate::bitmap::Bitmap;
 use crate::{MirrorSpec, MirrorStatus, PeerState, Role};
@@ -16,6 +17,15 @@ pub(crate) struct Shared {
     epoch: AtomicU64,
     pub(crate) fenced: AtomicBool,
     pub(crate) in_flight: AtomicU64,
+    /// Origin of `lease_until`.
+    base: Instant,
+    /// Our lease runs until `base` + this many ns (0: not held).
+    lease_until: AtomicU64,
+    /// The witness's record of our last report says "peer not in sync" (a granted not-in-sync
+    /// report and nothing sent since that said otherwise): a write may complete alone.
+    pub(crate) covered: AtomicBool,
+    /// Promoted by force (`Mirror::promote(true)`): serve without a lease until one is granted.
+    pub(crate) forced: AtomicBool,
     peer: Mutex<PeerState>,
     regions: Mutex<Bitmap>,
     stripes: Vec<Mutex<()>>,
@@ -40,6 +50,10 @@ impl Shared {
             epoch: AtomicU64::new(epoch),
             fenced: AtomicBool::new(false),
             in_flight: AtomicU64::new(0),
+            base: Instant::now(),
+            lease_until: AtomicU64::new(0),
+            covered: AtomicBool::new(false),
+            forced: AtomicBool::new(false),
             peer: Mutex::new(PeerState::Connecting),
             regions: Mutex::new(regions),
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
@@ -64,6 +78,46 @@ impl Shared {
         self.mark_all_dirty();
         self.set_peer(PeerState::Connecting);
         self.role.store(Role::Primary as u8, Ordering::Release);
+    }
+
+    /// Raise the epoch (a secondary follows its fence); never lowers it.
+    pub(crate) fn follow_epoch(&self, epoch: u64) {
+        self.epoch.fetch_max(epoch, Ordering::AcqRel);
+    }
+
+    /// Become secondary (demoted: another box holds the lease). The peer is unknown.
+    pub(crate) fn become_secondary(&self) {
+        self.role.store(Role::Secondary as u8, Ordering::Release);
+        self.set_peer(PeerState::Connecting);
+        self.covered.store(false, Ordering::Release);
+        self.fenced.store(false, Ordering::Release);
+    }
+
+    /// Publish our lease's end (None: not held).
+    pub(crate) fn set_lease_until(&self, until: Option<Instant>) {
+        let ns = until.map_or(0, |u| {
+            let d = u.saturating_duration_since(self.base).as_nanos();
+            u64::try_from(d).unwrap_or(u64::MAX).max(1)
+        });
+        self.lease_until.store(ns, Ordering::Release);
+    }
+
+    /// Time left on our lease (zero when not held).
+    pub(crate) fn lease_left(&self) -> Duration {
+        let ns = self.lease_until.load(Ordering::Acquire);
+        if ns == 0 {
+            return Duration::ZERO;
+        }
+        (self.base + Duration::from_nanos(ns)).saturating_duration_since(Instant::now())
+    }
+
+    /// A primary may complete a write now: no witness, promoted by force, or our lease is
+    /// valid and we are not fenced.
+    pub(crate) fn lease_ok(&self) -> bool {
+        if self.spec.witness.is_none() || self.forced.load(Ordering::Acquire) {
+            return true;
+        }
+        !self.fenced.load(Ordering::Acquire) && !self.lease_left().is_zero()
     }
 
     pub(crate) fn peer(&self) -> PeerState {
@@ -137,7 +191,10 @@ impl Shared {
             in_flight: self.in_flight.load(Ordering::Relaxed),
             resync_bytes_left: (dirty * self.spec.region_bytes).min(self.size),
             dirty_regions: dirty,
-            lease_ms_left: None,
+            lease_ms_left: self
+                .spec
+                .witness
+                .map(|_| u64::try_from(self.lease_left().as_millis()).unwrap_or(u64::MAX)),
             fenced: self.fenced.load(Ordering::Relaxed),
         }
     }
