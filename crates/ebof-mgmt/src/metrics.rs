@@ -136,6 +136,7 @@ pub fn render_with(
     register_namespaces(&mut reg, t, &st);
     register_controllers(&mut reg, t, host_labels);
     register_box(&mut reg, t, &st);
+    register_mirrors(&mut reg, t);
     let mut out = String::new();
     encode(&mut out, &reg)?;
     Ok(out)
@@ -177,6 +178,66 @@ fn register_pools(reg: &mut Registry, pools: &[crate::api::PoolView]) {
                 pool: p.name.clone(),
             })
             .set(gauge_value(get(p)));
+        }
+    }
+}
+
+type MirrorFigure = fn(&ebof_mirror::MirrorStatus) -> u64;
+
+/// One gauge per mirrored namespace and figure (ADR 0028).
+const MIRROR_GAUGES: [(&str, &str, MirrorFigure); 7] = [
+    (
+        "mirror_role",
+        "Role of the copy on this box: 1 primary, 2 secondary",
+        |m| match m.role {
+            ebof_mirror::Role::Primary => 1,
+            ebof_mirror::Role::Secondary => 2,
+        },
+    ),
+    (
+        "mirror_epoch",
+        "The volume's epoch (raised by each promotion)",
+        |m| m.epoch,
+    ),
+    (
+        "mirror_in_sync",
+        "1 when every acknowledged write is on both copies (primary)",
+        |m| u64::from(m.peer == ebof_mirror::PeerState::InSync),
+    ),
+    ("mirror_in_flight", "Replicated operations in flight", |m| {
+        m.in_flight
+    }),
+    (
+        "mirror_resync_bytes_left",
+        "Bytes the peer still lacks (dirty regions times region size)",
+        |m| m.resync_bytes_left,
+    ),
+    (
+        "mirror_dirty_regions",
+        "Regions marked in the write-intent bitmap",
+        |m| m.dirty_regions,
+    ),
+    (
+        "mirror_fenced",
+        "1 when the primary lost its lease and completes no write",
+        |m| u64::from(m.fenced),
+    ),
+];
+
+fn register_mirrors(reg: &mut Registry, t: &Target) {
+    let mirrors = crate::mirror::statuses(t);
+    if mirrors.is_empty() {
+        return;
+    }
+    for (name, help, get) in MIRROR_GAUGES {
+        let f = Family::<NsLabels, Gauge>::default();
+        reg.register(name, help, f.clone());
+        for (nqn, nsid, m) in &mirrors {
+            f.get_or_create(&NsLabels {
+                subsystem: nqn.clone(),
+                nsid: nsid.to_string(),
+            })
+            .set(gauge_value(get(m)));
         }
     }
 }

@@ -130,6 +130,31 @@ impl Client {
         )
     }
 
+    /// `GET …/namespaces/{nsid}/mirror`: the replication state of mirrored namespace `nsid`.
+    pub fn mirror_status(&self, nqn: &str, nsid: &str) -> Result<crate::MirrorView, ClientError> {
+        self.json(
+            Method::GET,
+            &routes::fill(routes::NAMESPACE_MIRROR, &[nqn, nsid]),
+            None,
+        )
+    }
+
+    /// `POST …/namespaces/{nsid}/mirror/promote`: the copy on this box becomes primary (the
+    /// box waits for the namespace's commands to drain: up to a minute).
+    pub fn promote_mirror(
+        &self,
+        nqn: &str,
+        nsid: &str,
+        req: &crate::MirrorPromoteRequest,
+    ) -> Result<crate::MirrorView, ClientError> {
+        self.json_within(
+            Method::POST,
+            &routes::fill(routes::NAMESPACE_MIRROR_PROMOTE, &[nqn, nsid]),
+            Some(to_json(req)),
+            std::time::Duration::from_secs(60),
+        )
+    }
+
     /// `PUT …/namespaces/{nsid}/qos`: namespace `nsid` of `nqn` gets the limits `req`
     /// (replacing any it had; a key not given is unlimited).
     pub fn set_namespace_qos(

@@ -206,6 +206,11 @@ pub enum NsCmd {
     /// unlimited, 0 is unlimited, and no limit at all (or --clear) removes QoS. Commands over
     /// a limit wait in the target; none fails. MB are 10^6 bytes.
     Qos(NsQosArgs),
+    /// Replicated namespaces (`mirror = { peer, role }`): their state, and manual promotion.
+    Mirror {
+        #[command(subcommand)]
+        cmd: NsMirrorCmd,
+    },
     /// Take snapshot NAME of file namespace NSID of NQN: a crash-consistent point-in-time copy
     /// (every command acknowledged before is in it), by reflink where the file system can
     /// (XFS reflink=1, btrfs), else by a copy during which writes wait.
@@ -214,6 +219,22 @@ pub enum NsCmd {
         nsid: String,
         /// Unique in the target: A-Z a-z 0-9 . _ -, a letter or digit first, at most 64.
         name: String,
+    },
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum NsMirrorCmd {
+    /// Role, epoch, peer state (in-sync, degraded, resyncing with progress, connecting),
+    /// dirty regions, lease and fence of mirrored namespace NSID of NQN.
+    Status { nqn: String, nsid: String },
+    /// Make the copy on this box the primary (epoch + 1; the peer gets a full copy when it is
+    /// back). With a witness the witness decides: --force overrides it, and is safe only when
+    /// the old primary is known to be dead.
+    Promote {
+        nqn: String,
+        nsid: String,
+        #[arg(long)]
+        force: bool,
     },
 }
 
@@ -267,6 +288,14 @@ pub struct NsAddArgs {
         conflicts_with_all = ["ram", "block", "size", "block_size", "direct"]
     )]
     pub from_snapshot: Option<String>,
+    /// Mirror the namespace synchronously with the same namespace (same NQN, NSID, UUID and
+    /// size) on the box whose NVMe/TCP listener is ADDR:PORT; needs --mirror-role and an ANA
+    /// group of its own (--ana-group).
+    #[arg(long, value_name = "ADDR:PORT", requires = "mirror_role")]
+    pub mirror_peer: Option<String>,
+    /// The role on first start: primary or secondary.
+    #[arg(long, value_parser = ["primary", "secondary"], requires = "mirror_peer")]
+    pub mirror_role: Option<String>,
 }
 
 // `ebof ctl ns qos`'s arguments.

@@ -3,6 +3,7 @@
 //! the answers are printed as ([`render`]).
 
 mod args;
+mod mirror;
 mod render;
 mod run;
 

@@ -253,6 +253,15 @@ fn namespaces_text(l: &[NamespaceView], out: &mut String) {
         }
     }
     for n in l {
+        if let Some(m) = &n.mirror {
+            out.push_str(&format!(
+                "  nsid {} mirror: {}\n",
+                n.nsid,
+                super::mirror::text(m)
+            ));
+        }
+    }
+    for n in l {
         if n.qos.is_some() {
             out.push_str(&format!(
                 "  nsid {} qos: {}\n",

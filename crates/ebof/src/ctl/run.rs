@@ -360,6 +360,7 @@ fn ns(c: &Client, json: bool, cmd: NsCmd) -> Result<()> {
             })
         }
         NsCmd::Qos(qos) => ns_qos(c, json, qos),
+        NsCmd::Mirror { cmd } => super::mirror::run(c, json, cmd),
     }
 }
 
@@ -380,6 +381,8 @@ fn ns_add(c: &Client, json: bool, a: NsAddArgs) -> Result<()> {
         hosts,
         from_snapshot,
         pool,
+        mirror_peer,
+        mirror_role,
     } = a;
     if file_size.is_some() && file.is_none() && pool.is_none() {
         anyhow::bail!("--size goes with --file PATH or --pool NAME");
@@ -415,6 +418,10 @@ fn ns_add(c: &Client, json: bool, a: NsAddArgs) -> Result<()> {
         block_size: block_size.and_then(|b| b.parse().ok()),
         uuid,
         direct: direct.then_some(true),
+        mirror: mirror_peer.map(|peer| ebof_config::MirrorFields {
+            peer: Some(peer),
+            role: mirror_role,
+        }),
         ..Default::default()
     };
     backing(&mut req, ram, file, block, pool, file_size)?;
