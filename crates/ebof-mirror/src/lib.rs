@@ -123,9 +123,11 @@ pub trait RoleSink: Send + Sync + 'static {
     fn role_changed(&self, role: Role, epoch: u64);
     /// The primary lost its lease (`true`: it completes no write or flush, the box should make
     /// the namespace's ANA group inaccessible) or got it back (`false`: the group goes back to
-    /// what the role says). Called only while primary; a role change resets it (a new role
-    /// starts unfenced, except a primary with a witness, which is told `fenced(true)` right
-    /// after `role_changed(Primary, _)` at start, until its first grant).
+    /// what the role says). Called whenever `status().fenced` changes, so the sink's view
+    /// always follows it: a primary with a witness is told `fenced(true)` right after
+    /// `role_changed(Primary, _)` at start, until its first grant; a demotion (always from a
+    /// fenced primary) is `role_changed(Secondary, _)` then `fenced(false)`. Only a primary is
+    /// ever fenced.
     fn fenced(&self, fenced: bool) {
         let _ = fenced;
     }

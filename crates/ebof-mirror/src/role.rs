@@ -52,9 +52,12 @@ impl Roles {
         persist(&self.shared.spec, epoch, Role::Primary)?;
         self.fence.promote(epoch).map_err(MirrorError::Promote)?;
         self.shared.forced.store(forced, Ordering::Release);
-        self.shared.fenced.store(false, Ordering::Release);
+        let was_fenced = self.shared.fenced.swap(false, Ordering::AcqRel);
         self.shared.become_primary(epoch);
         self.sink.role_changed(Role::Primary, epoch);
+        if was_fenced {
+            self.sink.fenced(false);
+        }
         Ok(epoch)
     }
 
@@ -66,6 +69,7 @@ impl Roles {
             return;
         }
         let epoch = self.shared.epoch();
+        let was_fenced = self.shared.fenced.load(Ordering::Acquire);
         self.shared.become_secondary();
         self.fence.demote();
         if let Err(e) = persist(&self.shared.spec, epoch, Role::Secondary) {
@@ -77,9 +81,13 @@ impl Roles {
             "mirror: another box holds the lease; now secondary"
         );
         self.sink.role_changed(Role::Secondary, epoch);
+        if was_fenced {
+            self.sink.fenced(false);
+        }
     }
 
     /// Fence or unfence the primary (no-op when unchanged or not primary); the sink is told.
+    /// The sink's fenced state always follows `status().fenced`.
     pub(crate) fn set_fenced(&self, fenced: bool) {
         let _g = self.lock();
         if self.shared.role() != Role::Primary

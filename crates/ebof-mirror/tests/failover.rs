@@ -20,7 +20,7 @@ use nvmf_target::{
     ListenerInfo, MirrorFence, MirrorRole, Namespace, Subsystem, Target, TargetLimits,
 };
 
-const LEASE: Duration = Duration::from_millis(600);
+const LEASE: Duration = Duration::from_millis(800);
 const MAX: Duration = Duration::from_secs(1);
 const LINK: &str = "nqn.2026-11.io.ebof:mirror-link";
 const VOL: [u8; 16] = [0x33; 16];
@@ -429,7 +429,13 @@ fn a_primary_without_its_lease_completes_nothing_and_never_lands_after_a_promoti
     p.wait("demotion", Duration::from_secs(5), |st| {
         st.role == Role::Secondary
     });
-    assert!(p.events.all().contains(&Ev::Role(Role::Secondary, 1)));
+    assert!(
+        p.events
+            .all()
+            .ends_with(&[Ev::Role(Role::Secondary, 1), Ev::Fenced(false)]),
+        "{:?}",
+        p.events.all()
+    );
     assert_eq!(p.fence.role(), MirrorRole::Secondary);
     assert!(!p.status().fenced);
     let _ = b.write(65536, &pattern(5, 4096));
