@@ -138,6 +138,31 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 pub use aligned::{AlignedBuf, DIRECT_IO_ALIGN};
+
+/// A backend that must not complete this command on this box now, although another path to
+/// the same data may (a replicated volume's copy that lost its lease, ADR 0028): the host is
+/// answered ANA Inaccessible (SCT 3h SC 02h, DNR clear) and retries on another path. Made with
+/// [`BackendError::path_inaccessible`], recognised with [`BackendError::is_path_inaccessible`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("this path to the namespace is inaccessible (a replicated copy without its lease)")]
+pub struct PathInaccessible;
+
+impl BackendError {
+    /// The error of a command this path must not complete ([`PathInaccessible`]).
+    pub fn path_inaccessible() -> BackendError {
+        BackendError::Io(io::Error::other(PathInaccessible))
+    }
+
+    /// `self` is [`BackendError::path_inaccessible`]'s error.
+    pub fn is_path_inaccessible(&self) -> bool {
+        match self {
+            BackendError::Io(e) => e
+                .get_ref()
+                .is_some_and(|inner| inner.downcast_ref::<PathInaccessible>().is_some()),
+            _ => false,
+        }
+    }
+}
 pub use file::FileBackend;
 pub use ram::RamBackend;
 

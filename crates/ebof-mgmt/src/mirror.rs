@@ -53,6 +53,16 @@ fn mirror_of(ns: &Namespace) -> Option<Arc<Mirror>> {
         .map(|e| e.mirror.clone())
 }
 
+/// The status of the mirror of `ns`: a secondary's epoch is its fence's (the primary's link
+/// moves it with every Mirror Admit).
+fn status_of(ns: &Namespace, m: &Mirror) -> MirrorStatus {
+    let mut s = m.status();
+    if let Some(f) = &ns.mirror {
+        s.epoch = s.epoch.max(f.epoch());
+    }
+    s
+}
+
 /// Turns a mirror's role into its ANA group's state on every listener of the target.
 #[derive(Debug)]
 struct AnaSink {
@@ -107,6 +117,17 @@ impl RoleSink for AnaSink {
     fn role_changed(&self, role: Role, epoch: u64) {
         tracing::info!(group = self.group, ?role, epoch, "mirror role");
         self.state.lock().unwrap_or_else(|e| e.into_inner()).0 = role;
+        self.push();
+    }
+
+    fn fenced(&self, fenced: bool) {
+        if fenced {
+            tracing::warn!(
+                group = self.group,
+                "mirror fenced: no lease, paths inaccessible"
+            );
+        }
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).1 = fenced;
         self.push();
     }
 }
@@ -431,7 +452,7 @@ pub(crate) fn view(s: &MirrorStatus) -> MirrorView {
 
 /// The mirror view of namespace `ns`, when it is mirrored.
 pub(crate) fn view_of(ns: &Namespace) -> Option<MirrorView> {
-    mirror_of(ns).map(|m| view(&m.status()))
+    mirror_of(ns).map(|m| view(&status_of(ns, &m)))
 }
 
 /// Every mirror of `t` with its subsystem NQN and NSID (metrics).
@@ -440,28 +461,30 @@ pub(crate) fn statuses(t: &Target) -> Vec<(String, u32, MirrorStatus)> {
     for s in t.subsystems().iter() {
         for n in &s.namespaces {
             if let Some(m) = mirror_of(n) {
-                out.push((s.nqn.clone(), n.nsid, m.status()));
+                out.push((s.nqn.clone(), n.nsid, status_of(n, &m)));
             }
         }
     }
     out
 }
 
-fn lookup(c: &Control, nqn: &str, nsid: &str) -> Result<Arc<Mirror>, ApiError> {
+fn lookup(c: &Control, nqn: &str, nsid: &str) -> Result<(Arc<Namespace>, Arc<Mirror>), ApiError> {
     let n = crate::lookup::parse_nsid(nsid)?;
     let ns = crate::lookup::live_namespace(&c.target, nqn, n)?;
-    mirror_of(&ns).ok_or_else(|| {
+    let m = mirror_of(&ns).ok_or_else(|| {
         ApiError::new(
             codes::NOT_MIRRORED,
             "",
             format!("namespace {n} of {nqn} is not mirrored"),
         )
-    })
+    })?;
+    Ok((ns, m))
 }
 
 /// `GET …/namespaces/{nsid}/mirror`.
 pub(crate) fn status(c: &Control, nqn: &str, nsid: &str) -> Result<MirrorView, ApiError> {
-    Ok(view(&lookup(c, nqn, nsid)?.status()))
+    let (ns, m) = lookup(c, nqn, nsid)?;
+    Ok(view(&status_of(&ns, &m)))
 }
 
 /// `POST …/namespaces/{nsid}/mirror/promote` (blocks while the namespace's commands drain).
@@ -471,7 +494,7 @@ pub(crate) fn promote(
     nsid: &str,
     req: &MirrorPromoteRequest,
 ) -> Result<MirrorView, ApiError> {
-    let m = lookup(c, nqn, nsid)?;
+    let (ns, m) = lookup(c, nqn, nsid)?;
     m.promote(req.force)
         .map_err(|e| ApiError::new(codes::PROMOTE_REFUSED, "", e.to_string()))?;
     tracing::warn!(
@@ -480,7 +503,7 @@ pub(crate) fn promote(
         force = req.force,
         "mirror promoted by the API"
     );
-    Ok(view(&m.status()))
+    Ok(view(&status_of(&ns, &m)))
 }
 
 /// The mirror routes.

@@ -23,6 +23,9 @@ pub enum FailureClass {
     Transient,
     /// The device or file is gone (`ENXIO`, `ENODEV`, `ESTALE`).
     Gone,
+    /// This path must not complete the command now (a replicated copy without its lease,
+    /// [`ebof_backend::PathInaccessible`]): ANA Inaccessible, the host retries elsewhere.
+    PathInaccessible,
     /// The medium failed (`EIO` and anything else).
     Media,
 }
@@ -40,6 +43,7 @@ impl FailureClass {
         FailureClass::Unsupported,
         FailureClass::Transient,
         FailureClass::Gone,
+        FailureClass::PathInaccessible,
         FailureClass::Media,
     ];
 
@@ -53,12 +57,16 @@ impl FailureClass {
             FailureClass::Unsupported => "unsupported",
             FailureClass::Transient => "transient",
             FailureClass::Gone => "gone",
+            FailureClass::PathInaccessible => "path_inaccessible",
             FailureClass::Media => "media",
         }
     }
 
     /// Classify a backend error by its errno (or kind, for errors made in userspace).
     pub fn of(e: &BackendError) -> FailureClass {
+        if e.is_path_inaccessible() {
+            return FailureClass::PathInaccessible;
+        }
         let io = match e {
             BackendError::OutOfRange { .. } => return FailureClass::OutOfRange,
             BackendError::Io(io) | BackendError::Open { source: io, .. } => io,

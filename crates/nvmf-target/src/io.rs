@@ -151,6 +151,7 @@ pub fn backend_status(e: &BackendError, write: bool) -> Status {
         FailureClass::ReadOnly => Status::ACCESS_DENIED.with_dnr(true),
         FailureClass::Unsupported => Status::INTERNAL,
         FailureClass::Transient => Status::CMD_INTERRUPTED,
+        FailureClass::PathInaccessible => Status::ANA_INACCESSIBLE,
         FailureClass::Media => media.with_dnr(false),
     }
 }
@@ -310,7 +311,13 @@ mod tests {
     /// writes and reads, with DNR set exactly where retrying cannot help.
     #[test]
     fn each_errno_class_has_its_status() {
-        let cases: [(BackendError, FailureClass, Status, Status); 10] = [
+        let cases: [(BackendError, FailureClass, Status, Status); 11] = [
+            (
+                BackendError::path_inaccessible(),
+                FailureClass::PathInaccessible,
+                Status::ANA_INACCESSIBLE,
+                Status::ANA_INACCESSIBLE,
+            ),
             (
                 errno(libc::ENOSPC),
                 FailureClass::NoSpace,
