@@ -251,12 +251,12 @@ impl LeaseLoop {
                 self.clock.refused();
                 shared.covered.store(false, Ordering::Release);
                 self.publish();
-                self.answer_failed(sent);
-                if shared.forced.load(Ordering::Acquire) {
-                    return;
+                let forced = shared.forced.load(Ordering::Acquire);
+                if !forced {
+                    self.roles.set_fenced(true);
                 }
-                self.roles.set_fenced(true);
-                if !r.left.is_zero() {
+                self.fail_waiters(sent);
+                if !forced && !r.left.is_zero() {
                     // Another box holds a live lease (we would have been granted ours).
                     self.roles.demote();
                 }
@@ -264,16 +264,20 @@ impl LeaseLoop {
             None => {
                 // Unanswered: the last grant still counts until it lapses, but a write that
                 // waits for a fresh grant fails (and fences us until the next grant).
-                if self.answer_failed(sent) && !shared.forced.load(Ordering::Acquire) {
-                    self.roles.set_fenced(true);
-                }
+                self.fail_waiters(sent);
             }
         }
     }
 
-    /// Fail the waiters whose failure came before `sent`; true when there were any.
-    fn answer_failed(&mut self, sent: Instant) -> bool {
-        let before = self.waiters.len();
+    /// Fail the waiters whose failure came before `sent` (a request sent after it was not
+    /// granted), fencing us first (unless forced) so a failed write is never seen unfenced.
+    fn fail_waiters(&mut self, sent: Instant) {
+        if !self.waiters.iter().any(|(at, _)| *at <= sent) {
+            return;
+        }
+        if !self.roles.shared.forced.load(Ordering::Acquire) {
+            self.roles.set_fenced(true);
+        }
         self.waiters.retain(|(at, w)| {
             if *at <= sent {
                 let _ = w.send(false);
@@ -282,7 +286,6 @@ impl LeaseLoop {
                 true
             }
         });
-        before != self.waiters.len()
     }
 
     /// The secondary's request for promotion, only from a copy synced at the current epoch.

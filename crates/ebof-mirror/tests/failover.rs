@@ -519,3 +519,51 @@ fn without_a_reachable_witness_only_a_forced_promotion_serves() {
     assert_eq!(read(&*s.local, 0, 512), vec![2; 512]);
     s.mirror.stop();
 }
+
+#[test]
+fn a_write_alone_without_the_witness_fails_and_fences() {
+    let n = nqn("alone");
+    let w = witness();
+    let proxy = Proxy::new(w.1);
+    let (s, s_srv) = secondary(&n, w.1);
+    let p = primary(&n, s_srv.1, proxy.addr);
+    in_sync(&p, &s);
+    let b = p.mirror.backend();
+    // Peer and witness gone at once, our lease still running: the write's remote half
+    // fails, the witness cannot take our "not in sync" report, so it must not complete.
+    proxy.set_cut(true);
+    drop(s_srv);
+    assert!(p.status().lease_ms_left.is_some_and(|ms| ms > 0));
+    let t = Instant::now();
+    let e = b
+        .write(4096, &pattern(8, 4096))
+        .expect_err("alone, unreported");
+    assert!(ebof_mirror::is_inaccessible(&e), "{e}");
+    assert!(t.elapsed() <= LEASE + Duration::from_millis(200), "{t:?}");
+    let st = p.status();
+    assert!(
+        st.fenced && st.peer != PeerState::InSync,
+        "{st:?} {:?} {:?}",
+        p.events.all(),
+        t.elapsed()
+    );
+    assert!(p.events.all().ends_with(&[Ev::Fenced(true)]));
+    // The witness is back: a grant (of a not-in-sync report) unfences, writes go on alone.
+    proxy.set_cut(false);
+    p.wait("unfenced", Duration::from_secs(5), |st| !st.fenced);
+    b.write(4096, &pattern(8, 4096)).expect("degraded write");
+    p.mirror.stop();
+    s.mirror.stop();
+}
+
+#[test]
+fn a_secondary_never_synced_never_asks_for_the_lease() {
+    let n = nqn("unsynced");
+    let w = witness();
+    // Nobody holds the volume's lease: the witness would grant it to the first asker.
+    let (s, _srv) = secondary(&n, w.1);
+    s.hold("secondary", LEASE * 2, |st| st.role == Role::Secondary);
+    assert_eq!(s.fence.synced_at(), 0);
+    assert_eq!(s.events.all(), vec![Ev::Role(Role::Secondary, 0)]);
+    s.mirror.stop();
+}
