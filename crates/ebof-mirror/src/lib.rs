@@ -228,6 +228,11 @@ impl Mirror {
                 "region, block size and link queues must be > 0".into(),
             ));
         }
+        if spec.witness.is_some() && !(1..=60_000).contains(&spec.lease.as_millis()) {
+            return Err(MirrorError::Spec(
+                "with a witness the lease must be 1 ms..=60 s".into(),
+            ));
+        }
         let (role, epoch) = initial_role(&spec, fence.epoch())?;
         let bitmap_path = spec.state_path.as_ref().map(|p| p.with_extension("bitmap"));
         let bitmap = bitmap::Bitmap::open(local.size(), spec.region_bytes, bitmap_path.as_deref())
