@@ -221,6 +221,9 @@ fn link_host(nqn: &str, cfg: &Config, field: &str) -> Result<nvmf_host::HostConf
         hostnqn: link.clone(),
         hostid: id,
         dhchap,
+        // The secondary learns that the primary's link is gone when its keep-alive expires
+        // (a paused primary): no longer than the lease.
+        kato_ms: cfg.mirror.lease_ms.max(1000),
         ..nvmf_host::HostConfig::default()
     })
 }

@@ -99,6 +99,8 @@ pub struct MirrorFence {
     persist: Option<PersistFn>,
     /// Serialises changes (admit, promote, demote) so persisting and storing stay in order.
     change: Mutex<()>,
+    /// Replication-link controllers admitted ([`MirrorFence::peer_linked`]).
+    links: Mutex<Vec<std::sync::Weak<crate::controller::Controller>>>,
 }
 
 impl std::fmt::Debug for MirrorFence {
@@ -120,6 +122,7 @@ impl MirrorFence {
             synced_at: AtomicU64::new(0),
             persist: None,
             change: Mutex::new(()),
+            links: Mutex::new(Vec::new()),
         }
     }
     /// The same, with the epoch the local copy was last synced at (restored state).
@@ -239,6 +242,30 @@ impl MirrorFence {
         })();
         gate.unlock();
         r
+    }
+
+    /// Replication-link controller `ctrl` was admitted (Mirror Admit).
+    pub(crate) fn link_admitted(&self, ctrl: &std::sync::Arc<crate::controller::Controller>) {
+        let mut l = self.links.lock().unwrap_or_else(|e| e.into_inner());
+        l.retain(|w| w.upgrade().is_some_and(|c| !c.is_dead()));
+        if !l
+            .iter()
+            .any(|w| std::ptr::eq(w.as_ptr(), std::sync::Arc::as_ptr(ctrl)))
+        {
+            l.push(std::sync::Arc::downgrade(ctrl));
+        }
+    }
+
+    /// A replication link from the primary is connected and admitted now (its controller is
+    /// alive: not torn down by a closed connection or an expired keep-alive). A secondary does
+    /// not ask the witness for a takeover while it is: the primary is alive enough to talk to
+    /// it, and a takeover race with a primary that is only waiting for its lease is avoided.
+    pub fn peer_linked(&self) -> bool {
+        self.links
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .any(|w| w.upgrade().is_some_and(|c| !c.is_dead()))
     }
 
     /// Become secondary (epoch unchanged): links admitted at the current epoch or later may

@@ -15,7 +15,7 @@ use nvme_spec::ebof_vendor::{AdmitReply, MirrorAdmit, OPERATION_DENIED, VendorEr
 /// mirrored namespace, not secondary, or an epoch older than the fence's → Operation Denied +
 /// DNR. CQE DW0 bit 0: the
 /// local copy is synced at this epoch; DW1: the low 32 bits of the epoch it was synced at.
-pub(crate) fn execute_admit(ctrl: &Controller, sqe: &Sqe) -> CmdResult {
+pub(crate) fn execute_admit(ctrl: &std::sync::Arc<Controller>, sqe: &Sqe) -> CmdResult {
     if !ctrl.is_replica_link() {
         return Err(OPERATION_DENIED.into());
     }
@@ -33,6 +33,7 @@ pub(crate) fn execute_admit(ctrl: &Controller, sqe: &Sqe) -> CmdResult {
         return Err(OPERATION_DENIED.into());
     }
     ctrl.set_replica_epoch(a.epoch);
+    fence.link_admitted(ctrl);
     let reply = AdmitReply {
         synced: r.synced_at == a.epoch,
         synced_epoch_lo: r.synced_at as u32,
