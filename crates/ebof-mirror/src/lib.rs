@@ -3,8 +3,10 @@
 //! A [`Mirror`] owns a replication link (ordinary NVMe/TCP through `nvmf-host`) to the peer box
 //! and hands the namespace a [`Mirror::backend`] that, on the primary, completes a write only
 //! once both copies have it; when the peer is unreachable it goes on alone (degraded), marking
-//! written regions dirty, and resyncs them when the link is back. See
-//! `notes/mirror-design.md` and ADR 0028.
+//! written regions dirty, and resyncs them when the link is back. With a witness
+//! ([`MirrorSpec::witness`]) the primary writes only while it holds the witness's lease, and a
+//! secondary whose copy is in sync promotes itself when the witness grants it the lease (see
+//! `lease.rs`). See `notes/mirror-design.md` and ADR 0028.
 
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 

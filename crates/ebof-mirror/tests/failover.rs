@@ -479,8 +479,16 @@ fn a_degraded_primary_completes_alone_and_its_stale_secondary_is_never_promoted(
 fn without_a_reachable_witness_only_a_forced_promotion_serves() {
     let n = nqn("nowitness");
     let nowhere: SocketAddr = NOWHERE.parse().expect("addr");
+    // A witness that never answers (connections wait in the backlog).
+    let mute = TcpListener::bind("127.0.0.1:0").expect("bind");
     let (p, _) = Node::start(
-        spec(&n, nowhere, nowhere, Role::Primary, 1),
+        spec(
+            &n,
+            nowhere,
+            mute.local_addr().expect("addr"),
+            Role::Primary,
+            1,
+        ),
         MirrorRole::None,
     );
     let st = p.status();
@@ -495,7 +503,15 @@ fn without_a_reachable_witness_only_a_forced_promotion_serves() {
         p.events.all(),
         vec![Ev::Role(Role::Primary, 1), Ev::Fenced(true)]
     );
+    // Stopping does not wait for the unanswered request.
+    std::thread::sleep(LEASE / 4);
+    let t = Instant::now();
     p.mirror.stop();
+    assert!(
+        t.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        t.elapsed()
+    );
 
     let (s, _) = Node::start(
         spec(&n, nowhere, nowhere, Role::Secondary, 2),
