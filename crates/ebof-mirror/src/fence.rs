@@ -61,4 +61,8 @@ impl Fence for NsFence {
     fn synced_epoch(&self) -> u64 {
         self.fence.synced_at()
     }
+
+    fn peer_linked(&self) -> bool {
+        self.fence.peer_linked()
+    }
 }

@@ -302,6 +302,11 @@ impl LeaseLoop {
             self.clock.sent(Instant::now());
             return;
         }
+        if self.roles.fence.peer_linked() {
+            // The primary's link is connected: it is alive (and may be waiting for its lease).
+            self.clock.sent(Instant::now());
+            return;
+        }
         let (sent, reply) = self.request(epoch, false).await;
         if !reply.is_some_and(|r| r.granted) {
             return;

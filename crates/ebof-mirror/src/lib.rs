@@ -150,31 +150,30 @@ pub trait Fence: Send + Sync + 'static {
     fn synced_epoch(&self) -> u64 {
         0
     }
+    /// A replication link from the primary is connected to this box now. A secondary does not
+    /// ask the witness for a takeover while it is (the primary is alive; and a witness with no
+    /// record of the volume, freshly started, must not hand it to the secondary instead of the
+    /// primary that is waiting for its lease). The default (false) never holds a takeover back.
+    fn peer_linked(&self) -> bool {
+        false
+    }
 }
 
-/// The payload of the `BackendError::Io` a mirrored namespace's backend returns for a write or
-/// flush this box must not complete: not the primary's lease holder (fenced), or the peer
-/// unreachable and the witness did not take our "peer not in sync" report. The NVMe status
-/// should be ANA Inaccessible (SCT 3h SC 02h, DNR clear): test with [`is_inaccessible`]. (An
-/// engine-level `BackendError::PathInaccessible` would replace this; it does not exist yet.)
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("mirror: path inaccessible (no lease)")]
-pub struct PathInaccessible;
+/// The error a mirrored namespace's backend returns for a write or flush this box must not
+/// complete (not the primary's lease holder, or the peer unreachable and the witness did not
+/// take our "peer not in sync" report): the engine answers it ANA Inaccessible (SCT 3h SC 02h,
+/// DNR clear), so the host retries on the other path.
+pub use ebof_backend::PathInaccessible;
 
 /// The error [`MirrorBackend`] returns when it must not complete a write or flush.
 pub(crate) fn inaccessible() -> ebof_backend::BackendError {
-    ebof_backend::BackendError::Io(std::io::Error::other(PathInaccessible))
+    ebof_backend::BackendError::path_inaccessible()
 }
 
 /// True for the error [`MirrorBackend`] returns when it must not complete a write or flush
-/// ([`PathInaccessible`]): map it to ANA Inaccessible.
+/// ([`PathInaccessible`]).
 pub fn is_inaccessible(e: &ebof_backend::BackendError) -> bool {
-    match e {
-        ebof_backend::BackendError::Io(io) => io
-            .get_ref()
-            .is_some_and(|inner| inner.downcast_ref::<PathInaccessible>().is_some()),
-        _ => false,
-    }
+    e.is_path_inaccessible()
 }
 
 /// What can go wrong with a mirror.

@@ -100,11 +100,11 @@ impl Link {
     async fn run(&mut self) {
         let mut backoff = BACKOFF_MIN;
         while !self.stopping() {
-            if self.shared.role() != Role::Primary {
-                self.idle(TICK).await;
+            if self.shared.role() != Role::Primary || self.shared.link_withheld() {
+                self.idle(TICK.min(BACKOFF_MIN * 2)).await;
                 continue;
             }
-            match self.connect().await {
+            match self.connect_failing_requests().await {
                 Ok(mut c) => {
                     backoff = BACKOFF_MIN;
                     if let Err(e) = self.serve(&mut c).await {
@@ -143,7 +143,30 @@ impl Link {
         (self.shared.spec.lease * 2).max(Duration::from_secs(1))
     }
 
-    async fn connect(&mut self) -> Result<Conn, String> {
+    /// [`Link::connect`], failing every request that arrives meanwhile: a peer that takes the
+    /// connection but does not answer (paused, partitioned) must not hold host writes for the
+    /// whole connect timeout; they go on degraded (or fenced) at once.
+    async fn connect_failing_requests(&mut self) -> Result<Conn, String> {
+        let (_tx, idle_rx) = mpsc::unbounded_channel();
+        let mut rx = std::mem::replace(&mut self.rx, idle_rx);
+        let r = {
+            let fut = self.connect();
+            tokio::pin!(fut);
+            loop {
+                tokio::select! {
+                    r = &mut fut => break r,
+                    req = rx.recv() => match req {
+                        Some(req) => req.fail(),
+                        None => break Err("mirror stopped".to_string()),
+                    },
+                }
+            }
+        };
+        self.rx = rx;
+        r
+    }
+
+    async fn connect(&self) -> Result<Conn, String> {
         let spec = &self.shared.spec;
         let cfg = HostConfig {
             hostnqn: spec.link_hostnqn.clone(),
@@ -211,7 +234,10 @@ impl Link {
             self.admit(&c.ctrl, true).await?;
             self.shared.set_peer(PeerState::InSync);
         }
-        while !self.stopping() && self.shared.role() == Role::Primary {
+        while !self.stopping()
+            && self.shared.role() == Role::Primary
+            && !self.shared.link_withheld()
+        {
             self.intake(c, pipe, stash).await?;
             if pipe.in_flight() > 0 && (in_sync || stash.is_some()) {
                 pipe.poll(&mut c.q).await?;

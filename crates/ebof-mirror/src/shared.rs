@@ -26,6 +26,9 @@ pub(crate) struct Shared {
     pub(crate) covered: AtomicBool,
     /// Promoted by force (`Mirror::promote(true)`): serve without a lease until one is granted.
     pub(crate) forced: AtomicBool,
+    /// The witness granted us a lease since we became primary: a fence from now on means the
+    /// lease was lost (not the wait for the first grant at start).
+    granted_once: AtomicBool,
     peer: Mutex<PeerState>,
     regions: Mutex<Bitmap>,
     stripes: Vec<Mutex<()>>,
@@ -54,6 +57,7 @@ impl Shared {
             lease_until: AtomicU64::new(0),
             covered: AtomicBool::new(false),
             forced: AtomicBool::new(false),
+            granted_once: AtomicBool::new(false),
             peer: Mutex::new(PeerState::Connecting),
             regions: Mutex::new(regions),
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
@@ -88,6 +92,7 @@ impl Shared {
     /// Become secondary (demoted: another box holds the lease). The peer is unknown.
     pub(crate) fn become_secondary(&self) {
         self.role.store(Role::Secondary as u8, Ordering::Release);
+        self.granted_once.store(false, Ordering::Release);
         self.set_peer(PeerState::Connecting);
         self.covered.store(false, Ordering::Release);
         self.fenced.store(false, Ordering::Release);
@@ -100,6 +105,21 @@ impl Shared {
             u64::try_from(d).unwrap_or(u64::MAX).max(1)
         });
         self.lease_until.store(ns, Ordering::Release);
+        if ns != 0 {
+            self.granted_once.store(true, Ordering::Release);
+        }
+    }
+
+    /// A primary that lost its lease (fenced after a grant, not forced) withholds its
+    /// replication link: it can complete no write anyway, and a connected link tells the
+    /// secondary that the primary is alive ([`crate::Fence::peer_linked`]), which would keep
+    /// it from taking over. The wait for the first grant after a start keeps the link (so a
+    /// freshly started witness hands the lease to the primary, not to its secondary).
+    pub(crate) fn link_withheld(&self) -> bool {
+        self.spec.witness.is_some()
+            && self.fenced.load(Ordering::Acquire)
+            && self.granted_once.load(Ordering::Acquire)
+            && !self.forced.load(Ordering::Acquire)
     }
 
     /// Time left on our lease (zero when not held).
@@ -129,10 +149,11 @@ impl Shared {
     }
 
     /// A replicated write failed or could not be sent: degraded (bits stay set).
+    /// On a primary, the peer is unreachable (its link failed or could not be made): writes
+    /// complete alone, whether the link was ever up or not. A secondary stays `Connecting`.
     pub(crate) fn degrade(&self) {
-        let mut p = lock(&self.peer);
-        if *p != PeerState::Connecting {
-            *p = PeerState::Degraded;
+        if self.role() == Role::Primary {
+            *lock(&self.peer) = PeerState::Degraded;
         }
     }
 
