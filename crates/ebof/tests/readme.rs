@@ -257,3 +257,128 @@ fn readme_fleet_example_runs() {
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
 }
+
+/// The README's "Replicated volumes" example, run as written: a witness and two boxes on
+/// loopback addresses, the primary in sync, `ebof perf --verify` through it, `kill -9` of the
+/// primary, the secondary promoted by the witness, and `--verify-only` through it.
+#[test]
+fn readme_mirror_example_runs() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("SKIP readme_mirror_example: the README's sockets are under /run/ebof (root)");
+        return;
+    }
+    for a in ["127.0.0.21:4420", "127.0.0.22:4420", "127.0.0.23:4420"] {
+        if TcpListener::bind(a).is_err() {
+            eprintln!("SKIP readme_mirror_example: {a} is in use on this machine");
+            return;
+        }
+    }
+    let section = &README[README
+        .find("### Replicated volumes")
+        .expect("a Replicated volumes section")..];
+    let block = |name: &str| -> String {
+        let at = section
+            .find(&format!("```toml\n# {name}"))
+            .unwrap_or_else(|| panic!("no {name} block"));
+        let body = &section[at + "```toml\n".len()..];
+        body[..body.find("```").expect("closing fence")].to_string()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let a = block("mirror-a.toml");
+    let b = a
+        .replace("127.0.0.22", "127.0.0.X")
+        .replace("127.0.0.21", "127.0.0.22")
+        .replace("127.0.0.X", "127.0.0.21")
+        .replace("cntlid_min = 1 ", "cntlid_min = 1000 ")
+        .replace("cntlid_max = 999", "cntlid_max = 1999")
+        .replace("mirror-a", "mirror-b")
+        .replace("role = \"primary\"", "role = \"secondary\"");
+    for (name, text) in [
+        ("mirror-w.toml", block("mirror-w.toml")),
+        ("mirror-a.toml", a),
+        ("mirror-b.toml", b),
+    ] {
+        std::fs::write(dir.path().join(name), text).unwrap();
+    }
+    let cmds: Vec<Vec<String>> = readme_block("### Replicated volumes", "sh")
+        .lines()
+        .filter(|l| l.starts_with("ebof ") || l.starts_with("kill "))
+        .map(|l| words(l).into_iter().filter(|w| w != "&").collect())
+        .collect();
+    struct Kill(Vec<std::process::Child>);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            for c in &mut self.0 {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+    let mut servers = Kill(Vec::new());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+    let mut statuses = 0;
+    let mut ran = 0;
+    for w in cmds {
+        ran += 1;
+        if w[0] == "kill" {
+            // `kill -9 %3`: the third server started (box A)
+            let job: usize = w[2].trim_start_matches('%').parse().unwrap();
+            let c = &mut servers.0[job - 1];
+            c.kill().unwrap();
+            c.wait().unwrap();
+            continue;
+        }
+        let args: Vec<&str> = w.iter().skip(1).map(String::as_str).collect();
+        if w[1] == "serve" {
+            let c = Command::new(EBOF)
+                .args(&args)
+                .current_dir(dir.path())
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("spawn ebof serve");
+            servers.0.push(c);
+            continue;
+        }
+        // The first status waits for the first copy (in sync), the second for the promotion.
+        let expect: &[&str] = if args.contains(&"status") {
+            statuses += 1;
+            if statuses == 1 {
+                &["primary at epoch 1", "in-sync", "lease"]
+            } else {
+                &["primary at epoch 2"]
+            }
+        } else {
+            &[]
+        };
+        loop {
+            let out = Command::new(EBOF)
+                .args(&args)
+                .current_dir(dir.path())
+                .output()
+                .expect("run ebof");
+            let o = common::Output {
+                ok: out.status.success(),
+                stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+                stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            };
+            // Not before the primary holds its lease (a fenced primary refuses writes).
+            if o.ok && expect.iter().all(|e| o.stdout.contains(e)) && !o.stdout.contains("FENCED") {
+                if args.contains(&"--verify-only") {
+                    println!("{}", o.stdout);
+                }
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline && !expect.is_empty(),
+                "README mirror example {w:?}: {}{}",
+                o.stdout,
+                o.stderr
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+    assert_eq!(ran, 8, "the README's mirror example has eight commands");
+}
