@@ -16,13 +16,17 @@
 //!
 //! The rules are [`protocol::Protocol`]'s decisions, which [`create`] carries out. Beside them:
 //! request checks ([`checks`]), placement and how a volume is described ([`placement`]),
-//! publishing to nodes ([`publish`]) and snapshots ([`snapshots`]). A volume of two copies
+//! publishing to nodes ([`publish`]), snapshots ([`snapshots`]), clones of volumes
+//! ([`clone`]), live QoS changes ([`modify`]) and volume health ([`health`]). A volume of two copies
 //! mirrored on two boxes (`replicas: "2"`, issue 34) extends these rules: [`mirror`].
 
 mod checks;
+mod clone;
 mod create;
 mod expand;
+mod health;
 pub(crate) mod mirror;
+mod modify;
 mod placement;
 mod protocol;
 mod publish;
@@ -34,7 +38,7 @@ use crate::boxes::Box as EBox;
 use crate::names;
 use crate::pb;
 use crate::rpc::{BusySet, invalid, ok, required};
-use checks::{check_capability, page, parse_params};
+use checks::{check_capability, page, parse_mutable, parse_params};
 use ebof_api::{ApiError, ClientError, State, SubsystemView};
 use mirror::{CopyMirror, Mirrors, Role};
 use std::collections::BTreeMap;
@@ -192,6 +196,24 @@ impl Controller {
         out
     }
 
+    /// Every box's state: those that answered, and those that did not with UNAVAILABLE
+    /// naming them.
+    async fn scan_split(&self) -> (Vec<BoxState>, Vec<(usize, Status)>) {
+        let mut reached = Vec::new();
+        let mut down = Vec::new();
+        for (idx, r) in self.scan().await {
+            match r {
+                Ok((state, mirrors)) => reached.push(BoxState {
+                    idx,
+                    state,
+                    mirrors,
+                }),
+                Err(e) => down.push((idx, self.box_error(idx, "reading its state", &e))),
+            }
+        }
+        (reached, down)
+    }
+
     /// Box `idx`'s state, or UNAVAILABLE naming it.
     async fn read_box(&self, idx: usize) -> Result<BoxState, Status> {
         self.on_box(idx, mirror::read_state)
@@ -290,21 +312,13 @@ impl Controller {
         if !names::is_volume_id(id) {
             return Err(Status::not_found(format!("volume {id} does not exist")));
         }
-        let mut unreachable = None;
-        let mut reached = Vec::new();
-        for (idx, r) in self.scan().await {
-            match r {
-                Ok((state, mirrors)) => reached.push(BoxState {
-                    idx,
-                    state,
-                    mirrors,
-                }),
-                Err(e) => unreachable = Some(self.box_error(idx, "reading its state", &e)),
-            }
-        }
+        let (reached, down) = self.scan_split().await;
         let found = self.find(&reached, id);
         let Some(main) = Self::complete(&found) else {
-            return Err(unreachable
+            return Err(down
+                .into_iter()
+                .next_back()
+                .map(|(_, e)| e)
                 .unwrap_or_else(|| Status::not_found(format!("volume {id} does not exist"))));
         };
         let (main_idx, sub, mirror) = (main.idx, main.sub.clone(), main.mirror.clone());
@@ -367,6 +381,9 @@ impl pb::controller_server::Controller for Controller {
         for f in found {
             self.remove_subsystem(f.idx, &r.volume_id).await?;
         }
+        // A clone's temporary snapshot left by a CreateVolume cut short (see `clone`).
+        let point = names::clone_point_name(&r.volume_id);
+        self.drop_clone_point_in(&all, &point).await;
         ok(pb::DeleteVolumeResponse {})
     }
 
@@ -402,7 +419,9 @@ impl pb::controller_server::Controller for Controller {
                 });
             }
         }
-        if let Err(e) = parse_params(&r.parameters) {
+        if let Err(e) =
+            parse_params(&r.parameters).and_then(|_| parse_mutable(&r.mutable_parameters))
+        {
             return ok(pb::ValidateVolumeCapabilitiesResponse {
                 confirmed: None,
                 message: e.message().to_string(),
@@ -413,7 +432,7 @@ impl pb::controller_server::Controller for Controller {
                 volume_context: r.volume_context,
                 volume_capabilities: r.volume_capabilities,
                 parameters: r.parameters,
-                mutable_parameters: Default::default(),
+                mutable_parameters: r.mutable_parameters,
             }),
             message: String::new(),
         })
@@ -444,6 +463,7 @@ impl pb::controller_server::Controller for Controller {
                         volume: Some(v),
                         status: Some(pb::list_volumes_response::VolumeStatus {
                             published_node_ids: main.sub.hosts.clone(),
+                            volume_condition: Some(self.condition_of(&all, &found, &[])),
                         }),
                     },
                 );
@@ -531,6 +551,11 @@ impl pb::controller_server::Controller for Controller {
                 T::PublishReadonly,
                 T::ExpandVolume,
                 T::ListVolumesPublishedNodes,
+                T::CloneVolume,
+                T::ModifyVolume,
+                T::GetVolume,
+                T::VolumeCondition,
+                T::GetSnapshot,
             ]
             .into_iter()
             .map(cap)
@@ -564,5 +589,26 @@ impl pb::controller_server::Controller for Controller {
         req: Request<pb::ControllerExpandVolumeRequest>,
     ) -> Result<Response<pb::ControllerExpandVolumeResponse>, Status> {
         self.expand(req).await
+    }
+
+    async fn controller_get_volume(
+        &self,
+        req: Request<pb::ControllerGetVolumeRequest>,
+    ) -> Result<Response<pb::ControllerGetVolumeResponse>, Status> {
+        self.get_volume(req).await
+    }
+
+    async fn controller_modify_volume(
+        &self,
+        req: Request<pb::ControllerModifyVolumeRequest>,
+    ) -> Result<Response<pb::ControllerModifyVolumeResponse>, Status> {
+        self.modify(req).await
+    }
+
+    async fn get_snapshot(
+        &self,
+        req: Request<pb::GetSnapshotRequest>,
+    ) -> Result<Response<pb::GetSnapshotResponse>, Status> {
+        self.snapshot_get(req).await
     }
 }

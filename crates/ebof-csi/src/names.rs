@@ -73,6 +73,14 @@ pub fn snapshot_name(name: &str) -> String {
     format!("{SNAPSHOT_PREFIX}{}-{}", slug(name, 40), digest16(name))
 }
 
+/// The box-side name of the temporary snapshot a clone of a volume is made from, for the
+/// clone whose volume ID is `volume_id` (`csiclone-` and 16 hex digits): one per clone, so a
+/// retried CreateVolume finds it; never a snapshot ID ([`is_snapshot_id`] refuses it), so
+/// ListSnapshots does not show it.
+pub fn clone_point_name(volume_id: &str) -> String {
+    format!("csiclone-{}", digest16(volume_id))
+}
+
 /// Whether `id` is a snapshot ID this driver could have made.
 pub fn is_snapshot_id(id: &str) -> bool {
     derived_after(id, SNAPSHOT_PREFIX)
@@ -126,6 +134,10 @@ mod tests {
         let s = snapshot_name("snapshot-1234");
         assert!(s.len() <= 61 && is_snapshot_id(&s), "{s}");
         assert!(!is_snapshot_id("nightly"));
+        let c = clone_point_name(&volume_nqn("pvc-clone"));
+        assert_eq!(c, clone_point_name(&volume_nqn("pvc-clone")));
+        assert_eq!(c.len(), 25);
+        assert!(!is_snapshot_id(&c), "a clone's point is never listed: {c}");
 
         assert_eq!(volume_uuid("a"), volume_uuid("a"));
         assert_ne!(volume_uuid("a"), volume_uuid("b"));

@@ -304,16 +304,22 @@ impl Node {
         }
     }
 
-    /// The block device under `path`: the device node itself, or what is mounted there.
-    fn device_of(&self, path: &Path) -> Option<PathBuf> {
+    /// `MAJOR:MINOR` of the block device under `path`: the device node itself, or what is
+    /// mounted there.
+    fn devno_of(path: &Path) -> Option<String> {
         let meta = std::fs::metadata(path).ok()?;
-        let devno = if meta.file_type().is_block_device() {
+        if meta.file_type().is_block_device() {
             use std::os::unix::fs::MetadataExt;
             let r = meta.rdev();
-            format!("{}:{}", libc::major(r), libc::minor(r))
+            Some(format!("{}:{}", libc::major(r), libc::minor(r)))
         } else {
-            sys::mounts_at(path).last()?.dev.clone()
-        };
+            Some(sys::mounts_at(path).last()?.dev.clone())
+        }
+    }
+
+    /// The block device under `path`: the device node itself, or what is mounted there.
+    fn device_of(&self, path: &Path) -> Option<PathBuf> {
+        let devno = Self::devno_of(path)?;
         let link = std::fs::read_link(self.os.sysfs.join("dev/block").join(devno)).ok()?;
         Some(PathBuf::from("/dev").join(link.file_name()?))
     }
@@ -551,24 +557,29 @@ impl pb::node_server::Node for Node {
         let meta =
             std::fs::metadata(p).map_err(|e| Status::not_found(format!("{}: {e}", p.display())))?;
         let byte = pb::volume_usage::Unit::Bytes as i32;
-        if meta.file_type().is_block_device() {
-            let total = self
-                .device_of(p)
-                .and_then(|d| sys::block_size_bytes(&self.os.sysfs, &d))
-                .ok_or_else(|| Status::internal(format!("size of {}", p.display())))?;
-            return ok(pb::NodeGetVolumeStatsResponse {
-                usage: vec![pb::VolumeUsage {
-                    total: total as i64,
-                    unit: byte,
-                    ..Default::default()
-                }],
-            });
-        }
-        if sys::mounts_at(p).is_empty() {
+        if !meta.file_type().is_block_device() && sys::mounts_at(p).is_empty() {
             return Err(Status::not_found(format!(
                 "{} is not a published volume",
                 p.display()
             )));
+        }
+        let cond = health::device_condition(&self.os.sysfs, Self::devno_of(p).as_deref(), p);
+        if meta.file_type().is_block_device() {
+            // A device that is gone has no size: its condition says why.
+            let total = self
+                .device_of(p)
+                .and_then(|d| sys::block_size_bytes(&self.os.sysfs, &d));
+            return ok(pb::NodeGetVolumeStatsResponse {
+                usage: total
+                    .map(|t| pb::VolumeUsage {
+                        total: t as i64,
+                        unit: byte,
+                        ..Default::default()
+                    })
+                    .into_iter()
+                    .collect(),
+                volume_condition: Some(cond),
+            });
         }
         let s =
             statvfs(p).map_err(|e| Status::internal(format!("statvfs {}: {e}", p.display())))?;
@@ -591,6 +602,7 @@ impl pb::node_server::Node for Node {
                     unit: pb::volume_usage::Unit::Inodes as i32,
                 },
             ],
+            volume_condition: Some(cond),
         })
     }
 
@@ -670,6 +682,7 @@ impl pb::node_server::Node for Node {
                 cap(T::StageUnstageVolume),
                 cap(T::GetVolumeStats),
                 cap(T::ExpandVolume),
+                cap(T::VolumeCondition),
             ],
         })
     }
@@ -790,5 +803,6 @@ fn statvfs(p: &Path) -> std::io::Result<libc::statvfs> {
     Ok(unsafe { s.assume_init() })
 }
 
+mod health;
 #[cfg(test)]
 mod tests;

@@ -189,6 +189,45 @@ pub(super) fn parse_params(
     Ok(out)
 }
 
+/// The QoS keys a VolumeAttributesClass may change (`mutable_parameters` of CreateVolume and
+/// ControllerModifyVolume): the StorageClass's QoS keys, read by [`parse_params`]; `None`
+/// when there are none. Any other key (`pool`, `auth`, `replicas`: fixed when the volume is
+/// made) is INVALID_ARGUMENT, and so is a limit the box would refuse.
+pub(super) fn parse_mutable(
+    p: &std::collections::HashMap<String, String>,
+) -> Result<Option<QosRequest>, Status> {
+    let mut keys: Vec<&String> = p.keys().collect();
+    keys.sort();
+    for k in keys {
+        if matches!(k.as_str(), "pool" | "auth" | "replicas") {
+            return Err(invalid(format!(
+                "mutable parameter {k:?} cannot change on a volume: the mutable parameters are iops, mbps, readIops, writeIops, readMbps, writeMbps"
+            )));
+        }
+    }
+    let qos = parse_params(p)
+        .map_err(|e| invalid(format!("mutable parameters: {}", e.message())))?
+        .qos;
+    if let Some(q) = &qos {
+        q.check("")
+            .map_err(|e| invalid(format!("mutable parameters: {e}")))?;
+    }
+    Ok(qos)
+}
+
+/// `over`'s limits on top of `base`'s: a key `over` gives replaces the one in `base`.
+pub(super) fn overlay(base: Option<&QosRequest>, over: &QosRequest) -> QosRequest {
+    let b = base.cloned().unwrap_or_default();
+    QosRequest {
+        iops: over.iops.or(b.iops),
+        mbps: over.mbps.or(b.mbps),
+        read_iops: over.read_iops.or(b.read_iops),
+        write_iops: over.write_iops.or(b.write_iops),
+        read_mbps: over.read_mbps.or(b.read_mbps),
+        write_mbps: over.write_mbps.or(b.write_mbps),
+    }
+}
+
 /// The zones a topology requirement allows (requisite), in preference order; empty: any.
 pub(super) fn zones(req: Option<&pb::TopologyRequirement>) -> (Vec<String>, Vec<String>) {
     let pick = |v: &[pb::Topology]| -> Vec<String> {
@@ -312,6 +351,48 @@ mod tests {
                 "{bad:?}"
             );
         }
+    }
+
+    #[test]
+    fn mutable_parameters_are_qos_keys_only() {
+        let p = |kv: &[(&str, &str)]| {
+            parse_mutable(
+                &kv.iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            )
+        };
+        assert!(p(&[]).unwrap().is_none());
+        let q = p(&[("iops", "100"), ("writeMbps", "5")]).unwrap().unwrap();
+        assert_eq!((q.iops, q.write_mbps, q.mbps), (Some(100), Some(5), None));
+        for bad in [
+            &[("pool", "fast")][..],
+            &[("auth", "none")],
+            &[("replicas", "2")],
+            &[("colour", "red")],
+            &[("iops", "-5")],
+            &[("iops", "lots")],
+            &[("iops", "99999999999999")],
+        ] {
+            let e = p(bad).unwrap_err();
+            assert_eq!(e.code(), tonic::Code::InvalidArgument, "{bad:?}");
+            assert!(e.message().contains(bad[0].0), "{bad:?}: {e:?}");
+        }
+        let base = QosRequest {
+            iops: Some(10),
+            mbps: Some(20),
+            ..Default::default()
+        };
+        let over = QosRequest {
+            mbps: Some(0),
+            read_iops: Some(5),
+            ..Default::default()
+        };
+        let m = overlay(Some(&base), &over);
+        assert_eq!(
+            (m.iops, m.mbps, m.read_iops, m.write_iops),
+            (Some(10), Some(0), Some(5), None)
+        );
     }
 
     #[test]

@@ -2,7 +2,9 @@
 //! attempt by attempt ([`Protocol`] decides, these methods call the boxes); for a replicated
 //! volume, with the steps [`super::mirror`] adds.
 
-use super::checks::{Params, check_capabilities, parse_params, size_fits, size_for, zones};
+use super::checks::{
+    Params, check_capabilities, overlay, parse_mutable, parse_params, size_fits, size_for, zones,
+};
 use super::mirror::{self, Role};
 use super::protocol::{CREATE_ATTEMPTS, Look, Pair, Protocol, Verdict};
 use super::{BoxState, Controller, Found, api_code};
@@ -26,8 +28,8 @@ struct Job<'a> {
     size: u64,
     /// Zones allowed (requisite) and preferred.
     topo: (Vec<String>, Vec<String>),
-    /// The snapshot to make it from, if any.
-    snapshot: Option<String>,
+    /// What to make it from, if anything.
+    source: Option<Source>,
     /// The volume's subsystem NQN (its ID).
     nqn: String,
     /// Its namespace's UUID.
@@ -43,8 +45,17 @@ struct Target {
     secondary: Option<(usize, String, String)>,
 }
 
-/// The snapshot a request's content source names, if any.
-fn content_source(r: &pb::CreateVolumeRequest) -> Result<Option<String>, Status> {
+/// What a volume is made from (its content source).
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Source {
+    /// A snapshot, by ID.
+    Snapshot(String),
+    /// Another volume (a clone), by ID.
+    Volume(String),
+}
+
+/// What a request's content source names, if anything.
+fn content_source(r: &pb::CreateVolumeRequest) -> Result<Option<Source>, Status> {
     match r
         .volume_content_source
         .as_ref()
@@ -57,11 +68,16 @@ fn content_source(r: &pb::CreateVolumeRequest) -> Result<Option<String>, Status>
                     "volume_content_source.snapshot.snapshot_id is required",
                 ));
             }
-            Ok(Some(s.snapshot_id.clone()))
+            Ok(Some(Source::Snapshot(s.snapshot_id.clone())))
         }
-        Some(pb::volume_content_source::Type::Volume(_)) => Err(invalid(
-            "cloning from a volume is not supported (CLONE_VOLUME is not advertised): take a snapshot and create from it",
-        )),
+        Some(pb::volume_content_source::Type::Volume(v)) => {
+            if v.volume_id.is_empty() {
+                return Err(invalid(
+                    "volume_content_source.volume.volume_id is required",
+                ));
+            }
+            Ok(Some(Source::Volume(v.volume_id.clone())))
+        }
     }
 }
 
@@ -72,13 +88,16 @@ impl Controller {
     ) -> Result<pb::Volume, Status> {
         names::check_name(&r.name).map_err(|e| invalid(format!("name: {e}")))?;
         check_capabilities(&r.volume_capabilities)?;
-        let params = parse_params(&r.parameters)?;
+        let mut params = parse_params(&r.parameters)?;
+        if let Some(q) = parse_mutable(&r.mutable_parameters)? {
+            params.qos = Some(overlay(params.qos.as_ref(), &q));
+        }
         let size = size_for(r.capacity_range.as_ref())?;
         let topo = zones(r.accessibility_requirements.as_ref());
-        let snapshot = content_source(r)?;
-        if params.replicas > 1 && snapshot.is_some() {
+        let source = content_source(r)?;
+        if params.replicas > 1 && source.is_some() {
             return Err(invalid(
-                "restoring a snapshot into a replicas: \"2\" volume is not supported (the box clones into one copy): restore it with replicas \"1\"",
+                "making a replicas: \"2\" volume from a snapshot or a volume is not supported (the box clones into one copy): make it with replicas \"1\"",
             ));
         }
         let job = Job {
@@ -86,17 +105,27 @@ impl Controller {
             params,
             size,
             topo,
-            snapshot,
+            source,
             nqn: names::volume_nqn(&r.name),
             uuid: names::volume_uuid(&r.name),
         };
         let _busy = self.busy.hold(&job.nqn)?;
+        let made = self.create_rounds(&job).await;
+        if matches!(job.source, Some(Source::Volume(_))) {
+            self.drop_clone_point(&job.nqn).await;
+        }
+        made
+    }
+
+    /// The attempts of the create protocol, until one makes (or finds) the volume.
+    async fn create_rounds(&self, job: &Job<'_>) -> Result<pb::Volume, Status> {
+        let r = job.r;
         let mut protocol = Protocol::new();
         while let Some(attempt) = protocol.next_attempt() {
             if let Some(pause) = Protocol::pause(attempt, &r.name, &Protocol::seed()) {
                 tokio::time::sleep(pause).await;
             }
-            if let Some(v) = self.create_attempt(&job, &protocol).await? {
+            if let Some(v) = self.create_attempt(job, &protocol).await? {
                 return Ok(v);
             }
         }
@@ -126,7 +155,19 @@ impl Controller {
                 .existing(job, &all, &found, (on, partner), &leftovers)
                 .await;
         }
-        let t = self.target(job, &all, &found)?;
+        let point = match &job.source {
+            Some(Source::Snapshot(s)) => Some((
+                s.clone(),
+                format!("snapshot {s}"),
+                self.find_snapshot(&all, s)?,
+            )),
+            Some(Source::Volume(v)) => {
+                let p = self.clone_point(&all, v, &job.nqn).await?;
+                Some((p.1.name.clone(), format!("source volume {v}"), p))
+            }
+            None => None,
+        };
+        let t = self.target(job, &all, &found, point)?;
         // Step 2: the subsystem, then look for a rival.
         if Protocol::needs_subsystem(&found, t.idx) {
             let req = SubsystemRequest {
@@ -270,7 +311,7 @@ impl Controller {
         }
         Ok(Some(self.with_source(
             v,
-            job.snapshot.as_deref(),
+            job.source.as_ref(),
             job.params.auth,
         )))
     }
@@ -375,25 +416,31 @@ impl Controller {
         }
     }
 
-    /// Where this attempt makes the volume: the snapshot's box, else an unfinished attempt's
-    /// box (if it has room), else a placement.
-    fn target(&self, job: &Job<'_>, all: &[BoxState], found: &[Found]) -> Result<Target, Status> {
+    /// Where this attempt makes the volume: the box of the snapshot it is cloned from
+    /// (`point`: the snapshot's name, how messages call the source, its box and view), else
+    /// an unfinished attempt's box (if it has room), else a placement.
+    fn target(
+        &self,
+        job: &Job<'_>,
+        all: &[BoxState],
+        found: &[Found],
+        point: Option<(String, String, (usize, SnapshotView))>,
+    ) -> Result<Target, Status> {
         let (r, params, topo) = (job.r, &job.params, &job.topo);
-        if let Some(s) = &job.snapshot {
-            let (sidx, view) = self.find_snapshot(all, s)?;
+        if let Some((s, label, (sidx, view))) = point {
             if let Some(cr) = &r.capacity_range
                 && cr.limit_bytes > 0
                 && view.size > cr.limit_bytes as u64
             {
                 return Err(Status::out_of_range(format!(
-                    "snapshot {s} is {} bytes, above limit_bytes {}",
+                    "{label} is {} bytes, above limit_bytes {}",
                     view.size, cr.limit_bytes
                 )));
             }
             let bx = &self.boxes[sidx];
             if !topo.0.is_empty() && !bx.zone.as_ref().is_some_and(|z| topo.0.contains(z)) {
                 return Err(Status::resource_exhausted(format!(
-                    "snapshot {s} is on box {} (zone {:?}), outside the zones asked {:?}",
+                    "{label} is on box {} (zone {:?}), outside the zones asked {:?}",
                     bx.name, bx.zone, topo.0
                 )));
             }
@@ -413,7 +460,7 @@ impl Controller {
             return Ok(Target {
                 idx: sidx,
                 pool,
-                snap: Some((s.clone(), view)),
+                snap: Some((s, view)),
                 secondary: None,
             });
         }
@@ -528,19 +575,28 @@ impl Controller {
             .filter(|_| whole)
             .ok_or_else(|| Status::aborted("the volume vanished while it was made; retry"))?;
         tracing::info!(volume = %job.r.name, id = %v.volume_id, boxes = %v.volume_context.get(ctx::BOX).map_or("", |b| b.as_str()), size = v.capacity_bytes, "volume created");
-        Ok(self.with_source(v, job.snapshot.as_deref(), job.params.auth))
+        Ok(self.with_source(v, job.source.as_ref(), job.params.auth))
     }
 
     /// The volume as CreateVolume answers it: its source, and how its nodes authenticate.
-    fn with_source(&self, mut v: pb::Volume, snapshot: Option<&str>, auth: AuthMode) -> pb::Volume {
+    fn with_source(
+        &self,
+        mut v: pb::Volume,
+        source: Option<&Source>,
+        auth: AuthMode,
+    ) -> pb::Volume {
+        use pb::volume_content_source::{SnapshotSource, Type, VolumeSource};
         v.volume_context
             .insert(ctx::AUTH.to_string(), auth.name().to_string());
-        v.content_source = snapshot.map(|s| pb::VolumeContentSource {
-            r#type: Some(pb::volume_content_source::Type::Snapshot(
-                pb::volume_content_source::SnapshotSource {
-                    snapshot_id: s.to_string(),
-                },
-            )),
+        v.content_source = source.map(|s| pb::VolumeContentSource {
+            r#type: Some(match s {
+                Source::Snapshot(id) => Type::Snapshot(SnapshotSource {
+                    snapshot_id: id.clone(),
+                }),
+                Source::Volume(id) => Type::Volume(VolumeSource {
+                    volume_id: id.clone(),
+                }),
+            }),
         });
         v
     }

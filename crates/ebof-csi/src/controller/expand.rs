@@ -20,22 +20,27 @@ fn size_of(sub: &SubsystemView) -> u64 {
 }
 
 impl Controller {
-    /// The copies to grow, in order, with their sizes now: one box's, or a replicated
-    /// volume's secondary and then its primary (both must answer).
-    fn copies_to_grow(&self, id: &str, loc: &Located) -> Result<Vec<(usize, u64)>, Status> {
+    /// The copies to change (`what` says how, for messages), in order, with their sizes now:
+    /// one box's, or a replicated volume's secondary and then its primary (both must answer).
+    pub(super) fn copies_to_change(
+        &self,
+        id: &str,
+        loc: &Located,
+        what: &str,
+    ) -> Result<Vec<(usize, u64)>, Status> {
         let main = (loc.main.idx, size_of(&loc.sub));
         let Some(m) = &loc.mirror else {
             return Ok(vec![main]);
         };
         let (p, seen) = loc.partner.as_ref().ok_or_else(|| {
             Status::unavailable(format!(
-                "volume {id}: the box of its other copy ({}) is not known: both copies must grow",
+                "volume {id}: the box of its other copy ({}) is not known: both copies must {what}",
                 m.peer
             ))
         })?;
         let (_, sub) = seen.as_ref().ok_or_else(|| {
             Status::unavailable(format!(
-                "volume {id}: box {} of its other copy does not answer: both copies must grow",
+                "volume {id}: box {} of its other copy does not answer: both copies must {what}",
                 self.boxes[*p].name
             ))
         })?;
@@ -74,7 +79,7 @@ impl Controller {
                 .and_then(|c| c.access_type.as_ref()),
             Some(AccessType::Block(_))
         );
-        let copies = self.copies_to_grow(&r.volume_id, &loc)?;
+        let copies = self.copies_to_change(&r.volume_id, &loc, "grow")?;
         let mut capacity = size_of(&loc.sub);
         for (idx, current) in copies {
             if current >= size {

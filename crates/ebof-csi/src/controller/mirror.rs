@@ -104,6 +104,9 @@ pub(crate) struct CopyMirror {
     pub(crate) role: Role,
     /// The peer's NVMe listener, `ADDR:PORT`.
     pub(crate) peer: String,
+    /// Its replication state as the box reports it (`in-sync`, `degraded`, `resyncing`,
+    /// `connecting`; empty when not reported), and whether it lost its lease (fenced).
+    pub(crate) state: (String, bool),
 }
 
 /// Each volume's copy mirror on one box, by subsystem NQN (namespace 1 only).
@@ -135,6 +138,10 @@ struct ShadowMirror {
     role: String,
     #[serde(default)]
     peer: String,
+    #[serde(default)]
+    state: String,
+    #[serde(default)]
+    fenced: bool,
 }
 
 /// The answer of a request to box `c` on `uri`: a `T` on 2xx, its [`ApiError`] otherwise (as
@@ -182,7 +189,14 @@ fn mirrors_of(body: &[u8]) -> Mirrors {
         } else {
             continue; // not a role this driver knows: not a copy it can pair
         };
-        out.insert(s.nqn, CopyMirror { role, peer: m.peer });
+        out.insert(
+            s.nqn,
+            CopyMirror {
+                role,
+                peer: m.peer,
+                state: (m.state, m.fenced),
+            },
+        );
     }
     out
 }
@@ -233,6 +247,7 @@ mod tests {
         assert_eq!(m.len(), 2);
         assert_eq!(m["a"].role, Role::Primary);
         assert_eq!(m["a"].peer, "10.0.0.2:4420");
+        assert_eq!(m["a"].state, (String::new(), false));
         assert_eq!(m["b"].role, Role::Secondary);
         assert!(mirrors_of(b"not json").is_empty());
     }

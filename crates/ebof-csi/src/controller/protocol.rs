@@ -243,6 +243,7 @@ mod tests {
             mirror: Some(super::super::mirror::CopyMirror {
                 role,
                 peer: format!("127.0.0.{peer}:4420"),
+                state: ("in-sync".into(), false),
             }),
             peer: Some(peer),
             ..on(idx, true)

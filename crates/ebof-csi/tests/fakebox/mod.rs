@@ -1,11 +1,14 @@
+#![allow(dead_code)] // each test binary uses a part of the fake box
 //! A fake ebof box for the controller's tests: the management API routes the CSI controller
 //! calls, over plain HTTP/1.1 on loopback, on an in-memory state (subsystems, namespaces with
-//! their `mirror`, one pool, hosts, snapshots). Every request is logged; a box can be made to
-//! drop connections (`set_down`) or to refuse one kind of request once (`fail_next`).
+//! their `mirror` and QoS limits, one pool, hosts, snapshots and clones of them). Every request
+//! is logged; a box can be made to drop connections (`set_down`) or to refuse one kind of
+//! request once (`fail_next`). Namespaces have no data, only a label (`write`) that snapshots
+//! and clones copy, to follow what a clone was made from.
 
 use ebof_api::{
-    ApiError, HostKeyView, ListenerView, NamespaceChanged, NamespaceView, PoolView, SnapshotOrigin,
-    SnapshotView, State, SubsystemRemoved, SubsystemView,
+    ApiError, CloneMade, HostKeyView, ListenerView, NamespaceChanged, NamespaceView, PoolView,
+    SnapshotDeleted, SnapshotOrigin, SnapshotView, State, SubsystemRemoved, SubsystemView,
 };
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -30,6 +33,10 @@ struct Inner {
     mirrors: BTreeMap<String, Value>,
     pool_capacity: u64,
     snapshots: Vec<SnapshotView>,
+    /// The label of each volume's namespace 1 (by NQN) and of each snapshot (by name).
+    data: BTreeMap<String, String>,
+    /// Bytes free in the pool's file system (default: plenty).
+    fs_available: Option<u64>,
     log: Vec<Call>,
     down: bool,
     /// (method, path suffix, body text, code): refuse the next such request (whose JSON
@@ -175,6 +182,37 @@ impl FakeBox {
         g.mirrors.remove(nqn);
     }
 
+    /// Write `label` on namespace 1 of `nqn` (its "data").
+    pub fn write(&self, nqn: &str, label: &str) {
+        let mut g = self.inner.lock().unwrap();
+        g.data.insert(nqn.to_string(), label.to_string());
+    }
+
+    /// The label on namespace 1 of `nqn`.
+    pub fn read(&self, nqn: &str) -> Option<String> {
+        self.inner.lock().unwrap().data.get(nqn).cloned()
+    }
+
+    /// The QoS limits of namespace 1 of `nqn`, as the state shows them.
+    pub fn qos(&self, nqn: &str) -> Option<Value> {
+        let s = self.subsystem(nqn)?;
+        let ns = s.namespaces.iter().find(|n| n.nsid == 1)?;
+        ns.qos.as_ref().map(|q| serde_json::to_value(q).unwrap())
+    }
+
+    /// Remove namespace 1 of `nqn` behind the controller's back.
+    pub fn forget_namespace(&self, nqn: &str) {
+        let mut g = self.inner.lock().unwrap();
+        if let Some(s) = g.subsystems.iter_mut().find(|s| s.nqn == nqn) {
+            s.namespaces.retain(|n| n.nsid != 1);
+        }
+    }
+
+    /// Bytes free in the pool's file system (`None`: plenty).
+    pub fn set_fs_available(&self, bytes: Option<u64>) {
+        self.inner.lock().unwrap().fs_available = bytes;
+    }
+
     /// Snapshots on the box.
     pub fn snapshots(&self) -> Vec<String> {
         let g = self.inner.lock().unwrap();
@@ -245,9 +283,25 @@ fn namespace_view(nsid: u32, size: u64, uuid: &str) -> NamespaceView {
     // From JSON, so the view's later optional fields need no mention here.
     serde_json::from_value(json!({
         "nsid": nsid, "backend": "file", "size": size, "block_size": 512, "uuid": uuid,
-        "ana_group": 1, "thin": true,
+        "ana_group": 1, "thin": true, "path": format!("/pool/{uuid}"),
     }))
     .unwrap()
+}
+
+/// The QoS view of a `PUT …/qos` (or a namespace's `qos`) body, or why the box refuses it.
+fn qos_view(body: &Value) -> Result<Option<ebof_api::QosView>, (u16, Value)> {
+    let fields: ebof_api::QosRequest = serde_json::from_value(body.clone())
+        .map_err(|e| err(400, "invalid-qos", &e.to_string()))?;
+    let limits = fields
+        .check("")
+        .map_err(|e| err(400, "invalid-qos", &e.to_string()))?;
+    if limits.is_unlimited() {
+        return Ok(None);
+    }
+    let mut v = serde_json::to_value(limits).unwrap();
+    v["waited"] = json!(0);
+    v["wait_us"] = json!(0);
+    Ok(Some(serde_json::from_value(v).unwrap()))
 }
 
 fn state(g: &Inner, listener: &str) -> Value {
@@ -283,7 +337,11 @@ fn state(g: &Inner, listener: &str) -> Value {
             used_bytes: 0,
             free_bytes: g.pool_capacity.saturating_sub(provisioned),
             namespaces: 0,
-            filesystem: None,
+            filesystem: g.fs_available.map(|a| ebof_api::FsSpaceView {
+                total_bytes: 1 << 40,
+                available_bytes: a,
+                fsid: 1,
+            }),
         }],
     };
     let mut v = serde_json::to_value(st).unwrap();
@@ -331,6 +389,7 @@ fn route(g: &mut Inner, method: &str, path: &str, body: &Value, listener: &str) 
             Some(i) => {
                 g.subsystems.remove(i);
                 g.mirrors.remove(*nqn);
+                g.data.remove(*nqn);
                 ok(SubsystemRemoved {
                     nqn: nqn.to_string(),
                     disconnected: vec![],
@@ -368,7 +427,13 @@ fn route(g: &mut Inner, method: &str, path: &str, body: &Value, listener: &str) 
                         "fenced": false}),
                 );
             }
-            let ns = namespace_view(nsid, size, body["uuid"].as_str().unwrap_or(""));
+            let mut ns = namespace_view(nsid, size, body["uuid"].as_str().unwrap_or(""));
+            if let Some(q) = body.get("qos") {
+                ns.qos = match qos_view(q) {
+                    Ok(v) => v,
+                    Err(e) => return e,
+                };
+            }
             g.subsystems[i].namespaces.push(ns.clone());
             ok(NamespaceChanged {
                 subsystem: nqn.to_string(),
@@ -394,10 +459,62 @@ fn route(g: &mut Inner, method: &str, path: &str, body: &Value, listener: &str) 
             let Some(i) = sub_at(g, nqn) else {
                 return err(404, "unknown-subsystem", "no such subsystem");
             };
-            let ns = g.subsystems[i].namespaces[0].clone();
+            let q = match qos_view(body) {
+                Ok(q) => q,
+                Err(e) => return e,
+            };
+            let Some(ns) = g.subsystems[i].namespaces.first_mut() else {
+                return err(404, "unknown-namespace", "no namespace");
+            };
+            ns.qos = q;
+            let ns = ns.clone();
             ok(NamespaceChanged {
                 subsystem: nqn.to_string(),
                 namespace: ns,
+            })
+        }
+        ("POST", ["snapshots", name, "clones"]) => {
+            let Some(snap) = g.snapshots.iter().find(|s| s.name == *name).cloned() else {
+                return err(404, "unknown-snapshot", "no such snapshot");
+            };
+            let nqn = body["subsystem"].as_str().unwrap_or("").to_string();
+            let Some(i) = sub_at(g, &nqn) else {
+                return err(404, "unknown-subsystem", "no such subsystem");
+            };
+            let nsid = body["nsid"].as_u64().unwrap_or(1) as u32;
+            if g.subsystems[i].namespaces.iter().any(|n| n.nsid == nsid) {
+                return err(409, "duplicate-nsid", "exists");
+            }
+            let free = state(g, listener)["pools"][0]["free_bytes"]
+                .as_u64()
+                .unwrap();
+            if snap.size > free {
+                return err(409, "pool-full", "pool full");
+            }
+            let ns = namespace_view(nsid, snap.size, body["uuid"].as_str().unwrap_or(""));
+            g.subsystems[i].namespaces.push(ns.clone());
+            if let Some(d) = g.data.get(&format!("snapshot:{name}")).cloned() {
+                g.data.insert(nqn.clone(), d);
+            }
+            ok(CloneMade {
+                snapshot: name.to_string(),
+                method: "reflink".into(),
+                duration_us: 1,
+                added: NamespaceChanged {
+                    subsystem: nqn,
+                    namespace: ns,
+                },
+            })
+        }
+        ("DELETE", ["snapshots", name]) => {
+            let Some(at) = g.snapshots.iter().position(|s| s.name == *name) else {
+                return err(404, "unknown-snapshot", "no such snapshot");
+            };
+            g.snapshots.remove(at);
+            g.data.remove(&format!("snapshot:{name}"));
+            ok(SnapshotDeleted {
+                name: name.to_string(),
+                path: "/pool/snap".into(),
             })
         }
         ("POST", ["subsystems", nqn, "hosts"]) => {
@@ -440,7 +557,12 @@ fn route(g: &mut Inner, method: &str, path: &str, body: &Value, listener: &str) 
             if g.snapshots.iter().any(|s| s.name == name) {
                 return err(409, "duplicate-snapshot", "exists");
             }
-            let ns = g.subsystems[i].namespaces[0].clone();
+            let Some(ns) = g.subsystems[i].namespaces.first().cloned() else {
+                return err(404, "unknown-namespace", "no namespace");
+            };
+            if let Some(d) = g.data.get(*nqn).cloned() {
+                g.data.insert(format!("snapshot:{name}"), d);
+            }
             let s = SnapshotView {
                 name,
                 origin: SnapshotOrigin {
