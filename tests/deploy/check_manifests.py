@@ -103,6 +103,7 @@ KINDS = {
     ("apps/v1", "DaemonSet"): True,
     ("storage.k8s.io/v1", "CSIDriver"): False,
     ("storage.k8s.io/v1", "StorageClass"): False,
+    ("storage.k8s.io/v1", "VolumeAttributesClass"): False,
     ("snapshot.storage.k8s.io/v1", "VolumeSnapshotClass"): False,
     ("snapshot.storage.k8s.io/v1", "VolumeSnapshot"): True,
     ("rbac.authorization.k8s.io/v1", "ClusterRole"): False,
@@ -239,6 +240,7 @@ SCHEMAS = {
             "volumeMode": ("enum", {"Filesystem", "Block"}),
             "resources!": {"requests!": {"storage!": "quantity"}, "limits": {"storage": "quantity"}},
             "dataSource": {"apiGroup": "str", "kind!": "str", "name!": "str"},
+            "volumeAttributesClassName": "str",
         }
     },
     "Pod": {"spec!": POD_SPEC},
@@ -284,6 +286,7 @@ SCHEMAS = {
         "mountOptions": ["str"],
         "allowedTopologies": [{"matchLabelExpressions!": [{"key!": "str", "values!": ["str"]}]}],
     },
+    "VolumeAttributesClass": {"driverName!": "str", "parameters": "map"},
     "VolumeSnapshotClass": {
         "driver!": "str",
         "deletionPolicy!": ("enum", {"Delete", "Retain"}),
@@ -719,6 +722,15 @@ def check(root):
             fstype = params.get("csi.storage.k8s.io/fstype")
             if fstype is not None and fstype not in ("ext4", "xfs"):
                 errors.append(f"{d.where()}: csi.storage.k8s.io/fstype {fstype!r} is not ext4 or xfs")
+        if d.kind == "VolumeAttributesClass":
+            if d.body["driverName"] != driver:
+                errors.append(f"{d.where()}: driverName {d.body['driverName']!r} is not the CSIDriver {driver!r}")
+            qos = ("iops", "mbps", "readIops", "writeIops", "readMbps", "writeMbps")
+            for k, v in (d.body.get("parameters") or {}).items():
+                if k not in qos:
+                    errors.append(f"{d.where()}: parameter {k!r} is not one ControllerModifyVolume changes ({', '.join(qos)})")
+                elif not (isinstance(v, str) and v.isdigit()):
+                    errors.append(f"{d.where()}: {k} {v!r} is not a non-negative integer (a quoted string)")
         if d.kind == "VolumeSnapshotClass" and d.body["driver"] != driver:
             errors.append(f"{d.where()}: driver {d.body['driver']!r} is not the CSIDriver {driver!r}")
         if d.kind == "PersistentVolumeClaim":
@@ -728,6 +740,11 @@ def check(root):
             src = d.body["spec"].get("dataSource")
             if src and src["kind"] == "VolumeSnapshot" and not find("VolumeSnapshot", src["name"], d.namespace):
                 errors.append(f"{d.where()}: dataSource VolumeSnapshot {src['name']!r} is not defined")
+            if src and src["kind"] == "PersistentVolumeClaim" and not find("PersistentVolumeClaim", src["name"], d.namespace):
+                errors.append(f"{d.where()}: dataSource PersistentVolumeClaim {src['name']!r} is not defined")
+            vac = d.body["spec"].get("volumeAttributesClassName")
+            if vac and not find("VolumeAttributesClass", vac):
+                errors.append(f"{d.where()}: volumeAttributesClassName {vac!r} is not defined")
         if d.kind == "VolumeSnapshot":
             vsc = d.body["spec"].get("volumeSnapshotClassName")
             if vsc and not find("VolumeSnapshotClass", vsc):
