@@ -353,10 +353,16 @@ fn identity_and_capabilities() {
     ] {
         assert!(got.contains(&(want as i32)), "{want:?} missing: {got:?}");
     }
-    assert!(
-        !got.contains(&(T::CloneVolume as i32)),
-        "volume cloning is not offered"
-    );
+    // Issue 35: clones, live QoS, volume health and lookups.
+    for want in [
+        T::CloneVolume,
+        T::ModifyVolume,
+        T::GetVolume,
+        T::VolumeCondition,
+        T::GetSnapshot,
+    ] {
+        assert!(got.contains(&(want as i32)), "{want:?} missing: {got:?}");
+    }
 
     // The Node service is not served by a controller-only process: UNIMPLEMENTED.
     let mut node =
@@ -936,6 +942,8 @@ fn snapshots_and_volumes_from_them() {
         )),
     });
     assert_eq!(code(c.create(r)), Code::NotFound);
+    // A clone of the volume (issue 35, CLONE_VOLUME): on its box, with its data, grown; the
+    // temporary snapshot it was made from is gone.
     let mut r = vol_req("pvc-fromvol", 16 * MIB);
     r.volume_content_source = Some(pb::VolumeContentSource {
         r#type: Some(pb::volume_content_source::Type::Volume(
@@ -944,7 +952,34 @@ fn snapshots_and_volumes_from_them() {
             },
         )),
     });
-    assert_eq!(code(c.create(r)), Code::InvalidArgument);
+    let cloned = c.create(r).unwrap();
+    assert_eq!(cloned.volume_context["box"], v.volume_context["box"]);
+    assert_eq!(cloned.capacity_bytes, 16 * MIB);
+    let cfile = b
+        .state()
+        .subsystems
+        .iter()
+        .find(|s| s.nqn == cloned.volume_id)
+        .unwrap()
+        .namespaces[0]
+        .path
+        .clone()
+        .unwrap();
+    std::os::unix::fs::FileExt::read_exact_at(
+        &std::fs::File::open(&cfile).unwrap(),
+        &mut buf,
+        4096,
+    )
+    .unwrap();
+    assert_eq!(&buf, b"snapshot me");
+    assert!(
+        b.state()
+            .snapshots
+            .iter()
+            .all(|s| !s.name.starts_with("csiclone-")),
+        "{:?}",
+        b.state().snapshots
+    );
 
     // Deletes: snapshots (idempotent, unknown OK), then volumes; nothing left.
     for id in [
@@ -962,7 +997,12 @@ fn snapshots_and_volumes_from_them() {
             .unwrap();
     }
     assert!(list(&mut c, Default::default()).is_empty());
-    for id in [&v.volume_id, &other.volume_id, &restored.volume_id] {
+    for id in [
+        &v.volume_id,
+        &other.volume_id,
+        &restored.volume_id,
+        &cloned.volume_id,
+    ] {
         let req = pb::DeleteVolumeRequest {
             volume_id: id.clone(),
             ..Default::default()
