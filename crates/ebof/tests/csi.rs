@@ -733,6 +733,50 @@ fn volumes_are_placed_published_expanded_and_deleted() {
         Code::ResourceExhausted
     );
 
+    // Live QoS (issue 35, ControllerModifyVolume): the box's limits change; keys not given
+    // stay; a key that cannot change is refused. ControllerGetVolume: normal.
+    let modify = |kv: &[(&str, &str)]| pb::ControllerModifyVolumeRequest {
+        volume_id: v0.clone(),
+        mutable_parameters: kv
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        ..Default::default()
+    };
+    let limits = |b: &PoolBox| {
+        let s = b.state();
+        let ns = &s
+            .subsystems
+            .iter()
+            .find(|s| s.nqn == v0)
+            .unwrap()
+            .namespaces[0];
+        ns.qos.as_ref().map(|q| (q.limits.iops, q.limits.mbps))
+    };
+    let req = modify(&[("iops", "3000"), ("mbps", "40")]);
+    c.call(|mut cl| async move { cl.controller_modify_volume(req).await })
+        .unwrap();
+    assert_eq!(limits(box_of(&vols[0])), Some((3000, 40)));
+    let req = modify(&[("iops", "0")]);
+    c.call(|mut cl| async move { cl.controller_modify_volume(req).await })
+        .unwrap();
+    assert_eq!(limits(box_of(&vols[0])), Some((0, 40)));
+    let req = modify(&[("pool", "other")]);
+    assert_eq!(
+        code(c.call(|mut cl| async move { cl.controller_modify_volume(req).await })),
+        Code::InvalidArgument
+    );
+    assert_eq!(limits(box_of(&vols[0])), Some((0, 40)));
+    let req = pb::ControllerGetVolumeRequest {
+        volume_id: v0.clone(),
+    };
+    let got = c
+        .call(|mut cl| async move { cl.controller_get_volume(req).await })
+        .unwrap();
+    assert_eq!(got.volume.unwrap().capacity_bytes, 40 * MIB);
+    let cond = got.status.unwrap().volume_condition.unwrap();
+    assert!(!cond.abnormal, "{cond:?}");
+
     // Delete everything; deletes are idempotent, unknown IDs are OK.
     let mut ids: Vec<String> = vols.iter().map(|v| v.volume_id.clone()).collect();
     ids.push(z.volume_id.clone());
