@@ -34,6 +34,14 @@ mod snapshots;
 
 pub use checks::size_for;
 
+/// The QoS limits a VolumeAttributesClass's parameters ask for (the mutable parameters of
+/// ControllerModifyVolume and CreateVolume; `None`: none), or why the driver refuses them.
+pub fn mutable_qos(
+    p: &std::collections::HashMap<String, String>,
+) -> Result<Option<ebof_api::QosRequest>, String> {
+    parse_mutable(p).map_err(|e| e.message().to_string())
+}
+
 use crate::boxes::Box as EBox;
 use crate::names;
 use crate::pb;

@@ -84,6 +84,8 @@ fn csi_names_seeds() -> Vec<(String, Vec<u8>)> {
         ),
         ("name-unicode".into(), with(1, "ünïcödé name/with spaces")),
         ("name-control".into(), with(1, "bad\u{1}name")),
+        ("mutable-qos".into(), with(3, "iops=1000\nreadMbps=50")),
+        ("mutable-pool".into(), with(3, "pool=fast\niops=-1")),
     ]
 }
 

@@ -16,7 +16,9 @@
 //!   UUID 36 characters;
 //! - blkid output with status 0 is never "empty"; a file system named is a `TYPE=` line;
 //! - an `auth` accepted names itself; derived secrets are valid 32-byte `DHHC-1:01:` secrets,
-//!   stable, and the two directions differ.
+//!   stable, and the two directions differ;
+//! - mutable parameters (`KEY=VALUE` lines, a VolumeAttributesClass's) accepted are QoS keys
+//!   only, with limits the box takes.
 
 use crate::Features;
 use ebof_csi::names;
@@ -27,6 +29,7 @@ const F_NAME_OK: u8 = 3;
 const F_NAME_ERR: u8 = 4;
 const F_BLKID: u8 = 5;
 const F_AUTH: u8 = 6;
+const F_MUTABLE: u8 = 7;
 
 /// One input: decode it and check what the decoder says.
 pub fn run(data: &[u8], feat: &mut Features) {
@@ -99,6 +102,29 @@ fn node_and_auth(text: &str, feat: &mut Features) {
     feat.add(F_AUTH, auth.is_ok() as u64);
     if let Ok(m) = auth {
         assert_eq!(m.name(), text);
+    }
+    let params: std::collections::HashMap<String, String> = text
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    match ebof_csi::controller::mutable_qos(&params) {
+        Ok(q) => {
+            feat.add(F_MUTABLE, q.is_some() as u64);
+            if let Some(q) = q {
+                assert!(q.check("").is_ok(), "{q:?} accepted");
+            }
+            for k in params.keys() {
+                assert!(
+                    !matches!(k.as_str(), "pool" | "auth" | "replicas"),
+                    "{k} accepted as mutable"
+                );
+            }
+        }
+        Err(e) => feat.add(
+            F_MUTABLE,
+            2 + kind(&e, &["cannot change", "unknown", "integer"]),
+        ),
     }
     let (volume, node) = text.split_once('\n').unwrap_or((text, ""));
     let seed = ebof_csi::keys::KeySeed::from_token(node);
