@@ -313,6 +313,37 @@ impl Controller {
         Ok(true)
     }
 
+    /// Whether DeleteVolume of `id` may go on while the boxes `down` do not answer: when the
+    /// volume is whole on boxes that answer (its complete copy, and a replicated volume's
+    /// other copy), a box that does not answer holds at most an unfinished attempt (an empty
+    /// subsystem, by the create protocol), which is left there (logged). Otherwise the
+    /// volume might be on such a box: UNAVAILABLE naming it.
+    fn deletable_without(
+        &self,
+        id: &str,
+        found: &[Found],
+        down: Vec<(usize, Status)>,
+    ) -> Result<(), Status> {
+        let Some((_, first)) = down.first() else {
+            return Ok(());
+        };
+        let whole = Self::complete(found).is_some_and(|m| {
+            m.mirror.is_none() || protocol::Protocol::pair(found, m.idx) == protocol::Pair::Whole
+        });
+        if !whole {
+            return Err(Status::unavailable(format!(
+                "volume {id} is not whole on the boxes that answer, and may be on one that does not: {}",
+                first.message()
+            )));
+        }
+        let names: Vec<&str> = down
+            .iter()
+            .map(|(i, _)| self.boxes[*i].name.as_str())
+            .collect();
+        tracing::warn!(volume = %id, unreachable = ?names, "DeleteVolume goes on without boxes that do not answer: they hold at most an empty subsystem of it, left there");
+        Ok(())
+    }
+
     /// Volume `id` where it is served, and its peer's box for a replicated volume: NOT_FOUND
     /// when no box has it and every box answered; UNAVAILABLE when it is on no box that
     /// answered but some box did not.
@@ -381,8 +412,9 @@ impl pb::controller_server::Controller for Controller {
             return ok(pb::DeleteVolumeResponse {});
         }
         let _busy = self.busy.hold(&r.volume_id)?;
-        let all = self.scan_all().await?;
+        let (all, down) = self.scan_split().await;
         let mut found = self.find(&all, &r.volume_id);
+        self.deletable_without(&r.volume_id, &found, down)?;
         // A replicated volume's secondary copy first, its primary last: a delete cut short
         // leaves a primary alone (which the next delete removes), never a secondary alone.
         found.sort_by_key(|f| f.mirror.as_ref().is_some_and(|m| m.role == Role::Primary));

@@ -600,3 +600,55 @@ fn get_snapshot_finds_snapshots_or_says_why_not() {
     d.boxes[holder].set_down(false);
     assert!(d.get_snapshot(&s.snapshot_id).is_ok());
 }
+
+#[test]
+fn delete_goes_on_when_only_a_box_without_the_volume_is_down() {
+    let d = start(3, GIB, 44370);
+    let v = d.create(create_req("pvc-del", 64 * MIB, &[])).unwrap();
+    let home = d
+        .boxes
+        .iter()
+        .position(|b| b.subsystem(&v.volume_id).is_some())
+        .unwrap();
+    let other = (home + 1) % 3;
+    // A replicated volume, and a box holding neither of its copies.
+    let r = d
+        .create(create_req("pvc-del2", 64 * MIB, &[("replicas", "2")]))
+        .unwrap();
+    let copies: Vec<usize> = (0..3)
+        .filter(|&i| d.boxes[i].subsystem(&r.volume_id).is_some())
+        .collect();
+    let spare = (0..3).find(|i| !copies.contains(i)).unwrap();
+    // The volume's own box down: it might be there, UNAVAILABLE, nothing removed.
+    d.boxes[home].set_down(true);
+    let e = d.delete(&v.volume_id).unwrap_err();
+    assert_eq!(e.code(), Code::Unavailable, "{e:?}");
+    assert!(e.message().contains(&format!("box{home}")), "{e:?}");
+    d.boxes[home].set_down(false);
+    // Another box down: the volume is whole where it is, so it goes.
+    d.boxes[other].set_down(true);
+    d.delete(&v.volume_id).unwrap();
+    assert!(d.boxes[home].subsystem(&v.volume_id).is_none());
+    d.boxes[other].set_down(false);
+    // A replicated volume with one copy's box down: UNAVAILABLE, both copies stay.
+    d.boxes[copies[0]].set_down(true);
+    let e = d.delete(&r.volume_id).unwrap_err();
+    assert_eq!(e.code(), Code::Unavailable, "{e:?}");
+    d.boxes[copies[0]].set_down(false);
+    assert!(
+        copies
+            .iter()
+            .all(|&i| d.boxes[i].subsystem(&r.volume_id).is_some())
+    );
+    // With only the spare box down, both copies go.
+    d.boxes[spare].set_down(true);
+    d.delete(&r.volume_id).unwrap();
+    assert!(
+        copies
+            .iter()
+            .all(|&i| d.boxes[i].subsystem(&r.volume_id).is_none())
+    );
+    d.boxes[spare].set_down(false);
+    // Gone everywhere now: deleting again is OK.
+    d.delete(&v.volume_id).unwrap();
+}
