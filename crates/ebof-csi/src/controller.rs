@@ -76,6 +76,9 @@ struct BoxState {
     state: State,
     /// The mirror of each replicated volume's copy on the box.
     mirrors: Mirrors,
+    /// The address of its API's host (what a wildcard listener stands for), resolved with
+    /// the state, off the async threads.
+    api_ip: Option<std::net::IpAddr>,
 }
 
 /// A volume found on a box.
@@ -186,14 +189,28 @@ impl Controller {
         }
     }
 
+    /// Box `idx`'s state, its mirrors, and its API host's address (a name is resolved here,
+    /// on a blocking thread).
+    async fn read_one(&self, idx: usize) -> Result<BoxState, ClientError> {
+        let api = self.boxes[idx].api.clone();
+        self.on_box(idx, move |c| {
+            let (state, mirrors) = mirror::read_state(c)?;
+            Ok(BoxState {
+                idx,
+                state,
+                mirrors,
+                api_ip: placement::api_host_ip(&api),
+            })
+        })
+        .await
+    }
+
     /// Read every box's state, in parallel.
-    async fn scan(&self) -> Vec<(usize, Result<(State, Mirrors), ClientError>)> {
+    async fn scan(&self) -> Vec<(usize, Result<BoxState, ClientError>)> {
         let mut tasks = Vec::new();
         for i in 0..self.boxes.len() {
             let c = self.clone();
-            tasks.push(tokio::spawn(async move {
-                (i, c.on_box(i, mirror::read_state).await)
-            }));
+            tasks.push(tokio::spawn(async move { (i, c.read_one(i).await) }));
         }
         let mut out = Vec::new();
         for t in tasks {
@@ -211,11 +228,7 @@ impl Controller {
         let mut down = Vec::new();
         for (idx, r) in self.scan().await {
             match r {
-                Ok((state, mirrors)) => reached.push(BoxState {
-                    idx,
-                    state,
-                    mirrors,
-                }),
+                Ok(b) => reached.push(b),
                 Err(e) => down.push((idx, self.box_error(idx, "reading its state", &e))),
             }
         }
@@ -224,13 +237,8 @@ impl Controller {
 
     /// Box `idx`'s state, or UNAVAILABLE naming it.
     async fn read_box(&self, idx: usize) -> Result<BoxState, Status> {
-        self.on_box(idx, mirror::read_state)
+        self.read_one(idx)
             .await
-            .map(|(state, mirrors)| BoxState {
-                idx,
-                state,
-                mirrors,
-            })
             .map_err(|e| self.box_error(idx, "reading its state", &e))
     }
 
@@ -239,11 +247,7 @@ impl Controller {
         let mut out = Vec::new();
         for (idx, r) in self.scan().await {
             match r {
-                Ok((state, mirrors)) => out.push(BoxState {
-                    idx,
-                    state,
-                    mirrors,
-                }),
+                Ok(b) => out.push(b),
                 Err(e) => return Err(self.box_error(idx, "reading its state", &e)),
             }
         }
@@ -539,7 +543,7 @@ impl pb::controller_server::Controller for Controller {
             if zone.as_ref().is_some_and(|z| bx.zone.as_ref() != Some(z)) {
                 continue;
             }
-            let Ok((state, _)) = res else {
+            let Ok(BoxState { state, .. }) = res else {
                 continue; // a box that does not answer offers nothing now
             };
             for p in &state.pools {

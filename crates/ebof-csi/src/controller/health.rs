@@ -229,6 +229,7 @@ mod tests {
             idx: 0,
             state,
             mirrors: Default::default(),
+            api_ip: None,
         }
     }
 

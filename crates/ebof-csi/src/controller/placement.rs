@@ -21,23 +21,33 @@ pub(super) fn weight(name: &str, api: &str) -> u64 {
     u64::from_be_bytes([d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]])
 }
 
+/// The address of the host of a box's API address `api` (`HOST:PORT`, `https://HOST:PORT`,
+/// `[V6]:PORT`): the literal, else the first the resolver gives. Blocking: call it off the
+/// async threads (it runs with each read of the box's state).
+pub(super) fn api_host_ip(api: &str) -> Option<std::net::IpAddr> {
+    let authority = api
+        .strip_prefix("https://")
+        .or_else(|| api.strip_prefix("http://"))
+        .unwrap_or(api)
+        .trim_end_matches('/');
+    let host = authority
+        .rsplit_once(':')
+        .map(|(h, _)| h.trim_start_matches('[').trim_end_matches(']'))?;
+    host.parse().ok().or_else(|| {
+        use std::net::ToSocketAddrs;
+        (host, 0)
+            .to_socket_addrs()
+            .ok()
+            .and_then(|mut a| a.next())
+            .map(|a| a.ip())
+    })
+}
+
 impl Controller {
     /// The NVMe/TCP paths of a box, for the node: its TCP listeners (not the discovery
     /// one), with a wildcard address replaced by the API's host.
     pub(super) fn paths(&self, b: &BoxState) -> Vec<names::Path> {
-        let api_host = self.boxes[b.idx]
-            .api
-            .rsplit_once(':')
-            .map(|(h, _)| h.trim_start_matches('[').trim_end_matches(']').to_string())
-            .unwrap_or_default();
-        let api_ip: Option<std::net::IpAddr> = api_host.parse().ok().or_else(|| {
-            use std::net::ToSocketAddrs;
-            (api_host.as_str(), 0)
-                .to_socket_addrs()
-                .ok()
-                .and_then(|mut a| a.next())
-                .map(|a| a.ip())
-        });
+        let api_ip = b.api_ip;
         b.state
             .listeners
             .iter()
@@ -335,5 +345,24 @@ impl Controller {
                 seen.join("; ")
             ))),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::api_host_ip;
+
+    #[test]
+    fn api_hosts_resolve_with_or_without_a_scheme() {
+        let v4: std::net::IpAddr = "10.0.0.11".parse().unwrap();
+        assert_eq!(api_host_ip("10.0.0.11:9651"), Some(v4));
+        assert_eq!(api_host_ip("https://10.0.0.11:9651"), Some(v4));
+        assert_eq!(api_host_ip("http://10.0.0.11:9651/"), Some(v4));
+        assert_eq!(
+            api_host_ip("https://[fd00::1]:9651"),
+            Some("fd00::1".parse().unwrap())
+        );
+        assert!(api_host_ip("localhost:9651").is_some_and(|ip| ip.is_loopback()));
+        assert_eq!(api_host_ip("no-port"), None);
     }
 }
