@@ -345,3 +345,72 @@ fn real_blkid_on_images_a_partition_table_is_not_empty() {
         );
     }
 }
+
+/// NodeGetVolumeStats of a raw block volume reports the device's condition: gone (no sysfs
+/// entry for its number: no size, abnormal), read-only, or present and writable. Needs a
+/// block device node to point at (any in /dev; the test says so and passes without one).
+#[test]
+fn volume_stats_report_a_gone_or_read_only_device() {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let Some((dev, rdev)) = std::fs::read_dir("/dev").ok().and_then(|d| {
+        d.filter_map(|e| e.ok()).find_map(|e| {
+            let m = std::fs::metadata(e.path()).ok()?;
+            m.file_type()
+                .is_block_device()
+                .then(|| (e.path(), m.rdev()))
+        })
+    }) else {
+        eprintln!("SKIPPED: no block device node in /dev");
+        return;
+    };
+    let f = fake("exit 2");
+    let sysfs = f.dir.path().join("sys");
+    let devno = format!("{}:{}", libc::major(rdev), libc::minor(rdev));
+    let stats = || {
+        block_on(
+            f.node
+                .node_get_volume_stats(Request::new(pb::NodeGetVolumeStatsRequest {
+                    volume_id: f.nqn.clone(),
+                    volume_path: dev.to_string_lossy().into_owned(),
+                    ..Default::default()
+                })),
+        )
+        .unwrap()
+        .into_inner()
+    };
+    let r = stats();
+    let c = r.volume_condition.unwrap();
+    assert!(c.abnormal && c.message.contains("gone"), "{c:?}");
+    assert!(
+        r.usage.is_empty(),
+        "a gone device has no size: {:?}",
+        r.usage
+    );
+    // The device as sysfs shows it: 64 MiB, read-only, then writable.
+    let node = sysfs.join("devices/virtual/block/nvme9n1");
+    std::fs::create_dir_all(&node).unwrap();
+    std::fs::create_dir_all(sysfs.join("dev/block")).unwrap();
+    std::os::unix::fs::symlink(&node, sysfs.join("dev/block").join(&devno)).unwrap();
+    std::fs::create_dir_all(sysfs.join("block")).unwrap();
+    std::os::unix::fs::symlink(&node, sysfs.join("block/nvme9n1")).unwrap();
+    std::fs::write(node.join("size"), "131072\n").unwrap();
+    std::fs::write(node.join("ro"), "1\n").unwrap();
+    let r = stats();
+    let c = r.volume_condition.unwrap();
+    assert!(c.abnormal && c.message.contains("read-only"), "{c:?}");
+    assert_eq!(r.usage[0].total, 64 << 20);
+    std::fs::write(node.join("ro"), "0\n").unwrap();
+    let c = stats().volume_condition.unwrap();
+    assert!(!c.abnormal, "{c:?}");
+    // Not a published volume at all: NOT_FOUND, as before.
+    let e = block_on(
+        f.node
+            .node_get_volume_stats(Request::new(pb::NodeGetVolumeStatsRequest {
+                volume_id: f.nqn.clone(),
+                volume_path: f.dir.path().join("nothing").to_string_lossy().into_owned(),
+                ..Default::default()
+            })),
+    )
+    .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::NotFound);
+}
