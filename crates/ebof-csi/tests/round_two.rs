@@ -331,19 +331,22 @@ fn modify_volume_changes_qos_live_and_refuses_bad_keys_without_a_change() {
         &[("iops", "-1")],
         &[("iops", "fast")],
         &[("mbps", "99999999999999")],
-        &[],
     ] {
         let e = d.modify(&v.volume_id, bad).unwrap_err();
         assert_eq!(e.code(), Code::InvalidArgument, "{bad:?}: {e:?}");
     }
+    // No parameter: nothing changes (what csi-sanity sends by default).
+    d.modify(&v.volume_id, &[]).unwrap();
     assert_eq!(d.qos_puts(), before);
     assert_eq!(b.qos(&v.volume_id).unwrap()["write_mbps"], json!(7));
     // Which volume: required; unknown ones are NOT_FOUND.
     let e = d.modify("", &[("iops", "1")]).unwrap_err();
     assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
     for id in [names::volume_nqn("pvc-nobody"), "not-a-volume".to_string()] {
-        let e = d.modify(&id, &[("iops", "1")]).unwrap_err();
-        assert_eq!(e.code(), Code::NotFound, "{id}: {e:?}");
+        for kv in [&[("iops", "1")][..], &[]] {
+            let e = d.modify(&id, kv).unwrap_err();
+            assert_eq!(e.code(), Code::NotFound, "{id}: {e:?}");
+        }
     }
     // A box that refuses the limits: INVALID_ARGUMENT naming it.
     b.fail_next("PUT", "/qos", "invalid-qos");

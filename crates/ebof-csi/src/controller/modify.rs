@@ -6,7 +6,8 @@
 //! The keys given replace those the volume has; keys not given keep their limit (`"0"` lifts
 //! one). Every key and value is checked before anything is changed (an unknown key, a key that
 //! cannot change such as `pool`, `auth` or `replicas`, or a limit the box would refuse:
-//! INVALID_ARGUMENT). A replicated volume's two copies both get the limits, the secondary
+//! INVALID_ARGUMENT). No parameter at all changes nothing (answered once the volume is found:
+//! csi-sanity and resizers send an empty map). A replicated volume's two copies both get the limits, the secondary
 //! first (the limits follow a promotion); both boxes must answer. A call cut short between
 //! the two leaves the copies with different limits until it is repeated (the resizer
 //! retries until it succeeds), and a repeated call is harmless.
@@ -47,12 +48,13 @@ impl Controller {
     ) -> Result<Response<pb::ControllerModifyVolumeResponse>, Status> {
         let r = req.into_inner();
         required(&r.volume_id, "volume_id")?;
-        let over = parse_mutable(&r.mutable_parameters)?.ok_or_else(|| {
-            invalid("mutable_parameters is required: one or more of iops, mbps, readIops, writeIops, readMbps, writeMbps")
-        })?;
+        let over = parse_mutable(&r.mutable_parameters)?;
         tracing::info!(volume = %r.volume_id, qos = ?over, "ControllerModifyVolume");
         let _busy = self.busy.hold(&r.volume_id)?;
         let loc = self.locate(&r.volume_id).await?;
+        let Some(over) = over else {
+            return ok(pb::ControllerModifyVolumeResponse {});
+        };
         let copies = self.copies_to_change(&r.volume_id, &loc, "take the new limits")?;
         let limits = overlay(qos_of(&loc.sub).as_ref(), &over);
         for (idx, _) in copies {
