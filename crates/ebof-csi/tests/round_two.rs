@@ -600,8 +600,32 @@ fn get_snapshot_finds_snapshots_or_says_why_not() {
         d.get_snapshot(&s.snapshot_id).unwrap_err().code(),
         Code::Unavailable
     );
+    // ListSnapshots: a lookup by ID goes on while another box is down; a whole list does not.
+    let list = |id: &str| {
+        let mut c = d.ctl.clone();
+        d.rt.block_on(c.list_snapshots(pb::ListSnapshotsRequest {
+            snapshot_id: id.into(),
+            ..Default::default()
+        }))
+        .map(|a| a.into_inner().entries)
+    };
+    assert_eq!(
+        list(&s.snapshot_id).unwrap_err().code(),
+        Code::Unavailable,
+        "its box is down"
+    );
     d.boxes[holder].set_down(false);
     assert!(d.get_snapshot(&s.snapshot_id).is_ok());
+    let other = 1 - holder;
+    d.boxes[other].set_down(true);
+    assert_eq!(list(&s.snapshot_id).unwrap().len(), 1);
+    assert_eq!(list("").unwrap_err().code(), Code::Unavailable);
+    assert_eq!(
+        d.get_snapshot(&s.snapshot_id).unwrap().snapshot_id,
+        s.snapshot_id
+    );
+    d.boxes[other].set_down(false);
+    assert_eq!(list("").unwrap().len(), 1);
 }
 
 #[test]

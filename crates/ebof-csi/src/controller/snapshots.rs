@@ -115,13 +115,22 @@ impl Controller {
         ok(pb::DeleteSnapshotResponse {})
     }
 
-    /// ListSnapshots: every box's, by name, filtered and paged.
+    /// ListSnapshots: every box's, by name, filtered and paged. A box that does not answer
+    /// makes it UNAVAILABLE (the list would miss its snapshots), except for a lookup by
+    /// `snapshot_id` that a box that answers has.
     pub(super) async fn snapshot_list(
         &self,
         req: Request<pb::ListSnapshotsRequest>,
     ) -> Result<Response<pb::ListSnapshotsResponse>, Status> {
         let r = req.into_inner();
-        let all = self.scan_all().await?;
+        let (all, down) = self.scan_split().await;
+        if let Some((_, e)) = down.into_iter().next() {
+            let found =
+                !r.snapshot_id.is_empty() && self.find_snapshot(&all, &r.snapshot_id).is_ok();
+            if !found {
+                return Err(e);
+            }
+        }
         let mut snaps: BTreeMap<String, pb::list_snapshots_response::Entry> = BTreeMap::new();
         for s in all.iter().flat_map(|b| b.state.snapshots.iter()) {
             if !names::is_snapshot_id(&s.name)
