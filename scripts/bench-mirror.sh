@@ -69,6 +69,7 @@ box_config() {
 	local name=$1 port=$2 cntlid=$3 ns=$4
 	cat >"$WORK/$name.toml" <<EOF
 [target]
+io_threads = ${EBOF_BENCH_IO_THREADS:-4}
 cntlid_min = $cntlid
 cntlid_max = $((cntlid + 999))
 state_dir = "$WORK/state-$name"
@@ -105,7 +106,13 @@ EOF
 
 start_box() { # start_box NAME CORE PORT
 	local name=$1 core=$2 port=$3
-	pin "$core" "$BIN" serve --config "$WORK/$name.toml" --cores "$core" >>"$WORK/$name.log" 2>&1 &
+	# not through the `pin` function: a backgrounded function is a subshell whose PID is not
+	# the server's, and the cleanup would leave the server running
+	if command -v taskset >/dev/null 2>&1; then
+		taskset -c "$core" "$BIN" serve --config "$WORK/$name.toml" --cores "$core" >>"$WORK/$name.log" 2>&1 &
+	else
+		"$BIN" serve --config "$WORK/$name.toml" --cores "$core" >>"$WORK/$name.log" 2>&1 &
+	fi
 	PIDS[$name]=$!
 	for _ in $(seq 1 150); do
 		if ! kill -0 "${PIDS[$name]}" 2>/dev/null; then
@@ -144,7 +151,11 @@ wait_field() { # wait_field BOX FIELD VALUE SECS: poll the mirror status until F
 perf() { # perf NAME PORT ARGS...
 	local name=$1 port=$2
 	shift 2
-	pin "$HOST_CORE" "$BIN" perf -a 127.0.0.1 -s "$port" -n "$NQN" --cores "$HOST_CORE" --json "$@" >"$WORK/$name.json"
+	if ! pin "$HOST_CORE" "$BIN" perf -a 127.0.0.1 -s "$port" -n "$NQN" --cores "$HOST_CORE" --json "$@" >"$WORK/$name.json"; then
+		echo "ebof perf $name failed: $(head -c 2000 "$WORK/$name.json")" >&2
+		tail -n 20 "$WORK"/*.log >&2
+		exit 1
+	fi
 }
 j() { python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); v=j
 for k in sys.argv[2].split("."): v=v[k]
@@ -160,6 +171,8 @@ start_box secondary "$S_CORE" "$S_PORT"
 start_box primary "$P_CORE" "$P_PORT"
 start_box plain "$P_CORE" "$U_PORT"
 wait_field primary state in-sync 60
+# A witness that has just started grants no lease for its lease_max_ms: fenced until then.
+wait_field primary fenced False 60
 
 echo "== 4K random write QD32 / read QD32 / write QD1, $RUNTIME (+$RAMP ramp) each"
 for box in plain primary; do
@@ -173,7 +186,10 @@ stop_box plain
 
 echo "== resync: secondary stopped, $RESYNC written on the degraded primary, secondary restarted"
 stop_box secondary
-perf degraded "$P_PORT" --rw write --bs 128k --qd 32 --range "0-$RESYNC" --runtime 600s
+# sequential writes over the range, long enough to pass over all of it (perf runs for its
+# runtime, wrapping around the range); what is dirty is read from the mirror's status
+perf degraded "$P_PORT" --rw write --bs 128k --qd 32 --range "0-$RESYNC" --runtime "${EBOF_BENCH_DEGRADED_TIME:-4s}"
+dirty_bytes=$(status_json primary | field resync_bytes_left)
 t0=$(now_ms)
 start_box secondary "$S_CORE" "$S_PORT"
 wait_field primary state in-sync 600
@@ -202,9 +218,7 @@ row "4K write QD1 p50 latency us" latency_us.p50 plain-w1 primary-w1
 plain_qd1=$(j plain-w1 latency_us.p50)
 mirr_qd1=$(j primary-w1 latency_us.p50)
 echo "QD1 goal: mirrored p50 $mirr_qd1 us <= unmirrored $plain_qd1 us + one round trip ($plain_qd1 us) + 10 % = $(python3 -c "print(round(($plain_qd1*2)*1.1,1))") us"
-bytes=$(python3 -c "
-s='$RESYNC'.upper(); m={'K':1<<10,'M':1<<20,'G':1<<30}
-print(int(float(s[:-1])*m[s[-1]]) if s[-1] in m else int(s))")
+bytes=$dirty_bytes
 echo "resync: $bytes bytes dirty, in sync again $((t1 - t0)) ms after the secondary started: $(python3 -c "print(round($bytes/max($((t1 - t0)),1)/1e6,2))") GB/s (includes the box's start)"
 echo "failover: promoted $((t3 - t2)) ms after kill -9; first write on the new primary acknowledged $((t4 - t2)) ms after it"
 echo "host: ebof perf pinned to core $HOST_CORE; primary core $P_CORE, secondary core $S_CORE; loopback TCP"

@@ -202,6 +202,14 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     /// instead of running them on the reactor. RAM returns `false` (calls are memcpy-fast).
     fn may_block(&self) -> bool;
 
+    /// Whether writes (and flushes, zeroing, deallocation) may block, when reads may not: a
+    /// replicated namespace's writes wait for the peer while its reads are local (ADR 0028).
+    /// The runtime runs such a backend's writes off the reactor and never lets a host write
+    /// land straight in its memory. Default: [`Backend::may_block`].
+    fn writes_block(&self) -> bool {
+        self.may_block()
+    }
+
     /// Reads `buf.len()` bytes at `offset`.
     fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), BackendError>;
 

@@ -159,6 +159,11 @@ impl Backend for MirrorBackend {
     }
 
     fn may_block(&self) -> bool {
+        // Reads are the local copy's.
+        self.local.may_block()
+    }
+
+    fn writes_block(&self) -> bool {
         // Replicated writes wait for the peer.
         true
     }

@@ -125,7 +125,8 @@ impl LeaseLoop {
         while !self.stopping() {
             let now = Instant::now();
             let primary = self.roles.shared.role() == Role::Primary;
-            if self.clock.renew_due(now) || (primary && !self.waiters.is_empty()) {
+            let report = primary && self.roles.shared.report_due.swap(false, Ordering::AcqRel);
+            if self.clock.renew_due(now) || (primary && !self.waiters.is_empty()) || report {
                 let stop = self.wake.clone();
                 tokio::select! {
                     _ = self.step(primary) => {}
@@ -139,6 +140,7 @@ impl LeaseLoop {
             if primary && !left.is_zero() {
                 next = next.min(now + left);
             }
+            let shared = self.roles.shared.clone();
             tokio::select! {
                 a = self.rx.recv() => match a {
                     Some(a) => self.ask(a),
@@ -146,6 +148,7 @@ impl LeaseLoop {
                 },
                 _ = tokio::time::sleep_until(next.into()) => {}
                 _ = self.wake.notified() => {}
+                _ = shared.nudge.notified() => {}
             }
         }
         self.rx.close();

@@ -29,6 +29,11 @@ pub(crate) struct Shared {
     /// The witness granted us a lease since we became primary: a fence from now on means the
     /// lease was lost (not the wait for the first grant at start).
     granted_once: AtomicBool,
+    /// The peer just became in sync: the lease loop reports it now, not at the next renewal
+    /// (until the witness has the report, a takeover by the secondary is refused).
+    pub(crate) report_due: AtomicBool,
+    /// Wakes the lease loop for `report_due`.
+    pub(crate) nudge: tokio::sync::Notify,
     peer: Mutex<PeerState>,
     regions: Mutex<Bitmap>,
     stripes: Vec<Mutex<()>>,
@@ -58,6 +63,8 @@ impl Shared {
             covered: AtomicBool::new(false),
             forced: AtomicBool::new(false),
             granted_once: AtomicBool::new(false),
+            report_due: AtomicBool::new(false),
+            nudge: tokio::sync::Notify::new(),
             peer: Mutex::new(PeerState::Connecting),
             regions: Mutex::new(regions),
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
@@ -145,7 +152,11 @@ impl Shared {
     }
 
     pub(crate) fn set_peer(&self, p: PeerState) {
-        *lock(&self.peer) = p;
+        let was = std::mem::replace(&mut *lock(&self.peer), p);
+        if p == PeerState::InSync && was != PeerState::InSync {
+            self.report_due.store(true, Ordering::Release);
+            self.nudge.notify_one();
+        }
     }
 
     /// A replicated write failed or could not be sent: degraded (bits stay set).

@@ -368,9 +368,9 @@ fn witness_promotes_after_kill_and_fences_a_paused_primary() {
 
     // Kill -9 the new primary: the old one (resynced as secondary meanwhile) takes over.
     wait_status(d, "b", "in sync with a", |s| s["state"] == "in-sync");
-    // The witness learns "in sync" with b's next renewal (every lease/4); until then it would
+    // b reports "in sync" to the witness as soon as it is (one request); until then it would
     // rightly refuse a's takeover (b's last report said a missed writes).
-    std::thread::sleep(Duration::from_millis(600));
+    std::thread::sleep(Duration::from_millis(200));
     let killed = Instant::now();
     drop(tb);
     wait_status(d, "a", "promoted again", |s| s["role"] == "primary");

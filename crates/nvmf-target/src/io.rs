@@ -110,8 +110,9 @@ impl IoRequest {
     /// True if the backend may block (the driver then runs it on a worker thread).
     pub fn may_block(&self) -> bool {
         match &self.op {
-            IoOp::FlushAll(s) => s.namespaces.iter().any(|n| n.backend.may_block()),
-            _ => self.ns.backend.may_block(),
+            IoOp::FlushAll(s) => s.namespaces.iter().any(|n| n.backend.writes_block()),
+            IoOp::Read | IoOp::Compare | IoOp::Verify => self.ns.backend.may_block(),
+            _ => self.ns.backend.writes_block(),
         }
     }
     /// First LBA (for the Error log).

@@ -48,7 +48,7 @@ impl Queue {
             return None;
         }
         let (offset, len) = lba_range(ns, sqe.slba(), u64::from(sqe.nlb())).ok()?;
-        (len == u64::from(need) && !ns.backend.may_block()).then(|| (ns.clone(), offset))
+        (len == u64::from(need) && !ns.backend.writes_block()).then(|| (ns.clone(), offset))
     }
 
     /// Host data an I/O command carries (writes, DSM ranges); validates the command fully.
