@@ -418,6 +418,18 @@ impl Apply for MirrorApply {
     }
 }
 
+/// The lowest ANA group no namespace and no `[[ana]]` entry uses (None: all are used; the
+/// namespace is then refused by the configuration's check, which says why).
+pub(crate) fn free_ana_group(cfg: &Config) -> Option<u32> {
+    (1..=ebof_config::ANA_GROUP_MAX).find(|g| {
+        !cfg.subsystems
+            .iter()
+            .flat_map(|s| s.namespaces.iter())
+            .any(|n| n.ana_group == *g)
+            && !cfg.ana.iter().any(|a| a.group == *g)
+    })
+}
+
 /// The ANA groups the mirrors drive (the ANA applier leaves them alone).
 pub(crate) fn mirrored_group(cfg: &Config, group: u32) -> bool {
     cfg.subsystems

@@ -52,6 +52,10 @@ pub(crate) fn add_in(
         let ni = cfg.subsystems[si].namespaces.len();
         let field = format!("subsystems[{si}].namespaces[{ni}]");
         let mut fields = namespace_fields(req, nsid);
+        if fields.mirror.is_some() && fields.ana_group.is_none() {
+            // A mirrored namespace drives an ANA group of its own: the lowest unused one.
+            fields.ana_group = crate::mirror::free_ana_group(cfg).map(i64::from);
+        }
         // In a pool the box names the file, and the pool must hold the size (checked
         // before the namespace is in the configuration: it is not counted yet).
         let mut pool_file: Option<(PathBuf, crate::api::PoolView)> = None;

@@ -383,3 +383,47 @@ fn witness_promotes_after_kill_and_fences_a_paused_primary() {
     drop(ta);
     drop(dir);
 }
+
+/// Mirrored namespaces added through the API (`ebof ctl ns add --mirror-peer`) take an ANA
+/// group of their own when none is given; a bad peer or role is refused with the field.
+#[test]
+fn mirrored_namespaces_added_live_get_groups_of_their_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let a_addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let peer: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let a = BoxSpec {
+        name: "a",
+        addr: a_addr,
+        peer,
+        role: "secondary",
+    };
+    let _ta = start(d, &a, None);
+    let add = |extra: &[&str]| {
+        let mut args = vec!["--json", "ns", "add", NQN, "--ram", "1M"];
+        args.extend_from_slice(extra);
+        ctl_at(&sock(d, "a"), &args)
+    };
+    let p = peer.to_string();
+    let mut groups = Vec::new();
+    for _ in 0..2 {
+        let o = add(&["--mirror-peer", &p, "--mirror-role", "secondary"]);
+        assert!(o.ok, "{}", o.stderr);
+        let v: Value = serde_json::from_str(&o.stdout).unwrap();
+        assert_eq!(v["namespace"]["mirror"]["role"], "secondary", "{v}");
+        groups.push(v["namespace"]["ana_group"].as_u64().unwrap());
+    }
+    // group 2 is the configured mirrored namespace's
+    assert_eq!(groups, [1, 3]);
+    let o = add(&["--mirror-peer", "0.0.0.0:4420", "--mirror-role", "primary"]);
+    assert!(!o.ok && o.stderr.contains("mirror.peer"), "{}", o.stderr);
+    let o = add(&[
+        "--mirror-peer",
+        &p,
+        "--mirror-role",
+        "primary",
+        "--ana-group",
+        "2",
+    ]);
+    assert!(!o.ok && o.stderr.contains("invalid-mirror"), "{}", o.stderr);
+}
