@@ -48,6 +48,7 @@ address = "${MIRROR_IP[W]}"
 port = $MIRROR_PORT
 
 [witness]
+lease_max_ms = 8000
 EOF
 		return 0
 	fi

@@ -30,7 +30,7 @@ pub const LINK_QUEUES_MAX: u16 = 16;
 /// Default write-intent bitmap granularity (`[mirror] region_kib`).
 pub const DEFAULT_REGION_KIB: u32 = 1024;
 /// Default longest lease a witness grants (`[witness] lease_max_ms`).
-pub const DEFAULT_LEASE_MAX_MS: u32 = 60_000;
+pub const DEFAULT_LEASE_MAX_MS: u32 = 10_000;
 
 /// The role a mirrored namespace takes on its first start (afterwards the persisted epoch and
 /// the witness decide, see ADR 0028).

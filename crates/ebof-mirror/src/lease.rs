@@ -239,7 +239,7 @@ impl LeaseLoop {
         let (sent, reply) = self.request(shared.epoch(), in_sync).await;
         match reply {
             Some(r) if r.granted => {
-                self.clock.granted(sent);
+                self.clock.granted_for(sent, r.left);
                 self.publish();
                 if !in_sync {
                     shared.covered.store(true, Ordering::Release);
@@ -311,10 +311,10 @@ impl LeaseLoop {
             return;
         }
         let (sent, reply) = self.request(epoch, false).await;
-        if !reply.is_some_and(|r| r.granted) {
+        let Some(r) = reply.filter(|r| r.granted) else {
             return;
-        }
-        self.clock.granted(sent);
+        };
+        self.clock.granted_for(sent, r.left);
         self.publish();
         match self.roles.promote(Some(epoch), false) {
             Ok(e) => {

@@ -34,6 +34,8 @@ pub const WITNESS_NQN: &str = "nqn.2026-11.io.ebof:witness";
 #[derive(Clone, Copy, Debug)]
 pub struct LeaseClock {
     lease: Duration,
+    /// The length the witness last granted (it caps leases at its `lease_max_ms`).
+    term: Duration,
     valid_until: Option<Instant>,
     last_sent: Option<Instant>,
 }
@@ -43,6 +45,7 @@ impl LeaseClock {
     pub fn new(lease: Duration) -> LeaseClock {
         LeaseClock {
             lease,
+            term: lease,
             valid_until: None,
             last_sent: None,
         }
@@ -61,7 +64,19 @@ impl LeaseClock {
     /// The request sent at `sent` was granted: valid until `sent + lease × 0.9` (never moves
     /// backwards: an older grant arriving late changes nothing).
     pub fn granted(&mut self, sent: Instant) {
-        let until = sent + self.lease.mul_f64(0.9);
+        self.granted_for(sent, self.lease);
+    }
+
+    /// The request sent at `sent` was granted for `term` (what the witness's reply says it
+    /// granted: it caps a lease at its maximum): valid until `sent + min(lease, term) × 0.9`,
+    /// and renewals come every quarter of that.
+    pub fn granted_for(&mut self, sent: Instant, term: Duration) {
+        self.term = if term.is_zero() {
+            self.lease
+        } else {
+            term.min(self.lease)
+        };
+        let until = sent + self.term.mul_f64(0.9);
         self.valid_until = Some(self.valid_until.map_or(until, |u| u.max(until)));
     }
 
@@ -85,12 +100,12 @@ impl LeaseClock {
     /// A request is due at `now`: none sent yet, or lease/4 since the last one.
     pub fn renew_due(&self, now: Instant) -> bool {
         self.last_sent
-            .is_none_or(|s| now.saturating_duration_since(s) >= self.lease / 4)
+            .is_none_or(|s| now.saturating_duration_since(s) >= self.term / 4)
     }
 
     /// When the next request is due.
     pub fn next_renewal(&self) -> Option<Instant> {
-        self.last_sent.map(|s| s + self.lease / 4)
+        self.last_sent.map(|s| s + self.term / 4)
     }
 }
 
@@ -291,5 +306,27 @@ mod tests {
         c.refused();
         assert!(!c.is_valid(t0));
         assert_eq!(c.left(t0), Duration::ZERO);
+    }
+}
+
+#[cfg(test)]
+mod clock_tests {
+    use super::*;
+
+    /// A witness that grants less than asked (its `lease_max_ms`) is believed: the holder
+    /// gives up within the shorter term and renews four times per term.
+    #[test]
+    fn a_capped_grant_shortens_the_lease() {
+        let t0 = Instant::now();
+        let mut c = LeaseClock::new(Duration::from_secs(8));
+        c.sent(t0);
+        c.granted_for(t0, Duration::from_secs(2));
+        assert!(c.is_valid(t0 + Duration::from_millis(1700)));
+        assert!(!c.is_valid(t0 + Duration::from_millis(1900)));
+        assert_eq!(c.next_renewal(), Some(t0 + Duration::from_millis(500)));
+        // a longer grant than asked counts as asked
+        let mut c = LeaseClock::new(Duration::from_secs(1));
+        c.granted_for(t0, Duration::from_secs(5));
+        assert!(!c.is_valid(t0 + Duration::from_millis(950)));
     }
 }
