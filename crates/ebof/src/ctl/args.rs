@@ -166,7 +166,7 @@ pub enum CdcCmd {
 #[derive(clap::Subcommand, Debug)]
 pub enum NsCmd {
     /// Add a namespace to subsystem NQN: RAM, a file (created if missing) or a block device.
-    Add(NsAddArgs),
+    Add(Box<NsAddArgs>),
     /// Restrict namespace NSID of NQN to exactly the hosts HOSTNQN… (none: hidden from every
     /// host). Hosts that lose or gain it get a Namespace Attribute Changed event.
     Mask {

@@ -291,7 +291,7 @@ fn size(s: &str, what: &str) -> Result<u64> {
 /// `ebof ctl ns …`.
 fn ns(c: &Client, json: bool, cmd: NsCmd) -> Result<()> {
     match cmd {
-        NsCmd::Add(add) => ns_add(c, json, add),
+        NsCmd::Add(add) => ns_add(c, json, *add),
         NsCmd::Mask {
             nqn,
             nsid,
