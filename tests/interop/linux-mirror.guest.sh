@@ -1,5 +1,5 @@
 #!/bin/bash
-# Guest half of linux-mirror.sh (DRAFT, issue 34 "Tests"; trixie guest: Linux 6.12, nvme-cli 2.13,
+# Guest half of linux-mirror.sh (issue 34 "Tests"; trixie guest: Linux 6.12, nvme-cli 2.13,
 # fio, jq; native multipath). Runs alone (as the guest script of linux-mirror.sh) or at the end of
 # another trixie scenario's guest script: `source "$X/mirror.guest.sh" && mirror_steps`.
 #

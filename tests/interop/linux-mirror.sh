@@ -1,5 +1,5 @@
 #!/bin/bash
-# Scenario (DRAFT, issue 34 "Tests"): replicated volumes as the stock Linux 6.12 host sees them
+# Scenario (issue 34 "Tests"): replicated volumes as the stock Linux 6.12 host sees them
 # (trixie guest, native multipath). Guest side: linux-mirror.guest.sh.
 #
 # Host side (this file): three `ebof serve` in the run's network namespace, each its own
@@ -17,12 +17,13 @@
 # ctl (any `ebof ctl` ARGS on that box: "ctl A ARGS...").
 #
 # Two ways to run it:
-#   * alone, in its own trixie boot: tests/interop/linux-mirror.sh (not in run-all's default list);
+#   * alone, in its own trixie boot: tests/interop/linux-mirror.sh (not in run-all's list: the
+#     test command runs it inside linux-security's boot, below);
 #   * in the boot of another trixie scenario: that scenario sources this file, calls
 #     `mirror_attach` before vm_run (starts the boxes, copies the guest part into the exchange
 #     folder, adds MIRROR=1 to the guest's environment) and `mirror_detach RC` after; its guest
 #     script ends with `[[ ${MIRROR:-} == 1 ]] && source "$X/mirror.guest.sh" && mirror_steps`.
-#     linux-security does so when EBOF_INTEROP_MIRROR=1.
+#     linux-security does so unless EBOF_INTEROP_MIRROR=0.
 # While `ebof serve --print-config` rejects the configuration (no mirror in this binary yet), the
 # boxes are not started and every mirror step SKIPs with the reason (EBOF_INTEROP_STRICT=1: the
 # scenario fails).

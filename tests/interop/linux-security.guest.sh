@@ -404,7 +404,7 @@ step "ebof: TLS + DH-HMAC-CHAP two-way" e_tls_auth
 step "ebof: TLS past the KeyUpdate threshold (16 records), fio verify ${REKEY_SECS} s, no reset" e_tls_rekey
 step "ebof: subsystem removed and re-added, the host reconnects by itself (issue 34)" e_readd
 step "tlshd log" the_end
-# replicated volumes (draft, issue 34) in this boot: linux-security.sh with EBOF_INTEROP_MIRROR=1
+# replicated volumes (issue 34) in this boot (linux-security.sh; EBOF_INTEROP_MIRROR=0 leaves them out)
 if [[ ${MIRROR:-} == 1 ]]; then
 	# shellcheck source=linux-mirror.guest.sh
 	source "$X/mirror.guest.sh"

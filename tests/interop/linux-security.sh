@@ -38,8 +38,8 @@
 #   SEC_REKEY_SECS         fio time of the KeyUpdate-threshold step (default 60)
 #   SEC_READD_SECS         bound on the re-add step's reconnect once the subsystem is back
 #                          (default 20)
-#   EBOF_INTEROP_MIRROR=1  also run the replicated-volume steps (draft: linux-mirror.sh) in
-#                          this boot
+#   EBOF_INTEROP_MIRROR    the replicated-volume steps (linux-mirror.sh) run in this boot
+#                          (default 1; 0 leaves them out)
 #   SEC_TLS_KEY_UPDATE     ebof's [target] tls_key_update (default "peer"; "always" is the
 #                          experiment of ADR 0024: the rekey step then shows what the host does)
 # Exit status: 0 passed, else failed.
@@ -289,15 +289,15 @@ vm_env "KERNEL_NQN=nqn.2026-11.io.ebof:ksec" "EBOF_NQN=nqn.2026-11.io.ebof:sec" 
 	"SEC_TARGET=${EBOF_INTEROP_TARGET:-ebof}" "SEC_REKEY_SECS=${SEC_REKEY_SECS:-60}" \
 	"SEC_READD_SECS=${SEC_READD_SECS:-20}" \
 	"SEC_TLS_KEY_UPDATE=${SEC_TLS_KEY_UPDATE:-peer}"
-# EBOF_INTEROP_MIRROR=1: the replicated-volume steps (draft, linux-mirror.sh) share this boot
-if [[ ${EBOF_INTEROP_MIRROR:-} == 1 ]]; then
+# the replicated-volume steps (linux-mirror.sh) share this boot unless EBOF_INTEROP_MIRROR=0
+if [[ ${EBOF_INTEROP_MIRROR:-1} == 1 ]]; then
 	# shellcheck source=linux-mirror.sh
 	source "$INTEROP_DIR/linux-mirror.sh"
 	mirror_attach
 fi
 vm_run "$INTEROP_DIR/linux-security.guest.sh" "${EBOF_INTEROP_TIMEOUT:-900}"
 rc=$?
-if [[ ${EBOF_INTEROP_MIRROR:-} == 1 ]]; then
+if [[ ${EBOF_INTEROP_MIRROR:-1} == 1 ]]; then
 	mirror_detach "$rc" || rc=$?
 fi
 if [[ -n $EBOF_STARTED ]]; then
