@@ -13,15 +13,15 @@
 //! - **Secondary**: asks every lease/4 for the lease at epoch + 1, but only while its copy is
 //!   synced at the current epoch ([`crate::Fence::synced_epoch`]); granted → promotion.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use tokio::sync::{Notify, mpsc};
 
 use crate::role::Roles;
 use crate::witness::{LeaseClock, LeaseOpCode, WitnessClient, WitnessReply};
+use crate::worker::{Inbox, Worker};
 use crate::{PeerState, Role};
 
 /// A question from the write path to the lease loop.
@@ -34,75 +34,40 @@ pub(crate) enum Ask {
 }
 
 /// The lease thread and the channel to it.
-pub(crate) struct LeaseHandle {
-    tx: mpsc::UnboundedSender<Ask>,
-    stop: Arc<AtomicBool>,
-    wake: Arc<Notify>,
-    thread: Mutex<Option<JoinHandle<()>>>,
-}
+pub(crate) type LeaseHandle = Worker<Ask>;
 
 /// Each witness request (reconnect included) is bounded by lease / 3.
 fn request_timeout(lease: Duration) -> Duration {
     (lease / 3).max(Duration::from_millis(50))
 }
 
-impl LeaseHandle {
-    pub(crate) fn start(roles: Arc<Roles>) -> std::io::Result<Option<LeaseHandle>> {
-        let spec = &roles.shared.spec;
-        let Some(addr) = spec.witness else {
-            return Ok(None);
+/// Start the lease loop of `roles` (None: no witness configured).
+pub(crate) fn start(roles: Arc<Roles>) -> std::io::Result<Option<LeaseHandle>> {
+    let spec = &roles.shared.spec;
+    let Some(addr) = spec.witness else {
+        return Ok(None);
+    };
+    let host = nvmf_host::HostConfig {
+        hostnqn: spec.link_hostnqn.clone(),
+        ..spec.host.clone()
+    };
+    let client = WitnessClient::new(addr, host, request_timeout(spec.lease));
+    let name = format!("mirror-lease-{}", spec.nsid);
+    // A stop sends no Release: a stopped box's lease simply runs out.
+    Worker::spawn(name, move |inbox: Inbox<Ask>| async move {
+        let clock = LeaseClock::new(roles.shared.spec.lease);
+        let mut l = LeaseLoop {
+            roles,
+            client,
+            clock,
+            rx: inbox.rx,
+            waiters: Vec::new(),
+            stop: inbox.stop,
+            wake: inbox.wake,
         };
-        let host = nvmf_host::HostConfig {
-            hostnqn: spec.link_hostnqn.clone(),
-            ..spec.host.clone()
-        };
-        let client = WitnessClient::new(addr, host, request_timeout(spec.lease));
-        let (tx, rx) = mpsc::unbounded_channel();
-        let stop = Arc::new(AtomicBool::new(false));
-        let wake = Arc::new(Notify::new());
-        let (s, w) = (stop.clone(), wake.clone());
-        let name = format!("mirror-lease-{}", spec.nsid);
-        let thread = std::thread::Builder::new().name(name).spawn(move || {
-            let rt = match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(rt) => rt,
-                Err(e) => return tracing::error!("mirror lease runtime: {e}"),
-            };
-            let clock = LeaseClock::new(roles.shared.spec.lease);
-            let mut l = LeaseLoop {
-                roles,
-                client,
-                clock,
-                rx,
-                waiters: Vec::new(),
-                stop: s,
-                wake: w,
-            };
-            rt.block_on(l.run());
-        })?;
-        Ok(Some(LeaseHandle {
-            tx,
-            stop,
-            wake,
-            thread: Mutex::new(Some(thread)),
-        }))
-    }
-
-    pub(crate) fn sender(&self) -> mpsc::UnboundedSender<Ask> {
-        self.tx.clone()
-    }
-
-    /// Stop the loop (no Release is sent: a stopped box's lease simply runs out) and join it.
-    pub(crate) fn stop(&self) {
-        self.stop.store(true, Ordering::Release);
-        self.wake.notify_one();
-        let t = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
-        if let Some(t) = t {
-            let _ = t.join();
-        }
-    }
+        l.run().await;
+    })
+    .map(Some)
 }
 
 struct LeaseLoop {

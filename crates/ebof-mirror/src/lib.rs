@@ -21,6 +21,7 @@ mod role;
 mod shared;
 pub mod state;
 pub mod witness;
+mod worker;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -257,14 +258,13 @@ impl Mirror {
             Role::Primary => fence.promote(epoch).map_err(MirrorError::Promote)?,
             Role::Secondary => fence.demote(),
         }
-        let link =
-            link::LinkHandle::start(shared.clone(), local.clone()).map_err(MirrorError::Thread)?;
+        let link = link::start(shared.clone(), local.clone()).map_err(MirrorError::Thread)?;
         let roles = Arc::new(Roles::new(shared.clone(), fence, sink));
         roles.sink.role_changed(role, epoch);
         if role == Role::Primary && with_witness {
             roles.sink.fenced(true);
         }
-        let lease = match lease::LeaseHandle::start(roles.clone()) {
+        let lease = match lease::start(roles.clone()) {
             Ok(l) => l,
             Err(e) => {
                 link.stop();

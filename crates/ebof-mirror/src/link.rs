@@ -1,9 +1,8 @@
 //! The replication link: a dedicated thread running a tokio current-thread runtime that owns
 //! the NVMe/TCP connection to the peer, replicates writes, and resyncs dirty regions.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use ebof_backend::Backend;
@@ -15,6 +14,7 @@ use tokio::sync::mpsc;
 pub(crate) use crate::pipe::LinkReq;
 use crate::pipe::{CHUNK, Pipe, Sub};
 use crate::shared::Shared;
+use crate::worker::{Inbox, Worker};
 use crate::{PeerState, Role};
 
 /// Mirror Admit (vendor admin opcode, see the design).
@@ -24,58 +24,21 @@ const BACKOFF_MAX: Duration = Duration::from_secs(2);
 const TICK: Duration = Duration::from_millis(500);
 
 /// The link thread and the channel to it.
-pub(crate) struct LinkHandle {
-    tx: mpsc::UnboundedSender<LinkReq>,
-    stop: Arc<AtomicBool>,
-    wake: Arc<tokio::sync::Notify>,
-    thread: Mutex<Option<JoinHandle<()>>>,
-}
+pub(crate) type LinkHandle = Worker<LinkReq>;
 
-impl LinkHandle {
-    pub(crate) fn start(shared: Arc<Shared>, local: Arc<dyn Backend>) -> std::io::Result<Self> {
-        let (tx, rx) = mpsc::unbounded_channel();
-        let stop = Arc::new(AtomicBool::new(false));
-        let wake = Arc::new(tokio::sync::Notify::new());
-        let (s, w) = (stop.clone(), wake.clone());
-        let thread = std::thread::Builder::new()
-            .name(format!("mirror-{}", shared.spec.nsid))
-            .spawn(move || {
-                let rt = match tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                {
-                    Ok(rt) => rt,
-                    Err(e) => return tracing::error!("mirror link runtime: {e}"),
-                };
-                let mut l = Link {
-                    shared,
-                    local,
-                    rx,
-                    stop: s,
-                    wake: w,
-                };
-                rt.block_on(l.run());
-            })?;
-        Ok(LinkHandle {
-            tx,
-            stop,
-            wake,
-            thread: Mutex::new(Some(thread)),
-        })
-    }
-
-    pub(crate) fn sender(&self) -> mpsc::UnboundedSender<LinkReq> {
-        self.tx.clone()
-    }
-
-    pub(crate) fn stop(&self) {
-        self.stop.store(true, Ordering::Release);
-        self.wake.notify_one();
-        let t = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take();
-        if let Some(t) = t {
-            let _ = t.join();
-        }
-    }
+/// Start the link thread of `shared` over the local copy `local`.
+pub(crate) fn start(shared: Arc<Shared>, local: Arc<dyn Backend>) -> std::io::Result<LinkHandle> {
+    let name = format!("mirror-{}", shared.spec.nsid);
+    Worker::spawn(name, move |inbox: Inbox<LinkReq>| async move {
+        let mut l = Link {
+            shared,
+            local,
+            rx: inbox.rx,
+            stop: inbox.stop,
+            wake: inbox.wake,
+        };
+        l.run().await;
+    })
 }
 
 struct Link {
