@@ -438,7 +438,9 @@ fn config_text_seeds() -> Vec<(String, Vec<u8>)> {
     let minimal = "[[listeners]]\naddress = \"127.0.0.1\"\n\n[[subsystems]]\nnqn = \"nqn.2026-11.io.ebof:a\"\n\n[[subsystems.namespaces]]\nbackend = \"ram\"\nsize = \"1M\"\n";
     let bad = "[[listeners]]\naddress = \"127.0.0.1\"\nport = 70000\n\n[[subsystems]]\nnqn = \"nqn.2026-11.io.ebof:a\"\n\n[[subsystems.namespaces]]\nbackend = \"file\"\nsize = \"1000\"\nblock_size = 4096\n";
     let pool_box = "[[listeners]]\naddress = \"127.0.0.1\"\n\n[[pools]]\nname = \"fast\"\ndirectory = \"/var/lib/ebof/fast\"\nsize = \"64M\"\n\n[[subsystems]]\nnqn = \"nqn.2026-11.io.ebof:v\"\n\n[[subsystems.namespaces]]\nbackend = \"file\"\npath = \"/var/lib/ebof/fast/nqn.2026-11.io.ebof_v.ns1.img\"\nsize = \"16M\"\npool = \"fast\"\n";
+    let mirror_box = "[target]\nstate_dir = \"/var/lib/ebof/state\"\ncntlid_min = 1000\ncntlid_max = 1999\n\n[[listeners]]\naddress = \"127.0.0.21\"\n\n[mirror]\nwitness = \"127.0.0.23:4420\"\nlease_ms = 1000\nregion_kib = 256\n\n[witness]\nlease_max_ms = 2000\nhosts = [\"nqn.2026-11.io.ebof:mirror-link\"]\n\n[[subsystems]]\nnqn = \"nqn.2026-11.io.ebof:m\"\n\n[[subsystems.namespaces]]\nbackend = \"ram\"\nsize = \"16M\"\nana_group = 2\nmirror = { peer = \"127.0.0.22:4420\", role = \"primary\" }\n";
     vec![
+        ("mirror-box".into(), mirror_box.as_bytes().to_vec()),
         ("example".into(), example.as_bytes().to_vec()),
         ("embedded-default".into(), default.into_bytes()),
         ("minimal".into(), minimal.as_bytes().to_vec()),
