@@ -506,7 +506,7 @@ impl pb::controller_server::Controller for Controller {
                     pb::list_volumes_response::Entry {
                         volume: Some(v),
                         status: Some(pb::list_volumes_response::VolumeStatus {
-                            published_node_ids: main.sub.hosts.clone(),
+                            published_node_ids: names::nodes(&main.sub.hosts),
                             volume_condition: Some(self.condition_of(&all, &found, &[])),
                         }),
                     },

@@ -183,6 +183,24 @@ pub mod publish {
     pub const DHCHAP_CTRL_SECRET: &str = "dhchapCtrlSecret";
 }
 
+/// The start of every read-only marker host NQN.
+pub const RO_MARKER: &str = "nqn.2014-08.io.ebof.csi:readonly:";
+
+/// The marker host NQN recording that `node` has the volume read-only.
+pub fn ro_marker(node: &str) -> String {
+    let ns = uuid::Uuid::from_u128(0x6562_6f66_2d63_7369_2d72_6561_646f_6e6c);
+    format!("{RO_MARKER}{}", uuid::Uuid::new_v5(&ns, node.as_bytes()))
+}
+
+/// The nodes of a host list (without read-only markers).
+pub fn nodes(hosts: &[String]) -> Vec<String> {
+    hosts
+        .iter()
+        .filter(|h| !h.starts_with(RO_MARKER))
+        .cloned()
+        .collect()
+}
+
 /// One NVMe/TCP path of a volume: address and port.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Path {

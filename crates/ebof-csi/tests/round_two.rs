@@ -679,3 +679,74 @@ fn delete_goes_on_when_only_a_box_without_the_volume_is_down() {
     // Gone everywhere now: deleting again is OK.
     d.delete(&v.volume_id).unwrap();
 }
+
+/// Issue 35 item 6 (csi-sanity): a second ControllerPublishVolume to the same node with
+/// `readonly` flipped is ALREADY_EXISTS; the same again is OK; the read-only record is no
+/// node in the published list and goes with the node's unpublish.
+#[test]
+fn publish_with_readonly_flipped_is_already_exists() {
+    let d = start(1, GIB, 44380);
+    let v = d.create(create_req("pvc-ro", 64 * MIB, &[])).unwrap();
+    let node = "nqn.2014-08.org.nvmexpress:uuid:0f0e0d0c-0b0a-0908-0706-050403020100";
+    let cap = create_req("x", 0, &[]).volume_capabilities.remove(0);
+    let publish = |n: &str, readonly: bool| {
+        let mut c = d.ctl.clone();
+        d.rt.block_on(
+            c.controller_publish_volume(pb::ControllerPublishVolumeRequest {
+                volume_id: v.volume_id.clone(),
+                node_id: n.into(),
+                volume_capability: Some(cap.clone()),
+                readonly,
+                volume_context: v.volume_context.clone(),
+                ..Default::default()
+            }),
+        )
+    };
+    let unpublish = |n: &str| {
+        let mut c = d.ctl.clone();
+        d.rt.block_on(
+            c.controller_unpublish_volume(pb::ControllerUnpublishVolumeRequest {
+                volume_id: v.volume_id.clone(),
+                node_id: n.into(),
+                ..Default::default()
+            }),
+        )
+        .unwrap();
+    };
+    let hosts = || d.boxes[0].subsystem(&v.volume_id).unwrap().hosts;
+    let published = || {
+        d.get(&v.volume_id)
+            .unwrap()
+            .status
+            .unwrap()
+            .published_node_ids
+    };
+    // Read-write, then read-write again: OK; read-only: ALREADY_EXISTS.
+    publish(node, false).unwrap();
+    publish(node, false).unwrap();
+    let e = publish(node, true).unwrap_err();
+    assert_eq!(e.code(), Code::AlreadyExists, "{e:?}");
+    assert!(e.message().contains("read-write"), "{e:?}");
+    assert_eq!(hosts(), [node]);
+    unpublish(node);
+    // Read-only, then read-only again: OK; read-write: ALREADY_EXISTS.
+    publish(node, true).unwrap();
+    publish(node, true).unwrap();
+    let e = publish(node, false).unwrap_err();
+    assert_eq!(e.code(), Code::AlreadyExists, "{e:?}");
+    assert!(e.message().contains("read-only"), "{e:?}");
+    assert_eq!(hosts().len(), 2, "the node and its read-only marker");
+    assert_eq!(published(), [node], "the marker is no node");
+    assert_eq!(
+        d.list()[0].status.as_ref().unwrap().published_node_ids,
+        [node]
+    );
+    // The marker is no node one may publish to, and goes with the node.
+    let marker = hosts().into_iter().find(|h| h != node).unwrap();
+    assert_eq!(publish(&marker, false).unwrap_err().code(), Code::NotFound);
+    unpublish(node);
+    assert!(hosts().is_empty(), "{:?}", hosts());
+    // Published read-write again after that: no marker left to contradict it.
+    publish(node, false).unwrap();
+    assert_eq!(hosts(), [node]);
+}

@@ -168,7 +168,7 @@ impl Controller {
             ..Default::default()
         });
         let published = Self::complete(&found)
-            .map(|f| f.sub.hosts.clone())
+            .map(|f| names::nodes(&f.sub.hosts))
             .unwrap_or_default();
         ok(pb::ControllerGetVolumeResponse {
             volume: Some(volume),

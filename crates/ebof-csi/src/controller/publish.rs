@@ -1,6 +1,12 @@
 //! Publishing a volume to a node and unpublishing it: the node's host NQN on the volume's
 //! subsystem, with its own DH-HMAC-CHAP keys (ADR 0025); on both boxes of a replicated
 //! volume (one key pair for both: [`super::mirror`]).
+//!
+//! A read-only publication (`readonly`, `PUBLISH_READONLY`) is recorded on the box beside the
+//! node: a marker host NQN derived from the node's ([`names::ro_marker`]) on the volume's host list,
+//! with DH-HMAC-CHAP keys no host has. A second publish to the same node with `readonly`
+//! flipped finds it and answers ALREADY_EXISTS (CSI spec); the marker is never reported as a
+//! node and goes with the node's unpublish.
 
 use super::checks::{check_capability, single_node};
 use super::{Controller, Located, api_code};
@@ -79,7 +85,10 @@ impl Controller {
         check_capability(cap).map_err(|e| invalid(format!("volume_capability: {e}")))?;
         tracing::info!(volume = %r.volume_id, node = %r.node_id, "ControllerPublishVolume");
         let loc = self.locate(&r.volume_id).await?;
-        if !r.node_id.starts_with("nqn.") || r.node_id.len() > 223 {
+        if !r.node_id.starts_with("nqn.")
+            || r.node_id.len() > 223
+            || r.node_id.starts_with(names::RO_MARKER)
+        {
             return Err(Status::not_found(format!(
                 "node {:?} does not exist: node IDs are host NQNs",
                 r.node_id
@@ -92,14 +101,33 @@ impl Controller {
         };
         let sub = &loc.sub;
         let published = sub.hosts.contains(&r.node_id);
-        if !published && single_node(Some(cap)) && !sub.hosts.is_empty() {
+        let nodes = names::nodes(&sub.hosts);
+        if !published && single_node(Some(cap)) && !nodes.is_empty() {
             return Err(Status::failed_precondition(format!(
                 "volume {} is published to {} and its access mode allows one node",
                 r.volume_id,
-                sub.hosts.join(", ")
+                nodes.join(", ")
+            )));
+        }
+        let marker = names::ro_marker(&r.node_id);
+        let was_ro = sub.hosts.contains(&marker);
+        if published && was_ro != r.readonly {
+            let how = |ro: bool| if ro { "read-only" } else { "read-write" };
+            return Err(Status::already_exists(format!(
+                "volume {} is published to node {} {}; unpublish it before publishing it {}",
+                r.volume_id,
+                r.node_id,
+                how(was_ro),
+                how(r.readonly)
             )));
         }
         let _busy = self.busy.hold(&r.volume_id)?;
+        if !published {
+            // The marker first (or a stale one of an unfinished publish away): the node is on
+            // the host list only once its marker says how it has the volume.
+            self.mark(loc.main.idx, &r.volume_id, &marker, was_ro, r.readonly)
+                .await?;
+        }
         // The node's keys first, then the node on the host list: the host list never admits
         // it without them. Set again on a repeated publish: the same keys (derived), so a
         // node already connected keeps reconnecting with what it has.
@@ -128,14 +156,22 @@ impl Controller {
         )
         .await?;
         if let Some((p, seen)) = &loc.partner {
-            let listed = seen
+            let hosts = seen
                 .as_ref()
                 .and_then(|(_, s)| s.as_ref())
-                .is_some_and(|s| s.hosts.contains(&r.node_id));
-            match self
-                .publish_on(*p, &r.volume_id, &r.node_id, pair.as_ref(), listed)
-                .await
-            {
+                .map(|s| s.hosts.as_slice())
+                .unwrap_or_default();
+            let listed = hosts.contains(&r.node_id);
+            let marked = hosts.contains(&marker);
+            let step = async {
+                if !listed {
+                    self.mark(*p, &r.volume_id, &marker, marked, r.readonly)
+                        .await?;
+                }
+                self.publish_on(*p, &r.volume_id, &r.node_id, pair.as_ref(), listed)
+                    .await
+            };
+            match step.await {
                 Ok(()) => {}
                 Err(e) if matches!(e.code(), Code::Unavailable | Code::NotFound) => {
                     tracing::warn!(volume = %r.volume_id, node = %r.node_id, box_ = %self.boxes[*p].name, error = %e.message(), "the replicated volume's other copy did not take the node; it is published on one copy");
@@ -177,13 +213,46 @@ impl Controller {
             let hosts: Vec<String> = if r.node_id.is_empty() {
                 sub.hosts.clone()
             } else {
-                vec![r.node_id.clone()]
+                let marker = names::ro_marker(&r.node_id);
+                let mut h = vec![r.node_id.clone()];
+                if sub.hosts.contains(&marker) {
+                    h.push(marker);
+                }
+                h
             };
             for h in hosts {
                 self.unpublish_on(b, &r.volume_id, &h).await?;
             }
         }
         ok(pb::ControllerUnpublishVolumeResponse {})
+    }
+
+    /// The read-only marker `marker` on volume `id`'s host list on box `idx` when `readonly`
+    /// (with keys no host has, so no host connects as it), off it otherwise; `present`: on
+    /// it now.
+    async fn mark(
+        &self,
+        idx: usize,
+        id: &str,
+        marker: &str,
+        present: bool,
+        readonly: bool,
+    ) -> Result<(), Status> {
+        if readonly == present {
+            return Ok(());
+        }
+        if readonly {
+            let pair = self.boxes[idx].key_seed.dhchap(id, marker);
+            return self.publish_on(idx, id, marker, Some(&pair), false).await;
+        }
+        let (n, m) = (id.to_string(), marker.to_string());
+        self.settle(
+            idx,
+            "removing a stale read-only marker",
+            &["unknown-host", "unknown-subsystem"],
+            move |c| c.deny_host(&n, &m),
+        )
+        .await
     }
 
     /// Host `h` off volume `id` on box `b`: its host NQN, its keys, its controllers.
