@@ -33,6 +33,8 @@ use crate::control::Control;
 /// A running mirror, found from its namespace's fence.
 struct Entry {
     fence: Weak<MirrorFence>,
+    /// The namespace (gone: nothing serves it any more, the mirror stops).
+    ns: Weak<Namespace>,
     mirror: Arc<Mirror>,
     sink: Arc<AnaSink>,
 }
@@ -149,6 +151,7 @@ impl Opened {
         self.ns_fence.attach(ns);
         registry().push(Entry {
             fence: Arc::downgrade(&self.fence),
+            ns: Arc::downgrade(ns),
             mirror: self.mirror,
             sink: self.sink,
         });
@@ -405,9 +408,12 @@ impl Apply for MirrorApply {
             for e in r.iter().filter(|e| fences.contains(&e.fence.as_ptr())) {
                 e.sink.apply_to(live);
             }
-            let (gone, keep): (Vec<Entry>, Vec<Entry>) = r
-                .drain(..)
-                .partition(|e| e.sink.bound_to(live) && !fences.contains(&e.fence.as_ptr()));
+            // Gone: removed from this target, or a namespace nothing holds any more (one whose
+            // start failed after its mirror started).
+            let (gone, keep): (Vec<Entry>, Vec<Entry>) = r.drain(..).partition(|e| {
+                (e.sink.bound_to(live) && !fences.contains(&e.fence.as_ptr()))
+                    || e.ns.strong_count() == 0
+            });
             *r = keep;
             gone
         };
