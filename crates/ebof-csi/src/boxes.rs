@@ -19,10 +19,16 @@
 //! `api = "HOST:PORT"` (or `http://…`) is plain HTTP: the token would travel in clear, so it
 //! is refused for an address that is not loopback unless `insecure_http = true` (issue 32,
 //! review M1; the management client's rule, `ebof_api::client`).
+//!
+//! A token file is read again when it changes (its inode, size or modification time: a
+//! file rewritten, or a Kubernetes Secret's symlink swapped), at the next call to the box:
+//! a rotated token needs no restart ([`TokenFile`]). The DH-HMAC-CHAP key seed stays the one
+//! of the token read at start, so published nodes keep their keys.
 
 use ebof_api::Client;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 /// One box as the file names it.
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
@@ -75,10 +81,62 @@ pub struct Box {
     pub api: String,
     /// Its zone, if any.
     pub zone: Option<String>,
-    /// The management API client (token inside; its Debug does not show it).
+    /// The management API client with the token read at start (token inside; its Debug
+    /// does not show it). Calls use [`TokenFile::client`] of `tokens`: the token now.
     pub client: Client,
+    /// Its token file, read again when it changes.
+    pub tokens: Arc<TokenFile>,
     /// What the DH-HMAC-CHAP secrets of its volumes are derived from (from its token).
     pub key_seed: crate::keys::KeySeed,
+}
+
+/// What tells a token file's versions apart: device, inode, size, modification time.
+type Stamp = (u64, u64, u64, Option<std::time::SystemTime>);
+
+fn stamp(path: &Path) -> Option<Stamp> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).ok()?;
+    Some((m.dev(), m.ino(), m.len(), m.modified().ok()))
+}
+
+/// A box's token file and the client made with what it held when last read.
+#[derive(Debug)]
+pub struct TokenFile {
+    path: PathBuf,
+    api: String,
+    ca_file: Option<PathBuf>,
+    insecure_http: bool,
+    /// The file's stamp when last read, and the client with its token.
+    now: Mutex<(Option<Stamp>, Client)>,
+}
+
+impl TokenFile {
+    /// The client with the token the file holds now: read again (blocking: call it off the
+    /// async threads) when the file changed since it was last read. A file that cannot be
+    /// read or holds no token keeps the last token, said in the log.
+    pub fn client(&self) -> Client {
+        let st = stamp(&self.path);
+        let mut now = self.now.lock().unwrap_or_else(|p| p.into_inner());
+        if st.is_none() || st == now.0 {
+            return now.1.clone();
+        }
+        let made = ebof_api::read_token_file(&self.path)
+            .map_err(|e| e.to_string())
+            .and_then(|t| {
+                Client::api(&self.api, self.ca_file.as_deref(), Some(t)).map_err(|e| e.to_string())
+            });
+        match made {
+            Ok(c) => {
+                tracing::info!(api = %self.api, file = %self.path.display(), "the box's token file changed: its new token is used");
+                *now = (st, c.allow_plain_http(self.insecure_http));
+            }
+            Err(e) => {
+                tracing::warn!(api = %self.api, error = %e, "the box's token file changed but cannot be used: the last token stays");
+                now.0 = st;
+            }
+        }
+        now.1.clone()
+    }
 }
 
 /// Why the boxes file cannot be used.
@@ -178,6 +236,7 @@ pub fn load_fleet(path: &Path) -> Result<Fleet, BoxesError> {
         } else {
             base.join(&b.token_file)
         };
+        let read_at = stamp(&token_path);
         let token = ebof_api::read_token_file(&token_path)
             .map_err(|e| invalid(format!("{at}.token_file: {e}")))?;
         let ca_file = b.ca_file.as_ref().map(|c| {
@@ -191,12 +250,20 @@ pub fn load_fleet(path: &Path) -> Result<Fleet, BoxesError> {
         let client = Client::api(&b.api, ca_file.as_deref(), Some(token))
             .map_err(|e| invalid(format!("{at}: {e}")))?
             .allow_plain_http(b.insecure_http);
+        let tokens = Arc::new(TokenFile {
+            path: token_path,
+            api: b.api.clone(),
+            ca_file,
+            insecure_http: b.insecure_http,
+            now: Mutex::new((read_at, client.clone())),
+        });
         out.push(Box {
             name,
             api: b.api.clone(),
             zone: b.zone.clone(),
             key_seed,
             client,
+            tokens,
         });
     }
     Ok(Fleet {

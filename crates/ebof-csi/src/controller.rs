@@ -163,9 +163,9 @@ impl Controller {
         T: Send + 'static,
         F: FnOnce(&ebof_api::Client) -> Result<T, ClientError> + Send + 'static,
     {
-        let client = self.boxes[idx].client.clone();
+        let tokens = self.boxes[idx].tokens.clone();
         let name = self.boxes[idx].name.clone();
-        tokio::task::spawn_blocking(move || f(&client))
+        tokio::task::spawn_blocking(move || f(&tokens.client()))
             .await
             .unwrap_or_else(|e| {
                 Err(ClientError::Transport {

@@ -750,3 +750,31 @@ fn publish_with_readonly_flipped_is_already_exists() {
     publish(node, false).unwrap();
     assert_eq!(hosts(), [node]);
 }
+
+/// Issue 35 item 5: a box's token file is read again when it changes (replaced, as a
+/// Kubernetes Secret's symlink swap does, or rewritten in place): a rotated token needs no
+/// restart; until the file changes, a box that wants another token says to check it.
+#[test]
+fn a_rotated_token_is_used_without_a_restart() {
+    let d = start(1, GIB, 44390);
+    let file = d._dir.path().join("token");
+    d.boxes[0].set_token(Some("fake-token"));
+    d.create(create_req("pvc-tok1", 64 * MIB, &[])).unwrap();
+    // The box takes a new token; the file still holds the old one.
+    d.boxes[0].set_token(Some("rotated-token-2"));
+    let e = d.create(create_req("pvc-tok2", 64 * MIB, &[])).unwrap_err();
+    assert_eq!(e.code(), Code::Unavailable, "{e:?}");
+    assert!(e.message().contains("token file"), "{e:?}");
+    // The file replaced (a new inode): the next call uses it.
+    let new = d._dir.path().join("token.new");
+    std::fs::write(&new, "rotated-token-2\n").unwrap();
+    std::fs::rename(&new, &file).unwrap();
+    d.create(create_req("pvc-tok2", 64 * MIB, &[])).unwrap();
+    // Rewritten in place: used too.
+    d.boxes[0].set_token(Some("rotated-token-three"));
+    std::fs::write(&file, "rotated-token-three\n").unwrap();
+    d.create(create_req("pvc-tok3", 64 * MIB, &[])).unwrap();
+    // A file that holds no token: the last token stays in use.
+    std::fs::write(&file, "\n").unwrap();
+    d.create(create_req("pvc-tok4", 64 * MIB, &[])).unwrap();
+}

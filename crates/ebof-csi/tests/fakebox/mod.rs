@@ -39,6 +39,8 @@ struct Inner {
     fs_available: Option<u64>,
     log: Vec<Call>,
     down: bool,
+    /// The bearer token the box takes (`None`: any).
+    token: Option<String>,
     /// (method, path suffix, body text, code): refuse the next such request (whose JSON
     /// body holds the text) with this API code.
     fail: Option<(String, String, String, String)>,
@@ -141,6 +143,11 @@ impl FakeBox {
         self.inner.lock().unwrap().down = down;
     }
 
+    /// Take only requests bearing `token` (`None`: any); others get 401 `unauthorized`.
+    pub fn set_token(&self, token: Option<&str>) {
+        self.inner.lock().unwrap().token = token.map(str::to_string);
+    }
+
     /// Refuse the next `method` request whose path ends with `suffix` with API `code`.
     pub fn fail_next(&self, method: &str, suffix: &str, code: &str) {
         self.fail_next_if(method, suffix, "", code);
@@ -232,6 +239,7 @@ fn serve(mut conn: TcpStream, inner: &Mutex<Inner>, listener: &str) {
         _ => return,
     };
     let mut len = 0usize;
+    let mut bearer = None;
     loop {
         let mut h = String::new();
         if r.read_line(&mut h).is_err() || h == "\r\n" || h.is_empty() {
@@ -241,6 +249,11 @@ fn serve(mut conn: TcpStream, inner: &Mutex<Inner>, listener: &str) {
             && k.eq_ignore_ascii_case("content-length")
         {
             len = v.trim().parse().unwrap_or(0);
+        }
+        if let Some((k, v)) = h.split_once(':')
+            && k.eq_ignore_ascii_case("authorization")
+        {
+            bearer = v.trim().strip_prefix("Bearer ").map(str::to_string);
         }
     }
     let mut body = vec![0u8; len];
@@ -252,6 +265,18 @@ fn serve(mut conn: TcpStream, inner: &Mutex<Inner>, listener: &str) {
         let mut g = inner.lock().unwrap();
         if g.down {
             return; // the connection drops unanswered
+        }
+        if g.token.is_some() && g.token != bearer {
+            drop(g);
+            let text = serde_json::to_value(ApiError::new("unauthorized", "", "bad token"))
+                .unwrap()
+                .to_string();
+            let _ = write!(
+                conn,
+                "HTTP/1.1 401 Unauthorized\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{text}",
+                text.len()
+            );
+            return;
         }
         g.log.push(Call {
             method: method.clone(),
