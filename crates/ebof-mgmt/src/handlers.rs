@@ -65,7 +65,7 @@ pub fn router(ctx: Ctx) -> Router {
         .route(routes::SNAPSHOT_CLONES, post(post_snapshot_clone))
         .route(routes::POOLS, get(get_pools))
         .merge(hostkeys_router())
-        .merge(crate::mirror::router())
+        .merge(mirror_router())
         .fallback(unknown_endpoint)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(ctx)
@@ -538,4 +538,35 @@ fn hostkeys_router() -> axum::Router<Arc<Control>> {
         crate::api::routes::HOST_DHCHAP,
         axum::routing::put(put_key).delete(delete_key),
     )
+}
+
+/// `GET …/namespaces/{nsid}/mirror`, `POST …/namespaces/{nsid}/mirror/promote`
+/// ([`crate::mirror_api`]).
+fn mirror_router() -> axum::Router<Arc<Control>> {
+    type PathArg = Result<Path<(String, String)>, PathRejection>;
+    async fn get_status(State(c): State<Ctx>, p: PathArg) -> Response {
+        let (nqn, nsid) = match p {
+            Ok(Path(v)) => v,
+            Err(r) => return error_response(bad_path(r)),
+        };
+        blocking(move || crate::mirror_api::status(&c, &nqn, &nsid)).await
+    }
+    async fn post_promote(
+        State(c): State<Ctx>,
+        p: PathArg,
+        body: Result<axum::Json<api::MirrorPromoteRequest>, JsonRejection>,
+    ) -> Response {
+        let (nqn, nsid) = match p {
+            Ok(Path(v)) => v,
+            Err(r) => return error_response(bad_path(r)),
+        };
+        let req = match body {
+            Ok(axum::Json(r)) => r,
+            Err(r) => return error_response(bad_body(r)),
+        };
+        blocking(move || crate::mirror_api::promote(&c, &nqn, &nsid, &req)).await
+    }
+    Router::new()
+        .route(routes::NAMESPACE_MIRROR, get(get_status))
+        .route(routes::NAMESPACE_MIRROR_PROMOTE, post(post_promote))
 }

@@ -51,6 +51,7 @@ pub mod masking;
 pub mod mdns;
 pub mod metrics;
 pub mod mirror;
+pub mod mirror_api;
 pub mod namespaces;
 pub mod node;
 pub mod ops;

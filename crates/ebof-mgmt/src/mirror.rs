@@ -12,7 +12,7 @@
 //!   replication link's host NQN, the NQNs hosts must keep retrying (item 5 of the issue), the
 //!   witness's lease table and subsystem, the mirrored groups' states on listeners added at run
 //!   time, and it stops the mirrors of namespaces that are gone.
-//! * `GET …/mirror`, `POST …/mirror/promote` ([`router`]), the namespace view's `mirror`.
+//! * The namespace view's `mirror`; the API's requests are [`crate::mirror_api`]'s.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -26,9 +26,8 @@ use nvme_spec::ana::AnaState;
 use nvmf_target::witness::LeaseTable;
 use nvmf_target::{MirrorFence, MirrorRole, Namespace, Target};
 
-use crate::api::{ApiError, MirrorPromoteRequest, MirrorView, codes};
+use crate::api::{ApiError, MirrorView};
 use crate::apply::Apply;
-use crate::control::Control;
 
 /// A running mirror, found from its namespace's fence.
 struct Entry {
@@ -47,7 +46,7 @@ fn registry() -> MutexGuard<'static, Vec<Entry>> {
 }
 
 /// The mirror of namespace `ns` (None: not mirrored, or its mirror stopped).
-fn mirror_of(ns: &Namespace) -> Option<Arc<Mirror>> {
+pub(crate) fn mirror_of(ns: &Namespace) -> Option<Arc<Mirror>> {
     let fence = ns.mirror.as_ref()?;
     registry()
         .iter()
@@ -57,7 +56,7 @@ fn mirror_of(ns: &Namespace) -> Option<Arc<Mirror>> {
 
 /// The status of the mirror of `ns`: a secondary's epoch is its fence's (the primary's link
 /// moves it with every Mirror Admit).
-fn status_of(ns: &Namespace, m: &Mirror) -> MirrorStatus {
+pub(crate) fn status_of(ns: &Namespace, m: &Mirror) -> MirrorStatus {
     let mut s = m.status();
     if let Some(f) = &ns.mirror {
         s.epoch = s.epoch.max(f.epoch());
@@ -283,8 +282,15 @@ pub(crate) fn open(
 ) -> Result<Opened, String> {
     let s = &cfg.mirror;
     let path = state_path(n, cfg);
-    if let Some(dir) = path.as_ref().and_then(|p| p.parent()) {
-        crate::build::ensure_parent_dir(&format!("{field}.mirror"), &dir.join("x"))?;
+    if let Some(dir) = path.as_ref().and_then(|p| p.parent())
+        && !dir.as_os_str().is_empty()
+    {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            format!(
+                "{field}.mirror: cannot create the state directory {}: {e}",
+                dir.display()
+            )
+        })?;
     }
     let spec = MirrorSpec {
         subnqn: nqn.to_string(),
@@ -487,80 +493,4 @@ pub(crate) fn statuses(t: &Target) -> Vec<(String, u32, MirrorStatus)> {
         }
     }
     out
-}
-
-fn lookup(c: &Control, nqn: &str, nsid: &str) -> Result<(Arc<Namespace>, Arc<Mirror>), ApiError> {
-    let n = crate::lookup::parse_nsid(nsid)?;
-    let ns = crate::lookup::live_namespace(&c.target, nqn, n)?;
-    let m = mirror_of(&ns).ok_or_else(|| {
-        ApiError::new(
-            codes::NOT_MIRRORED,
-            "",
-            format!("namespace {n} of {nqn} is not mirrored"),
-        )
-    })?;
-    Ok((ns, m))
-}
-
-/// `GET …/namespaces/{nsid}/mirror`.
-pub(crate) fn status(c: &Control, nqn: &str, nsid: &str) -> Result<MirrorView, ApiError> {
-    let (ns, m) = lookup(c, nqn, nsid)?;
-    Ok(view(&status_of(&ns, &m)))
-}
-
-/// `POST …/namespaces/{nsid}/mirror/promote` (blocks while the namespace's commands drain).
-pub(crate) fn promote(
-    c: &Control,
-    nqn: &str,
-    nsid: &str,
-    req: &MirrorPromoteRequest,
-) -> Result<MirrorView, ApiError> {
-    let (ns, m) = lookup(c, nqn, nsid)?;
-    m.promote(req.force)
-        .map_err(|e| ApiError::new(codes::PROMOTE_REFUSED, "", e.to_string()))?;
-    tracing::warn!(
-        subsystem = nqn,
-        nsid,
-        force = req.force,
-        "mirror promoted by the API"
-    );
-    Ok(view(&status_of(&ns, &m)))
-}
-
-/// The mirror routes.
-pub(crate) fn router() -> axum::Router<Arc<Control>> {
-    use axum::extract::rejection::{JsonRejection, PathRejection};
-    use axum::extract::{Path, State};
-    use axum::response::Response;
-    use axum::routing::{get, post};
-    type PathArg = Result<Path<(String, String)>, PathRejection>;
-
-    async fn get_status(State(c): State<Arc<Control>>, p: PathArg) -> Response {
-        let (nqn, nsid) = match p {
-            Ok(Path(v)) => v,
-            Err(r) => return crate::handlers::error_response(crate::handlers::bad_path(r)),
-        };
-        crate::handlers::blocking(move || status(&c, &nqn, &nsid)).await
-    }
-    async fn post_promote(
-        State(c): State<Arc<Control>>,
-        p: PathArg,
-        body: Result<axum::Json<MirrorPromoteRequest>, JsonRejection>,
-    ) -> Response {
-        let (nqn, nsid) = match p {
-            Ok(Path(v)) => v,
-            Err(r) => return crate::handlers::error_response(crate::handlers::bad_path(r)),
-        };
-        let req = match body {
-            Ok(axum::Json(r)) => r,
-            Err(r) => return crate::handlers::error_response(crate::handlers::bad_body(r)),
-        };
-        crate::handlers::blocking(move || promote(&c, &nqn, &nsid, &req)).await
-    }
-    axum::Router::new()
-        .route(crate::api::routes::NAMESPACE_MIRROR, get(get_status))
-        .route(
-            crate::api::routes::NAMESPACE_MIRROR_PROMOTE,
-            post(post_promote),
-        )
 }

@@ -557,3 +557,9 @@ impl Controller {
         s.errors.push_front(e);
     }
 }
+
+impl crate::mirror::LinkAlive for Controller {
+    fn link_alive(&self) -> bool {
+        !self.is_dead()
+    }
+}

@@ -91,6 +91,13 @@ impl std::fmt::Display for PromoteError {
 
 impl std::error::Error for PromoteError {}
 
+/// What the fence needs of a replication link's controller (implemented by
+/// [`crate::Controller`]; a trait so that this module stays a leaf).
+pub trait LinkAlive: Send + Sync {
+    /// Not torn down (connection closed, keep-alive expired).
+    fn link_alive(&self) -> bool;
+}
+
 /// The fence of one mirrored namespace (see the module docs).
 pub struct MirrorFence {
     epoch: AtomicU64,
@@ -100,7 +107,7 @@ pub struct MirrorFence {
     /// Serialises changes (admit, promote, demote) so persisting and storing stay in order.
     change: Mutex<()>,
     /// Replication-link controllers admitted ([`MirrorFence::peer_linked`]).
-    links: Mutex<Vec<std::sync::Weak<crate::controller::Controller>>>,
+    links: Mutex<Vec<std::sync::Weak<dyn LinkAlive>>>,
 }
 
 impl std::fmt::Debug for MirrorFence {
@@ -245,14 +252,11 @@ impl MirrorFence {
     }
 
     /// Replication-link controller `ctrl` was admitted (Mirror Admit).
-    pub(crate) fn link_admitted(&self, ctrl: &std::sync::Arc<crate::controller::Controller>) {
+    pub(crate) fn link_admitted(&self, ctrl: std::sync::Weak<dyn LinkAlive>) {
         let mut l = self.links.lock().unwrap_or_else(|e| e.into_inner());
-        l.retain(|w| w.upgrade().is_some_and(|c| !c.is_dead()));
-        if !l
-            .iter()
-            .any(|w| std::ptr::eq(w.as_ptr(), std::sync::Arc::as_ptr(ctrl)))
-        {
-            l.push(std::sync::Arc::downgrade(ctrl));
+        l.retain(|w| w.upgrade().is_some_and(|c| c.link_alive()));
+        if !l.iter().any(|w| w.ptr_eq(&ctrl)) {
+            l.push(ctrl);
         }
     }
 
@@ -265,7 +269,7 @@ impl MirrorFence {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .iter()
-            .any(|w| w.upgrade().is_some_and(|c| !c.is_dead()))
+            .any(|w| w.upgrade().is_some_and(|c| c.link_alive()))
     }
 
     /// Become secondary (epoch unchanged): links admitted at the current epoch or later may

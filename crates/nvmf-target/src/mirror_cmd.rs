@@ -33,7 +33,8 @@ pub(crate) fn execute_admit(ctrl: &std::sync::Arc<Controller>, sqe: &Sqe) -> Cmd
         return Err(OPERATION_DENIED.into());
     }
     ctrl.set_replica_epoch(a.epoch);
-    fence.link_admitted(ctrl);
+    let link: std::sync::Weak<Controller> = std::sync::Arc::downgrade(ctrl);
+    fence.link_admitted(link);
     let reply = AdmitReply {
         synced: r.synced_at == a.epoch,
         synced_epoch_lo: r.synced_at as u32,
