@@ -6,7 +6,10 @@
 //! made safe against crashes and against a second controller racing on the same name by
 //! these rules (ADR 0023):
 //! 1. look on every box first; a box that cannot be read stops the call (UNAVAILABLE), since
-//!    the volume might be there;
+//!    the volume might be there; except for a volume of one copy made from nothing whose
+//!    home box (rendezvous hash of name and box over the boxes it fits) answers: it is then
+//!    looked for on the boxes that answer and made on its home box only, so a retry while
+//!    the box is down cannot make it elsewhere (issue 35);
 //! 2. create the subsystem (no namespace yet), then look at every other box again: if another
 //!    box has the same NQN, this attempt yields: it deletes its own subsystem and retries;
 //! 3. only then add the namespace. A subsystem with its namespace therefore passed step 2 with

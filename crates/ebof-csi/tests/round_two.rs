@@ -778,3 +778,76 @@ fn a_rotated_token_is_used_without_a_restart() {
     std::fs::write(&file, "\n").unwrap();
     d.create(create_req("pvc-tok4", 64 * MIB, &[])).unwrap();
 }
+
+/// Issue 35 item 5: with a box down, CreateVolume goes on for names whose home box (the
+/// rendezvous hash of name and box over the boxes that fit) answers, and is UNAVAILABLE
+/// naming the home box for the others; a volume already made is found where it is.
+#[test]
+fn create_goes_on_when_the_home_box_answers() {
+    let d = start(3, GIB, 44400);
+    let before = d.create(create_req("pvc-before", 16 * MIB, &[])).unwrap();
+    let on = d
+        .boxes
+        .iter()
+        .position(|b| b.subsystem(&before.volume_id).is_some())
+        .unwrap();
+    let down = (on + 1) % 3;
+    d.boxes[down].set_down(true);
+    // Made before: found on its box whatever its home.
+    let again = d.create(create_req("pvc-before", 16 * MIB, &[])).unwrap();
+    assert_eq!(again.volume_id, before.volume_id);
+    let (mut made, mut refused) = (Vec::new(), Vec::new());
+    for i in 0..30 {
+        let name = format!("pvc-home-{i}");
+        match d.create(create_req(&name, 16 * MIB, &[])) {
+            Ok(v) => made.push((name, v.volume_id)),
+            Err(e) => {
+                assert_eq!(e.code(), Code::Unavailable, "{e:?}");
+                assert!(
+                    e.message().contains(&format!("home box box{down}")),
+                    "{e:?}"
+                );
+                refused.push(name);
+            }
+        }
+    }
+    assert!(
+        !made.is_empty() && !refused.is_empty(),
+        "{made:?} {refused:?}"
+    );
+    for (name, id) in &made {
+        assert!(d.boxes[down].subsystem(id).is_none());
+        // A retry while the box is down: the same volume, on the same box.
+        let holder = |id: &str| {
+            d.boxes
+                .iter()
+                .position(|b| b.subsystem(id).is_some())
+                .unwrap()
+        };
+        let at = holder(id);
+        assert_eq!(
+            d.create(create_req(name, 16 * MIB, &[])).unwrap().volume_id,
+            *id
+        );
+        assert_eq!(holder(id), at);
+    }
+    // Replicated volumes still need every box.
+    let e = d
+        .create(create_req("pvc-home-r", 16 * MIB, &[("replicas", "2")]))
+        .unwrap_err();
+    assert_eq!(e.code(), Code::Unavailable, "{e:?}");
+    // The box back: everything converges; the refused names are made; each volume is once.
+    d.boxes[down].set_down(false);
+    for name in &refused {
+        d.create(create_req(name, 16 * MIB, &[])).unwrap();
+    }
+    for (name, id) in &made {
+        assert_eq!(
+            d.create(create_req(name, 16 * MIB, &[])).unwrap().volume_id,
+            *id
+        );
+        let copies = d.boxes.iter().filter(|b| b.subsystem(id).is_some()).count();
+        assert_eq!(copies, 1, "{name}");
+    }
+    assert_eq!(d.list().len(), 1 + made.len() + refused.len());
+}

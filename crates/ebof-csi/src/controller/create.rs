@@ -36,6 +36,10 @@ struct Job<'a> {
     uuid: String,
 }
 
+/// Where a volume may be made while boxes do not answer: on every box (`None`), only on its
+/// home box, or nowhere now (UNAVAILABLE).
+type Homed = Result<Option<usize>, Status>;
+
 /// Where an attempt makes the volume: the box, the pool, and the snapshot to clone.
 struct Target {
     idx: usize,
@@ -142,8 +146,9 @@ impl Controller {
         protocol: &Protocol,
     ) -> Result<Option<pb::Volume>, Status> {
         let (r, nqn) = (job.r, &job.nqn);
-        // Step 1: look on every box.
-        let all = self.scan_all().await?;
+        // Step 1: look on every box (with a box down: on those that answer, if the
+        // volume's home box is one of them).
+        let (all, home) = self.create_scan(job).await?;
         let found = self.find(&all, nqn);
         if let Look::Exists {
             on,
@@ -167,7 +172,25 @@ impl Controller {
             }
             None => None,
         };
-        let t = self.target(job, &all, &found, point)?;
+        let t = match home? {
+            Some(h) => {
+                let b = Self::state_of(&all, h)?;
+                let (idx, pool) = self.place(
+                    std::slice::from_ref(b),
+                    &r.name,
+                    job.size,
+                    &job.params,
+                    &job.topo,
+                )?;
+                Target {
+                    idx,
+                    pool,
+                    snap: None,
+                    secondary: None,
+                }
+            }
+            None => self.target(job, &all, &found, point)?,
+        };
         // Step 2: the subsystem, then look for a rival.
         if Protocol::needs_subsystem(&found, t.idx) {
             let req = SubsystemRequest {
@@ -194,7 +217,8 @@ impl Controller {
         if finished_elsewhere {
             return Ok(None);
         }
-        let again = self.scan_all().await?;
+        let (again, still) = self.create_scan(job).await?;
+        still?;
         let again = self.find(&again, nqn);
         if Protocol::yields(&again, t.idx) {
             tracing::info!(volume = %r.name, box_ = %self.boxes[t.idx].name, "another attempt made the same volume elsewhere; yielding");
@@ -237,6 +261,44 @@ impl Controller {
             return Ok(None);
         }
         self.made(job).await.map(Some)
+    }
+
+    /// The boxes that answer, for steps 1 and 2. When one does not, the volume might be
+    /// there: the call stops (UNAVAILABLE), unless the volume is one copy made from nothing
+    /// and its home box ([`Controller::home`]) answers: then it is looked for on the boxes
+    /// that answer and made on its home box only (`Some(home)`), so a retry while another
+    /// box is down cannot make it twice elsewhere. A volume found complete on a box that
+    /// answers is found all the same: the second value is only what making it may do.
+    async fn create_scan(&self, job: &Job<'_>) -> Result<(Vec<BoxState>, Homed), Status> {
+        let (all, down) = self.scan_split().await;
+        let Some((_, first)) = down.first() else {
+            return Ok((all, Ok(None)));
+        };
+        if job.params.replicas > 1 || job.source.is_some() {
+            return Err(first.clone());
+        }
+        let silent: Vec<usize> = down.iter().map(|d| d.0).collect();
+        let name = &job.r.name;
+        match self.home(&all, &silent, name, job.size, &job.params, &job.topo.0) {
+            Some(h) if !silent.contains(&h) => {
+                let names: Vec<&str> = silent
+                    .iter()
+                    .map(|&i| self.boxes[i].name.as_str())
+                    .collect();
+                tracing::warn!(volume = %name, home = %self.boxes[h].name, down = ?names, "boxes do not answer: the volume is looked for on the others and made on its home box");
+                Ok((all, Ok(Some(h))))
+            }
+            Some(h) => {
+                let why = &down.iter().find(|d| d.0 == h).unwrap_or(&down[0]).1;
+                let st = Status::unavailable(format!(
+                    "volume {name}: its home box {} does not answer ({}); it is made only there while a box is down",
+                    self.boxes[h].name,
+                    why.message()
+                ));
+                Ok((all, Err(st)))
+            }
+            None => Ok((all, Err(first.clone()))),
+        }
     }
 
     /// The volume exists on box `on` (step 1 found it complete; `partner`: its peer's box, for
@@ -565,8 +627,13 @@ impl Controller {
     }
 
     /// The answer: the volume as its boxes report it now (both copies of a replicated one).
+    /// A volume of one copy is described from the boxes that answer (it is on one of them).
     async fn made(&self, job: &Job<'_>) -> Result<pb::Volume, Status> {
-        let all = self.scan_all().await?;
+        let all = if job.params.replicas > 1 {
+            self.scan_all().await?
+        } else {
+            self.scan_split().await.0
+        };
         let found = self.find(&all, &job.nqn);
         let whole = Self::complete(&found)
             .is_some_and(|f| f.mirror.is_none() || Protocol::pair(&found, f.idx) == Pair::Whole);
