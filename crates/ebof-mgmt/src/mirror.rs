@@ -175,11 +175,16 @@ pub(crate) fn state_path(n: &ebof_config::Namespace, cfg: &Config) -> Option<Pat
     }
 }
 
-/// This box towards a witness: SHA-256 of its sorted NVMe listeners, first 16 bytes.
-fn holder_id(cfg: &Config) -> [u8; 16] {
+/// This box towards a witness, for the mirror whose peer is `peer`: SHA-256 of its sorted NVMe
+/// listeners, the peer's address and the machine id, first 16 bytes. The two boxes of a
+/// mirror never share it, even when both listen on `0.0.0.0:4420` (their peers differ), and a
+/// box keeps it across restarts.
+fn holder_id(cfg: &Config, peer: std::net::SocketAddr) -> [u8; 16] {
     let mut l: Vec<String> = cfg.listeners.iter().map(|l| l.to_string()).collect();
     l.sort();
-    let d = openssl::sha::sha256(l.join(",").as_bytes());
+    let machine = std::fs::read_to_string("/etc/machine-id").unwrap_or_default();
+    let text = format!("{}|peer {peer}|machine {}", l.join(","), machine.trim());
+    let d = openssl::sha::sha256(text.as_bytes());
     let mut id = [0u8; 16];
     id.copy_from_slice(&d[..16]);
     id
@@ -188,7 +193,12 @@ fn holder_id(cfg: &Config) -> [u8; 16] {
 /// How the box connects as the replication link's (and the witness's) host: `[mirror]
 /// link_hostnqn`, with the DH-HMAC-CHAP keys of its `[[hosts]]` entry when there is one (both
 /// boxes of a mirror hold the same entry: each is the other's host).
-fn link_host(nqn: &str, cfg: &Config, field: &str) -> Result<nvmf_host::HostConfig, String> {
+fn link_host(
+    nqn: &str,
+    peer: std::net::SocketAddr,
+    cfg: &Config,
+    field: &str,
+) -> Result<nvmf_host::HostConfig, String> {
     let link = &cfg.mirror.link_hostnqn;
     let entry = cfg
         .hosts
@@ -218,7 +228,7 @@ fn link_host(nqn: &str, cfg: &Config, field: &str) -> Result<nvmf_host::HostConf
             )
         }
     };
-    let id = holder_id(cfg);
+    let id = holder_id(cfg, peer);
     Ok(nvmf_host::HostConfig {
         hostnqn: link.clone(),
         hostid: id,
@@ -304,13 +314,13 @@ pub(crate) fn open(
         },
         link_hostnqn: s.link_hostnqn.clone(),
         link_queues: s.link_queues,
-        host: link_host(nqn, cfg, field)?,
+        host: link_host(nqn, m.peer, cfg, field)?,
         witness: s.witness,
         lease: Duration::from_millis(u64::from(s.lease_ms)),
         resync_bytes_per_sec: (s.resync_mbps > 0).then(|| u64::from(s.resync_mbps) * 1_000_000),
         region_bytes: u64::from(s.region_kib) * 1024,
         state_path: path.clone(),
-        holder_id: holder_id(cfg),
+        holder_id: holder_id(cfg, m.peer),
     };
     let fence = Arc::new(fence(n, path.as_ref(), field)?);
     let ns_fence = NsFence::new(fence.clone());
@@ -493,4 +503,28 @@ pub(crate) fn statuses(t: &Target) -> Vec<(String, u32, MirrorStatus)> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two boxes configured alike (both on 0.0.0.0:4420) are two holders to the witness: a
+    /// secondary must never renew its primary's lease as if it were the primary.
+    #[test]
+    fn the_two_boxes_of_a_mirror_are_distinct_holders() {
+        let mut cfg = Config::embedded_default();
+        cfg.listeners = vec![ebof_config::Listener {
+            address: "0.0.0.0".parse().unwrap(),
+            port: 4420,
+        }];
+        let a: std::net::SocketAddr = "10.0.0.1:4420".parse().unwrap();
+        let b: std::net::SocketAddr = "10.0.0.2:4420".parse().unwrap();
+        assert_ne!(holder_id(&cfg, b), holder_id(&cfg, a));
+        assert_eq!(
+            holder_id(&cfg, b),
+            holder_id(&cfg, b),
+            "stable across restarts"
+        );
+    }
 }
