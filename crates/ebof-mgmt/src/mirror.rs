@@ -195,28 +195,23 @@ fn holder_id(cfg: &Config, peer: std::net::SocketAddr) -> [u8; 16] {
 /// boxes of a mirror hold the same entry: each is the other's host).
 fn link_host(
     nqn: &str,
-    peer: std::net::SocketAddr,
+    hostid: [u8; 16],
     cfg: &Config,
     field: &str,
 ) -> Result<nvmf_host::HostConfig, String> {
     let link = &cfg.mirror.link_hostnqn;
-    let entry = cfg
-        .hosts
-        .iter()
-        .enumerate()
-        .filter(|(_, h)| &h.nqn == link && h.dhchap_key.is_some())
-        .find(|(_, h)| h.subsystem.as_deref().is_none_or(|s| s == nqn));
+    let entry = cfg.hosts.iter().enumerate().find_map(|(i, h)| {
+        let key = h.dhchap_key.as_ref()?;
+        (&h.nqn == link && h.subsystem.as_deref().is_none_or(|s| s == nqn)).then_some((i, h, key))
+    });
     let dhchap = match entry {
         None => None,
-        Some((i, h)) => {
+        Some((i, h, key)) => {
             let secret = |s: &ebof_config::SecretSource, what: &str| {
                 s.resolve()
                     .map_err(|e| format!("{field}.mirror: hosts[{i}].{what}: {e}"))
             };
-            let host = match &h.dhchap_key {
-                Some(k) => secret(k, "dhchap_key")?,
-                None => String::new(),
-            };
+            let host = secret(key, "dhchap_key")?;
             let ctrl = h
                 .dhchap_ctrl_key
                 .as_ref()
@@ -228,10 +223,9 @@ fn link_host(
             )
         }
     };
-    let id = holder_id(cfg, peer);
     Ok(nvmf_host::HostConfig {
         hostnqn: link.clone(),
-        hostid: id,
+        hostid,
         dhchap,
         // The secondary learns that the primary's link is gone when its keep-alive expires
         // (a paused primary): no longer than the lease.
@@ -302,6 +296,7 @@ pub(crate) fn open(
             )
         })?;
     }
+    let holder = holder_id(cfg, m.peer);
     let spec = MirrorSpec {
         subnqn: nqn.to_string(),
         nsid: n.nsid,
@@ -314,13 +309,13 @@ pub(crate) fn open(
         },
         link_hostnqn: s.link_hostnqn.clone(),
         link_queues: s.link_queues,
-        host: link_host(nqn, m.peer, cfg, field)?,
+        host: link_host(nqn, holder, cfg, field)?,
         witness: s.witness,
         lease: Duration::from_millis(u64::from(s.lease_ms)),
         resync_bytes_per_sec: (s.resync_mbps > 0).then(|| u64::from(s.resync_mbps) * 1_000_000),
         region_bytes: u64::from(s.region_kib) * 1024,
         state_path: path.clone(),
-        holder_id: holder_id(cfg, m.peer),
+        holder_id: holder,
     };
     let fence = Arc::new(fence(n, path.as_ref(), field)?);
     let ns_fence = NsFence::new(fence.clone());
