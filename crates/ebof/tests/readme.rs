@@ -34,6 +34,33 @@ fn run(words: &[String]) -> common::Output {
     ebof(&args)
 }
 
+/// The servers an example started (`ebof serve … &`), killed by PID when the test ends.
+struct Servers(Vec<std::process::Child>);
+
+impl Servers {
+    /// `ebof ARGS` in `dir`, in the background, its output discarded.
+    fn spawn(&mut self, args: &[&str], dir: &std::path::Path) {
+        let c = Command::new(EBOF)
+            .args(args)
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn ebof serve");
+        self.0.push(c);
+    }
+}
+
+impl Drop for Servers {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
 fn port_free(port: u16) -> bool {
     TcpListener::bind(("127.0.0.1", port)).is_ok()
 }
@@ -197,30 +224,13 @@ fn readme_fleet_example_runs() {
         .filter(|l| l.starts_with("ebof "))
         .map(|l| words(l).into_iter().filter(|w| w != "&").collect())
         .collect();
-    struct Kill(Vec<std::process::Child>);
-    impl Drop for Kill {
-        fn drop(&mut self) {
-            for c in &mut self.0 {
-                let _ = c.kill();
-                let _ = c.wait();
-            }
-        }
-    }
-    let mut servers = Kill(Vec::new());
+    let mut servers = Servers(Vec::new());
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     let mut ran = 0;
     for w in cmds {
         let args: Vec<&str> = w.iter().skip(1).map(String::as_str).collect();
         if w[1] == "serve" {
-            let c = Command::new(EBOF)
-                .args(&args)
-                .current_dir(dir.path())
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("spawn ebof serve");
-            servers.0.push(c);
+            servers.spawn(&args, dir.path());
             ran += 1;
             continue;
         }
@@ -306,16 +316,7 @@ fn readme_mirror_example_runs() {
         .filter(|l| l.starts_with("ebof ") || l.starts_with("kill "))
         .map(|l| words(l).into_iter().filter(|w| w != "&").collect())
         .collect();
-    struct Kill(Vec<std::process::Child>);
-    impl Drop for Kill {
-        fn drop(&mut self) {
-            for c in &mut self.0 {
-                let _ = c.kill();
-                let _ = c.wait();
-            }
-        }
-    }
-    let mut servers = Kill(Vec::new());
+    let mut servers = Servers(Vec::new());
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
     let mut statuses = 0;
     let mut ran = 0;
@@ -331,15 +332,7 @@ fn readme_mirror_example_runs() {
         }
         let args: Vec<&str> = w.iter().skip(1).map(String::as_str).collect();
         if w[1] == "serve" {
-            let c = Command::new(EBOF)
-                .args(&args)
-                .current_dir(dir.path())
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("spawn ebof serve");
-            servers.0.push(c);
+            servers.spawn(&args, dir.path());
             continue;
         }
         // The first status waits for the first copy (in sync), the second for the promotion.
