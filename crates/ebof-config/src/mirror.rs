@@ -137,6 +137,7 @@ pub struct MirrorSettings {
     /// `link_hostnqn`: the host NQN of replication links and witness requests.
     pub link_hostnqn: String,
     /// `link_queues`: I/O queues of a replication link, 1..=[`LINK_QUEUES_MAX`] (default 2).
+    /// The link uses one queue today (issue 34: more with the write-path work).
     pub link_queues: u16,
     /// `region_kib`: write-intent bitmap granularity in KiB, a power of two 4..=1048576
     /// (default 1024).
