@@ -210,6 +210,14 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
         self.may_block()
     }
 
+    /// Writes that complete later without a thread waiting for them ([`AsyncWrites`]): a
+    /// replicated namespace's write waits for its peer on the replication link's thread, not
+    /// on a worker thread of the runtime. `None` (the default): blocking writes run on a
+    /// worker thread.
+    fn async_writes(&self) -> Option<&dyn AsyncWrites> {
+        None
+    }
+
     /// Reads `buf.len()` bytes at `offset`.
     fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), BackendError>;
 
@@ -276,6 +284,26 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     fn raw_io(&self) -> Option<RawIo> {
         None
     }
+}
+
+/// Called once when an [`AsyncWrites::start_write`] has finished, from any thread: the
+/// buffer the write was given, and the write's outcome.
+pub type WriteDone = Box<dyn FnOnce(Vec<u8>, Result<(), BackendError>) + Send>;
+
+/// Writes started from a reactor thread and finished on another ([`Backend::async_writes`]).
+pub trait AsyncWrites: Send + Sync {
+    /// Start writing `buf[..len]` at `offset`, with [`Backend::write`]'s effect. `Ok(())`:
+    /// started, and `done` will be called exactly once, on any thread (possibly before this
+    /// returns: it must not need what the caller holds). `Err`: not started (the backend cannot
+    /// now without blocking): the buffer and `done` come back, and the caller runs the write
+    /// the blocking way. Must not block: the caller is a reactor.
+    fn start_write(
+        &self,
+        offset: u64,
+        len: usize,
+        buf: Vec<u8>,
+        done: WriteDone,
+    ) -> Result<(), (Vec<u8>, WriteDone)>;
 }
 
 /// Size and free space of the file system under a file backend ([`Backend::fs_space`]).

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use ebof_backend::{Backend, BackendError, BackendKind};
+use ebof_backend::{AsyncWrites, Backend, BackendError, BackendKind, WriteDone};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::lease::Ask;
@@ -17,7 +17,14 @@ pub struct MirrorBackend {
     shared: Arc<Shared>,
     local: Arc<dyn Backend>,
     link: UnboundedSender<LinkReq>,
-    /// The lease loop (with a witness).
+    gate: Gate,
+}
+
+/// What decides whether a replicated operation may complete: the mirror's state and (with a
+/// witness) the lease loop. Cloned into completions that run on the link thread.
+#[derive(Clone)]
+struct Gate {
+    shared: Arc<Shared>,
     lease: Option<UnboundedSender<Ask>>,
 }
 
@@ -37,13 +44,26 @@ impl MirrorBackend {
         lease: Option<UnboundedSender<Ask>>,
     ) -> MirrorBackend {
         MirrorBackend {
+            gate: Gate {
+                shared: shared.clone(),
+                lease,
+            },
             shared,
             local,
             link,
-            lease,
         }
     }
 
+    fn finish(&self, local: Result<(), BackendError>, remote_ok: bool) -> Result<(), BackendError> {
+        self.gate.finish(local, remote_ok)
+    }
+
+    fn lease_gate(&self) -> Result<(), BackendError> {
+        self.gate.lease_gate()
+    }
+}
+
+impl Gate {
     /// Complete a replicated operation whose local half gave `local` and remote half `remote_ok`.
     fn finish(&self, local: Result<(), BackendError>, remote_ok: bool) -> Result<(), BackendError> {
         match (local, remote_ok) {
@@ -67,20 +87,26 @@ impl MirrorBackend {
         }
     }
 
+    /// A failed remote half needs no word from the witness: none configured, promoted by
+    /// force, or our "not in sync" report is held under a valid lease.
+    fn covered(&self) -> bool {
+        self.lease.is_none()
+            || self.shared.forced.load(Ordering::Acquire)
+            || (self.shared.covered.load(Ordering::SeqCst) && self.shared.lease_ok())
+    }
+
     /// The remote half of an operation failed: degraded, and with a witness the operation
     /// may complete alone only once the witness holds our "peer not in sync" report (see
     /// `lease.rs`); else Err(inaccessible) (the lease loop has fenced us).
     fn remote_failed(&self) -> Result<(), BackendError> {
         let failed_at = Instant::now();
         self.shared.degrade();
+        if self.covered() {
+            return Ok(());
+        }
         let Some(lease) = &self.lease else {
             return Ok(());
         };
-        if self.shared.forced.load(Ordering::Acquire)
-            || (self.shared.covered.load(Ordering::SeqCst) && self.shared.lease_ok())
-        {
-            return Ok(());
-        }
         let (reply, rx) = std::sync::mpsc::sync_channel(1);
         if lease.send(Ask::Degrade { failed_at, reply }).is_err() {
             return Err(inaccessible());
@@ -90,7 +116,9 @@ impl MirrorBackend {
             _ => Err(inaccessible()),
         }
     }
+}
 
+impl MirrorBackend {
     /// Replicate a change of `offset..offset+len`: mark its regions, run `local` under the
     /// region locks while the peer gets `remote` (None: the change cannot be replicated as data,
     /// the regions stay dirty and the peer is degraded), then wait for the peer.
@@ -168,6 +196,10 @@ impl Backend for MirrorBackend {
         true
     }
 
+    fn async_writes(&self) -> Option<&dyn AsyncWrites> {
+        Some(self)
+    }
+
     fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), BackendError> {
         self.local.read(offset, buf)
     }
@@ -232,4 +264,110 @@ impl MirrorBackend {
     pub fn peer_state(&self) -> PeerState {
         self.shared.peer()
     }
+}
+
+/// Replicated writes without a waiting thread: the local copy is written at once (a copy that
+/// does not block: RAM), the peer's half goes to the link, and the link thread completes the
+/// write when the peer has it. [`Backend::write`]'s rules, in the same order; whatever would
+/// wait here (a resync holding the region, a bitmap page to sync, a copy that blocks) is
+/// declined and runs the blocking way.
+impl AsyncWrites for MirrorBackend {
+    fn start_write(
+        &self,
+        offset: u64,
+        len: usize,
+        mut buf: Vec<u8>,
+        done: WriteDone,
+    ) -> Result<(), (Vec<u8>, WriteDone)> {
+        if self.local.may_block() || buf.len() < len {
+            return Err((buf, done));
+        }
+        if self.shared.role() != Role::Primary {
+            let res = self.local.write(offset, &buf[..len]);
+            done(buf, res);
+            return Ok(());
+        }
+        if let Err(e) = self.lease_gate() {
+            done(buf, Err(e));
+            return Ok(());
+        }
+        let Some(locks) = self.shared.try_region_locks(offset, len as u64) else {
+            return Err((buf, done));
+        };
+        if !self.shared.mark_in_memory(offset, len as u64) {
+            return Err((buf, done));
+        }
+        self.shared.in_flight.fetch_add(1, Ordering::AcqRel);
+        let local = self.local.write(offset, &buf[..len]);
+        buf.truncate(len);
+        let data = Arc::new(buf);
+        let req = LinkReq::Write {
+            offset,
+            data: data.clone(),
+            fua: false,
+            done: self.gate.completion(local, data, done),
+        };
+        if let Err(e) = self.link.send(req) {
+            e.0.fail();
+        }
+        drop(locks);
+        Ok(())
+    }
+}
+
+impl Gate {
+    /// What the link calls when the peer's half of a write started by
+    /// [`AsyncWrites::start_write`] ended: the write's outcome to `done`, with its buffer.
+    /// A failed peer half that needs the witness's word waits on a thread of its own, not on
+    /// the link's.
+    fn completion(
+        &self,
+        local: Result<(), BackendError>,
+        data: Arc<Vec<u8>>,
+        done: WriteDone,
+    ) -> crate::pipe::LinkDone {
+        let gate = self.clone();
+        Box::new(move |remote_ok| {
+            let buf = Arc::try_unwrap(data).unwrap_or_else(|a| a.as_ref().clone());
+            let now = match (local, remote_ok) {
+                (Ok(()), true) => Some(gate.lease_gate()),
+                (Ok(()), false) if gate.covered() => {
+                    gate.shared.degrade();
+                    Some(Ok(()))
+                }
+                (Ok(()), false) => None,
+                (Err(e), ok) => {
+                    if !ok {
+                        gate.shared.degrade();
+                    }
+                    Some(Err(e))
+                }
+            };
+            let finish = move |res: Option<Result<(), BackendError>>| {
+                let res = res.unwrap_or_else(|| gate.remote_failed());
+                gate.shared.in_flight.fetch_sub(1, Ordering::AcqRel);
+                done(buf, res);
+            };
+            if now.is_some() {
+                return finish(now);
+            }
+            // Waiting for the witness (up to a lease): on a thread of its own.
+            let job = Arc::new(std::sync::Mutex::new(Some(finish)));
+            let theirs = job.clone();
+            let spawned = std::thread::Builder::new()
+                .name("mirror-degrade".into())
+                .spawn(move || take(&theirs).map(|f| f(None)));
+            if let Err(e) = spawned {
+                tracing::warn!("mirror: no thread to wait for the witness ({e}); waiting here");
+                if let Some(f) = take(&job) {
+                    f(None);
+                }
+            }
+        })
+    }
+}
+
+/// The value in `m`, taken (once).
+fn take<T>(m: &std::sync::Mutex<Option<T>>) -> Option<T> {
+    m.lock().unwrap_or_else(|e| e.into_inner()).take()
 }

@@ -64,6 +64,16 @@ impl Bitmap {
         }
     }
 
+    /// Set region `r` if that needs no write to the file (it is set already, or there is
+    /// no file); false: it would (call [`Bitmap::set`]).
+    pub fn set_in_memory(&mut self, r: u64) -> bool {
+        if self.file.is_some() && !self.regions.is_set(r) {
+            return false;
+        }
+        self.regions.set(r);
+        true
+    }
+
     /// Set every region over `size` bytes and persist.
     pub fn set_all(&mut self, size: u64) {
         self.regions.set_all(size);

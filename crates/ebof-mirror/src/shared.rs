@@ -180,6 +180,14 @@ impl Shared {
         }
     }
 
+    /// [`Shared::mark`] when it needs no fdatasync (every region already set, or no file);
+    /// false (nothing marked): it would.
+    pub(crate) fn mark_in_memory(&self, offset: u64, len: u64) -> bool {
+        let mut r = lock(&self.regions);
+        let span = r.regions().span(offset, len);
+        span.into_iter().all(|i| r.set_in_memory(i))
+    }
+
     pub(crate) fn next_dirty(&self, from: u64) -> Option<u64> {
         lock(&self.regions).regions().next_dirty(from)
     }
@@ -202,11 +210,35 @@ impl Shared {
 
     /// The copy lock of every region touched by `offset..offset+len`, in ascending stripe order.
     pub(crate) fn region_locks(&self, offset: u64, len: u64) -> Vec<MutexGuard<'_, ()>> {
+        self.stripes_of(offset, len)
+            .into_iter()
+            .map(|i| lock(&self.stripes[i]))
+            .collect()
+    }
+
+    /// The stripes of the regions of `offset..offset+len`, ascending, each once.
+    fn stripes_of(&self, offset: u64, len: u64) -> Vec<usize> {
         let span = lock(&self.regions).regions().span(offset, len);
         let mut idx: Vec<usize> = span.map(|r| (r % STRIPES as u64) as usize).collect();
         idx.sort_unstable();
         idx.dedup();
-        idx.into_iter().map(|i| lock(&self.stripes[i])).collect()
+        idx
+    }
+
+    /// [`Shared::region_locks`] without waiting: None when one is held (a resync copy).
+    pub(crate) fn try_region_locks(
+        &self,
+        offset: u64,
+        len: u64,
+    ) -> Option<Vec<MutexGuard<'_, ()>>> {
+        self.stripes_of(offset, len)
+            .into_iter()
+            .map(|i| match self.stripes[i].try_lock() {
+                Ok(g) => Some(g),
+                Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
+                Err(std::sync::TryLockError::WouldBlock) => None,
+            })
+            .collect()
     }
 
     pub(crate) fn region_lock(&self, r: u64) -> MutexGuard<'_, ()> {

@@ -342,3 +342,79 @@ fn refused_peer_degrades_and_resync_is_throttled() {
     m.stop();
     drop(sec);
 }
+
+/// Start a write through [`ebof_backend::AsyncWrites`]: Ok(receiver of its outcome), or Err
+/// when the backend declined it.
+fn start_async(
+    b: &dyn Backend,
+    off: u64,
+    data: Vec<u8>,
+) -> Result<std::sync::mpsc::Receiver<(Vec<u8>, bool)>, ()> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let len = data.len();
+    let w = b.async_writes().expect("a mirror has asynchronous writes");
+    let done = Box::new(
+        move |buf: Vec<u8>, res: Result<(), ebof_backend::BackendError>| {
+            let _ = tx.send((buf, res.is_ok()));
+        },
+    );
+    w.start_write(off, len, data, done)
+        .map(|()| rx)
+        .map_err(|_| ())
+}
+
+/// Writes started from a reactor (no thread waits for the peer): each completes once both
+/// copies have it, hands its buffer back, and degrades like a blocking write when the peer
+/// is gone. A write that would have to sync the bitmap is declined (the runtime runs it the
+/// blocking way).
+#[test]
+fn async_writes_are_on_both_and_decline_what_would_wait() {
+    let n = nqn("async_writes");
+    const SIZE: u64 = 16 << 20;
+    let dir = std::env::temp_dir().join(format!("ebof-mirror-async-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let (pl, sl, sf) = (ram(SIZE), ram(SIZE), sec_fence());
+    let sec = secondary(&n, "127.0.0.1:0".parse().expect("addr"), sl.clone(), &sf);
+    let mut sp = spec(&n, sec.addr);
+    sp.state_path = Some(dir.join("ns1.state"));
+    let m = Mirror::start(
+        sp,
+        pl.clone(),
+        Arc::new(TestFence(0.into())),
+        Arc::new(Sink),
+    )
+    .expect("start");
+    wait_for(&m, "in sync", |p| p == PeerState::InSync);
+    let b = m.backend();
+
+    // A clean region with a bitmap file: setting its bit needs an fdatasync: declined.
+    assert!(start_async(&*b, 0, pattern(1, 4096)).is_err(), "declined");
+    b.write(0, &pattern(1, 4096))
+        .expect("blocking write marks the region");
+    // Its region is marked now: 64 writes in flight at once, each on both copies.
+    let pending: Vec<_> = (0..64u64)
+        .map(|i| {
+            let rx = start_async(&*b, i * 4096, pattern(i as u8 + 2, 4096)).expect("started");
+            (i, rx)
+        })
+        .collect();
+    for (i, rx) in pending {
+        let (buf, ok) = rx.recv_timeout(Duration::from_secs(10)).expect("completed");
+        assert!(ok, "write {i}");
+        assert_eq!(buf, pattern(i as u8 + 2, 4096), "its buffer comes back");
+    }
+    assert_eq!(read(&*sl, 0, 64 * 4096), read(&*pl, 0, 64 * 4096));
+    assert_eq!(m.status().in_flight, 0);
+
+    // Peer gone: completes alone (no witness), degraded, its region dirty.
+    drop(sec);
+    let rx = start_async(&*b, 8192, pattern(77, 4096)).expect("started");
+    let (_, ok) = rx.recv_timeout(Duration::from_secs(10)).expect("completed");
+    assert!(ok);
+    let st = m.status();
+    assert_eq!(st.peer, PeerState::Degraded, "{st:?}");
+    assert!(st.dirty_regions >= 1, "{st:?}");
+    assert_eq!(read(&*pl, 8192, 4096), pattern(77, 4096));
+    m.stop();
+    std::fs::remove_dir_all(&dir).expect("cleanup");
+}

@@ -100,6 +100,10 @@ pub(crate) struct Engine {
     uring: Option<uring::Uring>,
     pool: pool::Pool,
     pool_done: mpsc::Receiver<Done>,
+    /// Where asynchronous writes ([`ebof_backend::AsyncWrites`]) report, like the pool's
+    /// threads: the same channel, and the reactor's mailbox to wake it.
+    async_done: mpsc::Sender<Done>,
+    mailbox: Arc<Mailbox>,
     /// Jobs started and not yet reaped: while zero (RAM-only traffic) `submit` and `reap` cost
     /// one comparison.
     outstanding: usize,
@@ -162,8 +166,10 @@ impl Engine {
         let (tx, rx) = mpsc::channel();
         Engine {
             uring,
-            pool: pool::Pool::new(core, io_threads, tx, mailbox),
+            pool: pool::Pool::new(core, io_threads, tx.clone(), mailbox.clone()),
             pool_done: rx,
+            async_done: tx,
+            mailbox,
             outstanding: 0,
         }
     }
@@ -200,10 +206,66 @@ impl Engine {
     /// [`Engine::reap`]. SQEs reach the kernel at the next [`Engine::submit`].
     pub fn start(&mut self, job: Job) {
         self.outstanding += 1;
+        let Some(job) = self.start_async(job) else {
+            return;
+        };
         match &mut self.uring {
             Some(u) if uring_op(&job.req) => u.push(job),
             _ => self.pool.spawn(job),
         }
+    }
+
+    /// A plain write (no FUA) to a backend with asynchronous writes is started here; its
+    /// [`Done`] arrives like a pool thread's. Gives the job back when it is not one, or the
+    /// backend declined it (then it runs the blocking way).
+    fn start_async(&mut self, job: Job) -> Option<Job> {
+        let IoOp::Write { fua: false } = job.req.op else {
+            return Some(job);
+        };
+        let (offset, len) = (job.req.offset, job.req.len as usize);
+        if job.req.ns.backend.async_writes().is_none() || job.buf.len() < len {
+            return Some(job);
+        }
+        let Job {
+            conn,
+            generation,
+            slot,
+            req,
+            buf,
+        } = job;
+        let (tx, mailbox, ns) = (
+            self.async_done.clone(),
+            self.mailbox.clone(),
+            req.ns.clone(),
+        );
+        let done: ebof_backend::WriteDone = Box::new(move |buf, res| {
+            let status = nvmf_target::io_status(&req, res);
+            let _ = tx.send(Done {
+                conn,
+                generation,
+                slot,
+                status,
+                buf,
+            });
+            mailbox.wake();
+        });
+        let declined = match ns.backend.async_writes() {
+            Some(w) => w.start_write(offset, len, buf, done),
+            None => Err((buf, done)),
+        };
+        if let Err((buf, done)) = declined {
+            // Declined (it would block now): the blocking write on a worker thread.
+            self.pool.spawn_call(Box::new(move || {
+                let res = match buf.get(..len) {
+                    Some(data) => ns.backend.write(offset, data),
+                    None => Err(ebof_backend::BackendError::Io(std::io::Error::other(
+                        "write buffer shorter than the command",
+                    ))),
+                };
+                done(buf, res);
+            }));
+        }
+        None
     }
 
     /// Hand the SQEs queued since the last call to the kernel (one `io_uring_enter`).

@@ -23,9 +23,16 @@ struct Shared {
     work: Condvar,
 }
 
+/// What a worker thread runs: an I/O job, or a call that reports for itself (a write an
+/// asynchronous backend declined, see `Engine::start_async`).
+enum Work {
+    Io(Job),
+    Call(Box<dyn FnOnce() + Send>),
+}
+
 #[derive(Default)]
 struct State {
-    jobs: VecDeque<Job>,
+    jobs: VecDeque<Work>,
     /// Threads waiting for a job.
     idle: usize,
     stop: bool,
@@ -48,19 +55,28 @@ impl Pool {
 
     /// Queue `job`; start a thread if jobs outnumber idle threads and the pool is not full.
     pub fn spawn(&mut self, job: Job) {
+        self.queue(Work::Io(job));
+    }
+
+    /// Queue a call that reports its own completion.
+    pub fn spawn_call(&mut self, call: Box<dyn FnOnce() + Send>) {
+        self.queue(Work::Call(call));
+    }
+
+    fn queue(&mut self, work: Work) {
         let need_thread = {
             let Ok(mut st) = self.shared.state.lock() else {
                 // A worker panicked while holding the lock: fail the job rather than lose it.
-                return self.fail(job, std::io::Error::other("I/O worker pool is poisoned"));
+                return self.fail(work, std::io::Error::other("I/O worker pool is poisoned"));
             };
-            st.jobs.push_back(job);
+            st.jobs.push_back(work);
             st.jobs.len() > st.idle && self.threads.len() < self.max
         };
         if need_thread && let Err(e) = self.start_thread() {
             tracing::warn!(core = self.core, error = %e, "cannot start an I/O worker thread");
             if self.threads.is_empty() {
                 // Nobody will ever run the queue: fail what waits.
-                let jobs: Vec<Job> = match self.shared.state.lock() {
+                let jobs: Vec<Work> = match self.shared.state.lock() {
                     Ok(mut st) => st.jobs.drain(..).collect(),
                     Err(_) => Vec::new(),
                 };
@@ -73,10 +89,17 @@ impl Pool {
         self.shared.work.notify_one();
     }
 
-    fn fail(&self, job: Job, e: std::io::Error) {
-        let status = io_status(&job.req, Err(BackendError::Io(e)));
-        let _ = self.done.send(job.done(status));
-        self.mailbox.wake();
+    fn fail(&self, work: Work, e: std::io::Error) {
+        match work {
+            Work::Io(job) => {
+                let status = io_status(&job.req, Err(BackendError::Io(e)));
+                let _ = self.done.send(job.done(status));
+                self.mailbox.wake();
+            }
+            // No thread to run it on: run it here (a write the backend declined to start
+            // without blocking; it completes, slowly, rather than being lost).
+            Work::Call(call) => call(),
+        }
     }
 
     fn start_thread(&mut self) -> std::io::Result<()> {
@@ -96,11 +119,16 @@ fn worker(shared: &Shared, done: &mpsc::Sender<Done>, mailbox: &Mailbox) {
         return;
     };
     loop {
-        if let Some(mut job) = st.jobs.pop_front() {
+        if let Some(work) = st.jobs.pop_front() {
             drop(st);
-            let status = execute_io(&job.req, &mut job.buf);
-            let _ = done.send(job.done(status));
-            mailbox.wake();
+            match work {
+                Work::Io(mut job) => {
+                    let status = execute_io(&job.req, &mut job.buf);
+                    let _ = done.send(job.done(status));
+                    mailbox.wake();
+                }
+                Work::Call(call) => call(),
+            }
             st = match shared.state.lock() {
                 Ok(st) => st,
                 Err(_) => return,
