@@ -15,7 +15,8 @@
 #
 # Knobs: EBOF_BENCH_RUNTIME (10s), EBOF_BENCH_RAMP (2s), EBOF_BENCH_HOST_CORE (0),
 # EBOF_BENCH_PRIMARY_CORE (1), EBOF_BENCH_SECONDARY_CORE (1), EBOF_BENCH_RAM (2G),
-# EBOF_BENCH_RESYNC (1G), EBOF_BENCH_BASE_PORT (14500), EBOF_BIN (default: a release build).
+# EBOF_BENCH_RESYNC (1G), EBOF_BENCH_BASE_PORT (14500), EBOF_BENCH_POLL_US (the boxes'
+# --poll-us, 100), EBOF_BIN (default: a release build).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -27,6 +28,7 @@ S_CORE=${EBOF_BENCH_SECONDARY_CORE:-1}
 RAM=${EBOF_BENCH_RAM:-2G}
 RESYNC=${EBOF_BENCH_RESYNC:-1G}
 BASE=${EBOF_BENCH_BASE_PORT:-14500}
+POLL_US=${EBOF_BENCH_POLL_US:-100}
 NQN=nqn.2026-11.io.ebof:bench-mirror
 
 if [[ -z ${EBOF_BIN:-} ]]; then
@@ -109,9 +111,9 @@ start_box() { # start_box NAME CORE PORT
 	# not through the `pin` function: a backgrounded function is a subshell whose PID is not
 	# the server's, and the cleanup would leave the server running
 	if command -v taskset >/dev/null 2>&1; then
-		taskset -c "$core" "$BIN" serve --config "$WORK/$name.toml" --cores "$core" >>"$WORK/$name.log" 2>&1 &
+		taskset -c "$core" "$BIN" serve --config "$WORK/$name.toml" --cores "$core" --poll-us "$POLL_US" >>"$WORK/$name.log" 2>&1 &
 	else
-		"$BIN" serve --config "$WORK/$name.toml" --cores "$core" >>"$WORK/$name.log" 2>&1 &
+		"$BIN" serve --config "$WORK/$name.toml" --cores "$core" --poll-us "$POLL_US" >>"$WORK/$name.log" 2>&1 &
 	fi
 	PIDS[$name]=$!
 	for _ in $(seq 1 150); do
