@@ -6,21 +6,26 @@
 //! made safe against crashes and against a second controller racing on the same name by
 //! these rules (ADR 0023):
 //! 1. look on every box first; a box that cannot be read stops the call (UNAVAILABLE), since
-//!    the volume might be there; except for a volume of one copy made from nothing whose
-//!    home box (rendezvous hash of name and box over the boxes it fits) answers: it is then
-//!    looked for on the boxes that answer and made on its home box only, so a retry while
-//!    the box is down cannot make it elsewhere (issue 35);
+//!    the volume might be there; except for a volume of one copy made from nothing when the
+//!    controller knows it is not on the silent boxes (each read since the controller started,
+//!    without the volume's subsystem when last read, and not asked for one since:
+//!    [`memory`]) and its home box answers: the box the placement picks with every box
+//!    counted, the silent ones as last read, the same rule as with every box up. It is then
+//!    looked for on the boxes that answer and made on its home box, so a retry while the box
+//!    that has it is down cannot make it a second time elsewhere (issue 35);
 //! 2. create the subsystem (no namespace yet), then look at every other box again: if another
 //!    box has the same NQN, this attempt yields: it deletes its own subsystem and retries;
 //! 3. only then add the namespace. A subsystem with its namespace therefore passed step 2 with
 //!    no rival, and it is the volume; subsystems without a namespace are unfinished attempts
 //!    (a crash, or a racing controller before step 3) that a retry finishes or removes.
-
 //!
 //! The rules are [`protocol::Protocol`]'s decisions, which [`create`] carries out. Beside them:
 //! request checks ([`checks`]), placement and how a volume is described ([`placement`]),
 //! publishing to nodes ([`publish`]), snapshots ([`snapshots`]), clones of volumes
-//! ([`clone`]), live QoS changes ([`modify`]) and volume health ([`health`]). A volume of two copies
+//! ([`clone`]), live QoS changes ([`modify`]) and volume health ([`health`]). The calls that
+//! list (ListVolumes, a whole ListSnapshots) need every box and name every box that does not
+//! answer (a partial list would make the external-attacher publish the missing volumes'
+//! attachments again; ADR 0023). A volume of two copies
 //! mirrored on two boxes (`replicas: "2"`, issue 34) extends these rules: [`mirror`].
 
 mod checks;
@@ -28,6 +33,7 @@ mod clone;
 mod create;
 mod expand;
 mod health;
+mod memory;
 pub(crate) mod mirror;
 mod modify;
 mod placement;
@@ -68,12 +74,15 @@ pub const GRANULE: u64 = 4096;
 pub struct Controller {
     boxes: Arc<Vec<EBox>>,
     busy: BusySet,
+    /// What it last read of each box, and the subsystems it asked of each.
+    memory: Arc<memory::Memory>,
     /// The boxes' witness (`witness` of the boxes file): no copy of a replicated volume on
     /// the box listening there, when another pair exists.
     witness: Option<std::net::SocketAddr>,
 }
 
 /// What one box holds now, as far as the controller cares.
+#[derive(Clone)]
 struct BoxState {
     idx: usize,
     state: State,
@@ -121,6 +130,7 @@ impl Controller {
     /// The Controller service over `boxes`.
     pub fn new(boxes: Vec<EBox>) -> Controller {
         Controller {
+            memory: Arc::new(memory::Memory::new(boxes.len())),
             boxes: Arc::new(boxes),
             busy: BusySet::default(),
             witness: None,
@@ -196,16 +206,21 @@ impl Controller {
     /// on a blocking thread).
     async fn read_one(&self, idx: usize) -> Result<BoxState, ClientError> {
         let api = self.boxes[idx].api.clone();
-        self.on_box(idx, move |c| {
-            let (state, mirrors) = mirror::read_state(c)?;
-            Ok(BoxState {
-                idx,
-                state,
-                mirrors,
-                api_ip: placement::api_host_ip(&api),
+        let read = self
+            .on_box(idx, move |c| {
+                let (state, mirrors) = mirror::read_state(c)?;
+                Ok(BoxState {
+                    idx,
+                    state,
+                    mirrors,
+                    api_ip: placement::api_host_ip(&api),
+                })
             })
-        })
-        .await
+            .await;
+        if let Ok(b) = &read {
+            self.memory.read(idx, &b.state);
+        }
+        read
     }
 
     /// Read every box's state, in parallel.
@@ -245,16 +260,38 @@ impl Controller {
             .map_err(|e| self.box_error(idx, "reading its state", &e))
     }
 
-    /// Every box's state, or UNAVAILABLE naming the first box that cannot be read.
+    /// Every box's state, or UNAVAILABLE naming every box that cannot be read.
     async fn scan_all(&self) -> Result<Vec<BoxState>, Status> {
-        let mut out = Vec::new();
-        for (idx, r) in self.scan().await {
-            match r {
-                Ok(b) => out.push(b),
-                Err(e) => return Err(self.box_error(idx, "reading its state", &e)),
-            }
+        self.scan_every("the call").await
+    }
+
+    /// Every box's state for `what`, which needs them all, or UNAVAILABLE naming every box
+    /// that cannot be read, with why (ListVolumes: a list without a box's volumes would tell
+    /// the external-attacher that their attachments are gone, and it would publish them again;
+    /// ADR 0023).
+    async fn scan_every(&self, what: &str) -> Result<Vec<BoxState>, Status> {
+        let (all, down) = self.scan_split().await;
+        if down.is_empty() {
+            return Ok(all);
         }
-        Ok(out)
+        Err(self.silent_boxes(what, &down))
+    }
+
+    /// UNAVAILABLE: `what` needs every box, and the boxes `down` do not answer (each named,
+    /// with why).
+    fn silent_boxes(&self, what: &str, down: &[(usize, Status)]) -> Status {
+        let names: Vec<&str> = down
+            .iter()
+            .map(|(i, _)| self.boxes[*i].name.as_str())
+            .collect();
+        let whys: Vec<&str> = down.iter().map(|(_, e)| e.message()).collect();
+        Status::unavailable(format!(
+            "{what} needs every box, and {} of {} do not answer: {} ({})",
+            down.len(),
+            self.boxes.len(),
+            names.join(", "),
+            whys.join("; ")
+        ))
     }
 
     /// The subsystems named `nqn`, box by box, with their mirrors and peers' boxes.
@@ -490,7 +527,7 @@ impl pb::controller_server::Controller for Controller {
         req: Request<pb::ListVolumesRequest>,
     ) -> Result<Response<pb::ListVolumesResponse>, Status> {
         let r = req.into_inner();
-        let all = self.scan_all().await?;
+        let all = self.scan_every("ListVolumes").await?;
         let mut vols: BTreeMap<String, pb::list_volumes_response::Entry> = BTreeMap::new();
         let ids: std::collections::BTreeSet<&str> = all
             .iter()

@@ -851,3 +851,104 @@ fn create_goes_on_when_the_home_box_answers() {
     }
     assert_eq!(d.list().len(), 1 + made.len() + refused.len());
 }
+
+/// Issue 35 item 5: the placement and the rule for a box that does not answer agree. A volume
+/// made while every box answered (where there was most room) whose box then stops answering
+/// is not made a second time elsewhere by a retry of its CreateVolume (the CO retries until
+/// it succeeds): the retry is UNAVAILABLE naming that box, and once the box is back it finds
+/// the volume there, once.
+#[test]
+fn a_retry_while_the_volume_s_box_is_down_makes_no_second_volume() {
+    let d = start(2, GIB, 44420);
+    for i in 0..8 {
+        let name = format!("pvc-twice-{i}");
+        let v = d.create(create_req(&name, 16 * MIB, &[])).unwrap();
+        let on = d
+            .boxes
+            .iter()
+            .position(|b| b.subsystem(&v.volume_id).is_some())
+            .unwrap();
+        d.boxes[on].set_down(true);
+        match d.create(create_req(&name, 16 * MIB, &[])) {
+            Ok(w) => panic!(
+                "{name} made again while its box box{on} is down: {:?}",
+                w.volume_context.get("box")
+            ),
+            Err(e) => {
+                assert_eq!(e.code(), Code::Unavailable, "{e:?}");
+                assert!(e.message().contains(&format!("box{on}")), "{e:?}");
+            }
+        }
+        d.boxes[on].set_down(false);
+        let again = d.create(create_req(&name, 16 * MIB, &[])).unwrap();
+        assert_eq!(again.volume_id, v.volume_id);
+        let copies = d
+            .boxes
+            .iter()
+            .filter(|b| b.subsystem(&v.volume_id).is_some())
+            .count();
+        assert_eq!(copies, 1, "{name}");
+    }
+}
+
+/// A box the controller has not read since it started may hold anything: while it does not
+/// answer, CreateVolume of a volume of one copy is UNAVAILABLE naming it, whatever the name.
+#[test]
+fn a_box_never_read_blocks_create_until_it_answers() {
+    let d = start(2, GIB, 44430);
+    d.boxes[1].set_down(true);
+    for i in 0..4 {
+        let e = d
+            .create(create_req(&format!("pvc-unread-{i}"), 16 * MIB, &[]))
+            .unwrap_err();
+        assert_eq!(e.code(), Code::Unavailable, "{e:?}");
+        assert!(e.message().contains("box1"), "{e:?}");
+    }
+    d.boxes[1].set_down(false);
+    for i in 0..4 {
+        d.create(create_req(&format!("pvc-unread-{i}"), 16 * MIB, &[]))
+            .unwrap();
+    }
+    assert_eq!(d.list().len(), 4);
+}
+
+/// Issue 35 item 5, ListVolumes with boxes down: UNAVAILABLE naming every box that does not
+/// answer (a list without their volumes would tell the external-attacher that their
+/// attachments are gone, and it would publish them again: ADR 0023); whole again once they
+/// answer. ListSnapshots alike.
+#[test]
+fn list_volumes_names_every_box_that_does_not_answer() {
+    let d = start(3, GIB, 44440);
+    for i in 0..3 {
+        d.create(create_req(&format!("pvc-list-{i}"), 16 * MIB, &[]))
+            .unwrap();
+    }
+    let list = || {
+        let mut c = d.ctl.clone();
+        d.rt.block_on(c.list_volumes(pb::ListVolumesRequest::default()))
+            .map(|a| a.into_inner().entries)
+    };
+    let snaps = || {
+        let mut c = d.ctl.clone();
+        d.rt.block_on(c.list_snapshots(pb::ListSnapshotsRequest::default()))
+            .map(|a| a.into_inner().entries)
+    };
+    d.boxes[0].set_down(true);
+    d.boxes[2].set_down(true);
+    for e in [list().unwrap_err(), snaps().unwrap_err()] {
+        assert_eq!(e.code(), Code::Unavailable, "{e:?}");
+        for want in ["box0", "box2", "2 of 3"] {
+            assert!(e.message().contains(want), "{want}: {e:?}");
+        }
+        assert!(!e.message().contains("box1"), "{e:?}");
+    }
+    d.boxes[0].set_down(false);
+    let e = list().unwrap_err();
+    assert!(
+        e.message().contains("box2") && !e.message().contains("box0"),
+        "{e:?}"
+    );
+    d.boxes[2].set_down(false);
+    assert_eq!(list().unwrap().len(), 3);
+    assert!(snaps().unwrap().is_empty());
+}

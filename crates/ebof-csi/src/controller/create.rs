@@ -5,6 +5,7 @@
 use super::checks::{
     Params, check_capabilities, overlay, parse_mutable, parse_params, size_fits, size_for, zones,
 };
+use super::memory::Silent;
 use super::mirror::{self, Role};
 use super::protocol::{CREATE_ATTEMPTS, Look, Pair, Protocol, Verdict};
 use super::{BoxState, Controller, Found, api_code};
@@ -146,8 +147,8 @@ impl Controller {
         protocol: &Protocol,
     ) -> Result<Option<pb::Volume>, Status> {
         let (r, nqn) = (job.r, &job.nqn);
-        // Step 1: look on every box (with a box down: on those that answer, if the
-        // volume's home box is one of them).
+        // Step 1: look on every box (with a box down: on those that answer, if the silent
+        // ones did not hold the volume when last read and its home box answers).
         let (all, home) = self.create_scan(job).await?;
         let found = self.find(&all, nqn);
         if let Look::Exists {
@@ -199,6 +200,7 @@ impl Controller {
                 model: Some("ebof-csi".into()),
                 allow_any_host: Some(false),
             };
+            self.memory.asking(t.idx, nqn);
             if let Err(e) = self.on_box(t.idx, move |c| c.add_subsystem(&req)).await {
                 return match Protocol::subsystem_refused(api_code(&e)) {
                     Verdict::Retry => Ok(None),
@@ -264,11 +266,10 @@ impl Controller {
     }
 
     /// The boxes that answer, for steps 1 and 2. When one does not, the volume might be
-    /// there: the call stops (UNAVAILABLE), unless the volume is one copy made from nothing
-    /// and its home box ([`Controller::home`]) answers: then it is looked for on the boxes
-    /// that answer and made on its home box only (`Some(home)`), so a retry while another
-    /// box is down cannot make it twice elsewhere. A volume found complete on a box that
-    /// answers is found all the same: the second value is only what making it may do.
+    /// there: the call stops (UNAVAILABLE), unless the volume is one copy made from nothing;
+    /// then the second value is where making it may go ([`Controller::home`]). A volume found
+    /// complete on a box that answers is found all the same: the second value is only what
+    /// making it may do.
     async fn create_scan(&self, job: &Job<'_>) -> Result<(Vec<BoxState>, Homed), Status> {
         let (all, down) = self.scan_split().await;
         let Some((_, first)) = down.first() else {
@@ -277,28 +278,58 @@ impl Controller {
         if job.params.replicas > 1 || job.source.is_some() {
             return Err(first.clone());
         }
-        let silent: Vec<usize> = down.iter().map(|d| d.0).collect();
+        let home = self.home(job, &all, &down);
+        Ok((all, home))
+    }
+
+    /// Where volume `job` (one copy, from nothing) may be made while the boxes `down` do not
+    /// answer: on its home box, the box the placement picks with every box counted, each
+    /// silent one as the controller last read it, when that box answers (`Some(home)`).
+    /// UNAVAILABLE naming the box when a silent box may hold the volume (not read since the
+    /// controller started, or it held the volume's subsystem when last read, or was asked
+    /// for one since), or is the home box: so a retry cannot make the volume a second time
+    /// while the box that has it is down, and a name goes where it would with every box up.
+    fn home(&self, job: &Job<'_>, all: &[BoxState], down: &[(usize, Status)]) -> Homed {
         let name = &job.r.name;
-        match self.home(&all, &silent, name, job.size, &job.params, &job.topo.0) {
-            Some(h) if !silent.contains(&h) => {
-                let names: Vec<&str> = silent
-                    .iter()
-                    .map(|&i| self.boxes[i].name.as_str())
-                    .collect();
-                tracing::warn!(volume = %name, home = %self.boxes[h].name, down = ?names, "boxes do not answer: the volume is looked for on the others and made on its home box");
-                Ok((all, Ok(Some(h))))
-            }
-            Some(h) => {
-                let why = &down.iter().find(|d| d.0 == h).unwrap_or(&down[0]).1;
-                let st = Status::unavailable(format!(
-                    "volume {name}: its home box {} does not answer ({}); it is made only there while a box is down",
-                    self.boxes[h].name,
-                    why.message()
-                ));
-                Ok((all, Err(st)))
-            }
-            None => Ok((all, Err(first.clone()))),
+        let mut every = all.to_vec();
+        for (d, why) in down {
+            let bname = &self.boxes[*d].name;
+            let state = match self.memory.silent(*d, &job.nqn) {
+                Silent::Without(state) => *state,
+                Silent::NeverRead => {
+                    return Err(Status::unavailable(format!(
+                        "volume {name}: box {bname} does not answer ({}) and has not been read since the controller started: the volume might be there",
+                        why.message()
+                    )));
+                }
+                Silent::MayHold => {
+                    return Err(Status::unavailable(format!(
+                        "volume {name}: box {bname} does not answer ({}) and held the volume, or was asked to make it, when last read: it might be there",
+                        why.message()
+                    )));
+                }
+            };
+            every.push(BoxState {
+                idx: *d,
+                state,
+                mirrors: Default::default(),
+                api_ip: None,
+            });
         }
+        let (h, _) = self.place(&every, name, job.size, &job.params, &job.topo)?;
+        if let Some((_, why)) = down.iter().find(|(d, _)| *d == h) {
+            return Err(Status::unavailable(format!(
+                "volume {name}: its home box {} does not answer ({}); it is made only there",
+                self.boxes[h].name,
+                why.message()
+            )));
+        }
+        let names: Vec<&str> = down
+            .iter()
+            .map(|(i, _)| self.boxes[*i].name.as_str())
+            .collect();
+        tracing::warn!(volume = %name, home = %self.boxes[h].name, down = ?names, "boxes do not answer, and did not hold the volume when last read: it is looked for on the others and made on its home box");
+        Ok(Some(h))
     }
 
     /// The volume exists on box `on` (step 1 found it complete; `partner`: its peer's box, for

@@ -124,11 +124,11 @@ impl Controller {
     ) -> Result<Response<pb::ListSnapshotsResponse>, Status> {
         let r = req.into_inner();
         let (all, down) = self.scan_split().await;
-        if let Some((_, e)) = down.into_iter().next() {
+        if !down.is_empty() {
             let found =
                 !r.snapshot_id.is_empty() && self.find_snapshot(&all, &r.snapshot_id).is_ok();
             if !found {
-                return Err(e);
+                return Err(self.silent_boxes("ListSnapshots", &down));
             }
         }
         let mut snaps: BTreeMap<String, pb::list_snapshots_response::Entry> = BTreeMap::new();
