@@ -8,9 +8,13 @@
 //!   0..16 volume id, 16..32 holder id, 32..40 epoch LE, 40..44 lease ms LE (1..=60000),
 //!   44 op (0 acquire/renew, 1 release, 2 query), 45 flags (bit 0 peer in sync), 46..64 zero.
 //!   CQE DW0 bit 0 = granted (bits 1..=31 reserved), DW1 = ms left on the current holder's lease.
+//! * [`opcode::MIRROR_RESV`] (C9h) **Mirror Reservations**, host-to-controller data: NSID = the
+//!   mirrored namespace, CDW10/CDW11 = epoch (low/high), CDW12..15 zero; the data is the whole
+//!   reservation table of the namespace ([`ResvImage`]). Sent by a primary on its replication
+//!   link after each reservation change and before it declares the peer in sync.
 //!
-//! One decoder each ([`MirrorAdmit::decode`], [`WitnessLease::decode`]); they never panic and
-//! refuse every reserved bit set. Encoders build what the host side sends.
+//! One decoder each ([`MirrorAdmit::decode`], [`WitnessLease::decode`], [`MirrorResv::decode`]);
+//! they never panic and refuse every reserved bit set. Encoders build what the host side sends.
 
 use crate::cqe::Cqe;
 use crate::sqe::Sqe;
@@ -23,6 +27,8 @@ pub mod opcode {
     pub const MIRROR_ADMIT: u8 = 0xC1;
     /// Witness Lease (C5h): host-to-controller data (bits 1:0 = 01b).
     pub const WITNESS_LEASE: u8 = 0xC5;
+    /// Mirror Reservations (C9h): host-to-controller data (bits 1:0 = 01b).
+    pub const MIRROR_RESV: u8 = 0xC9;
 }
 
 /// Operation Denied (SCT 0h, SC 15h) with DNR: what a refused vendor command (or a replica-link
@@ -280,6 +286,210 @@ impl LeaseReplyDw {
     }
 }
 
+/// Largest number of registrants a [`ResvImage`] carries.
+pub const RESV_IMAGE_MAX_REGS: usize = 1024;
+/// Size of a [`ResvImage`]'s header.
+pub const RESV_IMAGE_HEADER: usize = 32;
+/// Size of one registrant entry of a [`ResvImage`].
+pub const RESV_IMAGE_ENTRY: usize = 24;
+/// Largest [`ResvImage`] data (header and [`RESV_IMAGE_MAX_REGS`] entries).
+pub const RESV_IMAGE_MAX_LEN: usize = RESV_IMAGE_HEADER + RESV_IMAGE_ENTRY * RESV_IMAGE_MAX_REGS;
+
+/// The reservation table of a namespace as Mirror Reservations (C9h) carries it, little endian:
+///
+/// | bytes | field |
+/// |---|---|
+/// | 0..4 | generation (PRGEN) |
+/// | 4 | flags: bit 0 PTPL; bits 7:1 reserved |
+/// | 5 | reservation type (0: none held; 1..=6) |
+/// | 6..8 | number of registrants N (at most [`RESV_IMAGE_MAX_REGS`]) |
+/// | 8..24 | the holder's host identifier (zero when none is held) |
+/// | 24..32 | reserved |
+/// | 32.. | N entries of 24 bytes: host identifier (16), reservation key (8) |
+///
+/// The length is exactly 32 + 24 N. [`ResvImage::decode`] also refuses what no reservation
+/// table can be: a host registered twice, a reservation without registrants, a holder that is
+/// not registered (unless the type is an All Registrants one).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ResvImage {
+    /// Reservation generation.
+    pub generation: u32,
+    /// Persist Through Power Loss.
+    pub ptpl: bool,
+    /// The reservation held: (type, holder's host identifier).
+    pub reservation: Option<(u8, [u8; 16])>,
+    /// Registrants in registration order: (host identifier, key).
+    pub regs: Vec<([u8; 16], u64)>,
+}
+
+/// Why a Mirror Reservations command or its data was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ResvImageError {
+    /// The SQE: opcode, NSID or a reserved dword ([`VendorError`]).
+    Sqe(VendorError),
+    /// The data is shorter than the header, or not 32 + 24 N bytes.
+    DataLen(usize),
+    /// More registrants than [`RESV_IMAGE_MAX_REGS`].
+    Count(usize),
+    /// A reserved bit or byte is set (its offset).
+    ReservedByte(usize),
+    /// Reservation type outside 0..=6.
+    Type(u8),
+    /// A holder identifier without a reservation, a reservation without registrants, or a
+    /// holder that is not registered.
+    Holder,
+    /// The registrant at this index is registered already.
+    Duplicate(usize),
+}
+
+impl std::fmt::Display for ResvImageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ResvImageError::Sqe(e) => write!(f, "{e}"),
+            ResvImageError::DataLen(n) => write!(f, "reservation table of {n} bytes"),
+            ResvImageError::Count(n) => write!(f, "{n} registrants, at most 1024"),
+            ResvImageError::ReservedByte(o) => write!(f, "reserved data byte {o} is not zero"),
+            ResvImageError::Type(t) => write!(f, "reservation type {t} outside 0..=6"),
+            ResvImageError::Holder => write!(f, "the holder is not a registrant"),
+            ResvImageError::Duplicate(i) => write!(f, "registrant {i} is registered twice"),
+        }
+    }
+}
+
+impl std::error::Error for ResvImageError {}
+
+impl ResvImage {
+    /// Decode (see the type's docs); never panics.
+    pub fn decode(d: &[u8]) -> Result<ResvImage, ResvImageError> {
+        if d.len() < RESV_IMAGE_HEADER {
+            return Err(ResvImageError::DataLen(d.len()));
+        }
+        let n = usize::from(crate::le16(d, 6));
+        if n > RESV_IMAGE_MAX_REGS {
+            return Err(ResvImageError::Count(n));
+        }
+        if d.len() != RESV_IMAGE_HEADER + RESV_IMAGE_ENTRY * n {
+            return Err(ResvImageError::DataLen(d.len()));
+        }
+        if d[4] & !1 != 0 {
+            return Err(ResvImageError::ReservedByte(4));
+        }
+        if let Some(o) = (24..RESV_IMAGE_HEADER).find(|&o| d[o] != 0) {
+            return Err(ResvImageError::ReservedByte(o));
+        }
+        let rtype = d[5];
+        if rtype > crate::resv::rtype::EXCLUSIVE_ACCESS_ALL_REGS {
+            return Err(ResvImageError::Type(rtype));
+        }
+        let mut holder = [0u8; 16];
+        holder.copy_from_slice(&d[8..24]);
+        let mut regs: Vec<([u8; 16], u64)> = Vec::with_capacity(n);
+        for (i, e) in d[RESV_IMAGE_HEADER..]
+            .chunks_exact(RESV_IMAGE_ENTRY)
+            .enumerate()
+        {
+            let mut host = [0u8; 16];
+            host.copy_from_slice(&e[..16]);
+            if regs.iter().any(|(h, _)| *h == host) {
+                return Err(ResvImageError::Duplicate(i));
+            }
+            regs.push((host, le64(e, 16)));
+        }
+        let reservation = match rtype {
+            0 if holder != [0; 16] => return Err(ResvImageError::Holder),
+            0 => None,
+            _ => {
+                let all = rtype >= crate::resv::rtype::WRITE_EXCLUSIVE_ALL_REGS;
+                if regs.is_empty() || (!all && !regs.iter().any(|(h, _)| *h == holder)) {
+                    return Err(ResvImageError::Holder);
+                }
+                Some((rtype, holder))
+            }
+        };
+        Ok(ResvImage {
+            generation: le32(d, 0),
+            ptpl: d[4] & 1 != 0,
+            reservation,
+            regs,
+        })
+    }
+
+    /// Encode (the inverse of [`ResvImage::decode`] for a table it accepts).
+    pub fn encode(&self) -> Vec<u8> {
+        let mut d = vec![0u8; RESV_IMAGE_HEADER + RESV_IMAGE_ENTRY * self.regs.len()];
+        put32(&mut d, 0, self.generation);
+        d[4] = u8::from(self.ptpl);
+        if let Some((t, h)) = self.reservation {
+            d[5] = t;
+            d[8..24].copy_from_slice(&h);
+        }
+        crate::put16(
+            &mut d,
+            6,
+            u16::try_from(self.regs.len()).unwrap_or(u16::MAX),
+        );
+        for (i, (h, k)) in self.regs.iter().enumerate() {
+            let o = RESV_IMAGE_HEADER + RESV_IMAGE_ENTRY * i;
+            d[o..o + 16].copy_from_slice(h);
+            put64(&mut d, o + 16, *k);
+        }
+        d
+    }
+}
+
+/// A decoded Mirror Reservations (C9h).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MirrorResv {
+    /// The mirrored namespace.
+    pub nsid: u32,
+    /// The primary's epoch.
+    pub epoch: u64,
+    /// The namespace's whole reservation table.
+    pub image: ResvImage,
+}
+
+impl MirrorResv {
+    /// Decode from the SQE (opcode C9h, NSID 1..=FFFFFFFEh, CDW12..15 zero) and its data.
+    pub fn decode(sqe: &Sqe, data: &[u8]) -> Result<MirrorResv, ResvImageError> {
+        let (nsid, epoch) = Self::decode_sqe(sqe).map_err(ResvImageError::Sqe)?;
+        Ok(MirrorResv {
+            nsid,
+            epoch,
+            image: ResvImage::decode(data)?,
+        })
+    }
+
+    /// The SQE's part alone: (NSID, epoch).
+    pub fn decode_sqe(sqe: &Sqe) -> Result<(u32, u64), VendorError> {
+        if sqe.opcode() != opcode::MIRROR_RESV {
+            return Err(VendorError::Opcode(sqe.opcode()));
+        }
+        let nsid = sqe.nsid().0;
+        if nsid == 0 || nsid == u32::MAX {
+            return Err(VendorError::Nsid(nsid));
+        }
+        if let Some(n) = (12..16).find(|&n| sqe.cdw(n) != 0) {
+            return Err(VendorError::ReservedDword(n));
+        }
+        Ok((
+            nsid,
+            u64::from(sqe.cdw10()) | (u64::from(sqe.cdw11()) << 32),
+        ))
+    }
+
+    /// Set the SQE's opcode, NSID, CDW10..15 (CID and SGL are the transport's); the data is
+    /// `image.encode()`.
+    pub fn encode_sqe(nsid: u32, epoch: u64, sqe: &mut Sqe) {
+        sqe.0[0] = opcode::MIRROR_RESV;
+        sqe.set_nsid(crate::NamespaceId(nsid));
+        sqe.set_cdw(10, epoch as u32);
+        sqe.set_cdw(11, (epoch >> 32) as u32);
+        for n in 12..16 {
+            sqe.set_cdw(n, 0);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -453,5 +663,115 @@ mod tests {
             bad[44] = op;
             assert_eq!(WitnessLease::decode(&s, &bad), Err(VendorError::Op(op)));
         }
+    }
+
+    fn image() -> ResvImage {
+        ResvImage {
+            generation: 0x0102_0304,
+            ptpl: true,
+            reservation: Some((1, [0xA; 16])),
+            regs: vec![([0xA; 16], 0xDEAD_BEEF), ([0xB; 16], 7)],
+        }
+    }
+
+    fn resv_sqe() -> Sqe {
+        let mut s = Sqe::new(0, CommandId(5));
+        MirrorResv::encode_sqe(2, 0x1_0000_0009, &mut s);
+        s
+    }
+
+    #[test]
+    fn resv_round_trip() {
+        let s = resv_sqe();
+        for img in [
+            ResvImage::default(),
+            image(),
+            ResvImage {
+                reservation: Some((6, [0; 16])),
+                regs: vec![([1; 16], 1)],
+                ..ResvImage::default()
+            },
+        ] {
+            let d = img.encode();
+            assert_eq!(d.len(), 32 + 24 * img.regs.len());
+            let m = MirrorResv::decode(&s, &d).unwrap();
+            assert_eq!((m.nsid, m.epoch), (2, 0x1_0000_0009));
+            assert_eq!(m.image, img);
+        }
+        let mut many = ResvImage::default();
+        for i in 0..RESV_IMAGE_MAX_REGS {
+            let mut h = [0u8; 16];
+            h[..8].copy_from_slice(&(i as u64).to_le_bytes());
+            many.regs.push((h, i as u64));
+        }
+        let d = many.encode();
+        assert_eq!(d.len(), RESV_IMAGE_MAX_LEN);
+        assert_eq!(ResvImage::decode(&d), Ok(many));
+    }
+
+    #[test]
+    fn resv_refusals() {
+        use ResvImageError as E;
+        let s = resv_sqe();
+        let d = image().encode();
+        let mut bad = s;
+        bad.0[0] = opcode::WITNESS_LEASE;
+        assert_eq!(
+            MirrorResv::decode(&bad, &d),
+            Err(E::Sqe(VendorError::Opcode(opcode::WITNESS_LEASE)))
+        );
+        for nsid in [0, u32::MAX] {
+            let mut bad = s;
+            bad.set_nsid(crate::NamespaceId(nsid));
+            assert_eq!(
+                MirrorResv::decode(&bad, &d),
+                Err(E::Sqe(VendorError::Nsid(nsid)))
+            );
+        }
+        for n in 12..16 {
+            let mut bad = s;
+            bad.set_cdw(n, 1);
+            assert_eq!(
+                MirrorResv::decode(&bad, &d),
+                Err(E::Sqe(VendorError::ReservedDword(n)))
+            );
+        }
+        assert_eq!(ResvImage::decode(&d[..31]), Err(E::DataLen(31)));
+        assert_eq!(ResvImage::decode(&d[..d.len() - 1]), Err(E::DataLen(79)));
+        let mut long = d.clone();
+        long.push(0);
+        assert_eq!(ResvImage::decode(&long), Err(E::DataLen(81)));
+        let mut b = d.clone();
+        b[6..8].copy_from_slice(&1025u16.to_le_bytes());
+        assert_eq!(ResvImage::decode(&b), Err(E::Count(1025)));
+        let mut b = d.clone();
+        b[4] = 2;
+        assert_eq!(ResvImage::decode(&b), Err(E::ReservedByte(4)));
+        for o in 24..32 {
+            let mut b = d.clone();
+            b[o] = 1;
+            assert_eq!(ResvImage::decode(&b), Err(E::ReservedByte(o)));
+        }
+        let mut b = d.clone();
+        b[5] = 7;
+        assert_eq!(ResvImage::decode(&b), Err(E::Type(7)));
+        // A holder that is not registered (type 1 is not All Registrants).
+        let mut b = d.clone();
+        b[8] = 0xC;
+        assert_eq!(ResvImage::decode(&b), Err(E::Holder));
+        // A holder without a reservation.
+        let mut b = d.clone();
+        b[5] = 0;
+        assert_eq!(ResvImage::decode(&b), Err(E::Holder));
+        // A reservation without registrants.
+        let none = ResvImage {
+            reservation: Some((5, [0; 16])),
+            ..ResvImage::default()
+        };
+        assert_eq!(ResvImage::decode(&none.encode()), Err(E::Holder));
+        let mut b = d.clone();
+        let (first, second) = b.split_at_mut(56);
+        second[..16].copy_from_slice(&first[32..48]);
+        assert_eq!(ResvImage::decode(&b), Err(E::Duplicate(1)));
     }
 }
