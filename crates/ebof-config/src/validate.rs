@@ -154,6 +154,14 @@ impl Config {
     pub fn validate(&self) -> Result<(), ConfigError> {
         validate_target(&self.target)?;
         validate_listeners(&self.listeners, self.discovery.as_ref())?;
+        if self.listeners.is_empty() && !self.subsystems.is_empty() {
+            return Err(ConfigError::new(
+                codes::NO_LISTENERS,
+                "listeners",
+                "subsystems are configured but no [[listeners]] entry serves them (a box with \
+                 only a [discovery] listener serves discovery only)",
+            ));
+        }
         validate_subsystems(&self.subsystems, self.target.max_namespaces)?;
         crate::ana::validate(self)?;
         crate::security::validate(self)?;
@@ -278,11 +286,12 @@ fn validate_listeners(
     listeners: &[Listener],
     discovery: Option<&Listener>,
 ) -> Result<(), ConfigError> {
-    if listeners.is_empty() {
+    if listeners.is_empty() && discovery.is_none() {
         return Err(ConfigError::new(
             codes::NO_LISTENERS,
             "listeners",
-            "at least one [[listeners]] entry is required",
+            "at least one [[listeners]] entry (or a [discovery] listener, for a box that serves \
+             discovery only, such as a CDC) is required",
         ));
     }
     for (i, l) in listeners.iter().enumerate() {

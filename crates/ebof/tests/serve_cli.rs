@@ -126,3 +126,47 @@ fn an_rdma_listener_without_an_rdma_device_is_one_clear_error() {
     assert!(o.stderr.contains("no RDMA device"), "{}", o.stderr);
     assert!(!o.stderr.contains("panicked"), "{}", o.stderr);
 }
+
+/// A box that serves discovery only (a CDC, as a first-time user writes it): a `[discovery]`
+/// listener and no `[[listeners]]` starts and answers discovery; subsystems without an I/O
+/// listener are refused with the reason.
+#[test]
+fn a_discovery_only_box_starts_and_subsystems_need_a_listener() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let member = free_port();
+    let cdc = format!(
+        "[discovery]\naddress = \"127.0.0.1\"\nport = {port}\n\n[cdc]\nmembers = [\"127.0.0.1:{member}\"]\n\n[management]\nsocket = \"{}\"\n",
+        dir.path().join("mgmt.sock").display()
+    );
+    let cfg = dir.path().join("cdc.toml");
+    std::fs::write(&cfg, &cdc).unwrap();
+    let log = dir.path().join("serve.log");
+    let t = Target::spawn(
+        &["serve", "--config", cfg.to_str().unwrap()],
+        addr,
+        Stdio::from(std::fs::File::create(&log).unwrap()),
+    );
+    wait_for_text(&log, "ebof serve ready");
+    let d = ebof(&["discover", "-a", "127.0.0.1", "-s", &port.to_string()]);
+    assert!(d.ok, "{}{}", d.stdout, d.stderr);
+    assert!(
+        d.stdout.contains("Discovery Log Number of Records"),
+        "{}",
+        d.stdout
+    );
+    drop(t);
+
+    let with_subsystem = format!(
+        "{cdc}\n[[subsystems]]\nnqn = \"nqn.2026-11.io.ebof:lonely\"\nallow_any_host = true\n"
+    );
+    std::fs::write(&cfg, with_subsystem).unwrap();
+    let o = ebof(&["serve", "--config", cfg.to_str().unwrap()]);
+    assert!(!o.ok);
+    assert!(
+        o.stderr.contains("no [[listeners]] entry serves them"),
+        "{}",
+        o.stderr
+    );
+}
