@@ -62,6 +62,9 @@ impl Queue {
                 let ctrl = self.session.ctrl().map(|c| &**c);
                 crate::witness_cmd::lease_data_len(self.session.target(), ctrl)?
             }
+            nvme_spec::ebof_vendor::opcode::MIRROR_RESV => {
+                crate::mirror_cmd::resv_data_len(self.session.ctrl().map(|c| &**c), sqe)?
+            }
             // An opcode we do not implement is Invalid Command Opcode whatever data it
             // carries (not Data SGL Length Invalid for data we would not have taken).
             _ => return Err(CmdError::at(Status::INVALID_OPCODE, 0)),
@@ -112,6 +115,9 @@ impl Queue {
             admin::DISCOVERY_INFO_MGMT if disc => self.execute_dim(&ctrl, sqe, buf),
             nvme_spec::ebof_vendor::opcode::MIRROR_ADMIT if !disc => {
                 crate::mirror_cmd::execute_admit(&ctrl, sqe)
+            }
+            nvme_spec::ebof_vendor::opcode::MIRROR_RESV if !disc => {
+                crate::mirror_cmd::execute_resv(&ctrl, sqe, buf)
             }
             nvme_spec::ebof_vendor::opcode::WITNESS_LEASE => crate::witness_cmd::execute_lease(
                 self.session.target(),
@@ -468,8 +474,12 @@ impl Queue {
                     log.acs[usize::from(op)] = effects::CSUPP;
                 }
                 if ctrl.is_replica_link() {
-                    let op = nvme_spec::ebof_vendor::opcode::MIRROR_ADMIT;
-                    log.acs[usize::from(op)] = effects::CSUPP;
+                    for op in [
+                        nvme_spec::ebof_vendor::opcode::MIRROR_ADMIT,
+                        nvme_spec::ebof_vendor::opcode::MIRROR_RESV,
+                    ] {
+                        log.acs[usize::from(op)] = effects::CSUPP;
+                    }
                 }
                 if crate::witness_cmd::serves_lease(self.session.target(), ctrl) {
                     let op = nvme_spec::ebof_vendor::opcode::WITNESS_LEASE;

@@ -251,6 +251,14 @@ impl MirrorFence {
         r
     }
 
+    /// Run `f` only while a replica-link command of a link admitted at `link_epoch` may change
+    /// the namespace ([`MirrorFence::admits_replica`]), serialised with promotions: a change
+    /// from an old primary can never land after the promotion that fenced it. None: refused.
+    pub fn while_admitted<R>(&self, link_epoch: u64, f: impl FnOnce() -> R) -> Option<R> {
+        let _g = self.lock();
+        self.admits_replica(link_epoch).then(f)
+    }
+
     /// Replication-link controller `ctrl` was admitted (Mirror Admit).
     pub(crate) fn link_admitted(&self, ctrl: std::sync::Weak<dyn LinkAlive>) {
         let mut l = self.links.lock().unwrap_or_else(|e| e.into_inner());

@@ -17,7 +17,7 @@ use nvme_spec::resv::{
 };
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 /// A host: its 128-bit Host Identifier.
 pub type HostId = [u8; 16];
@@ -636,6 +636,10 @@ pub struct NsReservations {
     /// Serialises the reservation commands of the namespace, saves included.
     updating: Mutex<()>,
     store: Option<Arc<dyn ResvStore>>,
+    /// A mirrored namespace's link to its peer ([`NsReservations::set_replica`]).
+    replica: OnceLock<Arc<dyn ResvReplica>>,
+    /// The table an update is replicating (not current yet).
+    replicating: Mutex<Option<ResvTable>>,
 }
 
 impl NsReservations {
@@ -656,6 +660,8 @@ impl NsReservations {
             table: Mutex::new(loaded),
             updating: Mutex::new(()),
             store: Some(store),
+            replica: OnceLock::new(),
+            replicating: Mutex::new(None),
         }
     }
 
@@ -693,13 +699,15 @@ impl NsReservations {
         self.lock().clone()
     }
 
-    /// Apply `f` to a copy of the table; when it succeeds, persist the result (if PTPL is or
-    /// was on) and only then make it current. A failed save leaves everything as it was and
-    /// answers Internal Error.
+    /// Apply `f` to a copy of the table; when it succeeds, replicate the result to the mirror's
+    /// peer (a mirrored namespace, [`NsReservations::set_replica`]), persist it (if PTPL is or
+    /// was on) and only then make it current. A failed replication answers its status, a
+    /// failed save Internal Error; either leaves the table as it was (a peer may already hold
+    /// the new table: the next push replaces it, see ADR 0028).
     ///
     /// Updates are serialised by their own lock, so the table I/O checks against is locked
-    /// only to copy it and to install the result: a save's fsync stalls other reservation
-    /// commands of the namespace, not its I/O.
+    /// only to copy it and to install the result: a save's fsync (or the peer's round trip)
+    /// stalls other reservation commands of the namespace, not its I/O.
     pub fn update(
         &self,
         f: impl FnOnce(&mut ResvTable) -> Result<Outcome, Status>,
@@ -712,6 +720,20 @@ impl NsReservations {
         if next == cur {
             return Ok(out);
         }
+        if let Some(r) = self.replica.get() {
+            *self.pending() = Some(next.clone());
+            if let Err(s) = r.replicate(&next) {
+                *self.pending() = None;
+                return Err(s);
+            }
+        }
+        let r = self.commit(&cur, next);
+        *self.pending() = None;
+        r.map(|()| out)
+    }
+
+    /// Persist `next` (if PTPL is or was on), then make it current.
+    fn commit(&self, cur: &ResvTable, next: ResvTable) -> Result<(), Status> {
         if let Some(store) = &self.store
             && (cur.ptpl || next.ptpl)
             && let Err(e) = store.save(&next.encode_state())
@@ -725,7 +747,73 @@ impl NsReservations {
         self.active
             .store(next.reservation.is_some(), Ordering::Relaxed);
         *table = next;
-        Ok(out)
+        Ok(())
+    }
+
+    /// Replace the whole table by `table` (a mirror's secondary taking its primary's table,
+    /// Mirror Reservations): persisted first when PTPL is or was on, not replicated.
+    pub fn install(&self, table: ResvTable) -> Result<(), Status> {
+        let _serial = self.updating.lock().unwrap_or_else(|e| e.into_inner());
+        let cur = self.snapshot();
+        if table == cur {
+            return Ok(());
+        }
+        self.commit(&cur, table)
+    }
+
+    /// Replicate every change of the table through `replica` before it takes effect (the
+    /// primary of a mirrored namespace; first call wins).
+    pub fn set_replica(&self, replica: Arc<dyn ResvReplica>) {
+        let _ = self.replica.set(replica);
+    }
+
+    /// The table a replication push must carry now: the one being replicated by an update in
+    /// progress (not current yet, and about to be), else the current one.
+    pub fn replication_state(&self) -> ResvTable {
+        let pending = self.pending().clone();
+        pending.unwrap_or_else(|| self.snapshot())
+    }
+
+    fn pending(&self) -> MutexGuard<'_, Option<ResvTable>> {
+        self.replicating.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Where a mirrored namespace's reservation changes go before they take effect (ADR 0028):
+/// the mirror's link to its peer.
+pub trait ResvReplica: Send + Sync + std::fmt::Debug {
+    /// Make the peer hold `next` (the table an update is about to make current; the push may
+    /// read [`NsReservations::replication_state`] instead, which is `next` until it returns).
+    /// Ok: the peer has it, or this box may go on alone (degraded); Err: the command fails
+    /// with that status and the table stays as it was. Blocks the caller until then.
+    fn replicate(&self, next: &ResvTable) -> Result<(), Status>;
+}
+
+impl ResvTable {
+    /// The table as Mirror Reservations (C9h) carries it.
+    pub fn to_image(&self) -> nvme_spec::ebof_vendor::ResvImage {
+        nvme_spec::ebof_vendor::ResvImage {
+            generation: self.generation,
+            ptpl: self.ptpl,
+            reservation: self.reservation.map(|r| (r.rtype, r.holder)),
+            regs: self.regs.iter().map(|r| (r.host, r.key)).collect(),
+        }
+    }
+
+    /// The table a decoded image describes (its decoder checked what a table must be).
+    pub fn from_image(img: nvme_spec::ebof_vendor::ResvImage) -> ResvTable {
+        ResvTable {
+            regs: img
+                .regs
+                .into_iter()
+                .map(|(host, key)| Registrant { host, key })
+                .collect(),
+            reservation: img
+                .reservation
+                .map(|(rtype, holder)| Reservation { rtype, holder }),
+            generation: img.generation,
+            ptpl: img.ptpl,
+        }
     }
 }
 

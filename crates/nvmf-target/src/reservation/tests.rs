@@ -613,3 +613,78 @@ fn fast_path_flag_follows_the_reservation() {
         .unwrap();
     assert!(!r.active.load(Ordering::Relaxed));
 }
+
+/// A mirror's replica: records what it was asked, and what a push would read meanwhile.
+#[derive(Debug)]
+struct Replica {
+    ns: std::sync::Weak<NsReservations>,
+    answer: Result<(), Status>,
+    seen: Mutex<Vec<(ResvTable, ResvTable)>>,
+}
+
+impl ResvReplica for Replica {
+    fn replicate(&self, next: &ResvTable) -> Result<(), Status> {
+        let ns = self.ns.upgrade().unwrap();
+        // The push reads the table being replicated, while I/O still checks the current one.
+        assert_eq!(ns.snapshot().generation + 1, next.generation);
+        self.seen
+            .lock()
+            .unwrap()
+            .push((next.clone(), ns.replication_state()));
+        self.answer
+    }
+}
+
+#[test]
+fn changes_reach_the_replica_before_they_take_effect() {
+    for answer in [Ok(()), Err(Status::ANA_INACCESSIBLE)] {
+        let ns = Arc::new(NsReservations::default());
+        let r = Arc::new(Replica {
+            ns: Arc::downgrade(&ns),
+            answer,
+            seen: Mutex::new(Vec::new()),
+        });
+        ns.set_replica(r.clone());
+        let res = ns.update(|t| t.register(&A, cdw(rrega::REGISTER, 0), keys(0, KA), false));
+        assert_eq!(res.map(|_| ()), answer);
+        let seen = r.seen.lock().unwrap().clone();
+        assert_eq!(seen.len(), 1);
+        assert_eq!(
+            seen[0].0, seen[0].1,
+            "a push reads the table being replicated"
+        );
+        assert_eq!(seen[0].0.regs, vec![Registrant { host: A, key: KA }]);
+        let now = ns.snapshot();
+        match answer {
+            Ok(()) => assert_eq!(now, seen[0].0),
+            Err(_) => assert_eq!(now, ResvTable::default(), "refused: nothing changed"),
+        }
+        assert_eq!(ns.replication_state(), now, "nothing pending afterwards");
+        // No change, no replication.
+        let _ = ns.update(|_| Ok(Outcome::default()));
+        assert_eq!(r.seen.lock().unwrap().len(), 1);
+    }
+}
+
+#[test]
+fn install_replaces_the_table_without_replicating() {
+    let ns = NsReservations::default();
+    let r = Arc::new(Replica {
+        ns: std::sync::Weak::new(),
+        answer: Ok(()),
+        seen: Mutex::new(Vec::new()),
+    });
+    ns.set_replica(r.clone());
+    let t = held(rt::WRITE_EXCLUSIVE);
+    ns.install(t.clone()).unwrap();
+    assert_eq!(ns.snapshot(), t);
+    assert!(ns.in_use());
+    assert_eq!(ns.check(&C, io::WRITE), Err(Status::RESERVATION_CONFLICT));
+    assert_eq!(ns.check(&A, io::WRITE), Ok(()));
+    assert!(r.seen.lock().unwrap().is_empty());
+    // The image round trip is the identity.
+    assert_eq!(ResvTable::from_image(t.to_image()), t);
+    ns.install(ResvTable::default()).unwrap();
+    assert!(!ns.in_use());
+    assert_eq!(ns.check(&C, io::WRITE), Ok(()));
+}
