@@ -113,6 +113,8 @@
 //! * `ram.rs` — [`RamBackend`];
 //! * `file.rs` — [`FileBackend`] for regular files and block devices;
 //! * `aligned.rs` — [`AlignedBuf`], page-aligned memory for `O_DIRECT`;
+//! * `crypt/` — [`crypt::CryptBackend`], encryption at rest (AES-XTS-256, dm-crypt's
+//!   `aes-xts-plain64`), key files and key headers (ADR 0029);
 //! * `sys.rs` — the thin `unsafe` wrappers around `fallocate` and the block-device ioctls.
 //!
 //! ## Testing
@@ -127,6 +129,7 @@ compile_error!("ebof-backend uses Linux-only interfaces (fallocate modes, block-
 
 mod aligned;
 pub mod clone;
+pub mod crypt;
 mod file;
 mod ram;
 mod sys;
@@ -283,6 +286,21 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     /// same effect. `None` (the default): use the calls.
     fn raw_io(&self) -> Option<RawIo> {
         None
+    }
+
+    /// For encrypted backends over one descriptor ([`crypt::CryptBackend`], ADR 0029): the
+    /// descriptor and the cipher, so that an I/O engine submits reads and writes itself and
+    /// encrypts and decrypts around them ([`crypt::seal_write`], [`crypt::open_read`]). Such a
+    /// backend has no [`raw_io`](Backend::raw_io): an engine that does not know about
+    /// encryption uses [`read`](Backend::read)/[`write`](Backend::write). `None` (the default):
+    /// not encrypted, or not a descriptor.
+    fn crypt_io(&self) -> Option<crypt::CryptIo<'_>> {
+        None
+    }
+
+    /// Whether the data is encrypted at rest (ADR 0029). Default `false`.
+    fn encrypted(&self) -> bool {
+        false
     }
 }
 
