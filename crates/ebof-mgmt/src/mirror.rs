@@ -145,9 +145,11 @@ pub(crate) struct Opened {
 }
 
 impl Opened {
-    /// The namespace is built: promotions drain its commands, and the mirror is registered.
+    /// The namespace is built: promotions drain its commands, its reservations are
+    /// replicated, and the mirror is registered.
     pub(crate) fn attach(self, ns: &Arc<Namespace>) {
         self.ns_fence.attach(ns);
+        self.mirror.attach_reservations(ns);
         registry().push(Entry {
             fence: Arc::downgrade(&self.fence),
             ns: Arc::downgrade(ns),

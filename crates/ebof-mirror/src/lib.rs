@@ -17,6 +17,7 @@ mod lease;
 mod link;
 mod pipe;
 pub mod regions;
+mod resv;
 mod role;
 mod shared;
 pub mod state;
@@ -203,6 +204,7 @@ pub enum MirrorError {
 pub struct Mirror {
     shared: Arc<Shared>,
     local: Arc<dyn Backend>,
+    resv: Arc<resv::ResvSource>,
     link: link::LinkHandle,
     lease: Option<lease::LeaseHandle>,
     roles: Arc<Roles>,
@@ -258,7 +260,9 @@ impl Mirror {
             Role::Primary => fence.promote(epoch).map_err(MirrorError::Promote)?,
             Role::Secondary => fence.demote(),
         }
-        let link = link::start(shared.clone(), local.clone()).map_err(MirrorError::Thread)?;
+        let resv = Arc::new(resv::ResvSource::default());
+        let link = link::start(shared.clone(), local.clone(), resv.clone())
+            .map_err(MirrorError::Thread)?;
         let roles = Arc::new(Roles::new(shared.clone(), fence, sink));
         roles.sink.role_changed(role, epoch);
         if role == Role::Primary && with_witness {
@@ -274,6 +278,7 @@ impl Mirror {
         Ok(Arc::new(Mirror {
             shared,
             local,
+            resv,
             link,
             lease,
             roles,
@@ -288,6 +293,18 @@ impl Mirror {
             self.link.sender(),
             self.lease.as_ref().map(lease::LeaseHandle::sender),
         ))
+    }
+
+    /// Replicate the reservations of `ns` (the namespace built over [`Mirror::backend`]): on
+    /// the primary every change reaches the peer before it takes effect, and the whole table
+    /// before the peer is in sync (ADR 0028). First call wins.
+    pub fn attach_reservations(&self, ns: &Arc<nvmf_target::Namespace>) {
+        self.resv.attach(ns);
+        ns.resv.set_replica(Arc::new(resv::Replicator {
+            shared: self.shared.clone(),
+            link: self.link.sender(),
+            lease: self.lease.as_ref().map(lease::LeaseHandle::sender),
+        }));
     }
 
     /// A snapshot of the mirror's state.

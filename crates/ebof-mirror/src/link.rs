@@ -6,13 +6,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use ebof_backend::Backend;
-use nvme_spec::ebof_vendor::{self, AdmitReply, MirrorAdmit};
+use nvme_spec::ebof_vendor::{self, AdmitReply, MirrorAdmit, MirrorResv};
 use nvme_spec::{CommandId, NamespaceId, Sqe};
 use nvmf_host::{Controller, DataDir, HostConfig, IoQueue};
 use tokio::sync::mpsc;
 
 pub(crate) use crate::pipe::LinkReq;
 use crate::pipe::{CHUNK, Pipe, Sub};
+use crate::resv::ResvSource;
 use crate::shared::Shared;
 use crate::worker::{Inbox, Worker};
 use crate::{PeerState, Role};
@@ -26,13 +27,19 @@ const TICK: Duration = Duration::from_millis(500);
 /// The link thread and the channel to it.
 pub(crate) type LinkHandle = Worker<LinkReq>;
 
-/// Start the link thread of `shared` over the local copy `local`.
-pub(crate) fn start(shared: Arc<Shared>, local: Arc<dyn Backend>) -> std::io::Result<LinkHandle> {
+/// Start the link thread of `shared` over the local copy `local`, pushing the reservation
+/// table of `resv`.
+pub(crate) fn start(
+    shared: Arc<Shared>,
+    local: Arc<dyn Backend>,
+    resv: Arc<ResvSource>,
+) -> std::io::Result<LinkHandle> {
     let name = format!("mirror-{}", shared.spec.nsid);
     Worker::spawn(name, move |inbox: Inbox<LinkReq>| async move {
         let mut l = Link {
             shared,
             local,
+            resv,
             rx: inbox.rx,
             stop: inbox.stop,
             wake: inbox.wake,
@@ -44,6 +51,7 @@ pub(crate) fn start(shared: Arc<Shared>, local: Arc<dyn Backend>) -> std::io::Re
 struct Link {
     shared: Arc<Shared>,
     local: Arc<dyn Backend>,
+    resv: Arc<ResvSource>,
     rx: mpsc::UnboundedReceiver<LinkReq>,
     stop: Arc<AtomicBool>,
     wake: Arc<tokio::sync::Notify>,
@@ -194,6 +202,7 @@ impl Link {
         pass.total = self.shared.dirty() * self.shared.spec.region_bytes;
         let mut in_sync = pass.total == 0;
         if in_sync {
+            self.push_resv(&c.ctrl).await?;
             self.admit(&c.ctrl, true).await?;
             self.shared.set_peer(PeerState::InSync);
         }
@@ -215,6 +224,7 @@ impl Link {
                     cursor = r + 1;
                     continue;
                 }
+                self.push_resv(&c.ctrl).await?;
                 self.admit(&c.ctrl, true).await?;
                 self.shared.set_peer(PeerState::InSync);
                 in_sync = true;
@@ -270,12 +280,49 @@ impl Link {
                 offset, data, fua, ..
             } => self.write(c, *offset, data, *fua).await,
             LinkReq::Flush { .. } => self.io(c.q.flush(NamespaceId(self.shared.spec.nsid))).await,
+            LinkReq::Resv { .. } => self.push_resv(&c.ctrl).await,
         };
         let ok = res.is_ok();
         match r {
             LinkReq::Write { done, .. } | LinkReq::Flush { done } => done(ok),
+            LinkReq::Resv { done } => {
+                // Its command gave up waiting (and went on degraded, or failed): drop the
+                // link, so the reconnect pushes the table again before the peer is in sync.
+                if !done(ok) && ok {
+                    return Err("a reservation push ended after its command gave up".into());
+                }
+            }
         }
         res
+    }
+
+    /// Push the namespace's whole reservation table (Mirror Reservations) at our epoch. A peer
+    /// that does not know the command (an older ebof) is told nothing: the mirror works as
+    /// before, without replicated reservations (ADR 0028).
+    async fn push_resv(&self, ctrl: &Controller) -> Result<(), String> {
+        let Some(data) = self.resv.image() else {
+            return Ok(());
+        };
+        let mut sqe = Sqe::new(ebof_vendor::opcode::MIRROR_RESV, CommandId(0));
+        MirrorResv::encode_sqe(self.shared.spec.nsid, self.shared.epoch(), &mut sqe);
+        let (cqe, _) = tokio::time::timeout(
+            self.timeout(),
+            ctrl.admin_raw(sqe, DataDir::ToController, data, 0),
+        )
+        .await
+        .map_err(|_| "reservation push timed out".to_string())?
+        .map_err(|e| e.to_string())?;
+        if cqe.status == nvme_spec::Status::INVALID_OPCODE {
+            tracing::warn!(
+                nsid = self.shared.spec.nsid,
+                "mirror: the peer does not take reservation tables (older ebof?); not replicated"
+            );
+            return Ok(());
+        }
+        if !cqe.status.is_success() {
+            return Err(format!("reservation push refused: {:?}", cqe.status));
+        }
+        Ok(())
     }
 
     async fn io<F>(&self, f: F) -> Result<(), String>

@@ -21,12 +21,22 @@ pub(crate) enum LinkReq {
     },
     /// Flush the peer's namespace.
     Flush { done: LinkDone },
+    /// Push the namespace's reservation table (Mirror Reservations, `resv.rs`), alone on the
+    /// link's admin queue.
+    Resv { done: ResvDone },
 }
+
+/// Completion of a reservation push: true when the peer has it; answers whether its waiter
+/// still waited (false: it gave up, the link must be dropped so the reconnect pushes again).
+pub(crate) type ResvDone = Box<dyn FnOnce(bool) -> bool + Send>;
 
 impl LinkReq {
     pub(crate) fn fail(self) {
         match self {
             LinkReq::Write { done, .. } | LinkReq::Flush { done } => done(false),
+            LinkReq::Resv { done } => {
+                done(false);
+            }
         }
     }
 }
@@ -85,6 +95,8 @@ impl Pipe {
         let parts = match &r {
             LinkReq::Write { data, .. } => data.len().div_ceil(chunk).max(1),
             LinkReq::Flush { .. } => 1,
+            // Not an I/O command: the link runs it alone.
+            LinkReq::Resv { .. } => return Ok(Sub::Big(r)),
         };
         let free = q.capacity().saturating_sub(q.in_flight());
         if parts > q.capacity().saturating_sub(1).max(1) {
@@ -124,6 +136,7 @@ impl Pipe {
                 }
                 done
             }
+            LinkReq::Resv { .. } => return Ok(Sub::Big(r)),
         };
         self.pending.insert(
             id,
