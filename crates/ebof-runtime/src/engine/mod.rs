@@ -303,5 +303,5 @@ impl Engine {
 /// Whether the ring runs `req` itself.
 fn uring_op(req: &IoRequest) -> bool {
     matches!(req.op, IoOp::Read | IoOp::Write { .. } | IoOp::Flush)
-        && req.ns.backend.raw_io().is_some()
+        && (req.ns.backend.raw_io().is_some() || req.ns.backend.crypt_io().is_some())
 }

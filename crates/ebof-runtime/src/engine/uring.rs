@@ -109,8 +109,13 @@ impl Uring {
 
     /// Queue `job` (a read, write or flush of a backend with a descriptor).
     pub fn push(&mut self, mut job: Job) {
-        let Some(raw) = job.req.ns.backend.raw_io() else {
-            return self.fail(job, io::ErrorKind::Unsupported.into());
+        // An encrypted backend (ADR 0029) has no `raw_io`: its descriptor comes with the cipher.
+        let (raw, crypt) = match job.req.ns.backend.raw_io() {
+            Some(raw) => (raw, false),
+            None => match job.req.ns.backend.crypt_io() {
+                Some(c) => (c.raw, true),
+                None => return self.fail(job, io::ErrorKind::Unsupported.into()),
+            },
         };
         let (offset, len) = (job.req.offset, job.req.len);
         let transfer = matches!(job.req.op, IoOp::Read | IoOp::Write { .. });
@@ -145,6 +150,11 @@ impl Uring {
                     b.as_mut_slice().copy_from_slice(data);
                     bounce = Some(b);
                 }
+                // Encrypted: the data is sealed in the memory the kernel writes from (the slot
+                // buffer is not read again after the write).
+                if crypt && let Err(e) = Self::seal(&mut job, bounce.as_mut(), len) {
+                    return self.fail(job, e);
+                }
             }
             IoOp::Flush => {}
             IoOp::FlushAll(_)
@@ -175,6 +185,19 @@ impl Uring {
             }
         };
         self.backlog.push_back(idx);
+    }
+
+    /// Encrypts a write's data where the kernel will read it (ADR 0029).
+    fn seal(job: &mut Job, bounce: Option<&mut AlignedBuf>, len: usize) -> io::Result<()> {
+        let offset = job.req.offset;
+        let Some(c) = job.req.ns.backend.crypt_io() else {
+            return Err(io::ErrorKind::Unsupported.into());
+        };
+        let data = match bounce {
+            Some(b) => b.as_mut_slice(),
+            None => job.buf.get_mut(..len).ok_or(io::ErrorKind::InvalidInput)?,
+        };
+        ebof_backend::crypt::seal_write(c.cipher, offset, data).map_err(io::Error::other)
     }
 
     fn fail(&mut self, job: Job, e: io::Error) {
@@ -274,6 +297,7 @@ impl Uring {
             let Op {
                 mut job, bounce, ..
             } = op;
+            let mut result = result;
             if let Some(b) = bounce {
                 if result.is_ok() && matches!(job.req.op, IoOp::Read) {
                     job.buf.clear();
@@ -282,6 +306,17 @@ impl Uring {
                 if self.bounces.len() < BOUNCE_KEEP {
                     self.bounces.push(b);
                 }
+            }
+            // Encrypted (ADR 0029): the ciphertext read is decrypted here, on the reactor.
+            if result.is_ok()
+                && matches!(job.req.op, IoOp::Read)
+                && let Some(c) = job.req.ns.backend.crypt_io()
+            {
+                let len = job.req.len as usize;
+                result = match job.buf.get_mut(..len) {
+                    Some(data) => ebof_backend::crypt::open_read(c.cipher, job.req.offset, data),
+                    None => Err(BackendError::Io(io::ErrorKind::InvalidInput.into())),
+                };
             }
             let status = io_status(&job.req, result);
             f(job.done(status));
