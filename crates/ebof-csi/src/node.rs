@@ -6,7 +6,7 @@
 use crate::names::{self, ctx};
 use crate::pb;
 use crate::pb::volume_capability::{AccessType, access_mode::Mode};
-use crate::rpc::{BusySet, absolute, invalid, ok, required};
+use crate::rpc::{BusySet, absolute, invalid, ok, published_path, required};
 use crate::sys;
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
@@ -552,7 +552,7 @@ impl pb::node_server::Node for Node {
     ) -> Result<Response<pb::NodeGetVolumeStatsResponse>, Status> {
         let r = req.into_inner();
         required(&r.volume_id, "volume_id")?;
-        absolute(&r.volume_path, "volume_path")?;
+        published_path(&r.volume_path, "volume_path")?;
         let p = Path::new(&r.volume_path);
         let meta =
             std::fs::metadata(p).map_err(|e| Status::not_found(format!("{}: {e}", p.display())))?;
@@ -612,7 +612,7 @@ impl pb::node_server::Node for Node {
     ) -> Result<Response<pb::NodeExpandVolumeResponse>, Status> {
         let r = req.into_inner();
         required(&r.volume_id, "volume_id")?;
-        absolute(&r.volume_path, "volume_path")?;
+        published_path(&r.volume_path, "volume_path")?;
         let _busy = self.busy.hold(&r.volume_id)?;
         tracing::info!(volume = %r.volume_id, path = %r.volume_path, "NodeExpandVolume");
         let p = PathBuf::from(&r.volume_path);

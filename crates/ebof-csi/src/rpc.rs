@@ -43,6 +43,20 @@ pub(crate) fn absolute(v: &str, what: &str) -> Result<(), Status> {
     Ok(())
 }
 
+/// For the calls about a volume already published at `v` (NodeGetVolumeStats,
+/// NodeExpandVolume): INVALID_ARGUMENT naming `what` when `v` is empty, NOT_FOUND when it is
+/// not an absolute path (no volume is published there; the spec's code for a volume not at
+/// the path, what csi-sanity checks). Nothing is run for such a path either way.
+pub(crate) fn published_path(v: &str, what: &str) -> Result<(), Status> {
+    required(v, what)?;
+    if !v.starts_with('/') || v.contains('\0') {
+        return Err(Status::not_found(format!(
+            "{what} {v:?} is not an absolute path: no volume is published there"
+        )));
+    }
+    Ok(())
+}
+
 /// A successful answer.
 pub(crate) fn ok<T>(v: T) -> Result<Response<T>, Status> {
     Ok(Response::new(v))

@@ -414,3 +414,33 @@ fn volume_stats_report_a_gone_or_read_only_device() {
     .unwrap_err();
     assert_eq!(e.code(), tonic::Code::NotFound);
 }
+
+#[test]
+fn stats_and_expand_of_a_path_that_holds_no_volume_are_not_found() {
+    // csi-sanity (v5.2.0 to v5.4.0): a volume not at the path given, a relative one included,
+    // is NOT_FOUND; no path at all is INVALID_ARGUMENT; no tool runs.
+    let f = fake("exit 2");
+    let missing = f.dir.path().join("nothing-here");
+    for (path, want) in [
+        ("some/path", tonic::Code::NotFound),
+        ("-oremount", tonic::Code::NotFound),
+        (missing.to_str().unwrap(), tonic::Code::NotFound),
+        ("", tonic::Code::InvalidArgument),
+    ] {
+        let req = pb::NodeGetVolumeStatsRequest {
+            volume_id: f.nqn.clone(),
+            volume_path: path.into(),
+            ..Default::default()
+        };
+        let e = block_on(f.node.node_get_volume_stats(Request::new(req))).unwrap_err();
+        assert_eq!(e.code(), want, "stats {path:?}: {e:?}");
+        let req = pb::NodeExpandVolumeRequest {
+            volume_id: f.nqn.clone(),
+            volume_path: path.into(),
+            ..Default::default()
+        };
+        let e = block_on(f.node.node_expand_volume(Request::new(req))).unwrap_err();
+        assert_eq!(e.code(), want, "expand {path:?}: {e:?}");
+    }
+    assert_eq!(f.calls(), "", "no tool ran");
+}
