@@ -265,3 +265,54 @@ fn perf_stops_when_the_target_goes_away() {
         o.stderr
     );
 }
+
+/// nvme-cli's spelling of the host options works as it does there: `-q/--hostnqn`,
+/// `-I/--hostid`, `-S/--dhchap-secret`, `-C/--dhchap-ctrl-secret`, `-o/--output-format`,
+/// `-g/-G` (digests, perf); bad values get errors naming the option.
+#[test]
+fn nvme_cli_short_flags_are_accepted() {
+    let t = Target::start();
+    let port = t.port();
+    let host = "nqn.2014-08.org.nvmexpress:uuid:3d1219c7-c4c5-404a-aa1f-6d2a48adfda4";
+    let id = "3d1219c7-c4c5-404a-aa1f-6d2a48adfda4";
+    let base = ["-a", "127.0.0.1", "-s", &port, "-q", host, "-I", id];
+    let o = ebof(&[&["discover"], &base[..], &["-o", "json"]].concat());
+    assert!(o.ok, "{}", o.stderr);
+    let nqn = json(&o)["records"]
+        .as_array()
+        .expect("records")
+        .iter()
+        .find(|r| r["subtype"] == "nvme subsystem")
+        .expect("an NVM subsystem record")["subnqn"]
+        .as_str()
+        .expect("subnqn")
+        .to_string();
+    let o = ebof(&[&["identify"], &base[..], &["-n", &nqn, "-o", "json"]].concat());
+    assert!(o.ok, "{}", o.stderr);
+    assert_eq!(json(&o)["controller"]["subnqn"], nqn.as_str());
+    let o = ebof(&[&["identify"], &base[..], &["-n", &nqn, "-o", "normal"]].concat());
+    assert!(o.ok && o.stdout.contains("NVME Identify"), "{}", o.stdout);
+    let j = perf(
+        &t,
+        &nqn,
+        &["-q", host, "-I", id, "-g", "-G", "--runtime", "300ms"],
+    );
+    assert!(j["ios"].as_u64().unwrap_or(0) > 0, "{j}");
+
+    for (args, needle) in [
+        (vec!["-q", "not-an-nqn"], "--hostnqn"),
+        (vec!["-I", "3d1219c7"], "--hostid"),
+        (vec!["-S", "DHHC-1:00:bad:"], "--dhchap-secret"),
+        (vec!["-o", "xml"], "xml"),
+    ] {
+        let o = ebof(
+            &[
+                &["identify", "-a", "127.0.0.1", "-s", &port, "-n", &nqn][..],
+                &args[..],
+            ]
+            .concat(),
+        );
+        assert!(!o.ok, "{args:?} accepted");
+        assert!(o.stderr.contains(needle), "{args:?}: {}", o.stderr);
+    }
+}

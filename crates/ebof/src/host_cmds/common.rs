@@ -29,6 +29,68 @@ pub fn host_config(hostnqn: Option<&str>) -> Result<HostConfig> {
     Ok(cfg)
 }
 
+/// Who the host says it is, as nvme-cli spells it: `-q/--hostnqn`, `-I/--hostid`.
+#[derive(clap::Args, Debug, Default)]
+pub struct HostIdArgs {
+    /// Host NQN (default: /etc/nvme/hostnqn, else a generated UUID NQN).
+    #[arg(short = 'q', long, value_name = "NQN")]
+    pub hostnqn: Option<String>,
+    /// Host Identifier, a UUID (default: /etc/nvme/hostid, else the UUID in the host NQN).
+    #[arg(short = 'I', long, value_name = "UUID")]
+    pub hostid: Option<String>,
+}
+
+impl HostIdArgs {
+    /// The host configuration with this identity ([`host_config`], then the host ID).
+    pub fn config(&self) -> Result<HostConfig> {
+        let mut cfg = host_config(self.hostnqn.as_deref())?;
+        if let Some(id) = &self.hostid {
+            let Some(bytes) = parse_uuid(id) else {
+                bail!("--hostid {id:?} is not a UUID (e.g. 3d1219c7-c4c5-404a-aa1f-6d2a48adfda4)");
+            };
+            cfg.hostid = bytes;
+        }
+        Ok(cfg)
+    }
+}
+
+/// A UUID in its text form (32 hex digits, hyphens in the 8-4-4-4-12 places optional).
+fn parse_uuid(s: &str) -> Option<[u8; 16]> {
+    let t = s.trim();
+    let hex: String = if t.len() == 36 {
+        let b = t.as_bytes();
+        if [8, 13, 18, 23].iter().any(|&i| b[i] != b'-') {
+            return None;
+        }
+        t.chars().filter(|&c| c != '-').collect()
+    } else {
+        t.to_string()
+    };
+    if hex.len() != 32 || !hex.bytes().all(|c| c.is_ascii_hexdigit()) {
+        return None;
+    }
+    let mut out = [0u8; 16];
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).ok()?;
+    }
+    Some(out)
+}
+
+/// Whether JSON is asked for, by `--json` or `-o json`.
+pub fn wants_json(json: bool, format: Option<OutputFormat>) -> bool {
+    json || format == Some(OutputFormat::Json)
+}
+
+/// nvme-cli's `-o/--output-format`: `normal` or `json` (ebof's `--json` says the same).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum OutputFormat {
+    /// Text.
+    #[default]
+    Normal,
+    /// JSON.
+    Json,
+}
+
 /// A current-thread tokio runtime with I/O and timers.
 pub fn runtime() -> Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_current_thread()
@@ -152,6 +214,28 @@ mod tests {
     }
 
     #[test]
+    fn uuids() {
+        let want = [
+            0x3d, 0x12, 0x19, 0xc7, 0xc4, 0xc5, 0x40, 0x4a, 0xaa, 0x1f, 0x6d, 0x2a, 0x48, 0xad,
+            0xfd, 0xa4,
+        ];
+        assert_eq!(
+            parse_uuid("3d1219c7-c4c5-404a-aa1f-6d2a48adfda4"),
+            Some(want)
+        );
+        assert_eq!(parse_uuid("3D1219C7C4C5404AAA1F6D2A48ADFDA4"), Some(want));
+        for bad in [
+            "",
+            "3d1219c7-c4c5-404a-aa1f-6d2a48adfda",
+            "3d1219c7xc4c5-404a-aa1f-6d2a48adfda4",
+            "3d1219c7-c4c5-404a-aa1f-6d2a48adfdag",
+            "ééééééééééééééééé",
+        ] {
+            assert_eq!(parse_uuid(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
     fn formatting() {
         assert_eq!(hex(&[0xab, 0x01]), "ab01");
         assert_eq!(
@@ -168,11 +252,11 @@ mod tests {
 pub struct SecurityArgs {
     /// DH-HMAC-CHAP: the host's secret (`DHHC-1:NN:…:`, e.g. from `nvme gen-dhchap-key`), used
     /// when the controller asks for authentication.
-    #[arg(long, value_name = "SECRET")]
+    #[arg(short = 'S', long, value_name = "SECRET")]
     pub dhchap_secret: Option<String>,
     /// DH-HMAC-CHAP: the controller's secret, for bidirectional authentication (the controller
     /// must prove it knows it too).
-    #[arg(long, value_name = "SECRET", requires = "dhchap_secret")]
+    #[arg(short = 'C', long, value_name = "SECRET", requires = "dhchap_secret")]
     pub dhchap_ctrl_secret: Option<String>,
     /// NVMe/TCP over TLS 1.3 with a pre-shared key (needs --tls-key: ebof has no kernel
     /// keyring to look one up in).

@@ -6,7 +6,7 @@ use nvme_spec::discovery::{DiscoveryLogEntry, adrfam, eflags, subtype, tcp_secty
 use nvmf_host::{DiscoveryLog, HostConfig, HostError};
 use serde_json::json;
 
-use super::common::{apply_transport, host_config, resolve, runtime};
+use super::common::{apply_transport, resolve, runtime};
 
 #[derive(clap::Args, Debug)]
 pub struct DiscoverArgs {
@@ -17,9 +17,8 @@ pub struct DiscoverArgs {
     /// port, where targets answer discovery too].
     #[arg(short = 's', long = "trsvcid", value_name = "PORT")]
     pub trsvcid: Option<u16>,
-    /// Host NQN (default: /etc/nvme/hostnqn, else a generated UUID NQN).
-    #[arg(long, value_name = "NQN")]
-    pub hostnqn: Option<String>,
+    #[command(flatten)]
+    pub host: super::common::HostIdArgs,
     /// Transport: `tcp` (NVMe/TCP) or `rdma` (NVMe/RDMA over RoCE, iWARP or InfiniBand).
     #[arg(
         short = 't',
@@ -33,10 +32,13 @@ pub struct DiscoverArgs {
     /// Print JSON (nvme-cli's `-o json` shape: genctr and records).
     #[arg(long)]
     pub json: bool,
+    /// Output format, as nvme-cli's `-o`: `normal` or `json` (the same as `--json`).
+    #[arg(short = 'o', long = "output-format", value_name = "FMT", value_enum)]
+    pub output_format: Option<super::common::OutputFormat>,
 }
 
 pub fn discover(a: DiscoverArgs) -> Result<()> {
-    let mut cfg = host_config(a.hostnqn.as_deref())?;
+    let mut cfg = a.host.config()?;
     a.security.apply(&mut cfg)?;
     apply_transport(a.transport, &mut cfg)?;
     let rt = runtime()?;
@@ -55,7 +57,7 @@ pub fn discover(a: DiscoverArgs) -> Result<()> {
         }
         r => r.with_context(|| format!("discovery at {addr} failed"))?,
     };
-    if a.json {
+    if super::common::wants_json(a.json, a.output_format) {
         println!("{}", serde_json::to_string_pretty(&to_json(&log))?);
     } else {
         print!("{}", to_text(&log));

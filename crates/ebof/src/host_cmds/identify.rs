@@ -7,7 +7,7 @@ use nvme_spec::identify::{IdentifyController, IdentifyNamespace, NsIdDescriptor}
 use nvmf_host::Controller;
 use serde_json::{Value, json};
 
-use super::common::{apply_transport, hex, host_config, resolve, runtime, uuid_str};
+use super::common::{apply_transport, hex, resolve, runtime, uuid_str};
 
 #[derive(clap::Args, Debug)]
 pub struct IdentifyArgs {
@@ -16,14 +16,16 @@ pub struct IdentifyArgs {
     /// Only this namespace (default: every active namespace).
     #[arg(long, value_name = "N")]
     pub nsid: Option<u32>,
-    /// Host NQN (default: /etc/nvme/hostnqn, else a generated UUID NQN).
-    #[arg(long, value_name = "NQN")]
-    pub hostnqn: Option<String>,
+    #[command(flatten)]
+    pub host: super::common::HostIdArgs,
     #[command(flatten)]
     pub security: super::common::SecurityArgs,
     /// Print one JSON object.
     #[arg(long)]
     pub json: bool,
+    /// Output format, as nvme-cli's `-o`: `normal` or `json` (the same as `--json`).
+    #[arg(short = 'o', long = "output-format", value_name = "FMT", value_enum)]
+    pub output_format: Option<super::common::OutputFormat>,
 }
 
 /// What was read from the controller.
@@ -36,7 +38,7 @@ struct Identified {
 
 pub fn identify(a: IdentifyArgs) -> Result<()> {
     let addr = resolve(&a.target.traddr, a.target.trsvcid)?;
-    let mut cfg = host_config(a.hostnqn.as_deref())?;
+    let mut cfg = a.host.config()?;
     a.security.apply(&mut cfg)?;
     apply_transport(a.target.transport, &mut cfg)?;
     cfg.io_queues = 0;
@@ -57,7 +59,7 @@ pub fn identify(a: IdentifyArgs) -> Result<()> {
         ctrl.disconnect().await;
         r
     })?;
-    if a.json {
+    if super::common::wants_json(a.json, a.output_format) {
         println!("{}", serde_json::to_string_pretty(&to_json(&id))?);
     } else {
         print!("{}", to_text(&id));

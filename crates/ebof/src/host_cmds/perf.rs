@@ -12,8 +12,7 @@ use ebof_perf::Endpoint;
 use ebof_perf::perf::{self, Event, PerfOptions, RwMode, verify_only, vlog};
 
 use super::common::{
-    SecurityArgs, SubsystemArgs, apply_transport, host_config, parse_duration, parse_range,
-    parse_size, resolve,
+    SecurityArgs, SubsystemArgs, apply_transport, parse_duration, parse_range, parse_size, resolve,
 };
 
 /// Access pattern and direction (fio's `rw=` names).
@@ -78,10 +77,10 @@ pub struct PerfArgs {
     #[arg(long, value_name = "RANGE", value_parser = parse_range)]
     pub range: Option<(u64, u64)>,
     /// Ask for the NVMe/TCP header digest.
-    #[arg(long)]
+    #[arg(short = 'g', long)]
     pub hdr_digest: bool,
     /// Ask for the NVMe/TCP data digest.
-    #[arg(long)]
+    #[arg(short = 'G', long)]
     pub data_digest: bool,
     /// Keep SQ flow control on the I/O queues. By default `ebof perf` asks the target to
     /// disable it (Connect CATTR.DISSQFC, NVMe/TCP 1.0 3.3.8.1), so that a read can complete
@@ -120,9 +119,8 @@ pub struct PerfArgs {
     /// any violation. Uses the log's namespace and range; --queues and --qd apply.
     #[arg(long, requires = "verify_log", conflicts_with_all = ["verify", "flush_every", "flush_at_end", "fua", "range", "ramp"])]
     pub verify_only: bool,
-    /// Host NQN (default: /etc/nvme/hostnqn, else a generated UUID NQN).
-    #[arg(long, value_name = "NQN")]
-    pub hostnqn: Option<String>,
+    #[command(flatten)]
+    pub host: super::common::HostIdArgs,
     #[command(flatten)]
     pub security: SecurityArgs,
     /// Wait for completions in epoll instead of polling the sockets (by default each worker
@@ -132,9 +130,13 @@ pub struct PerfArgs {
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Output format, as nvme-cli's `-o`: `normal` or `json` (the same as `--json`).
+    #[arg(short = 'o', long = "output-format", value_name = "FMT", value_enum)]
+    pub output_format: Option<super::common::OutputFormat>,
 }
 
-pub fn perf(a: PerfArgs) -> Result<()> {
+pub fn perf(mut a: PerfArgs) -> Result<()> {
+    a.json = super::common::wants_json(a.json, a.output_format);
     perf::check_qd(a.qd)?;
     if let (true, Some(log)) = (a.verify_only, &a.verify_log) {
         return verify_only(&a, log);
@@ -191,7 +193,7 @@ fn options(a: &PerfArgs) -> Result<PerfOptions> {
 /// library sets the number of I/O queues).
 fn endpoint(a: &PerfArgs) -> Result<Endpoint> {
     let addr = resolve(&a.target.traddr, a.target.trsvcid)?;
-    let mut cfg = host_config(a.hostnqn.as_deref())?;
+    let mut cfg = a.host.config()?;
     a.security.apply(&mut cfg)?;
     cfg.hdr_digest = a.hdr_digest;
     cfg.data_digest = a.data_digest;
