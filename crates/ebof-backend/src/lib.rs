@@ -310,6 +310,14 @@ pub type WriteDone = Box<dyn FnOnce(Vec<u8>, Result<(), BackendError>) + Send>;
 
 /// Writes started from a reactor thread and finished on another ([`Backend::async_writes`]).
 pub trait AsyncWrites: Send + Sync {
+    /// Write `data` at `offset` here and now when that needs no waiting (a replicated
+    /// namespace's secondary copy over RAM); `None` (the default): call
+    /// [`AsyncWrites::start_write`] instead.
+    fn write_now(&self, offset: u64, data: &[u8]) -> Option<Result<(), BackendError>> {
+        let _ = (offset, data);
+        None
+    }
+
     /// Start writing `buf[..len]` at `offset`, with [`Backend::write`]'s effect. `Ok(())`:
     /// started, and `done` will be called exactly once, on any thread (possibly before this
     /// returns: it must not need what the caller holds). `Err`: not started (the backend cannot

@@ -272,6 +272,11 @@ impl MirrorBackend {
 /// wait here (a resync holding the region, a bitmap page to sync, a copy that blocks) is
 /// declined and runs the blocking way.
 impl AsyncWrites for MirrorBackend {
+    fn write_now(&self, offset: u64, data: &[u8]) -> Option<Result<(), BackendError>> {
+        (self.shared.role() != Role::Primary && !self.local.may_block())
+            .then(|| self.local.write(offset, data))
+    }
+
     fn start_write(
         &self,
         offset: u64,

@@ -418,3 +418,29 @@ fn async_writes_are_on_both_and_decline_what_would_wait() {
     m.stop();
     std::fs::remove_dir_all(&dir).expect("cleanup");
 }
+
+/// A secondary's copy (RAM) takes the primary's replica writes at once, on the reactor
+/// (`write_now`); a primary's never do (they wait for the peer).
+#[test]
+fn a_secondary_writes_now_a_primary_does_not() {
+    let n = nqn("write_now");
+    const SIZE: u64 = 4 << 20;
+    let mut sp = spec(&n, "127.0.0.1:9".parse().expect("addr"));
+    sp.role = Role::Secondary;
+    let local = ram(SIZE);
+    let m = Mirror::start(
+        sp,
+        local.clone(),
+        Arc::new(TestFence(0.into())),
+        Arc::new(Sink),
+    )
+    .expect("start");
+    assert_eq!(m.status().role, Role::Secondary);
+    let b = m.backend();
+    let w = b.async_writes().expect("asynchronous writes");
+    assert!(matches!(w.write_now(4096, &pattern(5, 4096)), Some(Ok(()))));
+    assert_eq!(read(&*local, 4096, 4096), pattern(5, 4096));
+    assert!(m.promote(false).is_ok());
+    assert!(w.write_now(8192, &pattern(6, 4096)).is_none(), "primary");
+    m.stop();
+}

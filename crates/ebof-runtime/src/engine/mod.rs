@@ -127,14 +127,18 @@ impl Offload for Offloader<'_> {
             return;
         };
         let buf = q.take_io_buffer(slot);
-        self.engine.start(Job {
+        let job = Job {
             conn: self.conn,
             generation: self.generation,
             slot,
             req,
             buf,
-        });
-        self.started += 1;
+        };
+        match self.engine.start(job) {
+            // Finished without waiting (a replicated namespace's secondary copy).
+            Some(done) => q.complete_io(done.slot, done.status, done.buf),
+            None => self.started += 1,
+        }
     }
 }
 
@@ -203,28 +207,44 @@ impl Engine {
 
     /// Start `job`: as SQEs on the ring when it can (reads, writes, Flush of one namespace
     /// whose backend is a descriptor), else on the pool. Its [`Done`] comes from
-    /// [`Engine::reap`]. SQEs reach the kernel at the next [`Engine::submit`].
-    pub fn start(&mut self, job: Job) {
-        self.outstanding += 1;
-        let Some(job) = self.start_async(job) else {
-            return;
+    /// [`Engine::reap`]. SQEs reach the kernel at the next [`Engine::submit`]. `Some`: the job
+    /// finished at once (an asynchronous backend's write that needed no waiting), and nothing
+    /// will come from [`Engine::reap`] for it.
+    pub fn start(&mut self, job: Job) -> Option<Done> {
+        let job = match self.start_async(job) {
+            Async::Not(job) => job,
+            Async::Now(done) => return Some(done),
+            Async::Started => {
+                self.outstanding += 1;
+                return None;
+            }
         };
+        self.outstanding += 1;
         match &mut self.uring {
             Some(u) if uring_op(&job.req) => u.push(job),
             _ => self.pool.spawn(job),
         }
+        None
     }
 
     /// A plain write (no FUA) to a backend with asynchronous writes is started here; its
     /// [`Done`] arrives like a pool thread's. Gives the job back when it is not one, or the
     /// backend declined it (then it runs the blocking way).
-    fn start_async(&mut self, job: Job) -> Option<Job> {
+    fn start_async(&mut self, job: Job) -> Async {
         let IoOp::Write { fua: false } = job.req.op else {
-            return Some(job);
+            return Async::Not(job);
         };
         let (offset, len) = (job.req.offset, job.req.len as usize);
-        if job.req.ns.backend.async_writes().is_none() || job.buf.len() < len {
-            return Some(job);
+        let Some(data) = job.buf.get(..len) else {
+            return Async::Not(job);
+        };
+        let now = match job.req.ns.backend.async_writes() {
+            None => return Async::Not(job),
+            Some(w) => w.write_now(offset, data),
+        };
+        if let Some(res) = now {
+            let status = nvmf_target::io_status(&job.req, res);
+            return Async::Now(job.done(status));
         }
         let Job {
             conn,
@@ -265,7 +285,7 @@ impl Engine {
                 done(buf, res);
             }));
         }
-        None
+        Async::Started
     }
 
     /// Hand the SQEs queued since the last call to the kernel (one `io_uring_enter`).
@@ -298,6 +318,16 @@ impl Engine {
         }
         self.outstanding = self.outstanding.saturating_sub(reaped);
     }
+}
+
+/// What [`Engine::start_async`] did with a job.
+enum Async {
+    /// Not an asynchronous write: the job, to run the usual way.
+    Not(Job),
+    /// Finished at once.
+    Now(Done),
+    /// Started (or declined and queued on the pool): its [`Done`] comes through the channel.
+    Started,
 }
 
 /// Whether the ring runs `req` itself.
