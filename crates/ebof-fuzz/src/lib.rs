@@ -45,7 +45,8 @@
 //! - [`targets::csi_authority`]: a gRPC client's bytes into the CSI socket's `:authority`
 //!   rewriter (HTTP/2 frames, HPACK); piece-independent, and its output a fixed point.
 //! - [`targets::vendor_cmds`]: an SQE and data into the vendor admin decoders (C1h Mirror
-//!   Admit, C5h Witness Lease); known refusals only, identity round trips of what is accepted.
+//!   Admit, C5h Witness Lease, C9h Mirror Reservations); known refusals only, identity round
+//!   trips of what is accepted (a reservation table also through its persisted form).
 
 #![forbid(unsafe_code)]
 

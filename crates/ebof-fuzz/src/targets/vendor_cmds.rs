@@ -1,25 +1,33 @@
 //! Arbitrary bytes into ebof's vendor admin command decoders of `nvme-spec`
-//! ([`MirrorAdmit::decode`], C1h, and [`WitnessLease::decode`], C5h, ADR 0028): what a
-//! mirror's replication link or a witness client sends a controller.
+//! ([`MirrorAdmit::decode`], C1h, [`WitnessLease::decode`], C5h, and [`MirrorResv::decode`],
+//! C9h, ADR 0028): what a mirror's replication link or a witness client sends a controller.
 //!
 //! Input: a 64-byte SQE (zero padded when shorter), then the command's data (the rest).
-//! Both decoders see it, once with the opcode as sent and once with the opcode forced to theirs.
+//! Every decoder sees it, once with the opcode as sent and once with the opcode forced to its
+//! own.
 //!
 //! Checked, beyond "never panics":
 //! - a refusal is a known one: the opcode, NSID, reserved dwords/bytes, data length, lease ms
 //!   or op; a refused opcode is never the command's own;
 //! - accepted ⇒ its fields are the wire's (NSID, epoch, lease within 1..=60000) and encode →
 //!   decode is the identity; re-encoding reproduces the SQE's checked dwords and the data byte
-//!   for byte.
+//!   for byte;
+//! - a reservation table accepted is one the target can hold: at most 1024 registrants, no host
+//!   twice, a holder registered (or an All Registrants type with registrants); its conversion
+//!   to `nvmf_target`'s table and back is the identity, and so is the table's persisted text
+//!   form (what a secondary with PTPL on saves).
 
 use crate::Features;
 use nvme_spec::Sqe;
 use nvme_spec::ebof_vendor::{
-    MAX_LEASE_MS, MirrorAdmit, VendorError, WITNESS_LEASE_DATA_LEN, WitnessLease, opcode,
+    MAX_LEASE_MS, MirrorAdmit, MirrorResv, RESV_IMAGE_MAX_REGS, ResvImageError, VendorError,
+    WITNESS_LEASE_DATA_LEN, WitnessLease, opcode,
 };
+use nvmf_target::reservation::ResvTable;
 
 const F_ADMIT: u8 = 1;
 const F_LEASE: u8 = 2;
+const F_RESV: u8 = 3;
 
 fn kind(e: &VendorError) -> u64 {
     match e {
@@ -89,7 +97,54 @@ fn lease(sqe: &Sqe, data: &[u8], feat: &mut Features) {
     }
 }
 
-/// One input: the SQE and data into both decoders (see the module docs).
+fn resv(sqe: &Sqe, data: &[u8], feat: &mut Features) {
+    match MirrorResv::decode(sqe, data) {
+        Err(e) => {
+            feat.add_variant(F_RESV, &e);
+            match e {
+                ResvImageError::Sqe(VendorError::Opcode(o)) => assert_ne!(o, opcode::MIRROR_RESV),
+                ResvImageError::Sqe(VendorError::Nsid(n)) => assert!(n == 0 || n == u32::MAX),
+                ResvImageError::Sqe(VendorError::ReservedDword(n)) => {
+                    assert!((12..16).contains(&n))
+                }
+                ResvImageError::Sqe(other) => panic!("Mirror Reservations SQE refused: {other:?}"),
+                ResvImageError::DataLen(n) => assert_eq!(n, data.len()),
+                ResvImageError::Count(n) => assert!(n > RESV_IMAGE_MAX_REGS),
+                ResvImageError::ReservedByte(o) => assert!(o == 4 || (24..32).contains(&o)),
+                ResvImageError::Type(t) => assert!(t > 6),
+                ResvImageError::Holder => {}
+                ResvImageError::Duplicate(i) => assert!(i > 0 && i < RESV_IMAGE_MAX_REGS),
+            }
+        }
+        Ok(m) => {
+            let img = &m.image;
+            feat.add(
+                F_RESV,
+                64 + (img.regs.len().min(8) as u64) * 8 + img.reservation.map_or(0, |r| r.0) as u64,
+            );
+            assert_eq!(m.nsid, sqe.nsid().0);
+            assert!(img.regs.len() <= RESV_IMAGE_MAX_REGS);
+            assert_eq!(
+                img.encode().as_slice(),
+                data,
+                "re-encoding changed the data"
+            );
+            let mut again = *sqe;
+            MirrorResv::encode_sqe(m.nsid, m.epoch, &mut again);
+            assert_eq!(again, *sqe, "re-encoding changed the SQE");
+            let table = ResvTable::from_image(img.clone());
+            assert_eq!(&table.to_image(), img);
+            let text = table.encode_state();
+            assert_eq!(
+                ResvTable::decode_state(&text).as_ref(),
+                Ok(&table),
+                "a table the link accepts must persist and load back"
+            );
+        }
+    }
+}
+
+/// One input: the SQE and data into every decoder (see the module docs).
 pub fn run(input: &[u8], feat: &mut Features) {
     let mut b = [0u8; 64];
     let n = input.len().min(64);
@@ -103,6 +158,9 @@ pub fn run(input: &[u8], feat: &mut Features) {
     admit(&forced, feat);
     forced.0[0] = opcode::WITNESS_LEASE;
     lease(&forced, data, feat);
+    resv(&sqe, data, feat);
+    forced.0[0] = opcode::MIRROR_RESV;
+    resv(&forced, data, feat);
 }
 
 /// Seeds: valid commands of both kinds and a few near misses.
@@ -146,5 +204,22 @@ pub fn seeds() -> Vec<(String, Vec<u8>)> {
     let mut b = v[v.len() - 1].1.clone();
     b[64 + 44] = 3;
     v.push(("lease-bad-op".into(), b));
+    let mut s = Sqe::new(0, CommandId(3));
+    MirrorResv::encode_sqe(1, 0x2_0000_0001, &mut s);
+    let img = nvme_spec::ebof_vendor::ResvImage {
+        generation: 9,
+        ptpl: true,
+        reservation: Some((1, [0x11; 16])),
+        regs: vec![([0x11; 16], 0x1234), ([0x22; 16], 0x5678)],
+    };
+    let mut b = s.0.to_vec();
+    b.extend_from_slice(&img.encode());
+    v.push(("resv-held".into(), b.clone()));
+    let mut bad = b.clone();
+    bad[64 + 8] = 0x33;
+    v.push(("resv-holder-not-registered".into(), bad));
+    let mut b = s.0.to_vec();
+    b.extend_from_slice(&nvme_spec::ebof_vendor::ResvImage::default().encode());
+    v.push(("resv-empty".into(), b));
     v
 }
