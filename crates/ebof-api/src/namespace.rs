@@ -52,6 +52,10 @@ pub struct NamespaceView {
     /// Replication state of a mirrored namespace (ADR 0028); absent when not mirrored.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mirror: Option<MirrorView>,
+    /// Whether the data is encrypted at rest (ADR 0029; by its own key or its pool's). The
+    /// key itself is never in the API.
+    #[serde(default)]
+    pub encrypted: bool,
 }
 
 /// A mirrored namespace's replication state (`GET …/namespaces/{nsid}/mirror`,

@@ -207,6 +207,7 @@ impl Config {
                     let hosts: Vec<String> = hosts.iter().map(|h| string(h)).collect();
                     let _ = writeln!(out, "hosts = [{}]", hosts.join(", "));
                 }
+                crate::crypt::emit(&mut out, &ns.encryption);
                 crate::qos::emit(&mut out, &ns.qos);
                 crate::mirror::emit_ns(&mut out, &ns.mirror);
             }

@@ -98,6 +98,8 @@ pub mod codes {
     pub const UNKNOWN_POOL: &str = "unknown-pool";
     /// A replicated namespace, `[mirror]` or `[witness]` setting is unusable.
     pub const INVALID_MIRROR: &str = "invalid-mirror";
+    /// An `encryption` setting is unusable (ADR 0029).
+    pub const INVALID_ENCRYPTION: &str = "invalid-encryption";
 
     /// Every code above (for checks that a refusal carries a known code).
     pub const ALL: &[&str] = &[
@@ -146,6 +148,7 @@ pub mod codes {
         DUPLICATE_POOL,
         UNKNOWN_POOL,
         INVALID_MIRROR,
+        INVALID_ENCRYPTION,
     ];
 }
 

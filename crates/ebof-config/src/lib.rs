@@ -110,6 +110,7 @@
 #![forbid(unsafe_code)]
 
 mod ana;
+mod crypt;
 mod emit;
 mod error;
 mod mirror;
@@ -127,6 +128,7 @@ use std::path::Path;
 pub use ana::{
     ANA_GROUP_MAX, AnaSetting, AnaState, DEFAULT_ANA_GROUP, check_ana_group, parse_ana_state,
 };
+pub use crypt::{Encryption, EncryptionFields};
 pub use error::{ConfigError, codes};
 pub use mirror::{
     DEFAULT_LEASE_MAX_MS, DEFAULT_LEASE_MS, DEFAULT_LINK_HOSTNQN, DEFAULT_LINK_QUEUES,

@@ -463,6 +463,10 @@ pub struct Namespace {
     /// `mirror = { peer, role }`: the namespace is mirrored synchronously with the same
     /// namespace on the peer box (ADR 0028); `None`: not mirrored.
     pub mirror: Option<crate::mirror::NamespaceMirror>,
+    /// `encryption = { key_file }` on a file or block namespace outside pools (ADR 0029): its
+    /// data is encrypted with that key. A namespace in an encrypted pool has `None` here (the
+    /// pool's setting applies). `None`: not encrypted by its own key.
+    pub encryption: Option<crate::crypt::Encryption>,
 }
 
 /// The storage behind a namespace. Opening it is the backend crate's job.
@@ -572,6 +576,7 @@ impl Namespace {
             qos: crate::qos::Qos::default(),
             pool: None,
             mirror: None,
+            encryption: None,
         }
     }
 }

@@ -32,6 +32,9 @@ pub struct Pool {
     /// `size`: the most the pool hands out (the sum of its namespaces' sizes); `None`: only the
     /// file system's free space limits it.
     pub size: Option<u64>,
+    /// `encryption = { key_file }` (ADR 0029): every namespace made in the pool is encrypted
+    /// with its own key derived from this one. `None`: not encrypted.
+    pub encryption: Option<crate::crypt::Encryption>,
 }
 
 /// `[[pools]]` as written.
@@ -44,6 +47,8 @@ pub(crate) struct RawPool {
     directory: Option<String>,
     /// Optional cap, integer bytes or "100G".
     size: Option<SizeField>,
+    /// Optional `encryption = { key_file = "…" }`.
+    encryption: Option<crate::crypt::EncryptionFields>,
 }
 
 /// Check a pool name: 1 to [`POOL_NAME_MAX`] characters of `A-Z a-z 0-9 . _ -` (code
@@ -154,10 +159,16 @@ pub(crate) fn convert(raw: Vec<RawPool>) -> Result<Vec<Pool>, ConfigError> {
                     Some(crate::parse::parse_size(&s).map_err(|e| e.at(at("size")))?)
                 }
             };
+            let encryption = p
+                .encryption
+                .as_ref()
+                .map(|e| e.check(&at("encryption")))
+                .transpose()?;
             Ok(Pool {
                 name,
                 directory: PathBuf::from(directory),
                 size,
+                encryption,
             })
         })
         .collect()
@@ -278,6 +289,7 @@ pub(crate) fn emit(out: &mut String, cfg: &Config) {
         if let Some(size) = p.size {
             let _ = writeln!(out, "size = {}", crate::emit::size(size));
         }
+        crate::crypt::emit(out, &p.encryption);
     }
 }
 
@@ -326,6 +338,7 @@ mod tests {
             name: "p".into(),
             directory: "/var/lib/ebof/p".into(),
             size: None,
+            encryption: None,
         };
         assert!(p.holds(Path::new("/var/lib/ebof/p/a.img")));
         assert!(p.holds(Path::new("/var/lib/ebof/p/sub/a.img")));

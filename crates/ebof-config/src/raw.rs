@@ -359,6 +359,8 @@ pub struct NamespaceFields {
     pub pool: Option<String>,
     /// `mirror = { peer = "ADDR:PORT", role = "primary" | "secondary" }`; absent: not mirrored.
     pub mirror: Option<crate::mirror::MirrorFields>,
+    /// `encryption = { key_file = "PATH" }` (ADR 0029); absent: not encrypted by its own key.
+    pub encryption: Option<crate::crypt::EncryptionFields>,
 }
 
 /// A size as written: an integer or a string with a unit.
@@ -918,6 +920,11 @@ impl Namespace {
                 .mirror
                 .as_ref()
                 .map(|m| m.check(&format!("{path}.mirror")))
+                .transpose()?,
+            encryption: raw
+                .encryption
+                .as_ref()
+                .map(|e| e.check(&format!("{path}.encryption")))
                 .transpose()?,
         })
     }

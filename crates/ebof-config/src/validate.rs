@@ -167,6 +167,7 @@ impl Config {
         crate::security::validate(self)?;
         validate_management(&self.management)?;
         crate::pool::validate(self)?;
+        crate::crypt::validate(self)?;
         crate::mirror::validate(self)
     }
 }

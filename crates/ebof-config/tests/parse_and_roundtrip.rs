@@ -52,6 +52,7 @@ fn embedded_default_validates_and_matches_its_doc() {
             qos: Default::default(),
             pool: None,
             mirror: None,
+            encryption: None,
         }]
     );
 }
@@ -241,6 +242,7 @@ fn full_document_parses_to_expected_values() {
                     qos: Default::default(),
                     pool: None,
                     mirror: None,
+                    encryption: None,
                 },
                 Namespace {
                     nsid: 7,
@@ -259,6 +261,7 @@ fn full_document_parses_to_expected_values() {
                     qos: Default::default(),
                     pool: None,
                     mirror: None,
+                    encryption: None,
                 },
                 Namespace {
                     nsid: 3,
@@ -274,6 +277,7 @@ fn full_document_parses_to_expected_values() {
                     qos: Default::default(),
                     pool: None,
                     mirror: None,
+                    encryption: None,
                 },
             ],
         }
@@ -334,6 +338,7 @@ fn round_trip_of_awkward_values() {
         qos: Default::default(),
         pool: None,
         mirror: None,
+        encryption: None,
     });
     c.subsystems[0].namespaces.push(Namespace {
         nsid: 2,
@@ -346,6 +351,7 @@ fn round_trip_of_awkward_values() {
         qos: Default::default(),
         pool: None,
         mirror: None,
+        encryption: None,
     });
     c.listeners.push(Listener {
         address: "fe80::1".parse().unwrap(),

@@ -32,11 +32,13 @@ fn a_pool_box_loads_without_subsystems() {
                 name: "fast".into(),
                 directory: "/var/lib/ebof/fast".into(),
                 size: Some(100 << 30),
+                encryption: None,
             },
             Pool {
                 name: "bulk.2".into(),
                 directory: "/srv/bulk".into(),
                 size: None,
+                encryption: None,
             },
         ]
     );

@@ -97,6 +97,8 @@ pub fn open_namespace(
     field: &str,
 ) -> Result<Arc<Namespace>, String> {
     let (ram_huge_pages, state_dir) = (cfg.target.ram_huge_pages, cfg.target.state_dir.as_deref());
+    // Encrypted (ADR 0029): the key is read and checked before anything is created.
+    let crypt = crate::crypt::prepare(n, cfg, field)?;
     if let BackendChoice::File { path, .. } = &n.backend {
         ensure_parent_dir(&format!("{field}.path"), path)?;
     }
@@ -118,6 +120,10 @@ pub fn open_namespace(
             n.block_size
         ));
     }
+    let backend = match crypt {
+        Some(p) => crate::crypt::wrap(p, backend)?,
+        None => backend,
+    };
     let mirror = match &n.mirror {
         Some(m) => Some(crate::mirror::open(nqn, n, m, cfg, backend.clone(), field)?),
         None => None,
@@ -158,12 +164,15 @@ pub fn reservation_state_path(
     }
 }
 
-/// The files a pool namespace owns (deleted with it, [`crate::pools::delete_files`]): its data file and its persisted reservation state.
+/// The files a pool namespace owns (deleted with it, [`crate::pools::delete_files`]): its key
+/// header (encrypted pools; destroyed first), its data file and its persisted reservation
+/// state.
 pub(crate) fn owned_files(n: &ebof_config::Namespace, state_dir: Option<&Path>) -> Vec<PathBuf> {
     let (Some(_), Some(path)) = (&n.pool, n.backend.path()) else {
         return Vec::new();
     };
-    let mut files = vec![path.to_path_buf()];
+    // The key header first: deleting destroys the key before the data (crypto-erase).
+    let mut files = vec![ebof_backend::crypt::KeyHeader::path_for(path), path.to_path_buf()];
     files.extend(reservation_state_path(n, state_dir));
     files
 }

@@ -42,6 +42,7 @@ pub mod build;
 pub mod cdc;
 pub mod client;
 pub mod control;
+mod crypt;
 mod handlers;
 pub mod hostkeys;
 pub mod listen;

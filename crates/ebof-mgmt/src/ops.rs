@@ -56,6 +56,7 @@ pub(crate) fn namespace_view(n: &Namespace, path: Option<String>) -> NamespaceVi
         }),
         qos: crate::qos::qos_view(n),
         mirror: crate::mirror::view_of(n),
+        encrypted: n.backend.encrypted(),
     }
 }
 

@@ -165,6 +165,7 @@ pub(crate) fn clear_orphan(path: &Path, field: &str) -> Result<(), ApiError> {
 /// Delete the files of removed pool namespaces (after the removal is committed). A failure is
 /// logged: the namespace is gone either way, and a file left is replaced as an orphan later.
 pub(crate) fn delete_files(files: &[PathBuf]) {
+    crate::crypt::erase_headers(files);
     for f in files {
         match std::fs::remove_file(f) {
             Ok(()) => tracing::info!(path = %f.display(), "pool file deleted"),

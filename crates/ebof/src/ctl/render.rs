@@ -261,6 +261,12 @@ fn namespaces_text(l: &[NamespaceView], out: &mut String) {
             ));
         }
     }
+    for n in l.iter().filter(|n| n.encrypted) {
+        out.push_str(&format!(
+            "  nsid {} encrypted: aes-xts-plain64 (ADR 0029)\n",
+            n.nsid
+        ));
+    }
     for n in l {
         if n.qos.is_some() {
             out.push_str(&format!(
