@@ -22,7 +22,7 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use crate::Role;
 use crate::lease::Ask;
-use crate::link::LinkReq;
+use crate::pipe::LinkReq;
 use crate::shared::Shared;
 
 /// Longest a reservation command waits for its push before it is treated as failed.
