@@ -4,7 +4,7 @@
 //! secondary comes back and is resynced; the primary is killed and the secondary promoted with
 //! `ebof ctl ns mirror promote`. On the new primary, Reservation Report shows both registrants,
 //! the same keys, holder and type; the holder's write succeeds, a registrant's and a stranger's
-//! are reservation conflicts.
+//! are reservation conflicts. The same with a witness and automatic failover.
 
 mod common;
 
@@ -31,13 +31,28 @@ fn sock(dir: &Path, name: &str) -> PathBuf {
     dir.join(format!("{name}.sock"))
 }
 
-/// Box `name` on `addr`, mirroring with `peer` as `role` (file namespace, state directory).
+/// Box `name` on `addr`, mirroring with `peer` as `role` (file namespace, state directory),
+/// without a witness ([`start_with`] gives one).
 fn start(dir: &Path, name: &str, addr: SocketAddr, peer: SocketAddr, role: &str) -> Target {
+    start_with(dir, name, addr, peer, role, None)
+}
+
+fn start_with(
+    dir: &Path,
+    name: &str,
+    addr: SocketAddr,
+    peer: SocketAddr,
+    role: &str,
+    witness: Option<SocketAddr>,
+) -> Target {
     let cfg = dir.join(format!("{name}.toml"));
+    let witness = witness
+        .map(|w| format!("[mirror]\nwitness = \"{w}\"\nlease_ms = 1000\n\n"))
+        .unwrap_or_default();
     std::fs::write(
         &cfg,
         format!(
-            "[target]\nstate_dir = \"{state}\"\n\n[management]\nsocket = \"{sock}\"\n\n\
+            "{witness}[target]\nstate_dir = \"{state}\"\n\n[management]\nsocket = \"{sock}\"\n\n\
              [[listeners]]\naddress = \"127.0.0.1\"\nport = {port}\n\n\
              [[subsystems]]\nnqn = \"{NQN}\"\n\n\
              [[subsystems.namespaces]]\nnsid = 1\nbackend = \"file\"\npath = \"{file}\"\n\
@@ -63,6 +78,11 @@ fn start(dir: &Path, name: &str, addr: SocketAddr, peer: SocketAddr, role: &str)
 }
 
 fn wait_in_sync(dir: &Path, name: &str) {
+    wait_status(dir, name, "in sync", |s| s["state"] == "in-sync");
+}
+
+/// Wait (bounded) until box `name`'s mirror status satisfies `f`.
+fn wait_status(dir: &Path, name: &str, what: &str, f: impl Fn(&Value) -> bool) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let o = ctl_at(
@@ -70,10 +90,10 @@ fn wait_in_sync(dir: &Path, name: &str) {
             &["--json", "ns", "mirror", "status", NQN, "1"],
         );
         let s: Value = serde_json::from_str(&o.stdout).unwrap_or(Value::Null);
-        if s["state"] == "in-sync" {
+        if f(&s) {
             return;
         }
-        assert!(Instant::now() < deadline, "{name} never in sync: {s}");
+        assert!(Instant::now() < deadline, "{name} never {what}: {s}");
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -200,5 +220,69 @@ fn reservations_survive_a_failover() {
     assert_eq!(write(b_addr, HOLDER), Status::SUCCESS, "the holder writes");
     assert_eq!(write(b_addr, OTHER), Status::RESERVATION_CONFLICT);
     assert_eq!(write(b_addr, STRANGER), Status::RESERVATION_CONFLICT);
+    drop(tb);
+}
+
+/// A box that is only a witness.
+fn start_witness(dir: &Path, addr: SocketAddr) -> Target {
+    let cfg = dir.join("w.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[management]\nsocket = \"{}\"\n\n[[listeners]]\naddress = \"127.0.0.1\"\n\
+             port = {}\n\n[witness]\nlease_max_ms = 2000\n",
+            sock(dir, "w").display(),
+            addr.port()
+        ),
+    )
+    .unwrap();
+    Target::spawn(
+        &["serve", "--config", cfg.to_str().unwrap()],
+        addr,
+        Stdio::null(),
+    )
+}
+
+/// With a witness: a registration made while the secondary is down completes once the witness
+/// holds the primary's "not in sync" report, reaches the secondary when it is back, and the
+/// secondary that promotes itself after `kill -9` of the primary serves the same table.
+#[test]
+fn reservations_survive_a_witness_failover() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let addr = || -> SocketAddr { format!("127.0.0.1:{}", free_port()).parse().unwrap() };
+    let (a_addr, b_addr, w_addr) = (addr(), addr(), addr());
+    let _w = start_witness(d, w_addr);
+    let tb = start_with(d, "b", b_addr, a_addr, "secondary", Some(w_addr));
+    let ta = start_with(d, "a", a_addr, b_addr, "primary", Some(w_addr));
+    wait_status(d, "a", "in sync with a lease", |s| {
+        s["state"] == "in-sync" && s["lease_ms_left"].as_u64().is_some_and(|l| l > 0)
+    });
+    register(a_addr, HOLDER, KEY, cptpl::NO_CHANGE);
+    let (s, k) = resv(
+        io::RESV_ACQUIRE,
+        racqa::ACQUIRE,
+        rtype::EXCLUSIVE_ACCESS,
+        0,
+        KEY,
+        0,
+    );
+    assert_eq!(run(a_addr, HOLDER, s, &k, 0).0, Status::SUCCESS, "acquire");
+
+    drop(tb);
+    register(a_addr, OTHER, KEY2, cptpl::NO_CHANGE);
+    let tb = start_with(d, "b", b_addr, a_addr, "secondary", Some(w_addr));
+    wait_in_sync(d, "a");
+
+    drop(ta);
+    wait_status(d, "b", "promoted by the witness", |s| {
+        s["role"] == "primary"
+    });
+    let r = report(b_addr, HOLDER);
+    assert_eq!(r.rtype, rtype::EXCLUSIVE_ACCESS);
+    let regs: Vec<_> = r.regs.iter().map(|g| (g.hostid, g.rkey, g.holds)).collect();
+    assert_eq!(regs, vec![(HOLDER, KEY, true), (OTHER, KEY2, false)]);
+    assert_eq!(write(b_addr, HOLDER), Status::SUCCESS, "the holder writes");
+    assert_eq!(write(b_addr, OTHER), Status::RESERVATION_CONFLICT);
     drop(tb);
 }
