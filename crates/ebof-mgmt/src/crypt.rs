@@ -160,3 +160,20 @@ pub(crate) fn erase_headers(files: &[PathBuf]) {
         }
     }
 }
+
+/// A snapshot or clone of an encrypted namespace keeps its origin's key (ADR 0029): the key
+/// header beside `from` (a data file) is copied beside `to`. Nothing happens when `from` has
+/// none (not encrypted).
+pub(crate) fn copy_header(from: &Path, to: &Path) -> std::io::Result<()> {
+    let (src, dst) = (KeyHeader::path_for(from), KeyHeader::path_for(to));
+    match KeyHeader::read(&src) {
+        Ok(Some(h)) => h.write(&dst),
+        Ok(None) => Ok(()),
+        Err(e) => Err(std::io::Error::other(e.to_string())),
+    }
+}
+
+/// Crypto-erase of a deleted snapshot's data file `data`: its key header is destroyed.
+pub(crate) fn erase_header_of(data: &Path) {
+    erase_headers(&[KeyHeader::path_for(data)]);
+}

@@ -202,6 +202,14 @@ pub(crate) fn snapshot_namespace(
     })?;
     dst.sync_all()
         .map_err(|e| io_error(&e, "name", format!("cannot sync {}", data.display())))?;
+    // An encrypted origin's key goes with its ciphertext (ADR 0029).
+    crate::crypt::copy_header(&origin, &data).map_err(|e| {
+        io_error(
+            &e,
+            "name",
+            format!("cannot copy the key header of {}", origin.display()),
+        )
+    })?;
     let mut m = Manifest {
         version: MANIFEST_VERSION,
         name: req.name.clone(),
@@ -351,6 +359,7 @@ pub(crate) fn delete(r: &Running, book: &Book, name: &str) -> Result<SnapshotDel
         )
     })?;
     let data = f.dir.join(&f.manifest.data);
+    crate::crypt::erase_header_of(&data);
     if let Err(e) = std::fs::remove_file(&data)
         && e.kind() != io::ErrorKind::NotFound
     {
@@ -619,6 +628,14 @@ fn fill_clone(
     })?;
     dst.sync_all()
         .map_err(|e| io_error(&e, field, format!("cannot sync {}", path.display())))?;
+    // A clone shares its snapshot's (so its origin's) key (ADR 0029).
+    crate::crypt::copy_header(snap_data, path).map_err(|e| {
+        io_error(
+            &e,
+            field,
+            format!("cannot copy the key header of {}", snap_data.display()),
+        )
+    })?;
     if let Some(d) = path.parent() {
         let _ = sync_dir(d);
     }

@@ -6,6 +6,7 @@
 //! shell completions and man pages generated from the same clap definitions.
 
 mod bench;
+mod crypt;
 mod csi;
 mod ctl;
 mod docs;
@@ -43,6 +44,9 @@ enum Cmd {
     /// Container Storage Interface driver: provision volumes on ebof pool boxes (controller)
     /// and attach them with the kernel initiator (node), over gRPC on a Unix socket.
     Csi(csi::CsiArgs),
+    /// Offline key tools for encryption at rest: a new key file, or a pool namespace's key
+    /// for `cryptsetup --type plain` recovery.
+    Crypt(crypt::CryptArgs),
     /// Print a shell completion script, e.g. `ebof completions bash > /etc/bash_completion.d/ebof`.
     Completions(docs::CompletionsArgs),
     /// Print a man page in roff: ebof(1), or ebof-SUBCOMMAND(1) with a subcommand name.
@@ -59,6 +63,7 @@ fn main() -> std::process::ExitCode {
         Cmd::Bench(a) => bench::run(a),
         Cmd::Ctl(a) => ctl::run(a),
         Cmd::Csi(a) => csi::run(a),
+        Cmd::Crypt(a) => crypt::run(a),
         Cmd::Completions(a) => docs::completions::<Cli>(a),
         Cmd::Man(a) => docs::man::<Cli>(a),
     };
