@@ -374,7 +374,7 @@ impl Link {
                 self.shared.mark(off, len as u64);
                 return Err(format!("resync local read: {e}"));
             }
-            if let Err(e) = self.write(c, off, &buf, false).await {
+            if let Err(e) = self.write_all_at_once(c, off, buf).await {
                 self.shared.mark(off, len as u64);
                 return Err(e);
             }
@@ -393,6 +393,47 @@ impl Link {
             }
         }
         Ok(())
+    }
+}
+
+impl Link {
+    /// Write `data` at `offset` with every piece in flight at once (a resync region: the
+    /// queue is idle then), falling back to one piece at a time when the queue is too small.
+    async fn write_all_at_once(
+        &self,
+        c: &mut Conn,
+        offset: u64,
+        data: Vec<u8>,
+    ) -> Result<(), String> {
+        let mut pipe = Pipe::new(self.shared.spec.nsid, self.shared.spec.block_size);
+        let ok = Arc::new(AtomicBool::new(false));
+        let flag = ok.clone();
+        let req = LinkReq::Write {
+            offset,
+            data: Arc::new(data),
+            fua: false,
+            done: Box::new(move |good| flag.store(good, Ordering::Release)),
+        };
+        match pipe.submit(&mut c.q, req)? {
+            Sub::Queued => {}
+            Sub::Full(r) | Sub::Big(r) => {
+                let LinkReq::Write { data, .. } = r else {
+                    return Err("resync: not a write".into());
+                };
+                return self.write(c, offset, &data, false).await;
+            }
+        }
+        while pipe.in_flight() > 0 {
+            if let Err(e) = pipe.poll(&mut c.q).await {
+                pipe.fail_all();
+                return Err(e);
+            }
+        }
+        if ok.load(Ordering::Acquire) {
+            Ok(())
+        } else {
+            Err("resync write failed on the peer".into())
+        }
     }
 }
 

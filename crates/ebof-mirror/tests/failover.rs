@@ -214,7 +214,7 @@ fn in_sync(p: &Node, s: &Node) {
     }
     // The witness hears "in sync" at the next renewal (lease/4 later).
     std::thread::sleep(LEASE / 2);
-    assert_eq!(p.status().peer, PeerState::InSync);
+    assert_eq!(p.status().peer, PeerState::InSync, "{:?}", p.status());
     assert_eq!(p.status().epoch, 1);
     assert!(p.status().lease_ms_left.is_some_and(|ms| ms > 0));
     assert_eq!(s.status().lease_ms_left, Some(0));
