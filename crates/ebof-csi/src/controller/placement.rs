@@ -280,6 +280,35 @@ impl Controller {
         }
         Ok(((a.0, a.1.clone()), (b.0, b.1.clone())))
     }
+    /// The home box of volume `name` while boxes `down` do not answer: of the boxes the
+    /// request fits (zones `requisite`; for a box that answers, a pool of `params` with
+    /// `size` bytes free; a box that does not answer may fit), the one of highest rendezvous
+    /// weight of (name, box). `None`: no box fits.
+    pub(super) fn rendezvous_home(
+        &self,
+        all: &[BoxState],
+        down: &[usize],
+        name: &str,
+        size: u64,
+        params: &Params,
+        requisite: &[String],
+    ) -> Option<usize> {
+        (0..self.boxes.len())
+            .filter(|&i| {
+                let bx = &self.boxes[i];
+                requisite.is_empty() || bx.zone.as_ref().is_some_and(|z| requisite.contains(z))
+            })
+            .filter(|&i| {
+                down.contains(&i)
+                    || all.iter().find(|b| b.idx == i).is_some_and(|b| {
+                        b.state.pools.iter().any(|p| {
+                            params.pool.as_ref().is_none_or(|want| *want == p.name)
+                                && p.free_bytes >= size
+                        })
+                    })
+            })
+            .max_by_key(|&i| weight(name, &self.boxes[i].api))
+    }
 
     /// Where a new volume of `size` goes: (box index, pool), or why nowhere.
     pub(super) fn place(
