@@ -9,10 +9,10 @@
 //!    the volume might be there; except for a volume of one copy made from nothing when the
 //!    controller knows it is not on the silent boxes (each read since the controller started,
 //!    without the volume's subsystem when last read, and not asked for one since:
-//!    [`memory`]) and its home box answers: the box the placement picks with every box
-//!    counted, the silent ones as last read, the same rule as with every box up. It is then
-//!    looked for on the boxes that answer and made on its home box, so a retry while the box
-//!    that has it is down cannot make it a second time elsewhere (issue 35);
+//!    [`memory`]) and its home box (rendezvous hash of name and box over the boxes it fits,
+//!    a silent one counted as fitting) answers: it is then looked for on the boxes that
+//!    answer and made on its home box, and a retry while the box that has it is down cannot
+//!    make it a second time elsewhere (issue 35);
 //! 2. create the subsystem (no namespace yet), then look at every other box again: if another
 //!    box has the same NQN, this attempt yields: it deletes its own subsystem and retries;
 //! 3. only then add the namespace. A subsystem with its namespace therefore passed step 2 with
