@@ -516,9 +516,15 @@ struct Run<'a> {
 }
 
 impl Run<'_> {
-    /// Inject `fault` (by `inject`) for `hold`, heal the link, wait for the primary to be in
-    /// sync again, then check both copies; report what the mirror did.
-    fn phase(&mut self, name: &str, hold: Duration, inject: impl FnOnce(&FaultProxy, &Host)) {
+    /// Inject a fault (by `inject`) for `hold`, heal the link, wait for the primary to be in
+    /// sync again, then check both copies; report what the mirror did. Returns whether the
+    /// mirror was seen out of sync, and how many link connections were made meanwhile.
+    fn phase(
+        &mut self,
+        name: &str,
+        hold: Duration,
+        inject: impl FnOnce(&FaultProxy, &Host),
+    ) -> (bool, u64) {
         let p = self.host.st.phase.fetch_add(1, Ordering::AcqRel) + 1;
         let conns = self.proxy.accepted();
         let start = Instant::now();
@@ -555,6 +561,7 @@ impl Run<'_> {
         println!("{}: {line}", self.label);
         self.report.push(line);
         self.compare_copies(name);
+        (left.is_some(), self.proxy.accepted() - conns)
     }
 
     /// Writers paused and the mirror in sync: both copies equal, each unit as the book allows.
@@ -643,27 +650,38 @@ fn writes_of_a_replaced_link_never_land() {
 
 const SECOND: Duration = Duration::from_secs(1);
 
-/// The faults of the module docs, in turn, each healed and checked.
+/// The faults of the module docs, in turn, each healed and checked: those shorter than the
+/// link's I/O timeout keep it, the others make the primary reconnect (and go degraded when
+/// they last).
 fn faults(run: &mut Run) {
-    run.phase("no fault", SECOND, |_, _| {});
-    run.phase("delay 100 ms each way", 2 * SECOND, |p, _| {
-        p.set(Fault::Delay(Duration::from_millis(100)))
+    let (ms, second) = (Duration::from_millis, SECOND);
+    let kept = |r: (bool, u64), what: &str| assert_eq!(r.1, 0, "{what}: the link was remade");
+    let remade = |r: (bool, u64), what: &str| assert!(r.1 > 0, "{what}: the link was kept");
+    let lost = |r: (bool, u64), what: &str| assert!(r.0 && r.1 > 0, "{what}: never degraded");
+    kept(run.phase("no fault", second, |_, _| {}), "no fault");
+    let r = run.phase("delay 100 ms each way", 2 * second, |p, _| {
+        p.set(Fault::Delay(ms(100)))
     });
-    run.phase("trickle (1..=7-byte pieces)", 2 * SECOND, |p, _| {
+    kept(r, "delay");
+    let r = run.phase("trickle (1..=7-byte pieces)", 2 * second, |p, _| {
         p.set(Fault::Trickle(7))
     });
-    run.phase("reset mid-PDU", SECOND, |p, _| p.tear());
+    kept(r, "trickle");
+    remade(run.phase("reset mid-PDU", second, |p, _| p.tear()), "tear");
     assert_eq!(run.proxy.tears(), 1, "the torn transfer never happened");
-    run.phase("blackhole 3 s", 3 * SECOND, |p, _| p.set(Fault::Blackhole));
-    run.phase("4 resets 250 ms apart", Duration::ZERO, |p, _| {
+    let r = run.phase("blackhole 3 s", 3 * second, |p, _| p.set(Fault::Blackhole));
+    lost(r, "blackhole");
+    let r = run.phase("4 resets 250 ms apart", Duration::ZERO, |p, _| {
         for _ in 0..4 {
             p.reset();
-            std::thread::sleep(Duration::from_millis(250));
+            std::thread::sleep(ms(250));
         }
     });
-    run.phase("stall (delay 2.5 s)", 3 * SECOND, |p, _| {
-        p.set(Fault::Delay(LINK_TIMEOUT + Duration::from_millis(500)))
+    remade(r, "resets");
+    let r = run.phase("stall (delay 2.5 s)", 3 * second, |p, _| {
+        p.set(Fault::Delay(LINK_TIMEOUT + ms(500)))
     });
+    lost(r, "stall");
 }
 
 /// The writes in flight on a slow path (0.45 s one way: within the link's keep-alive timeout)
