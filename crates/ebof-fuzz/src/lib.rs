@@ -47,6 +47,8 @@
 //! - [`targets::vendor_cmds`]: an SQE and data into the vendor admin decoders (C1h Mirror
 //!   Admit, C5h Witness Lease, C9h Mirror Reservations); known refusals only, identity round
 //!   trips of what is accepted (a reservation table also through its persisted form).
+//! - [`targets::key_header`]: bytes from disk into the encryption-at-rest decoders (the key
+//!   header beside an encrypted namespace, a key file's content; ADR 0029).
 
 #![forbid(unsafe_code)]
 
@@ -203,6 +205,12 @@ pub const TARGETS: &[Target] = &[
     Target {
         name: "vendor_cmds",
         run: targets::vendor_cmds::run,
+        max_len: 256,
+        time_div: 4,
+    },
+    Target {
+        name: "key_header",
+        run: targets::key_header::run,
         max_len: 256,
         time_div: 4,
     },

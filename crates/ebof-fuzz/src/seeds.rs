@@ -61,6 +61,9 @@ pub fn all() -> Vec<(&'static str, String, Vec<u8>)> {
     for (name, bytes) in crate::targets::vendor_cmds::seeds() {
         v.push(("vendor_cmds", name, bytes));
     }
+    for (name, bytes) in crate::targets::key_header::seeds() {
+        v.push(("key_header", name, bytes));
+    }
     v
 }
 

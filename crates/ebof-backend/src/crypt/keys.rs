@@ -204,8 +204,8 @@ pub fn check_key_file(path: &Path) -> Result<(), KeyError> {
     read_key_file(path).map(drop)
 }
 
-/// 64 raw bytes, or 128 hex digits with an optional final newline.
-fn parse_key(raw: &[u8]) -> Option<Key> {
+/// A key file's content: 64 raw bytes, or 128 hex digits with an optional final newline.
+pub fn parse_key(raw: &[u8]) -> Option<Key> {
     let mut key = Zeroizing::new([0u8; KEY_LEN]);
     if raw.len() == KEY_LEN {
         key.copy_from_slice(raw);

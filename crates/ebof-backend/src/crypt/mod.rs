@@ -21,8 +21,8 @@ mod keys;
 mod xts;
 
 pub use keys::{
-    CheckValue, KeyError, KeyHeader, NsKeySource, PoolKey, check_key_file, derive_ns_key,
-    read_key_file,
+    CheckValue, HEADER_LEN, KeyError, KeyHeader, NsKeySource, PoolKey, check_key_file,
+    derive_ns_key, parse_key, read_key_file,
 };
 pub use xts::{KEY_LEN, SECTOR, Xts};
 

@@ -8,6 +8,7 @@ pub mod csi_names;
 pub mod dim;
 pub mod dim_registry;
 pub mod host_queue;
+pub mod key_header;
 pub mod pdu;
 pub mod rdma_wire;
 pub mod target_conn;
