@@ -43,6 +43,15 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// `m` locked if it is free now.
+fn try_lock(m: &Mutex<()>) -> Option<MutexGuard<'_, ()>> {
+    match m.try_lock() {
+        Ok(g) => Some(g),
+        Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
+        Err(std::sync::TryLockError::WouldBlock) => None,
+    }
+}
+
 impl Shared {
     pub(crate) fn new(
         spec: MirrorSpec,
@@ -201,7 +210,19 @@ impl Shared {
     }
 
     /// Lazy clear: in sync and nothing in flight → no region can hold a write the peer lacks.
+    /// Skipped while a region lock is held: a write started from the reactor
+    /// (`MirrorBackend::start_write`) marks its regions under their locks before it counts in
+    /// `in_flight`, and a clear in between would drop its mark (a write that then fails on
+    /// the peer would complete degraded, unmarked, and never be resynced).
     pub(crate) fn sweep(&self) {
+        let Some(_all) = self
+            .stripes
+            .iter()
+            .map(try_lock)
+            .collect::<Option<Vec<_>>>()
+        else {
+            return;
+        };
         let mut r = lock(&self.regions);
         if self.peer() == PeerState::InSync && self.in_flight.load(Ordering::Acquire) == 0 {
             r.clear_all();
@@ -233,11 +254,7 @@ impl Shared {
     ) -> Option<Vec<MutexGuard<'_, ()>>> {
         self.stripes_of(offset, len)
             .into_iter()
-            .map(|i| match self.stripes[i].try_lock() {
-                Ok(g) => Some(g),
-                Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
-                Err(std::sync::TryLockError::WouldBlock) => None,
-            })
+            .map(|i| try_lock(&self.stripes[i]))
             .collect()
     }
 
@@ -261,5 +278,43 @@ impl Shared {
                 .map(|_| u64::try_from(self.lease_left().as_millis()).unwrap_or(u64::MAX)),
             fenced: self.fenced.load(Ordering::Relaxed),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sweep_never_clears_the_mark_of_a_write_not_yet_counted() {
+        let spec = MirrorSpec {
+            subnqn: "nqn.2026-11.io.ebof:t".into(),
+            nsid: 1,
+            volume_id: [1; 16],
+            block_size: 512,
+            peer: "127.0.0.1:4420".parse().unwrap(),
+            role: Role::Primary,
+            link_hostnqn: "nqn.2026-11.io.ebof:mirror-link".into(),
+            link_queues: 1,
+            host: nvmf_host::HostConfig::default(),
+            witness: None,
+            lease: Duration::from_secs(1),
+            resync_bytes_per_sec: None,
+            region_bytes: 1 << 20,
+            state_path: None,
+            holder_id: [2; 16],
+        };
+        let size = 8 << 20;
+        let bitmap = Bitmap::open(size, 1 << 20, None).unwrap();
+        let s = Shared::new(spec, size, Role::Primary, 1, bitmap);
+        s.set_peer(PeerState::InSync);
+        // start_write's order: region locks, mark, then in_flight.
+        let locks = s.try_region_locks(0, 4096).unwrap();
+        assert!(s.mark_in_memory(0, 4096));
+        s.sweep();
+        assert_eq!(s.dirty(), 1, "the mark of a write under way was cleared");
+        drop(locks);
+        s.sweep();
+        assert_eq!(s.dirty(), 0);
     }
 }
