@@ -512,6 +512,13 @@ pub enum BackendError {
         /// What the limit is.
         what: &'static str,
     },
+    /// A wrapper refuses the change in its present state; the reason says why and what to do
+    /// (a replicated namespace asked to shrink, or to grow before its secondary did).
+    #[error("{reason}")]
+    Refused {
+        /// Why, and what to do instead.
+        reason: String,
+    },
     /// The backend does not implement the operation (see [`Backend::resize`]'s default).
     #[error("{kind} backend does not support {op}")]
     Unsupported {

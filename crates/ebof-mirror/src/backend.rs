@@ -182,7 +182,31 @@ impl Backend for MirrorBackend {
         self.local.size()
     }
 
+    /// Copies never shrink, and the primary grows only once its peer holds the new size
+    /// (grow the secondary first, as the CSI driver does): a primary larger than its peer
+    /// would replicate writes past the peer's end.
     fn resize(&self, new_size: u64) -> Result<(), BackendError> {
+        let size = self.local.size();
+        if new_size < size {
+            return Err(refused(format!(
+                "a replicated namespace does not shrink ({size} bytes now, {new_size} asked)"
+            )));
+        }
+        if new_size > size && self.shared.role() == Role::Primary {
+            let peer = self.peer_size();
+            if peer.is_none_or(|p| p < new_size) {
+                let what = match peer {
+                    Some(p) => format!("the secondary ({}) holds {p} bytes", self.shared.spec.peer),
+                    None => format!(
+                        "the secondary ({}) cannot be asked its size now",
+                        self.shared.spec.peer
+                    ),
+                };
+                return Err(refused(format!(
+                    "{what}: grow the secondary to {new_size} bytes first, then this copy"
+                )));
+            }
+        }
         self.local.resize(new_size)
     }
 
@@ -258,6 +282,17 @@ impl MirrorBackend {
         self.replicated(offset, len, data, false, || {
             self.local.deallocate(offset, len)
         })
+    }
+
+    /// The peer's namespace size, asked over the link (None: down, or no answer in time).
+    fn peer_size(&self) -> Option<u64> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let done = Box::new(move |size| {
+            let _ = tx.send(size);
+        });
+        self.link.send(LinkReq::PeerSize { done }).ok()?;
+        let wait = (self.shared.spec.lease * 2).max(std::time::Duration::from_secs(1));
+        rx.recv_timeout(wait).ok().flatten()
     }
 
     /// The peer state as the backend sees it (for tests).
@@ -375,4 +410,9 @@ impl Gate {
 /// The value in `m`, taken (once).
 fn take<T>(m: &std::sync::Mutex<Option<T>>) -> Option<T> {
     m.lock().unwrap_or_else(|e| e.into_inner()).take()
+}
+
+/// A change the mirror refuses (the message says why and what to do).
+fn refused(reason: String) -> BackendError {
+    BackendError::Refused { reason }
 }

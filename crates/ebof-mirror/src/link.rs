@@ -275,12 +275,17 @@ impl Link {
     }
 
     async fn replicate(&self, c: &mut Conn, r: LinkReq) -> Result<(), String> {
+        if let LinkReq::PeerSize { done } = r {
+            done(self.peer_size(&c.ctrl).await);
+            return Ok(());
+        }
         let res = match &r {
             LinkReq::Write {
                 offset, data, fua, ..
             } => self.write(c, *offset, data, *fua).await,
             LinkReq::Flush { .. } => self.io(c.q.flush(NamespaceId(self.shared.spec.nsid))).await,
             LinkReq::Resv { .. } => self.push_resv(&c.ctrl).await,
+            LinkReq::PeerSize { .. } => Ok(()),
         };
         let ok = res.is_ok();
         match r {
@@ -292,8 +297,19 @@ impl Link {
                     return Err("a reservation push ended after its command gave up".into());
                 }
             }
+            LinkReq::PeerSize { done } => done(None),
         }
         res
+    }
+
+    /// The peer's namespace size in bytes (Identify Namespace: NSZE × the LBA size).
+    async fn peer_size(&self, ctrl: &Controller) -> Option<u64> {
+        let nsid = NamespaceId(self.shared.spec.nsid);
+        let id = tokio::time::timeout(self.timeout(), ctrl.identify_namespace(nsid))
+            .await
+            .ok()?
+            .ok()?;
+        id.nsze.checked_mul(u64::from(id.lba_size()))
     }
 
     /// Push the namespace's whole reservation table (Mirror Reservations) at our epoch. A peer

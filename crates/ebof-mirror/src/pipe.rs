@@ -24,7 +24,13 @@ pub(crate) enum LinkReq {
     /// Push the namespace's reservation table (Mirror Reservations, `resv.rs`), alone on the
     /// link's admin queue.
     Resv { done: ResvDone },
+    /// Read the peer's namespace size in bytes (Identify Namespace on the link's admin
+    /// queue); `None`: the link is down or the peer did not say.
+    PeerSize { done: SizeDone },
 }
+
+/// Completion of a [`LinkReq::PeerSize`].
+pub(crate) type SizeDone = Box<dyn FnOnce(Option<u64>) + Send>;
 
 /// Completion of a reservation push: true when the peer has it; answers whether its waiter
 /// still waited (false: it gave up, the link must be dropped so the reconnect pushes again).
@@ -37,6 +43,7 @@ impl LinkReq {
             LinkReq::Resv { done } => {
                 done(false);
             }
+            LinkReq::PeerSize { done } => done(None),
         }
     }
 }
@@ -96,7 +103,7 @@ impl Pipe {
             LinkReq::Write { data, .. } => data.len().div_ceil(chunk).max(1),
             LinkReq::Flush { .. } => 1,
             // Not an I/O command: the link runs it alone.
-            LinkReq::Resv { .. } => return Ok(Sub::Big(r)),
+            LinkReq::Resv { .. } | LinkReq::PeerSize { .. } => return Ok(Sub::Big(r)),
         };
         let free = q.capacity().saturating_sub(q.in_flight());
         if parts > q.capacity().saturating_sub(1).max(1) {
@@ -136,7 +143,7 @@ impl Pipe {
                 }
                 done
             }
-            LinkReq::Resv { .. } => return Ok(Sub::Big(r)),
+            LinkReq::Resv { .. } | LinkReq::PeerSize { .. } => return Ok(Sub::Big(r)),
         };
         self.pending.insert(
             id,

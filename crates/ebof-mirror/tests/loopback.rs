@@ -444,3 +444,35 @@ fn a_secondary_writes_now_a_primary_does_not() {
     assert!(w.write_now(8192, &pattern(6, 4096)).is_none(), "primary");
     m.stop();
 }
+
+/// A replicated namespace never shrinks, and its primary grows only once the secondary holds
+/// the new size (asked over the link), with an error that says so; a secondary grows freely.
+#[test]
+fn the_primary_grows_after_its_secondary() {
+    let n = nqn("grow");
+    const SIZE: u64 = 8 << 20;
+    let (pl, sl, sf) = (ram(SIZE), ram(SIZE), sec_fence());
+    let sec = secondary(&n, "127.0.0.1:0".parse().expect("addr"), sl.clone(), &sf);
+    let m = start(&n, pl.clone(), sec.addr);
+    wait_for(&m, "in sync", |p| p == PeerState::InSync);
+    let b = m.backend();
+    let e = b.resize(SIZE / 2).expect_err("shrink");
+    assert!(e.to_string().contains("does not shrink"), "{e}");
+    let e = b.resize(2 * SIZE).expect_err("grown before the secondary");
+    assert!(
+        e.to_string().contains(&format!("holds {SIZE} bytes")) && e.to_string().contains("first"),
+        "{e}"
+    );
+    assert_eq!(b.size(), SIZE);
+    sl.resize(2 * SIZE).expect("the secondary grows");
+    b.resize(2 * SIZE).expect("then the primary");
+    assert_eq!(b.size(), 2 * SIZE);
+    b.write(SIZE + 4096, &pattern(8, 4096))
+        .expect("write past the old end");
+    assert_eq!(read(&*sl, SIZE + 4096, 4096), pattern(8, 4096));
+    drop(sec);
+    b.write(0, &pattern(1, 4096)).expect("degraded");
+    let e = b.resize(4 * SIZE).expect_err("peer down");
+    assert!(e.to_string().contains("cannot be asked"), "{e}");
+    m.stop();
+}
