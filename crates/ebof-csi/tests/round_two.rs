@@ -110,19 +110,31 @@ fn start(n: usize, pool: u64, port: u16) -> Driver {
     }
 }
 
+/// A channel to the driver's socket. The socket file appears at bind, a moment before the
+/// driver listens: a refused first connect is tried again for a while.
 async fn channel(sock: PathBuf) -> Channel {
-    tonic::transport::Endpoint::try_from("http://[::]:50051")
-        .unwrap()
-        .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
-            let p = sock.clone();
-            async move {
-                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
-                    tokio::net::UnixStream::connect(p).await?,
-                ))
+    let t0 = Instant::now();
+    loop {
+        let p = sock.clone();
+        let r = tonic::transport::Endpoint::try_from("http://[::]:50051")
+            .unwrap()
+            .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
+                let p = p.clone();
+                async move {
+                    Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
+                        tokio::net::UnixStream::connect(p).await?,
+                    ))
+                }
+            }))
+            .await;
+        match r {
+            Ok(c) => return c,
+            Err(_) if t0.elapsed() < Duration::from_secs(10) => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
             }
-        }))
-        .await
-        .expect("connect to the CSI socket")
+            Err(e) => panic!("connect to the CSI socket: {e:?}"),
+        }
+    }
 }
 
 fn map(kv: &[(&str, &str)]) -> HashMap<String, String> {
