@@ -41,6 +41,14 @@ fn main() {
             "xts ebof (aes 0.8, batched)  {:>4} KiB  {r:>8.0} MB/s",
             unit >> 10
         );
+        // A read: the ciphertext decrypted in place, as the engine does after a completion.
+        let r = rate(secs, unit, |s, b| {
+            ebof_backend::crypt::open_read(&ours, s * SECTOR as u64, b).expect("whole sectors")
+        });
+        println!(
+            "  the same, decrypting a read  {:>4} KiB  {r:>8.0} MB/s",
+            unit >> 10
+        );
         if ours_only {
             continue;
         }

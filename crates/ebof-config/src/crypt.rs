@@ -3,7 +3,8 @@
 //! pool's) or on a file or block namespace (that namespace, with that key).
 //!
 //! This module checks the notation (an absolute path without NUL bytes, code
-//! `invalid-encryption`) and where it may appear. The key file itself (present, readable,
+//! `invalid-encryption`); `validate.rs` where it may appear (it imports nothing of the
+//! model, so it stays out of the crate's import circle). The key file itself (present, readable,
 //! `0600`, owned by root or the running user, 64 bytes) is checked when the namespace is
 //! opened, by `ebof_backend::crypt::read_key_file`, with one code per failure
 //! (`key-file-missing`, `key-file-unreadable`, `key-file-permissions`, `key-file-malformed`,
@@ -14,7 +15,6 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{ConfigError, codes, quote};
-use crate::model::{BackendChoice, Config};
 
 /// `encryption = { key_file = "PATH" }` as written (the file and the management API).
 #[derive(Debug, Default, Clone, PartialEq, Eq, Deserialize, Serialize)]
@@ -30,6 +30,17 @@ pub struct EncryptionFields {
 pub struct Encryption {
     /// The key file (absolute). Its content is never part of the configuration.
     pub key_file: PathBuf,
+}
+
+impl Encryption {
+    /// `encryption = { key_file = "…" }`: the line the emitted file carries, given the
+    /// quoting function of the emitter.
+    pub(crate) fn line(&self, quote: impl Fn(&str) -> String) -> String {
+        format!(
+            "encryption = {{ key_file = {} }}",
+            quote(&self.key_file.to_string_lossy())
+        )
+    }
 }
 
 impl EncryptionFields {
@@ -55,40 +66,6 @@ impl EncryptionFields {
             ));
         }
         Ok(Encryption { key_file: p })
-    }
-}
-
-/// Where `encryption` may be: file and block namespaces (not RAM: nothing is at rest), not on
-/// a namespace in a pool (the pool's setting decides), not on a mirrored namespace (not yet).
-pub(crate) fn validate(cfg: &Config) -> Result<(), ConfigError> {
-    for (si, s) in cfg.subsystems.iter().enumerate() {
-        for (ni, n) in s.namespaces.iter().enumerate() {
-            let Some(_) = &n.encryption else { continue };
-            let at = format!("subsystems[{si}].namespaces[{ni}].encryption");
-            let why = if matches!(n.backend, BackendChoice::Ram { .. }) {
-                "a RAM namespace holds nothing at rest: encryption is for file and block namespaces"
-            } else if n.pool.is_some() {
-                "a namespace in a pool is encrypted by its pool's `encryption`, not its own"
-            } else if n.mirror.is_some() {
-                "mirrored namespaces cannot be encrypted yet"
-            } else {
-                continue;
-            };
-            return Err(ConfigError::new(codes::INVALID_ENCRYPTION, at, why));
-        }
-    }
-    Ok(())
-}
-
-/// `encryption = { key_file = "…" }` as one line of the emitted file.
-pub(crate) fn emit(out: &mut String, e: &Option<Encryption>) {
-    use std::fmt::Write;
-    if let Some(e) = e {
-        let _ = writeln!(
-            out,
-            "encryption = {{ key_file = {} }}",
-            crate::emit::string(&e.key_file.to_string_lossy())
-        );
     }
 }
 

@@ -207,7 +207,9 @@ impl Config {
                     let hosts: Vec<String> = hosts.iter().map(|h| string(h)).collect();
                     let _ = writeln!(out, "hosts = [{}]", hosts.join(", "));
                 }
-                crate::crypt::emit(&mut out, &ns.encryption);
+                if let Some(e) = &ns.encryption {
+                    let _ = writeln!(out, "{}", e.line(string));
+                }
                 crate::qos::emit(&mut out, &ns.qos);
                 crate::mirror::emit_ns(&mut out, &ns.mirror);
             }

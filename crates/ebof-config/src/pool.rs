@@ -289,7 +289,9 @@ pub(crate) fn emit(out: &mut String, cfg: &Config) {
         if let Some(size) = p.size {
             let _ = writeln!(out, "size = {}", crate::emit::size(size));
         }
-        crate::crypt::emit(out, &p.encryption);
+        if let Some(e) = &p.encryption {
+            let _ = writeln!(out, "{}", e.line(crate::emit::string));
+        }
     }
 }
 

@@ -167,7 +167,7 @@ impl Config {
         crate::security::validate(self)?;
         validate_management(&self.management)?;
         crate::pool::validate(self)?;
-        crate::crypt::validate(self)?;
+        validate_encryption(self)?;
         crate::mirror::validate(self)
     }
 }
@@ -499,6 +499,28 @@ pub fn check_ns_hosts(path: &str, hosts: &[String]) -> Result<(), ConfigError> {
                 at,
                 format!("host {} is listed twice", quote(host)),
             ));
+        }
+    }
+    Ok(())
+}
+
+/// Where `encryption` may be: file and block namespaces (not RAM: nothing is at rest), not on
+/// a namespace in a pool (the pool's setting decides), not on a mirrored namespace (not yet).
+fn validate_encryption(cfg: &Config) -> Result<(), ConfigError> {
+    for (si, s) in cfg.subsystems.iter().enumerate() {
+        for (ni, n) in s.namespaces.iter().enumerate() {
+            let Some(_) = &n.encryption else { continue };
+            let at = format!("subsystems[{si}].namespaces[{ni}].encryption");
+            let why = if matches!(n.backend, BackendChoice::Ram { .. }) {
+                "a RAM namespace holds nothing at rest: encryption is for file and block namespaces"
+            } else if n.pool.is_some() {
+                "a namespace in a pool is encrypted by its pool's `encryption`, not its own"
+            } else if n.mirror.is_some() {
+                "mirrored namespaces cannot be encrypted yet"
+            } else {
+                continue;
+            };
+            return Err(ConfigError::new(codes::INVALID_ENCRYPTION, at, why));
         }
     }
     Ok(())
