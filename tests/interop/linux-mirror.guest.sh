@@ -19,6 +19,8 @@
 #   5. the same with the primary (A) paused with SIGSTOP instead of killed, resumed after B's
 #      promotion: A must not complete a write after it (its status fenced or secondary, epoch
 #      below B's), and a verify pass of what fio wrote (through B) passes.
+# Before step 2 the host registers a key and takes Write Exclusive through A (fio then writes as
+# the holder); after it, `nvme resv-report` through B shows both (replicated reservations).
 # Figures (seconds) go to /xchg/mirror-figures.tsv; the host side prints them.
 # While MIRROR_SKIP is set (this ebof rejects the configuration) every step SKIPs with it.
 
@@ -172,15 +174,41 @@ _m_fenced_or_secondary() {
 	[[ $(m_status "$1" .role) == secondary || $(m_status "$1" .fenced) == true ]]
 }
 
+# reservations (issue 34 item 2: replicated, so a host's registration survives a failover)
+M_RKEY=0xeb0f
+m_resv_take() {
+	_m_skip && return 0
+	run -t 30 nvme resv-register "$M_DEV" -n 1 --nrkey=$M_RKEY --rrega=0
+	run -t 30 nvme resv-acquire "$M_DEV" -n 1 --crkey=$M_RKEY --rtype=1 --racqa=0
+	m_resv_holds "through A"
+}
+# the report (extended: 128-bit host IDs) shows Write Exclusive and our key
+m_resv_holds() {
+	local out
+	out=$(nvme resv-report "$M_DEV" -n 1 --eds 2>&1) || fail "resv-report failed ($1): $out"
+	echo "$out"
+	grep -Eq 'rtype[[:space:]]*:[[:space:]]*1\b' <<<"$out" || fail "no Write Exclusive reservation $1"
+	grep -Eiq 'rkey[[:space:]]*:[[:space:]]*(0x)?0*eb0f\b' <<<"$out" || fail "our key is not registered $1"
+}
+m_resv_after_failover() {
+	_m_skip && return 0
+	wait_for 10 _m_ana_is B optimized || fail "path B is not optimized"
+	m_resv_holds "through B after the failover"
+}
+
 m_disconnect() {
 	_m_skip && return 0
+	nvme resv-release "$M_DEV" -n 1 --crkey=$M_RKEY --rtype=1 --rrela=0 >/dev/null 2>&1 || true
+	nvme resv-register "$M_DEV" -n 1 --crkey=$M_RKEY --rrega=1 >/dev/null 2>&1 || true
 	run nvme disconnect -n "$M_NQN"
 	wait_for 20 _nvme_no_ctrl "$M_NQN" || fail "controllers of $M_NQN left after disconnect"
 }
 
 mirror_steps() {
 	step "mirror: connect both paths (one subsystem, A optimized, B inaccessible)" m_connect
+	step "mirror: register a key and reserve (Write Exclusive) through A" m_resv_take
 	step "mirror: fio verify while the primary A is killed (kill -9)" m_kill_primary
+	step "mirror: the registration and reservation hold through B" m_resv_after_failover
 	step "mirror: A restarts as secondary and resyncs" m_restart_as_secondary
 	step "mirror: the new primary B is killed, A promoted, verify from A" m_kill_new_primary
 	step "mirror: the primary paused (SIGSTOP) under fio, resumed after the promotion" m_pause_primary
