@@ -122,7 +122,7 @@ async fn get_stats(State(c): State<Ctx>) -> Response {
     json(Ok(c.stats()))
 }
 
-async fn get_metrics(State(c): State<Ctx>) -> Response {
+async fn get_metrics(State(c): State<Ctx>, headers: axum::http::HeaderMap) -> Response {
     // The pools' figures take the control plane's lock and an fstatvfs: off the runtime.
     let pools = {
         let c = c.clone();
@@ -131,7 +131,19 @@ async fn get_metrics(State(c): State<Ctx>) -> Response {
             .unwrap_or_default()
     };
     let host_labels = c.lock().metrics_host_labels;
-    match metrics::render_with(&c.target, &pools, host_labels) {
+    let cdc = c.cdc_view();
+    let x = metrics::Extras {
+        pools: &pools,
+        host_labels,
+        cdc: cdc.as_ref(),
+    };
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+    match metrics::render_box(&c.target, &x) {
+        Ok(text) if metrics::wants_text_format(accept) => (
+            [(header::CONTENT_TYPE, metrics::TEXT_CONTENT_TYPE)],
+            metrics::to_text_format(&text),
+        )
+            .into_response(),
         Ok(text) => ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], text).into_response(),
         Err(_) => ApiResponse(ApiError::new(
             codes::INTERNAL,

@@ -19,6 +19,22 @@ use prometheus_client::registry::Registry;
 /// Content type of [`render`]'s output.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
+/// Content type of [`to_text_format`]'s output (Prometheus' classic text format), served to a
+/// scraper that asks for `text/plain` and not for OpenMetrics (`promtool check metrics`).
+pub const TEXT_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// What the exposition shows beyond the target itself: the storage pools, the CDC's members
+/// (on a Central Discovery Controller) and, with `[metrics] host_labels = true`, host NQNs.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Extras<'a> {
+    /// The storage pools' accounting (`GET /v1/pools`).
+    pub pools: &'a [crate::api::PoolView],
+    /// Per-controller series carry the host's NQN (`hostnqn`).
+    pub host_labels: bool,
+    /// The CDC's view, when this box is one.
+    pub cdc: Option<&'a crate::api::CdcView>,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct NsLabels {
     subsystem: String,
@@ -130,13 +146,30 @@ pub fn render_with(
     pools: &[crate::api::PoolView],
     host_labels: bool,
 ) -> Result<String, std::fmt::Error> {
+    render_box(
+        t,
+        &Extras {
+            pools,
+            host_labels,
+            cdc: None,
+        },
+    )
+}
+
+/// The whole exposition: the target's series and those of [`Extras`].
+pub fn render_box(t: &Target, x: &Extras<'_>) -> Result<String, std::fmt::Error> {
     let mut reg = Registry::with_prefix("ebof");
-    register_pools(&mut reg, pools);
+    register_build_info(&mut reg);
+    register_pools(&mut reg, x.pools);
     let st = ops::stats(t);
     register_namespaces(&mut reg, t, &st);
-    register_controllers(&mut reg, t, host_labels);
+    register_controllers(&mut reg, t, x.host_labels);
     register_box(&mut reg, t, &st);
     register_mirrors(&mut reg, t);
+    register_ana(&mut reg, t);
+    if let Some(cdc) = x.cdc {
+        register_cdc(&mut reg, cdc);
+    }
     let mut out = String::new();
     encode(&mut out, &reg)?;
     Ok(out)
@@ -148,7 +181,7 @@ type NsFigure = fn(&crate::api::NamespaceStats) -> u64;
 type BoxFigure = fn(&crate::api::Stats, &Target) -> u64;
 
 /// One gauge per pool and figure.
-const POOL_GAUGES: [(&str, &str, PoolFigure); 3] = [
+const POOL_GAUGES: [(&str, &str, PoolFigure); 4] = [
     (
         "pool_capacity_bytes",
         "Storage pool capacity: its size cap, else its file system's size",
@@ -163,6 +196,11 @@ const POOL_GAUGES: [(&str, &str, PoolFigure); 3] = [
         "pool_free_bytes",
         "What the storage pool can still provision",
         |p| p.free_bytes,
+    ),
+    (
+        "pool_used_bytes",
+        "Bytes the storage pool's namespaces hold on disk (thin: written and not deallocated)",
+        |p| p.used_bytes,
     ),
 ];
 
@@ -502,4 +540,156 @@ fn register_box(reg: &mut Registry, t: &Target, st: &crate::api::Stats) {
     let open = Gauge::<i64>::default();
     open.set(gauge_value(st.connections_open));
     reg.register("connections_open", "TCP connections open", open);
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabels {
+    version: String,
+}
+
+/// `ebof_build_info{version} 1`: which release a box runs (join it onto other series).
+fn register_build_info(reg: &mut Registry) {
+    let f = Family::<BuildLabels, Gauge>::default();
+    reg.register(
+        "build_info",
+        "The ebof release this box runs (always 1; the version is the label)",
+        f.clone(),
+    );
+    f.get_or_create(&BuildLabels {
+        version: env!("CARGO_PKG_VERSION").to_string(),
+    })
+    .set(1);
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AnaLabels {
+    listener: String,
+    group: String,
+    state: String,
+}
+
+/// `ebof_ana_state{listener,group,state} 1` for each NVMe listener and each ANA group that a
+/// namespace uses or that is not optimized there; and the DIM registrations held.
+fn register_ana(reg: &mut Registry, t: &Target) {
+    let f = Family::<AnaLabels, Gauge>::default();
+    reg.register(
+        "ana_state",
+        "ANA state of each group in use on each listener (always 1; the state is the label: optimized, non-optimized, inaccessible, persistent-loss, change)",
+        f.clone(),
+    );
+    let used: std::collections::BTreeSet<u32> = t
+        .subsystems()
+        .iter()
+        .flat_map(|s| s.namespaces.iter().map(|n| n.ana_group()))
+        .collect();
+    for l in t.listeners().iter() {
+        let mut groups = used.clone();
+        groups.extend(t.ana.non_optimized(l.addr).into_iter().map(|(g, _)| g));
+        for g in groups {
+            f.get_or_create(&AnaLabels {
+                listener: l.addr.to_string(),
+                group: g.to_string(),
+                state: t.ana.state(l.addr, g).name().to_string(),
+            })
+            .set(1);
+        }
+    }
+    let dim = Gauge::<i64>::default();
+    dim.set(gauge_value(t.dim_registrations().len() as u64));
+    reg.register(
+        "dim_registrations",
+        "Discovery Information Management registrations this discovery controller holds",
+        dim,
+    );
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct MemberLabels {
+    member: String,
+}
+
+type MemberFigure = fn(&crate::api::CdcMemberView) -> u64;
+
+/// One gauge per CDC member and figure.
+const CDC_MEMBER_GAUGES: [(&str, &str, MemberFigure); 3] = [
+    (
+        "cdc_member_up",
+        "1 when the CDC's discovery connection to the member is up",
+        |m| u64::from(m.connected),
+    ),
+    (
+        "cdc_member_entries",
+        "Distinct subsystem entries the member shows over every known host",
+        |m| m.entries as u64,
+    ),
+    (
+        "cdc_member_announced",
+        "1 when the member announced itself by DIM rather than being configured",
+        |m| u64::from(m.announced),
+    ),
+];
+
+/// A Central Discovery Controller's members and the hosts it keeps a view for.
+fn register_cdc(reg: &mut Registry, cdc: &crate::api::CdcView) {
+    let hosts = Gauge::<i64>::default();
+    hosts.set(gauge_value(cdc.hosts as u64));
+    reg.register("cdc_hosts", "Hosts the CDC keeps a view for", hosts);
+    for (name, help, get) in CDC_MEMBER_GAUGES {
+        let f = Family::<MemberLabels, Gauge>::default();
+        reg.register(name, help, f.clone());
+        for m in &cdc.members {
+            f.get_or_create(&MemberLabels {
+                member: m.address.clone(),
+            })
+            .set(gauge_value(get(m)));
+        }
+    }
+}
+
+/// Whether an `Accept` header asks for Prometheus' classic text format rather than OpenMetrics:
+/// it names `text/plain` and no `application/openmetrics-text`. Anything else (no header,
+/// `*/*`, Prometheus' own list) gets OpenMetrics, as before.
+pub fn wants_text_format(accept: Option<&str>) -> bool {
+    accept.is_some_and(|a| a.contains("text/plain") && !a.contains("application/openmetrics-text"))
+}
+
+/// [`render`]'s OpenMetrics text in Prometheus' classic text format (0.0.4): counters are
+/// described under their sample name (`_total`), no `# EOF`, no `# UNIT`; samples unchanged.
+pub fn to_text_format(openmetrics: &str) -> String {
+    let counters: std::collections::HashSet<&str> = openmetrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(openmetrics.len());
+    for line in openmetrics.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let described = ["# HELP ", "# TYPE "]
+            .iter()
+            .find_map(|p| line.strip_prefix(p).map(|rest| (p, rest)));
+        match described {
+            Some((p, rest)) => {
+                let (name, tail) = rest.split_once(' ').unwrap_or((rest, ""));
+                let name = if counters.contains(name) {
+                    format!("{name}_total")
+                } else {
+                    name.to_string()
+                };
+                let tail = match (*p, tail) {
+                    ("# TYPE ", "info" | "stateset") => "gauge",
+                    ("# TYPE ", "unknown") => "untyped",
+                    ("# TYPE ", "gaugehistogram") => "histogram",
+                    (_, t) => t,
+                };
+                out.push_str(&format!("{p}{name} {tail}\n"));
+            }
+            None => {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+    }
+    out
 }
