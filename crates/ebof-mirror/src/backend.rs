@@ -331,13 +331,14 @@ impl AsyncWrites for MirrorBackend {
             done(buf, Err(e));
             return Ok(());
         }
-        let Some(locks) = self.shared.try_region_locks(offset, len as u64) else {
+        // Counted in flight before its regions are marked, as a blocking write is: the lazy
+        // clear (`Shared::sweep`) never wipes a mark whose write has not completed.
+        self.shared.in_flight.fetch_add(1, Ordering::AcqRel);
+        let locks = self.shared.try_region_locks(offset, len as u64);
+        let Some(locks) = locks.filter(|_| self.shared.mark_in_memory(offset, len as u64)) else {
+            self.shared.in_flight.fetch_sub(1, Ordering::AcqRel);
             return Err((buf, done));
         };
-        if !self.shared.mark_in_memory(offset, len as u64) {
-            return Err((buf, done));
-        }
-        self.shared.in_flight.fetch_add(1, Ordering::AcqRel);
         let local = self.local.write(offset, &buf[..len]);
         buf.truncate(len);
         let data = Arc::new(buf);

@@ -640,10 +640,9 @@ fn link_faults_lose_no_acknowledged_write_ram_primary() {
     link_faults("ram", faults);
 }
 
-/// Writes of a replaced link must never land: fails today (see `late_link_writes`).
+/// Writes of a replaced link must never land (see `late_link_writes`): a Mirror Admit on a
+/// new link fences the older link of the same epoch (`MirrorFence::admit_link`).
 #[test]
-#[ignore = "issue 34: a Mirror Admit on a new link does not fence the older link of the same \
-            epoch (nvmf-target mirror.rs), so its late writes land after the resync"]
 fn writes_of_a_replaced_link_never_land() {
     link_faults("file", late_link_writes);
 }

@@ -108,6 +108,10 @@ pub struct MirrorFence {
     change: Mutex<()>,
     /// Replication-link controllers admitted ([`MirrorFence::peer_linked`]).
     links: Mutex<Vec<std::sync::Weak<dyn LinkAlive>>>,
+    /// The token of the link controller admitted last ([`MirrorFence::admit_link`]; 0: none
+    /// given): only its replica writes are taken, so writes of a link the primary has replaced
+    /// (still on the wire when it reconnected) never land after the new link's resync.
+    link: AtomicU64,
 }
 
 impl std::fmt::Debug for MirrorFence {
@@ -130,6 +134,7 @@ impl MirrorFence {
             persist: None,
             change: Mutex::new(()),
             links: Mutex::new(Vec::new()),
+            link: AtomicU64::new(0),
         }
     }
     /// The same, with the epoch the local copy was last synced at (restored state).
@@ -168,6 +173,13 @@ impl MirrorFence {
             && self.epoch.load(Ordering::SeqCst) == link_epoch
     }
 
+    /// [`MirrorFence::admits_replica`] for the link controller with `token`: also the link
+    /// admitted last ([`MirrorFence::admit_link`]).
+    #[inline]
+    pub fn admits_link(&self, link_epoch: u64, token: u64) -> bool {
+        self.admits_replica(link_epoch) && self.link.load(Ordering::SeqCst) == token
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, ()> {
         self.change.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -183,6 +195,14 @@ impl MirrorFence {
     /// is at least the fence's; then the fence moves to `epoch` and, with `in_sync`, the copy
     /// is recorded synced at it (persisted first; a persist failure refuses).
     pub fn admit(&self, epoch: u64, in_sync: bool) -> Admit {
+        self.admit_link(epoch, in_sync, 0)
+    }
+
+    /// [`MirrorFence::admit`] from the link controller with `token` (unique per controller):
+    /// admitted, it becomes the only link whose replica writes are taken
+    /// ([`MirrorFence::admits_link`]); a link admitted before (the primary reconnected) is
+    /// refused from then on.
+    pub fn admit_link(&self, epoch: u64, in_sync: bool, token: u64) -> Admit {
         let _g = self.lock();
         let synced = self.synced_at();
         let refused = Admit {
@@ -198,6 +218,7 @@ impl MirrorFence {
         {
             return refused;
         }
+        self.link.store(token, Ordering::SeqCst);
         self.epoch.store(epoch, Ordering::SeqCst);
         self.synced_at.store(new_synced, Ordering::SeqCst);
         Admit {
@@ -259,6 +280,18 @@ impl MirrorFence {
         self.admits_replica(link_epoch).then(f)
     }
 
+    /// [`MirrorFence::while_admitted`] for the link controller with `token`
+    /// ([`MirrorFence::admits_link`]).
+    pub fn while_link_admitted<R>(
+        &self,
+        link_epoch: u64,
+        token: u64,
+        f: impl FnOnce() -> R,
+    ) -> Option<R> {
+        let _g = self.lock();
+        self.admits_link(link_epoch, token).then(f)
+    }
+
     /// Replication-link controller `ctrl` was admitted (Mirror Admit).
     pub(crate) fn link_admitted(&self, ctrl: std::sync::Weak<dyn LinkAlive>) {
         let mut l = self.links.lock().unwrap_or_else(|e| e.into_inner());
@@ -294,6 +327,23 @@ mod tests {
     use super::*;
     use std::sync::Arc;
     use std::sync::atomic::AtomicUsize;
+
+    /// Only the link admitted last writes: a primary that reconnected fences its old link at
+    /// the same epoch; the same link admitted again (in sync at the end of a resync) stays.
+    #[test]
+    fn the_link_admitted_last_is_the_only_one() {
+        let f = MirrorFence::new(0, MirrorRole::Secondary);
+        assert!(f.admit_link(3, false, 7).ok);
+        assert!(f.admits_link(3, 7) && !f.admits_link(3, 8));
+        assert!(f.admit_link(3, false, 8).ok, "the primary reconnected");
+        assert!(!f.admits_link(3, 7) && f.admits_link(3, 8));
+        assert!(f.admit_link(3, true, 8).ok);
+        assert!(f.admits_link(3, 8));
+        assert_eq!(f.synced_at(), 3);
+        assert!(!f.admits_link(2, 8), "an older epoch");
+        f.set_role(MirrorRole::Primary);
+        assert!(!f.admits_link(3, 8), "not secondary");
+    }
 
     #[test]
     fn admit_rules() {

@@ -31,7 +31,7 @@ pub(crate) fn execute_admit(ctrl: &std::sync::Arc<Controller>, sqe: &Sqe) -> Cmd
         .subsystem()
         .and_then(|s| s.namespace(a.nsid).and_then(|ns| ns.mirror.clone()))
         .ok_or(CmdError::from(OPERATION_DENIED))?;
-    let r = fence.admit(a.epoch, a.in_sync);
+    let r = fence.admit_link(a.epoch, a.in_sync, ctrl.link_token());
     if !r.ok {
         return Err(OPERATION_DENIED.into());
     }
@@ -91,7 +91,7 @@ pub(crate) fn execute_resv(ctrl: &Controller, sqe: &Sqe, data: &[u8]) -> CmdResu
         return Err(OPERATION_DENIED.into());
     }
     let table = crate::reservation::ResvTable::from_image(m.image);
-    match fence.while_admitted(m.epoch, || ns.resv.install(table)) {
+    match fence.while_link_admitted(m.epoch, ctrl.link_token(), || ns.resv.install(table)) {
         None => Err(OPERATION_DENIED.into()),
         Some(r) => r.map(|()| (0, 0)).map_err(CmdError::from),
     }

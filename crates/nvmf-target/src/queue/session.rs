@@ -256,7 +256,7 @@ impl Session {
     #[cold]
     pub(crate) fn replica_check(&self, ns: &Namespace) -> Result<(), CmdError> {
         match (&ns.mirror, &self.ctrl) {
-            (Some(f), Some(c)) if f.admits_replica(c.replica_epoch()) => Ok(()),
+            (Some(f), Some(c)) if f.admits_link(c.replica_epoch(), c.link_token()) => Ok(()),
             _ => Err(nvme_spec::ebof_vendor::OPERATION_DENIED.into()),
         }
     }
