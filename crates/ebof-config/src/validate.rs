@@ -505,10 +505,23 @@ pub fn check_ns_hosts(path: &str, hosts: &[String]) -> Result<(), ConfigError> {
 }
 
 /// Where `encryption` may be: file and block namespaces (not RAM: nothing is at rest), not on
-/// a namespace in a pool (the pool's setting decides), not on a mirrored namespace (not yet).
+/// a namespace in a pool (the pool's setting decides), not on a mirrored namespace, nor a
+/// mirrored namespace in an encrypted pool (not yet).
 fn validate_encryption(cfg: &Config) -> Result<(), ConfigError> {
     for (si, s) in cfg.subsystems.iter().enumerate() {
         for (ni, n) in s.namespaces.iter().enumerate() {
+            let in_encrypted_pool = n
+                .pool
+                .as_deref()
+                .and_then(|p| cfg.pool(p))
+                .is_some_and(|p| p.encryption.is_some());
+            if in_encrypted_pool && n.mirror.is_some() {
+                return Err(ConfigError::new(
+                    codes::INVALID_ENCRYPTION,
+                    format!("subsystems[{si}].namespaces[{ni}].mirror"),
+                    "mirrored namespaces cannot be made in an encrypted pool yet",
+                ));
+            }
             let Some(_) = &n.encryption else { continue };
             let at = format!("subsystems[{si}].namespaces[{ni}].encryption");
             let why = if matches!(n.backend, BackendChoice::Ram { .. }) {
