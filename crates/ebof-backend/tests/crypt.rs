@@ -215,6 +215,13 @@ fn key_files_are_checked_each_failure_its_own_error() {
     std::fs::set_permissions(&hex, std::fs::Permissions::from_mode(0o400)).unwrap();
     assert_eq!(&*read_key_file(&hex).unwrap(), &raw[..]);
 
+    // Unreadable: as root every mode is readable, so a path through a regular file (ENOTDIR)
+    // stands in for a file that cannot be read.
+    let through = short.join("key");
+    let e = read_key_file(&through).unwrap_err();
+    assert_eq!(e.code(), "key-file-unreadable", "{e}");
+    assert!(e.to_string().contains(&*through.to_string_lossy()), "{e}");
+
     // A directory is not a key file.
     let d = dir.path().join("d");
     std::fs::create_dir(&d).unwrap();
