@@ -211,10 +211,24 @@ impl Link {
             && !self.shared.link_withheld()
         {
             self.intake(c, pipe, stash).await?;
-            if pipe.in_flight() > 0 && (in_sync || stash.is_some()) {
+            if pipe.in_flight() > 0 && stash.is_some() {
+                // The queue is full: room comes from completions only.
                 pipe.poll(&mut c.q).await?;
                 continue;
             }
+            if pipe.in_flight() > 0 && in_sync {
+                // Completions, or a new request to send at once (not after the next
+                // completion: on a slow link that is a round trip more per write).
+                tokio::select! {
+                    r = pipe.poll(&mut c.q) => r?,
+                    r = self.rx.recv() => match r {
+                        Some(r) => *stash = Some(r),
+                        None => return Ok(()),
+                    },
+                }
+                continue;
+            }
+            pipe.take_failure()?;
             if !in_sync {
                 while pipe.in_flight() > 0 {
                     pipe.poll(&mut c.q).await?;

@@ -73,6 +73,8 @@ pub(crate) struct Pipe {
     block: usize,
     pending: HashMap<u64, Pending>,
     next: u64,
+    /// The status of a command the peer answered with an error, not yet reported.
+    failed: Option<nvme_spec::Status>,
 }
 
 impl Pipe {
@@ -82,6 +84,7 @@ impl Pipe {
             block: block_size.max(1) as usize,
             pending: HashMap::new(),
             next: 0,
+            failed: None,
         }
     }
 
@@ -158,16 +161,19 @@ impl Pipe {
 
     /// Wait for completions and finish the requests they complete. A command answered with an
     /// error fails its request and the link (Err: reconnect, the primary degrades).
+    /// Cancel-safe: a completion handled before the future is dropped keeps its error in the
+    /// pipe, and the next call returns it.
     pub(crate) async fn poll(&mut self, q: &mut IoQueue) -> Result<(), String> {
-        let mut failed = None;
+        self.take_failure()?;
         let pending = &mut self.pending;
+        let failed = &mut self.failed;
         q.poll_completions(|c| {
             let Some(p) = pending.get_mut(&c.user) else {
                 return;
             };
             if !c.is_success() {
                 p.ok = false;
-                failed = Some(c.status());
+                *failed = Some(c.status());
             }
             p.parts -= 1;
             if p.parts == 0
@@ -178,7 +184,12 @@ impl Pipe {
         })
         .await
         .map_err(|e| e.to_string())?;
-        match failed {
+        self.take_failure()
+    }
+
+    /// A command the peer answered with an error since the last call: Err (the link fails).
+    pub(crate) fn take_failure(&mut self) -> Result<(), String> {
+        match self.failed.take() {
             Some(s) => Err(format!("peer answered {s:?}")),
             None => Ok(()),
         }
