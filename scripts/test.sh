@@ -56,6 +56,9 @@ cargo run --locked --profile test -q -p ebof-fuzz -- run
 # must each be rejected (python3 + PyYAML, installed by the script where missing; ~3 s).
 step "deployment manifests (tests/deploy/check_manifests.py)"
 python3 tests/deploy/check_manifests.py
+# deploy/monitoring/: promtool check/test rules, dashboards against a live scrape, check metrics (~5 s).
+step "monitoring (scripts/check-monitoring.sh)"
+scripts/check-monitoring.sh
 if [ "${EBOF_SKIP_INTEROP:-0}" != 1 ]; then
     # The guests run the very binary cargo test built and tested (test profile, opt-level 1),
     # with its debug info stripped (260 MB -> ~25 MB). A separate release build took 5-7 min of

@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# deploy/monitoring/: generated files up to date (the PrometheusRule cannot drift from
+# ebof-alerts.yml), `promtool check rules`/`test rules`/`check config`, the dashboards parsed,
+# the kustomization's files present, and against a live `ebof serve` on loopback (pools, a CDC
+# member, a mirrored namespace, ANA): `promtool check metrics` on its scrape, and every metric
+# name a dashboard or rule uses found in it. ~5 s. Installs Debian's `prometheus` (promtool)
+# where missing and allowed. EBOF_BIN: the ebof binary (default target/debug/ebof, built if
+# missing).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+M=deploy/monitoring
+
+if ! command -v promtool >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "apt-get install prometheus (for promtool)"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null ||
+        { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
+fi
+command -v promtool >/dev/null 2>&1 || { echo "check-monitoring: promtool is missing (Debian: apt-get install prometheus)" >&2; exit 1; }
+promtool --version 2>&1 | head -1
+
+python3 $M/generate.py --check
+promtool check rules $M/ebof-alerts.yml
+work=$(mktemp -d)
+pid=
+cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null; rm -rf "$work"; }
+trap cleanup EXIT
+# The PrometheusRule's spec is a rules file too.
+sed '1,/^spec:$/d; s/^  //' $M/prometheus-rule.yaml > "$work/spec-rules.yml"
+promtool check rules "$work/spec-rules.yml"
+promtool test rules $M/tests.yml
+promtool check config $M/prometheus.yml
+
+# A box with every kind of series: a pool, a CDC member (unreachable), a mirrored namespace
+# (peer and witness unreachable), a non-optimized ANA group.
+BIN=${EBOF_BIN:-target/debug/ebof}
+[ -x "$BIN" ] || cargo build -q --locked -p ebof
+A=127.0.0.211
+mkdir -p "$work/pool" "$work/state"
+cat > "$work/box.toml" <<EOF
+[target]
+state_dir = "$work/state"
+[[listeners]]
+address = "$A"
+port = 4420
+[discovery]
+mdns = false
+[cdc]
+members = ["$A:11"]
+[mirror]
+witness = "$A:10"
+[metrics]
+listen = "$A:9464"
+[management]
+socket = "$work/ebof.sock"
+[[pools]]
+name = "fast"
+directory = "$work/pool"
+size = "1G"
+[[subsystems]]
+nqn = "nqn.2026-11.io.ebof:monitoring"
+allow_any_host = true
+[[subsystems.namespaces]]
+backend = "ram"
+size = "4M"
+qos = { iops = 100000 }
+[[subsystems.namespaces]]
+backend = "file"
+pool = "fast"
+path = "$work/pool/p.img"
+size = "16M"
+[[subsystems.namespaces]]
+backend = "file"
+path = "$work/m.img"
+size = "4M"
+ana_group = 2
+mirror = { peer = "$A:9", role = "primary" }
+[[ana]]
+listener = "$A:4420"
+group = 1
+state = "non-optimized"
+EOF
+"$BIN" serve -c "$work/box.toml" >"$work/serve.log" 2>&1 &
+pid=$!
+python3 - "$A:9464" "$work" <<'EOF' || { cat "$work/serve.log" >&2; exit 1; }
+import json, re, sys, time, urllib.request
+from pathlib import Path
+addr, work = sys.argv[1], Path(sys.argv[2])
+def scrape(accept):
+    req = urllib.request.Request(f"http://{addr}/metrics", headers={"Accept": accept})
+    with urllib.request.urlopen(req, timeout=5) as r:
+        return r.headers.get("Content-Type"), r.read().decode()
+deadline = time.time() + 20
+while True:
+    try:
+        ctype, text = scrape("text/plain; version=0.0.4")
+        break
+    except OSError:
+        if time.time() > deadline:
+            sys.exit("check-monitoring: ebof serve's /metrics did not answer in 20 s")
+        time.sleep(0.1)
+assert ctype.startswith("text/plain; version=0.0.4"), ctype
+(work / "scrape.txt").write_text(text)
+ctype, om = scrape("application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5")
+assert ctype.startswith("application/openmetrics-text") and om.endswith("# EOF\n"), ctype
+names, histograms = set(), set()
+for line in text.splitlines():
+    m = re.match(r"# (HELP|TYPE) (\S+)", line)
+    if m:
+        names.add(m.group(2))
+        if line.endswith(" histogram"):
+            histograms.add(m.group(2))
+    elif line and not line.startswith("#"):
+        names.add(re.match(r"[^{ ]+", line).group(0))
+for h in histograms:
+    names |= {h + "_bucket", h + "_sum", h + "_count"}
+used = {}
+for d in sorted(Path("deploy/monitoring/dashboards").glob("*.json")):
+    dash = json.loads(d.read_text())
+    assert [i["name"] for i in dash["__inputs"]] == ["DS_PROMETHEUS"], d
+    panels = [p for p in dash["panels"] if p["type"] != "row"]
+    assert panels, d
+    for p in panels:
+        assert p["datasource"]["uid"] == "${DS_PROMETHEUS}", (d, p["title"])
+        assert p["targets"], (d, p["title"])
+        for t in p["targets"]:
+            assert t["datasource"]["uid"] == "${DS_PROMETHEUS}", (d, p["title"])
+            for n in re.findall(r"\bebof_[a-z0-9_]+", t["expr"]):
+                used.setdefault(n, f"{d.name}: {p['title']}")
+    for v in dash["templating"]["list"]:
+        for n in re.findall(r"\bebof_[a-z0-9_]+", v["query"]["query"]):
+            used.setdefault(n, f"{d.name}: variable {v['name']}")
+rules = Path("deploy/monitoring/ebof-alerts.yml").read_text()
+for n in re.findall(r"\bebof_[a-z0-9_]+", "\n".join(l for l in rules.splitlines() if "expr:" in l)):
+    used.setdefault(n, "ebof-alerts.yml")
+missing = sorted(f"{n} ({where})" for n, where in used.items() if n not in names)
+if missing:
+    sys.exit("check-monitoring: not in ebof's exposition: " + ", ".join(missing))
+kust = Path("deploy/monitoring/kustomization.yaml").read_text()
+for f in re.findall(r"^\s+- (\S+\.(?:yaml|json))$", kust, re.M):
+    assert Path("deploy/monitoring", f).is_file(), f
+assert 'grafana_dashboard: "1"' in kust
+print(f"check-monitoring: {len(used)} metric names used by {len(list(Path('deploy/monitoring/dashboards').glob('*.json')))} dashboards and the rules, all in a live scrape ({len(names)} names)")
+EOF
+promtool check metrics < "$work/scrape.txt"
+echo "check-monitoring: promtool check metrics: no problems"
