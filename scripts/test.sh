@@ -56,7 +56,8 @@ cargo run --locked --profile test -q -p ebof-fuzz -- run
 # must each be rejected (python3 + PyYAML, installed by the script where missing; ~3 s).
 step "deployment manifests (tests/deploy/check_manifests.py)"
 python3 tests/deploy/check_manifests.py
-# deploy/monitoring/: promtool check/test rules, dashboards against a live scrape, check metrics (~5 s).
+# deploy/monitoring/: promtool check/test rules and check metrics, every dashboard query and rule
+# evaluated by a real Prometheus scraping `ebof serve` under `ebof perf` (~10 s).
 step "monitoring (scripts/check-monitoring.sh)"
 scripts/check-monitoring.sh
 if [ "${EBOF_SKIP_INTEROP:-0}" != 1 ]; then
