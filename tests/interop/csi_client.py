@@ -92,8 +92,20 @@ class Client:
             resp = call(req, timeout=self.timeout, wait_for_ready=True)
         except grpc.RpcError as e:
             raise RpcError(e.code().name, e.details() or "") from None
+        return to_dict(resp)
+
+
+def to_dict(msg):
+    """A message as a dict with proto field names and default values printed: protobuf < 5.26
+    calls that `including_default_value_fields`, later ones
+    `always_print_fields_with_no_presence` (Debian's python3-protobuf and PyPI's)."""
+    try:
         return json_format.MessageToDict(
-            resp, preserving_proto_field_name=True, including_default_value_fields=True
+            msg, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+        )
+    except TypeError:
+        return json_format.MessageToDict(
+            msg, preserving_proto_field_name=True, including_default_value_fields=True
         )
 
 

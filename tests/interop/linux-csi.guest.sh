@@ -233,8 +233,27 @@ start_driver() {
 	wait_for 30 _sock_up || { cat "$X/csi.log"; fail "ebof csi did not bind $SOCK within 30 s"; }
 	[[ -S $SOCK ]] || { cat "$X/csi.log"; fail "ebof csi exited before serving"; }
 	# the client: one process for every call (coproc: CSI[0] its output, CSI[1] its input)
-	coproc CSI { exec /usr/bin/python3 "$X/csi_client.py" serve 2>>"$X/csi-client.err"; }
-	echo "CSI client: pid $CSI_PID"
+	# with the newest grpcio from PyPI when the host provided it (it sends the socket path as
+	# :authority), else Debian's python3-grpcio
+	if [[ -d $X/pypi ]]; then
+		coproc CSI { PYTHONPATH=$X/pypi CSI_PB_DIR=$X/pypi exec /usr/bin/python3 "$X/csi_client.py" serve 2>>"$X/csi-client.err"; }
+		echo "CSI client: pid $CSI_PID, $(PYTHONPATH=$X/pypi /usr/bin/python3 -c 'import grpc; print("grpcio", grpc.__version__, "from PyPI")')"
+	else
+		coproc CSI { exec /usr/bin/python3 "$X/csi_client.py" serve 2>>"$X/csi-client.err"; }
+		echo "CSI client: pid $CSI_PID, $(/usr/bin/python3 -c 'import grpc; print("grpcio", grpc.__version__, "(Debian)")')"
+	fi
+}
+
+# Debian's python3-grpcio too, one call at a time: a second client of another grpc-core
+debian_client() {
+	local out
+	out=$(CSI_PB_DIR=$X /usr/bin/python3 "$X/csi_client.py" call Identity GetPluginInfo) ||
+		fail "GetPluginInfo through Debian's python3-grpcio: $out"
+	echo "$out"
+	[[ $out == *"\"$DRIVER\""* ]] || fail "GetPluginInfo through Debian's python3-grpcio: $out"
+	out=$(CSI_PB_DIR=$X /usr/bin/python3 "$X/csi_client.py" call Controller GetCapacity) ||
+		fail "GetCapacity through Debian's python3-grpcio: $out"
+	echo "grpcio $(/usr/bin/python3 -c 'import grpc; print(grpc.__version__)') (Debian): $out"
 }
 # _sock_up: the driver's socket is there, or the driver is gone (no point waiting)
 _sock_up() { [[ -S $SOCK ]] || driver_gone; }
@@ -690,6 +709,7 @@ stop_driver() {
 
 step "start ebof csi --controller --node (boxes: the host's box)" start_driver
 step "Identity, capabilities, NodeGetInfo, GetCapacity" identity
+step "Identity and GetCapacity through Debian's python3-grpcio as well" debian_client
 if [[ $CSI_AUTH != dhchap ]]; then
 	step "auth dhchap on a kernel without it: NodeStage refused, saying why" dhchap_unsupported
 fi

@@ -101,6 +101,26 @@ gen_client() {
 		{ warn "the generated CSI client does not import"; return 1; }
 }
 
+# The guest's client with the newest grpcio and protobuf from PyPI (grpc-core >= 1.57 sends the
+# socket path as :authority: issue 35), when PyPI answers: the packages of the venv cargo test's
+# csi_grpcio uses (made here when missing) copied to $X/pypi, with a csi_pb2.py from grpc_tools'
+# protoc. The bookworm guest runs the host's python3, so the compiled grpc module loads there.
+# Without PyPI the guest uses Debian's python3-grpcio only, and says so.
+PYPI_VENV=$REPO_ROOT/target/grpcio-venv
+gen_pypi_client() {
+	local py=$PYPI_VENV/bin/python site
+	[[ -x $py ]] || python3 -m venv "$PYPI_VENV" || return 1
+	"$py" -m pip install --quiet --disable-pip-version-check --upgrade grpcio protobuf grpcio-tools ||
+		"$py" -c 'import grpc, grpc_tools' || return 1
+	site=$("$py" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') || return 1
+	rm -rf "$X/pypi" && mkdir -p "$X/pypi" || return 1
+	cp -a "$site/grpc" "$site/google" "$X/pypi/" || return 1
+	[[ ! -f $site/typing_extensions.py ]] || cp -a "$site/typing_extensions.py" "$X/pypi/"
+	"$py" -m grpc_tools.protoc -I "$(dirname "$PROTO")" --python_out="$X/pypi" "$PROTO" || return 1
+	PYTHONPATH=$X/pypi CSI_PB_DIR=$X/pypi /usr/bin/python3 -c \
+		'import grpc, google.protobuf, csi_pb2; print("PyPI client: grpcio", grpc.__version__, "protobuf", google.protobuf.__version__)'
+}
+
 start_box() { serve_with_mgmt "$RUN_DIR/ebof.toml" "$TARGET_PORT" "$TARGET_PORT2" "$API_PORT"; }
 
 # host_on_ctl (lib.sh) answers the guest's `ebof ctl` requests through the box's socket
@@ -143,6 +163,8 @@ vm_env "TARGET_PORTS=$TARGET_PORT $TARGET_PORT2" "TARGET_IP=$HOST_IP" "API_PORT=
 
 write_config
 host_step "CSI client: csi_pb2.py from csi.proto (protoc)" gen_client || die "cannot make the CSI client"
+host_step "CSI client with the newest grpcio from PyPI" gen_pypi_client ||
+	{ warn "no PyPI grpcio: the guest uses Debian's python3-grpcio only"; rm -rf "$X/pypi"; }
 host_step "start the pool box (ebof serve, API on $HOST_IP:$API_PORT)" start_box || die "the box did not start"
 host_step "ebof ctl --api https://$HOST_IP:$API_PORT (token) show" "$EBOF_BIN" ctl \
 	--api "https://$HOST_IP:$API_PORT" --ca-file "$RUN_DIR/ca.pem" --token-file "$RUN_DIR/token" show ||
