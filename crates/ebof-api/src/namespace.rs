@@ -204,6 +204,12 @@ pub struct NamespaceRequest {
     /// `mirror = { peer, role }`, code `invalid-mirror`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mirror: Option<ebof_config::MirrorFields>,
+    /// Encrypt a file or block namespace outside pools with the 64-byte key in this key file
+    /// (the configuration's `encryption = { key_file }`, ADR 0029; codes
+    /// `invalid-encryption`, `key-file-*`, `wrong-key`). A namespace in an encrypted pool is
+    /// encrypted by the pool: leave it out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encryption: Option<ebof_config::EncryptionFields>,
 }
 
 /// `PUT /v1/subsystems/{nqn}/namespaces/{nsid}/hosts`: the hosts that may see the namespace

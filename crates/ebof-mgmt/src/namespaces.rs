@@ -279,7 +279,6 @@ fn namespace_fields(req: &NamespaceRequest, nsid: u32) -> ebof_config::Namespace
         qos: req.qos.clone(),
         pool: req.pool.clone(),
         mirror: req.mirror.clone(),
-        // Namespaces the API makes are encrypted by their pool (ADR 0029).
-        encryption: None,
+        encryption: req.encryption.clone(),
     }
 }

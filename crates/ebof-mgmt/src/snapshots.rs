@@ -666,6 +666,8 @@ fn clone_namespace(
         pool,
         // A clone is a namespace of its own: mirror it with `ns add` if wanted.
         mirror: None,
+        // Encrypted by its pool, with its origin's key (the copied key header, ADR 0029).
+        encryption: None,
     }
 }
 

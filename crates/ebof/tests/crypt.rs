@@ -18,7 +18,7 @@
 
 mod common;
 
-use common::served::{ctl_at as ctl, serve_file, state_at as state};
+use common::served::{ctl_at as ctl, rejected_at, serve_file, state_at as state};
 use common::{ebof, free_port};
 use nvme_spec::NamespaceId;
 use nvmf_host::{Controller, HostConfig};
@@ -172,7 +172,7 @@ fn read(addr: SocketAddr, ns: u32, slba: u64, blocks: usize) -> Vec<u8> {
 
 fn config(dir: &Path, a: SocketAddr) -> PathBuf {
     let text = format!(
-        "[[listeners]]\naddress = \"{}\"\nport = {}\n\n\
+        "[[listeners]]\naddress = \"{}\"\nport = {}\n\n[management]\ndata_dirs = [{:?}]\n\n\
          [[pools]]\nname = \"sec\"\ndirectory = {:?}\n\
          encryption = {{ key_file = {:?} }}\n\n\
          [[subsystems]]\nnqn = \"{NQN}\"\n\n\
@@ -180,6 +180,7 @@ fn config(dir: &Path, a: SocketAddr) -> PathBuf {
          encryption = {{ key_file = {:?} }}\n",
         a.ip(),
         a.port(),
+        s(&dir.join("data")),
         s(&dir.join("sec")),
         s(&dir.join("pool.key")),
         s(&dir.join("own.img")),
@@ -375,6 +376,47 @@ fn encrypted_namespaces_end_to_end() {
             );
         }
     }
+    // Through the API: a file namespace with its own key (`ns add --key-file`); a missing key
+    // is refused with its code and no file is made.
+    std::fs::create_dir_all(d.join("data")).unwrap();
+    let api_ns = d.join("data/api.img");
+    let missing = d.join("nope.key");
+    let add = |key: &Path| {
+        let (f, k) = (s(&api_ns).to_string(), s(key).to_string());
+        move |extra: &[&str]| {
+            let mut a = vec![
+                "ns",
+                "add",
+                NQN,
+                "--file",
+                &f,
+                "--size",
+                "1M",
+                "--key-file",
+                &k,
+            ];
+            a.extend_from_slice(extra);
+            a.iter().map(|x| x.to_string()).collect::<Vec<_>>()
+        }
+    };
+    let args = add(&missing)(&[]);
+    rejected_at(
+        &sock,
+        &args.iter().map(String::as_str).collect::<Vec<_>>(),
+        "key-file-missing",
+        "",
+    );
+    assert!(!api_ns.exists(), "a refused add made its file");
+    let args = add(&d.join("own.key"))(&["--json"]);
+    let o = ctl(&sock, &args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(o.ok, "{}", o.stderr);
+    let v: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    assert_eq!(v["namespace"]["encrypted"], true, "{v}");
+    let nsid = v["namespace"]["nsid"].as_u64().unwrap() as u32;
+    let p5 = pattern(5, 8);
+    write(a, nsid, 0, &p5);
+    assert_eq!(read(a, nsid, 0, 8), p5);
+    assert_ne!(&std::fs::read(&api_ns).unwrap()[..p5.len()], &p5[..]);
     drop(t);
     refusals(d, &cfg);
 }

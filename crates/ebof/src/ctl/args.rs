@@ -296,6 +296,10 @@ pub struct NsAddArgs {
     /// The role on first start: primary or secondary.
     #[arg(long, value_parser = ["primary", "secondary"], requires = "mirror_peer")]
     pub mirror_role: Option<String>,
+    /// Encrypt the file or block namespace at rest with the 64-byte key in PATH (mode 0600;
+    /// ADR 0029). A namespace in an encrypted pool is encrypted by the pool.
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["ram", "pool", "from_snapshot"])]
+    pub key_file: Option<PathBuf>,
 }
 
 // `ebof ctl ns qos`'s arguments.

@@ -383,6 +383,7 @@ fn ns_add(c: &Client, json: bool, a: NsAddArgs) -> Result<()> {
         pool,
         mirror_peer,
         mirror_role,
+        key_file,
     } = a;
     if file_size.is_some() && file.is_none() && pool.is_none() {
         anyhow::bail!("--size goes with --file PATH or --pool NAME");
@@ -421,6 +422,9 @@ fn ns_add(c: &Client, json: bool, a: NsAddArgs) -> Result<()> {
         mirror: mirror_peer.map(|peer| ebof_config::MirrorFields {
             peer: Some(peer),
             role: mirror_role,
+        }),
+        encryption: key_file.map(|p| ebof_config::EncryptionFields {
+            key_file: Some(p.display().to_string()),
         }),
         ..Default::default()
     };
