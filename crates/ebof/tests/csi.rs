@@ -1501,3 +1501,88 @@ fn a_killed_box_reports_abnormal_and_everything_converges_when_it_is_back() {
         assert!(!get(&mut c, &w.volume_id).abnormal);
     }
 }
+
+/// The backing file of volume `id` on box `b`.
+fn volume_file(b: &PoolBox, id: &str) -> std::path::PathBuf {
+    let st = b.state();
+    let s = st
+        .subsystems
+        .iter()
+        .find(|s| s.nqn == id)
+        .expect("the volume's subsystem");
+    std::path::PathBuf::from(s.namespaces[0].path.clone().expect("a file namespace"))
+}
+
+fn write_at(path: &Path, off: u64, data: &[u8]) {
+    let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&f, data, off).unwrap();
+}
+
+fn read_at(path: &Path, off: u64, len: usize) -> Vec<u8> {
+    let mut buf = vec![0u8; len];
+    std::os::unix::fs::FileExt::read_exact_at(&std::fs::File::open(path).unwrap(), &mut buf, off)
+        .unwrap();
+    buf
+}
+
+/// Issue 35, clones on a real box: CreateVolume from a volume source holds what the source
+/// held when it was made, later writes to the source are not in it, it is grown when asked,
+/// and it outlives its source.
+#[test]
+fn clones_of_volumes_on_a_real_box() {
+    let f = fleet(&["128M"]);
+    let mut c = Csi::start(&f, "csi-clone");
+    let b = &f.boxes[0];
+    let src = c.create(vol_req("pvc-clone-src", 8 * MIB)).unwrap();
+    let sfile = volume_file(b, &src.volume_id);
+    write_at(&sfile, 4096, b"before the clone");
+    let mut r = vol_req("pvc-clone-of-src", 16 * MIB);
+    r.volume_content_source = Some(pb::VolumeContentSource {
+        r#type: Some(pb::volume_content_source::Type::Volume(
+            pb::volume_content_source::VolumeSource {
+                volume_id: src.volume_id.clone(),
+            },
+        )),
+    });
+    let clone = c.create(r.clone()).unwrap();
+    assert_ne!(clone.volume_id, src.volume_id);
+    assert_eq!(clone.capacity_bytes, 16 * MIB, "grown as asked");
+    assert_eq!(
+        c.create(r).unwrap().volume_id,
+        clone.volume_id,
+        "idempotent"
+    );
+    let cfile = volume_file(b, &clone.volume_id);
+    assert_ne!(cfile, sfile);
+    assert_eq!(read_at(&cfile, 4096, 16), b"before the clone");
+    assert_eq!(std::fs::metadata(&cfile).unwrap().len(), 16 * MIB as u64);
+    write_at(&sfile, 4096, b"after the clone!");
+    assert_eq!(
+        read_at(&cfile, 4096, 16),
+        b"before the clone",
+        "later writes stay out"
+    );
+    let req = pb::DeleteVolumeRequest {
+        volume_id: src.volume_id.clone(),
+        ..Default::default()
+    };
+    c.call(|mut cl| async move { cl.delete_volume(req).await })
+        .unwrap();
+    assert!(!sfile.exists(), "the source is gone");
+    assert_eq!(
+        read_at(&cfile, 4096, 16),
+        b"before the clone",
+        "the clone outlives it"
+    );
+    let req = pb::ControllerGetVolumeRequest {
+        volume_id: clone.volume_id.clone(),
+    };
+    let got = c
+        .call(|mut cl| async move { cl.controller_get_volume(req).await })
+        .unwrap();
+    let cond = got
+        .status
+        .and_then(|s| s.volume_condition)
+        .expect("a condition");
+    assert!(!cond.abnormal, "{cond:?}");
+}
