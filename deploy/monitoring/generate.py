@@ -172,7 +172,7 @@ def box_dashboard():
     p.append(g.place(stat("Subsystems", [("sum(ebof_subsystems" + s + ")", "")]), 4, 4))
     p.append(g.place(stat("I/O controllers", [('sum(ebof_controllers{instance=~"$instance",kind="io"})', "")]), 4, 4))
     p.append(g.place(stat("Connections open", [("sum(ebof_connections_open" + s + ")", "")]), 4, 4))
-    p.append(g.place(stat("I/O queues", [("sum(ebof_controller_io_queues" + s + ")", "")]), 4, 4))
+    p.append(g.place(stat("I/O queues", [("sum(ebof_controller_io_queues" + s + ") or vector(0)", "")]), 4, 4))
     p.append(g.place(stat("DIM registrations", [("sum(ebof_dim_registrations" + s + ")", "")]), 4, 4))
     p.append(g.row("I/O"))
     p.append(g.place(timeseries("IOPS", [
