@@ -3,19 +3,26 @@
 # ebof-alerts.yml), `promtool check rules`/`test rules`/`check config`, the dashboards parsed,
 # the kustomization's files present, and against a live `ebof serve` on loopback (pools, a CDC
 # member, a mirrored namespace, ANA): `promtool check metrics` on its scrape, and every metric
-# name a dashboard or rule uses found in it. Installs Debian's `prometheus` (promtool)
-# where missing and allowed. EBOF_BIN: the ebof binary (default target/debug/ebof, built if
+# name a dashboard or rule uses found in it. Unpacks Debian's `prometheus` (promtool) under
+# target/ where it is missing. EBOF_BIN: the ebof binary (default target/debug/ebof, built if
 # missing). With Debian's prometheus there too, a real Prometheus scrapes the box under `ebof perf`
 # and evaluates every dashboard query and rule (~10 s in all).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 M=deploy/monitoring
 
-if ! command -v promtool >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "apt-get install prometheus (for promtool)"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null ||
-        { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
+# Debian's prometheus package unpacked under target/ (not installed: installing it would start
+# a Prometheus service on a machine with systemd): promtool and prometheus from there.
+PROM=$PWD/target/prometheus
+if ! command -v promtool >/dev/null 2>&1 && [ ! -x "$PROM/usr/bin/promtool" ] && command -v apt-get >/dev/null 2>&1; then
+    echo "apt-get download prometheus (promtool), unpacked in $PROM"
+    dl=$(mktemp -d)
+    (cd "$dl" && { apt-get download prometheus >/dev/null 2>&1 ||
+        { apt-get update -qq && apt-get download prometheus >/dev/null; }; }) &&
+        mkdir -p "$PROM" && dpkg-deb -x "$dl"/prometheus_*.deb "$PROM"
+    rm -rf "$dl"
 fi
+[ -x "$PROM/usr/bin/promtool" ] && export PATH="$PROM/usr/bin:$PATH"
 command -v promtool >/dev/null 2>&1 || { echo "check-monitoring: promtool is missing (Debian: apt-get install prometheus)" >&2; exit 1; }
 promtool --version 2>&1 | head -1
 
