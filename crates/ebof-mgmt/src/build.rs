@@ -172,7 +172,10 @@ pub(crate) fn owned_files(n: &ebof_config::Namespace, state_dir: Option<&Path>) 
         return Vec::new();
     };
     // The key header first: deleting destroys the key before the data (crypto-erase).
-    let mut files = vec![ebof_backend::crypt::KeyHeader::path_for(path), path.to_path_buf()];
+    let mut files = vec![
+        ebof_backend::crypt::KeyHeader::path_for(path),
+        path.to_path_buf(),
+    ];
     files.extend(reservation_state_path(n, state_dir));
     files
 }
