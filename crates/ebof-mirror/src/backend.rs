@@ -291,8 +291,7 @@ impl MirrorBackend {
             let _ = tx.send(size);
         });
         self.link.send(LinkReq::PeerSize { done }).ok()?;
-        let wait = (self.shared.spec.lease * 2).max(std::time::Duration::from_secs(1));
-        rx.recv_timeout(wait).ok().flatten()
+        rx.recv_timeout(self.shared.link_timeout()).ok().flatten()
     }
 
     /// The peer state as the backend sees it (for tests).
@@ -322,8 +321,7 @@ impl AsyncWrites for MirrorBackend {
         if self.local.may_block() || buf.len() < len {
             return Err((buf, done));
         }
-        if self.shared.role() != Role::Primary {
-            let res = self.local.write(offset, &buf[..len]);
+        if let Some(res) = self.write_now(offset, &buf[..len]) {
             done(buf, res);
             return Ok(());
         }

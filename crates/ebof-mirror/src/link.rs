@@ -111,7 +111,7 @@ impl Link {
     }
 
     fn timeout(&self) -> Duration {
-        (self.shared.spec.lease * 2).max(Duration::from_secs(1))
+        self.shared.link_timeout()
     }
 
     /// [`Link::connect`], failing every request that arrives meanwhile: a peer that takes the

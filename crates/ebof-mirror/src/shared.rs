@@ -138,6 +138,12 @@ impl Shared {
             && !self.forced.load(Ordering::Acquire)
     }
 
+    /// How long the link waits for the peer (a connect, a command) before it gives up: two
+    /// leases, at least a second. A caller waiting on the link for an answer waits as long.
+    pub(crate) fn link_timeout(&self) -> Duration {
+        (self.spec.lease * 2).max(Duration::from_secs(1))
+    }
+
     /// Time left on our lease (zero when not held).
     pub(crate) fn lease_left(&self) -> Duration {
         let ns = self.lease_until.load(Ordering::Acquire);
