@@ -641,7 +641,7 @@ fn link_faults_lose_no_acknowledged_write_ram_primary() {
 }
 
 /// Writes of a replaced link must never land (see `late_link_writes`): a Mirror Admit on a
-/// new link fences the older link of the same epoch (`MirrorFence::admit_link`).
+/// new link fences the older link of the same epoch (`MirrorFence::admit`).
 #[test]
 fn writes_of_a_replaced_link_never_land() {
     link_faults("file", late_link_writes);

@@ -82,6 +82,9 @@ pub struct CtrlState {
     pub events: AsyncEvents,
 }
 
+/// The next [`Controller::link_token`] (0 is never handed out).
+static NEXT_LINK_TOKEN: AtomicU64 = AtomicU64::new(1);
+
 /// A controller, shared by its queues.
 #[derive(Debug)]
 pub struct Controller {
@@ -118,8 +121,8 @@ pub struct Controller {
     replica_link: AtomicBool,
     /// The epoch Mirror Admit (C1h) admitted this link at; 0 until admitted.
     replica_epoch: AtomicU64,
-    /// See [`Controller::link_token`] (0: not made yet).
-    link_token: AtomicU64,
+    /// See [`Controller::link_token`].
+    link_token: u64,
 }
 
 impl Controller {
@@ -141,22 +144,10 @@ impl Controller {
     pub(crate) fn set_replica_epoch(&self, epoch: u64) {
         self.replica_epoch.store(epoch, Ordering::SeqCst);
     }
-    /// This controller's link token for [`crate::MirrorFence::admit_link`]: unique in the
-    /// process, never 0 (made on first use).
+    /// This controller's link token for [`crate::MirrorFence::admit`]: unique in the
+    /// process, never 0.
     pub(crate) fn link_token(&self) -> u64 {
-        static NEXT: AtomicU64 = AtomicU64::new(1);
-        let t = self.link_token.load(Ordering::SeqCst);
-        if t != 0 {
-            return t;
-        }
-        let new = NEXT.fetch_add(1, Ordering::Relaxed);
-        match self
-            .link_token
-            .compare_exchange(0, new, Ordering::SeqCst, Ordering::SeqCst)
-        {
-            Ok(_) => new,
-            Err(won) => won,
-        }
+        self.link_token
     }
     /// A controller for host `hostnqn`/`hostid`, with write cache enabled and no I/O queue
     /// connected; `kato` `None` disables the keep-alive timer, `max_qid` is the highest I/O
@@ -199,7 +190,7 @@ impl Controller {
             ns_gen: AtomicU32::new(0),
             replica_link: AtomicBool::new(false),
             replica_epoch: AtomicU64::new(0),
-            link_token: AtomicU64::new(0),
+            link_token: NEXT_LINK_TOKEN.fetch_add(1, Ordering::Relaxed),
             event_pending: AtomicBool::new(false),
         }
     }

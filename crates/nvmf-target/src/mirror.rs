@@ -108,7 +108,7 @@ pub struct MirrorFence {
     change: Mutex<()>,
     /// Replication-link controllers admitted ([`MirrorFence::peer_linked`]).
     links: Mutex<Vec<std::sync::Weak<dyn LinkAlive>>>,
-    /// The token of the link controller admitted last ([`MirrorFence::admit_link`]; 0: none
+    /// The token of the link controller admitted last ([`MirrorFence::admit`]; 0: none
     /// given): only its replica writes are taken, so writes of a link the primary has replaced
     /// (still on the wire when it reconnected) never land after the new link's resync.
     link: AtomicU64,
@@ -174,7 +174,7 @@ impl MirrorFence {
     }
 
     /// [`MirrorFence::admits_replica`] for the link controller with `token`: also the link
-    /// admitted last ([`MirrorFence::admit_link`]).
+    /// admitted last ([`MirrorFence::admit`]).
     #[inline]
     pub fn admits_link(&self, link_epoch: u64, token: u64) -> bool {
         self.admits_replica(link_epoch) && self.link.load(Ordering::SeqCst) == token
@@ -191,18 +191,13 @@ impl MirrorFence {
         }
     }
 
-    /// Mirror Admit from the primary's link at `epoch`: refused unless secondary and `epoch`
-    /// is at least the fence's; then the fence moves to `epoch` and, with `in_sync`, the copy
-    /// is recorded synced at it (persisted first; a persist failure refuses).
-    pub fn admit(&self, epoch: u64, in_sync: bool) -> Admit {
-        self.admit_link(epoch, in_sync, 0)
-    }
-
-    /// [`MirrorFence::admit`] from the link controller with `token` (unique per controller):
-    /// admitted, it becomes the only link whose replica writes are taken
-    /// ([`MirrorFence::admits_link`]); a link admitted before (the primary reconnected) is
-    /// refused from then on.
-    pub fn admit_link(&self, epoch: u64, in_sync: bool, token: u64) -> Admit {
+    /// Mirror Admit from the primary's link controller with `token` (unique per controller) at
+    /// `epoch`: refused unless secondary and `epoch` is at least the fence's; then the fence
+    /// moves to `epoch` and, with `in_sync`, the copy is recorded synced at it (persisted first;
+    /// a persist failure refuses). Admitted, the link becomes the only one whose replica writes
+    /// are taken ([`MirrorFence::admits_link`]); a link admitted before (the primary
+    /// reconnected) is refused from then on.
+    pub fn admit(&self, epoch: u64, in_sync: bool, token: u64) -> Admit {
         let _g = self.lock();
         let synced = self.synced_at();
         let refused = Admit {
@@ -272,16 +267,11 @@ impl MirrorFence {
         r
     }
 
-    /// Run `f` only while a replica-link command of a link admitted at `link_epoch` may change
-    /// the namespace ([`MirrorFence::admits_replica`]), serialised with promotions: a change
-    /// from an old primary can never land after the promotion that fenced it. None: refused.
-    pub fn while_admitted<R>(&self, link_epoch: u64, f: impl FnOnce() -> R) -> Option<R> {
-        let _g = self.lock();
-        self.admits_replica(link_epoch).then(f)
-    }
-
-    /// [`MirrorFence::while_admitted`] for the link controller with `token`
-    /// ([`MirrorFence::admits_link`]).
+    /// Run `f` only while a replica-link command of the link controller with `token`,
+    /// admitted at `link_epoch`, may change the namespace ([`MirrorFence::admits_link`]),
+    /// serialised with promotions and admits: a change from an old primary, or from a link
+    /// since replaced, can never land after the promotion or admit that fenced it. None:
+    /// refused.
     pub fn while_link_admitted<R>(
         &self,
         link_epoch: u64,
@@ -333,11 +323,11 @@ mod tests {
     #[test]
     fn the_link_admitted_last_is_the_only_one() {
         let f = MirrorFence::new(0, MirrorRole::Secondary);
-        assert!(f.admit_link(3, false, 7).ok);
+        assert!(f.admit(3, false, 7).ok);
         assert!(f.admits_link(3, 7) && !f.admits_link(3, 8));
-        assert!(f.admit_link(3, false, 8).ok, "the primary reconnected");
+        assert!(f.admit(3, false, 8).ok, "the primary reconnected");
         assert!(!f.admits_link(3, 7) && f.admits_link(3, 8));
-        assert!(f.admit_link(3, true, 8).ok);
+        assert!(f.admit(3, true, 8).ok);
         assert!(f.admits_link(3, 8));
         assert_eq!(f.synced_at(), 3);
         assert!(!f.admits_link(2, 8), "an older epoch");
@@ -348,17 +338,17 @@ mod tests {
     #[test]
     fn admit_rules() {
         let f = MirrorFence::new(5, MirrorRole::Primary);
-        assert!(!f.admit(5, false).ok, "a primary admits nothing");
+        assert!(!f.admit(5, false, 0).ok, "a primary admits nothing");
         f.demote();
         assert_eq!(
-            f.admit(4, true),
+            f.admit(4, true, 0),
             Admit {
                 ok: false,
                 synced_at: 0
             }
         );
         assert_eq!(
-            f.admit(5, false),
+            f.admit(5, false, 0),
             Admit {
                 ok: true,
                 synced_at: 0
@@ -366,7 +356,7 @@ mod tests {
         );
         assert!(f.admits_replica(5) && !f.admits_replica(4));
         assert_eq!(
-            f.admit(7, true),
+            f.admit(7, true, 0),
             Admit {
                 ok: true,
                 synced_at: 7
@@ -375,7 +365,7 @@ mod tests {
         assert_eq!(f.epoch(), 7);
         assert!(!f.admits_replica(5));
         assert_eq!(
-            f.admit(8, false),
+            f.admit(8, false, 0),
             Admit {
                 ok: true,
                 synced_at: 7
@@ -396,16 +386,16 @@ mod tests {
                 Ok(())
             }
         }));
-        assert!(f.admit(1, false).ok);
+        assert!(f.admit(1, false, 0).ok);
         assert_eq!(
             calls.load(Ordering::SeqCst),
             0,
             "nothing changed, nothing persisted"
         );
-        assert!(f.admit(2, false).ok);
-        assert!(f.admit(2, true).ok);
+        assert!(f.admit(2, false, 0).ok);
+        assert!(f.admit(2, true, 0).ok);
         assert_eq!(calls.load(Ordering::SeqCst), 2);
-        assert!(!f.admit(9, true).ok);
+        assert!(!f.admit(9, true, 0).ok);
         assert_eq!(f.epoch(), 2);
         let g = Gate::default();
         assert!(matches!(

@@ -31,7 +31,7 @@ pub(crate) fn execute_admit(ctrl: &std::sync::Arc<Controller>, sqe: &Sqe) -> Cmd
         .subsystem()
         .and_then(|s| s.namespace(a.nsid).and_then(|ns| ns.mirror.clone()))
         .ok_or(CmdError::from(OPERATION_DENIED))?;
-    let r = fence.admit_link(a.epoch, a.in_sync, ctrl.link_token());
+    let r = fence.admit(a.epoch, a.in_sync, ctrl.link_token());
     if !r.ok {
         return Err(OPERATION_DENIED.into());
     }
