@@ -54,26 +54,10 @@ impl HostIdArgs {
     }
 }
 
-/// A UUID in its text form (32 hex digits, hyphens in the 8-4-4-4-12 places optional).
+/// A UUID in its text form (hyphenated or 32 hex digits), as `/etc/nvme/hostid` is read
+/// (`nvmf_host::HostIdentity::system`).
 fn parse_uuid(s: &str) -> Option<[u8; 16]> {
-    let t = s.trim();
-    let hex: String = if t.len() == 36 {
-        let b = t.as_bytes();
-        if [8, 13, 18, 23].iter().any(|&i| b[i] != b'-') {
-            return None;
-        }
-        t.chars().filter(|&c| c != '-').collect()
-    } else {
-        t.to_string()
-    };
-    if hex.len() != 32 || !hex.bytes().all(|c| c.is_ascii_hexdigit()) {
-        return None;
-    }
-    let mut out = [0u8; 16];
-    for (i, o) in out.iter_mut().enumerate() {
-        *o = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).ok()?;
-    }
-    Some(out)
+    uuid::Uuid::parse_str(s.trim()).ok().map(|u| *u.as_bytes())
 }
 
 /// Whether JSON is asked for, by `--json` or `-o json`.
