@@ -47,8 +47,8 @@ pub use namespace::{
 };
 pub use routes::{PREFIX, percent_encode};
 pub use socket::{check_socket_dir, default_socket_path};
-pub use state::{SaveRequest, Saved, State, hex, uuid_string};
-pub use stats::{LatencyPercentiles, NamespaceStats, Stats};
+pub use state::{REDACTED, SaveRequest, Saved, State, SupportView, hex, uuid_string};
+pub use stats::{LatencyBucket, LatencyPercentiles, NamespaceStats, Stats};
 pub use storage::{
     CloneMade, CloneRequest, PoolView, SnapshotDeleted, SnapshotOrigin, SnapshotRequest,
     SnapshotView,

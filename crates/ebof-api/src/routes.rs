@@ -80,6 +80,9 @@ pub const SNAPSHOT: &str = "/v1/snapshots/{name}";
 /// `POST` [`crate::CloneRequest`]: a writable clone of the snapshot, added as a new file
 /// namespace ([`crate::CloneMade`]).
 pub const SNAPSHOT_CLONES: &str = "/v1/snapshots/{name}/clones";
+/// `GET`: what a support bundle needs from the box ([`crate::SupportView`]: versions, the
+/// running configuration with its secrets redacted).
+pub const SUPPORT: &str = "/v1/support";
 /// `GET`: the storage pools (`Vec<`[`crate::PoolView`]`>`).
 pub const POOLS: &str = "/v1/pools";
 

@@ -59,6 +59,25 @@ pub struct Saved {
     pub bytes: u64,
 }
 
+/// `GET /v1/support`: what a support bundle (`ebof ctl dump`) needs from the box itself.
+/// Nothing secret: inline keys of the configuration are replaced by [`REDACTED`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SupportView {
+    /// `ebof` version of the server.
+    pub version: String,
+    /// The box's kernel, as `uname -srvm` prints it.
+    pub kernel: String,
+    /// The running configuration as TOML (`ebof ctl save` writes the same), every inline
+    /// secret (DH-HMAC-CHAP keys, TLS PSKs) replaced by [`REDACTED`]; paths of key and token
+    /// files stay.
+    pub config: String,
+    /// How many secrets were redacted from `config`.
+    pub redacted: usize,
+}
+
+/// What stands in for a secret in [`SupportView::config`].
+pub const REDACTED: &str = "<redacted>";
+
 /// Lower-case hex digits of `b`, as `nvme id-ns` prints NGUID and EUI-64.
 pub fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()

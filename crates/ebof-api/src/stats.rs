@@ -57,6 +57,25 @@ pub struct LatencyPercentiles {
     pub p999_us: f64,
     /// 99.99th percentile, µs.
     pub p9999_us: f64,
+    /// Sum of the latencies counted, µs: the difference of two readings divided by the time
+    /// between them is the average number of these commands in the target over that time
+    /// (Little's law; iostat's aqu-sz).
+    #[serde(default)]
+    pub sum_us: f64,
+    /// The histogram the percentiles come from: each bucket that counted a command, in
+    /// order (the difference of two readings gives the percentiles of the interval).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub buckets: Vec<LatencyBucket>,
+}
+
+/// One bucket of a latency histogram: the commands whose latency was at most `le_us` and
+/// above the bound of the bucket before.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LatencyBucket {
+    /// Upper bound, µs (the last bucket's is `f64::MAX`).
+    pub le_us: f64,
+    /// Commands counted in the bucket (not cumulative).
+    pub count: u64,
 }
 
 /// Counters of one namespace (summed over all controllers, published by queues in batches:

@@ -64,6 +64,12 @@ pub fn router(ctx: Ctx) -> Router {
         .route(routes::SNAPSHOT, delete(delete_snapshot))
         .route(routes::SNAPSHOT_CLONES, post(post_snapshot_clone))
         .route(routes::POOLS, get(get_pools))
+        .route(
+            routes::SUPPORT,
+            get(|State(c): State<Ctx>| async move {
+                blocking(move || Ok(crate::support::support(&c))).await
+            }),
+        )
         .merge(hostkeys_router())
         .merge(mirror_router())
         .fallback(unknown_endpoint)

@@ -66,6 +66,7 @@ pub mod server;
 pub mod snapshot_store;
 pub mod snapshots;
 pub mod subsystems;
+pub mod support;
 
 pub use api::{ApiError, State, Stats};
 pub use auth::{Token, TokenFileError, load_token_file, read_token_file};

@@ -175,6 +175,17 @@ pub fn percentiles(h: &nvmf_target::latency::LatencySnapshot) -> Option<LatencyP
         p99_us: us(0.99),
         p999_us: us(0.999),
         p9999_us: us(0.9999),
+        sum_us: h.sum_secs * 1e6,
+        buckets: h
+            .buckets
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| **c > 0)
+            .map(|(i, c)| ebof_api::LatencyBucket {
+                le_us: nvmf_target::latency::upper_bound_secs(i) * 1e6,
+                count: *c,
+            })
+            .collect(),
     })
 }
 

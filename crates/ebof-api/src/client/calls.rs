@@ -20,6 +20,11 @@ impl Client {
         self.json(Method::GET, routes::STATS, None)
     }
 
+    /// `GET /v1/support`: versions and the running configuration, secrets redacted.
+    pub fn support(&self) -> Result<crate::SupportView, ClientError> {
+        self.json(Method::GET, routes::SUPPORT, None)
+    }
+
     /// The Prometheus text exposition.
     pub fn metrics(&self) -> Result<String, ClientError> {
         let (_, body) = self.request(Method::GET, routes::METRICS, None)?;
