@@ -33,6 +33,15 @@ pub struct CtlArgs {
     /// Print JSON (the API's answer as is) instead of tables.
     #[arg(long, global = true)]
     pub json: bool,
+    /// Every box of a fleet instead of one: the boxes file of `ebof csi --boxes` (each box's
+    /// `api`, `token_file`, `ca_file`, `insecure_http`). `show` and `top` print one table with
+    /// a BOX column; a box that does not answer is shown as unreachable, with the error.
+    #[arg(long, value_name = "FILE", global = true, conflicts_with_all = ["socket", "api"])]
+    pub boxes: Option<PathBuf>,
+    /// With --boxes: how long to wait for each box, in seconds (default 3), before showing
+    /// it as unreachable; the boxes are asked at the same time.
+    #[arg(long, value_name = "SECS", global = true, requires = "boxes")]
+    pub box_timeout: Option<f64>,
     #[command(subcommand)]
     pub cmd: CtlCmd,
 }
@@ -52,6 +61,18 @@ pub enum CtlCmd {
     },
     /// The Prometheus exposition, as `GET /metrics` serves it.
     Metrics,
+    /// What is busy now: per namespace, IOPS and bandwidth (read/write), latency percentiles
+    /// and the average number of commands in the target (queue depth) over each interval,
+    /// busiest first, refreshed until interrupted (or --count/--once).
+    Top(TopArgs),
+    /// Write a support bundle (a .tar.gz): state, counters, the running configuration with
+    /// every secret redacted, a metrics scrape, versions, logs where they can be had, and a
+    /// MANIFEST listing them.
+    Dump {
+        /// The bundle to write (e.g. ebof-dump.tar.gz; created mode 0600).
+        #[arg(short = 'o', long, value_name = "FILE.tar.gz")]
+        output: PathBuf,
+    },
     /// Add or remove subsystems.
     Subsystem {
         #[command(subcommand)]
@@ -126,6 +147,24 @@ pub enum CtlCmd {
         #[command(subcommand)]
         cmd: PoolCmd,
     },
+}
+
+// `ebof ctl top`'s arguments.
+#[derive(clap::Args, Debug, Clone)]
+pub struct TopArgs {
+    /// Seconds between two readings: each view shows the rates over one interval.
+    #[arg(long, short = 'd', value_name = "SECS", default_value_t = 2.0)]
+    pub interval: f64,
+    /// Print one view (after one interval) and stop.
+    #[arg(long, conflicts_with = "count")]
+    pub once: bool,
+    /// Stop after this many views.
+    #[arg(long, short = 'n', value_name = "N")]
+    pub count: Option<u32>,
+    /// What "busiest" means: iops (default), bw (bytes per second), qd (commands in the
+    /// target) or lat (p99 latency).
+    #[arg(long, value_parser = ["iops", "bw", "qd", "lat"], default_value = "iops")]
+    pub sort: String,
 }
 
 #[derive(clap::Subcommand, Debug)]

@@ -3,9 +3,12 @@
 //! the answers are printed as ([`render`]).
 
 mod args;
+mod dump;
+mod fleet;
 mod mirror;
 mod render;
 mod run;
+mod top;
 
 pub use args::CtlArgs;
 pub use run::run;

@@ -12,10 +12,10 @@ use ebof_api::{
 use ebof_config::format_size;
 
 /// One column of a table: its heading, and its cell for one item.
-type Column<'a, T> = (&'static str, &'a dyn Fn(&T) -> String);
+pub(super) type Column<'a, T> = (&'static str, &'a dyn Fn(&T) -> String);
 
 /// `items` as a table of `cols` (a heading line, then a line per item) after `indent`.
-fn columns<T>(out: &mut String, indent: &str, items: &[T], cols: &[Column<T>]) {
+pub(super) fn columns<T>(out: &mut String, indent: &str, items: &[T], cols: &[Column<T>]) {
     let mut rows = vec![cols.iter().map(|c| c.0.to_string()).collect()];
     rows.extend(
         items
@@ -26,7 +26,7 @@ fn columns<T>(out: &mut String, indent: &str, items: &[T], cols: &[Column<T>]) {
 }
 
 /// Columns padded to their widest cell, two spaces apart.
-fn table(out: &mut String, indent: &str, rows: &[Vec<String>]) {
+pub(super) fn table(out: &mut String, indent: &str, rows: &[Vec<String>]) {
     let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..cols)
         .map(|c| {

@@ -28,10 +28,23 @@ fn emit<T: Serialize>(json: bool, v: &T, text: impl FnOnce(&T) -> String) -> Res
 
 /// `ebof ctl`.
 pub fn run(a: CtlArgs) -> Result<()> {
+    if let Some(file) = &a.boxes {
+        return fleet(&a, file);
+    }
     let c = client(&a)?;
     let json = a.json;
     match a.cmd {
         CtlCmd::Show => emit(json, &c.state().map_err(err)?, render::show_text),
+        CtlCmd::Top(ref t) => {
+            let one = super::fleet::Member {
+                name: String::new(),
+                api: c.endpoint(),
+                zone: None,
+                client: c.clone(),
+            };
+            super::top::run(&[one], false, t, json, super::fleet::DEFAULT_TIMEOUT)
+        }
+        CtlCmd::Dump { ref output } => super::dump::run(&c, &a, output),
         CtlCmd::Stats { watch, count } => stats(&c, json, watch, count),
         CtlCmd::Metrics => {
             print!("{}", c.metrics().map_err(err)?);
@@ -65,6 +78,17 @@ pub fn run(a: CtlArgs) -> Result<()> {
                 format!("controller {} ({}) disconnected\n", d.cntlid, d.hostnqn)
             })
         }
+    }
+}
+
+/// `ebof ctl --boxes FILE show|top`: every box of the file.
+fn fleet(a: &CtlArgs, file: &std::path::Path) -> Result<()> {
+    let within = super::fleet::timeout(a.box_timeout)?;
+    let members = super::fleet::load(file)?;
+    match &a.cmd {
+        CtlCmd::Show => super::fleet::show(&members, within, a.json),
+        CtlCmd::Top(t) => super::top::run(&members, true, t, a.json, within),
+        _ => anyhow::bail!("--boxes goes with show and top (other commands act on one box: --api)"),
     }
 }
 
