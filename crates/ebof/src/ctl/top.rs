@@ -111,11 +111,12 @@ fn ns_rates(a: Option<&NamespaceStats>, b: &NamespaceStats, secs: f64) -> NsTop 
         a.and_then(|a| a.write_latency.as_ref()),
         b.write_latency.as_ref(),
     );
+    // (A fold from 0.0: the sum of no f64 is -0.0.)
     let busy_us: f64 = [&rl, &wl]
         .iter()
         .filter_map(|l| l.as_ref())
         .map(|l| l.mean_us * l.count as f64)
-        .sum();
+        .fold(0.0, |a, x| a + x);
     NsTop {
         subsystem: b.subsystem.clone(),
         nsid: b.nsid,
@@ -220,9 +221,12 @@ pub fn run(
     } else {
         a.count.unwrap_or(u32::MAX)
     };
+    let mut asked = Instant::now();
     let mut prev = read(members, fleet, within)?;
     for _ in 0..views {
-        std::thread::sleep(interval);
+        // One view per interval, however long the boxes took to answer.
+        std::thread::sleep((asked + interval).saturating_duration_since(Instant::now()));
+        asked = Instant::now();
         let now = read(members, fleet, within)?;
         let mut boxes: Vec<BoxTop> = members
             .iter()
@@ -306,7 +310,7 @@ pub fn text(boxes: &[BoxTop], fleet: bool, interval: f64) -> String {
         match &b.error {
             Some(e) => out.push_str(&format!("{who}{e}\n")),
             None => out.push_str(&format!(
-                "{who}{} controllers, {} I/O queues, {} namespaces; rates over {:.1} s\n",
+                "{who}controllers {}, I/O queues {}, namespaces {}; rates over {:.1} s\n",
                 b.controllers,
                 b.io_queues,
                 b.namespaces.len(),
