@@ -742,6 +742,7 @@ mod tests {
             for (method, uri) in [
                 ("GET", routes::STATE),
                 ("GET", routes::METRICS),
+                ("GET", routes::SUPPORT),
                 ("GET", "/v2/nothing"),
                 ("DELETE", routes::STATE),
                 ("POST", routes::SAVE),

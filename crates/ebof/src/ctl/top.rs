@@ -222,12 +222,12 @@ pub fn run(
         a.count.unwrap_or(u32::MAX)
     };
     let mut asked = Instant::now();
-    let mut prev = read(members, fleet, within)?;
+    let mut prev = read(members, fleet, within, true)?;
     for _ in 0..views {
         // One view per interval, however long the boxes took to answer.
         std::thread::sleep((asked + interval).saturating_duration_since(Instant::now()));
         asked = Instant::now();
-        let now = read(members, fleet, within)?;
+        let now = read(members, fleet, within, false)?;
         let mut boxes: Vec<BoxTop> = members
             .iter()
             .zip(prev.iter().zip(&now))
@@ -259,14 +259,20 @@ pub fn run(
     Ok(())
 }
 
-/// A reading of every member; for the single box, its failure is the command's.
-fn read(members: &[Member], fleet: bool, within: Duration) -> Result<Vec<Reading>> {
+/// A reading of every member. For the single box, a failure of the `first` reading is the
+/// command's (nothing there to watch); a later one is shown in the view, which goes on (a
+/// box restarting comes back).
+fn read(members: &[Member], fleet: bool, within: Duration, first: bool) -> Result<Vec<Reading>> {
     if fleet {
         return Ok(gather(members, within, Client::stats));
     }
-    let c = &members[0].client;
-    let s = c.stats().map_err(super::err)?;
-    Ok(vec![Ok((Instant::now(), s))])
+    let r = members[0].client.stats();
+    if first {
+        r.as_ref().map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
+    Ok(vec![
+        r.map(|s| (Instant::now(), s)).map_err(|e| e.to_string()),
+    ])
 }
 
 /// The view of one box from readings `p` and `n`.
