@@ -330,6 +330,13 @@ pub trait AsyncWrites: Send + Sync {
         buf: Vec<u8>,
         done: WriteDone,
     ) -> Result<(), (Vec<u8>, WriteDone)>;
+
+    /// Send on what [`AsyncWrites::start_write`] has held back since the last call. A backend
+    /// may gather the writes a reactor starts in one run-loop round and hand them on together
+    /// (a replicated namespace wakes its link thread once per round, not once per write); the
+    /// reactor calls this at the end of every round in which it started one. Default: nothing
+    /// is held.
+    fn push_started(&self) {}
 }
 
 /// Size and free space of the file system under a file backend ([`Backend::fs_space`]).

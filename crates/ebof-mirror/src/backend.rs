@@ -7,6 +7,7 @@ use std::time::Instant;
 use ebof_backend::{AsyncWrites, Backend, BackendError, BackendKind, WriteDone};
 use tokio::sync::mpsc::UnboundedSender;
 
+use crate::chan::LinkTx;
 use crate::lease::Ask;
 use crate::link::LinkReq;
 use crate::shared::Shared;
@@ -16,7 +17,7 @@ use crate::{PeerState, Role, inaccessible};
 pub struct MirrorBackend {
     shared: Arc<Shared>,
     local: Arc<dyn Backend>,
-    link: UnboundedSender<LinkReq>,
+    link: LinkTx,
     gate: Gate,
 }
 
@@ -40,7 +41,7 @@ impl MirrorBackend {
     pub(crate) fn new(
         shared: Arc<Shared>,
         local: Arc<dyn Backend>,
-        link: UnboundedSender<LinkReq>,
+        link: LinkTx,
         lease: Option<UnboundedSender<Ask>>,
     ) -> MirrorBackend {
         MirrorBackend {
@@ -346,11 +347,17 @@ impl AsyncWrites for MirrorBackend {
             fua: false,
             done: self.gate.completion(local, data, done),
         };
-        if let Err(e) = self.link.send(req) {
-            e.0.fail();
+        // Held until the reactor's round ends ([`AsyncWrites::push_started`]): the link
+        // takes the round's writes with one wake-up.
+        if let Err(r) = self.link.hold(req) {
+            r.fail();
         }
         drop(locks);
         Ok(())
+    }
+
+    fn push_started(&self) {
+        self.link.push();
     }
 }
 

@@ -12,6 +12,7 @@
 
 mod backend;
 pub mod bitmap;
+mod chan;
 mod fence;
 mod lease;
 mod link;

@@ -5,18 +5,17 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use ebof_backend::Backend;
-use nvme_spec::ebof_vendor::{self, AdmitReply, MirrorAdmit, MirrorResv};
-use nvme_spec::{CommandId, NamespaceId, Sqe};
-use nvmf_host::{Controller, DataDir, HostConfig, IoQueue};
-use tokio::sync::mpsc;
-
+use crate::chan::{LinkRx, LinkTx};
 pub(crate) use crate::pipe::LinkReq;
 use crate::pipe::{CHUNK, Pipe, Sub};
 use crate::resv::ResvSource;
 use crate::shared::Shared;
 use crate::worker::{Inbox, Worker};
 use crate::{PeerState, Role};
+use ebof_backend::Backend;
+use nvme_spec::ebof_vendor::{self, AdmitReply, MirrorAdmit, MirrorResv};
+use nvme_spec::{CommandId, NamespaceId, Sqe};
+use nvmf_host::{Controller, DataDir, HostConfig, IoQueue};
 
 /// Mirror Admit (vendor admin opcode, see the design).
 pub(crate) const OPC_MIRROR_ADMIT: u8 = ebof_vendor::opcode::MIRROR_ADMIT;
@@ -24,8 +23,23 @@ const BACKOFF_MIN: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
 const TICK: Duration = Duration::from_millis(500);
 
-/// The link thread and the channel to it.
-pub(crate) type LinkHandle = Worker<LinkReq>;
+/// The link thread and the way into it.
+pub(crate) struct LinkHandle {
+    worker: Worker<()>,
+    tx: LinkTx,
+}
+
+impl LinkHandle {
+    /// A sender into the link.
+    pub(crate) fn sender(&self) -> LinkTx {
+        self.tx.clone()
+    }
+
+    /// Stop the link thread and join it (idempotent); what is queued fails.
+    pub(crate) fn stop(&self) {
+        self.worker.stop();
+    }
+}
 
 /// Start the link thread of `shared` over the local copy `local`, pushing the reservation
 /// table of `resv`.
@@ -35,24 +49,26 @@ pub(crate) fn start(
     resv: Arc<ResvSource>,
 ) -> std::io::Result<LinkHandle> {
     let name = format!("mirror-{}", shared.spec.nsid);
-    Worker::spawn(name, move |inbox: Inbox<LinkReq>| async move {
+    let (tx, rx) = crate::chan::channel();
+    let worker = Worker::spawn(name, move |inbox: Inbox<()>| async move {
         let mut l = Link {
             shared,
             local,
             resv,
-            rx: inbox.rx,
+            rx,
             stop: inbox.stop,
             wake: inbox.wake,
         };
         l.run().await;
-    })
+    })?;
+    Ok(LinkHandle { worker, tx })
 }
 
 struct Link {
     shared: Arc<Shared>,
     local: Arc<dyn Backend>,
     resv: Arc<ResvSource>,
-    rx: mpsc::UnboundedReceiver<LinkReq>,
+    rx: LinkRx,
     stop: Arc<AtomicBool>,
     wake: Arc<tokio::sync::Notify>,
 }
@@ -93,9 +109,6 @@ impl Link {
             }
         }
         self.rx.close();
-        while let Ok(r) = self.rx.try_recv() {
-            r.fail();
-        }
     }
 
     /// Wait `d` (or a stop), failing every request that arrives meanwhile (link down).
@@ -118,9 +131,8 @@ impl Link {
     /// connection but does not answer (paused, partitioned) must not hold host writes for the
     /// whole connect timeout; they go on degraded (or fenced) at once.
     async fn connect_failing_requests(&mut self) -> Result<Conn, String> {
-        let (_tx, idle_rx) = mpsc::unbounded_channel();
-        let mut rx = std::mem::replace(&mut self.rx, idle_rx);
-        let r = {
+        let rx = self.rx.clone();
+        {
             let fut = self.connect();
             tokio::pin!(fut);
             loop {
@@ -132,9 +144,7 @@ impl Link {
                     },
                 }
             }
-        };
-        self.rx = rx;
-        r
+        }
     }
 
     async fn connect(&self) -> Result<Conn, String> {
@@ -268,8 +278,8 @@ impl Link {
             let r = match stash.take() {
                 Some(r) => r,
                 None => match self.rx.try_recv() {
-                    Ok(r) => r,
-                    Err(_) => return Ok(()),
+                    Some(r) => r,
+                    None => return Ok(()),
                 },
             };
             match pipe.submit(&mut c.q, r)? {

@@ -21,6 +21,7 @@ use nvmf_target::reservation::{ResvReplica, ResvTable};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::Role;
+use crate::chan::LinkTx;
 use crate::lease::Ask;
 use crate::pipe::LinkReq;
 use crate::shared::Shared;
@@ -50,7 +51,7 @@ impl ResvSource {
 /// The primary's [`ResvReplica`]: a push through the link, waited for.
 pub(crate) struct Replicator {
     pub(crate) shared: Arc<Shared>,
-    pub(crate) link: UnboundedSender<LinkReq>,
+    pub(crate) link: LinkTx,
     pub(crate) lease: Option<UnboundedSender<Ask>>,
 }
 

@@ -7,6 +7,7 @@ use mio::{Token, Waker};
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering, fence};
 
 /// A connection handed to a reactor.
 pub(crate) struct NewConn {
@@ -22,6 +23,10 @@ pub(crate) struct NewConn {
 pub(crate) struct Mailbox {
     inbox: Mutex<Inbox>,
     waker: Waker,
+    /// The run loop is between polls or spinning (it reaps every round): a completion needs
+    /// no eventfd write ([`Mailbox::notify`]). False while it may sleep in `epoll_wait`, and
+    /// always for a loop that never says ([`Mailbox::awake`]).
+    awake: AtomicBool,
 }
 
 /// What other threads hand a reactor: taken whole once per loop round (one lock).
@@ -52,6 +57,7 @@ impl Mailbox {
         Ok(Mailbox {
             inbox: Mutex::new(Inbox::default()),
             waker: Waker::new(registry, token)?,
+            awake: AtomicBool::new(false),
         })
     }
     pub fn deliver(&self, c: NewConn) {
@@ -68,6 +74,30 @@ impl Mailbox {
     }
     pub fn wake(&self) {
         let _ = self.waker.wake();
+    }
+    /// A completion was handed over (its channel written before this call): wake the loop
+    /// only if it may be asleep. A spinning loop reaps every round, and a write to the
+    /// eventfd per completion would cost a syscall each, and on a shared core a switch to
+    /// the loop per completion.
+    pub fn notify(&self) {
+        // Pairs with the fence in `going_to_sleep`: either this load sees `false`, or the
+        // loop's reap after its fence sees what was sent before this call.
+        fence(Ordering::SeqCst);
+        if !self.awake.load(Ordering::Relaxed) {
+            let _ = self.waker.wake();
+        }
+    }
+    /// The loop polls without sleeping until [`Mailbox::going_to_sleep`]: completions need
+    /// no wake-up.
+    pub fn awake(&self) {
+        self.awake.store(true, Ordering::Relaxed);
+    }
+    /// The loop may sleep in its next poll: from now on [`Mailbox::notify`] wakes it. The
+    /// caller reaps its completion channels after this call, and does not sleep if it found
+    /// any.
+    pub fn going_to_sleep(&self) {
+        self.awake.store(false, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
     }
     /// Everything handed over since the last call (one lock; none taken when empty).
     pub fn take(&self) -> Inbox {

@@ -347,12 +347,24 @@ impl Reactor {
         let mut trim_due = false;
         loop {
             let spinning = pace.spinning(now, !t.ready.is_empty());
-            let timeout = if spinning {
+            let mut timeout = if spinning {
                 Duration::ZERO
             } else {
                 t.sleep(pace.sleep(now, MAX_SLEEP), now)
             };
-            if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
+            if !timeout.is_zero() {
+                // Completions from other threads wake us from here on; one that came before
+                // is reaped now, and then we do not sleep.
+                self.mailbox.going_to_sleep();
+                let mut found = false;
+                engine.reap(|done| found |= deliver(done, &mut t.conns, &mut t.ready));
+                if found {
+                    timeout = Duration::ZERO;
+                }
+            }
+            let polled = self.poll.poll(&mut events, Some(timeout));
+            self.mailbox.awake();
+            if let Err(e) = polled {
                 if e.kind() != io::ErrorKind::Interrupted {
                     tracing::error!(core = self.core, error = %e, "epoll failed; reactor stops");
                     break;

@@ -701,7 +701,7 @@ fn discovery_log_lists_what_the_host_may_see() {
 }
 
 /// An idle queue gives back what a burst made it grow: receive and send buffers and the
-/// slots' data buffers. Prints the idle footprint of a 1024-entry queue (the README states it).
+/// slots' data buffers. Prints the idle footprint of a 1024-entry queue (docs/guide/serving.md states it).
 #[test]
 fn idle_queue_gives_its_buffers_back() {
     let backing = std::env::temp_dir().join(format!("ebof-sim-idle-{}.img", std::process::id()));

@@ -104,6 +104,11 @@ pub(crate) struct Engine {
     /// threads: the same channel, and the reactor's mailbox to wake it.
     async_done: mpsc::Sender<Done>,
     mailbox: Arc<Mailbox>,
+    /// Backends that started asynchronous writes this round: [`AsyncWrites::push_started`]
+    /// at the next [`Engine::submit`].
+    ///
+    /// [`AsyncWrites::push_started`]: ebof_backend::AsyncWrites::push_started
+    started_async: Vec<Arc<dyn ebof_backend::Backend>>,
     /// Jobs started and not yet reaped: while zero (RAM-only traffic) `submit` and `reap` cost
     /// one comparison.
     outstanding: usize,
@@ -174,6 +179,7 @@ impl Engine {
             pool_done: rx,
             async_done: tx,
             mailbox,
+            started_async: Vec::new(),
             outstanding: 0,
         }
     }
@@ -267,12 +273,20 @@ impl Engine {
                 status,
                 buf,
             });
-            mailbox.wake();
+            mailbox.notify();
         });
         let declined = match ns.backend.async_writes() {
             Some(w) => w.start_write(offset, len, buf, done),
             None => Err((buf, done)),
         };
+        if declined.is_ok()
+            && !self
+                .started_async
+                .iter()
+                .any(|b| Arc::ptr_eq(b, &ns.backend))
+        {
+            self.started_async.push(ns.backend.clone());
+        }
         if let Err((buf, done)) = declined {
             // Declined (it would block now): the blocking write on a worker thread.
             self.pool.spawn_call(Box::new(move || {
@@ -288,8 +302,14 @@ impl Engine {
         Async::Started
     }
 
-    /// Hand the SQEs queued since the last call to the kernel (one `io_uring_enter`).
+    /// Hand the SQEs queued since the last call to the kernel (one `io_uring_enter`), and the
+    /// asynchronous writes started since then to their backends' threads.
     pub fn submit(&mut self) {
+        for b in self.started_async.drain(..) {
+            if let Some(w) = b.async_writes() {
+                w.push_started();
+            }
+        }
         if self.outstanding == 0 {
             return;
         }

@@ -94,7 +94,7 @@ impl Pool {
             Work::Io(job) => {
                 let status = io_status(&job.req, Err(BackendError::Io(e)));
                 let _ = self.done.send(job.done(status));
-                self.mailbox.wake();
+                self.mailbox.notify();
             }
             // No thread to run it on: run it here (a write the backend declined to start
             // without blocking; it completes, slowly, rather than being lost).
@@ -125,7 +125,7 @@ fn worker(shared: &Shared, done: &mpsc::Sender<Done>, mailbox: &Mailbox) {
                 Work::Io(mut job) => {
                     let status = execute_io(&job.req, &mut job.buf);
                     let _ = done.send(job.done(status));
-                    mailbox.wake();
+                    mailbox.notify();
                 }
                 Work::Call(call) => call(),
             }
