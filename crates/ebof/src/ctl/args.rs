@@ -63,7 +63,9 @@ pub enum CtlCmd {
     Metrics,
     /// What is busy now: per namespace, IOPS and bandwidth (read/write), latency percentiles
     /// and the average number of commands in the target (queue depth) over each interval,
-    /// busiest first, refreshed until interrupted (or --count/--once).
+    /// busiest first, refreshed until interrupted (or --count/--once). With --json, one
+    /// object per view, a line each. No per-host figures: the target keeps no per-host I/O
+    /// counters (`ebof ctl show` lists each host's controllers and queues).
     Top(TopArgs),
     /// Write a support bundle (a .tar.gz): state, counters, the running configuration with
     /// every secret redacted, a metrics scrape, versions, logs where they can be had, and a
