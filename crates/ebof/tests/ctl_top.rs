@@ -233,6 +233,9 @@ fn the_fleet_view_shows_every_box_and_the_dead_ones_as_unreachable() {
     )
     .unwrap();
     let boxes = file.to_str().unwrap();
+    // Load on box a throughout: its controller is in `show`, its figures lead in `top`.
+    let _load = Load::start(&ta.port(), 12);
+    until_io_queue(&sock_a);
     let start = Instant::now();
     let v = json(&ebof(&[
         "ctl",
@@ -305,9 +308,14 @@ fn the_fleet_view_shows_every_box_and_the_dead_ones_as_unreachable() {
         o.stdout
     );
 
+    assert!(
+        o.stdout
+            .lines()
+            .any(|l| l.trim_start().starts_with("a ") && l.contains(HOST_A)),
+        "box a's controller: {}",
+        o.stdout
+    );
     // top across the fleet, under load on box a: a leads, the dead boxes say why.
-    let _load = Load::start(&ta.port(), 8);
-    until_io_queue(&sock_a);
     let v = json(&ebof(&[
         "ctl",
         "--boxes",
