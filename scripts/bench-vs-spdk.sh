@@ -13,11 +13,11 @@
 # ONLY=target|client|idle|scale|tls (one section; tls: plain vs TLS 1.3 PSK, ebof perf ->
 # ebof serve and spdk_nvme_perf -> both targets, the cipher's single-core rate, and
 # connection set-up time with DH-HMAC-CHAP).
-# Building SPDK (v26.05 was used): see "Benchmarks against SPDK" in the README.
+# Building SPDK (v26.05 was used): see "Benchmarks against SPDK" in docs/guide/bench.md.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 if [[ -z ${SPDK_DIR:-} ]]; then
-	echo "bench-vs-spdk: set SPDK_DIR to a built SPDK tree (see the README)" >&2
+	echo "bench-vs-spdk: set SPDK_DIR to a built SPDK tree (see docs/guide/bench.md)" >&2
 	exit 1
 fi
 exec python3 scripts/bench_vs_spdk.py "$@"

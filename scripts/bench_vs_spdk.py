@@ -709,7 +709,7 @@ enabled = false
 
 def main():
     if not SPDK or not os.path.isdir(SPDK):
-        die("set SPDK_DIR to a built SPDK tree (see the README)")
+        die("set SPDK_DIR to a built SPDK tree (see docs/guide/bench.md)")
     if os.geteuid() != 0:
         die("needs root (hugepages for SPDK, SIGSTOP of the idle target)")
     if shutil.which("taskset") is None:

@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 
 if [[ -z ${SPDK_DIR:-} || ! -d ${SPDK_DIR:-} ]]; then
-	echo "spdk interop: set SPDK_DIR to a built SPDK tree (see the README)" >&2
+	echo "spdk interop: set SPDK_DIR to a built SPDK tree (see docs/guide/bench.md)" >&2
 	exit 1
 fi
 bin() { # bin NAME: path of an SPDK binary

@@ -39,7 +39,7 @@ pub fn backend_spec(b: &BackendChoice, ram_huge_pages: bool) -> BackendSpec {
 }
 
 /// A file namespace whose file does not exist yet is created, and so is its directory: the
-/// README's `/var/lib/ebof/disk1.img` should work on a fresh machine. When the directory cannot
+/// guide's (docs/guide/serving.md) `/var/lib/ebof/disk1.img` should work on a fresh machine. When the directory cannot
 /// be created, say which one and how to fix it.
 pub fn ensure_parent_dir(field: &str, path: &Path) -> Result<(), String> {
     let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) else {

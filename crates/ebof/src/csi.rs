@@ -9,7 +9,7 @@ use std::path::PathBuf;
 /// `ebof csi` arguments.
 #[derive(Args, Debug)]
 #[command(
-    after_help = "Examples:\n  ebof csi --endpoint unix:///csi/csi.sock --controller --boxes /etc/ebof-csi/boxes.toml\n  ebof csi --endpoint unix:///csi/csi.sock --node --zone rack-a\n\nThe boxes file lists [[boxes]] with api = \"ADDR:PORT\" (the box's [management] listen),\ntoken_file = \"PATH\" and an optional zone = \"…\". See README \"Kubernetes\"."
+    after_help = "Examples:\n  ebof csi --endpoint unix:///csi/csi.sock --controller --boxes /etc/ebof-csi/boxes.toml\n  ebof csi --endpoint unix:///csi/csi.sock --node --zone rack-a\n\nThe boxes file lists [[boxes]] with api = \"ADDR:PORT\" (the box's [management] listen),\ntoken_file = \"PATH\" and an optional zone = \"…\". See docs/guide/kubernetes.md."
 )]
 pub struct CsiArgs {
     /// The CSI endpoint: unix:///PATH (what the sidecars' --csi-address names).

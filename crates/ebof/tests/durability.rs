@@ -6,7 +6,7 @@
 //!
 //! What `kill -9` proves: the target acknowledges and flushes honestly and never leaves a torn
 //! block; the killed process's writes are still in the kernel's page cache, so this is not a
-//! power-loss test (see the README's "Write cache and durability").
+//! power-loss test (see docs/guide/durability.md, "Write cache and durability").
 //!
 //! Every wait is bounded; targets are killed by PID (dropping `Target`), only the ones started
 //! here.

@@ -316,14 +316,14 @@ fn a_pool_box_provisions_refuses_persists_and_cleans_up() {
     assert!(saved.contains("[[pools]]"), "{saved}");
 }
 
-/// The README's pool box configuration loads as written, and `ebof serve --print-config`
-/// keeps its pool.
+/// The guide's pool box configuration (docs/guide/management.md, "Storage pools") loads as
+/// written, and `ebof serve --print-config` keeps its pool.
 #[test]
 fn the_readme_pool_box_loads() {
-    let readme = include_str!("../../../README.md");
+    let readme = include_str!("../../../docs/guide/management.md");
     let at = readme
         .find("### Storage pools")
-        .expect("README has a Storage pools section");
+        .expect("the Management page has a Storage pools section");
     let start = at + readme[at..].find("```toml\n").expect("a toml block") + "```toml\n".len();
     let text = &readme[start..start + readme[start..].find("```").expect("its end")];
     let c = ebof_config::Config::from_toml_str(text).unwrap_or_else(|e| panic!("{e}\n{text}"));

@@ -1,5 +1,6 @@
-//! The README's examples, run as written: its `ebof serve` lines (validated with
-//! --print-config) and its host transcript (discover, identify, perf) against `ebof serve` on the
+//! The README's and the user guide's (`docs/guide/`) examples, run as written: the `ebof serve`
+//! lines of the README's quick start and of the guide's Serving page (validated with
+//! --print-config) and the host transcript (discover, identify, perf) against `ebof serve` on the
 //! embedded default, plus `ebof discover`'s fallback from 8009 to 4420. The well-known ports are
 //! needed; when they are taken the host test says so and skips. Servers are killed by PID.
 
@@ -11,17 +12,22 @@ use std::process::{Command, Stdio};
 use common::{EBOF, Target, ebof};
 
 const README: &str = include_str!("../../../README.md");
+/// The guide's pages whose examples run here.
+const SERVING: &str = include_str!("../../../docs/guide/serving.md");
+const HOST_TOOLS: &str = include_str!("../../../docs/guide/host-tools.md");
+const FLEET: &str = include_str!("../../../docs/guide/fleet.md");
 
 const DEFAULT_NQN: &str = "nqn.2026-11.io.ebof:default";
 
-fn readme_block(heading: &str, lang: &str) -> &'static str {
-    let at = README
+/// The first fenced `lang` block after `heading` in `page` (the README or a guide page).
+fn doc(page: &'static str, heading: &str, lang: &str) -> &'static str {
+    let at = page
         .find(heading)
-        .unwrap_or_else(|| panic!("README has no {heading:?}"));
+        .unwrap_or_else(|| panic!("the page has no {heading:?}"));
     let fence = format!("```{lang}\n");
-    let start = at + README[at..].find(&fence).expect("a fenced block") + fence.len();
-    let len = README[start..].find("```").expect("a closing fence");
-    &README[start..start + len]
+    let start = at + page[at..].find(&fence).expect("a fenced block") + fence.len();
+    let len = page[start..].find("```").expect("a closing fence");
+    &page[start..start + len]
 }
 
 fn words(line: &str) -> Vec<String> {
@@ -67,20 +73,28 @@ fn port_free(port: u16) -> bool {
 
 #[test]
 fn readme_serve_examples_are_valid() {
-    // Each `ebof serve` line of the README, as written, with --print-config added: that
-    // validates the flags and configuration without binding 0.0.0.0 or creating /var/lib files.
+    // Each `ebof serve` line of the guide's Serving page and of the README's quick start, as
+    // written, with --print-config added: that validates the flags and configuration without
+    // binding 0.0.0.0 or creating /var/lib files.
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("ebof.toml"),
-        readme_block("### Configuration file", "toml"),
+        doc(SERVING, "### Configuration file", "toml"),
     )
     .unwrap();
-    let serve_lines: Vec<Vec<String>> = readme_block("## Serving", "sh")
+    let mut serve_lines: Vec<Vec<String>> = doc(SERVING, "## Serving", "sh")
         .lines()
         .filter(|l| l.starts_with("ebof serve"))
         .map(words)
         .collect();
     assert!(serve_lines.len() >= 5, "{serve_lines:?}");
+    let quick: Vec<Vec<String>> = doc(README, "## Quick start", "sh")
+        .lines()
+        .filter(|l| l.starts_with("ebof serve"))
+        .map(|l| words(l).into_iter().filter(|w| w != "&").collect())
+        .collect();
+    assert_eq!(quick.len(), 2, "the quick start serves twice: {quick:?}");
+    serve_lines.extend(quick);
     for w in serve_lines {
         let mut args: Vec<&str> = w.iter().skip(1).map(String::as_str).collect();
         if !args.contains(&"--print-config") {
@@ -114,7 +128,7 @@ fn readme_host_examples_run_against_the_default_serve() {
     let addr: SocketAddr = "127.0.0.1:4420".parse().unwrap();
     let default_serve = Target::spawn(&["serve"], addr, Stdio::null());
     let mut ran = 0;
-    for line in README.lines().filter_map(|l| l.strip_prefix("$ ")) {
+    for line in HOST_TOOLS.lines().filter_map(|l| l.strip_prefix("$ ")) {
         let mut w = words(line);
         assert_eq!(w[0], "ebof", "{line}");
         // Run perf for 1 s instead of the README's 10 s: the machine is shared.
@@ -142,7 +156,7 @@ fn readme_host_examples_run_against_the_default_serve() {
         }
         ran += 1;
     }
-    assert_eq!(ran, 3, "the README shows discover, identify and perf");
+    assert_eq!(ran, 3, "the transcript: discover, identify, perf");
 
     // Plain `ebof discover -a 127.0.0.1` uses port 8009, served by the default.
     let o = ebof(&["discover", "-a", "127.0.0.1"]);
@@ -177,7 +191,7 @@ fn readme_host_examples_run_against_the_default_serve() {
     assert!(!o.stderr.contains("trying"), "{}", o.stderr);
 }
 
-/// The README's fleet example, as written: its configuration files (box 2's derived from box
+/// The guide's fleet example (docs/guide/fleet.md), as written: its configuration files (box 2's derived from box
 /// 1's as the comment says) and its commands, in its order: box 1 announces itself to a CDC
 /// that is not up yet, the CDC lists box 2, `ebof discover` against the CDC sees both boxes,
 /// and a subsystem added on box 2 reaches it. Needs root (the sockets are under /run/ebof);
@@ -195,7 +209,7 @@ fn readme_fleet_example_runs() {
             return;
         }
     }
-    let section = &README[README.find("## The fleet").expect("a Fleet section")..];
+    let section = &FLEET[FLEET.find("## The fleet").expect("a Fleet section")..];
     let block = |name: &str| -> String {
         let at = section
             .find(&format!("```toml\n# {name}"))
@@ -219,7 +233,7 @@ fn readme_fleet_example_runs() {
     ] {
         std::fs::write(dir.path().join(name), text).unwrap();
     }
-    let cmds: Vec<Vec<String>> = readme_block("## The fleet", "sh")
+    let cmds: Vec<Vec<String>> = doc(FLEET, "## The fleet", "sh")
         .lines()
         .filter(|l| l.starts_with("ebof "))
         .map(|l| words(l).into_iter().filter(|w| w != "&").collect())
@@ -268,7 +282,7 @@ fn readme_fleet_example_runs() {
     }
 }
 
-/// The README's "Replicated volumes" example, run as written: a witness and two boxes on
+/// The guide's "Replicated volumes" example (docs/guide/fleet.md), run as written: a witness and two boxes on
 /// loopback addresses, the primary in sync, `ebof perf --verify` through it, `kill -9` of the
 /// primary, the secondary promoted by the witness, and `--verify-only` through it.
 #[test]
@@ -284,7 +298,7 @@ fn readme_mirror_example_runs() {
             return;
         }
     }
-    let section = &README[README
+    let section = &FLEET[FLEET
         .find("### Replicated volumes")
         .expect("a Replicated volumes section")..];
     let block = |name: &str| -> String {
@@ -311,7 +325,7 @@ fn readme_mirror_example_runs() {
     ] {
         std::fs::write(dir.path().join(name), text).unwrap();
     }
-    let cmds: Vec<Vec<String>> = readme_block("### Replicated volumes", "sh")
+    let cmds: Vec<Vec<String>> = doc(FLEET, "### Replicated volumes", "sh")
         .lines()
         .filter(|l| l.starts_with("ebof ") || l.starts_with("kill "))
         .map(|l| words(l).into_iter().filter(|w| w != "&").collect())

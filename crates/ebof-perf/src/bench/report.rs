@@ -701,7 +701,7 @@ pub(crate) mod tests {
             schema["properties"]["schema_version"]["const"],
             SCHEMA_VERSION
         );
-        // The committed sample report (the README's) is a report too.
+        // The committed sample report (docs/guide/bench.md's) is a report too.
         let sample: serde_json::Value = serde_json::from_str(include_str!(
             "../../../../docs/bench-sample/odcc/report.json"
         ))
