@@ -331,6 +331,12 @@ pub trait AsyncWrites: Send + Sync {
         done: WriteDone,
     ) -> Result<(), (Vec<u8>, WriteDone)>;
 
+    /// Run a write that [`AsyncWrites::start_write`] declined, on a thread that may block
+    /// (a worker's, not a reactor's), with [`Backend::write`]'s effect; `done` is called
+    /// exactly once, from any thread, possibly after this returns (a replicated write frees
+    /// the worker once the local copy has it, and completes when the peer has it too).
+    fn run_declined(&self, offset: u64, len: usize, buf: Vec<u8>, done: WriteDone);
+
     /// Send on what [`AsyncWrites::start_write`] has held back since the last call. A backend
     /// may gather the writes a reactor starts in one run-loop round and hand them on together
     /// (a replicated namespace wakes its link thread once per round, not once per write); the

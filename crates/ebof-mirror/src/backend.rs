@@ -316,7 +316,7 @@ impl AsyncWrites for MirrorBackend {
         &self,
         offset: u64,
         len: usize,
-        mut buf: Vec<u8>,
+        buf: Vec<u8>,
         done: WriteDone,
     ) -> Result<(), (Vec<u8>, WriteDone)> {
         if self.local.may_block() || buf.len() < len {
@@ -338,6 +338,42 @@ impl AsyncWrites for MirrorBackend {
             self.shared.in_flight.fetch_sub(1, Ordering::AcqRel);
             return Err((buf, done));
         };
+        // Held until the reactor's round ends ([`AsyncWrites::push_started`]): the link
+        // takes the round's writes with one wake-up.
+        self.write_marked(offset, len, buf, done);
+        drop(locks);
+        Ok(())
+    }
+
+    /// [`AsyncWrites::start_write`]'s way on a worker thread: the marks synced (a group
+    /// commit with the other writers, `Shared::mark`) and the region locks waited for, then
+    /// the same as from the reactor; the worker is free once the local copy has the data.
+    fn run_declined(&self, offset: u64, len: usize, buf: Vec<u8>, done: WriteDone) {
+        if self.shared.role() != Role::Primary {
+            let res = self.local.write(offset, &buf[..len]);
+            return done(buf, res);
+        }
+        if let Err(e) = self.lease_gate() {
+            return done(buf, Err(e));
+        }
+        self.shared.in_flight.fetch_add(1, Ordering::AcqRel);
+        self.shared.mark(offset, len as u64);
+        let locks = self.shared.region_locks(offset, len as u64);
+        self.write_marked(offset, len, buf, done);
+        drop(locks);
+        self.link.push();
+    }
+
+    fn push_started(&self) {
+        self.link.push();
+    }
+}
+
+impl MirrorBackend {
+    /// The local copy, then the peer's half queued on the link (not woken: the caller
+    /// pushes). The regions are marked and locked, and the write counted in flight; the
+    /// completion ends that count.
+    fn write_marked(&self, offset: u64, len: usize, mut buf: Vec<u8>, done: WriteDone) {
         let local = self.local.write(offset, &buf[..len]);
         buf.truncate(len);
         let data = Arc::new(buf);
@@ -347,17 +383,9 @@ impl AsyncWrites for MirrorBackend {
             fua: false,
             done: self.gate.completion(local, data, done),
         };
-        // Held until the reactor's round ends ([`AsyncWrites::push_started`]): the link
-        // takes the round's writes with one wake-up.
         if let Err(r) = self.link.hold(req) {
             r.fail();
         }
-        drop(locks);
-        Ok(())
-    }
-
-    fn push_started(&self) {
-        self.link.push();
     }
 }
 

@@ -288,16 +288,20 @@ impl Engine {
             self.started_async.push(ns.backend.clone());
         }
         if let Err((buf, done)) = declined {
-            // Declined (it would block now): the blocking write on a worker thread.
-            self.pool.spawn_call(Box::new(move || {
-                let res = match buf.get(..len) {
-                    Some(data) => ns.backend.write(offset, data),
-                    None => Err(ebof_backend::BackendError::Io(std::io::Error::other(
-                        "write buffer shorter than the command",
-                    ))),
-                };
-                done(buf, res);
-            }));
+            // Declined (it would block now): run on a worker thread, which may block.
+            self.pool
+                .spawn_call(Box::new(move || match ns.backend.async_writes() {
+                    Some(w) if buf.len() >= len => w.run_declined(offset, len, buf, done),
+                    _ => {
+                        let res = match buf.get(..len) {
+                            Some(data) => ns.backend.write(offset, data),
+                            None => Err(ebof_backend::BackendError::Io(std::io::Error::other(
+                                "write buffer shorter than the command",
+                            ))),
+                        };
+                        done(buf, res);
+                    }
+                }));
         }
         Async::Started
     }
