@@ -62,7 +62,7 @@ pub struct ListenerRemoved {
 pub struct AnaView {
     /// `ADDR:PORT` of the listener.
     pub listener: String,
-    /// ANA group ID (1..=32).
+    /// ANA group ID (1..=1024).
     pub group: u32,
     /// `optimized`, `non-optimized`, `inaccessible`, `persistent-loss` or `change`.
     pub state: String,
@@ -75,7 +75,7 @@ pub struct AnaView {
 pub struct AnaRequest {
     /// `ADDR:PORT` of an NVMe listener.
     pub listener: String,
-    /// 1..=32.
+    /// 1..=1024.
     pub group: u32,
     /// The state to set: `optimized`, `non-optimized`, `inaccessible`, `persistent-loss` or
     /// `change`.

@@ -184,7 +184,7 @@ pub struct NamespaceRequest {
     /// Bypass the page cache (`O_DIRECT`; `file` and `block` only); default false.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub direct: Option<bool>,
-    /// ANA group (1..=32; default 1).
+    /// ANA group (1..=1024; default 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ana_group: Option<u32>,
     /// Only these host NQNs see the namespace (from the moment it is added); absent: every

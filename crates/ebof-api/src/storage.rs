@@ -103,7 +103,7 @@ pub struct CloneRequest {
     /// UUID in text form; default derived from the subsystem NQN and NSID.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uuid: Option<String>,
-    /// ANA group (1..=32; default 1).
+    /// ANA group (1..=1024; default 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ana_group: Option<u32>,
     /// Only these host NQNs see the namespace; absent: every host the subsystem admits.

@@ -5,7 +5,7 @@
 //! ```toml
 //! [[ana]]
 //! listener = "10.0.0.1:4421"      # one of the [[listeners]], exactly
-//! group = 2                       # 1..=32
+//! group = 2                       # 1..=1024
 //! state = "inaccessible"          # optimized | non-optimized | inaccessible
 //!                                 # | persistent-loss | change
 //! ```
@@ -22,7 +22,7 @@ use crate::model::{Config, DEFAULT_PORT, Listener};
 use crate::parse::parse_listener;
 
 /// Highest ANA group id (Identify Controller ANAGRPMAX).
-pub const ANA_GROUP_MAX: u32 = 32;
+pub const ANA_GROUP_MAX: u32 = 1024;
 /// The group of a namespace that does not name one.
 pub const DEFAULT_ANA_GROUP: u32 = 1;
 
@@ -93,7 +93,7 @@ pub(crate) fn convert(raw: Vec<RawAna>) -> Result<Vec<AnaSetting>, ConfigError> 
                 .ok_or_else(|| missing("listener", "listener (\"ADDR:PORT\")"))?;
             let listener =
                 parse_listener(&listener, DEFAULT_PORT).map_err(|e| e.at(at("listener")))?;
-            let group = a.group.ok_or_else(|| missing("group", "group (1..=32)"))?;
+            let group = a.group.ok_or_else(|| missing("group", "group (1..=1024)"))?;
             let group = check_ana_group(group).map_err(|e| e.at(at("group")))?;
             let state = a.state.ok_or_else(|| missing("state", "state"))?;
             let state = parse_ana_state(&state).map_err(|e| e.at(at("state")))?;

@@ -72,7 +72,7 @@ pub mod codes {
     pub const DUPLICATE_UUID: &str = "duplicate-uuid";
     /// Command-line options that cannot be combined (`--ram` with `--file`).
     pub const CONFLICTING_OVERRIDES: &str = "conflicting-overrides";
-    /// ANA group id outside 1..=32 (`ana_group`, `[[ana]] group`).
+    /// ANA group id outside 1..=1024 (`ana_group`, `[[ana]] group`).
     pub const INVALID_ANA_GROUP: &str = "invalid-ana-group";
     /// Unknown ANA state name.
     pub const INVALID_ANA_STATE: &str = "invalid-ana-state";

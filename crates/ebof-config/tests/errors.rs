@@ -571,14 +571,14 @@ fn each_rule_reports_code_and_path() {
         ),
         (
             "ana_group too large",
-            ns("backend = \"ram\"\nsize = 512\nana_group = 33"),
+            ns("backend = \"ram\"\nsize = 512\nana_group = 1025"),
             codes::INVALID_ANA_GROUP,
             "subsystems[0].namespaces[0].ana_group",
         ),
         (
             "ana group out of range",
             format!(
-                "{BASE}[[ana]]\nlistener = \"127.0.0.1:4420\"\ngroup = 40\nstate = \"change\"\n"
+                "{BASE}[[ana]]\nlistener = \"127.0.0.1:4420\"\ngroup = 1025\nstate = \"change\"\n"
             ),
             codes::INVALID_ANA_GROUP,
             "ana[0].group",

@@ -69,7 +69,7 @@ fn ana_error(e: AnaError, path: &str) -> ApiError {
 }
 
 /// `PUT /v1/ana`: the request is checked as a configuration change (the listener must be an
-/// NVMe listener of the running configuration, the group 1..=32, the state one of the five
+/// NVMe listener of the running configuration, the group 1..=1024, the state one of the five
 /// names), then [`Ana`] sets the target's table and the controllers on that listener are told.
 pub(crate) fn set(r: &Running, req: &AnaRequest) -> Result<AnaChanged, ApiError> {
     let listener = ebof_config::parse_listener(&req.listener, ebof_config::DEFAULT_PORT)
@@ -229,7 +229,7 @@ state = "non-optimized"
                 "group",
             ),
             (
-                req("127.0.0.1:4420", 33, "inaccessible"),
+                req("127.0.0.1:4420", 1025, "inaccessible"),
                 cfg_codes::INVALID_ANA_GROUP,
                 "group",
             ),

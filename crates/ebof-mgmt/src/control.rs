@@ -358,7 +358,7 @@ impl Control {
     }
 
     /// `PUT /v1/ana`: the request is checked as a configuration change (the listener must be
-    /// an NVMe listener of the running configuration, the group 1..=32, the state one of the
+    /// an NVMe listener of the running configuration, the group 1..=1024, the state one of the
     /// five names), then the target's table is set and the controllers on that listener told.
     pub fn set_ana(&self, req: &AnaRequest) -> Result<AnaChanged, ApiError> {
         ana::set(&self.running, req)

@@ -1086,7 +1086,7 @@ fn ana_states_set_live_shown_and_enforced() {
     assert_eq!(v["changed"], false);
     for (listener, group, code) in [
         ("127.0.0.1:1", "1", "unknown-listener"),
-        (l.as_str(), "33", "invalid-ana-group"),
+        (l.as_str(), "1025", "invalid-ana-group"),
         (l.as_str(), "0", "invalid-ana-group"),
     ] {
         let args = ["ana", "set", "--listener", listener, "--group", group];

@@ -149,8 +149,12 @@ impl AnaTable {
 
     /// Groups of listener `addr` that are not optimized, ascending.
     pub fn non_optimized(&self, addr: SocketAddr) -> Vec<(u32, AnaState)> {
+        let Some(i) = self.lock().ports.iter().position(|a| *a == addr) else {
+            return Vec::new();
+        };
+        let row = (i + 1) * MAX_GROUPS as usize;
         (1..=MAX_GROUPS)
-            .map(|g| (g, self.state(addr, g)))
+            .map(|g| (g, self.state_at(row + g as usize - 1)))
             .filter(|(_, s)| *s != AnaState::Optimized)
             .collect()
     }

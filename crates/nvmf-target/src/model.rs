@@ -46,8 +46,11 @@ impl Default for TargetLimits {
     }
 }
 
-/// ANA groups are numbered 1..=`MAX_GROUPS`, target-wide ([`crate::ana`]).
-pub const MAX_GROUPS: u32 = 32;
+/// ANA groups are numbered 1..=`MAX_GROUPS`, target-wide ([`crate::ana`]). A mirrored
+/// namespace needs a group of its own, so this bounds the replicated volumes a box serves.
+/// A Linux host refuses ANA when `16 + NANAGRPID × 32 + MNAN × 4` (its ANA log buffer) is
+/// larger than MDTS: 1024 groups and 1024 namespaces need 36 KiB of the 128 KiB.
+pub const MAX_GROUPS: u32 = 1024;
 
 /// Default of [`TargetLimits::max_namespaces`] (as Linux nvmet's NVMET_MAX_NAMESPACES).
 pub const MAX_NAMESPACES: u32 = 1024;

@@ -121,8 +121,13 @@ fn identify_reports_ana() {
     );
     assert_eq!(id.anacap, 0x5F, "all five states, ANAGRPID static");
     assert_eq!(id.anatt, 10);
-    assert_eq!(id.anagrpmax, 32);
-    assert_eq!(id.nanagrpid, 32);
+    assert_eq!(id.anagrpmax, nvmf_target::ana::MAX_GROUPS);
+    assert_eq!(id.nanagrpid, nvmf_target::ana::MAX_GROUPS);
+    // What a Linux host checks before it turns ANA on (nvme_mpath_init_identify): its ANA
+    // log buffer, sized from NANAGRPID and MNAN, within MDTS.
+    let mdts = 4096usize << id.mdts;
+    let log = 16 + id.nanagrpid as usize * 32 + id.mnan as usize * 4;
+    assert!(log <= mdts, "ANA log buffer {log} > MDTS {mdts}: Linux disables ANA");
     assert_ne!(id.oaes & oaes::ANA_CHANGE, 0);
     // Linux refuses ANA unless 0 < MNAN <= NN.
     assert!(id.mnan > 0 && id.mnan <= id.nn, "{} {}", id.mnan, id.nn);

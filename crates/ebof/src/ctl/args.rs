@@ -313,7 +313,7 @@ pub struct NsAddArgs {
     /// Bypass the page cache (O_DIRECT) for a file or block namespace.
     #[arg(long)]
     pub direct: bool,
-    /// ANA group, 1 to 32 (default 1).
+    /// ANA group, 1 to 1024 (default 1).
     #[arg(long, value_name = "GROUP")]
     pub ana_group: Option<u32>,
     /// Only this host sees the namespace (repeat for more hosts; default: every host the
@@ -413,7 +413,7 @@ pub enum AnaCmd {
         /// The NVMe listener (the path), as `ebof ctl show` lists it.
         #[arg(long, value_name = "ADDR:PORT")]
         listener: String,
-        /// ANA group, 1 to 32 (namespaces are in group 1 unless configured otherwise).
+        /// ANA group, 1 to 1024 (namespaces are in group 1 unless configured otherwise).
         #[arg(long, default_value_t = 1)]
         group: u32,
         #[arg(long, value_parser = ["optimized", "non-optimized", "inaccessible", "persistent-loss", "change"])]
