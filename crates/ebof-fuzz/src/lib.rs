@@ -45,8 +45,9 @@
 //! - [`targets::csi_authority`]: a gRPC client's bytes into the CSI socket's `:authority`
 //!   rewriter (HTTP/2 frames, HPACK); piece-independent, and its output a fixed point.
 //! - [`targets::vendor_cmds`]: an SQE and data into the vendor admin decoders (C1h Mirror
-//!   Admit, C5h Witness Lease, C9h Mirror Reservations); known refusals only, identity round
-//!   trips of what is accepted (a reservation table also through its persisted form).
+//!   Admit, C5h Witness Lease, C9h Mirror Reservations, CDh Mirror Snapshot); known refusals
+//!   only, identity round trips of what is accepted (a reservation table also through its
+//!   persisted form).
 //! - [`targets::key_header`]: bytes from disk into the encryption-at-rest decoders (the key
 //!   header beside an encrypted namespace, a key file's content; ADR 0029).
 

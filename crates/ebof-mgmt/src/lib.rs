@@ -53,6 +53,7 @@ pub mod mdns;
 pub mod metrics;
 pub mod mirror;
 pub mod mirror_api;
+mod mirror_snap;
 pub mod namespaces;
 pub mod node;
 pub mod ops;

@@ -142,6 +142,8 @@ pub(crate) struct Opened {
     ns_fence: Arc<NsFence>,
     mirror: Arc<Mirror>,
     sink: Arc<AnaSink>,
+    /// This copy's snapshots when its primary asks (file namespaces).
+    snaps: Option<Arc<crate::mirror_snap::CopySnapshots>>,
 }
 
 impl Opened {
@@ -150,6 +152,10 @@ impl Opened {
     pub(crate) fn attach(self, ns: &Arc<Namespace>) {
         self.ns_fence.attach(ns);
         self.mirror.attach_reservations(ns);
+        if let Some(s) = self.snaps {
+            s.attach(ns);
+            self.fence.set_snapshots(s);
+        }
         registry().push(Entry {
             fence: Arc::downgrade(&self.fence),
             ns: Arc::downgrade(ns),
@@ -334,6 +340,7 @@ pub(crate) fn open(
         ns_fence,
         mirror,
         sink,
+        snaps: crate::mirror_snap::CopySnapshots::new(nqn, n),
     })
 }
 

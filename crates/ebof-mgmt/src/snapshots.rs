@@ -154,7 +154,9 @@ pub(crate) fn list(r: &Running, book: &Book) -> Vec<SnapshotView> {
 }
 
 /// `POST /v1/subsystems/{nqn}/namespaces/{nsid}/snapshots`: a crash-consistent
-/// point-in-time copy of file namespace `nsid` of `nqn` (see the module docs).
+/// point-in-time copy of file namespace `nsid` of `nqn` (see the module docs). On the primary
+/// of a replicated volume the secondary takes the same-named snapshot while the writes are
+/// held ([`crate::mirror_snap`]); on its secondary the request is refused.
 pub(crate) fn snapshot_namespace(
     r: &Running,
     book: &Book,
@@ -162,7 +164,6 @@ pub(crate) fn snapshot_namespace(
     nsid: &str,
     req: &SnapshotRequest,
 ) -> Result<SnapshotView, ApiError> {
-    let started = Instant::now();
     let nsid = parse_nsid(nsid)?;
     validate_name(&req.name)?;
     // The configuration lock serialises snapshots, deletes and namespace changes.
@@ -187,12 +188,56 @@ pub(crate) fn snapshot_namespace(
             ),
         ));
     }
-    let dir = snapshot_dir_of(&origin);
-    let (data, dst) = create_data_file(&dir, &req.name)?;
+    let peer = crate::mirror_snap::primary_of(&live, nqn)?;
+    let (m, dir) = take(&live, &origin, nqn, &req.name, peer.as_deref())?;
+    book.remember(&dir, cfg.target.state_dir.as_deref());
+    Ok(m.view(&dir))
+}
+
+/// Take snapshot `name` of namespace `live` (file `origin`) of `nqn` in the snapshot
+/// directory beside `origin`: its manifest and the directory it is in. With `peer`, the
+/// mirror's secondary takes its own while the writes are held; if this copy's then fails, the
+/// peer's is deleted again.
+pub(crate) fn take(
+    live: &nvmf_target::Namespace,
+    origin: &Path,
+    nqn: &str,
+    name: &str,
+    peer: Option<&ebof_mirror::Mirror>,
+) -> Result<(Manifest, PathBuf), ApiError> {
+    let peer_took = std::cell::Cell::new(false);
+    let on_peer = || -> Result<(), ApiError> {
+        if let Some(m) = peer {
+            crate::mirror_snap::take_on_peer(m, name)?;
+            peer_took.set(true);
+        }
+        Ok(())
+    };
+    let r = take_here(live, origin, nqn, name, &on_peer);
+    if r.is_err()
+        && peer_took.get()
+        && let Some(m) = peer
+    {
+        crate::mirror_snap::delete_on_peer(m, name);
+    }
+    r
+}
+
+fn take_here(
+    live: &nvmf_target::Namespace,
+    origin: &Path,
+    nqn: &str,
+    name: &str,
+    on_peer: &dyn Fn() -> Result<(), ApiError>,
+) -> Result<(Manifest, PathBuf), ApiError> {
+    let started = Instant::now();
+    let nsid = live.nsid;
+    let dir = snapshot_dir_of(origin);
+    let (data, dst) = create_data_file(&dir, name)?;
     let undo = Undo(vec![data.clone()]);
-    let src = File::open(&origin)
+    let src = File::open(origin)
         .map_err(|e| io_error(&e, "nsid", format!("cannot open {}", origin.display())))?;
-    let (cloned, pause, size) = copy_held(&live, &src, &dst, &origin, nqn)?;
+    let (cloned, pause, size) = copy_held(live, &src, &dst, origin, nqn, on_peer)?;
     let method = cloned.map_err(|e| {
         io_error(
             &e,
@@ -203,7 +248,7 @@ pub(crate) fn snapshot_namespace(
     dst.sync_all()
         .map_err(|e| io_error(&e, "name", format!("cannot sync {}", data.display())))?;
     // An encrypted origin's key goes with its ciphertext (ADR 0029).
-    crate::crypt::copy_header(&origin, &data).map_err(|e| {
+    crate::crypt::copy_header(origin, &data).map_err(|e| {
         io_error(
             &e,
             "name",
@@ -212,7 +257,7 @@ pub(crate) fn snapshot_namespace(
     })?;
     let mut m = Manifest {
         version: MANIFEST_VERSION,
-        name: req.name.clone(),
+        name: name.to_string(),
         origin: ManifestOrigin {
             subsystem: nqn.to_string(),
             nsid,
@@ -225,12 +270,12 @@ pub(crate) fn snapshot_namespace(
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs()),
         method: method.as_str().to_string(),
-        data: data_file_name(&req.name),
+        data: data_file_name(name),
         pause_us: micros(pause),
         duration_us: 0,
     };
     m.duration_us = micros(started.elapsed());
-    write_atomic(&dir, &manifest_file_name(&req.name), m.to_json().as_bytes()).map_err(|e| {
+    write_atomic(&dir, &manifest_file_name(name), m.to_json().as_bytes()).map_err(|e| {
         io_error(
             &e,
             "name",
@@ -238,17 +283,16 @@ pub(crate) fn snapshot_namespace(
         )
     })?;
     undo.disarm();
-    book.remember(&dir, cfg.target.state_dir.as_deref());
     tracing::info!(
         subsystem = nqn,
         nsid,
-        snapshot = %req.name,
+        snapshot = %name,
         method = method.as_str(),
         pause_us = m.pause_us,
         duration_us = m.duration_us,
         "snapshot taken"
     );
-    Ok(m.view(&dir))
+    Ok((m, dir))
 }
 
 /// The file of file namespace `nc` of `nqn`, or `snapshot-unsupported`.
@@ -301,6 +345,7 @@ fn copy_held(
     dst: &File,
     origin: &Path,
     nqn: &str,
+    on_peer: &dyn Fn() -> Result<(), ApiError>,
 ) -> Result<(io::Result<CloneMethod>, Duration, u64), ApiError> {
     let nsid = live.nsid;
     // Flush first, outside the hold: FICLONE writes back the dirty pages of the file while
@@ -334,6 +379,9 @@ fn copy_held(
         ));
     };
     let paused = Instant::now();
+    // A replicated volume's secondary takes its copy now, while ours is held: both are the
+    // same point in time (every write acknowledged before is on both, none after is on either).
+    on_peer()?;
     let size = live.backend.size();
     let cloned = clone_file(src, dst, Fallback::Copy);
     drop(held);
@@ -342,7 +390,8 @@ fn copy_held(
 }
 
 /// `DELETE /v1/snapshots/{name}`: remove the manifest (the snapshot is gone from then on),
-/// then the data. Clones made from it are files of their own and stay.
+/// then the data. Clones made from it are files of their own and stay. A snapshot of a
+/// replicated volume's primary is deleted on its secondary first (best effort).
 pub(crate) fn delete(r: &Running, book: &Book, name: &str) -> Result<SnapshotDeleted, ApiError> {
     validate_name(name)?;
     let cfg = r.lock();
@@ -350,6 +399,13 @@ pub(crate) fn delete(r: &Running, book: &Book, name: &str) -> Result<SnapshotDel
         .into_iter()
         .find(|f| f.manifest.name == name)
         .ok_or_else(|| unknown_snapshot(name))?;
+    crate::mirror_snap::delete_with_peer(r.target(), &f.manifest);
+    remove_found(&f)
+}
+
+/// Remove snapshot `f`: its manifest, then its data.
+pub(crate) fn remove_found(f: &Found) -> Result<SnapshotDeleted, ApiError> {
+    let name = f.manifest.name.as_str();
     let manifest = f.dir.join(manifest_file_name(name));
     std::fs::remove_file(&manifest).map_err(|e| {
         ApiError::new(

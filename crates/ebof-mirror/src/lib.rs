@@ -21,6 +21,7 @@ pub mod regions;
 mod resv;
 mod role;
 mod shared;
+mod snap;
 pub mod state;
 pub mod witness;
 mod worker;
@@ -199,6 +200,9 @@ pub enum MirrorError {
     /// The link thread could not be started.
     #[error("cannot start the replication link: {0}")]
     Thread(std::io::Error),
+    /// The peer's snapshot was not taken (or deleted): why (`Mirror::peer_snapshot`).
+    #[error("{0}")]
+    Snapshot(String),
 }
 
 /// One mirrored namespace on this box.

@@ -303,13 +303,17 @@ impl Link {
             done(self.peer_size(&c.ctrl).await);
             return Ok(());
         }
+        if let LinkReq::Snapshot { op, name, done } = r {
+            done(crate::snap::on_peer(&self.shared, &c.ctrl, op, &name, self.timeout()).await);
+            return Ok(());
+        }
         let res = match &r {
             LinkReq::Write {
                 offset, data, fua, ..
             } => self.write(c, *offset, data, *fua).await,
             LinkReq::Flush { .. } => self.io(c.q.flush(NamespaceId(self.shared.spec.nsid))).await,
             LinkReq::Resv { .. } => self.push_resv(&c.ctrl).await,
-            LinkReq::PeerSize { .. } => Ok(()),
+            LinkReq::PeerSize { .. } | LinkReq::Snapshot { .. } => Ok(()),
         };
         let ok = res.is_ok();
         match r {
@@ -322,6 +326,7 @@ impl Link {
                 }
             }
             LinkReq::PeerSize { done } => done(None),
+            LinkReq::Snapshot { done, .. } => done(Err("not sent".into())),
         }
         res
     }

@@ -27,7 +27,17 @@ pub(crate) enum LinkReq {
     /// Read the peer's namespace size in bytes (Identify Namespace on the link's admin
     /// queue); `None`: the link is down or the peer did not say.
     PeerSize { done: SizeDone },
+    /// Take or delete the peer's snapshot of the namespace (Mirror Snapshot, `snap.rs`), alone
+    /// on the link's admin queue.
+    Snapshot {
+        op: nvme_spec::ebof_vendor::SnapshotOp,
+        name: String,
+        done: SnapDone,
+    },
 }
+
+/// Completion of a [`LinkReq::Snapshot`]: Ok when the peer made it, else why not.
+pub(crate) type SnapDone = Box<dyn FnOnce(Result<(), String>) + Send>;
 
 /// Completion of a [`LinkReq::PeerSize`].
 pub(crate) type SizeDone = Box<dyn FnOnce(Option<u64>) + Send>;
@@ -44,6 +54,7 @@ impl LinkReq {
                 done(false);
             }
             LinkReq::PeerSize { done } => done(None),
+            LinkReq::Snapshot { done, .. } => done(Err("the replication link is down".into())),
         }
     }
 }
@@ -106,7 +117,9 @@ impl Pipe {
             LinkReq::Write { data, .. } => data.len().div_ceil(chunk).max(1),
             LinkReq::Flush { .. } => 1,
             // Not an I/O command: the link runs it alone.
-            LinkReq::Resv { .. } | LinkReq::PeerSize { .. } => return Ok(Sub::Big(r)),
+            LinkReq::Resv { .. } | LinkReq::PeerSize { .. } | LinkReq::Snapshot { .. } => {
+                return Ok(Sub::Big(r));
+            }
         };
         let free = q.capacity().saturating_sub(q.in_flight());
         if parts > q.capacity().saturating_sub(1).max(1) {
@@ -146,7 +159,9 @@ impl Pipe {
                 }
                 done
             }
-            LinkReq::Resv { .. } | LinkReq::PeerSize { .. } => return Ok(Sub::Big(r)),
+            LinkReq::Resv { .. } | LinkReq::PeerSize { .. } | LinkReq::Snapshot { .. } => {
+                return Ok(Sub::Big(r));
+            }
         };
         self.pending.insert(
             id,

@@ -12,6 +12,11 @@
 //!   mirrored namespace, CDW10/CDW11 = epoch (low/high), CDW12..15 zero; the data is the whole
 //!   reservation table of the namespace ([`ResvImage`]). Sent by a primary on its replication
 //!   link after each reservation change and before it declares the peer in sync.
+//! * [`opcode::MIRROR_SNAPSHOT`] (CDh) **Mirror Snapshot**, host-to-controller data: NSID = the
+//!   mirrored namespace, CDW10/CDW11 = epoch (low/high), CDW12 = op (0 take, 1 delete),
+//!   CDW13..15 zero; the data is the snapshot's name (1..=64 bytes of `A-Za-z0-9._-`, the
+//!   first alphanumeric). Sent by a primary on its replication link while it holds its writes,
+//!   so both copies' snapshots are the same point in time.
 //!
 //! One decoder each ([`MirrorAdmit::decode`], [`WitnessLease::decode`], [`MirrorResv::decode`]);
 //! they never panic and refuse every reserved bit set. Encoders build what the host side sends.
@@ -29,6 +34,8 @@ pub mod opcode {
     pub const WITNESS_LEASE: u8 = 0xC5;
     /// Mirror Reservations (C9h): host-to-controller data (bits 1:0 = 01b).
     pub const MIRROR_RESV: u8 = 0xC9;
+    /// Mirror Snapshot (CDh): host-to-controller data (bits 1:0 = 01b).
+    pub const MIRROR_SNAPSHOT: u8 = 0xCD;
 }
 
 /// Operation Denied (SCT 0h, SC 15h) with DNR: what a refused vendor command (or a replica-link
@@ -490,6 +497,82 @@ impl MirrorResv {
     }
 }
 
+/// Longest snapshot name a Mirror Snapshot carries.
+pub const SNAPSHOT_NAME_MAX: usize = 64;
+
+/// What a Mirror Snapshot (CDh) asks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SnapshotOp {
+    /// Take the snapshot of the namespace under its I/O hold (CDW12 = 0).
+    Take,
+    /// Delete the snapshot of that name (CDW12 = 1).
+    Delete,
+}
+
+/// A decoded Mirror Snapshot (CDh).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MirrorSnapshot {
+    /// The mirrored namespace.
+    pub nsid: u32,
+    /// The primary's epoch.
+    pub epoch: u64,
+    /// Take or delete.
+    pub op: SnapshotOp,
+    /// The snapshot's name (checked: 1..=64 safe characters, the first alphanumeric).
+    pub name: String,
+}
+
+impl MirrorSnapshot {
+    /// Decode from the SQE (opcode CDh, NSID 1..=FFFFFFFEh, CDW12 0 or 1, CDW13..15 zero) and
+    /// its data (the name). A name of another length is [`VendorError::DataLen`]; a byte
+    /// outside the alphabet is [`VendorError::ReservedByte`] at its offset.
+    pub fn decode(sqe: &Sqe, data: &[u8]) -> Result<MirrorSnapshot, VendorError> {
+        if sqe.opcode() != opcode::MIRROR_SNAPSHOT {
+            return Err(VendorError::Opcode(sqe.opcode()));
+        }
+        let nsid = sqe.nsid().0;
+        if nsid == 0 || nsid == u32::MAX {
+            return Err(VendorError::Nsid(nsid));
+        }
+        if let Some(n) = (13..16).find(|&n| sqe.cdw(n) != 0) {
+            return Err(VendorError::ReservedDword(n));
+        }
+        let op = match sqe.cdw(12) {
+            0 => SnapshotOp::Take,
+            1 => SnapshotOp::Delete,
+            other => return Err(VendorError::Op(u8::try_from(other).unwrap_or(u8::MAX))),
+        };
+        if data.is_empty() || data.len() > SNAPSHOT_NAME_MAX {
+            return Err(VendorError::DataLen(data.len()));
+        }
+        let ok = |i: usize, b: u8| {
+            b.is_ascii_alphanumeric() || (i > 0 && matches!(b, b'.' | b'_' | b'-'))
+        };
+        if let Some(i) = data.iter().enumerate().position(|(i, &b)| !ok(i, b)) {
+            return Err(VendorError::ReservedByte(i));
+        }
+        Ok(MirrorSnapshot {
+            nsid,
+            epoch: u64::from(sqe.cdw10()) | (u64::from(sqe.cdw11()) << 32),
+            op,
+            name: String::from_utf8_lossy(data).into_owned(),
+        })
+    }
+
+    /// Set the SQE's opcode, NSID, CDW10..15 (CID and SGL are the transport's); the data is
+    /// the name's bytes.
+    pub fn encode_sqe(&self, sqe: &mut Sqe) {
+        sqe.0[0] = opcode::MIRROR_SNAPSHOT;
+        sqe.set_nsid(crate::NamespaceId(self.nsid));
+        sqe.set_cdw(10, self.epoch as u32);
+        sqe.set_cdw(11, (self.epoch >> 32) as u32);
+        sqe.set_cdw(12, u32::from(self.op == SnapshotOp::Delete));
+        for n in 13..16 {
+            sqe.set_cdw(n, 0);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -773,5 +856,48 @@ mod tests {
         let (first, second) = b.split_at_mut(56);
         second[..16].copy_from_slice(&first[32..48]);
         assert_eq!(ResvImage::decode(&b), Err(E::Duplicate(1)));
+    }
+
+    #[test]
+    fn mirror_snapshot_round_trips_and_refuses_bad_names() {
+        let m = MirrorSnapshot {
+            nsid: 3,
+            epoch: 0x1_0000_0002,
+            op: SnapshotOp::Delete,
+            name: "daily-1.a_b".into(),
+        };
+        let mut s = Sqe::new(0, CommandId(5));
+        m.encode_sqe(&mut s);
+        assert_eq!(MirrorSnapshot::decode(&s, m.name.as_bytes()), Ok(m.clone()));
+        assert_eq!(
+            MirrorSnapshot::decode(&s, b""),
+            Err(VendorError::DataLen(0))
+        );
+        assert_eq!(
+            MirrorSnapshot::decode(&s, &[b'a'; 65]),
+            Err(VendorError::DataLen(65))
+        );
+        assert_eq!(
+            MirrorSnapshot::decode(&s, b"-x"),
+            Err(VendorError::ReservedByte(0))
+        );
+        assert_eq!(
+            MirrorSnapshot::decode(&s, b"a/b"),
+            Err(VendorError::ReservedByte(1))
+        );
+        let mut bad = s;
+        bad.set_cdw(12, 2);
+        assert_eq!(MirrorSnapshot::decode(&bad, b"a"), Err(VendorError::Op(2)));
+        bad.set_cdw(12, 0);
+        bad.set_cdw(14, 1);
+        assert_eq!(
+            MirrorSnapshot::decode(&bad, b"a"),
+            Err(VendorError::ReservedDword(14))
+        );
+        bad.set_nsid(crate::NamespaceId(0));
+        assert_eq!(
+            MirrorSnapshot::decode(&bad, b"a"),
+            Err(VendorError::Nsid(0))
+        );
     }
 }

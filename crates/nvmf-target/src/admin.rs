@@ -65,6 +65,9 @@ impl Queue {
             nvme_spec::ebof_vendor::opcode::MIRROR_RESV => {
                 crate::mirror_cmd::resv_data_len(self.session.ctrl().map(|c| &**c), sqe)?
             }
+            nvme_spec::ebof_vendor::opcode::MIRROR_SNAPSHOT => {
+                crate::mirror_cmd::snapshot_data_len(self.session.ctrl().map(|c| &**c), sqe)?
+            }
             // An opcode we do not implement is Invalid Command Opcode whatever data it
             // carries (not Data SGL Length Invalid for data we would not have taken).
             _ => return Err(CmdError::at(Status::INVALID_OPCODE, 0)),
@@ -118,6 +121,9 @@ impl Queue {
             }
             nvme_spec::ebof_vendor::opcode::MIRROR_RESV if !disc => {
                 crate::mirror_cmd::execute_resv(&ctrl, sqe, buf)
+            }
+            nvme_spec::ebof_vendor::opcode::MIRROR_SNAPSHOT if !disc => {
+                crate::mirror_cmd::execute_snapshot(&ctrl, sqe, buf)
             }
             nvme_spec::ebof_vendor::opcode::WITNESS_LEASE => crate::witness_cmd::execute_lease(
                 self.session.target(),
@@ -477,6 +483,7 @@ impl Queue {
                     for op in [
                         nvme_spec::ebof_vendor::opcode::MIRROR_ADMIT,
                         nvme_spec::ebof_vendor::opcode::MIRROR_RESV,
+                        nvme_spec::ebof_vendor::opcode::MIRROR_SNAPSHOT,
                     ] {
                         log.acs[usize::from(op)] = effects::CSUPP;
                     }

@@ -181,7 +181,7 @@ pub use discovery::{
     MAX_DIM_TOTAL, MAX_REFERRALS, Referral, ReferralError,
 };
 pub use io::{FailureClass, IoOp, IoRequest, NsRef, backend_status, io_status};
-pub use mirror::{Admit, MirrorFence, MirrorRole, PersistFn, PromoteError};
+pub use mirror::{Admit, MirrorFence, MirrorRole, MirrorSnapshots, PersistFn, PromoteError};
 pub use model::{
     ADMIN_QUEUE_MAX, EventCounters, ListenerInfo, ListenerTls, Namespace, Subsystem, TargetLimits,
     UpdateError,

@@ -112,6 +112,17 @@ pub struct MirrorFence {
     /// given): only its replica writes are taken, so writes of a link the primary has replaced
     /// (still on the wire when it reconnected) never land after the new link's resync.
     link: AtomicU64,
+    /// Takes and deletes this copy's snapshots when the primary asks (Mirror Snapshot, CDh;
+    /// set by the control plane, which owns snapshots).
+    snapshots: std::sync::OnceLock<std::sync::Arc<dyn MirrorSnapshots>>,
+}
+
+/// The control plane's side of a Mirror Snapshot (CDh) on a secondary: take (under this copy's
+/// I/O hold) or delete the snapshot `name` of the namespace. Err: why not (logged by the
+/// caller; the primary is told Operation Denied and makes nothing).
+pub trait MirrorSnapshots: Send + Sync {
+    /// Do `op` for snapshot `name`.
+    fn snapshot(&self, op: nvme_spec::ebof_vendor::SnapshotOp, name: &str) -> Result<(), String>;
 }
 
 impl std::fmt::Debug for MirrorFence {
@@ -135,6 +146,7 @@ impl MirrorFence {
             change: Mutex::new(()),
             links: Mutex::new(Vec::new()),
             link: AtomicU64::new(0),
+            snapshots: std::sync::OnceLock::new(),
         }
     }
     /// The same, with the epoch the local copy was last synced at (restored state).
@@ -280,6 +292,16 @@ impl MirrorFence {
     ) -> Option<R> {
         let _g = self.lock();
         self.admits_link(link_epoch, token).then(f)
+    }
+
+    /// Who takes this copy's snapshots on a Mirror Snapshot (first call wins).
+    pub fn set_snapshots(&self, s: std::sync::Arc<dyn MirrorSnapshots>) {
+        let _ = self.snapshots.set(s);
+    }
+
+    /// Who takes this copy's snapshots (None: nobody, a Mirror Snapshot is refused).
+    pub fn snapshots(&self) -> Option<std::sync::Arc<dyn MirrorSnapshots>> {
+        self.snapshots.get().cloned()
     }
 
     /// Replication-link controller `ctrl` was admitted (Mirror Admit).

@@ -1,4 +1,4 @@
-//! Mirror Admit (C1h) and Mirror Reservations (C9h), the vendor admin commands a mirror's
+//! Mirror Admit (C1h), Mirror Reservations (C9h) and Mirror Snapshot (CDh), the vendor admin commands a mirror's
 //! primary sends on its replication link (ADR 0028): decoded by `nvme_spec::ebof_vendor`,
 //! answered by the namespace's [`crate::mirror::MirrorFence`]. Admitted, the link controller's
 //! replica epoch is the primary's epoch and its I/O on the namespace is taken while the fence
@@ -95,4 +95,53 @@ pub(crate) fn execute_resv(ctrl: &Controller, sqe: &Sqe, data: &[u8]) -> CmdResu
         None => Err(OPERATION_DENIED.into()),
         Some(r) => r.map(|()| (0, 0)).map_err(CmdError::from),
     }
+}
+
+/// Phase 1 of a Mirror Snapshot on `ctrl`: its data (the name, at most
+/// [`SNAPSHOT_NAME_MAX`](nvme_spec::ebof_vendor::SNAPSHOT_NAME_MAX) bytes). Off a replication
+/// link: Invalid Command Opcode.
+pub(crate) fn snapshot_data_len(ctrl: Option<&Controller>, sqe: &Sqe) -> Result<u32, CmdError> {
+    if !ctrl.is_some_and(|c| c.is_replica_link()) {
+        return Err(CmdError::at(Status::INVALID_OPCODE, 0));
+    }
+    let len = sqe.sgl_data_len();
+    if len as usize > nvme_spec::ebof_vendor::SNAPSHOT_NAME_MAX {
+        return Err(CmdError::at(Status::SGL_INVALID_DATA, 32));
+    }
+    Ok(len)
+}
+
+/// Execute a Mirror Snapshot on `ctrl` with its `data`: this copy takes (or deletes) the
+/// snapshot through the fence's [`crate::mirror::MirrorSnapshots`], provided the link was
+/// admitted at the command's epoch and the fence is secondary at it. The primary holds its
+/// writes meanwhile, so no replica write is in flight. Else Operation Denied + DNR.
+pub(crate) fn execute_snapshot(ctrl: &Controller, sqe: &Sqe, data: &[u8]) -> CmdResult {
+    if !ctrl.is_replica_link() {
+        return Err(CmdError::at(Status::INVALID_OPCODE, 0));
+    }
+    let m = nvme_spec::ebof_vendor::MirrorSnapshot::decode(sqe, data).map_err(|e| match e {
+        VendorError::Nsid(_) => CmdError::at(Status::INVALID_NS, 4),
+        VendorError::ReservedDword(n) => CmdError::at(Status::INVALID_FIELD, (n * 4) as u16),
+        VendorError::Op(_) => CmdError::at(Status::INVALID_FIELD, 48),
+        VendorError::DataLen(_) => CmdError::at(Status::SGL_INVALID_DATA, 24),
+        VendorError::ReservedByte(o) => CmdError::in_data(Status::INVALID_FIELD, o as u32),
+        _ => CmdError::at(Status::INVALID_FIELD, 0),
+    })?;
+    let fence = ctrl
+        .subsystem()
+        .and_then(|s| s.namespace(m.nsid).and_then(|ns| ns.mirror.clone()))
+        .ok_or(CmdError::from(OPERATION_DENIED))?;
+    if m.epoch != ctrl.replica_epoch()
+        || fence
+            .while_link_admitted(m.epoch, ctrl.link_token(), || ())
+            .is_none()
+    {
+        return Err(OPERATION_DENIED.into());
+    }
+    let taker = fence.snapshots().ok_or(CmdError::from(OPERATION_DENIED))?;
+    taker.snapshot(m.op, &m.name).map_err(|e| {
+        tracing::warn!(nsid = m.nsid, snapshot = %m.name, op = ?m.op, "mirror snapshot refused: {e}");
+        CmdError::from(OPERATION_DENIED)
+    })?;
+    Ok((0, 0))
 }

@@ -1,6 +1,6 @@
 //! Arbitrary bytes into ebof's vendor admin command decoders of `nvme-spec`
-//! ([`MirrorAdmit::decode`], C1h, [`WitnessLease::decode`], C5h, and [`MirrorResv::decode`],
-//! C9h, ADR 0028): what a mirror's replication link or a witness client sends a controller.
+//! ([`MirrorAdmit::decode`], C1h, [`WitnessLease::decode`], C5h, [`MirrorResv::decode`],
+//! C9h, and [`MirrorSnapshot::decode`], CDh, ADR 0028): what a mirror's replication link or a witness client sends a controller.
 //!
 //! Input: a 64-byte SQE (zero padded when shorter), then the command's data (the rest).
 //! Every decoder sees it, once with the opcode as sent and once with the opcode forced to its
@@ -20,14 +20,15 @@
 use crate::Features;
 use nvme_spec::Sqe;
 use nvme_spec::ebof_vendor::{
-    MAX_LEASE_MS, MirrorAdmit, MirrorResv, RESV_IMAGE_MAX_REGS, ResvImageError, VendorError,
-    WITNESS_LEASE_DATA_LEN, WitnessLease, opcode,
+    MAX_LEASE_MS, MirrorAdmit, MirrorResv, MirrorSnapshot, RESV_IMAGE_MAX_REGS, ResvImageError,
+    SNAPSHOT_NAME_MAX, SnapshotOp, VendorError, WITNESS_LEASE_DATA_LEN, WitnessLease, opcode,
 };
 use nvmf_target::reservation::ResvTable;
 
 const F_ADMIT: u8 = 1;
 const F_LEASE: u8 = 2;
 const F_RESV: u8 = 3;
+const F_SNAP: u8 = 4;
 
 fn kind(e: &VendorError) -> u64 {
     match e {
@@ -144,6 +145,39 @@ fn resv(sqe: &Sqe, data: &[u8], feat: &mut Features) {
     }
 }
 
+fn snap(sqe: &Sqe, data: &[u8], feat: &mut Features) {
+    match MirrorSnapshot::decode(sqe, data) {
+        Err(e) => {
+            feat.add(F_SNAP, kind(&e));
+            match e {
+                VendorError::Opcode(o) => assert_ne!(o, opcode::MIRROR_SNAPSHOT),
+                VendorError::Nsid(n) => assert!(n == 0 || n == u32::MAX),
+                VendorError::ReservedDword(n) => assert!((13..16).contains(&n)),
+                VendorError::Op(_) => assert!(sqe.cdw(12) > 1),
+                VendorError::DataLen(n) => {
+                    assert!(n == data.len() && (n == 0 || n > SNAPSHOT_NAME_MAX))
+                }
+                VendorError::ReservedByte(o) => {
+                    let b = data[o];
+                    assert!(!b.is_ascii_alphanumeric());
+                    assert!(o == 0 || !matches!(b, b'.' | b'_' | b'-'));
+                }
+                VendorError::LeaseMs(_) => panic!("Mirror Snapshot has no lease"),
+            }
+        }
+        Ok(m) => {
+            feat.add(F_SNAP, 32 + u64::from(m.op == SnapshotOp::Delete));
+            assert_eq!(m.nsid, sqe.nsid().0);
+            assert_eq!(m.name.as_bytes(), data, "the name is the data as is");
+            assert!(!m.name.is_empty() && m.name.len() <= SNAPSHOT_NAME_MAX);
+            let mut again = *sqe;
+            m.encode_sqe(&mut again);
+            assert_eq!(again, *sqe, "re-encoding changed the SQE");
+            assert_eq!(MirrorSnapshot::decode(&again, m.name.as_bytes()), Ok(m));
+        }
+    }
+}
+
 /// One input: the SQE and data into every decoder (see the module docs).
 pub fn run(input: &[u8], feat: &mut Features) {
     let mut b = [0u8; 64];
@@ -161,6 +195,9 @@ pub fn run(input: &[u8], feat: &mut Features) {
     resv(&sqe, data, feat);
     forced.0[0] = opcode::MIRROR_RESV;
     resv(&forced, data, feat);
+    snap(&sqe, data, feat);
+    forced.0[0] = opcode::MIRROR_SNAPSHOT;
+    snap(&forced, data, feat);
 }
 
 /// Seeds: valid commands of both kinds and a few near misses.
@@ -221,5 +258,22 @@ pub fn seeds() -> Vec<(String, Vec<u8>)> {
     let mut b = s.0.to_vec();
     b.extend_from_slice(&nvme_spec::ebof_vendor::ResvImage::default().encode());
     v.push(("resv-empty".into(), b));
+    for (name, op, snap) in [
+        ("snapshot-take", SnapshotOp::Take, "daily-2026.11.28"),
+        ("snapshot-delete", SnapshotOp::Delete, "s1"),
+        ("snapshot-bad-name", SnapshotOp::Take, "a/../b"),
+    ] {
+        let mut s = Sqe::new(0, CommandId(4));
+        MirrorSnapshot {
+            nsid: 1,
+            epoch: 3,
+            op,
+            name: snap.into(),
+        }
+        .encode_sqe(&mut s);
+        let mut b = s.0.to_vec();
+        b.extend_from_slice(snap.as_bytes());
+        v.push((name.into(), b));
+    }
     v
 }
