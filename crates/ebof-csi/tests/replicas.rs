@@ -571,6 +571,28 @@ fn a_snapshot_is_taken_on_the_primary_only() {
     assert!(f.boxes[1 - p].snapshots().is_empty());
 }
 
+/// The primary takes a replicated volume's snapshot on both copies (ADR 0028 decision 15);
+/// while they are not in sync it refuses with `snapshot-busy`: UNAVAILABLE, retried.
+#[test]
+fn a_snapshot_of_copies_not_in_sync_is_retried() {
+    let f = fleet(&[(Some("a"), GIB), (Some("b"), GIB)], None);
+    let v = f.create2("pvc-snap-busy").unwrap();
+    for b in &f.boxes {
+        b.fail_next("POST", "/snapshots", "snapshot-busy");
+    }
+    let e =
+        f.rt.block_on(
+            f.ctl
+                .create_snapshot(Request::new(pb::CreateSnapshotRequest {
+                    source_volume_id: v.volume_id.clone(),
+                    name: "snap-busy".into(),
+                    ..Default::default()
+                })),
+        )
+        .unwrap_err();
+    assert_eq!(e.code(), Code::Unavailable, "{e}");
+}
+
 #[test]
 fn two_controllers_racing_on_one_name_make_one_pair() {
     let f = fleet(

@@ -57,12 +57,14 @@
 //! **Expansion** grows the secondary first, then the primary (a primary larger than its peer
 //! would replicate writes past the peer's end); both boxes must answer.
 //!
-//! **Snapshots are taken on the primary's copy only.** The driver cannot hold the volume's I/O
-//! across two boxes: two snapshots taken one after the other would differ by the writes
-//! acknowledged between them, and a restore could mix them. The primary's copy holds every
-//! acknowledged write, and one snapshot is one point in time. The price: the snapshot lives
-//! on one box. Restoring a snapshot into a `replicas: "2"` volume is refused for now (the
-//! box's clone request takes no `mirror`).
+//! **Snapshots are taken on both copies.** The driver asks the primary; the primary holds
+//! the volume's writes and has its secondary take the same-named snapshot through the
+//! replication link before taking its own, so both are one point in time (ADR 0028, decision
+//! 15), and the snapshot survives the loss of either box. While the copies are not in sync
+//! (degraded, resyncing) the box refuses with `snapshot-busy` and CreateSnapshot answers
+//! UNAVAILABLE: the sidecar retries. DeleteSnapshot deletes it on every box that has it.
+//! Restoring a snapshot into a `replicas: "2"` volume is refused for now (the box's clone
+//! request takes no `mirror`).
 //!
 //! **The witness.** The boxes decide who is primary through a witness (`[mirror] witness`
 //! in each box's configuration; the driver does not configure boxes). The boxes file may name

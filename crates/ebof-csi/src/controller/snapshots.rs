@@ -1,6 +1,6 @@
 //! Snapshots: CreateSnapshot, DeleteSnapshot and ListSnapshots over the boxes, and how a
-//! snapshot is found and described. A replicated volume's snapshot is taken on its
-//! primary's copy only (why: [`super::mirror`]).
+//! snapshot is found and described. A replicated volume's snapshot is asked of its primary,
+//! which takes it on both copies at one point in time (see [`super::mirror`]).
 
 use super::checks::page;
 use super::{BoxState, Controller, api_code};
@@ -79,6 +79,13 @@ impl Controller {
             Err(e) if api_code(&e) == Some("duplicate-snapshot") => {
                 let all = self.scan_all().await?;
                 self.find_snapshot(&all, &id)?.1
+            }
+            // A replicated volume whose copies are not in sync (degraded, resyncing, failing
+            // over): retryable, the sidecar asks again.
+            Err(e) if api_code(&e) == Some("snapshot-busy") => {
+                return Err(Status::unavailable(format!(
+                    "taking the snapshot: {e} (retried)"
+                )));
             }
             Err(e) => return Err(self.box_error(idx, "taking the snapshot", &e)),
         };
