@@ -66,6 +66,7 @@ pub mod security;
 pub mod server;
 pub mod snapshot_store;
 pub mod snapshots;
+mod snapshot_take;
 pub mod subsystems;
 pub mod support;
 

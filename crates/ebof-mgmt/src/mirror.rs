@@ -143,7 +143,7 @@ pub(crate) struct Opened {
     mirror: Arc<Mirror>,
     sink: Arc<AnaSink>,
     /// This copy's snapshots when its primary asks (file namespaces).
-    snaps: Option<Arc<crate::mirror_snap::CopySnapshots>>,
+    snaps: Option<Arc<crate::snapshot_take::CopySnapshots>>,
 }
 
 impl Opened {
@@ -340,7 +340,7 @@ pub(crate) fn open(
         ns_fence,
         mirror,
         sink,
-        snaps: crate::mirror_snap::CopySnapshots::new(nqn, n),
+        snaps: crate::snapshot_take::CopySnapshots::new(nqn, n),
     })
 }
 

@@ -1,5 +1,7 @@
 //! Snapshots of replicated volumes on both copies (ADR 0028, decision 15).
 //!
+//! The primary's side; the secondary's is [`crate::snapshot_take::CopySnapshots`].
+//!
 //! * On the **primary**, `ebof ctl ns snapshot` (and the API) hold the namespace's writes as
 //!   for any snapshot, and while they are held ask the secondary through the replication link
 //!   (Mirror Snapshot, CDh) to take the same-named snapshot of its copy under its own hold;
@@ -14,21 +16,33 @@
 //! * Deleting a snapshot on the primary deletes the secondary's first; an unreachable
 //!   secondary keeps its copy (logged; delete it there).
 
-use std::path::PathBuf;
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::Arc;
 
-use ebof_config::BackendChoice;
 use ebof_mirror::{Mirror, PeerState, Role};
 use nvme_spec::ebof_vendor::SnapshotOp;
-use nvmf_target::{MirrorSnapshots, Namespace, Target};
+use nvmf_target::{Namespace, Target};
 
 use crate::api::{ApiError, codes};
-use crate::snapshot_store::{Manifest, scan_dir, snapshot_dir_of, validate_name};
+use crate::snapshot_store::Manifest;
+use crate::snapshot_take::PeerCopy;
+
+/// A primary's secondary, through its mirror's replication link.
+pub(crate) struct Peer(Arc<Mirror>);
+
+impl PeerCopy for Peer {
+    fn take(&self, name: &str) -> Result<(), ApiError> {
+        take_on_peer(&self.0, name)
+    }
+
+    fn delete(&self, name: &str) {
+        delete_on_peer(&self.0, name);
+    }
+}
 
 /// The mirror whose secondary must take a snapshot of `live` (of `nqn`) too: None when not
 /// replicated; refused on a secondary, and on a primary whose peer is not in sync or that is
 /// fenced.
-pub(crate) fn primary_of(live: &Namespace, nqn: &str) -> Result<Option<Arc<Mirror>>, ApiError> {
+pub(crate) fn primary_of(live: &Namespace, nqn: &str) -> Result<Option<Peer>, ApiError> {
     let Some(mirror) = crate::mirror::mirror_of(live) else {
         return Ok(None);
     };
@@ -62,11 +76,11 @@ pub(crate) fn primary_of(live: &Namespace, nqn: &str) -> Result<Option<Arc<Mirro
             ),
         ));
     }
-    Ok(Some(mirror))
+    Ok(Some(Peer(mirror)))
 }
 
 /// Ask `mirror`'s secondary to take snapshot `name` now (the primary's writes are held).
-pub(crate) fn take_on_peer(mirror: &Mirror, name: &str) -> Result<(), ApiError> {
+fn take_on_peer(mirror: &Mirror, name: &str) -> Result<(), ApiError> {
     mirror.peer_snapshot(SnapshotOp::Take, name).map_err(|e| {
         ApiError::new(
             codes::SNAPSHOT_FAILED,
@@ -77,7 +91,7 @@ pub(crate) fn take_on_peer(mirror: &Mirror, name: &str) -> Result<(), ApiError> 
 }
 
 /// Delete the secondary's snapshot `name` (best effort: logged when it fails).
-pub(crate) fn delete_on_peer(mirror: &Mirror, name: &str) {
+fn delete_on_peer(mirror: &Mirror, name: &str) {
     if let Err(e) = mirror.peer_snapshot(SnapshotOp::Delete, name) {
         tracing::warn!(
             snapshot = name,
@@ -96,70 +110,5 @@ pub(crate) fn delete_with_peer(target: &Target, m: &Manifest) {
         && mirror.status().role == Role::Primary
     {
         delete_on_peer(&mirror, &m.name);
-    }
-}
-
-/// A secondary's side of Mirror Snapshot: snapshots of this copy's file namespace, taken and
-/// deleted when its primary asks.
-pub(crate) struct CopySnapshots {
-    nqn: String,
-    nsid: u32,
-    origin: PathBuf,
-    ns: OnceLock<Weak<Namespace>>,
-}
-
-impl CopySnapshots {
-    /// For namespace `n` of `nqn`: None unless it is a file namespace (only those have
-    /// snapshots; a Mirror Snapshot on another is refused).
-    pub(crate) fn new(nqn: &str, n: &ebof_config::Namespace) -> Option<Arc<CopySnapshots>> {
-        let BackendChoice::File { path, .. } = &n.backend else {
-            return None;
-        };
-        Some(Arc::new(CopySnapshots {
-            nqn: nqn.to_string(),
-            nsid: n.nsid,
-            origin: path.clone(),
-            ns: OnceLock::new(),
-        }))
-    }
-
-    /// The namespace is built: snapshots hold its commands.
-    pub(crate) fn attach(&self, ns: &Arc<Namespace>) {
-        let _ = self.ns.set(Arc::downgrade(ns));
-    }
-
-    fn delete(&self, name: &str) -> Result<(), String> {
-        let (found, _) = scan_dir(&snapshot_dir_of(&self.origin));
-        let Some(f) = found.into_iter().find(|f| f.manifest.name == name) else {
-            return Ok(()); // Already gone: the primary's delete goes on.
-        };
-        if f.manifest.origin.subsystem != self.nqn || f.manifest.origin.nsid != self.nsid {
-            return Err(format!(
-                "snapshot {name} here is of {} namespace {}, not of this volume",
-                f.manifest.origin.subsystem, f.manifest.origin.nsid
-            ));
-        }
-        crate::snapshots::remove_found(&f)
-            .map(|_| ())
-            .map_err(|e| e.message)
-    }
-}
-
-impl MirrorSnapshots for CopySnapshots {
-    fn snapshot(&self, op: SnapshotOp, name: &str) -> Result<(), String> {
-        validate_name(name).map_err(|e| e.message)?;
-        match op {
-            SnapshotOp::Take => {
-                let ns = self
-                    .ns
-                    .get()
-                    .and_then(Weak::upgrade)
-                    .ok_or("the namespace is gone")?;
-                crate::snapshots::take(&ns, &self.origin, &self.nqn, name, None)
-                    .map(|_| ())
-                    .map_err(|e| e.message)
-            }
-            SnapshotOp::Delete => self.delete(name),
-        }
     }
 }
