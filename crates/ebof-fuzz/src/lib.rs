@@ -50,6 +50,8 @@
 //!   persisted form).
 //! - [`targets::key_header`]: bytes from disk into the encryption-at-rest decoders (the key
 //!   header beside an encrypted namespace, a key file's content; ADR 0029).
+//! - [`targets::witness_table`]: bytes from disk into the witness's saved lease table (ADR
+//!   0028); what is accepted encodes back to its bytes and grants nothing in its grace period.
 
 #![forbid(unsafe_code)]
 
@@ -213,6 +215,12 @@ pub const TARGETS: &[Target] = &[
         name: "key_header",
         run: targets::key_header::run,
         max_len: 256,
+        time_div: 4,
+    },
+    Target {
+        name: "witness_table",
+        run: targets::witness_table::run,
+        max_len: 512,
         time_div: 4,
     },
 ];

@@ -64,6 +64,9 @@ pub fn all() -> Vec<(&'static str, String, Vec<u8>)> {
     for (name, bytes) in crate::targets::key_header::seeds() {
         v.push(("key_header", name, bytes));
     }
+    for (name, bytes) in crate::targets::witness_table::seeds() {
+        v.push(("witness_table", name, bytes));
+    }
     v
 }
 

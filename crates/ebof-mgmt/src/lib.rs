@@ -69,6 +69,7 @@ pub mod snapshots;
 mod snapshot_take;
 pub mod subsystems;
 pub mod support;
+mod witness_store;
 
 pub use api::{ApiError, State, Stats};
 pub use auth::{Token, TokenFileError, load_token_file, read_token_file};

@@ -16,14 +16,13 @@
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ebof_backend::Backend;
 use ebof_config::{BackendChoice, Config, MirrorRole as CfgRole, NamespaceMirror};
 use ebof_mirror::state::{self, State};
 use ebof_mirror::{Mirror, MirrorSpec, MirrorStatus, NsFence, PeerState, Role, RoleSink};
 use nvme_spec::ana::AnaState;
-use nvmf_target::witness::LeaseTable;
 use nvmf_target::{MirrorFence, MirrorRole, Namespace, Target};
 
 use crate::api::{ApiError, MirrorView};
@@ -413,7 +412,7 @@ impl Apply for MirrorApply {
             Some(w) => {
                 if !live.is_witness() {
                     let max = Duration::from_millis(u64::from(w.lease_max_ms));
-                    live.set_witness(Some(LeaseTable::new(Instant::now(), max)));
+                    live.set_witness(Some(crate::witness_store::open(new, max)?));
                 }
                 live.set_witness_hosts(Some(w.hosts.clone()));
             }

@@ -12,6 +12,12 @@
 //!   nothing for the longest lease it allows, so no lease it granted before can still be live;
 //! - at most [`MAX_VOLUMES`] volumes; expired entries are evicted first, a table full of live
 //!   leases refuses.
+//! - with a store ([`LeaseTable::with_store`]) what the rules rest on — each volume's holder,
+//!   epoch and last in-sync report — is saved before a grant that changes it is answered (a
+//!   renewal that only moves the lease's end saves nothing), and a witness that restarts from
+//!   it ([`LeaseTable::restore`]) keeps refusing a secondary that missed degraded writes. A
+//!   save that fails refuses the grant. Without a store a restarted witness knows no volume,
+//!   and the first box to ask after the grace period gets the lease.
 //!
 //! Time is always passed in; nothing here reads a clock.
 
@@ -89,12 +95,48 @@ struct Lease {
     peer_in_sync: bool,
 }
 
+/// Where a table saves its records ([`LeaseTable::with_store`]): called with the whole
+/// encoded table ([`LeaseTable::encode`]); Ok only once it is durable.
+pub type LeaseStore = Box<dyn FnMut(&[u8]) -> std::io::Result<()> + Send>;
+
 /// The table (see the module docs).
-#[derive(Debug)]
 pub struct LeaseTable {
     leases: HashMap<[u8; 16], Lease>,
     max_lease: Duration,
     grace_until: Instant,
+    store: Option<LeaseStore>,
+}
+
+impl std::fmt::Debug for LeaseTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeaseTable")
+            .field("volumes", &self.leases.len())
+            .field("max_lease", &self.max_lease)
+            .field("stored", &self.store.is_some())
+            .finish()
+    }
+}
+
+/// The first bytes of an encoded table.
+const MAGIC: &[u8; 8] = b"EBOFWIT1";
+/// Bytes per record: volume, holder, epoch (LE), flags (bit 0: peer in sync).
+const RECORD: usize = 16 + 16 + 8 + 1;
+
+/// Why saved records cannot be restored ([`LeaseTable::restore`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RestoreError {
+    /// Not a saved lease table (wrong magic or shorter than its header).
+    #[error("not an ebof witness lease table")]
+    NotATable,
+    /// The record count does not match the length, or exceeds [`MAX_VOLUMES`].
+    #[error("{0} records do not fit the file or the table")]
+    Count(u64),
+    /// A record's flags have unknown bits.
+    #[error("record {0} has unknown flags")]
+    Flags(usize),
+    /// Volumes are not in ascending order, each once (as [`LeaseTable::encode`] writes them).
+    #[error("record {0} is out of order or repeats a volume")]
+    Order(usize),
 }
 
 impl LeaseTable {
@@ -105,7 +147,67 @@ impl LeaseTable {
             leases: HashMap::new(),
             max_lease,
             grace_until: now + max_lease,
+            store: None,
         }
+    }
+
+    /// Save the table with `store` from now on (see the module docs).
+    pub fn with_store(mut self, store: LeaseStore) -> LeaseTable {
+        self.store = Some(store);
+        self
+    }
+
+    /// A table made at `now` from records saved by [`LeaseTable::encode`]: every volume's
+    /// holder, epoch and in-sync report, its lease expired; like a new table it grants nothing
+    /// before `now + max_lease`.
+    pub fn restore(
+        now: Instant,
+        max_lease: Duration,
+        bytes: &[u8],
+    ) -> Result<LeaseTable, RestoreError> {
+        let (head, body) = bytes
+            .split_at_checked(MAGIC.len() + 4)
+            .ok_or(RestoreError::NotATable)?;
+        if &head[..MAGIC.len()] != MAGIC {
+            return Err(RestoreError::NotATable);
+        }
+        let mut n = [0u8; 4];
+        n.copy_from_slice(&head[MAGIC.len()..]);
+        let count = u32::from_le_bytes(n) as usize;
+        if count > MAX_VOLUMES || body.len() != count * RECORD {
+            return Err(RestoreError::Count(count as u64));
+        }
+        let mut t = LeaseTable::new(now, max_lease);
+        let mut last: Option<[u8; 16]> = None;
+        for (i, r) in body.chunks_exact(RECORD).enumerate() {
+            let mut volume = [0u8; 16];
+            let mut holder = [0u8; 16];
+            let mut epoch = [0u8; 8];
+            volume.copy_from_slice(&r[..16]);
+            holder.copy_from_slice(&r[16..32]);
+            epoch.copy_from_slice(&r[32..40]);
+            let flags = r[40];
+            if flags & !1 != 0 {
+                return Err(RestoreError::Flags(i));
+            }
+            let lease = Lease {
+                holder,
+                epoch: u64::from_le_bytes(epoch),
+                until: now,
+                peer_in_sync: flags & 1 != 0,
+            };
+            if last.is_some_and(|l| l >= volume) {
+                return Err(RestoreError::Order(i));
+            }
+            last = Some(volume);
+            t.leases.insert(volume, lease);
+        }
+        Ok(t)
+    }
+
+    /// The records a restart needs ([`LeaseTable::restore`]), volumes in ascending order.
+    pub fn encode(&self) -> Vec<u8> {
+        encode(&self.leases)
     }
 
     /// The longest lease granted.
@@ -169,12 +271,34 @@ impl LeaseTable {
                     until: now + lease,
                     peer_in_sync: req.peer_in_sync,
                 };
+                let changed = cur.is_none_or(|l| {
+                    (l.holder, l.epoch, l.peer_in_sync) != (new.holder, new.epoch, new.peer_in_sync)
+                });
+                if changed && !self.save_with(req.volume, new) {
+                    return refuse(cur);
+                }
                 self.leases.insert(req.volume, new);
                 LeaseReply {
                     granted: true,
                     left: lease,
                     epoch: req.epoch,
                 }
+            }
+        }
+    }
+
+    /// Save the table as it would be with `lease` for `volume` (true: saved, or no store).
+    fn save_with(&mut self, volume: [u8; 16], lease: Lease) -> bool {
+        let Some(store) = self.store.as_mut() else {
+            return true;
+        };
+        let mut next = self.leases.clone();
+        next.insert(volume, lease);
+        match store(&encode(&next)) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::error!(error = %e, "witness: cannot save the lease table; grant refused");
+                false
             }
         }
     }
@@ -201,6 +325,21 @@ impl LeaseTable {
     }
 }
 
+fn encode(leases: &HashMap<[u8; 16], Lease>) -> Vec<u8> {
+    let mut v: Vec<_> = leases.iter().collect();
+    v.sort_unstable_by_key(|(k, _)| **k);
+    let mut out = Vec::with_capacity(MAGIC.len() + 4 + v.len() * RECORD);
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&(v.len() as u32).to_le_bytes());
+    for (volume, l) in v {
+        out.extend_from_slice(volume);
+        out.extend_from_slice(&l.holder);
+        out.extend_from_slice(&l.epoch.to_le_bytes());
+        out.push(u8::from(l.peer_in_sync));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -223,6 +362,135 @@ mod tests {
     fn table() -> (LeaseTable, Instant) {
         let t0 = Instant::now();
         (LeaseTable::new(t0, MAX), t0 + MAX)
+    }
+
+    /// What a test store kept (the last bytes, the number of saves).
+    type Kept = std::sync::Arc<std::sync::Mutex<(Vec<u8>, usize)>>;
+
+    /// A store that keeps what it was given, counting saves; fails while `fail` is set.
+    fn store() -> (
+        LeaseStore,
+        Kept,
+        std::sync::Arc<std::sync::atomic::AtomicBool>,
+    ) {
+        let kept = std::sync::Arc::new(std::sync::Mutex::new((Vec::new(), 0)));
+        let fail = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (k, f) = (kept.clone(), fail.clone());
+        let s: LeaseStore = Box::new(move |b: &[u8]| {
+            if f.load(std::sync::atomic::Ordering::SeqCst) {
+                return Err(std::io::Error::other("disk full"));
+            }
+            let mut k = k.lock().unwrap();
+            k.0 = b.to_vec();
+            k.1 += 1;
+            Ok(())
+        });
+        (s, kept, fail)
+    }
+
+    #[test]
+    fn a_restarted_witness_still_refuses_a_secondary_that_missed_writes() {
+        let (s, kept, _) = store();
+        let t0 = Instant::now();
+        let mut t = LeaseTable::new(t0, MAX).with_store(s);
+        let now = t0 + MAX;
+        // A holds epoch 3 and reports its peer behind (it went on degraded).
+        assert!(t.request(&req(1, 3, LeaseOp::Acquire, true), now).granted);
+        assert!(t.request(&req(1, 3, LeaseOp::Acquire, false), now).granted);
+        let saved = kept.lock().unwrap().0.clone();
+        // The witness restarts from what was saved; after its grace period, B (the
+        // secondary, behind) asks for epoch 4: refused; A comes back: granted.
+        let t1 = now + Duration::from_secs(1);
+        let mut r = LeaseTable::restore(t1, MAX, &saved).expect("restore");
+        assert_eq!(r.len(), 1);
+        assert!(
+            !r.request(&req(1, 3, LeaseOp::Acquire, false), t1).granted,
+            "grace"
+        );
+        let later = t1 + MAX;
+        assert!(!r.request(&req(2, 4, LeaseOp::Acquire, true), later).granted);
+        assert_eq!(r.request(&req(2, 4, LeaseOp::Query, true), later).epoch, 3);
+        assert!(
+            r.request(&req(1, 3, LeaseOp::Acquire, false), later)
+                .granted
+        );
+        // Without the saved table the same restart would have handed B the lease.
+        let mut blank = LeaseTable::new(t1, MAX);
+        assert!(
+            blank
+                .request(&req(2, 4, LeaseOp::Acquire, true), later)
+                .granted
+        );
+    }
+
+    #[test]
+    fn only_changes_are_saved_and_a_failed_save_refuses_the_grant() {
+        let (s, kept, fail) = store();
+        let (t, now) = table();
+        let mut t = t.with_store(s);
+        assert!(t.request(&req(1, 1, LeaseOp::Acquire, true), now).granted);
+        assert_eq!(kept.lock().unwrap().1, 1);
+        for i in 1..5 {
+            let at = now + Duration::from_millis(500 * i);
+            assert!(t.request(&req(1, 1, LeaseOp::Acquire, true), at).granted);
+        }
+        assert_eq!(kept.lock().unwrap().1, 1, "a plain renewal saved");
+        // The report flips while the disk fails: refused, and nothing changed.
+        fail.store(true, std::sync::atomic::Ordering::SeqCst);
+        let at = now + Duration::from_secs(3);
+        assert!(!t.request(&req(1, 1, LeaseOp::Acquire, false), at).granted);
+        let back = LeaseTable::restore(at, MAX, &t.encode()).expect("restore");
+        assert_eq!(
+            back.encode(),
+            kept.lock().unwrap().0,
+            "the table moved past its save"
+        );
+        fail.store(false, std::sync::atomic::Ordering::SeqCst);
+        assert!(t.request(&req(1, 1, LeaseOp::Acquire, false), at).granted);
+        assert_eq!(kept.lock().unwrap().1, 2);
+    }
+
+    #[test]
+    fn restore_refuses_what_it_cannot_trust() {
+        let (mut t, now) = table();
+        t.request(&req(1, 2, LeaseOp::Acquire, true), now);
+        let good = t.encode();
+        assert_eq!(good.len(), 12 + RECORD);
+        assert!(LeaseTable::restore(now, MAX, &good).is_ok());
+        assert_eq!(
+            LeaseTable::restore(now, MAX, b"EBOFWIT").unwrap_err(),
+            RestoreError::NotATable
+        );
+        let mut bad = good.clone();
+        bad[0] ^= 1;
+        assert_eq!(
+            LeaseTable::restore(now, MAX, &bad).unwrap_err(),
+            RestoreError::NotATable
+        );
+        let short = &good[..good.len() - 1];
+        assert_eq!(
+            LeaseTable::restore(now, MAX, short).unwrap_err(),
+            RestoreError::Count(1)
+        );
+        let mut flags = good.clone();
+        *flags.last_mut().unwrap() = 2;
+        assert_eq!(
+            LeaseTable::restore(now, MAX, &flags).unwrap_err(),
+            RestoreError::Flags(0)
+        );
+        let mut dup = good.clone();
+        dup[8] = 2;
+        dup.extend_from_slice(&good[12..]);
+        assert_eq!(
+            LeaseTable::restore(now, MAX, &dup).unwrap_err(),
+            RestoreError::Order(1)
+        );
+        let mut many = good[..12].to_vec();
+        many[8..12].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(matches!(
+            LeaseTable::restore(now, MAX, &many),
+            Err(RestoreError::Count(_))
+        ));
     }
 
     #[test]

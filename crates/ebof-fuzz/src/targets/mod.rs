@@ -15,3 +15,4 @@ pub mod target_conn;
 pub mod tls_psk;
 pub mod tls_record;
 pub mod vendor_cmds;
+pub mod witness_table;
