@@ -157,6 +157,23 @@ nvm_commands() {
 	run nvme verify "$NSDEV" --start-block=8192 --block-count=7
 }
 
+# One command larger than 128 KiB, as blktests' nvme/029 sends (513 KiB through nvme-cli: the
+# kernel refuses it above the controller's MDTS), read back equal; ebof's MDTS is 1 MiB.
+large_transfers() {
+	local mdts
+	mdts=$(nvme id-ctrl "/dev/$CTRL" -o json | tr -d ' \n' | sed -n 's/.*"mdts":\([0-9]*\).*/\1/p')
+	echo "MDTS ${mdts:-?} (0: no limit; else 4 KiB << MDTS bytes)"
+	if [[ $TARGET_MODE == ebof ]]; then
+		((${mdts:-0} >= 8)) || fail "MDTS ${mdts:-?}: less than 1 MiB"
+	fi
+	dd if=/dev/urandom of=/tmp/big bs=1024 count=513 status=none
+	run nvme write "$NSDEV" --start-block=16384 --block-count=1025 --data-size=525312 --data=/tmp/big
+	run nvme read "$NSDEV" --start-block=16384 --block-count=1025 --data-size=525312 \
+		--data=/tmp/big.back
+	cmp /tmp/big /tmp/big.back || fail "the 513 KiB command read back differs"
+	echo "513 KiB in one command, read back equal"
+}
+
 check_data_units_written() {
 	local duw
 	duw=$(smart_field "/dev/$CTRL" data_units_written)
@@ -216,6 +233,8 @@ step "admin: list, id-ctrl, id-ns, smart/error-log, get-feature 7" admin_surface
 step "nvme compare, copy, verify" nvm_commands
 step "fio 128 MiB randwrite 4k qd32 + verify" fio_verify rand4k "$NSDEV" 128M randwrite 4k 32
 step "fio 128 MiB write 128k qd32 + verify" fio_verify seq128k "$NSDEV" 128M write 128k 32 --offset=256M
+step "a 513 KiB command (blktests nvme/029), fio 1m" large_transfers
+step "fio 64 MiB write 1m qd8 + verify" fio_verify seq1m "$NSDEV" 64M write 1m 8 --offset=384M
 step "smart-log data units written > 0" check_data_units_written
 step "blkdiscard" run blkdiscard "$NSDEV"
 step "ext4: mkfs, files, fsck, remount, checksums" ext4_roundtrip

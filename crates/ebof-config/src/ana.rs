@@ -93,7 +93,9 @@ pub(crate) fn convert(raw: Vec<RawAna>) -> Result<Vec<AnaSetting>, ConfigError> 
                 .ok_or_else(|| missing("listener", "listener (\"ADDR:PORT\")"))?;
             let listener =
                 parse_listener(&listener, DEFAULT_PORT).map_err(|e| e.at(at("listener")))?;
-            let group = a.group.ok_or_else(|| missing("group", "group (1..=1024)"))?;
+            let group = a
+                .group
+                .ok_or_else(|| missing("group", "group (1..=1024)"))?;
             let group = check_ana_group(group).map_err(|e| e.at(at("group")))?;
             let state = a.state.ok_or_else(|| missing("state", "state"))?;
             let state = parse_ana_state(&state).map_err(|e| e.at(at("state")))?;

@@ -44,6 +44,7 @@ impl Config {
         let _ = writeln!(out, "io_inline_data = {}", t.io_inline_data);
         let _ = writeln!(out, "max_h2c_data = {}", t.max_h2c_data);
         let _ = writeln!(out, "c2h_data_max = {}", t.c2h_data_max);
+        let _ = writeln!(out, "max_transfer = {}", t.max_transfer);
         let _ = writeln!(out, "max_io_queues = {}", t.max_io_queues);
         let _ = writeln!(out, "max_namespaces = {}", t.max_namespaces);
         let _ = writeln!(out, "max_queue_size = {}", t.max_queue_size);

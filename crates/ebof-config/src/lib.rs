@@ -137,10 +137,11 @@ pub use mirror::{
 };
 pub use model::{
     BackendChoice, Cdc, Config, DEFAULT_BLOCK_SIZE, DEFAULT_DISCOVERY_PORT, DEFAULT_FILE_SIZE,
-    DEFAULT_MANAGEMENT_PORT, DEFAULT_METRICS_PORT, DEFAULT_MODEL, DEFAULT_NQN, DEFAULT_PORT,
-    DEFAULT_RAM_SIZE, DEFAULT_SERIAL_PREFIX, DEFAULT_TLS_REKEY_RECORDS, DISCOVERY_NQN,
-    DiscoverySettings, IoEngine, Listener, Management, NSID_MAX, Namespace, Subsystem,
-    TargetTuning, TlsKeyUpdate, Transport, TrustedAnnouncer, derived_serial, derived_uuid,
+    DEFAULT_MANAGEMENT_PORT, DEFAULT_MAX_TRANSFER, DEFAULT_METRICS_PORT, DEFAULT_MODEL,
+    DEFAULT_NQN, DEFAULT_PORT, DEFAULT_RAM_SIZE, DEFAULT_SERIAL_PREFIX, DEFAULT_TLS_REKEY_RECORDS,
+    DISCOVERY_NQN, DiscoverySettings, IoEngine, Listener, Management, NSID_MAX, Namespace,
+    Subsystem, TargetTuning, TlsKeyUpdate, Transport, TrustedAnnouncer, derived_serial,
+    derived_uuid,
 };
 pub use overrides::Overrides;
 pub use parse::{

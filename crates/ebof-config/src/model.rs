@@ -203,6 +203,10 @@ pub struct TargetTuning {
     /// Largest payload of one C2HData PDU we send: 4096..=16 MiB.
     /// Default 131072.
     pub c2h_data_max: u32,
+    /// Largest data transfer of one command over NVMe/TCP (`max_transfer`, Identify
+    /// Controller MDTS): a power of two from 4096 to 8 MiB. Default 1 MiB. NVMe/RDMA
+    /// controllers report at most 128 KiB (their staging buffers' size).
+    pub max_transfer: u32,
     /// I/O queues per controller: 1..=1024. Default 32.
     pub max_io_queues: u16,
     /// Namespaces per subsystem: 1..=1024. Default 1024 (as the Linux target). Identify
@@ -315,6 +319,9 @@ impl fmt::Display for IoEngine {
     }
 }
 
+/// Default of `[target] max_transfer` (bytes): 1 MiB.
+pub const DEFAULT_MAX_TRANSFER: u32 = 1 << 20;
+
 /// Lowest controller ID (`[target] cntlid_min`'s default and floor).
 pub const CNTLID_MIN: u16 = 1;
 /// Highest controller ID a controller may have (FFEFh; `[target] cntlid_max`'s default).
@@ -327,6 +334,7 @@ impl Default for TargetTuning {
             io_inline_data: 8192,
             max_h2c_data: 131_072,
             c2h_data_max: 131_072,
+            max_transfer: DEFAULT_MAX_TRANSFER,
             max_io_queues: 32,
             max_namespaces: 1024,
             max_queue_size: 1024,

@@ -153,6 +153,8 @@ struct RawTarget {
     max_h2c_data: Option<i64>,
     /// Largest C2HData PDU payload we send, bytes.
     c2h_data_max: Option<i64>,
+    /// Largest transfer of one command (MDTS), bytes.
+    max_transfer: Option<i64>,
     /// I/O queues per controller.
     max_io_queues: Option<i64>,
     /// Namespaces per subsystem.
@@ -618,6 +620,7 @@ fn convert_target(raw: RawTarget) -> Result<TargetTuning, ConfigError> {
         io_inline_data: field(raw.io_inline_data, &rules::IO_INLINE_DATA, d.io_inline_data)?,
         max_h2c_data: field(raw.max_h2c_data, &rules::MAX_H2C_DATA, d.max_h2c_data)?,
         c2h_data_max: field(raw.c2h_data_max, &rules::C2H_DATA_MAX, d.c2h_data_max)?,
+        max_transfer: field(raw.max_transfer, &rules::MAX_TRANSFER, d.max_transfer)?,
         max_io_queues: field(raw.max_io_queues, &rules::MAX_IO_QUEUES, d.max_io_queues)?,
         max_namespaces: field(raw.max_namespaces, &rules::MAX_NAMESPACES, d.max_namespaces)?,
         max_queue_size: field(raw.max_queue_size, &rules::MAX_QUEUE_SIZE, d.max_queue_size)?,

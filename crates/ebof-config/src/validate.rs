@@ -82,6 +82,14 @@ pub(crate) mod rules {
         max: 16 << 20,
         multiple_of: 1,
     };
+    /// MDTS is a power of two of 4 KiB pages (checked apart); 8 MiB bounds what one command
+    /// may make a slot buffer hold.
+    pub(crate) const MAX_TRANSFER: TuningRule = TuningRule {
+        field: "max_transfer",
+        min: 4096,
+        max: 8 << 20,
+        multiple_of: 4096,
+    };
     pub(crate) const MAX_IO_QUEUES: TuningRule = TuningRule {
         field: "max_io_queues",
         min: 1,
@@ -242,6 +250,13 @@ fn validate_target(t: &TargetTuning) -> Result<(), ConfigError> {
     rules::IO_INLINE_DATA.check(t.io_inline_data.into())?;
     rules::MAX_H2C_DATA.check(t.max_h2c_data.into())?;
     rules::C2H_DATA_MAX.check(t.c2h_data_max.into())?;
+    rules::MAX_TRANSFER.check(t.max_transfer.into())?;
+    if !t.max_transfer.is_power_of_two() {
+        return Err(rules::MAX_TRANSFER.error(format!(
+            "{} is not a power of two (MDTS counts 4 KiB pages in powers of two)",
+            t.max_transfer
+        )));
+    }
     rules::MAX_IO_QUEUES.check(t.max_io_queues.into())?;
     rules::MAX_NAMESPACES.check(t.max_namespaces.into())?;
     rules::MAX_QUEUE_SIZE.check(t.max_queue_size.into())?;

@@ -164,6 +164,24 @@ fn each_rule_reports_code_and_path() {
             "target.c2h_data_max",
         ),
         (
+            "max transfer not a power of two",
+            target("max_transfer = 12288"),
+            codes::INVALID_TUNING,
+            "target.max_transfer",
+        ),
+        (
+            "max transfer too large",
+            target("max_transfer = 16777216"),
+            codes::INVALID_TUNING,
+            "target.max_transfer",
+        ),
+        (
+            "max transfer below a page",
+            target("max_transfer = 2048"),
+            codes::INVALID_TUNING,
+            "target.max_transfer",
+        ),
+        (
             "zero io queues",
             target("max_io_queues = 0"),
             codes::INVALID_TUNING,

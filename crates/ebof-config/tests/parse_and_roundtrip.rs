@@ -108,6 +108,7 @@ cores = "0-2,5"
 io_inline_data = 16384
 max_h2c_data = 65536
 c2h_data_max = 32768
+max_transfer = 262144
 max_io_queues = 8
 max_namespaces = 64
 max_queue_size = 256
@@ -181,6 +182,7 @@ fn full_document_parses_to_expected_values() {
             io_inline_data: 16384,
             max_h2c_data: 65536,
             c2h_data_max: 32768,
+            max_transfer: 262144,
             max_io_queues: 8,
             max_namespaces: 64,
             max_queue_size: 256,

@@ -20,8 +20,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-/// Largest transfer (MDTS) we advertise.
-pub const MAX_TRANSFER: u32 = 128 * 1024;
+/// Largest transfer (MDTS) we advertise by default over NVMe/TCP (`[target] max_transfer`).
+pub const MAX_TRANSFER: u32 = ebof_config::DEFAULT_MAX_TRANSFER;
 
 /// What to open for a configured backend.
 pub fn backend_spec(b: &BackendChoice, ram_huge_pages: bool) -> BackendSpec {
@@ -271,7 +271,7 @@ pub fn build_target(cfg: &Config) -> Result<Target, String> {
         max_io_queues: t.max_io_queues,
         max_namespaces: t.max_namespaces,
         max_queue_size: t.max_queue_size,
-        max_transfer: MAX_TRANSFER,
+        max_transfer: t.max_transfer,
         cntlid_min: t.cntlid_min,
         cntlid_max: t.cntlid_max,
     };

@@ -309,7 +309,8 @@ impl Queue {
         sub: Option<&Subsystem>,
     ) -> IdentifyController {
         let limits = self.session.target().limits;
-        let mdts = (limits.max_transfer / 4096).max(1).trailing_zeros() as u8;
+        let max_transfer = self.session.max_transfer();
+        let mdts = (max_transfer / 4096).max(1).trailing_zeros() as u8;
         let mut id = IdentifyController {
             vid: 0,
             ssvid: 0,
@@ -365,7 +366,7 @@ impl Queue {
                 id.ocfs = identify::ocfs::FORMAT_0;
                 // A Compare-and-Write is atomic at any size it may have (the namespace gate):
                 // up to MDTS, stated in 4 KiB blocks (a lower bound for 512-byte namespaces).
-                id.acwu = (limits.max_transfer / 4096).max(1).saturating_sub(1) as u16;
+                id.acwu = (max_transfer / 4096).max(1).saturating_sub(1) as u16;
                 id.vwc = identify::vwc::PRESENT | identify::vwc::FLUSH_BROADCAST_SUPPORTED;
                 id.ioccsz = (64 + limits.io_inline_data) / 16;
                 id.oaes = identify::oaes::NS_ATTR;

@@ -62,7 +62,7 @@ impl Queue {
                 // Before any data moves (a Write's may go straight into the namespace); a
                 // Compare is checked as the read it is.
                 self.session.resv_check(ns, sqe.opcode())?;
-                if len > u64::from(self.session.target().limits.max_transfer) {
+                if len > u64::from(self.session.max_transfer()) {
                     return Err(CmdError::at(Status::INVALID_FIELD, 48));
                 }
                 Ok(len as u32)
@@ -156,7 +156,7 @@ impl Queue {
         let req = match op {
             io::READ => {
                 let (offset, len) = lba_range(&ns, sqe.slba(), u64::from(sqe.nlb()))?;
-                if len > u64::from(self.session.target().limits.max_transfer) {
+                if len > u64::from(self.session.max_transfer()) {
                     return Err(CmdError::at(Status::INVALID_FIELD, 48));
                 }
                 if !self.session.transport().data_sgl(sqe.sgl_type()) {

@@ -32,6 +32,21 @@ pub struct TargetLimits {
     pub cntlid_max: u16,
 }
 
+/// The largest transfer an NVMe/RDMA controller takes (its staging buffers are this size),
+/// whatever [`TargetLimits::max_transfer`] says.
+pub const RDMA_MAX_TRANSFER: u32 = 128 * 1024;
+
+impl TargetLimits {
+    /// The largest data transfer of one command on `transport` (what Identify Controller's
+    /// MDTS says there): [`TargetLimits::max_transfer`], at most [`RDMA_MAX_TRANSFER`] on RDMA.
+    pub fn max_transfer_on(&self, transport: Transport) -> u32 {
+        match transport {
+            Transport::Tcp => self.max_transfer,
+            Transport::Rdma => self.max_transfer.min(RDMA_MAX_TRANSFER),
+        }
+    }
+}
+
 impl Default for TargetLimits {
     fn default() -> Self {
         TargetLimits {
@@ -376,5 +391,25 @@ impl Transport {
             Transport::Tcp => nvme_spec::discovery::trtype::TCP,
             Transport::Rdma => nvme_spec::discovery::trtype::RDMA,
         }
+    }
+}
+
+#[cfg(test)]
+mod limits_tests {
+    use super::*;
+
+    #[test]
+    fn rdma_controllers_never_report_more_than_their_staging_buffers() {
+        let l = TargetLimits {
+            max_transfer: 1 << 20,
+            ..TargetLimits::default()
+        };
+        assert_eq!(l.max_transfer_on(Transport::Tcp), 1 << 20);
+        assert_eq!(l.max_transfer_on(Transport::Rdma), RDMA_MAX_TRANSFER);
+        let small = TargetLimits {
+            max_transfer: 64 << 10,
+            ..TargetLimits::default()
+        };
+        assert_eq!(small.max_transfer_on(Transport::Rdma), 64 << 10);
     }
 }

@@ -91,7 +91,7 @@ impl Queue {
             return Err(CmdError::at(Status::HOST_ID_INCONSISTENT, 44));
         }
         let len = (u64::from(sqe.cdw10()) + 1) * 4;
-        if len > u64::from(self.session.target().limits.max_transfer) {
+        if len > u64::from(self.session.max_transfer()) {
             return Err(CmdError::at(Status::INVALID_FIELD, 40));
         }
         self.check_c2h(sqe, len as u32)?;

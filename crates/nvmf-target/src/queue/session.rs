@@ -105,6 +105,11 @@ impl Session {
         self.transport
     }
 
+    /// The largest data transfer of one command on this queue's fabric (MDTS).
+    pub(crate) fn max_transfer(&self) -> u32 {
+        self.target.limits.max_transfer_on(self.transport)
+    }
+
     pub(super) fn set_transport(&mut self, t: Transport) {
         self.transport = t;
     }
