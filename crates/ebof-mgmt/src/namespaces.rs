@@ -73,6 +73,16 @@ pub(crate) fn add_in(
         let ns = ebof_config::Namespace::from_fields(fields, &field, ni, nqn)
             .map_err(|e| ApiError::from_config(&e, ""))?;
         cfg.subsystems[si].namespaces.push(ns.clone());
+        // A mirrored namespace's subsystem admits this box's replication link (the
+        // configuration demands it; an API client such as the CSI driver need not know the
+        // box's `[mirror] link_hostnqn`).
+        let link = cfg.mirror.link_hostnqn.clone();
+        let sub = &mut cfg.subsystems[si];
+        let add_link = (ns.mirror.is_some() && !sub.allow_any_host && !sub.hosts.contains(&link))
+            .then_some(link);
+        if let Some(l) = &add_link {
+            sub.hosts.push(l.clone());
+        }
         check(cfg)?;
         // The token is no key to the whole box: storage only where the configuration file
         // allows the API to make or open it, and never a file another namespace uses
@@ -99,6 +109,11 @@ pub(crate) fn add_in(
             .update_subsystem(nqn, |s| {
                 let mut n = s.clone();
                 n.namespaces.push(opened.clone());
+                if let Some(l) = &add_link
+                    && !n.hosts.contains(l)
+                {
+                    n.hosts.push(l.clone());
+                }
                 // Masked from the start: no host outside the list ever sees it.
                 if let Some(hosts) = &ns.hosts {
                     n.ns_hosts.insert(nsid, hosts.clone());
