@@ -192,11 +192,16 @@ pub fn ro_marker(node: &str) -> String {
     format!("{RO_MARKER}{}", uuid::Uuid::new_v5(&ns, node.as_bytes()))
 }
 
-/// The nodes of a host list (without read-only markers).
+/// The host NQN of a replicated volume's replication link (the boxes' default `[mirror]
+/// link_hostnqn`): a box adds it to the hosts of a subsystem with a mirrored namespace. It is
+/// no node.
+pub const MIRROR_LINK_NQN: &str = "nqn.2026-11.io.ebof:mirror-link";
+
+/// The nodes of a host list (without read-only markers and the replication link's host).
 pub fn nodes(hosts: &[String]) -> Vec<String> {
     hosts
         .iter()
-        .filter(|h| !h.starts_with(RO_MARKER))
+        .filter(|h| !h.starts_with(RO_MARKER) && h.as_str() != MIRROR_LINK_NQN)
         .cloned()
         .collect()
 }

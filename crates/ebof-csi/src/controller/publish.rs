@@ -211,7 +211,12 @@ impl Controller {
         for (b, sub) in copies {
             let Some(sub) = sub else { continue };
             let hosts: Vec<String> = if r.node_id.is_empty() {
-                sub.hosts.clone()
+                // Every node; the replication link's host stays (the box requires it).
+                sub.hosts
+                    .iter()
+                    .filter(|h| h.as_str() != names::MIRROR_LINK_NQN)
+                    .cloned()
+                    .collect()
             } else {
                 let marker = names::ro_marker(&r.node_id);
                 let mut h = vec![r.node_id.clone()];
