@@ -706,6 +706,83 @@ stop_driver() {
 }
 
 # ---------------------------------------------------------------------------------------------
+# steps: a replicated volume (`replicas: "2"`, issue 34) survives the loss of one box. The host
+# runs two more pool boxes and a witness (linux-csi.sh, REP=1); the driver is started again with
+# their boxes file.
+
+REP_TARGET=$KUBELET/plugins/kubernetes.io/csi/volumeDevices/publish/pvc-rep/11111111-aaaa-4bbb-8ccc-000000000005
+
+rep_driver() {
+	kill -TERM "$DRIVER_PID"
+	wait_for 10 driver_gone || fail "ebof csi did not stop on SIGTERM"
+	wait "$DRIVER_PID" || true
+	"$EBOF_BIN" csi --endpoint "unix://$SOCK" --controller --boxes "$X/boxes-rep.toml" --node \
+		--node-id "$NODE_NQN" >>"$X/csi.log" 2>&1 &
+	DRIVER_PID=$!
+	echo "ebof csi with the replica boxes: pid $DRIVER_PID"
+	wait_for 30 csi_call Identity Probe || fail "ebof csi does not answer Probe: $CODE: $RESP"
+}
+rep_volume() {
+	local req k ip n
+	CAP=$CAP_BLOCK
+	req=$(printf '{"name": "linux-csi-rep", "capacity_range": {"required_bytes": %s}, "volume_capabilities": [%s], "parameters": {"replicas": "2", "auth": "%s"}}' \
+		$((32 * MIB)) "$CAP" "$CSI_AUTH")
+	csi Controller CreateVolume "$req"
+	VOL=${R[volume.volume_id]} CTX=$(r_object volume.volume_context) PCTX='{}'
+	VCTX=()
+	for k in "${!R[@]}"; do [[ $k == volume.volume_context.* ]] && VCTX[${k#volume.volume_context.}]=${R[$k]}; done
+	echo "volume $VOL, context $CTX"
+	for ip in $REP_IPS; do
+		[[ ,${VCTX[listeners]}, == *",tcp:$ip:4420,"* ]] || fail "volume_context.listeners lacks tcp:$ip:4420 (a copy's box)"
+	done
+	STAGE=$PLUGIN_DIR/${VOL##*-}/globalmount
+	csi Controller ControllerPublishVolume "$(req_cpub)"
+	PCTX=$(r_object publish_context)
+	csi Node NodeStageVolume "$(req_stage)"
+	vol_ctrls
+	n=$(wc -w <<<"$CTRLS")
+	((n == 2)) || fail "$n controllers of $VOL after NodeStage ($CTRLS): one per copy expected"
+	vol_dev || fail "no block device with UUID ${VCTX[uuid]} after NodeStage"
+	csi Node NodePublishVolume "$(req_publish "$REP_TARGET" false)"
+	[[ -b $REP_TARGET ]] || fail "$REP_TARGET is not a block device after NodePublish"
+	echo "connected to both copies: controllers [$CTRLS], device $DEV"
+}
+rep_failover() {
+	local t0 a b
+	head -c $((8 * MIB)) /dev/urandom >/tmp/rep-pattern
+	run dd if=/tmp/rep-pattern of="$REP_TARGET" bs=1M oflag=direct conv=fsync status=none
+	guest_request csirep "kill-primary $VOL" || fail "the host did not kill the primary's box"
+	echo "kill -9 of box $(<"$X/rep-killed") (the primary)"
+	t0=$(_us)
+	run timeout 90 dd if=/tmp/rep-pattern of="$REP_TARGET" bs=1M seek=8 oflag=direct conv=fsync status=none
+	echo "8 MiB more written through the other copy's path $((($(_us) - t0) / 1000)) ms after the kill"
+	a=$(sha256sum </tmp/rep-pattern)
+	b=$(dd if="$REP_TARGET" bs=1M count=8 iflag=direct status=none | sha256sum)
+	[[ $a == "$b" ]] || fail "the data written before the kill reads back as $b, not $a"
+	b=$(dd if="$REP_TARGET" bs=1M skip=8 count=8 iflag=direct status=none | sha256sum)
+	[[ $a == "$b" ]] || fail "the data written after the kill reads back as $b, not $a"
+	echo "16 MiB read back from the surviving copy: ${a%% *} twice"
+}
+rep_condition() {
+	csi Controller ControllerGetVolume "$(req_vol)"
+	[[ ${R[status.volume_condition.abnormal]:-} == true ]] ||
+		fail "ControllerGetVolume: not abnormal with a copy's box dead: $RESP"
+	echo "ControllerGetVolume: abnormal: ${R[status.volume_condition.message]}"
+	if csi_call Controller ListVolumes; then
+		r_any 'entries.*.status.volume_condition.abnormal' true || fail "ListVolumes: not abnormal: $RESP"
+	else
+		[[ $CODE == UNAVAILABLE ]] || fail "ListVolumes failed with $CODE: $RESP"
+		echo "ListVolumes: UNAVAILABLE while a box does not answer (its volumes would be missing)"
+	fi
+}
+rep_cleanup() {
+	node_unpublish "$REP_TARGET"
+	csi Node NodeUnstageVolume "$(req_unstage)"
+	vol_ctrls
+	[[ -z $CTRLS ]] || fail "controllers of $VOL left after NodeUnstage: $CTRLS"
+}
+
+# ---------------------------------------------------------------------------------------------
 
 step "start ebof csi --controller --node (boxes: the host's box)" start_driver
 step "Identity, capabilities, NodeGetInfo, GetCapacity" identity
@@ -744,4 +821,11 @@ if [[ ${CSI_XFS:-1} != 0 ]]; then
 	step "xfs 320 MiB: create, publish, stage, expand to 384 MiB, restage, delete" xfs_volume
 fi
 step "nothing left: ListVolumes, GetCapacity, the box, this node" nothing_left
+if [[ ${REP:-0} == 1 ]]; then
+	step "replicas 2: ebof csi again with the replica boxes (R1, R2, witness)" rep_driver
+	step "replicas 2: CreateVolume, ControllerPublish, NodeStage (both copies), NodePublish" rep_volume
+	step "replicas 2: write, kill -9 the primary's box, write and read back through the other" rep_failover
+	step "replicas 2: ControllerGetVolume and ListVolumes say it is degraded" rep_condition
+	step "replicas 2: NodeUnpublish, NodeUnstage" rep_cleanup
+fi
 step "ebof csi stops on SIGTERM" stop_driver

@@ -92,6 +92,103 @@ token_file = "/xchg/token"
 EOF
 }
 
+# Replicated volumes (issue 34): two more pool boxes R1, R2 (disjoint CNTLID ranges, a state
+# directory, `[mirror] witness`) and a witness box W, on addresses of their own in the netns;
+# the guest's driver is started again with $X/boxes-rep.toml (R1, R2, witness W) for the
+# `replicas: "2"` steps. guest_request csirep "kill-primary NQN" kills the volume's primary
+# copy's box (kill -9, by PID) and writes its name to /xchg/rep-killed.
+declare -A REP_IP=([R1]=10.77.0.31 [R2]=10.77.0.32 [W]=10.77.0.33)
+rep_config() {
+	local b=$1 lo hi
+	if [[ $b == W ]]; then
+		printf '[[listeners]]\naddress = "%s"\nport = 4420\n\n[witness]\nlease_max_ms = 4000\n' "${REP_IP[W]}"
+		return 0
+	fi
+	if [[ $b == R1 ]]; then lo=1 hi=999; else lo=1000 hi=1999; fi
+	mkdir -p "$RUN_DIR/rep-$b/pool" "$RUN_DIR/rep-$b/state"
+	make_api_cert "$RUN_DIR/rep-$b" "${REP_IP[$b]}" || return 1
+	cat <<EOF
+# written by tests/interop/linux-csi.sh: replica pool box $b
+[[listeners]]
+address = "${REP_IP[$b]}"
+port = 4420
+
+[target]
+cntlid_min = $lo
+cntlid_max = $hi
+state_dir = "$RUN_DIR/rep-$b/state"
+
+[mirror]
+witness = "${REP_IP[W]}:4420"
+lease_ms = 2000
+
+[management]
+listen = "${REP_IP[$b]}:$API_PORT"
+token_file = "$RUN_DIR/token"
+tls_cert = "$RUN_DIR/rep-$b/api-cert.pem"
+tls_key = "$RUN_DIR/rep-$b/api-key.pem"
+
+[[pools]]
+name = "default"
+directory = "$RUN_DIR/rep-$b/pool"
+size = "256M"
+EOF
+}
+rep_start() {
+	local b i sock
+	for b in W R1 R2; do
+		mkdir -p "$RUN_DIR/rep-$b"
+		rep_config "$b" >"$RUN_DIR/rep-$b.toml" || return 1
+		ip -n "$NS" addr add "${REP_IP[$b]}/24" dev tap0 || return 1
+	done
+	for b in W R1 R2; do
+		sock=$RUN_DIR/rep-$b.sock
+		bg_start "rep-$b" ip netns exec "$NS" "$EBOF_BIN" serve --config "$RUN_DIR/rep-$b.toml" \
+			--mgmt-socket "$sock" --poll-us 0
+		for ((i = 0; i < 150; i++)); do
+			bg_alive "rep-$b" || { bg_log_tail "rep-$b" 20; warn "rep-$b exited"; return 1; }
+			[[ -S $sock && -n $(ns_exec ss -Hltn "src ${REP_IP[$b]}:4420") ]] && break
+			sleep 0.2
+		done
+		((i < 150)) || { warn "rep-$b does not listen"; return 1; }
+		log "rep-$b: ebof serve on ${REP_IP[$b]} (pid $(bg_pid "rep-$b"))"
+	done
+	install -m 0644 "$RUN_DIR/rep-R1/ca.pem" "$X/ca-r1.pem"
+	install -m 0644 "$RUN_DIR/rep-R2/ca.pem" "$X/ca-r2.pem"
+	cat >"$X/boxes-rep.toml" <<EOF
+witness = "${REP_IP[W]}:4420"
+
+[[boxes]]
+name = "r1"
+api = "https://${REP_IP[R1]}:$API_PORT"
+ca_file = "/xchg/ca-r1.pem"
+token_file = "/xchg/token"
+
+[[boxes]]
+name = "r2"
+api = "https://${REP_IP[R2]}:$API_PORT"
+ca_file = "/xchg/ca-r2.pem"
+token_file = "/xchg/token"
+EOF
+}
+host_on_csirep() {
+	local action nqn b pid out
+	read -r action nqn <<<"$1"
+	[[ $action == kill-primary ]] || { warn "csirep: unknown action '$action'"; return 2; }
+	for b in R1 R2; do
+		out=$("$EBOF_BIN" ctl --socket "$RUN_DIR/rep-$b.sock" --json ns mirror status "$nqn" 1 2>&1) || continue
+		[[ $(jq -r .role <<<"$out") == primary ]] || continue
+		pid=$(bg_pid "rep-$b")
+		log "csirep: kill -9 the primary rep-$b (pid $pid) of $nqn"
+		kill -KILL "$pid" && wait "$pid" 2>/dev/null
+		unset "BG_PIDS[rep-$b]"
+		echo "$b" >"$X/rep-killed"
+		return 0
+	done
+	warn "csirep: no primary of $nqn on R1 or R2"
+	return 1
+}
+
 # the Python messages for the guest's client, from the driver's own csi.proto
 gen_client() {
 	[[ -f $PROTO ]] || { warn "no $PROTO"; return 1; }
@@ -170,8 +267,14 @@ host_step "ebof ctl --api https://$HOST_IP:$API_PORT (token) show" "$EBOF_BIN" c
 	--api "https://$HOST_IP:$API_PORT" --ca-file "$RUN_DIR/ca.pem" --token-file "$RUN_DIR/token" show ||
 	{ bg_log_tail target; die "the box's TCP management API does not answer"; }
 
+REP=0 rep_rc=0
+if [[ ${EBOF_CSI_REPLICAS:-1} != 0 ]]; then
+	if host_step "replicated volumes: boxes R1, R2 and witness W" rep_start; then REP=1; else rep_rc=1; fi
+fi
+vm_env "REP=$REP" "REP_IPS=${REP_IP[R1]} ${REP_IP[R2]}"
 vm_run "$INTEROP_DIR/linux-csi.guest.sh" "${EBOF_INTEROP_TIMEOUT:-420}"
 rc=$?
+((rc == 0)) && rc=$rep_rc
 host_step "the box holds nothing of the driver's" box_is_clean || { ((rc == 0)) && rc=1; }
 serve_check_after "$rc" || rc=$?
 if ((rc != 0)) && [[ -s $X/csi.log ]]; then
