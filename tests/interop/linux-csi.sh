@@ -17,6 +17,11 @@
 # that has it) the host side also plays a machine that presents the published node's NQN without
 # its secret (host_on_impostor): it must be refused. At the end the host checks that the box holds no
 # `nqn.2026-11.io.ebof:csi:` subsystem and its pool hands out nothing.
+# Replicated volumes (issue 34): two more pool boxes R1 10.77.0.31 and R2 10.77.0.32 (API on
+# :9651, disjoint CNTLID ranges, `[mirror] witness`) and a witness W 10.77.0.33; at the end the
+# guest restarts the driver with their boxes file, makes a `replicas: "2"` block volume, writes,
+# has the host kill -9 the primary's box (guest_request csirep), writes and verifies through the
+# other copy, and sees ControllerGetVolume say abnormal.
 #
 # Usage (as root; build first: cargo build --release -p ebof):
 #   tests/interop/linux-csi.sh
@@ -29,6 +34,7 @@
 #   EBOF_CSI_AUTH          the volumes' StorageClass auth (default none: bookworm's 6.1 kernel has no
 #                          DH-HMAC-CHAP host support; a dhchap volume is shown refused with the reason;
 #                          linux-csi-auth.sh runs dhchap in the trixie guest)
+#   EBOF_CSI_REPLICAS=0    leave out the replicated volume (boxes R1, R2, W and its steps)
 #   RUST_LOG               passed to `ebof serve` and `ebof csi` (default info)
 # Exit status: 0 passed, 77 skipped (no `ebof serve`/`ctl`/`csi` yet and not EBOF_INTEROP_STRICT),
 # else failed.
