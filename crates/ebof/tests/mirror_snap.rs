@@ -1,10 +1,10 @@
 //! Snapshots of a replicated volume act on both copies (issue 34 item 2, ADR 0028 decision
-//! 15): two `ebof serve` boxes mirror one file namespace; a host writes through the primary
+//! 16): two `ebof serve` boxes mirror one file namespace; a host writes through the primary
 //! without pause while `ebof ctl ns snapshot` runs on the primary; the secondary's snapshot of
 //! the same name exists and is byte for byte the primary's (the same point in time). A
 //! snapshot on the secondary is refused and names the primary; deleting on the primary deletes
 //! both. With the secondary dead (degraded), a snapshot is refused as retryable and nothing is
-//! made on the primary.
+//! made on the primary. A mirrored namespace added through the API admits the link host.
 
 mod common;
 
@@ -210,4 +210,48 @@ fn a_snapshot_is_taken_on_both_copies_at_one_point_in_time() {
         "nothing made on the primary"
     );
     drop(ta);
+}
+
+/// A mirrored namespace added through the API to a subsystem that takes listed hosts only:
+/// the box adds its replication link's host NQN to the subsystem (the configuration demands
+/// it, and an API client such as the CSI driver cannot know it), in the running configuration
+/// and on the live subsystem.
+#[test]
+fn a_mirrored_namespace_added_live_admits_the_link_host() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let a_addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let peer: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let _ta = start(d, "a", a_addr, peer, "secondary");
+    let nqn = "nqn.2026-11.io.ebof:csi:listed";
+    let ctl = |args: &[&str]| ctl_at(&sock(d, "a"), args);
+    let o = ctl(&["subsystem", "add", nqn, "--no-allow-any-host"]);
+    assert!(o.ok, "{}", o.stderr);
+    let p = peer.to_string();
+    let o = ctl(&[
+        "--json",
+        "ns",
+        "add",
+        nqn,
+        "--ram",
+        "1M",
+        "--mirror-peer",
+        &p,
+        "--mirror-role",
+        "secondary",
+    ]);
+    assert!(o.ok, "{}", o.stderr);
+    let o = ctl(&["--json", "show"]);
+    let v: Value = serde_json::from_str(&o.stdout).unwrap();
+    let s = v["subsystems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["nqn"] == nqn)
+        .unwrap();
+    assert_eq!(
+        s["hosts"],
+        serde_json::json!(["nqn.2026-11.io.ebof:mirror-link"]),
+        "{s}"
+    );
 }
