@@ -34,6 +34,42 @@ const SEND_BUF_IDLE: usize = 16 * 1024;
 /// (an iovec entry per small read costs more than the copy).
 const ZERO_COPY_MIN: usize = 2048;
 
+/// The C2HData heads of a read of `len` bytes at `ptr` (backend memory valid for all `len`
+/// bytes), one per split size, each followed on the wire by its piece of that memory (an
+/// [`ExtSeg`]). False, with nothing appended, when a head cannot go zero-copy (a data digest).
+fn zero_copy_heads(
+    conn: &TargetConn,
+    out: &mut Vec<u8>,
+    ext: &mut Vec<ExtSeg>,
+    cid: u16,
+    ptr: NonNull<u8>,
+    len: usize,
+    success: bool,
+) -> bool {
+    let max = conn.c2h_max();
+    let (out_len, ext_len) = (out.len(), ext.len());
+    let mut off = 0usize;
+    while off < len {
+        let piece = (len - off).min(max);
+        let last = off + piece == len;
+        let datao = u32::try_from(off).unwrap_or(u32::MAX);
+        if !conn.encode_c2h_data_head(out, cid, datao, piece, last, success) {
+            out.truncate(out_len);
+            ext.truncate(ext_len);
+            return false;
+        }
+        // SAFETY: `off < len`, and the backend's memory is valid for all `len` bytes.
+        let at = unsafe { ptr.add(off) };
+        ext.push(ExtSeg {
+            at: out.len(),
+            ptr: at,
+            len: piece,
+        });
+        off += piece;
+    }
+    true
+}
+
 /// Backend memory sent right after `out[..at]`.
 struct ExtSeg {
     at: usize,
@@ -393,13 +429,8 @@ impl ConnCore {
                     } => {
                         if len >= ZERO_COPY_MIN
                             && let Some(ptr) = backend.memory(offset, len)
-                            && conn.encode_c2h_data_head(out, cqe.cid, 0, len, true, shortcut)
+                            && zero_copy_heads(conn, out, ext, cqe.cid, ptr, len, shortcut)
                         {
-                            ext.push(ExtSeg {
-                                at: out.len(),
-                                ptr,
-                                len,
-                            });
                             if !keep.iter().any(|k| Arc::ptr_eq(k, backend)) {
                                 keep.push(backend.clone());
                             }

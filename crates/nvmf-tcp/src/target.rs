@@ -474,6 +474,11 @@ impl TargetConn {
         Ok(())
     }
 
+    /// The most data bytes one C2HData PDU carries (the configured split size).
+    pub fn c2h_max(&self) -> usize {
+        usize::try_from(self.cfg.c2h_max.max(1)).unwrap_or(usize::MAX)
+    }
+
     /// Append the head of one C2HData PDU carrying all `len` bytes of a command's data, which
     /// the caller transmits right after it from its own memory (zero-copy). Returns false,
     /// appending nothing, when that is not possible: a data digest was negotiated, `len` is 0
