@@ -127,7 +127,10 @@ fn identify_reports_ana() {
     // log buffer, sized from NANAGRPID and MNAN, within MDTS.
     let mdts = 4096usize << id.mdts;
     let log = 16 + id.nanagrpid as usize * 32 + id.mnan as usize * 4;
-    assert!(log <= mdts, "ANA log buffer {log} > MDTS {mdts}: Linux disables ANA");
+    assert!(
+        log <= mdts,
+        "ANA log buffer {log} > MDTS {mdts}: Linux disables ANA"
+    );
     assert_ne!(id.oaes & oaes::ANA_CHANGE, 0);
     // Linux refuses ANA unless 0 < MNAN <= NN.
     assert!(id.mnan > 0 && id.mnan <= id.nn, "{} {}", id.mnan, id.nn);
