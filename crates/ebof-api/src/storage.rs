@@ -28,6 +28,10 @@ pub struct PoolView {
     /// The file system under the directory (absent when the directory cannot be read).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub filesystem: Option<FsSpaceView>,
+    /// The pool is encrypted at rest (`encryption` on `[[pools]]`; ADR 0029). Never the key.
+    /// Absent (old boxes, plain pools): false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub encrypted: bool,
 }
 
 /// `POST /v1/subsystems/{nqn}/namespaces/{nsid}/snapshots`.

@@ -964,3 +964,33 @@ fn list_volumes_names_every_box_that_does_not_answer() {
     assert_eq!(list().unwrap().len(), 3);
     assert!(snaps().unwrap().is_empty());
 }
+
+#[test]
+fn encrypted_volumes_go_only_to_encrypted_pools() {
+    let d = start(2, GIB, 44560);
+    // No encrypted pool anywhere: a valid request the fleet cannot place (RESOURCE_EXHAUSTED,
+    // as for a `pool` no box has), nothing made.
+    let e = d
+        .create(create_req("enc-0", 64 * MIB, &[("encrypted", "true")]))
+        .unwrap_err();
+    assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+    assert!(e.message().contains("encrypted pool"), "{e:?}");
+    for b in &d.boxes {
+        assert!(b.subsystem(&names::volume_nqn("enc-0")).is_none());
+    }
+    // A value other than "true"/"false": INVALID_ARGUMENT.
+    let e = d
+        .create(create_req("enc-1", 64 * MIB, &[("encrypted", "yes")]))
+        .unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+    // One box's pool encrypted: every encrypted volume lands there, whatever its name.
+    d.boxes[1].set_pool_encrypted(true);
+    for i in 0..4 {
+        let name = format!("enc-{}", i + 2);
+        let v = d
+            .create(create_req(&name, 64 * MIB, &[("encrypted", "true")]))
+            .unwrap();
+        assert!(d.boxes[1].subsystem(&v.volume_id).is_some(), "{name}");
+        assert!(d.boxes[0].subsystem(&v.volume_id).is_none(), "{name}");
+    }
+}

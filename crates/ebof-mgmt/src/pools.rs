@@ -65,6 +65,7 @@ pub fn pool_view(cfg: &Config, target: &Target, pool: &Pool) -> PoolView {
             available_bytes: f.available_bytes,
             fsid: f.fsid,
         }),
+        encrypted: pool.encryption.is_some(),
     }
 }
 

@@ -53,6 +53,7 @@ fn pool() -> PoolView {
         free_bytes: 1 << 29,
         namespaces: 1,
         filesystem: None,
+        encrypted: false,
     }
 }
 

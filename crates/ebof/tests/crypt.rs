@@ -257,6 +257,17 @@ fn encrypted_namespaces_end_to_end() {
         (Some(true), Some(true)),
         "{st}"
     );
+    // The pool says it is encrypted (never the key), in the API and `ctl pool list`.
+    assert_eq!(st["pools"][0]["encrypted"].as_bool(), Some(true), "{st}");
+    let pools = ctl(&sock, &["pool", "list"]).stdout;
+    assert!(
+        pools.contains("ENCRYPTED") && pools.contains("yes"),
+        "{pools}"
+    );
+    assert!(
+        !pools.contains(&d.join("pool.key").display().to_string()),
+        "{pools}"
+    );
     let show = ctl(&sock, &["show"]).stdout;
     assert!(show.contains("nsid 2 encrypted: aes-xts-plain64"), "{show}");
     assert!(

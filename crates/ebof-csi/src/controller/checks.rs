@@ -118,6 +118,16 @@ pub(super) struct Params {
     /// Copies of the volume (`replicas`): 1, or 2 for a namespace mirrored on two boxes
     /// (issue 34; [`super::mirror`]).
     pub(super) replicas: u8,
+    /// Only encrypted pools (`encrypted: "true"`; issue 37, ADR 0029).
+    pub(super) encrypted: bool,
+}
+
+impl Params {
+    /// Whether pool `p` may hold a volume of these parameters: the `pool` named (if any)
+    /// and, for `encrypted`, an encrypted pool.
+    pub(super) fn fits_pool(&self, p: &ebof_api::PoolView) -> bool {
+        self.pool.as_ref().is_none_or(|w| *w == p.name) && (!self.encrypted || p.encrypted)
+    }
 }
 
 impl Default for Params {
@@ -127,6 +137,7 @@ impl Default for Params {
             qos: None,
             auth: AuthMode::DEFAULT,
             replicas: 1,
+            encrypted: false,
         }
     }
 }
@@ -176,15 +187,31 @@ pub(super) fn parse_params(
                     }
                 }
             }
+            "encrypted" => {
+                out.encrypted = match v.as_str() {
+                    "true" => true,
+                    "false" => false,
+                    _ => {
+                        return Err(invalid(format!(
+                            "parameter encrypted: {v:?} is not \"true\" (only encrypted pools) or \"false\" (the default)"
+                        )));
+                    }
+                }
+            }
             _ => {
                 return Err(invalid(format!(
-                    "unknown parameter {k:?}: the driver takes pool, iops, mbps, readIops, writeIops, readMbps, writeMbps, auth, replicas"
+                    "unknown parameter {k:?}: the driver takes pool, iops, mbps, readIops, writeIops, readMbps, writeMbps, auth, replicas, encrypted"
                 )));
             }
         }
     }
     if any_qos {
         out.qos = Some(qos);
+    }
+    if out.encrypted && out.replicas > 1 {
+        return Err(invalid(
+            "parameters encrypted \"true\" and replicas \"2\": boxes do not mirror encrypted namespaces yet (ADR 0029)",
+        ));
     }
     Ok(out)
 }
@@ -199,7 +226,7 @@ pub(super) fn parse_mutable(
     let mut keys: Vec<&String> = p.keys().collect();
     keys.sort();
     for k in keys {
-        if matches!(k.as_str(), "pool" | "auth" | "replicas") {
+        if matches!(k.as_str(), "pool" | "auth" | "replicas" | "encrypted") {
             return Err(invalid(format!(
                 "mutable parameter {k:?} cannot change on a volume: the mutable parameters are iops, mbps, readIops, writeIops, readMbps, writeMbps"
             )));
@@ -335,6 +362,11 @@ mod tests {
         assert_eq!(p(&[]).unwrap().replicas, 1, "the default");
         assert_eq!(p(&[("replicas", "1")]).unwrap().replicas, 1);
         assert_eq!(p(&[("replicas", "2")]).unwrap().replicas, 2);
+        assert!(!p(&[]).unwrap().encrypted, "the default");
+        assert!(p(&[("encrypted", "true")]).unwrap().encrypted);
+        assert!(!p(&[("encrypted", "false")]).unwrap().encrypted);
+        let yes = p(&[("encrypted", "yes")]).unwrap_err();
+        assert!(yes.message().contains("parameter encrypted"), "{yes:?}");
         for bad in [
             &[("pool", "")][..],
             &[("iops", "-1")],
@@ -344,6 +376,10 @@ mod tests {
             &[("replicas", "0")],
             &[("replicas", "two")],
             &[("replicas", "")],
+            &[("encrypted", "yes")],
+            &[("encrypted", "TRUE")],
+            &[("encrypted", "")],
+            &[("encrypted", "true"), ("replicas", "2")],
         ] {
             assert_eq!(
                 p(bad).unwrap_err().code(),
@@ -369,6 +405,7 @@ mod tests {
             &[("pool", "fast")][..],
             &[("auth", "none")],
             &[("replicas", "2")],
+            &[("encrypted", "true")],
             &[("colour", "red")],
             &[("iops", "-5")],
             &[("iops", "lots")],

@@ -531,15 +531,25 @@ impl Controller {
             }
             let b = Self::state_of(all, sidx)?;
             let pool = match &params.pool {
-                Some(p) => p.clone(),
-                None => b
+                Some(p) if !params.encrypted => p.clone(),
+                _ => b
                     .state
                     .pools
                     .iter()
+                    .filter(|p| params.fits_pool(p))
                     .max_by_key(|p| p.free_bytes)
                     .map(|p| p.name.clone())
                     .ok_or_else(|| {
-                        Status::resource_exhausted(format!("box {} has no pool", bx.name))
+                        Status::resource_exhausted(format!(
+                            "box {} has no {}pool{}",
+                            bx.name,
+                            if params.encrypted { "encrypted " } else { "" },
+                            params
+                                .pool
+                                .as_ref()
+                                .map(|p| format!(" named {p}"))
+                                .unwrap_or_default()
+                        ))
                     })?,
             };
             return Ok(Target {

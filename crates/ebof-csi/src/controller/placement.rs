@@ -222,7 +222,7 @@ impl Controller {
                 .state
                 .pools
                 .iter()
-                .filter(|p| params.pool.as_ref().is_none_or(|w| *w == p.name))
+                .filter(|p| params.fits_pool(p))
                 .inspect(|p| {
                     seen.push(format!(
                         "{}/{}: {} bytes free",
@@ -301,10 +301,10 @@ impl Controller {
             .filter(|&i| {
                 down.contains(&i)
                     || all.iter().find(|b| b.idx == i).is_some_and(|b| {
-                        b.state.pools.iter().any(|p| {
-                            params.pool.as_ref().is_none_or(|want| *want == p.name)
-                                && p.free_bytes >= size
-                        })
+                        b.state
+                            .pools
+                            .iter()
+                            .any(|p| params.fits_pool(p) && p.free_bytes >= size)
                     })
             })
             .max_by_key(|&i| weight(name, &self.boxes[i].api))
@@ -333,7 +333,7 @@ impl Controller {
                 .and_then(|z| preferred.iter().position(|p| p == z))
                 .unwrap_or(usize::MAX);
             for p in &b.state.pools {
-                if params.pool.as_ref().is_some_and(|want| *want != p.name) {
+                if !params.fits_pool(p) {
                     continue;
                 }
                 seen.push(format!(
@@ -357,7 +357,12 @@ impl Controller {
         match best {
             Some((_, _, _, idx, pool)) => Ok((idx, pool)),
             None if seen.is_empty() => Err(Status::resource_exhausted(format!(
-                "no box has a pool{}{}: nowhere to put the volume",
+                "no box has {}pool{}{}: nowhere to put the volume",
+                if params.encrypted {
+                    "an encrypted "
+                } else {
+                    "a "
+                },
                 params
                     .pool
                     .as_ref()

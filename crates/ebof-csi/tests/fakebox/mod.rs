@@ -37,6 +37,8 @@ struct Inner {
     data: BTreeMap<String, String>,
     /// Bytes free in the pool's file system (default: plenty).
     fs_available: Option<u64>,
+    /// The pool reports `encrypted` (ADR 0029).
+    pool_encrypted: bool,
     log: Vec<Call>,
     down: bool,
     /// The bearer token the box takes (`None`: any).
@@ -220,6 +222,12 @@ impl FakeBox {
         self.inner.lock().unwrap().fs_available = bytes;
     }
 
+    /// Whether the box's pool reports itself encrypted.
+    #[allow(dead_code)]
+    pub fn set_pool_encrypted(&self, encrypted: bool) {
+        self.inner.lock().unwrap().pool_encrypted = encrypted;
+    }
+
     /// Snapshots on the box.
     pub fn snapshots(&self) -> Vec<String> {
         let g = self.inner.lock().unwrap();
@@ -367,6 +375,7 @@ fn state(g: &Inner, listener: &str) -> Value {
                 available_bytes: a,
                 fsid: 1,
             }),
+            encrypted: g.pool_encrypted,
         }],
     };
     let mut v = serde_json::to_value(st).unwrap();
