@@ -428,6 +428,20 @@ fn encrypted_namespaces_end_to_end() {
     write(a, nsid, 0, &p5);
     assert_eq!(read(a, nsid, 0, 8), p5);
     assert_ne!(&std::fs::read(&api_ns).unwrap()[..p5.len()], &p5[..]);
+    // What CSI DeleteVolume does (`subsystem remove`): the key header of every pool namespace
+    // goes with it, so the volume is crypto-erased (a snapshot's own header copy stays).
+    let pool_headers = || -> Vec<PathBuf> {
+        std::fs::read_dir(d.join("sec"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "key"))
+            .collect()
+    };
+    assert!(!pool_headers().is_empty());
+    let o = ctl(&sock, &["subsystem", "remove", NQN]);
+    assert!(o.ok, "{}", o.stderr);
+    assert!(pool_headers().is_empty(), "{:?}", pool_headers());
     drop(t);
     refusals(d, &cfg);
 }
