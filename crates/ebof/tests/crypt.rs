@@ -155,6 +155,19 @@ fn write(addr: SocketAddr, ns: u32, slba: u64, data: &[u8]) {
     })
 }
 
+/// Identify Namespace's ebof mark says `ns` is encrypted (vendor-specific byte 3849 bit 0).
+fn identify_encrypted(addr: SocketAddr, ns: u32) -> bool {
+    rt().block_on(async {
+        let c = Controller::connect(addr, NQN, &HostConfig::default())
+            .await
+            .unwrap();
+        let id = c.identify_namespace(NamespaceId(ns)).await.unwrap();
+        c.disconnect().await;
+        assert!(id.ebof_backend.is_some());
+        id.ebof_encrypted
+    })
+}
+
 fn read(addr: SocketAddr, ns: u32, slba: u64, blocks: usize) -> Vec<u8> {
     rt().block_on(async {
         let c = Controller::connect(addr, NQN, &HostConfig::default())
@@ -256,6 +269,10 @@ fn encrypted_namespaces_end_to_end() {
         (nss[0]["encrypted"].as_bool(), nss[1]["encrypted"].as_bool()),
         (Some(true), Some(true)),
         "{st}"
+    );
+    assert!(
+        identify_encrypted(a, 1) && identify_encrypted(a, 2),
+        "Identify's vendor area"
     );
     // The pool says it is encrypted (never the key), in the API and `ctl pool list`.
     assert_eq!(st["pools"][0]["encrypted"].as_bool(), Some(true), "{st}");
@@ -427,6 +444,27 @@ fn encrypted_namespaces_end_to_end() {
     let p5 = pattern(5, 8);
     write(a, nsid, 0, &p5);
     assert_eq!(read(a, nsid, 0, 8), p5);
+    let plain_file = s(&d.join("data/plain.img")).to_string();
+    let plain = ctl(
+        &sock,
+        &[
+            "--json",
+            "ns",
+            "add",
+            NQN,
+            "--file",
+            &plain_file,
+            "--size",
+            "1M",
+        ],
+    );
+    assert!(plain.ok, "{}", plain.stderr);
+    let v: serde_json::Value = serde_json::from_str(&plain.stdout).unwrap();
+    let plain_nsid = v["namespace"]["nsid"].as_u64().unwrap() as u32;
+    assert!(
+        !identify_encrypted(a, plain_nsid),
+        "a plain namespace is not marked"
+    );
     assert_ne!(&std::fs::read(&api_ns).unwrap()[..p5.len()], &p5[..]);
     // What CSI DeleteVolume does (`subsystem remove`): the key header of every pool namespace
     // goes with it, so the volume is crypto-erased (a snapshot's own header copy stays).

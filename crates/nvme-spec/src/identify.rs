@@ -751,6 +751,9 @@ pub struct IdentifyNamespace {
     /// ebof's mark in the vendor-specific area (bytes 3840..): what stores the namespace
     /// ([`ebof_vs`]). `None` for other targets.
     pub ebof_backend: Option<ebof_vs::Backend>,
+    /// ebof's mark, flags byte 3849 bit 0 ([`ebof_vs::FLAG_ENCRYPTED`]): the namespace is
+    /// encrypted at rest (ADR 0029). Written only with `ebof_backend`; `false` for others.
+    pub ebof_encrypted: bool,
 }
 
 /// ebof's use of the Identify Namespace vendor-specific area (bytes 3840..4095): a signature and
@@ -761,6 +764,9 @@ pub mod ebof_vs {
     pub const OFFSET: usize = 3840;
     /// The signature before the kind byte.
     pub const SIGNATURE: &[u8; 8] = b"EBOF-NS1";
+    /// The flags byte after the kind byte (byte 3849): bit 0 set, encrypted at rest. Other
+    /// bits are reserved (0).
+    pub const FLAG_ENCRYPTED: u8 = 0x01;
 
     /// The storage behind an ebof namespace.
     #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -791,11 +797,18 @@ pub mod ebof_vs {
         }
     }
 
-    pub(super) fn encode(b: Option<Backend>, out: &mut [u8]) {
+    pub(super) fn encode(b: Option<Backend>, encrypted: bool, out: &mut [u8]) {
         if let Some(b) = b {
             out[OFFSET..OFFSET + 8].copy_from_slice(SIGNATURE);
             out[OFFSET + 8] = b.code();
+            out[OFFSET + 9] = if encrypted { FLAG_ENCRYPTED } else { 0 };
         }
+    }
+
+    /// Whether the mark (signature present) says encrypted.
+    pub(super) fn decode_encrypted(b: &[u8]) -> bool {
+        b.get(OFFSET..OFFSET + 10)
+            .is_some_and(|a| &a[..8] == SIGNATURE && a[9] & FLAG_ENCRYPTED != 0)
     }
 
     pub(super) fn decode(b: &[u8]) -> Option<Backend> {
@@ -847,6 +860,7 @@ impl Default for IdentifyNamespace {
             eui64: [0; 8],
             lbaf: [LbaFormat::default(); 64],
             ebof_backend: None,
+            ebof_encrypted: false,
         }
     }
 }
@@ -914,7 +928,7 @@ impl IdentifyNamespace {
             out[o + 2] = f.lbads;
             out[o + 3] = f.rp & 0x03;
         }
-        ebof_vs::encode(self.ebof_backend, out);
+        ebof_vs::encode(self.ebof_backend, self.ebof_encrypted, out);
     }
 
     /// Decode from at least 4096 bytes.
@@ -967,6 +981,7 @@ impl IdentifyNamespace {
             eui64: arr(b, 120),
             lbaf,
             ebof_backend: ebof_vs::decode(b),
+            ebof_encrypted: ebof_vs::decode_encrypted(b),
         })
     }
 }
@@ -1523,6 +1538,27 @@ mod tests {
             rp: 1,
         };
         ns
+    }
+
+    #[test]
+    fn ebof_mark_says_encrypted_at_byte_3849() {
+        let mut ns = IdentifyNamespace {
+            ebof_backend: Some(ebof_vs::Backend::File),
+            ebof_encrypted: true,
+            ..Default::default()
+        };
+        let mut b = [0u8; 4096];
+        ns.encode(&mut b);
+        assert_eq!((b[3848], b[3849]), (2, ebof_vs::FLAG_ENCRYPTED));
+        assert_eq!(IdentifyNamespace::decode(&b).unwrap(), ns);
+        ns.ebof_encrypted = false;
+        ns.encode(&mut b);
+        assert_eq!(b[3849], 0);
+        assert!(!IdentifyNamespace::decode(&b).unwrap().ebof_encrypted);
+        // Without ebof's signature the byte means nothing.
+        let mut other = [0u8; 4096];
+        other[3849] = 0xFF;
+        assert!(!IdentifyNamespace::decode(&other).unwrap().ebof_encrypted);
     }
 
     #[test]

@@ -753,6 +753,7 @@ pub fn identify_namespace(ns: &Namespace) -> IdentifyNamespace {
             ebof_backend::BackendKind::File => identify::ebof_vs::Backend::File,
             ebof_backend::BackendKind::Block => identify::ebof_vs::Backend::Block,
         }),
+        ebof_encrypted: ns.backend.encrypted(),
         ..Default::default()
     }
 }
