@@ -361,7 +361,9 @@ const POOL_COLUMNS: &[Column<PoolView>] = &[
     ("USED", &|p| approx_size(p.used_bytes)),
     ("FREE", &|p| approx_size(p.free_bytes)),
     ("NAMESPACES", &|p| p.namespaces.to_string()),
-    ("ENCRYPTED", &|p| if p.encrypted { "yes" } else { "no" }.into()),
+    ("ENCRYPTED", &|p| {
+        if p.encrypted { "yes" } else { "no" }.into()
+    }),
 ];
 
 /// The snapshots as a table (`ebof ctl snapshot list`, `ebof ctl show`).
