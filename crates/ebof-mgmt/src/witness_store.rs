@@ -45,6 +45,12 @@ fn load(dir: &Path, now: Instant, max: Duration) -> Result<LeaseTable, ApiError>
             ),
         )
     };
+    std::fs::create_dir_all(dir).map_err(|e| {
+        fail(format!(
+            "cannot create the state directory {}: {e}",
+            dir.display()
+        ))
+    })?;
     match std::fs::read(&path) {
         Ok(bytes) => LeaseTable::restore(now, max, &bytes)
             .map_err(|e| fail(format!("{}: {e}", path.display()))),
@@ -71,8 +77,9 @@ mod tests {
 
     #[test]
     fn a_witness_restarts_from_its_file_and_refuses_a_corrupt_one() {
-        let dir = std::env::temp_dir().join(format!("ebof-witness-store-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = std::env::temp_dir()
+            .join(format!("ebof-witness-store-{}", std::process::id()))
+            .join("not-yet-made");
         let mut cfg =
             Config::from_toml_str("[[listeners]]\naddress = \"127.0.0.1\"\n").expect("config");
         cfg.target.state_dir = Some(dir.clone());
@@ -96,6 +103,6 @@ mod tests {
         std::fs::write(dir.join(FILE), b"EBOFWIT1\x01\x00\x00\x00short").unwrap();
         let e = open(&cfg, max).expect_err("a corrupt table was taken");
         assert!(e.to_string().contains("witness-leases"), "{e}");
-        std::fs::remove_dir_all(&dir).unwrap();
+        std::fs::remove_dir_all(dir.parent().unwrap()).unwrap();
     }
 }

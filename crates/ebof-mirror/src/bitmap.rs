@@ -157,6 +157,11 @@ impl Bitmap {
         need
     }
 
+    /// A sync taken by [`Bitmap::take_sync`] has not finished.
+    pub fn sync_active(&self) -> bool {
+        self.sync_active
+    }
+
     /// Sync `n` has finished: what it made durable is on disk.
     pub fn durable(&self, n: u64) -> bool {
         self.done_sync >= n

@@ -194,8 +194,14 @@ impl Shared {
         }
     }
 
+    /// Every region dirty, on disk when this returns. Waits for a group sync under way: its
+    /// copies of pages were taken before, and written after this they would undo it.
     pub(crate) fn mark_all_dirty(&self) {
-        lock(&self.regions).set_all(self.size);
+        let mut r = lock(&self.regions);
+        while r.sync_active() {
+            r = self.synced.wait(r).unwrap_or_else(|e| e.into_inner());
+        }
+        r.set_all(self.size);
     }
 
     /// Mark the regions of `offset..offset+len` dirty (before the data write is issued):
