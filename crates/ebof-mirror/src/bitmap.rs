@@ -35,8 +35,10 @@ pub struct Bitmap {
     done_sync: u64,
     /// A sync is under way (its pages may be empty: a page set again meanwhile is pending).
     sync_active: bool,
-    /// A bit was set since [`Bitmap::take_touched`].
+    /// A bit was set since the last [`Bitmap::quiet_sweeps`].
     touched: bool,
+    /// Sweeps in a row that found no bit set since the one before.
+    quiet: u32,
 }
 
 /// A sync taken by [`Bitmap::take_sync`]: run it without the bitmap's lock, then
@@ -98,6 +100,7 @@ impl Bitmap {
             done_sync: 0,
             sync_active: false,
             touched: false,
+            quiet: 0,
         })
     }
 
@@ -223,9 +226,15 @@ impl Bitmap {
         self.done_sync
     }
 
-    /// Whether a bit was set since the last call.
-    pub fn take_touched(&mut self) -> bool {
-        std::mem::take(&mut self.touched)
+    /// A sweep: how many sweeps in a row, this one included, found no bit set since the one
+    /// before (0: one was set).
+    pub fn quiet_sweeps(&mut self) -> u32 {
+        self.quiet = if std::mem::take(&mut self.touched) {
+            0
+        } else {
+            self.quiet.saturating_add(1)
+        };
+        self.quiet
     }
 
     /// Set every region over `size` bytes and persist.

@@ -299,36 +299,39 @@ impl Link {
     }
 
     async fn replicate(&self, c: &mut Conn, r: LinkReq) -> Result<(), String> {
-        if let LinkReq::PeerSize { done } = r {
-            done(self.peer_size(&c.ctrl).await);
-            return Ok(());
-        }
-        if let LinkReq::Snapshot { op, name, done } = r {
-            done(crate::snap::on_peer(&self.shared, &c.ctrl, op, &name, self.timeout()).await);
-            return Ok(());
-        }
-        let res = match &r {
-            LinkReq::Write {
-                offset, data, fua, ..
-            } => self.write(c, *offset, data, *fua).await,
-            LinkReq::Flush { .. } => self.io(c.q.flush(NamespaceId(self.shared.spec.nsid))).await,
-            LinkReq::Resv { .. } => self.push_resv(&c.ctrl).await,
-            LinkReq::PeerSize { .. } | LinkReq::Snapshot { .. } => Ok(()),
-        };
-        let ok = res.is_ok();
         match r {
-            LinkReq::Write { done, .. } | LinkReq::Flush { done } => done(ok),
+            LinkReq::PeerSize { done } => done(self.peer_size(&c.ctrl).await),
+            LinkReq::Snapshot { op, name, done } => {
+                done(crate::snap::on_peer(&self.shared, &c.ctrl, op, &name, self.timeout()).await)
+            }
+            LinkReq::Write {
+                offset,
+                data,
+                fua,
+                done,
+            } => {
+                let res = self.write(c, offset, &data, fua).await;
+                // Ours dropped first: the completion takes the buffer back without a copy.
+                drop(data);
+                done(res.is_ok());
+                return res;
+            }
+            LinkReq::Flush { done } => {
+                let res = self.io(c.q.flush(NamespaceId(self.shared.spec.nsid))).await;
+                done(res.is_ok());
+                return res;
+            }
             LinkReq::Resv { done } => {
+                let res = self.push_resv(&c.ctrl).await;
                 // Its command gave up waiting (and went on degraded, or failed): drop the
                 // link, so the reconnect pushes the table again before the peer is in sync.
-                if !done(ok) && ok {
+                if !done(res.is_ok()) && res.is_ok() {
                     return Err("a reservation push ended after its command gave up".into());
                 }
+                return res;
             }
-            LinkReq::PeerSize { done } => done(None),
-            LinkReq::Snapshot { done, .. } => done(Err("not sent".into())),
         }
-        res
+        Ok(())
     }
 
     /// The peer's namespace size in bytes (Identify Namespace: NSZE × the LBA size).

@@ -1,6 +1,6 @@
 //! State shared by the mirror, its backend and its link thread.
 
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -38,8 +38,6 @@ pub(crate) struct Shared {
     regions: Mutex<Bitmap>,
     /// A bitmap sync finished (waiters in [`Shared::mark`]).
     synced: Condvar,
-    /// Sweeps in a row that found no region set since the one before.
-    quiet_sweeps: AtomicU32,
     stripes: Vec<Mutex<()>>,
 }
 
@@ -86,7 +84,6 @@ impl Shared {
             peer: Mutex::new(PeerState::Connecting),
             regions: Mutex::new(regions),
             synced: Condvar::new(),
-            quiet_sweeps: AtomicU32::new(0),
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
         }
     }
@@ -261,12 +258,7 @@ impl Shared {
             return;
         };
         let mut r = lock(&self.regions);
-        if r.take_touched() {
-            self.quiet_sweeps.store(0, Ordering::Relaxed);
-            return;
-        }
-        let quiet = self.quiet_sweeps.fetch_add(1, Ordering::Relaxed) + 1;
-        if quiet >= QUIET_SWEEPS
+        if r.quiet_sweeps() >= QUIET_SWEEPS
             && self.peer() == PeerState::InSync
             && self.in_flight.load(Ordering::Acquire) == 0
         {
