@@ -33,8 +33,8 @@ pub fn redact(cfg: &mut Config) -> usize {
     n
 }
 
-/// `uname -srvm` of this machine.
-fn kernel() -> String {
+/// `uname -srvm` of this machine (also what `ebof ctl dump` says of the machine it runs on).
+pub fn kernel() -> String {
     // SAFETY: utsname is plain bytes; uname fills it and cannot overrun it.
     let mut u: libc::utsname = unsafe { std::mem::zeroed() };
     // SAFETY: `u` is a valid, writable utsname.

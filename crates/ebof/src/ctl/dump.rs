@@ -11,7 +11,7 @@
 
 use super::CtlArgs;
 use anyhow::{Context, Result};
-use ebof_api::{Client, REDACTED};
+use ebof_api::{Client, REDACTED, SupportView};
 use std::io::Write;
 use std::path::Path;
 
@@ -25,6 +25,8 @@ struct Part {
 /// `ebof ctl dump -o FILE`.
 pub fn run(c: &Client, a: &CtlArgs, output: &Path) -> Result<()> {
     let state = c.state().map_err(super::err)?;
+    // Asked once: the configuration and the box's kernel both come from it.
+    let support = c.support().map_err(|e| e.to_string());
     let token = held_token(a);
     let parts = vec![
         Part {
@@ -40,15 +42,15 @@ pub fn run(c: &Client, a: &CtlArgs, output: &Path) -> Result<()> {
         Part {
             name: "config.toml",
             what: "the running configuration, inline secrets redacted by the box",
-            body: c
-                .support()
+            body: support
+                .as_ref()
                 .map(|s| {
                     format!(
                         "# running configuration of the box ({} secret(s) replaced by {REDACTED})\n{}",
                         s.redacted, s.config
                     )
                 })
-                .map_err(|e| e.to_string()),
+                .map_err(Clone::clone),
         },
         Part {
             name: "metrics.txt",
@@ -58,7 +60,7 @@ pub fn run(c: &Client, a: &CtlArgs, output: &Path) -> Result<()> {
         Part {
             name: "versions.txt",
             what: "versions of ebof (box and ctl) and the kernels",
-            body: Ok(versions(c, &state.version)),
+            body: Ok(versions(c, &state.version, &support)),
         },
         Part {
             name: "logs.txt",
@@ -92,30 +94,17 @@ fn held_token(a: &CtlArgs) -> Option<String> {
 }
 
 /// `versions.txt`.
-fn versions(c: &Client, box_version: &str) -> String {
-    let kernel = match c.support() {
-        Ok(s) => s.kernel,
+fn versions(c: &Client, box_version: &str, support: &Result<SupportView, String>) -> String {
+    let kernel = match support {
+        Ok(s) => s.kernel.clone(),
         Err(e) => format!("unknown ({e})"),
     };
     format!(
         "box: ebof {box_version}\nbox kernel: {kernel}\nebof ctl: ebof {}\nctl kernel: {}\nasked: {}\n",
         env!("CARGO_PKG_VERSION"),
-        uname(),
+        ebof_mgmt::support::kernel(),
         c.endpoint()
     )
-}
-
-/// `uname -srvm` here.
-fn uname() -> String {
-    std::process::Command::new("uname")
-        .arg("-srvm")
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map_or_else(
-            || "unknown".into(),
-            |o| String::from_utf8_lossy(&o.stdout).trim().to_string(),
-        )
 }
 
 /// The box's recent log: `ebof serve` logs to its standard error (the journal under the
