@@ -520,31 +520,18 @@ pub fn check_ns_hosts(path: &str, hosts: &[String]) -> Result<(), ConfigError> {
 }
 
 /// Where `encryption` may be: file and block namespaces (not RAM: nothing is at rest), not on
-/// a namespace in a pool (the pool's setting decides), not on a mirrored namespace, nor a
-/// mirrored namespace in an encrypted pool (not yet).
+/// a namespace in a pool (the pool's setting decides). A mirrored namespace may be encrypted,
+/// on its own key or its pool's: each box encrypts its copy under its own key, and the
+/// replication link carries what the host wrote (ADR 0029).
 fn validate_encryption(cfg: &Config) -> Result<(), ConfigError> {
     for (si, s) in cfg.subsystems.iter().enumerate() {
         for (ni, n) in s.namespaces.iter().enumerate() {
-            let in_encrypted_pool = n
-                .pool
-                .as_deref()
-                .and_then(|p| cfg.pool(p))
-                .is_some_and(|p| p.encryption.is_some());
-            if in_encrypted_pool && n.mirror.is_some() {
-                return Err(ConfigError::new(
-                    codes::INVALID_ENCRYPTION,
-                    format!("subsystems[{si}].namespaces[{ni}].mirror"),
-                    "mirrored namespaces cannot be made in an encrypted pool yet",
-                ));
-            }
             let Some(_) = &n.encryption else { continue };
             let at = format!("subsystems[{si}].namespaces[{ni}].encryption");
             let why = if matches!(n.backend, BackendChoice::Ram { .. }) {
                 "a RAM namespace holds nothing at rest: encryption is for file and block namespaces"
             } else if n.pool.is_some() {
                 "a namespace in a pool is encrypted by its pool's `encryption`, not its own"
-            } else if n.mirror.is_some() {
-                "mirrored namespaces cannot be encrypted yet"
             } else {
                 continue;
             };

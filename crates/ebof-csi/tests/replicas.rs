@@ -688,3 +688,30 @@ fn capacity_for_two_copies_is_what_a_second_box_can_hold() {
     assert_eq!(two.available_capacity, (7 * GIB / 2) as i64);
     assert_eq!(two.maximum_volume_size, Some((2 * GIB) as i64));
 }
+
+#[test]
+fn encrypted_copies_go_to_two_encrypted_pools_or_nowhere() {
+    // Zones a, a, b; only box 0 and box 1 have encrypted pools: both copies there, although
+    // box 2 is the other zone (encryption is a requirement, zones a preference).
+    let f = fleet(
+        &[(Some("a"), 8 * GIB), (Some("a"), 8 * GIB), (Some("b"), 8 * GIB)],
+        None,
+    );
+    let enc = [("replicas", "2"), ("encrypted", "true")];
+    // One encrypted pool in the fleet: a pair cannot be had, nothing is made.
+    f.boxes[0].set_pool_encrypted(true);
+    let e = f.create(create_req("pvc-enc-one", &enc)).unwrap_err();
+    assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+    let nqn = ebof_csi::names::volume_nqn("pvc-enc-one");
+    assert!(f.holders(&nqn).is_empty(), "nothing made: {:?}", f.holders(&nqn));
+    f.boxes[1].set_pool_encrypted(true);
+    let v = f.create(create_req("pvc-enc", &enc)).unwrap();
+    let mut held = f.holders(&v.volume_id);
+    held.sort();
+    assert_eq!(held, [0, 1], "both copies in the encrypted pools");
+    let copies = f.copies(&v.volume_id);
+    let p = copies.iter().find(|c| c.1 == "primary").unwrap().0;
+    let s = copies.iter().find(|c| c.1 == "secondary").unwrap().0;
+    f.assert_pair(&v.volume_id, p, s);
+    assert_eq!(v.volume_context["replicas"], "2");
+}

@@ -271,6 +271,12 @@ impl Backend for MirrorBackend {
         self.local.allocated_bytes()
     }
 
+    /// Whether this box's copy is encrypted: each box encrypts its own copy under its own key
+    /// (ADR 0029); the link carries what the host wrote.
+    fn encrypted(&self) -> bool {
+        self.local.encrypted()
+    }
+
     fn thin(&self) -> bool {
         self.local.thin()
     }

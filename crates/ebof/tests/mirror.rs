@@ -35,6 +35,11 @@ fn sock(dir: &Path, name: &str) -> PathBuf {
 
 /// Write box `b`'s configuration and start it (logs in `<name>.log`).
 fn start(dir: &Path, b: &BoxSpec, witness: Option<SocketAddr>) -> Target {
+    start_with(dir, b, witness, "")
+}
+
+/// [`start`], with `ns_extra` (TOML lines) added to the namespace.
+fn start_with(dir: &Path, b: &BoxSpec, witness: Option<SocketAddr>, ns_extra: &str) -> Target {
     let cfg = dir.join(format!("{}.toml", b.name));
     let witness = witness
         .map(|w| format!("[mirror]\nwitness = \"{w}\"\nlease_ms = 1000\n\n"))
@@ -47,7 +52,7 @@ fn start(dir: &Path, b: &BoxSpec, witness: Option<SocketAddr>) -> Target {
              [[subsystems]]\nnqn = \"{NQN}\"\n\n\
              [[subsystems.namespaces]]\nnsid = 1\nbackend = \"file\"\npath = \"{file}\"\n\
              size = \"8M\"\nana_group = 2\n\
-             mirror = {{ peer = \"{peer}\", role = \"{role}\" }}\n",
+             mirror = {{ peer = \"{peer}\", role = \"{role}\" }}\n{ns_extra}",
             state = dir.join(format!("{}-state", b.name)).display(),
             sock = sock(dir, b.name).display(),
             port = b.addr.port(),
@@ -426,4 +431,206 @@ fn mirrored_namespaces_added_live_get_groups_of_their_own() {
         "2",
     ]);
     assert!(!o.ok && o.stderr.contains("invalid-mirror"), "{}", o.stderr);
+}
+
+/// Encrypted copies (issues 34 and 37, ADR 0029): each box encrypts its copy of a mirrored
+/// file namespace under its own key; the link carries what the host wrote. Both copies on disk
+/// are ciphertext that decrypts (dm-crypt's aes-xts-plain64 layout) under its box's key to
+/// what the host wrote; after a failover the restarted old primary is resynced under its key.
+#[test]
+fn encrypted_copies_each_under_its_own_key() {
+    use ebof_backend::crypt::{KEY_LEN, Xts};
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let a_addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let b_addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let a = BoxSpec {
+        name: "a",
+        addr: a_addr,
+        peer: b_addr,
+        role: "primary",
+    };
+    let b = BoxSpec {
+        name: "b",
+        addr: b_addr,
+        peer: a_addr,
+        role: "secondary",
+    };
+    let key = |name: &str, seed: u8| -> (PathBuf, [u8; KEY_LEN]) {
+        let k: [u8; KEY_LEN] =
+            std::array::from_fn(|i| seed.wrapping_add((i as u8).wrapping_mul(37)));
+        let path = d.join(format!("{name}.key"));
+        std::fs::write(&path, k).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        (path, k)
+    };
+    let ((ka_path, ka), (kb_path, kb)) = (key("a", 3), key("b", 200));
+    // Each box also has an encrypted pool (its own key) for the second pair below.
+    let enc = |p: &Path| {
+        let name = p.file_stem().unwrap().to_str().unwrap();
+        let pool = d.join(format!("{name}-pool"));
+        std::fs::create_dir_all(&pool).unwrap();
+        format!(
+            "encryption = {{ key_file = \"{k}\" }}\n\n[[pools]]\nname = \"sec\"\n\
+             directory = \"{}\"\nencryption = {{ key_file = \"{k}\" }}\n",
+            pool.display(),
+            k = p.display()
+        )
+    };
+    let tb = start_with(d, &b, None, &enc(&kb_path));
+    let ta = start_with(d, &a, None, &enc(&ka_path));
+    wait_status(d, "a", "in sync", |s| s["state"] == "in-sync");
+
+    // The copy on disk at `slba`: not the plaintext, and `want` under `key`.
+    let check = |img: &str, key: &[u8; KEY_LEN], slba: u64, want: &[u8]| {
+        let raw = std::fs::read(d.join(img)).unwrap();
+        let off = slba as usize * BS;
+        let mut got = raw[off..off + want.len()].to_vec();
+        assert_ne!(got, want, "{img}: plaintext at rest");
+        Xts::new(key).decrypt(slba, &mut got);
+        assert!(
+            got == want,
+            "{img}: blocks at {slba} do not decrypt to what was written"
+        );
+    };
+    let first = pattern(5, 64);
+    write(a_addr, 100, &first).expect("write through the primary");
+    assert_eq!(read(a_addr, 100, 64).unwrap(), first);
+    check("a.img", &ka, 100, &first);
+    check("b.img", &kb, 100, &first);
+
+    // Failover: the secondary serves the data it holds under its own key.
+    drop(ta);
+    let o = ctl_at(&sock(d, "b"), &["ns", "mirror", "promote", NQN, "1"]);
+    assert!(o.ok, "promote: {}", o.stderr);
+    assert_eq!(read(b_addr, 100, 64).unwrap(), first);
+    let second = pattern(6, 32);
+    write(b_addr, 1000, &second).expect("write through the new primary (degraded)");
+    check("b.img", &kb, 1000, &second);
+
+    // The old primary restarts with its key and is resynced under it.
+    let ta = start_with(d, &a, None, &enc(&ka_path));
+    wait_status(d, "b", "in sync again", |s| s["state"] == "in-sync");
+    check("a.img", &ka, 100, &first);
+    check("a.img", &ka, 1000, &second);
+    // `show` says the namespace is encrypted on both boxes, and no key is in it.
+    for name in ["a", "b"] {
+        let o = ctl_at(&sock(d, name), &["show"]);
+        assert!(o.ok, "{}", o.stderr);
+        assert!(
+            o.stdout.contains("nsid 1 encrypted: aes-xts-plain64"),
+            "{name}: {}",
+            o.stdout
+        );
+        for k in [&ka, &kb] {
+            let hex: String = k.iter().map(|b| format!("{b:02x}")).collect();
+            assert!(!o.stdout.contains(&hex), "{name}: a key in `show`");
+        }
+    }
+    pool_pair(d, (a_addr, &ka_path), (b_addr, &kb_path));
+    drop((ta, tb));
+}
+
+/// A mirrored pair made live in the encrypted pools of box b (primary now) and box a: in sync,
+/// the host's data on both, each copy ciphertext that the operator's recovery (`ebof crypt
+/// derive-key` from the pool key and the key header) decrypts.
+fn pool_pair(d: &Path, (a_addr, ka): (SocketAddr, &Path), (b_addr, kb): (SocketAddr, &Path)) {
+    let add = |name: &str, peer: SocketAddr, role: &str| {
+        let p = peer.to_string();
+        let o = ctl_at(
+            &sock(d, name),
+            &[
+                "ns",
+                "add",
+                NQN,
+                "--nsid",
+                "2",
+                "--pool",
+                "sec",
+                "--size",
+                "4M",
+                "--ana-group",
+                "3",
+                "--mirror-peer",
+                &p,
+                "--mirror-role",
+                role,
+            ],
+        );
+        assert!(o.ok, "{name}: ns add: {}", o.stderr);
+    };
+    add("a", b_addr, "secondary");
+    add("b", a_addr, "primary");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let o = ctl_at(
+            &sock(d, "b"),
+            &["--json", "ns", "mirror", "status", NQN, "2"],
+        );
+        let s: Value = serde_json::from_str(&o.stdout).unwrap_or_default();
+        if s["state"] == "in-sync" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the pool pair never in sync: {s} {}",
+            o.stderr
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let data = pattern(9, 16);
+    rt().block_on(async {
+        let c = Controller::connect(b_addr, NQN, &HostConfig::default())
+            .await
+            .unwrap();
+        let mut q = c.io_queue(1, 0, false).await.unwrap();
+        q.write(NamespaceId(2), 40, 16, &data).await.unwrap();
+        let mut back = vec![0u8; data.len()];
+        q.read(NamespaceId(2), 40, 16, &mut back).await.unwrap();
+        assert!(back == data, "the pool pair reads back what was written");
+        c.disconnect().await;
+    });
+    for (name, pool_key) in [("a", ka), ("b", kb)] {
+        let dir = d.join(format!("{name}-pool"));
+        let img = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| {
+                dir.join(format!("{}.key", p.file_name().unwrap().to_str().unwrap()))
+                    .exists()
+            })
+            .unwrap_or_else(|| {
+                panic!(
+                    "{name}: no data file with a key header in {}",
+                    dir.display()
+                )
+            });
+        let header = dir.join(format!(
+            "{}.key",
+            img.file_name().unwrap().to_str().unwrap()
+        ));
+        let key_out = d.join(format!("{name}-derived.key"));
+        let out = common::ebof(&[
+            "crypt",
+            "derive-key",
+            "--pool-key",
+            pool_key.to_str().unwrap(),
+            "--header",
+            header.to_str().unwrap(),
+            "--out",
+            key_out.to_str().unwrap(),
+        ]);
+        assert!(out.ok, "derive-key: {}", out.stderr);
+        let key: [u8; ebof_backend::crypt::KEY_LEN] =
+            std::fs::read(&key_out).unwrap()[..].try_into().unwrap();
+        let raw = std::fs::read(&img).unwrap();
+        let mut got = raw[40 * BS..40 * BS + data.len()].to_vec();
+        assert!(got != data, "{name}: plaintext at rest in the pool");
+        ebof_backend::crypt::Xts::new(&key).decrypt(40, &mut got);
+        assert!(
+            got == data,
+            "{name}: the pool copy does not decrypt to what was written"
+        );
+    }
 }

@@ -208,11 +208,6 @@ pub(super) fn parse_params(
     if any_qos {
         out.qos = Some(qos);
     }
-    if out.encrypted && out.replicas > 1 {
-        return Err(invalid(
-            "parameters encrypted \"true\" and replicas \"2\": boxes do not mirror encrypted namespaces yet (ADR 0029)",
-        ));
-    }
     Ok(out)
 }
 
@@ -365,6 +360,9 @@ mod tests {
         assert!(!p(&[]).unwrap().encrypted, "the default");
         assert!(p(&[("encrypted", "true")]).unwrap().encrypted);
         assert!(!p(&[("encrypted", "false")]).unwrap().encrypted);
+        // Both copies of a replicated volume in encrypted pools (each box its own key).
+        let both = p(&[("encrypted", "true"), ("replicas", "2")]).unwrap();
+        assert!(both.encrypted && both.replicas == 2, "{both:?}");
         let yes = p(&[("encrypted", "yes")]).unwrap_err();
         assert!(yes.message().contains("parameter encrypted"), "{yes:?}");
         for bad in [
@@ -379,7 +377,7 @@ mod tests {
             &[("encrypted", "yes")],
             &[("encrypted", "TRUE")],
             &[("encrypted", "")],
-            &[("encrypted", "true"), ("replicas", "2")],
+            &[("encrypted", "true"), ("replicas", "3")],
         ] {
             assert_eq!(
                 p(bad).unwrap_err().code(),
