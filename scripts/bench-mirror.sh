@@ -16,7 +16,8 @@
 # Knobs: EBOF_BENCH_RUNTIME (10s), EBOF_BENCH_RAMP (2s), EBOF_BENCH_HOST_CORE (0),
 # EBOF_BENCH_PRIMARY_CORE (1), EBOF_BENCH_SECONDARY_CORE (1), EBOF_BENCH_RAM (2G),
 # EBOF_BENCH_RESYNC (1G), EBOF_BENCH_BASE_PORT (14500), EBOF_BENCH_POLL_US (the boxes'
-# --poll-us, 100), EBOF_BIN (default: a release build).
+# --poll-us, 100), EBOF_BIN (default: a release build), EBOF_BENCH_PROFILE=FILE (`perf record -g`
+# of box EBOF_BENCH_PROFILE_BOX (primary) during run EBOF_BENCH_PROFILE_RUN (primary-w32)).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -150,14 +151,57 @@ wait_field() { # wait_field BOX FIELD VALUE SECS: poll the mirror status until F
 	return 1
 }
 
-perf() { # perf NAME PORT ARGS...
-	local name=$1 port=$2
+# CPU time (ms, all threads, user + system) a box has used so far
+TICK_MS=$((1000 / $(getconf CLK_TCK)))
+cpu_ms() {
+	local pid=${PIDS[$1]:-} f
+	[[ -n $pid && -r /proc/$pid/stat ]] || { echo 0; return; }
+	# fields after the ")" that closes the command name: utime is the 12th, stime the 13th
+	f=$(sed 's/.*) //' "/proc/$pid/stat")
+	set -- $f
+	echo $(((${12} + ${13}) * TICK_MS))
+}
+# context switches so far, all threads of a box (voluntary + not)
+switches() {
+	local pid=${PIDS[$1]:-}
+	[[ -n $pid && -d /proc/$pid/task ]] || { echo 0; return; }
+	cat /proc/"$pid"/task/*/status 2>/dev/null | awk '/ctxt_switches/ { n += $2 } END { print n + 0 }'
+}
+declare -A CPU0=() SW0=()
+perf() { # perf NAME PORT ARGS...: writes NAME.json and NAME.cpu (CPU ms per box during it)
+	local name=$1 port=$2 b
 	shift 2
+	for b in "${!PIDS[@]}"; do
+		CPU0[$b]=$(cpu_ms "$b")
+		SW0[$b]=$(switches "$b")
+	done
+	local rec=
+	if [[ -n ${EBOF_BENCH_PROFILE:-} && $name == "${EBOF_BENCH_PROFILE_RUN:-primary-w32}" ]]; then
+		command perf record -q -g -o "$EBOF_BENCH_PROFILE" -p "${PIDS[${EBOF_BENCH_PROFILE_BOX:-primary}]}" >/dev/null 2>&1 &
+		rec=$!
+	fi
 	if ! pin "$HOST_CORE" "$BIN" perf -a 127.0.0.1 -s "$port" -n "$NQN" --cores "$HOST_CORE" --json "$@" >"$WORK/$name.json"; then
 		echo "ebof perf $name failed: $(head -c 2000 "$WORK/$name.json")" >&2
 		tail -n 20 "$WORK"/*.log >&2
 		exit 1
 	fi
+	if [[ -n $rec ]]; then
+		kill -INT "$rec" 2>/dev/null || true
+		wait "$rec" 2>/dev/null || true
+	fi
+	: >"$WORK/$name.cpu"
+	for b in "${!PIDS[@]}"; do
+		echo "$b $(($(cpu_ms "$b") - ${CPU0[$b]:-0})) $(($(switches "$b") - ${SW0[$b]:-0}))" >>"$WORK/$name.cpu"
+	done
+}
+# box_cpu_us NAME BOX: the box's CPU µs per I/O during run NAME (ramp included in both the CPU
+# time and the I/O count: the I/O count is IOPS × (ramp + runtime))
+# (COLUMN 2: CPU µs per I/O; COLUMN 3: context switches per I/O)
+box_cpu_us() {
+	local v
+	v=$(awk -v b="$2" -v c="${3:-2}" '$1 == b { print $c }' "$WORK/$1.cpu")
+	python3 -c 'import sys; v, iops, secs, k = float(sys.argv[1] or 0), float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]); print(f"{v * (1000 if k == 2 else 1) / (iops * secs):.2f}" if iops else "-")' \
+		"$v" "$(j "$1" iops)" "$(python3 -c "print(${RUNTIME%s} + ${RAMP%s})")" "${3:-2}"
 }
 j() { python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); v=j
 for k in sys.argv[2].split("."): v=v[k]
@@ -225,6 +269,20 @@ row "4K randwrite QD32 IOPS" iops plain-w32 primary-w32
 row "4K randread QD32 IOPS" iops plain-r32 primary-r32
 row "4K randwrite QD1 IOPS" iops plain-w1 primary-w1
 row "4K write QD1 p50 latency us" latency_us.p50 plain-w1 primary-w1
+echo
+echo "target CPU µs per I/O (all threads, user + system; the boxes poll for --poll-us $POLL_US µs before sleeping):"
+printf '%-28s %12s %12s %12s %12s\n' "" unmirrored primary secondary "prim+sec"
+for run in w32 r32 w1; do
+	u=$(box_cpu_us "plain-$run" plain)
+	p=$(box_cpu_us "primary-$run" primary)
+	s=$(box_cpu_us "primary-$run" secondary)
+	printf '%-28s %12s %12s %12s %12s\n' "4K $run" "$u" "$p" "$s" "$(python3 -c "print(f'{$p + $s:.2f}')")"
+done
+echo "context switches per I/O (all threads):"
+for run in w32 w1; do
+	printf '%-28s %12s %12s %12s\n' "4K $run" "$(box_cpu_us "plain-$run" plain 3)" \
+		"$(box_cpu_us "primary-$run" primary 3)" "$(box_cpu_us "primary-$run" secondary 3)"
+done
 plain_qd1=$(j plain-w1 latency_us.p50)
 mirr_qd1=$(j primary-w1 latency_us.p50)
 echo "QD1 goal: mirrored p50 $mirr_qd1 us <= unmirrored $plain_qd1 us + one round trip ($plain_qd1 us) + 10 % = $(python3 -c "print(round(($plain_qd1*2)*1.1,1))") us"
