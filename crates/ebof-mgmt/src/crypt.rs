@@ -58,6 +58,25 @@ fn key_file(
     ))
 }
 
+/// A namespace without a key whose data is encrypted (its key header beside it: a clone or
+/// file of an encrypted namespace added without the key, or in a pool without it) is refused:
+/// served as it is, its hosts would read ciphertext as data.
+fn no_key(n: &ebof_config::Namespace, cfg: &Config, field: &str) -> Result<(), String> {
+    let (Some(data), Some(header)) = (n.backend.path(), header_path(n, cfg)) else {
+        return Ok(());
+    };
+    if !data.exists() || !header.exists() {
+        return Ok(());
+    }
+    Err(format!(
+        "{field}: {} is encrypted (its key header {} is beside it) but the namespace has no key: \
+         give it the key it was written with (`encryption = {{ key_file }}`, `--key-file`) or \
+         make it in the encrypted pool it came from (key-header)",
+        data.display(),
+        header.display()
+    ))
+}
+
 fn key_error(field: &str, e: &KeyError) -> String {
     format!("{field}: {e} ({})", e.code())
 }
@@ -70,7 +89,7 @@ pub(crate) fn prepare(
     field: &str,
 ) -> Result<Option<Prepared>, String> {
     let Some((key_path, derived, key_field)) = key_file(n, cfg, field) else {
-        return Ok(None);
+        return no_key(n, cfg, field).map(|()| None);
     };
     let key =
         ebof_backend::crypt::read_key_file(&key_path).map_err(|e| key_error(&key_field, &e))?;

@@ -28,6 +28,7 @@ use crate::api::{
 use crate::lookup::{live_namespace, namespace_index, parse_nsid, subsystem_index};
 use crate::running::Running;
 use ebof_backend::clone::{CloneMethod, Fallback, clone_file};
+use ebof_backend::crypt::KeyHeader;
 use ebof_config::{BackendChoice, Config};
 use std::fs::File;
 use std::io;
@@ -159,7 +160,7 @@ pub(crate) fn clone(
     if let Some(pool) = &req.pool {
         return clone_into_pool(r, book, name, req, pool, started);
     }
-    let (found, nsid, snap_data) = {
+    let (found, nsid, snap_data, key) = {
         let cfg = r.lock();
         let f = find_all(book, &cfg)
             .into_iter()
@@ -167,16 +168,18 @@ pub(crate) fn clone(
             .ok_or_else(|| unknown_snapshot(name))?;
         let nsid = clone_nsid(&cfg, req)?;
         let data = f.dir.join(&f.manifest.data);
-        (f, nsid, data)
+        let key = origin_key(&cfg, &f);
+        (f, nsid, data, key)
     };
     let src = File::open(&snap_data)
         .map_err(|e| io_error(&e, "name", format!("cannot open {}", snap_data.display())))?;
     let running = r.get();
     let (path, dst) =
         clone_destination(&running, &found, &req.subsystem, nsid, req.path.as_deref())?;
-    let undo = Undo(vec![path.clone()]);
+    let undo = Undo(vec![path.clone(), KeyHeader::path_for(&path)]);
     let method = fill_clone(&src, &snap_data, &dst, &path, "path")?;
-    let add = clone_namespace(&found, nsid, req, Some(path.display().to_string()), None);
+    let mut add = clone_namespace(&found, nsid, req, Some(path.display().to_string()), None);
+    add.encryption = key;
     let added = crate::namespaces::add(r, &req.subsystem, &add)?;
     undo.disarm();
     tracing::info!(
@@ -242,7 +245,7 @@ fn clone_into_pool(
             .map_err(|e| io_error(&e, "name", format!("cannot open {}", snap_data.display())))?;
         let dst = crate::paths::create_private(&path)
             .map_err(|e| io_error(&e, "pool", format!("cannot create {}", path.display())))?;
-        let undo = Undo(vec![path.clone()]);
+        let undo = Undo(vec![path.clone(), KeyHeader::path_for(&path)]);
         method = fill_clone(&src, &snap_data, &dst, &path, "pool")?;
         let add = clone_namespace(&found, nsid, req, None, Some(pool.to_string()));
         let added = crate::namespaces::add_in(r.target(), cfg, &req.subsystem, &add, Some(&path))?;
@@ -414,6 +417,24 @@ fn fill_clone(
     Ok(method)
 }
 
+/// The key of a clone made outside a pool: its origin's own key (`encryption = { key_file }`)
+/// while the origin is configured, as the copied key header says the data is under it (ADR
+/// 0029). None: the origin is not encrypted by a key of its own, or is gone (the clone is then
+/// refused if its data is encrypted: `crypt::prepare`).
+fn origin_key(cfg: &Config, f: &Found) -> Option<ebof_config::EncryptionFields> {
+    let o = &f.manifest.origin;
+    let n = cfg
+        .subsystems
+        .iter()
+        .filter(|s| s.nqn == o.subsystem)
+        .flat_map(|s| s.namespaces.iter())
+        .find(|n| n.nsid == o.nsid && n.backend.path() == Some(Path::new(&o.path)))?;
+    let e = n.encryption.as_ref()?;
+    Some(ebof_config::EncryptionFields {
+        key_file: Some(e.key_file.to_string_lossy().into_owned()),
+    })
+}
+
 /// The namespace a clone of `found` is added as: the snapshot's size and block size, at
 /// `path` or in `pool`.
 fn clone_namespace(
@@ -438,7 +459,8 @@ fn clone_namespace(
         pool,
         // A clone is a namespace of its own: mirror it with `ns add` if wanted.
         mirror: None,
-        // Encrypted by its pool, with its origin's key (the copied key header, ADR 0029).
+        // In a pool: encrypted by the pool, with its origin's key (the copied key header, ADR
+        // 0029); outside one, the caller sets its origin's own key (`origin_key`).
         encryption: None,
     }
 }

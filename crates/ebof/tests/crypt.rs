@@ -466,6 +466,49 @@ fn encrypted_namespaces_end_to_end() {
         "a plain namespace is not marked"
     );
     assert_ne!(&std::fs::read(&api_ns).unwrap()[..p5.len()], &p5[..]);
+    // A clone of an own-key namespace's snapshot, outside a pool: it gets its origin's key
+    // (the copied header says its data is under it) and reads the origin's data.
+    assert!(ctl(&sock, &["ns", "snapshot", NQN, "1", "own-s"]).ok);
+    let c1 = d.join("data/clone-own.img");
+    let o = ctl(
+        &sock,
+        &[
+            "--json",
+            "ns",
+            "add",
+            NQN,
+            "--from-snapshot",
+            "own-s",
+            "--file",
+            s(&c1),
+        ],
+    );
+    assert!(o.ok, "{}", o.stderr);
+    let v: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    assert_eq!(v["added"]["namespace"]["encrypted"], true, "{v}");
+    let c1_nsid = v["added"]["namespace"]["nsid"].as_u64().unwrap() as u32;
+    assert_eq!(
+        read(a, c1_nsid, 100, 64),
+        p1,
+        "the own-key clone reads its origin's data"
+    );
+    // A clone of a pool namespace's snapshot outside the pool has no key that opens it:
+    // refused (its hosts would read ciphertext), and neither its file nor its header is left.
+    let c2 = d.join("data/clone-pool.img");
+    let o = ctl(
+        &sock,
+        &["ns", "add", NQN, "--from-snapshot", "s1", "--file", s(&c2)],
+    );
+    assert!(
+        !o.ok && o.stderr.contains("has no key") && o.stderr.contains("key-header"),
+        "{}",
+        o.stderr
+    );
+    assert!(!c2.exists(), "a refused clone left its file");
+    assert!(
+        !PathBuf::from(format!("{}.key", s(&c2))).exists(),
+        "a refused clone left its key header"
+    );
     // What CSI DeleteVolume does (`subsystem remove`): the key header of every pool namespace
     // goes with it, so the volume is crypto-erased (a snapshot's own header copy stays).
     let pool_headers = || -> Vec<PathBuf> {
