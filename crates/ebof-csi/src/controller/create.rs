@@ -530,28 +530,13 @@ impl Controller {
                 )));
             }
             let b = Self::state_of(all, sidx)?;
-            let pool = match &params.pool {
-                Some(p) if !params.encrypted => p.clone(),
-                _ => b
-                    .state
-                    .pools
-                    .iter()
-                    .filter(|p| params.fits_pool(p))
-                    .max_by_key(|p| p.free_bytes)
-                    .map(|p| p.name.clone())
-                    .ok_or_else(|| {
-                        Status::resource_exhausted(format!(
-                            "box {} has no {}pool{}",
-                            bx.name,
-                            if params.encrypted { "encrypted " } else { "" },
-                            params
-                                .pool
-                                .as_ref()
-                                .map(|p| format!(" named {p}"))
-                                .unwrap_or_default()
-                        ))
-                    })?,
-            };
+            let pool = super::placement::clone_pool(
+                params,
+                &b.state.pools,
+                &view.origin.path,
+                &bx.name,
+                &label,
+            )?;
             return Ok(Target {
                 idx: sidx,
                 pool,

@@ -382,9 +382,91 @@ impl Controller {
     }
 }
 
+/// The pool of box `box_name` (its `pools`) a clone of a snapshot whose origin's file is
+/// `origin_path` is made in. A snapshot of a volume in an encrypted pool opens only with that
+/// pool's key (its data key is derived from it, ADR 0029): its clone goes to that pool,
+/// whatever the StorageClass says. A snapshot of an unencrypted volume cannot make an
+/// encrypted clone (its data is plaintext): INVALID_ARGUMENT with `encrypted: "true"`.
+/// Otherwise the named pool, or the fitting pool with the most room.
+pub(super) fn clone_pool(
+    params: &Params,
+    pools: &[ebof_api::PoolView],
+    origin_path: &str,
+    box_name: &str,
+    label: &str,
+) -> Result<String, Status> {
+    let parent = std::path::Path::new(origin_path).parent();
+    let origin = pools
+        .iter()
+        .find(|p| parent == Some(std::path::Path::new(&p.directory)));
+    match origin {
+        Some(o) if o.encrypted => return Ok(o.name.clone()),
+        _ if params.encrypted && !origin.is_some_and(|o| o.encrypted) => {
+            return Err(Status::invalid_argument(format!(
+                "{label} is of a volume that is not encrypted at rest: its clone cannot be \
+                 (encrypted: \"true\"); make it with a StorageClass without `encrypted`"
+            )));
+        }
+        _ => {}
+    }
+    if let Some(p) = &params.pool {
+        return Ok(p.clone());
+    }
+    pools
+        .iter()
+        .filter(|p| params.fits_pool(p))
+        .max_by_key(|p| p.free_bytes)
+        .map(|p| p.name.clone())
+        .ok_or_else(|| Status::resource_exhausted(format!("box {box_name} has no pool")))
+}
+
 #[cfg(test)]
 mod tests {
     use super::api_host_ip;
+    use super::clone_pool;
+    use crate::controller::checks::parse_params;
+    use std::collections::HashMap;
+
+    fn pool(name: &str, dir: &str, encrypted: bool, free: u64) -> ebof_api::PoolView {
+        ebof_api::PoolView {
+            name: name.into(),
+            directory: dir.into(),
+            size_limit: None,
+            capacity_bytes: free,
+            provisioned_bytes: 0,
+            used_bytes: 0,
+            free_bytes: free,
+            namespaces: 0,
+            filesystem: None,
+            encrypted,
+        }
+    }
+
+    #[test]
+    fn a_clone_of_an_encrypted_volume_stays_in_its_pool() {
+        let pools = [
+            pool("sec", "/srv/sec", true, 1),
+            pool("big", "/srv/big", false, 1 << 40),
+        ];
+        let params = |kv: &[(&str, &str)]| {
+            let m: HashMap<String, String> =
+                kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+            parse_params(&m).unwrap()
+        };
+        let pick = |kv: &[(&str, &str)], origin: &str| {
+            clone_pool(&params(kv), &pools, origin, "box0", "snapshot s")
+        };
+        // Of an encrypted volume: its pool, with or without `encrypted`, even if another named.
+        for kv in [&[][..], &[("encrypted", "true")], &[("pool", "big")]] {
+            assert_eq!(pick(kv, "/srv/sec/v.img").unwrap(), "sec", "{kv:?}");
+        }
+        // Of a plain volume: the pool with the most room, or the one named…
+        assert_eq!(pick(&[], "/srv/big/v.img").unwrap(), "big");
+        // …but never an encrypted clone of plaintext.
+        let e = pick(&[("encrypted", "true")], "/srv/big/v.img").unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+        assert!(e.message().contains("not encrypted at rest"), "{e:?}");
+    }
 
     #[test]
     fn api_hosts_resolve_with_or_without_a_scheme() {
