@@ -34,6 +34,7 @@ pub use discovery::{
     CdcMemberRequest, CdcMemberView, CdcTrusted, CdcView, DimEntryView, DimRegistrationView,
     MdnsRecordView, MdnsRequest, MdnsView, ReferralRequest, Referrals,
 };
+pub use ebof_config::MirrorFields;
 pub use error::{ApiError, codes};
 pub use hostkeys::{HostKeyRequest, HostKeyView};
 pub use listener::{
@@ -48,7 +49,7 @@ pub use namespace::{
 pub use routes::{PREFIX, percent_encode};
 pub use socket::{check_socket_dir, default_socket_path};
 pub use state::{REDACTED, SaveRequest, Saved, State, SupportView, hex, uuid_string};
-pub use stats::{LatencyBucket, LatencyPercentiles, NamespaceStats, Stats};
+pub use stats::{HostStats, LatencyBucket, LatencyPercentiles, NamespaceStats, Stats};
 pub use storage::{
     CloneMade, CloneRequest, PoolView, SnapshotDeleted, SnapshotOrigin, SnapshotRequest,
     SnapshotView,

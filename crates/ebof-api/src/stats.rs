@@ -39,6 +39,34 @@ pub struct Stats {
     /// Connections refused or ended by TLS.
     #[serde(default)]
     pub tls_failures: u64,
+    /// I/O per host NQN, with `[metrics] per_host_io = true` (absent when off; an empty
+    /// `hostnqn` is the overflow entry of hosts beyond the table's bound).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hosts: Option<Vec<HostStats>>,
+}
+
+/// I/O counters of one host (summed over its controllers, subsystems and namespaces; kept
+/// across its reconnections; published in batches like [`NamespaceStats`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HostStats {
+    /// The host's NQN.
+    pub hostnqn: String,
+    /// Read commands completed.
+    pub read_commands: u64,
+    /// Write commands completed.
+    pub write_commands: u64,
+    /// Bytes read.
+    pub bytes_read: u64,
+    /// Bytes written.
+    pub bytes_written: u64,
+    /// Reads and writes that failed.
+    pub media_errors: u64,
+    /// Read latency (absent before the first read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_latency: Option<LatencyPercentiles>,
+    /// Write latency (absent before the first write).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub write_latency: Option<LatencyPercentiles>,
 }
 
 /// Latency percentiles of a namespace's successful reads or writes since the start, in

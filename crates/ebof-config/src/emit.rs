@@ -143,13 +143,16 @@ impl Config {
                 );
             }
         }
-        if self.metrics.is_some() || self.metrics_host_labels {
+        if self.metrics.is_some() || self.metrics_host_labels || self.metrics_per_host_io {
             out.push_str("\n[metrics]\n");
             if let Some(m) = &self.metrics {
                 let _ = writeln!(out, "listen = {}", string(&m.to_string()));
             }
             if self.metrics_host_labels {
                 out.push_str("host_labels = true\n");
+            }
+            if self.metrics_per_host_io {
+                out.push_str("per_host_io = true\n");
             }
         }
         if let Some(c) = &self.cdc {
@@ -371,12 +374,13 @@ mod tests {
     fn fleet_trust_settings_round_trip_and_are_checked() {
         let base = "[[listeners]]\naddress = \"127.0.0.1\"\n";
         let text = format!(
-            "{base}[management]\nlisten = \"127.0.0.1:7000\"\ntoken_file = \"/t\"\ntls_cert = \"/c.pem\"\ntls_key = \"/k.pem\"\ndata_dirs = [\"/srv/a\", \"/srv/b\"]\nblock_devices = [\"/dev/vdb\"]\n[metrics]\nhost_labels = true\n[cdc]\nmembers = [\"10.0.0.1\"]\ntrusted = [\"10.0.0.2\", \"nqn.2014-08.org.example:ddc\"]\n"
+            "{base}[management]\nlisten = \"127.0.0.1:7000\"\ntoken_file = \"/t\"\ntls_cert = \"/c.pem\"\ntls_key = \"/k.pem\"\ndata_dirs = [\"/srv/a\", \"/srv/b\"]\nblock_devices = [\"/dev/vdb\"]\n[metrics]\nhost_labels = true\nper_host_io = true\n[cdc]\nmembers = [\"10.0.0.1\"]\ntrusted = [\"10.0.0.2\", \"nqn.2014-08.org.example:ddc\"]\n"
         );
         let c = Config::from_toml_str(&text).unwrap();
         assert_eq!(c.management.data_dirs.len(), 2);
         assert_eq!(c.management.block_devices[0].to_str(), Some("/dev/vdb"));
         assert!(c.metrics_host_labels);
+        assert!(c.metrics_per_host_io);
         assert_eq!(
             c.cdc.as_ref().unwrap().trusted,
             vec![

@@ -75,6 +75,11 @@ pub struct Config {
     /// `/metrics`. Off by default: a host NQN is the only credential of hosts that use neither
     /// DH-HMAC-CHAP nor TLS, and `/metrics` needs no token.
     pub metrics_host_labels: bool,
+    /// `[metrics] per_host_io = true`: count reads and writes per host NQN (operations,
+    /// bytes, latency histograms), shown by `GET /v1/stats`, `ebof ctl top --hosts` and on
+    /// `/metrics` (label `hostnqn`). Off by default, for the reason of `host_labels`; off
+    /// costs nothing on the data path.
+    pub metrics_per_host_io: bool,
     /// `[mirror]`: the replication links of mirrored namespaces (ADR 0028).
     pub mirror: crate::mirror::MirrorSettings,
     /// `[witness]`: this box keeps leases for other boxes' mirrors; `None`: it does not.
@@ -625,6 +630,7 @@ impl Config {
             cdc: None,
             pools: Vec::new(),
             metrics_host_labels: false,
+            metrics_per_host_io: false,
             mirror: crate::mirror::MirrorSettings::default(),
             witness: None,
         }

@@ -139,6 +139,8 @@ struct RawMetrics {
     listen: Option<String>,
     /// Per-host series labelled with host NQNs.
     host_labels: Option<bool>,
+    /// Count reads and writes per host NQN.
+    per_host_io: Option<bool>,
 }
 
 /// `[target]`.
@@ -541,6 +543,11 @@ impl RawConfig {
             .as_ref()
             .and_then(|m| m.host_labels)
             .unwrap_or(false);
+        let metrics_per_host_io = self
+            .metrics
+            .as_ref()
+            .and_then(|m| m.per_host_io)
+            .unwrap_or(false);
         let metrics = match self.metrics.and_then(|m| m.listen) {
             None => None,
             Some(l) => {
@@ -571,6 +578,7 @@ impl RawConfig {
             cdc,
             pools,
             metrics_host_labels,
+            metrics_per_host_io,
             mirror,
             witness,
         })

@@ -276,6 +276,7 @@ pub fn build_target(cfg: &Config) -> Result<Target, String> {
         cntlid_max: t.cntlid_max,
     };
     let target = Target::new(subsystems, listener_infos(cfg), limits, Instant::now());
+    target.host_io.set_enabled(cfg.metrics_per_host_io);
     let appliers = appliers();
     crate::apply::all(appliers.iter().map(|a| &**a), &nothing(cfg), cfg, &target)
         .map_err(start_error)?;

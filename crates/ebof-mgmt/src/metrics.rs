@@ -79,13 +79,13 @@ struct NsQosLabels {
 /// Latency histograms of one kind (reads or writes) of every namespace, as they are at scrape
 /// time: the buckets were counted by the queues, so they are encoded as they are.
 #[derive(Debug)]
-struct LatencyFamily {
+struct LatencyFamily<L = NsLabels> {
     name: &'static str,
     help: &'static str,
-    series: Vec<(NsLabels, LatencySnapshot)>,
+    series: Vec<(L, LatencySnapshot)>,
 }
 
-impl Collector for LatencyFamily {
+impl<L: EncodeLabelSet + std::fmt::Debug + Send + Sync + 'static> Collector for LatencyFamily<L> {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let mut family = encoder.encode_descriptor(
             self.name,
@@ -164,6 +164,7 @@ pub fn render_box(t: &Target, x: &Extras<'_>) -> Result<String, std::fmt::Error>
     let st = ops::stats(t);
     register_namespaces(&mut reg, t, &st);
     register_controllers(&mut reg, t, x.host_labels);
+    register_hosts(&mut reg, t);
     register_box(&mut reg, t, &st);
     register_mirrors(&mut reg, t);
     register_ana(&mut reg, t);
@@ -431,6 +432,89 @@ impl NsFamilies {
     }
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HostLabels {
+    hostnqn: String,
+}
+
+/// `v` escaped as the exposition formats want a label value (`\\`, `\"`, `\n`):
+/// `prometheus-client` writes label values as they are, and a host NQN is the host's to choose.
+pub fn label_value(v: &str) -> String {
+    if !v.contains(['\\', '"', '\n']) {
+        return v.to_string();
+    }
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// Per-host I/O counters and latency histograms (`[metrics] per_host_io = true`; nothing
+/// otherwise). One series per host NQN the target's table holds ([`nvmf_target::host_io`]:
+/// at most `MAX_HOSTS`, entries kept across reconnections, so counters do not go back).
+fn register_hosts(reg: &mut Registry, t: &Target) {
+    use nvmf_target::host_io::HostIo;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    type HostFigure = fn(&HostIo) -> &AtomicU64;
+    const HOST_COUNTERS: [(&str, &str, HostFigure); 5] = [
+        (
+            "host_read_commands",
+            "Read commands completed, per host",
+            |h| &h.read_cmds,
+        ),
+        (
+            "host_write_commands",
+            "Write commands completed, per host",
+            |h| &h.write_cmds,
+        ),
+        ("host_read_bytes", "Bytes read, per host", |h| &h.bytes_read),
+        ("host_written_bytes", "Bytes written, per host", |h| {
+            &h.bytes_written
+        }),
+        (
+            "host_media_errors",
+            "Reads and writes failed, per host",
+            |h| &h.media_errors,
+        ),
+    ];
+    let Some(hosts) = t.host_io.snapshot() else {
+        return;
+    };
+    let hosts: Vec<(HostLabels, _)> = hosts
+        .into_iter()
+        .map(|(nqn, h)| {
+            (
+                HostLabels {
+                    hostnqn: label_value(&nqn),
+                },
+                h,
+            )
+        })
+        .collect();
+    for (name, help, get) in HOST_COUNTERS {
+        let f = Family::<HostLabels, Counter<u64>>::default();
+        reg.register(name, help, f.clone());
+        for (l, h) in &hosts {
+            f.get_or_create(l).inc_by(get(h).load(Ordering::Relaxed));
+        }
+    }
+    reg.register_collector(Box::new(LatencyFamily {
+        name: "host_read_latency_seconds",
+        help: "Latency of successful reads in the target, per host, seconds",
+        series: hosts
+            .iter()
+            .map(|(l, h)| (l.clone(), h.read_latency.snapshot()))
+            .collect(),
+    }));
+    reg.register_collector(Box::new(LatencyFamily {
+        name: "host_write_latency_seconds",
+        help: "Latency of successful writes in the target, per host, seconds",
+        series: hosts
+            .iter()
+            .map(|(l, h)| (l.clone(), h.write_latency.snapshot()))
+            .collect(),
+    }));
+}
+
 /// Controllers by kind, and I/O queues per controller.
 fn register_controllers(reg: &mut Registry, t: &Target, host_labels: bool) {
     let ctrls = Family::<KindLabels, Gauge>::default();
@@ -460,7 +544,7 @@ fn register_controllers(reg: &mut Registry, t: &Target, host_labels: bool) {
                 .get_or_create(&CtrlHostLabels {
                     cntlid,
                     subsystem,
-                    hostnqn: c.hostnqn.clone(),
+                    hostnqn: label_value(&c.hostnqn),
                 })
                 .set(n);
         } else {

@@ -236,7 +236,29 @@ pub fn stats(t: &Target) -> Stats {
         handshake_timeouts: load(&e.handshake_timeouts),
         auth_failures: load(&e.auth_failures),
         tls_failures: load(&e.tls_failures),
+        hosts: host_stats(t),
     }
+}
+
+/// Per-host I/O of `GET /v1/stats` (`None` without `[metrics] per_host_io`).
+fn host_stats(t: &Target) -> Option<Vec<ebof_api::HostStats>> {
+    let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+    let hosts = t.host_io.snapshot()?;
+    Some(
+        hosts
+            .into_iter()
+            .map(|(hostnqn, h)| ebof_api::HostStats {
+                hostnqn,
+                read_commands: load(&h.read_cmds),
+                write_commands: load(&h.write_cmds),
+                bytes_read: load(&h.bytes_read),
+                bytes_written: load(&h.bytes_written),
+                media_errors: load(&h.media_errors),
+                read_latency: percentiles(&h.read_latency.snapshot()),
+                write_latency: percentiles(&h.write_latency.snapshot()),
+            })
+            .collect(),
+    )
 }
 
 /// Apply `f` to subsystem `nqn` as one snapshot swap.

@@ -34,6 +34,8 @@ path = "PATH"
 size = "1M"
 ana_group = 3
 mirror = { peer = "127.0.0.1:9", role = "primary" }
+[metrics]
+per_host_io = true
 "#;
 
 /// [`CONFIG`] with its mirrored namespace's file in a directory of its own.
@@ -203,6 +205,9 @@ fn known_labels(name: &str) -> Option<&'static str> {
         }
         "ebof_controller_io_queues" => "cntlid, subsystem (hostnqn with `[metrics] host_labels`)",
         n if n.starts_with("ebof_mirror_") => "subsystem, nsid",
+        n if n.starts_with("ebof_host_") && n != "ebof_host_terminations" => {
+            "hostnqn (only with `[metrics] per_host_io`)"
+        }
         _ => return None,
     })
 }

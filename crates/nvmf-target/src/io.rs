@@ -200,6 +200,9 @@ pub(crate) fn failed_as(req: &IoRequest, e: &BackendError, write: bool) -> Statu
 pub(crate) struct StatsBatch {
     per_ns: Vec<(Arc<NsRef>, Counts)>,
     pending: u32,
+    /// The host's counters, when per-host counting is on ([`crate::host_io`]): published
+    /// into with the namespaces' (never per command).
+    host: Option<Arc<crate::host_io::HostIo>>,
 }
 
 /// One namespace's share of a [`StatsBatch`]; the fields of [`crate::model::NsStats`].
@@ -263,25 +266,52 @@ impl StatsBatch {
         self.pending >= Self::LIMIT
     }
 
-    /// Add everything gathered to the namespaces' counters.
+    /// Count into the host's counters `h` too from now on (set at Connect).
+    pub fn set_host(&mut self, h: Option<Arc<crate::host_io::HostIo>>) {
+        self.host = h;
+    }
+
+    /// Add everything gathered to the namespaces' counters (and to the host's).
     pub fn publish(&mut self) {
         if self.pending == 0 {
             return;
         }
+        let host = self.host.as_deref();
         for (ns, c) in &mut self.per_ns {
             let s = &ns.stats;
-            c.read_latency.publish(&s.read_latency);
-            c.write_latency.publish(&s.write_latency);
-            for (counter, v) in [
-                (&s.read_cmds, &mut c.read_cmds),
-                (&s.bytes_read, &mut c.bytes_read),
-                (&s.write_cmds, &mut c.write_cmds),
-                (&s.bytes_written, &mut c.bytes_written),
-                (&s.media_errors, &mut c.media_errors),
+            c.read_latency
+                .publish_to(&s.read_latency, host.map(|h| &h.read_latency));
+            c.write_latency
+                .publish_to(&s.write_latency, host.map(|h| &h.write_latency));
+            for (counter, hc, v) in [
+                (&s.read_cmds, host.map(|h| &h.read_cmds), &mut c.read_cmds),
+                (
+                    &s.bytes_read,
+                    host.map(|h| &h.bytes_read),
+                    &mut c.bytes_read,
+                ),
+                (
+                    &s.write_cmds,
+                    host.map(|h| &h.write_cmds),
+                    &mut c.write_cmds,
+                ),
+                (
+                    &s.bytes_written,
+                    host.map(|h| &h.bytes_written),
+                    &mut c.bytes_written,
+                ),
+                (
+                    &s.media_errors,
+                    host.map(|h| &h.media_errors),
+                    &mut c.media_errors,
+                ),
             ] {
                 let v = std::mem::take(v);
                 if v > 0 {
                     counter.fetch_add(v, Ordering::Relaxed);
+                    if let Some(hc) = hc {
+                        hc.fetch_add(v, Ordering::Relaxed);
+                    }
                 }
             }
         }

@@ -67,16 +67,30 @@ impl LatencyBatch {
     }
 
     /// Add everything to `into` and start over.
+    #[cfg(test)]
     pub fn publish(&mut self, into: &LatencyHistogram) {
+        self.publish_to(into, None);
+    }
+
+    /// Add everything to `into` (and to `also`: the host's histogram, [`crate::host_io`]) and
+    /// start over.
+    pub fn publish_to(&mut self, into: &LatencyHistogram, also: Option<&LatencyHistogram>) {
         let mut t = self.touched;
         while t != 0 {
             let b = t.trailing_zeros() as usize;
             t &= t - 1;
-            into.buckets[b].fetch_add(u64::from(self.counts[b]), Ordering::Relaxed);
+            let n = u64::from(self.counts[b]);
+            into.buckets[b].fetch_add(n, Ordering::Relaxed);
+            if let Some(h) = also {
+                h.buckets[b].fetch_add(n, Ordering::Relaxed);
+            }
             self.counts[b] = 0;
         }
         if self.sum_ns != 0 {
             into.sum_ns.fetch_add(self.sum_ns, Ordering::Relaxed);
+            if let Some(h) = also {
+                h.sum_ns.fetch_add(self.sum_ns, Ordering::Relaxed);
+            }
         }
         self.touched = 0;
         self.sum_ns = 0;

@@ -157,6 +157,7 @@ mod error;
 mod fabrics;
 mod failure;
 pub mod gate;
+pub mod host_io;
 mod io;
 mod io_cmd;
 pub mod known;

@@ -316,6 +316,10 @@ impl Queue {
         entries: u32,
         flow_control: bool,
     ) {
+        if matches!(role, QueueRole::Io { .. }) {
+            let target = self.session.target();
+            self.stats.set_host(target.host_io.for_host(&ctrl.hostnqn));
+        }
         self.session.connected(ctrl, role);
         if matches!(role, QueueRole::Io { .. }) {
             self.refresh_namespaces();

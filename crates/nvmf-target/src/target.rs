@@ -31,6 +31,8 @@ pub struct Target {
     writer: Mutex<()>,
     /// Rare-event counters for metrics.
     pub events: EventCounters,
+    /// Per-host I/O counters, when enabled ([`crate::host_io`]).
+    pub host_io: crate::host_io::HostIoTable,
     /// NVMe listeners, as the discovery log lists them (replaced whole by the control plane).
     listeners: ArcSwap<Vec<ListenerInfo>>,
     /// Limits on queues, namespaces and controllers applied at Connect.
@@ -122,6 +124,7 @@ impl Target {
             subsystems: ArcSwap::from_pointee(subsystems.into_iter().map(Arc::new).collect()),
             writer: Mutex::new(()),
             events: EventCounters::default(),
+            host_io: Default::default(),
             listeners: ArcSwap::from_pointee(listeners),
             limits,
             genctr: AtomicU64::new(1),
