@@ -117,6 +117,10 @@ pub struct CloneRequest {
     /// the pool; `path` must be absent), counted against its free bytes (`pool-full`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pool: Option<String>,
+    /// Mirror the clone with the same namespace on a peer box (as a namespace's `mirror`,
+    /// ADR 0028): a primary copies itself whole to its new secondary. Absent: not mirrored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mirror: Option<ebof_config::MirrorFields>,
 }
 
 /// Answer of `POST /v1/snapshots/{name}/clones`.

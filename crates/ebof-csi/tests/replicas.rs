@@ -300,7 +300,8 @@ fn two_boxes_that_fit_or_nothing() {
             .unwrap_err();
         assert_eq!(e.code(), Code::InvalidArgument, "{bad}: {e:?}");
     }
-    // A snapshot restored into two copies: refused, said.
+    // A snapshot no box has, restored into two copies: NOT_FOUND, nothing made (a real one
+    // is restored: `a_snapshot_is_restored_into_two_copies_grown_to_the_size_asked`).
     let mut r = create_req("pvc-restore", &[("replicas", "2")]);
     r.volume_content_source = Some(pb::VolumeContentSource {
         r#type: Some(pb::volume_content_source::Type::Snapshot(
@@ -309,7 +310,8 @@ fn two_boxes_that_fit_or_nothing() {
             },
         )),
     });
-    assert_eq!(f.create(r).unwrap_err().code(), Code::InvalidArgument);
+    assert_eq!(f.create(r).unwrap_err().code(), Code::NotFound);
+    assert!(f.holders(&ebof_csi::names::volume_nqn("pvc-restore")).is_empty());
 }
 
 #[test]
@@ -714,4 +716,66 @@ fn encrypted_copies_go_to_two_encrypted_pools_or_nowhere() {
     let s = copies.iter().find(|c| c.1 == "secondary").unwrap().0;
     f.assert_pair(&v.volume_id, p, s);
     assert_eq!(v.volume_context["replicas"], "2");
+}
+
+#[test]
+fn a_snapshot_is_restored_into_two_copies_grown_to_the_size_asked() {
+    let f = fleet(
+        &[(Some("a"), 8 * GIB), (Some("b"), 8 * GIB), (Some("b"), 8 * GIB)],
+        None,
+    );
+    let v = f.create2("pvc-src").unwrap();
+    let src = f.copies(&v.volume_id);
+    let p = src.iter().find(|c| c.1 == "primary").unwrap().0;
+    f.boxes[p].write(&v.volume_id, "written before the snapshot");
+    let snap =
+        f.rt.block_on(
+            f.ctl
+                .create_snapshot(Request::new(pb::CreateSnapshotRequest {
+                    source_volume_id: v.volume_id.clone(),
+                    name: "snap-r".into(),
+                    ..Default::default()
+                })),
+        )
+        .unwrap()
+        .into_inner()
+        .snapshot
+        .unwrap();
+    let mut r = create_req("pvc-restored", &[("replicas", "2")]);
+    r.capacity_range = Some(pb::CapacityRange {
+        required_bytes: 128 << 20,
+        limit_bytes: 0,
+    });
+    r.volume_content_source = Some(pb::VolumeContentSource {
+        r#type: Some(pb::volume_content_source::Type::Snapshot(
+            pb::volume_content_source::SnapshotSource {
+                snapshot_id: snap.snapshot_id.clone(),
+            },
+        )),
+    });
+    let w = f.create(r.clone()).unwrap();
+    let copies = f.copies(&w.volume_id);
+    assert_eq!(copies.len(), 2, "{copies:?}");
+    let wp = copies.iter().find(|c| c.1 == "primary").unwrap().0;
+    let ws = copies.iter().find(|c| c.1 == "secondary").unwrap().0;
+    assert_eq!(wp, p, "the primary is cloned on the snapshot's box");
+    f.assert_pair(&w.volume_id, wp, ws);
+    assert_eq!(
+        f.boxes[wp].read(&w.volume_id).as_deref(),
+        Some("written before the snapshot"),
+        "the primary holds the snapshot's data (the box copies it to the secondary)"
+    );
+    // Grown to the size asked, the secondary first.
+    assert_eq!(w.capacity_bytes, 128 << 20);
+    for b in [wp, ws] {
+        let calls = f.boxes[b].log();
+        let grow = calls
+            .iter()
+            .filter(|c| c.method == "PUT" && c.path.ends_with("/size"))
+            .count();
+        assert_eq!(grow, 1, "box {b} grown once: {calls:?}");
+    }
+    assert!(w.content_source.is_some());
+    // Asked again: the same volume.
+    assert_eq!(f.create(r).unwrap().volume_id, w.volume_id);
 }

@@ -457,8 +457,9 @@ fn clone_namespace(
         // A clone starts unlimited, like any new namespace (`ns qos` sets limits).
         qos: None,
         pool,
-        // A clone is a namespace of its own: mirror it with `ns add` if wanted.
-        mirror: None,
+        // Mirrored when asked (a replicated volume restored from a snapshot: the primary
+        // copies itself whole to its new secondary).
+        mirror: req.mirror.clone(),
         // In a pool: encrypted by the pool, with its origin's key (the copied key header, ADR
         // 0029); outside one, the caller sets its origin's own key (`origin_key`).
         encryption: None,

@@ -634,3 +634,132 @@ fn pool_pair(d: &Path, (a_addr, ka): (SocketAddr, &Path), (b_addr, kb): (SocketA
         );
     }
 }
+
+/// A snapshot restored into a new mirrored pair (what the CSI driver does for a `replicas: "2"`
+/// volume made from a snapshot): the primary's namespace is a clone of the snapshot made with
+/// `mirror` (`ns add --from-snapshot … --mirror-peer … --mirror-role primary`), the secondary's
+/// an empty namespace of the same size; the primary copies itself whole to it, both grow
+/// (the secondary first), and after the primary's loss the secondary serves the snapshot's
+/// data.
+#[test]
+fn a_snapshot_restored_into_a_new_mirrored_pair() {
+    let dir = tempfile::tempdir().unwrap();
+    // Each box's files in a directory of its own, so their snapshot directories differ.
+    let bd = |name: &str| dir.path().join(name);
+    std::fs::create_dir_all(bd("a")).unwrap();
+    std::fs::create_dir_all(bd("b")).unwrap();
+    let a_addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let b_addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let a = BoxSpec {
+        name: "a",
+        addr: a_addr,
+        peer: b_addr,
+        role: "primary",
+    };
+    let b = BoxSpec {
+        name: "b",
+        addr: b_addr,
+        peer: a_addr,
+        role: "secondary",
+    };
+    // Pools, as the CSI driver uses.
+    let pool = |name: &str| {
+        format!(
+            "\n[[pools]]\nname = \"p\"\ndirectory = \"{}\"\n",
+            bd(name).join("pool").display()
+        )
+    };
+    let tb = start_with(&bd("b"), &b, None, &pool("b"));
+    let ta = start_with(&bd("a"), &a, None, &pool("a"));
+    wait_status(&bd("a"), "a", "in sync", |s| s["state"] == "in-sync");
+    let data = pattern(11, 64);
+    write(a_addr, 200, &data).expect("write through the primary");
+    let ok = |name: &str, args: &[&str]| {
+        let o = ctl_at(&sock(&bd(name), name), args);
+        assert!(o.ok, "{name}: {args:?}: {}", o.stderr);
+        o.stdout
+    };
+    ok("a", &["ns", "snapshot", NQN, "1", "before"]);
+    // Overwritten after the snapshot: the restored pair holds the old data.
+    write(a_addr, 200, &pattern(12, 64)).unwrap();
+    let (pa, pb) = (a_addr.to_string(), b_addr.to_string());
+    ok(
+        "a",
+        &[
+            "ns",
+            "add",
+            NQN,
+            "--nsid",
+            "3",
+            "--from-snapshot",
+            "before",
+            "--pool",
+            "p",
+            "--mirror-peer",
+            &pb,
+            "--mirror-role",
+            "primary",
+        ],
+    );
+    ok(
+        "b",
+        &[
+            "ns",
+            "add",
+            NQN,
+            "--nsid",
+            "3",
+            "--pool",
+            "p",
+            "--size",
+            "8M",
+            "--mirror-peer",
+            &pa,
+            "--mirror-role",
+            "secondary",
+        ],
+    );
+    let status3 = |name: &str| -> Value {
+        let o = ctl_at(
+            &sock(&bd(name), name),
+            &["--json", "ns", "mirror", "status", NQN, "3"],
+        );
+        serde_json::from_str(&o.stdout).unwrap_or_default()
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while status3("a")["state"] != "in-sync" {
+        assert!(Instant::now() < deadline, "never in sync: {}", status3("a"));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Both grow, the secondary first (the primary grows only once its peer holds the size).
+    for name in ["b", "a"] {
+        let o = ok(name, &["--json", "ns", "resize", NQN, "3", "16M"]);
+        assert!(o.contains("16777216"), "{name} grew: {o}");
+    }
+    let read3 = |addr: SocketAddr, slba: u64, blocks: usize| -> Vec<u8> {
+        rt().block_on(async {
+            let c = Controller::connect(addr, NQN, &HostConfig::default())
+                .await
+                .unwrap();
+            let mut q = c.io_queue(1, 0, false).await.unwrap();
+            let mut buf = vec![0u8; blocks * BS];
+            q.read(NamespaceId(3), slba, blocks as u32, &mut buf)
+                .await
+                .unwrap();
+            c.disconnect().await;
+            buf
+        })
+    };
+    assert!(
+        read3(a_addr, 200, 64) == data,
+        "the clone holds the snapshot's data"
+    );
+    // The primary is lost: the secondary, promoted, serves the snapshot's data.
+    drop(ta);
+    ok("b", &["ns", "mirror", "promote", NQN, "3"]);
+    assert!(
+        read3(b_addr, 200, 64) == data,
+        "the secondary got the clone's data"
+    );
+    drop(tb);
+}

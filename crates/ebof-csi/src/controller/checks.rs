@@ -107,7 +107,7 @@ pub(super) fn single_node(c: Option<&pb::VolumeCapability>) -> bool {
 }
 
 /// StorageClass parameters the driver understands.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(super) struct Params {
     /// The pool to make volumes in (`pool`); absent: any.
     pub(super) pool: Option<String>,

@@ -13,8 +13,9 @@
 //!
 //! Errors: a source that is not a volume of this driver, or that no box holds (all boxes
 //! answering), is NOT_FOUND; a `limit_bytes` below the source's size is OUT_OF_RANGE (a
-//! `required_bytes` below it gets a clone of the source's size, which the range allows); a
-//! clone into a `replicas: "2"` volume is INVALID_ARGUMENT (the box clones into one copy).
+//! `required_bytes` below it gets a clone of the source's size, which the range allows). A
+//! clone into a `replicas: "2"` volume is made as a restore into two copies is
+//! ([`super::mirror`]).
 
 use super::{BoxState, Controller, api_code};
 use crate::names;

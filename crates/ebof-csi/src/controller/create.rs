@@ -19,6 +19,9 @@ use ebof_api::{
 };
 use tonic::Status;
 
+/// How long a replicated clone's primary is asked again to grow while its new link comes up.
+const GROW_WAIT: std::time::Duration = std::time::Duration::from_secs(15);
+
 /// One CreateVolume request, checked: what every attempt works from.
 struct Job<'a> {
     /// The request.
@@ -100,11 +103,6 @@ impl Controller {
         let size = size_for(r.capacity_range.as_ref())?;
         let topo = zones(r.accessibility_requirements.as_ref());
         let source = content_source(r)?;
-        if params.replicas > 1 && source.is_some() {
-            return Err(invalid(
-                "making a replicas: \"2\" volume from a snapshot or a volume is not supported (the box clones into one copy): make it with replicas \"1\"",
-            ));
-        }
         let job = Job {
             r,
             params,
@@ -256,13 +254,62 @@ impl Controller {
                 };
             }
         }
-        // Step 4: a replicated volume's secondary.
-        if let Some((s, pool, _)) = secondary
-            && !self.make_secondary(job, idx, s, Some(pool)).await?
-        {
-            return Ok(None);
+        // Step 4: a replicated volume's secondary (a clone's: then both grown to the size).
+        if let Some((s, pool, _)) = secondary {
+            if !self.make_secondary(job, idx, s, Some(pool)).await? {
+                return Ok(None);
+            }
+            if from_snapshot {
+                self.grow_copies(job, idx, s).await?;
+            }
         }
         self.made(job).await.map(Some)
+    }
+
+    /// A replicated volume made from a snapshot or a volume is cloned at its source's size;
+    /// when the capacity asked is larger, its copies grow to it: the secondary first, then
+    /// the primary (which grows only once its peer holds the new size: while its new link
+    /// comes up it refuses, so it is asked again for a bounded while).
+    async fn grow_copies(&self, job: &Job<'_>, p: usize, s: usize) -> Result<(), Status> {
+        let size = job.size;
+        let asked = job
+            .r
+            .capacity_range
+            .as_ref()
+            .is_some_and(|c| c.required_bytes > 0);
+        if !asked {
+            return Ok(());
+        }
+        for idx in [s, p] {
+            let deadline = std::time::Instant::now() + GROW_WAIT;
+            loop {
+                let b = self.read_box(idx).await?;
+                let now = b
+                    .state
+                    .subsystems
+                    .iter()
+                    .find(|x| x.nqn == job.nqn)
+                    .and_then(|x| x.namespaces.iter().find(|n| n.nsid == names::NSID))
+                    .map_or(0, |n| n.size);
+                if now >= size {
+                    break;
+                }
+                let n = job.nqn.clone();
+                let req = ResizeRequest {
+                    size,
+                    shrink: false,
+                };
+                match self.on_box(idx, move |c| c.resize_namespace(&n, "1", &req)).await {
+                    Ok(_) => break,
+                    Err(e) if idx == p && std::time::Instant::now() < deadline => {
+                        tracing::debug!(volume = %job.r.name, error = %e, "the primary does not grow yet; asking again");
+                        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                    }
+                    Err(e) => return Err(self.box_error(idx, "growing the cloned volume", &e)),
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The boxes that answer, for steps 1 and 2. When one does not, the volume might be
@@ -359,11 +406,23 @@ impl Controller {
             )));
         }
         match Protocol::pair(found, on) {
+            // Both copies of a clone made before its growth was cut short: grow them now.
+            Pair::Whole
+                if job.source.is_some()
+                    && (v.capacity_bytes as u64) < job.size
+                    && let Some(s) = partner =>
+            {
+                self.grow_copies(job, on, s).await?;
+                return self.made(job).await.map(Some);
+            }
             Pair::Single | Pair::Whole => {}
             Pair::MakeSecondary { on: s } => {
                 tracing::info!(volume = %job.r.name, primary = %self.boxes[on].name, secondary = %self.boxes[s].name, "a half-created replicated volume: making its secondary");
                 if !self.make_secondary(job, on, s, None).await? {
                     return Ok(None);
+                }
+                if job.source.is_some() {
+                    self.grow_copies(job, on, s).await?;
                 }
                 return self.made(job).await.map(Some);
             }
@@ -537,11 +596,25 @@ impl Controller {
                 &bx.name,
                 &label,
             )?;
+            // A replicated clone: the primary on the snapshot's box, the secondary placed as
+            // for a new pair (encrypted too when the clone's pool is: each copy at rest).
+            let secondary = if params.replicas > 1 {
+                let mut p2 = params.clone();
+                p2.encrypted |= b.state.pools.iter().any(|p| p.name == pool && p.encrypted);
+                let size = view.size.max(job.size);
+                let (_, (s, spool)) = self.place_pair(all, &r.name, size, &p2, topo, Some(sidx))?;
+                let listener = self
+                    .listener_of(Self::state_of(all, s)?)
+                    .ok_or_else(|| Status::internal("the secondary's box has no listener"))?;
+                Some((s, spool, listener))
+            } else {
+                None
+            };
             return Ok(Target {
                 idx: sidx,
                 pool,
                 snap: Some((s, view)),
-                secondary: None,
+                secondary,
             });
         }
         if params.replicas > 1 {
@@ -613,16 +686,24 @@ impl Controller {
                 .await
                 .map(|_| None);
         };
+        let replicated = t.secondary.is_some();
         let req = CloneRequest {
             subsystem: nqn.clone(),
             nsid: Some(names::NSID),
             uuid: Some(job.uuid.clone()),
             pool: Some(t.pool),
+            mirror: t.secondary.map(|(_, _, peer)| ebof_api::MirrorFields {
+                peer: Some(peer),
+                role: Some(Role::Primary.name().into()),
+            }),
             ..Default::default()
         };
         self.on_box(idx, move |c| c.clone_snapshot(&sname, &req))
             .await?;
-        let grow = size > view.size
+        // A replicated clone grows once its secondary exists (`grow_copies`): a primary grows
+        // only when its peer holds the new size.
+        let grow = !replicated
+            && size > view.size
             && job
                 .r
                 .capacity_range

@@ -63,8 +63,10 @@
 //! 15), and the snapshot survives the loss of either box. While the copies are not in sync
 //! (degraded, resyncing) the box refuses with `snapshot-busy` and CreateSnapshot answers
 //! UNAVAILABLE: the sidecar retries. DeleteSnapshot deletes it on every box that has it.
-//! Restoring a snapshot into a `replicas: "2"` volume is refused for now (the box's clone
-//! request takes no `mirror`).
+//! Restoring a snapshot into a `replicas: "2"` volume: the primary is the snapshot cloned on
+//! its box with `mirror` (the clone request's), the secondary an empty namespace of the
+//! clone's size on another box, which the primary copies itself to whole (a new secondary);
+//! then both grow to the size asked, the secondary first (`create.rs` `grow_copies`).
 //!
 //! **The witness.** The boxes decide who is primary through a witness (`[mirror] witness`
 //! in each box's configuration; the driver does not configure boxes). The boxes file may name

@@ -525,6 +525,20 @@ fn route(g: &mut Inner, method: &str, path: &str, body: &Value, listener: &str) 
             if snap.size > free {
                 return err(409, "pool-full", "pool full");
             }
+            if let Some(m) = body.get("mirror") {
+                let role = m["role"].as_str().unwrap_or("");
+                let peer = m["peer"].as_str().unwrap_or("");
+                if role != "primary" || peer.parse::<std::net::SocketAddr>().is_err() {
+                    return err(400, "invalid-mirror", "bad mirror");
+                }
+                g.mirrors.insert(
+                    nqn.clone(),
+                    json!({"role": role, "peer": peer, "epoch": 1, "state": "resyncing",
+                        "resync_done": 0, "resync_total": snap.size, "resync_bytes_left": snap.size,
+                        "dirty_regions": 0, "in_flight": 0, "lease_ms_left": null,
+                        "fenced": false}),
+                );
+            }
             let ns = namespace_view(nsid, snap.size, body["uuid"].as_str().unwrap_or(""));
             g.subsystems[i].namespaces.push(ns.clone());
             if let Some(d) = g.data.get(&format!("snapshot:{name}")).cloned() {

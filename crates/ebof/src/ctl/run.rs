@@ -421,6 +421,10 @@ fn ns_add(c: &Client, json: bool, a: NsAddArgs) -> Result<()> {
             ana_group,
             hosts: (!hosts.is_empty()).then_some(hosts),
             pool,
+            mirror: mirror_peer.map(|peer| ebof_config::MirrorFields {
+                peer: Some(peer),
+                role: mirror_role,
+            }),
         };
         let r = c.clone_snapshot(&name, &req).map_err(err)?;
         return emit(json, &r, |r| {
