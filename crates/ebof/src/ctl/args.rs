@@ -64,8 +64,8 @@ pub enum CtlCmd {
     /// What is busy now: per namespace, IOPS and bandwidth (read/write), latency percentiles
     /// and the average number of commands in the target (queue depth) over each interval,
     /// busiest first, refreshed until interrupted (or --count/--once). With --json, one
-    /// object per view, a line each. No per-host figures: the target keeps no per-host I/O
-    /// counters (`ebof ctl show` lists each host's controllers and queues).
+    /// object per view, a line each. --hosts: per host NQN instead (boxes with
+    /// `[metrics] per_host_io = true`).
     Top(TopArgs),
     /// Write a support bundle (a .tar.gz): state, counters, the running configuration with
     /// every secret redacted, a metrics scrape, versions, logs where they can be had, and a
@@ -167,6 +167,10 @@ pub struct TopArgs {
     /// target) or lat (p99 latency).
     #[arg(long, value_parser = ["iops", "bw", "qd", "lat"], default_value = "iops")]
     pub sort: String,
+    /// One line per host NQN instead of per namespace (the box counts I/O per host only
+    /// with `[metrics] per_host_io = true`).
+    #[arg(long)]
+    pub hosts: bool,
 }
 
 #[derive(clap::Subcommand, Debug)]

@@ -8,8 +8,8 @@
 //! added to the data path: queues publish these counters in batches already (so a reading is
 //! at most about a second behind; the default interval is 2 s).
 //!
-//! Per-host figures: the target keeps no per-host I/O counters, so `top` has no per-host
-//! view (the controllers and I/O queues of each host are in `ebof ctl show`).
+//! Per-host figures (`--hosts`): the same arithmetic over the per-host counters a box keeps
+//! with `[metrics] per_host_io = true` ([`super::top_hosts`]).
 
 use super::args::TopArgs;
 use super::fleet::{Member, gather};
@@ -82,6 +82,9 @@ pub struct BoxTop {
     pub io_queues: usize,
     /// Namespaces, busiest first.
     pub namespaces: Vec<NsTop>,
+    /// With `--hosts`: hosts, busiest first (absent when the box counts no I/O per host).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hosts: Option<Vec<super::top_hosts::HostTop>>,
 }
 
 /// The rates between readings `a` and `b`, `secs` apart (a namespace new in `b` counts from
@@ -100,7 +103,7 @@ pub fn rates(a: &Stats, b: &Stats, secs: f64) -> Vec<NsTop> {
         .collect()
 }
 
-fn ns_rates(a: Option<&NamespaceStats>, b: &NamespaceStats, secs: f64) -> NsTop {
+pub(super) fn ns_rates(a: Option<&NamespaceStats>, b: &NamespaceStats, secs: f64) -> NsTop {
     let d = |f: fn(&NamespaceStats) -> u64| f(b).saturating_sub(a.map_or(0, f));
     let per = |f: fn(&NamespaceStats) -> u64| d(f) as f64 / secs;
     let rl = interval_latency(
@@ -223,6 +226,13 @@ pub fn run(
     };
     let mut asked = Instant::now();
     let mut prev = read(members, fleet, within, true)?;
+    if a.hosts
+        && !fleet
+        && let Some(Ok((_, s))) = prev.first()
+        && s.hosts.is_none()
+    {
+        anyhow::bail!("per-host I/O is off on this box: set [metrics] per_host_io = true");
+    }
     for _ in 0..views {
         // One view per interval, however long the boxes took to answer.
         std::thread::sleep((asked + interval).saturating_duration_since(Instant::now()));
@@ -231,7 +241,7 @@ pub fn run(
         let mut boxes: Vec<BoxTop> = members
             .iter()
             .zip(prev.iter().zip(&now))
-            .map(|(m, (p, n))| box_top(m, fleet, p, n, &a.sort))
+            .map(|(m, (p, n))| box_top(m, fleet, p, n, a))
             .collect();
         if fleet {
             boxes.sort_by(|x, y| {
@@ -250,7 +260,11 @@ pub fn run(
             if views == u32::MAX {
                 print!("\x1b[H\x1b[2J");
             }
-            print!("{}", text(&boxes, fleet, a.interval));
+            if a.hosts {
+                print!("{}", super::top_hosts::text(&boxes, fleet, a.interval));
+            } else {
+                print!("{}", text(&boxes, fleet, a.interval));
+            }
         }
         use std::io::Write;
         let _ = std::io::stdout().flush();
@@ -276,7 +290,8 @@ fn read(members: &[Member], fleet: bool, within: Duration, first: bool) -> Resul
 }
 
 /// The view of one box from readings `p` and `n`.
-fn box_top(m: &Member, fleet: bool, p: &Reading, n: &Reading, by: &str) -> BoxTop {
+fn box_top(m: &Member, fleet: bool, p: &Reading, n: &Reading, a: &TopArgs) -> BoxTop {
+    let (by, hosts) = (a.sort.as_str(), a.hosts);
     let mut t = BoxTop {
         name: fleet.then(|| m.name.clone()),
         api: fleet.then(|| m.api.clone()),
@@ -285,6 +300,7 @@ fn box_top(m: &Member, fleet: bool, p: &Reading, n: &Reading, by: &str) -> BoxTo
         controllers: 0,
         io_queues: 0,
         namespaces: Vec::new(),
+        hosts: None,
     };
     match (p, n) {
         (_, Err(e)) => t.error = Some(format!("unreachable: {e}")),
@@ -300,6 +316,9 @@ fn box_top(m: &Member, fleet: bool, p: &Reading, n: &Reading, by: &str) -> BoxTo
             t.io_queues = b.io_queues;
             t.namespaces = rates(a, b, secs);
             sort(&mut t.namespaces, by);
+            if hosts {
+                t.hosts = super::top_hosts::host_rates(a, b, secs, by);
+            }
         }
     }
     t
@@ -361,7 +380,7 @@ const NS_TOP_COLUMNS: &[Column<(String, NsTop)>] = &[
     ("ERR", &|(_, n)| n.media_errors.to_string()),
 ];
 
-fn lat(l: &Option<IntervalLatency>) -> String {
+pub(super) fn lat(l: &Option<IntervalLatency>) -> String {
     l.as_ref().map_or_else(
         || "-".into(),
         |l| format!("{:.0}/{:.0}/{:.0}", l.p50_us, l.p99_us, l.p999_us),
@@ -467,6 +486,7 @@ mod tests {
                 controllers: 1,
                 io_queues: 2,
                 namespaces: r,
+                hosts: None,
             },
             BoxTop {
                 name: Some("b2".into()),
@@ -476,6 +496,7 @@ mod tests {
                 controllers: 0,
                 io_queues: 0,
                 namespaces: vec![],
+                hosts: None,
             },
         ];
         let t = text(&boxes, true, 1.0);
