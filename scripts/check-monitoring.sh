@@ -58,6 +58,7 @@ members = ["$A:11"]
 witness = "$A:10"
 [metrics]
 listen = "$A:9464"
+per_host_io = true
 [management]
 socket = "$work/ebof.sock"
 [[pools]]
@@ -148,6 +149,18 @@ for f in re.findall(r"^\s+- (\S+\.(?:yaml|json))$", kust, re.M):
     assert Path("deploy/monitoring", f).is_file(), f
 assert 'grafana_dashboard: "1"' in kust
 print(f"check-monitoring: {len(used)} metric names used by {len(list(Path('deploy/monitoring/dashboards').glob('*.json')))} dashboards and the rules, all in a live scrape ({len(names)} names)")
+EOF
+# The per-host series (`per_host_io = true`) with samples: a short run, then the scrape promtool
+# checks holds them.
+"$BIN" perf -a $A -n nqn.2026-11.io.ebof:monitoring --nsid 1 --rw randrw --qd 4 --runtime 1s >/dev/null
+sleep 1.2
+python3 - "$A:9464" "$work/scrape.txt" <<'EOF'
+import sys, urllib.request
+req = urllib.request.Request(f"http://{sys.argv[1]}/metrics", headers={"Accept": "text/plain; version=0.0.4"})
+text = urllib.request.urlopen(req, timeout=5).read().decode()
+for want in ('ebof_host_read_commands_total{hostnqn="', 'ebof_host_write_latency_seconds_sum{hostnqn="'):
+    assert want in text, f"check-monitoring: no {want} in the scrape"
+open(sys.argv[2], "w").write(text)
 EOF
 promtool check metrics < "$work/scrape.txt"
 echo "check-monitoring: promtool check metrics: no problems"
