@@ -111,6 +111,12 @@ pub struct TokenFile {
 }
 
 impl TokenFile {
+    /// The token file's path (`ebof ctl --boxes FILE dump` reads it to keep the token out
+    /// of the bundle).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
     /// The client with the token the file holds now: read again (blocking: call it off the
     /// async threads) when the file changed since it was last read. A file that cannot be
     /// read or holds no token keeps the last token, said in the log.

@@ -525,4 +525,98 @@ fn the_support_bundle_holds_no_secret() {
             assert!(!contains(&body, s), "{path} holds a secret");
         }
     }
+
+    // The fleet's bundle: a directory per box with the same files, the dead boxes in the
+    // top-level MANIFEST with their error, within the per-box timeout, and no secret.
+    let d2 = tempfile::tempdir().unwrap();
+    let (_t2, api2, _) = api_box(d2.path(), "");
+    let refused = free_port();
+    let stuck = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let stuck_addr = stuck.local_addr().unwrap();
+    let t = token.display();
+    let file = dir.join("boxes.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "[[boxes]]\nname = \"secret-box\"\napi = \"{api}\"\ntoken_file = \"{t}\"\n\
+             [[boxes]]\nname = \"plain\"\napi = \"{api2}\"\ntoken_file = \"{}\"\n\
+             [[boxes]]\nname = \"down\"\napi = \"127.0.0.1:{refused}\"\ntoken_file = \"{t}\"\n\
+             [[boxes]]\nname = \"stuck\"\napi = \"{stuck_addr}\"\ntoken_file = \"{t}\"\n",
+            d2.path().join("token").display()
+        ),
+    )
+    .unwrap();
+    let fleet_bundle = dir.join("fleet.tar.gz");
+    let start = Instant::now();
+    let o = ebof(&[
+        "ctl",
+        "--boxes",
+        file.to_str().unwrap(),
+        "--box-timeout",
+        "2",
+        "dump",
+        "-o",
+        fleet_bundle.to_str().unwrap(),
+    ]);
+    assert!(o.ok, "{}", o.stderr);
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "a stuck box stalled the dump"
+    );
+    assert!(o.stdout.contains("2 of 4 boxes"), "{}", o.stdout);
+    let mode = std::fs::metadata(&fleet_bundle)
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(mode, 0o600);
+    let files = unpack(&fleet_bundle);
+    let paths: Vec<&str> = files.iter().map(|(p, _)| p.as_str()).collect();
+    for b in ["secret-box", "plain"] {
+        for want in [
+            "state.json",
+            "stats.json",
+            "config.toml",
+            "metrics.txt",
+            "versions.txt",
+            "MANIFEST",
+        ] {
+            assert!(
+                paths.iter().any(|p| p.ends_with(&format!("/{b}/{want}"))),
+                "{b}/{want} not in {paths:?}"
+            );
+        }
+    }
+    assert!(
+        !paths
+            .iter()
+            .any(|p| p.contains("/down/") || p.contains("/stuck/"))
+    );
+    let (_, m) = files
+        .iter()
+        .find(|(p, _)| p.matches('/').count() == 1 && p.ends_with("/MANIFEST"))
+        .expect("a top-level MANIFEST");
+    let m = String::from_utf8(m.clone()).unwrap();
+    eprintln!("fleet MANIFEST:\n{m}");
+    let line = |b: &str| {
+        m.lines()
+            .find(|l| l.starts_with(&format!("{b} ")))
+            .unwrap_or_else(|| panic!("no {b}: {m}"))
+            .to_string()
+    };
+    assert!(line("secret-box").contains("collected"), "{m}");
+    assert!(line("plain").contains("collected"), "{m}");
+    assert!(
+        line("down").contains("unreachable: no ebof management API"),
+        "{m}"
+    );
+    assert!(line("stuck").contains("unreachable: "), "{m}");
+    let d2_token = std::fs::read(d2.path().join("token")).unwrap();
+    secrets.push(d2_token.trim_ascii().to_vec());
+    for (path, body) in &files {
+        for s in &secrets {
+            assert!(!contains(body, s), "{path} holds a secret");
+        }
+    }
+    drop(stuck);
 }

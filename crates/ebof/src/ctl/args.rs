@@ -38,8 +38,9 @@ pub struct CtlArgs {
     /// a BOX column; a box that does not answer is shown as unreachable, with the error.
     #[arg(long, value_name = "FILE", global = true, conflicts_with_all = ["socket", "api"])]
     pub boxes: Option<PathBuf>,
-    /// With --boxes: how long to wait for each box, in seconds (default 3), before showing
-    /// it as unreachable; the boxes are asked at the same time.
+    /// With --boxes: how long to wait for each box, in seconds (default 3; for dump, 20 for
+    /// its whole bundle), before showing it as unreachable; the boxes are asked at the same
+    /// time.
     #[arg(long, value_name = "SECS", global = true, requires = "boxes")]
     pub box_timeout: Option<f64>,
     #[command(subcommand)]
@@ -69,7 +70,8 @@ pub enum CtlCmd {
     Top(TopArgs),
     /// Write a support bundle (a .tar.gz): state, counters, the running configuration with
     /// every secret redacted, a metrics scrape, versions, logs where they can be had, and a
-    /// MANIFEST listing them.
+    /// MANIFEST listing them. With --boxes: one bundle, a directory per box, and a top-level
+    /// MANIFEST naming the boxes that could not be collected and why.
     Dump {
         /// The bundle to write (e.g. ebof-dump.tar.gz; created mode 0600).
         #[arg(short = 'o', long, value_name = "FILE.tar.gz")]

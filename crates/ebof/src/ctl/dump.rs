@@ -8,12 +8,20 @@
 //! the box's own redaction, every file passes through [`scrub`], which removes anything
 //! shaped like a DH-HMAC-CHAP secret (`DHHC-1:…`) or a TLS PSK (`NVMeTLSkey-1:…`), and the
 //! API token `ebof ctl` holds.
+//!
+//! `ebof ctl --boxes FILE dump -o FILE.tar.gz` ([`run_fleet`]): the same for every box of a
+//! fleet, at the same time, one directory per box in one bundle, each box bounded by
+//! `--box-timeout` (default [`FLEET_TIMEOUT`]); a top-level `MANIFEST` lists the boxes and,
+//! for each one that could not be collected, why. Every file is scrubbed of every box's token.
 
 use super::CtlArgs;
+use super::fleet::Member;
 use anyhow::{Context, Result};
 use ebof_api::{Client, REDACTED, SupportView};
 use std::io::Write;
 use std::path::Path;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
 /// One file of the bundle: its name, what it is, and its content (or why there is none).
 struct Part {
@@ -22,13 +30,131 @@ struct Part {
     body: Result<String, String>,
 }
 
+/// How long one box of `--boxes … dump` may take to give its whole bundle, by default.
+pub const FLEET_TIMEOUT: Duration = Duration::from_secs(20);
+
 /// `ebof ctl dump -o FILE`.
 pub fn run(c: &Client, a: &CtlArgs, output: &Path) -> Result<()> {
-    let state = c.state().map_err(super::err)?;
+    let parts = collect(c, a.api.is_some()).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let tokens: Vec<String> = held_token(a).into_iter().collect();
+    let now = unix_now();
+    let mut tar = open(output)?;
+    let dir = format!("ebof-dump-{now}");
+    box_files(&mut tar, &dir, &parts, &tokens, now)?;
+    finish(tar)?;
+    println!(
+        "support bundle written to {} ({} files; see its MANIFEST)",
+        output.display(),
+        parts.iter().filter(|p| p.body.is_ok()).count() + 1
+    );
+    Ok(())
+}
+
+/// `ebof ctl --boxes FILE dump -o FILE`: every box at once, each within `box_timeout` secs.
+pub fn run_fleet(members: &[Member], box_timeout: Option<f64>, output: &Path) -> Result<()> {
+    let within = match box_timeout {
+        None => FLEET_TIMEOUT,
+        s => super::fleet::timeout(s)?,
+    };
+    let (tx, rx) = mpsc::channel();
+    for (i, m) in members.iter().enumerate() {
+        let (tx, c) = (tx.clone(), m.client.clone());
+        std::thread::spawn(move || {
+            let _ = tx.send((i, collect(&c, true)));
+        });
+    }
+    drop(tx);
+    let mut got: Vec<Option<Result<Vec<Part>, String>>> = members.iter().map(|_| None).collect();
+    let deadline = Instant::now() + within;
+    for _ in 0..members.len() {
+        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok((i, r)) => got[i] = Some(r),
+            Err(_) => break,
+        }
+    }
+    // Every token of the fleet is kept out of every box's files.
+    let tokens: Vec<String> = members
+        .iter()
+        .filter_map(|m| m.token_file.as_ref())
+        .filter_map(|p| ebof_api::read_token_file(p).ok())
+        .map(|t| t.expose().to_string())
+        .collect();
+    let now = unix_now();
+    let top = format!("ebof-dump-{now}");
+    let mut tar = open(output)?;
+    let mut manifest = format!(
+        "ebof fleet support bundle, made {} by ebof ctl --boxes FILE dump {}
+         A directory per box, each what `ebof ctl dump` gives of that box (its own MANIFEST);
+         each box had {within:?} to answer.
+
+BOX  DIRECTORY  API  STATUS
+",
+        super::render::utc_text(now),
+        env!("CARGO_PKG_VERSION")
+    );
+    let mut ok = 0;
+    for (m, r) in members.iter().zip(got) {
+        let dir = dir_name(&m.name);
+        let status = match r {
+            Some(Ok(parts)) => {
+                box_files(&mut tar, &format!("{top}/{dir}"), &parts, &tokens, now)?;
+                ok += 1;
+                format!(
+                    "collected ({} files)",
+                    parts.iter().filter(|p| p.body.is_ok()).count() + 1
+                )
+            }
+            Some(Err(e)) => format!("unreachable: {e}"),
+            None => format!("unreachable: no answer within {within:?}"),
+        };
+        let line = format!(
+            "{}  {dir}/  {}  {status}
+",
+            m.name, m.api
+        );
+        manifest.push_str(&scrub_all(&line, &tokens));
+    }
+    add(
+        &mut tar,
+        &format!("{top}/MANIFEST"),
+        manifest.as_bytes(),
+        now,
+    )?;
+    finish(tar)?;
+    println!(
+        "fleet support bundle written to {} ({ok} of {} boxes; see its MANIFEST)",
+        output.display(),
+        members.len()
+    );
+    Ok(())
+}
+
+/// A box name as a directory name: letters, digits, `.`, `_` and `-`; anything else `_`.
+fn dir_name(name: &str) -> String {
+    let d: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if d.is_empty() || d.starts_with('.') {
+        format!("box{d}")
+    } else {
+        d
+    }
+}
+
+/// The files of one box's bundle; an error when the box cannot be asked at all. `remote`:
+/// asked over TCP (its log cannot be had from here).
+fn collect(c: &Client, remote: bool) -> Result<Vec<Part>, String> {
+    let state = c.state().map_err(|e| e.to_string())?;
     // Asked once: the configuration and the box's kernel both come from it.
     let support = c.support().map_err(|e| e.to_string());
-    let token = held_token(a);
-    let parts = vec![
+    Ok(vec![
         Part {
             name: "state.json",
             what: "ebof ctl show --json",
@@ -65,16 +191,9 @@ pub fn run(c: &Client, a: &CtlArgs, output: &Path) -> Result<()> {
         Part {
             name: "logs.txt",
             what: "the box's recent log",
-            body: logs(a),
+            body: logs(remote),
         },
-    ];
-    write(output, &parts, token.as_deref())?;
-    println!(
-        "support bundle written to {} ({} files; see its MANIFEST)",
-        output.display(),
-        parts.iter().filter(|p| p.body.is_ok()).count() + 1
-    );
-    Ok(())
+    ])
 }
 
 /// An answer as pretty JSON.
@@ -110,8 +229,8 @@ fn versions(c: &Client, box_version: &str, support: &Result<SupportView, String>
 /// The box's recent log: `ebof serve` logs to its standard error (the journal under the
 /// systemd unit `ebof.service`) and keeps no log file itself, so the log is had only on the
 /// box's machine (the management socket), from the journal.
-fn logs(a: &CtlArgs) -> Result<String, String> {
-    if a.api.is_some() {
+fn logs(remote: bool) -> Result<String, String> {
+    if remote {
         return Err(
             "not collected: ebof serve keeps no log itself (it logs to standard error, the \
              journal under systemd); run `ebof ctl dump` on the box, or `journalctl -u ebof` there"
@@ -160,14 +279,24 @@ pub fn scrub(text: &str, token: Option<&str>) -> String {
     out
 }
 
-/// The bundle: a directory `ebof-dump-SECONDS/` of `parts` and the MANIFEST, gzipped, made
-/// owner-only.
-fn write(output: &Path, parts: &[Part], token: Option<&str>) -> Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let now = std::time::SystemTime::now()
+/// `text` scrubbed ([`scrub`]) of every token in `tokens` too.
+fn scrub_all(text: &str, tokens: &[String]) -> String {
+    tokens
+        .iter()
+        .fold(scrub(text, None), |t, tok| scrub(&t, Some(tok)))
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let dir = format!("ebof-dump-{now}");
+        .map_or(0, |d| d.as_secs())
+}
+
+type Bundle = tar::Builder<flate2::write::GzEncoder<std::fs::File>>;
+
+/// The bundle at `output`, created owner-only.
+fn open(output: &Path) -> Result<Bundle> {
+    use std::os::unix::fs::OpenOptionsExt;
     let file = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
@@ -176,7 +305,26 @@ fn write(output: &Path, parts: &[Part], token: Option<&str>) -> Result<()> {
         .open(output)
         .with_context(|| format!("cannot create {}", output.display()))?;
     let gz = flate2::write::GzEncoder::new(file, flate2::Compression::default());
-    let mut tar = tar::Builder::new(gz);
+    Ok(tar::Builder::new(gz))
+}
+
+/// The bundle written out and synced.
+fn finish(tar: Bundle) -> Result<()> {
+    let gz = tar.into_inner().context("writing the bundle")?;
+    let mut file = gz.finish().context("writing the bundle")?;
+    file.flush().context("writing the bundle")?;
+    file.sync_all().context("writing the bundle")?;
+    Ok(())
+}
+
+/// One box's `parts` and its MANIFEST in directory `dir` of the bundle, scrubbed.
+fn box_files(
+    tar: &mut Bundle,
+    dir: &str,
+    parts: &[Part],
+    tokens: &[String],
+    now: u64,
+) -> Result<()> {
     let mut manifest = format!(
         "ebof support bundle, made {} by ebof ctl dump {}\n\
          Secrets: inline keys of the configuration are redacted by the box; every file is\n\
@@ -189,30 +337,23 @@ fn write(output: &Path, parts: &[Part], token: Option<&str>) -> Result<()> {
     for p in parts {
         match &p.body {
             Ok(body) => {
-                let body = scrub(body, token);
+                let body = scrub_all(body, tokens);
                 manifest.push_str(&format!("{}  {}  {}\n", p.name, body.len(), p.what));
-                add(&mut tar, &format!("{dir}/{}", p.name), body.as_bytes(), now)?;
+                add(tar, &format!("{dir}/{}", p.name), body.as_bytes(), now)?;
             }
-            Err(why) => {
-                missing.push_str(&format!("{} ({}): {}\n", p.name, p.what, scrub(why, token)))
-            }
+            Err(why) => missing.push_str(&format!(
+                "{} ({}): {}\n",
+                p.name,
+                p.what,
+                scrub_all(why, tokens)
+            )),
         }
     }
     if !missing.is_empty() {
         manifest.push_str("\nNot in the bundle:\n");
         manifest.push_str(&missing);
     }
-    add(
-        &mut tar,
-        &format!("{dir}/MANIFEST"),
-        manifest.as_bytes(),
-        now,
-    )?;
-    let gz = tar.into_inner().context("writing the bundle")?;
-    let mut file = gz.finish().context("writing the bundle")?;
-    file.flush().context("writing the bundle")?;
-    file.sync_all().context("writing the bundle")?;
-    Ok(())
+    add(tar, &format!("{dir}/MANIFEST"), manifest.as_bytes(), now)
 }
 
 /// One regular file, mode 0644, in the archive.
@@ -229,6 +370,18 @@ fn add<W: Write>(tar: &mut tar::Builder<W>, path: &str, body: &[u8], mtime: u64)
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn box_names_make_safe_directory_names() {
+        assert_eq!(dir_name("box-1.a_b"), "box-1.a_b");
+        assert_eq!(dir_name("https://10.0.0.1:9651"), "https___10.0.0.1_9651");
+        assert_eq!(dir_name(".."), "box..");
+        assert_eq!(dir_name(""), "box");
+        assert_eq!(
+            scrub_all("t1 t2 DHHC-1:00:abc:", &["t1".into(), "t2".into()]),
+            "<redacted> <redacted> <redacted>"
+        );
+    }
 
     #[test]
     fn secrets_are_scrubbed() {

@@ -1,7 +1,7 @@
 //! `ebof ctl --boxes FILE …`: every box of a fleet, as the CSI driver's boxes file lists them
 //! (`ebof_csi::boxes`: its parser and checks, one format for both), asked at the same time,
 //! each within a timeout so that one dead box does not stall the view; `show` here, `top` in
-//! [`super::top`].
+//! [`super::top`], `dump` in [`super::dump`].
 
 use super::render::{self, Column};
 use anyhow::Result;
@@ -25,6 +25,8 @@ pub struct Member {
     pub zone: Option<String>,
     /// The client with its token.
     pub client: Client,
+    /// Its token file (with `--boxes`).
+    pub token_file: Option<std::path::PathBuf>,
 }
 
 /// The boxes of the boxes file at `path`.
@@ -37,6 +39,7 @@ pub fn load(path: &Path) -> Result<Vec<Member>> {
             api: b.api,
             zone: b.zone,
             client: b.client,
+            token_file: Some(b.tokens.path().to_path_buf()),
         })
         .collect())
 }
@@ -236,6 +239,7 @@ mod tests {
             api: api.into(),
             zone: None,
             client: Client::tcp(api, None),
+            token_file: None,
         }
     }
 

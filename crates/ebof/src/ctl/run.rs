@@ -41,6 +41,7 @@ pub fn run(a: CtlArgs) -> Result<()> {
                 api: c.endpoint(),
                 zone: None,
                 client: c.clone(),
+                token_file: None,
             };
             super::top::run(&[one], false, t, json, super::fleet::DEFAULT_TIMEOUT)
         }
@@ -81,14 +82,17 @@ pub fn run(a: CtlArgs) -> Result<()> {
     }
 }
 
-/// `ebof ctl --boxes FILE show|top`: every box of the file.
+/// `ebof ctl --boxes FILE show|top|dump`: every box of the file.
 fn fleet(a: &CtlArgs, file: &std::path::Path) -> Result<()> {
     let within = super::fleet::timeout(a.box_timeout)?;
     let members = super::fleet::load(file)?;
     match &a.cmd {
         CtlCmd::Show => super::fleet::show(&members, within, a.json),
         CtlCmd::Top(t) => super::top::run(&members, true, t, a.json, within),
-        _ => anyhow::bail!("--boxes goes with show and top (other commands act on one box: --api)"),
+        CtlCmd::Dump { output } => super::dump::run_fleet(&members, a.box_timeout, output),
+        _ => anyhow::bail!(
+            "--boxes goes with show and top, and dump (other commands act on one box: --api)"
+        ),
     }
 }
 
