@@ -83,12 +83,9 @@ pub fn run_fleet(members: &[Member], box_timeout: Option<f64>, output: &Path) ->
     let top = format!("ebof-dump-{now}");
     let mut tar = open(output)?;
     let mut manifest = format!(
-        "ebof fleet support bundle, made {} by ebof ctl --boxes FILE dump {}
-         A directory per box, each what `ebof ctl dump` gives of that box (its own MANIFEST);
-         each box had {within:?} to answer.
-
-BOX  DIRECTORY  API  STATUS
-",
+        "ebof fleet support bundle, made {} by ebof ctl --boxes FILE dump {}\n\
+         A directory per box, each what `ebof ctl dump` gives of that box (its own MANIFEST);\n\
+         each box had {within:?} to answer.\n\nBOX  DIRECTORY  API  STATUS\n",
         super::render::utc_text(now),
         env!("CARGO_PKG_VERSION")
     );
