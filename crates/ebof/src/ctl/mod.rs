@@ -9,7 +9,6 @@ mod mirror;
 mod render;
 mod run;
 mod top;
-mod top_hosts;
 
 pub use args::CtlArgs;
 pub use run::run;

@@ -9,13 +9,13 @@
 //! at most about a second behind; the default interval is 2 s).
 //!
 //! Per-host figures (`--hosts`): the same arithmetic over the per-host counters a box keeps
-//! with `[metrics] per_host_io = true` ([`super::top_hosts`]).
+//! with `[metrics] per_host_io = true` ([`host_rates`]).
 
 use super::args::TopArgs;
 use super::fleet::{Member, gather};
 use super::render::{self, Column};
 use anyhow::Result;
-use ebof_api::{Client, LatencyBucket, LatencyPercentiles, NamespaceStats, Stats};
+use ebof_api::{Client, HostStats, LatencyBucket, LatencyPercentiles, NamespaceStats, Stats};
 use serde::{Deserialize, Serialize};
 use std::time::{Duration, Instant};
 
@@ -84,7 +84,7 @@ pub struct BoxTop {
     pub namespaces: Vec<NsTop>,
     /// With `--hosts`: hosts, busiest first (absent when the box counts no I/O per host).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub hosts: Option<Vec<super::top_hosts::HostTop>>,
+    pub hosts: Option<Vec<HostTop>>,
 }
 
 /// The rates between readings `a` and `b`, `secs` apart (a namespace new in `b` counts from
@@ -103,7 +103,7 @@ pub fn rates(a: &Stats, b: &Stats, secs: f64) -> Vec<NsTop> {
         .collect()
 }
 
-pub(super) fn ns_rates(a: Option<&NamespaceStats>, b: &NamespaceStats, secs: f64) -> NsTop {
+fn ns_rates(a: Option<&NamespaceStats>, b: &NamespaceStats, secs: f64) -> NsTop {
     let d = |f: fn(&NamespaceStats) -> u64| f(b).saturating_sub(a.map_or(0, f));
     let per = |f: fn(&NamespaceStats) -> u64| d(f) as f64 / secs;
     let rl = interval_latency(
@@ -261,7 +261,7 @@ pub fn run(
                 print!("\x1b[H\x1b[2J");
             }
             if a.hosts {
-                print!("{}", super::top_hosts::text(&boxes, fleet, a.interval));
+                print!("{}", hosts_text(&boxes, fleet, a.interval));
             } else {
                 print!("{}", text(&boxes, fleet, a.interval));
             }
@@ -317,7 +317,7 @@ fn box_top(m: &Member, fleet: bool, p: &Reading, n: &Reading, a: &TopArgs) -> Bo
             t.namespaces = rates(a, b, secs);
             sort(&mut t.namespaces, by);
             if hosts {
-                t.hosts = super::top_hosts::host_rates(a, b, secs, by);
+                t.hosts = host_rates(a, b, secs, by);
             }
         }
     }
@@ -380,12 +380,150 @@ const NS_TOP_COLUMNS: &[Column<(String, NsTop)>] = &[
     ("ERR", &|(_, n)| n.media_errors.to_string()),
 ];
 
-pub(super) fn lat(l: &Option<IntervalLatency>) -> String {
+fn lat(l: &Option<IntervalLatency>) -> String {
     l.as_ref().map_or_else(
         || "-".into(),
         |l| format!("{:.0}/{:.0}/{:.0}", l.p50_us, l.p99_us, l.p999_us),
     )
 }
+
+/// One host over one interval (every subsystem and namespace it used).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HostTop {
+    /// The host's NQN (empty: hosts beyond the box's table, counted together).
+    pub hostnqn: String,
+    /// Reads completed per second.
+    pub read_iops: f64,
+    /// Writes completed per second.
+    pub write_iops: f64,
+    /// Bytes read per second.
+    pub read_bytes_per_sec: f64,
+    /// Bytes written per second.
+    pub write_bytes_per_sec: f64,
+    /// Average number of the host's commands in the target.
+    pub queue_depth: f64,
+    /// Reads of the interval (absent when there were none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_latency: Option<IntervalLatency>,
+    /// Writes of the interval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub write_latency: Option<IntervalLatency>,
+    /// Reads and writes failed in the interval.
+    pub media_errors: u64,
+}
+
+/// A host's counters in the shape of a namespace's, so the namespace arithmetic applies.
+fn as_ns(h: &HostStats) -> NamespaceStats {
+    NamespaceStats {
+        subsystem: h.hostnqn.clone(),
+        nsid: 0,
+        read_commands: h.read_commands,
+        write_commands: h.write_commands,
+        bytes_read: h.bytes_read,
+        bytes_written: h.bytes_written,
+        media_errors: h.media_errors,
+        read_latency: h.read_latency.clone(),
+        write_latency: h.write_latency.clone(),
+        backend_errors: Default::default(),
+    }
+}
+
+/// The per-host rates between readings `a` and `b`, `secs` apart, busiest first by `by`;
+/// `None` when the box counts no I/O per host.
+pub fn host_rates(a: &Stats, b: &Stats, secs: f64, by: &str) -> Option<Vec<HostTop>> {
+    let now = b.hosts.as_ref()?;
+    let before = a.hosts.as_deref().unwrap_or_default();
+    let mut l: Vec<NsTop> = now
+        .iter()
+        .map(|h| {
+            let p = before.iter().find(|x| x.hostnqn == h.hostnqn).map(as_ns);
+            ns_rates(p.as_ref(), &as_ns(h), secs.max(1e-3))
+        })
+        .collect();
+    sort(&mut l, by);
+    Some(
+        l.into_iter()
+            .map(|n| HostTop {
+                hostnqn: n.subsystem,
+                read_iops: n.read_iops,
+                write_iops: n.write_iops,
+                read_bytes_per_sec: n.read_bytes_per_sec,
+                write_bytes_per_sec: n.write_bytes_per_sec,
+                queue_depth: n.queue_depth,
+                read_latency: n.read_latency,
+                write_latency: n.write_latency,
+                media_errors: n.media_errors,
+            })
+            .collect(),
+    )
+}
+
+/// The `--hosts` views as text: a line per box, then every host, busiest first.
+pub fn hosts_text(boxes: &[BoxTop], fleet: bool, interval: f64) -> String {
+    let mut out = String::new();
+    for b in boxes {
+        let who = b
+            .name
+            .as_deref()
+            .map_or(String::new(), |n| format!("{n}: "));
+        match (&b.error, &b.hosts) {
+            (Some(e), _) => out.push_str(&format!("{who}{e}\n")),
+            (None, None) => out.push_str(&format!(
+                "{who}per-host I/O is off (set [metrics] per_host_io = true)\n"
+            )),
+            (None, Some(h)) => out.push_str(&format!(
+                "{who}controllers {}, I/O queues {}, hosts {}; rates over {:.1} s\n",
+                b.controllers,
+                b.io_queues,
+                h.len(),
+                b.interval_s
+            )),
+        }
+    }
+    let rows: Vec<(String, HostTop)> = boxes
+        .iter()
+        .flat_map(|b| {
+            let on = b.name.clone().unwrap_or_default();
+            b.hosts
+                .iter()
+                .flatten()
+                .map(move |h| (on.clone(), h.clone()))
+        })
+        .collect();
+    if rows.is_empty() {
+        out.push_str(&format!("no host figures (interval {interval} s)\n"));
+        return out;
+    }
+    let mut cols: Vec<Column<(String, HostTop)>> = Vec::new();
+    if fleet {
+        cols.push(("BOX", &|(b, _)| b.clone()));
+    }
+    cols.extend_from_slice(HOST_TOP_COLUMNS);
+    render::columns(&mut out, "", &rows, &cols);
+    out
+}
+
+const HOST_TOP_COLUMNS: &[Column<(String, HostTop)>] = &[
+    ("HOST", &|(_, h)| {
+        if h.hostnqn.is_empty() {
+            "(other hosts)".into()
+        } else {
+            h.hostnqn.clone()
+        }
+    }),
+    ("R/s", &|(_, h)| format!("{:.0}", h.read_iops)),
+    ("W/s", &|(_, h)| format!("{:.0}", h.write_iops)),
+    ("RMB/s", &|(_, h)| {
+        format!("{:.1}", h.read_bytes_per_sec / 1e6)
+    }),
+    ("WMB/s", &|(_, h)| {
+        format!("{:.1}", h.write_bytes_per_sec / 1e6)
+    }),
+    ("QD", &|(_, h)| format!("{:.2}", h.queue_depth)),
+    ("READ p50/p99/p99.9 us", &|(_, h)| lat(&h.read_latency)),
+    ("WRITE p50/p99/p99.9 us", &|(_, h)| lat(&h.write_latency)),
+    ("ERR", &|(_, h)| h.media_errors.to_string()),
+];
 
 #[cfg(test)]
 mod tests {
@@ -505,5 +643,69 @@ mod tests {
         assert!(head.contains("R/s") && head.contains("QD"), "{t}");
         let v: BoxTop = serde_json::from_str(&serde_json::to_string(&boxes[0]).unwrap()).unwrap();
         assert_eq!(v, boxes[0]);
+    }
+}
+
+#[cfg(test)]
+mod host_tests {
+    use super::*;
+
+    fn host(nqn: &str, reads: u64) -> ebof_api::HostStats {
+        ebof_api::HostStats {
+            hostnqn: nqn.into(),
+            read_commands: reads,
+            write_commands: 0,
+            bytes_read: reads * 4096,
+            bytes_written: 0,
+            media_errors: 0,
+            read_latency: None,
+            write_latency: None,
+        }
+    }
+
+    fn stats(hosts: Option<Vec<ebof_api::HostStats>>) -> Stats {
+        let mut s: Stats = serde_json::from_value(serde_json::json!({
+            "namespaces": [], "controllers": 2, "io_queues": 2,
+            "keep_alive_expiries": 0, "admin_disconnects": 0
+        }))
+        .unwrap();
+        s.hosts = hosts;
+        s
+    }
+
+    #[test]
+    fn hosts_are_rated_apart_busiest_first_and_off_says_so() {
+        let a = stats(Some(vec![host("h1", 10), host("h2", 10)]));
+        let b = stats(Some(vec![host("h1", 20), host("h2", 110), host("h3", 4)]));
+        let r = host_rates(&a, &b, 2.0, "iops").unwrap();
+        let got: Vec<_> = r
+            .iter()
+            .map(|h| (h.hostnqn.as_str(), h.read_iops))
+            .collect();
+        assert_eq!(got, [("h2", 50.0), ("h1", 5.0), ("h3", 2.0)]);
+        assert!(host_rates(&a, &stats(None), 1.0, "iops").is_none());
+        let mut on = BoxTop {
+            name: Some("b1".into()),
+            api: None,
+            error: None,
+            interval_s: 2.0,
+            controllers: 2,
+            io_queues: 2,
+            namespaces: vec![],
+            hosts: Some(r),
+        };
+        let t = hosts_text(std::slice::from_ref(&on), true, 2.0);
+        assert!(
+            t.lines()
+                .any(|l| l.starts_with("BOX") && l.contains("HOST")),
+            "{t}"
+        );
+        assert!(
+            t.contains("b1: controllers 2, I/O queues 2, hosts 3"),
+            "{t}"
+        );
+        on.hosts = None;
+        let t = hosts_text(&[on], true, 2.0);
+        assert!(t.contains("b1: per-host I/O is off"), "{t}");
     }
 }
