@@ -10,9 +10,9 @@
 //! fallback). XTS itself is the few lines below. The sector tweaks of up to 64 sectors are
 //! encrypted as one batch; then, inside the cipher's backend closure (so that the compiler
 //! sees the whitening in the same function as the vector AES and the backend's batch size as a
-//! constant), the blocks are whitened batch by batch (tweak values by multiplication by α in
-//! GF(2¹²⁸), several sectors per batch when the batch is larger than a sector), encrypted in
-//! place and whitened again. ADR 0029 has the measurements that chose this over `aes` 0.8 (8
+//! constant), 8 sectors at a time: each block's tweak value is computed straight from its
+//! sector's (t·αʲ in GF(2¹²⁸), no chain from block to block), the blocks are whitened in place,
+//! encrypted in batches of the backend's width (a batch may span sectors) and whitened again. ADR 0029 has the measurements that chose this over `aes` 0.8 (8
 //! blocks at a time), the `xts-mode` crate (block at a time) and OpenSSL 3.0's EVP.
 
 use aes::Aes256;
@@ -86,8 +86,10 @@ impl Xts {
         assert!(buf.len().is_multiple_of(SECTOR), "XTS on a partial sector");
         let (blocks, _) = Block::slice_as_chunks_mut(buf);
         let mut tweaks = [Block::default(); CHUNK];
+        let mut used = 0;
         for (c, chunk) in blocks.chunks_mut(CHUNK * BLOCKS).enumerate() {
             let n = chunk.len() / BLOCKS;
+            used = used.max(n);
             for (i, t) in tweaks[..n].iter_mut().enumerate() {
                 let number = first.wrapping_add((c * CHUNK + i) as u64);
                 *t = Block::default();
@@ -104,7 +106,7 @@ impl Xts {
                 self.data.decrypt_with_backend(job);
             }
         }
-        for t in &mut tweaks {
+        for t in &mut tweaks[..used] {
             t.as_mut_slice().zeroize();
         }
     }
