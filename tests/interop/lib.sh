@@ -48,7 +48,7 @@ GUEST_EBOF_BIN=$GUEST_EBOF_DIR/ebof
 
 # Debian packages the host needs; the guest uses the same userland (it is the host's /).
 VM_PACKAGES=(qemu-system-x86 nvme-cli fio busybox-static cpio kmod iproute2 zstd xz-utils
-	e2fsprogs util-linux coreutils gzip procps)
+	e2fsprogs util-linux coreutils gzip procps cryptsetup-bin)
 # RDMA scenarios (soft-RoCE, rdma_rxe, inside the guest): the verbs/RDMA CM libraries, the rxe
 # provider, ibv_devices/ibv_devinfo and rping; the `rdma` tool comes with iproute2. vm_want_rdma
 # (before vm_setup) adds them.

@@ -235,6 +235,55 @@ ns_remove() {
 	[[ ! -b ${HOTDEV[$1]} ]] || fail "${HOTDEV[$1]} still exists"
 }
 
+# encryption at rest (issue 37, ADR 0029): namespace 3 over the host's $CRYPT_DIR/crypt-F.img with
+# --key-file, then over its hard link crypt-F-plain.img (no key header there: served as is)
+crypt_ns() { # crypt_ns FILE [--key-file KEY]: namespace 3 over FILE, its device in HOTDEV[3]
+	local f=$1
+	shift
+	ebof_ctl --json ns add "$CTL_NQN" --nsid 3 --file "$CRYPT_DIR/$f" "$@"
+	seen "namespace 3 added ($f)" _has_ns 3
+	HOTDEV[3]=/dev/$(nvme_ns_for "$CTL_NQN" 3)
+	[[ $(blockdev --getsize64 "${HOTDEV[3]}") == $((16 << 20)) ]] || fail "namespace 3 is not 16 MiB"
+}
+crypt_setup() {
+	printf '%s' "$CRYPT_KEY_HEX" | xxd -r -p >/root/ns1.key || fail "cannot write the key file"
+	[[ $(stat -c %s /root/ns1.key) == 64 ]] || fail "the key file is not 64 bytes"
+	modprobe dm_crypt || fail "no dm_crypt module in the guest"
+	command -v cryptsetup >/dev/null || fail "no cryptsetup in the guest (VM_PACKAGES: cryptsetup-bin)"
+	head -c $((16 << 20)) /dev/urandom >/tmp/crypt.pat || fail "cannot make the pattern"
+}
+# the guide's recovery command (docs/guide/management.md, "Encryption at rest"), as written
+crypt_open() {
+	local F=$1
+	cryptsetup open --type plain --cipher aes-xts-plain64 --key-size 512 --key-file /root/ns1.key $F ns1 ||
+		fail "cryptsetup open of $F failed"
+	[[ $(blockdev --getsize64 /dev/mapper/ns1) == $((16 << 20)) ]] || fail "/dev/mapper/ns1 is not 16 MiB"
+}
+crypt_ebof_to_cryptsetup() {
+	crypt_ns crypt-f.img --key-file "$CRYPT_KEY"
+	run dd if=/tmp/crypt.pat of="${HOTDEV[3]}" bs=1M oflag=direct status=none
+	cmp /tmp/crypt.pat "${HOTDEV[3]}" || fail "namespace 3 (encrypted) does not read back what was written"
+	ns_remove 3
+	crypt_ns crypt-f-plain.img
+	cmp -s /tmp/crypt.pat "${HOTDEV[3]}" && fail "the encrypted file holds the plaintext"
+	crypt_open "${HOTDEV[3]}"
+	cmp /tmp/crypt.pat /dev/mapper/ns1 || { cryptsetup close ns1; fail "cryptsetup does not decrypt ebof's file to what the guest wrote"; }
+	cryptsetup close ns1 || fail "cryptsetup close failed"
+	echo "the file ebof encrypted decrypts with cryptsetup (plain, aes-xts-plain64) to the 16 MiB written"
+	ns_remove 3
+}
+crypt_cryptsetup_to_ebof() {
+	crypt_ns crypt-g-plain.img
+	crypt_open "${HOTDEV[3]}"
+	dd if=/tmp/crypt.pat of=/dev/mapper/ns1 bs=1M oflag=direct status=none || { cryptsetup close ns1; fail "write through dm-crypt failed"; }
+	cryptsetup close ns1 || fail "cryptsetup close failed"
+	ns_remove 3
+	crypt_ns crypt-g.img --key-file "$CRYPT_KEY"
+	cmp /tmp/crypt.pat "${HOTDEV[3]}" || fail "ebof does not read back what cryptsetup wrote"
+	echo "the file cryptsetup wrote reads back through ebof (--key-file) as the 16 MiB written"
+	ns_remove 3
+}
+
 same_controller() {
 	local c
 	c=$(nvme_ctrl_for "$CTL_NQN") || fail "no controller for $CTL_NQN any more"
@@ -465,6 +514,9 @@ step "list-ns, ns-descs, id-ns agree with ebof ctl show (1, 2, 7)" ns_agree
 step "remove namespace 2 (ebof ctl ns remove)" ns_remove 2
 step "remove namespace 7" ns_remove 7
 step "list-ns, ns-descs, id-ns agree with ebof ctl show (namespace 1)" ns_agree
+step "encryption at rest: key, dm_crypt, cryptsetup, 16 MiB pattern" crypt_setup
+step "written through ebof (--key-file), decrypted by cryptsetup plain" crypt_ebof_to_cryptsetup
+step "written by cryptsetup plain, read back through ebof (--key-file)" crypt_cryptsetup_to_ebof
 step "no reconnect: same controller, namespace 1 still serves" same_controller
 step "Namespace Attribute Changed events reached the host" ns_events
 step "ebof bench quick --engine fio --device $NSDEV (x$BENCH_SCALE, $BENCH_SIZE)" bench_fio

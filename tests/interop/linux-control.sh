@@ -56,6 +56,10 @@ port = $TARGET_PORT
 address = "$HOST_IP"
 port = $DISC_PORT
 
+# the encryption steps' files (issue 37)
+[management]
+data_dirs = ["$RUN_DIR"]
+
 [[subsystems]]
 nqn = "$CTL_NQN"
 allow_any_host = true
@@ -85,6 +89,13 @@ start_target() { serve_with_mgmt "$RUN_DIR/ebof.toml" "$TARGET_PORT" "$DISC_PORT
 
 interop_init linux-control
 vm_setup
+# encryption at rest (issue 37): a 64-byte key (mode 0600) and two files each with a second name
+# (a hard link: no `NAME.key` header beside it, so ebof serves it plain) for the guest's cryptsetup
+head -c 64 /dev/urandom >"$RUN_DIR/crypt.key" && chmod 600 "$RUN_DIR/crypt.key" || die "cannot write the key"
+for f in crypt-f crypt-g; do
+	truncate -s 16M "$RUN_DIR/$f.img" && ln -f "$RUN_DIR/$f.img" "$RUN_DIR/$f-plain.img" || die "cannot make $f"
+done
+vm_env "CRYPT_KEY=$RUN_DIR/crypt.key" "CRYPT_KEY_HEX=$(xxd -p -c 64 "$RUN_DIR/crypt.key")" "CRYPT_DIR=$RUN_DIR"
 vm_env "CTL_NQN=$CTL_NQN" "TARGET_PORT=$TARGET_PORT" "DISC_PORT=$DISC_PORT" "TARGET_IP=$HOST_IP" \
 	"SEE_SECS=${EBOF_INTEROP_SEE_SECS:-10}" "SCALE_NS=$SCALE_NS" "BENCH_SCALE=${EBOF_INTEROP_BENCH_SCALE:-0.5}"
 
