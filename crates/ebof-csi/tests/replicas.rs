@@ -311,7 +311,10 @@ fn two_boxes_that_fit_or_nothing() {
         )),
     });
     assert_eq!(f.create(r).unwrap_err().code(), Code::NotFound);
-    assert!(f.holders(&ebof_csi::names::volume_nqn("pvc-restore")).is_empty());
+    assert!(
+        f.holders(&ebof_csi::names::volume_nqn("pvc-restore"))
+            .is_empty()
+    );
 }
 
 #[test]
@@ -696,7 +699,11 @@ fn encrypted_copies_go_to_two_encrypted_pools_or_nowhere() {
     // Zones a, a, b; only box 0 and box 1 have encrypted pools: both copies there, although
     // box 2 is the other zone (encryption is a requirement, zones a preference).
     let f = fleet(
-        &[(Some("a"), 8 * GIB), (Some("a"), 8 * GIB), (Some("b"), 8 * GIB)],
+        &[
+            (Some("a"), 8 * GIB),
+            (Some("a"), 8 * GIB),
+            (Some("b"), 8 * GIB),
+        ],
         None,
     );
     let enc = [("replicas", "2"), ("encrypted", "true")];
@@ -705,7 +712,11 @@ fn encrypted_copies_go_to_two_encrypted_pools_or_nowhere() {
     let e = f.create(create_req("pvc-enc-one", &enc)).unwrap_err();
     assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
     let nqn = ebof_csi::names::volume_nqn("pvc-enc-one");
-    assert!(f.holders(&nqn).is_empty(), "nothing made: {:?}", f.holders(&nqn));
+    assert!(
+        f.holders(&nqn).is_empty(),
+        "nothing made: {:?}",
+        f.holders(&nqn)
+    );
     f.boxes[1].set_pool_encrypted(true);
     let v = f.create(create_req("pvc-enc", &enc)).unwrap();
     let mut held = f.holders(&v.volume_id);
@@ -721,7 +732,11 @@ fn encrypted_copies_go_to_two_encrypted_pools_or_nowhere() {
 #[test]
 fn a_snapshot_is_restored_into_two_copies_grown_to_the_size_asked() {
     let f = fleet(
-        &[(Some("a"), 8 * GIB), (Some("b"), 8 * GIB), (Some("b"), 8 * GIB)],
+        &[
+            (Some("a"), 8 * GIB),
+            (Some("b"), 8 * GIB),
+            (Some("b"), 8 * GIB),
+        ],
         None,
     );
     let v = f.create2("pvc-src").unwrap();

@@ -443,20 +443,8 @@ fn encrypted_copies_each_under_its_own_key() {
     use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let a_addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let b_addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let a = BoxSpec {
-        name: "a",
-        addr: a_addr,
-        peer: b_addr,
-        role: "primary",
-    };
-    let b = BoxSpec {
-        name: "b",
-        addr: b_addr,
-        peer: a_addr,
-        role: "secondary",
-    };
+    let (a, b) = pair();
+    let (a_addr, b_addr) = (a.addr, b.addr);
     let key = |name: &str, seed: u8| -> (PathBuf, [u8; KEY_LEN]) {
         let k: [u8; KEY_LEN] =
             std::array::from_fn(|i| seed.wrapping_add((i as u8).wrapping_mul(37)));
@@ -648,20 +636,8 @@ fn a_snapshot_restored_into_a_new_mirrored_pair() {
     let bd = |name: &str| dir.path().join(name);
     std::fs::create_dir_all(bd("a")).unwrap();
     std::fs::create_dir_all(bd("b")).unwrap();
-    let a_addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let b_addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let a = BoxSpec {
-        name: "a",
-        addr: a_addr,
-        peer: b_addr,
-        role: "primary",
-    };
-    let b = BoxSpec {
-        name: "b",
-        addr: b_addr,
-        peer: a_addr,
-        role: "secondary",
-    };
+    let (a, b) = pair();
+    let (a_addr, b_addr) = (a.addr, b.addr);
     // Pools, as the CSI driver uses.
     let pool = |name: &str| {
         format!(
@@ -762,4 +738,23 @@ fn a_snapshot_restored_into_a_new_mirrored_pair() {
         "the secondary got the clone's data"
     );
     drop(tb);
+}
+
+/// Box a (primary) and box b (secondary) naming each other, on free loopback ports.
+fn pair() -> (BoxSpec, BoxSpec) {
+    let a_addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let b_addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let a = BoxSpec {
+        name: "a",
+        addr: a_addr,
+        peer: b_addr,
+        role: "primary",
+    };
+    let b = BoxSpec {
+        name: "b",
+        addr: b_addr,
+        peer: a_addr,
+        role: "secondary",
+    };
+    (a, b)
 }

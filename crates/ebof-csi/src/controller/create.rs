@@ -299,7 +299,10 @@ impl Controller {
                     size,
                     shrink: false,
                 };
-                match self.on_box(idx, move |c| c.resize_namespace(&n, "1", &req)).await {
+                match self
+                    .on_box(idx, move |c| c.resize_namespace(&n, "1", &req))
+                    .await
+                {
                     Ok(_) => break,
                     Err(e) if idx == p && std::time::Instant::now() < deadline => {
                         tracing::debug!(volume = %job.r.name, error = %e, "the primary does not grow yet; asking again");

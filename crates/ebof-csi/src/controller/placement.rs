@@ -449,8 +449,10 @@ mod tests {
             pool("big", "/srv/big", false, 1 << 40),
         ];
         let params = |kv: &[(&str, &str)]| {
-            let m: HashMap<String, String> =
-                kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+            let m: HashMap<String, String> = kv
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
             parse_params(&m).unwrap()
         };
         let pick = |kv: &[(&str, &str)], origin: &str| {
