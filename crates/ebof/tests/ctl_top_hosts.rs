@@ -100,11 +100,23 @@ fn check_exposition(text: &str) {
         eprintln!("promtool check metrics: no problems");
         return;
     }
-    for l in text.lines().filter(|l| l.starts_with("ebof_host_")) {
+    // The per-host families (not `ebof_host_terminations_total`, a box-wide counter).
+    let per_host = [
+        "ebof_host_read_",
+        "ebof_host_write_",
+        "ebof_host_written_",
+        "ebof_host_media_",
+    ];
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| per_host.iter().any(|p| l.starts_with(p)))
+        .collect();
+    assert!(!lines.is_empty(), "no per-host series:\n{text}");
+    for l in lines {
         let (series, v) = l.rsplit_once(' ').unwrap();
         assert!(v.parse::<f64>().is_ok(), "{l}");
         assert!(
-            series.contains("{hostnqn=\"") && series.ends_with('}'),
+            series.contains("hostnqn=\"") && series.ends_with('}'),
             "{l}"
         );
     }
