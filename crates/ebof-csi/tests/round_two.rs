@@ -488,13 +488,15 @@ fn bad_clones_are_refused_and_leave_nothing() {
             },
             Code::OutOfRange,
         ),
+        // Two copies on a fleet of one box: no second box to hold the secondary (as for any
+        // `replicas: "2"` volume; a clone into two copies is made where there are two).
         (
             {
                 let mut r = clone_of("c5", 64 * MIB, &src.volume_id);
                 r.parameters = map(&[("replicas", "2")]);
                 r
             },
-            Code::InvalidArgument,
+            Code::ResourceExhausted,
         ),
     ];
     for (r, want) in cases {
@@ -502,6 +504,7 @@ fn bad_clones_are_refused_and_leave_nothing() {
         let e = d.create(r).unwrap_err();
         assert_eq!(e.code(), want, "{name}: {e:?}");
         assert!(b.subsystem(&names::volume_nqn(&name)).is_none(), "{name}");
+        assert!(b.snapshots().is_empty(), "{name}: {:?}", b.snapshots());
     }
     // The clone refused by the box (its pool full): the attempt and its snapshot removed.
     b.fail_next("POST", "/clones", "pool-full");
