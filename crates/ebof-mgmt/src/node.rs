@@ -158,9 +158,8 @@ impl Node {
             parts.cdc = Some(Arc::new(start_cdc(&target, &cfg, c)?));
         }
         log_served(&target, &cfg);
-        let server_cfg = server_config(&cfg, &cores, opts.poll, tls);
         let sockets = bind_management(&cfg, token)?;
-        let handle = match Server::start(target.clone(), server_cfg) {
+        let handle = match start_server(&mut cfg, &cores, &opts, tls, &target) {
             Ok(h) => h,
             Err(e) => {
                 sockets.close();
@@ -335,6 +334,39 @@ pub fn check_listeners(cfg: &mut Config, optional_discovery: bool) -> Result<(),
         }
     }
     Ok(())
+}
+
+/// Start the transport servers. An optional discovery listener whose port another target
+/// took after [`check_listeners`] looked (two default serves starting together) is dropped as
+/// that check would have dropped it; the server binds it first, so nothing else was bound.
+fn start_server(
+    cfg: &mut Config,
+    cores: &[usize],
+    opts: &NodeOptions,
+    tls: Option<Arc<dyn ebof_runtime::tls::TlsAcceptor>>,
+    target: &Arc<Target>,
+) -> Result<ServerHandle, ebof_runtime::server::ServerError> {
+    use ebof_runtime::server::ServerError as E;
+    match Server::start(
+        target.clone(),
+        server_config(cfg, cores, opts.poll, tls.clone()),
+    ) {
+        Err(E::Bind { addr, source })
+            if opts.optional_discovery
+                && source.kind() == std::io::ErrorKind::AddrInUse
+                && cfg.discovery.is_some_and(|d| d.socket_addr() == addr) =>
+        {
+            tracing::warn!(
+                %addr,
+                error = %source,
+                "no dedicated discovery listener: discovery is still answered on {}",
+                join(cfg.listeners.iter().map(|l| l.socket_addr()))
+            );
+            cfg.discovery = None;
+            Server::start(target.clone(), server_config(cfg, cores, opts.poll, tls))
+        }
+        r => r,
+    }
 }
 
 fn probe_bind(addr: SocketAddr) -> Result<(), NodeError> {
@@ -697,5 +729,41 @@ mod tests {
             check_listeners(&mut cfg, true).is_err(),
             "I/O listeners are never optional"
         );
+    }
+
+    /// Two default serves starting together both find the discovery port free; the one that
+    /// binds it second serves without it (and binds no I/O listener before knowing).
+    #[test]
+    fn a_discovery_port_taken_after_the_check_is_dropped_when_optional() {
+        let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut cfg = Config::embedded_default();
+        cfg.listeners[0].port = 0;
+        cfg.target.cores = Some(vec![affinity::allowed_cores()[0]]);
+        cfg.discovery = Some(ebof_config::Listener {
+            address: cfg.listeners[0].address,
+            port: busy.local_addr().unwrap().port(),
+        });
+        let target = open_target(&cfg).unwrap();
+        let cores = cores(&cfg).unwrap();
+        let opts = |optional_discovery| NodeOptions {
+            config_file: None,
+            optional_discovery,
+            poll: Duration::ZERO,
+        };
+
+        let mut strict = cfg.clone();
+        match start_server(&mut strict, &cores, &opts(false), None, &target) {
+            Err(ebof_runtime::server::ServerError::Bind { addr, .. }) => {
+                assert_eq!(addr, busy.local_addr().unwrap())
+            }
+            Err(e) => panic!("{e}"),
+            Ok(_) => panic!("a configured discovery port that is taken must fail the start"),
+        }
+
+        let h = start_server(&mut cfg, &cores, &opts(true), None, &target).unwrap();
+        assert_eq!(cfg.discovery, None);
+        assert_eq!(h.bound.len(), 1, "{:?}", h.bound);
+        assert_ne!(h.bound[0], busy.local_addr().unwrap());
+        h.stop();
     }
 }

@@ -195,16 +195,20 @@ impl Server {
         }
         let mut listeners = Vec::new();
         let backlog = cfg.backlog.unwrap_or_else(somaxconn);
-        for (addr, disc) in cfg
-            .listeners
-            .iter()
-            .map(|a| (*a, false))
-            .chain(cfg.discovery.map(|a| (a, true)))
-        {
-            let l = listen(addr, backlog).map_err(|source| ServerError::Bind { addr, source })?;
-            let local = l.local_addr().unwrap_or(addr);
-            tracing::info!(%local, discovery_only = disc, backlog, "listening (NVMe/TCP)");
-            listeners.push((l, disc));
+        let bind =
+            |addr| listen(addr, backlog).map_err(|source| ServerError::Bind { addr, source });
+        // The discovery listener first: a caller that may do without it (the embedded
+        // default's) can retry when its port was taken meanwhile, and no I/O listener has
+        // answered a connect in between.
+        let discovery = cfg.discovery.map(bind).transpose()?;
+        for &addr in &cfg.listeners {
+            listeners.push((bind(addr)?, false));
+        }
+        listeners.extend(discovery.map(|l| (l, true)));
+        for (l, disc) in &listeners {
+            if let Ok(local) = l.local_addr() {
+                tracing::info!(%local, discovery_only = disc, backlog, "listening (NVMe/TCP)");
+            }
         }
         let stop = Arc::new(AtomicBool::new(false));
         // RDMA first: a missing device or an address no RDMA device serves is a start error

@@ -33,10 +33,10 @@ fn serve() -> Served {
     let addr = format!("127.0.0.1:{}", common::free_port());
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("serve.log");
-    let t = Target::spawn(
+    let t = Target::spawn_logged(
         &["serve", "--listen", &addr, "--ram", "64M", "--nqn", NQN],
         addr.parse().unwrap(),
-        std::process::Stdio::from(std::fs::File::create(&log).unwrap()),
+        &log,
     );
     Served { t, _dir: dir, log }
 }

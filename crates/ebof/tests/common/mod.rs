@@ -87,7 +87,33 @@ impl Target {
 
     /// Spawn `cmd` (which runs a serve command, e.g. through `sh -c '…; exec ebof serve …'`
     /// so that the PID is the server's) and wait until `addr` accepts connections.
-    pub fn spawn_command(mut cmd: Command, addr: SocketAddr, stderr: Stdio) -> Target {
+    pub fn spawn_command(cmd: Command, addr: SocketAddr, stderr: Stdio) -> Target {
+        Target::spawn_inner(cmd, addr, stderr, None)
+    }
+
+    /// [`Target::spawn`] with its stderr written to `log`, shown if it fails to come up.
+    pub fn spawn_logged(args: &[&str], addr: SocketAddr, log: &std::path::Path) -> Target {
+        let mut cmd = Command::new(EBOF);
+        cmd.args(args);
+        let file = std::fs::File::create(log).expect("create the serve log");
+        Target::spawn_inner(cmd, addr, Stdio::from(file), Some(log))
+    }
+
+    fn spawn_inner(
+        mut cmd: Command,
+        addr: SocketAddr,
+        stderr: Stdio,
+        log: Option<&std::path::Path>,
+    ) -> Target {
+        let shown = || {
+            log.map(|p| {
+                format!(
+                    "\nits log:\n{}",
+                    std::fs::read_to_string(p).unwrap_or_default()
+                )
+            })
+            .unwrap_or_default()
+        };
         let args: Vec<String> = cmd
             .get_args()
             .map(|a| a.to_string_lossy().into_owned())
@@ -111,15 +137,19 @@ impl Target {
                     return t;
                 }
                 if let Ok(Some(st)) = t.child.try_wait() {
-                    panic!("ebof {args:?} exited ({st}) while something else answers on {addr}");
+                    panic!(
+                        "ebof {args:?} exited ({st}) while something else answers on {addr}{}",
+                        shown()
+                    );
                 }
             }
             if let Ok(Some(st)) = t.child.try_wait() {
-                panic!("ebof {args:?} exited early: {st}");
+                panic!("ebof {args:?} exited early: {st}{}", shown());
             }
             assert!(
                 Instant::now() < deadline,
-                "ebof {args:?} did not listen on {addr} within {START_TIMEOUT:?}"
+                "ebof {args:?} did not listen on {addr} within {START_TIMEOUT:?}{}",
+                shown()
             );
             std::thread::sleep(Duration::from_millis(50));
         }

@@ -25,7 +25,7 @@ pub fn serve() -> Served {
     let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let metrics: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let log = dir.path().join("serve.log");
-    let t = Target::spawn(
+    let t = Target::spawn_logged(
         &[
             "serve",
             "--listen",
@@ -44,7 +44,7 @@ pub fn serve() -> Served {
             std::env::temp_dir().to_str().unwrap(),
         ],
         addr,
-        Stdio::from(std::fs::File::create(&log).unwrap()),
+        &log,
     );
     // The API is up before the NVMe listener; make sure it is this serve's (a port picked by
     // free_port could, rarely, be someone else's), with its log if not.
