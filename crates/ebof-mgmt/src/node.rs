@@ -322,13 +322,7 @@ pub fn check_listeners(cfg: &mut Config, optional_discovery: bool) -> Result<(),
         match probe_bind(addr) {
             Ok(()) => {}
             Err(NodeError::Listen { source, .. }) if optional_discovery => {
-                tracing::warn!(
-                    %addr,
-                    error = %source,
-                    "no dedicated discovery listener: discovery is still answered on {}",
-                    join(cfg.listeners.iter().map(|l| l.socket_addr()))
-                );
-                cfg.discovery = None;
+                drop_discovery(cfg, addr, &source);
             }
             Err(e) => return Err(e),
         }
@@ -356,17 +350,22 @@ fn start_server(
                 && source.kind() == std::io::ErrorKind::AddrInUse
                 && cfg.discovery.is_some_and(|d| d.socket_addr() == addr) =>
         {
-            tracing::warn!(
-                %addr,
-                error = %source,
-                "no dedicated discovery listener: discovery is still answered on {}",
-                join(cfg.listeners.iter().map(|l| l.socket_addr()))
-            );
-            cfg.discovery = None;
+            drop_discovery(cfg, addr, &source);
             Server::start(target.clone(), server_config(cfg, cores, opts.poll, tls))
         }
         r => r,
     }
+}
+
+/// Serve without the optional discovery listener at `addr`, which could not be bound.
+fn drop_discovery(cfg: &mut Config, addr: SocketAddr, source: &std::io::Error) {
+    tracing::warn!(
+        %addr,
+        error = %source,
+        "no dedicated discovery listener: discovery is still answered on {}",
+        join(cfg.listeners.iter().map(|l| l.socket_addr()))
+    );
+    cfg.discovery = None;
 }
 
 fn probe_bind(addr: SocketAddr) -> Result<(), NodeError> {
