@@ -38,6 +38,8 @@ pub(super) struct Link {
     /// Busy polling: read with a raw non-blocking `recv`, not through tokio's readiness cache
     /// (which only learns of new data when the runtime next polls epoll, i.e. at a yield).
     pub(super) raw_reads: bool,
+    /// The socket's `SO_RCVLOWAT` as we last set it (1: the kernel's default).
+    rcvlowat: usize,
 }
 
 impl Link {
@@ -70,6 +72,7 @@ impl Link {
             peer: p.addr,
             maxh2cdata: 0,
             raw_reads: false,
+            rcvlowat: 1,
         };
         if link.tls.is_some() {
             tokio::time::timeout(p.connect_timeout, link.tls_handshake())
@@ -371,7 +374,11 @@ impl Link {
             return self.try_read_tls();
         }
         let space = self.rx.len() - self.rx_tail;
-        let r = if self.raw_reads {
+        let r = if self.raw_reads && self.rcvlowat > 1 && !readable(&self.stream) {
+            // Waiting for the rest of a large PDU: `poll` tells without the socket lock that
+            // `recv` takes (which the sender's softirq needs to queue the data).
+            Err(std::io::ErrorKind::WouldBlock.into())
+        } else if self.raw_reads {
             recv_nonblocking(&self.stream, &mut self.rx[self.rx_tail..])
         } else {
             self.stream.try_read(&mut self.rx[self.rx_tail..])
@@ -386,6 +393,84 @@ impl Link {
             Err(e) => Err(e.into()),
         }
     }
+}
+
+/// A partial PDU at least this much short of whole sets `SO_RCVLOWAT`; smaller ones (4 KiB
+/// I/O) cost no syscall more.
+const LOWAT_MIN: usize = 32 * 1024;
+/// The most `SO_RCVLOWAT` asks for (the kernel caps it by the receive buffer too).
+const LOWAT_MAX: usize = 256 * 1024;
+
+impl Link {
+    /// Plain TCP: when the PDU at the head of the receive buffer is far from whole, make the
+    /// socket report readable (epoll, `poll`) only once the rest of it has arrived, so that a
+    /// 128 KiB C2HData is read with one `recv`, not one per segment batch; back to the
+    /// default otherwise. A failed `setsockopt` only costs the optimisation.
+    pub(super) fn expect_rest_of_pdu(&mut self) {
+        if self.tls.is_some() {
+            return;
+        }
+        let have = &self.rx[self.rx_head..self.rx_tail];
+        let need = match have.get(4..8) {
+            Some(b) => {
+                let plen = u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize;
+                plen.saturating_sub(have.len())
+            }
+            None => 0,
+        };
+        let want = if need >= LOWAT_MIN {
+            need.min(LOWAT_MAX)
+        } else {
+            1
+        };
+        if want == self.rcvlowat {
+            return;
+        }
+        self.rcvlowat = match set_rcvlowat(&self.stream, want) {
+            Ok(()) => want,
+            Err(e) => {
+                tracing::debug!(error = %e, "SO_RCVLOWAT not set");
+                1
+            }
+        };
+    }
+}
+
+/// `setsockopt(SO_RCVLOWAT)`.
+fn set_rcvlowat(stream: &TcpStream, bytes: usize) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let v = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    // SAFETY: the option value is a valid c_int of the size given; the descriptor belongs to
+    // `stream`, which is borrowed for the duration of the call.
+    let r = unsafe {
+        libc::setsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVLOWAT,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// Whether the socket has data to read (`poll` with no wait; honours `SO_RCVLOWAT`).
+fn readable(stream: &TcpStream) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut p = libc::pollfd {
+        fd: stream.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: `p` is one valid pollfd for the duration of the call; the descriptor belongs to
+    // `stream`, which is borrowed.
+    let n = unsafe { libc::poll(&mut p, 1, 0) };
+    // An error or a hang-up counts as readable: the `recv` that follows reports it.
+    n != 0
 }
 
 /// One `recv(MSG_DONTWAIT)` on the socket, bypassing tokio's readiness cache.
@@ -462,6 +547,85 @@ mod tests {
             while matches!(s.read(&mut buf), Ok(n) if n > 0) {}
         });
         (addr, t)
+    }
+
+    fn rcvlowat(s: &TcpStream) -> i32 {
+        use std::os::fd::AsRawFd;
+        let mut v: libc::c_int = 0;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: `v` and `len` are valid for the call; the descriptor is `s`'s.
+        let r = unsafe {
+            libc::getsockopt(
+                s.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVLOWAT,
+                (&mut v as *mut libc::c_int).cast(),
+                &mut len,
+            )
+        };
+        assert_eq!(r, 0);
+        v
+    }
+
+    /// A large PDU only partly received: the socket says readable (and busy polling reads)
+    /// only once the rest is there, then back to the default; small PDUs never change it.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_partial_large_pdu_is_read_whole() {
+        use std::io::Write;
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let stream = TcpStream::connect(addr).await.unwrap();
+        let (mut peer, _) = l.accept().unwrap();
+        let mut link = Link {
+            stream,
+            tls: None,
+            tls_more: false,
+            rx: vec![0u8; RX_MIN_BUF + RX_READ_WINDOW],
+            rx_head: 0,
+            rx_tail: 0,
+            peer: addr,
+            maxh2cdata: 0,
+            raw_reads: true,
+            rcvlowat: 1,
+        };
+        // A 4 KiB C2HData's first 8 bytes: too small to bother.
+        let plen = 24 + 4096u32;
+        link.rx[..8].copy_from_slice(&[7, 0, 24, 24, 0, 0, 0, 0]);
+        link.rx[4..8].copy_from_slice(&plen.to_le_bytes());
+        link.rx_tail = 8;
+        link.expect_rest_of_pdu();
+        assert_eq!((link.rcvlowat, rcvlowat(&link.stream)), (1, 1));
+
+        // A 128 KiB one.
+        let plen = 24 + 131_072u32;
+        link.rx[4..8].copy_from_slice(&plen.to_le_bytes());
+        link.expect_rest_of_pdu();
+        let need = plen as usize - 8;
+        assert_eq!(link.rcvlowat, need);
+        assert_eq!(rcvlowat(&link.stream), need as i32);
+
+        peer.write_all(&vec![1u8; 1000]).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(
+            link.try_read().unwrap().0,
+            0,
+            "read before the PDU was whole"
+        );
+
+        peer.write_all(&vec![2u8; need - 1000]).unwrap();
+        let mut polls = 0;
+        while link.rx_tail < plen as usize {
+            link.try_read().unwrap();
+            polls += 1;
+            assert!(polls < 1000, "the rest never became readable");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(link.rx_tail, plen as usize);
+
+        // Consumed: back to the default.
+        link.rx_head = link.rx_tail;
+        link.expect_rest_of_pdu();
+        assert_eq!((link.rcvlowat, rcvlowat(&link.stream)), (1, 1));
     }
 
     /// T2, host side: after the target's close_notify the queue ends (Disconnected) and the
