@@ -150,21 +150,8 @@ fn assert_inaccessible(addr: SocketAddr, what: &str) {
 fn manual_failover_resync_and_failback() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let (pa, pb) = (free_port(), free_port());
-    let a_addr: SocketAddr = format!("127.0.0.1:{pa}").parse().unwrap();
-    let b_addr: SocketAddr = format!("127.0.0.1:{pb}").parse().unwrap();
-    let a = BoxSpec {
-        name: "a",
-        addr: a_addr,
-        peer: b_addr,
-        role: "primary",
-    };
-    let b = BoxSpec {
-        name: "b",
-        addr: b_addr,
-        peer: a_addr,
-        role: "secondary",
-    };
+    let (a, b) = pair();
+    let (a_addr, b_addr) = (a.addr, b.addr);
     let tb = start(d, &b, None);
     let ta = start(d, &a, None);
 
@@ -310,23 +297,10 @@ fn witness_promotes_after_kill_and_fences_a_paused_primary() {
         std::mem::forget(dir.take());
     }
     let d = path.as_path();
-    let (pa, pb, pw) = (free_port(), free_port(), free_port());
-    let a_addr: SocketAddr = format!("127.0.0.1:{pa}").parse().unwrap();
-    let b_addr: SocketAddr = format!("127.0.0.1:{pb}").parse().unwrap();
-    let w_addr: SocketAddr = format!("127.0.0.1:{pw}").parse().unwrap();
+    let (a, b) = pair();
+    let (a_addr, b_addr) = (a.addr, b.addr);
+    let w_addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let _w = start_witness(d, w_addr);
-    let a = BoxSpec {
-        name: "a",
-        addr: a_addr,
-        peer: b_addr,
-        role: "primary",
-    };
-    let b = BoxSpec {
-        name: "b",
-        addr: b_addr,
-        peer: a_addr,
-        role: "secondary",
-    };
     let tb = start(d, &b, Some(w_addr));
     let ta = start(d, &a, Some(w_addr));
     let s = wait_status(d, "a", "in sync with a lease", |s| {
