@@ -107,6 +107,9 @@ pub struct HostConn {
     digests: Digests,
     cpda: u8,
     maxh2cdata: u32,
+    /// PLEN of the PDU whose header the last [`HostConn::decode_one`] validated without its
+    /// whole body being there (0: none).
+    awaiting: usize,
 }
 
 impl HostConn {
@@ -118,7 +121,15 @@ impl HostConn {
             digests: Digests::NONE,
             cpda: 0,
             maxh2cdata: pdu::MIN_MAXH2CDATA,
+            awaiting: 0,
         }
+    }
+
+    /// The length (PLEN, validated against this connection's limits) of the PDU at the head
+    /// of the buffer the last [`HostConn::decode_one`] returned `None` for, if its header was
+    /// whole and only the rest was missing: how many bytes the receiver still waits for.
+    pub fn awaiting_pdu_len(&self) -> Option<usize> {
+        (self.awaiting > 0).then_some(self.awaiting)
     }
 
     /// Append the ICReq; call once, first.
@@ -178,6 +189,7 @@ impl HostConn {
         &mut self,
         buf: &'a [u8],
     ) -> Result<Option<(HostEvent<'a>, usize)>, ProtocolError> {
+        self.awaiting = 0;
         match &self.state {
             State::Failed(e) => return Err(e.clone()),
             // After a TermReq (either way) nothing more is processed (NVMe/TCP 1.0 error handling: the
@@ -211,6 +223,7 @@ impl HostConn {
             }
         }
         let Some(frame) = h.decode_body(buf) else {
+            self.awaiting = h.plen;
             return Ok(None);
         };
         let ev = match frame.pdu {

@@ -306,3 +306,40 @@ fn pair_header_digest_only_with_cpda() {
         31,
     );
 }
+
+/// What the host still waits for: the validated PLEN of a PDU whose header is whole and body
+/// is not; nothing before the header is whole, nor once the PDU has been decoded.
+#[test]
+fn the_host_says_how_long_a_partial_pdu_is() {
+    let cfg = HostConnConfig {
+        digests: Digests::BOTH,
+        hpda: 0,
+        maxr2t: 0,
+        max_c2h_data: 1 << 20,
+    };
+    let mut host = HostConn::new(cfg).tap_established(&cfg, 0);
+    let data = pattern(131_072, 5);
+    let mut wire = Vec::new();
+    nvmf_tcp::pdu::encode_c2h_data(
+        &mut wire,
+        Digests::BOTH,
+        0,
+        &nvmf_tcp::pdu::DataHdr {
+            cccid: 1,
+            ttag: 0,
+            datao: 0,
+            datal: 0,
+            last: true,
+            success: true,
+        },
+        &data,
+    );
+    assert!(host.decode_one(&wire[..7]).unwrap().is_none());
+    assert_eq!(host.awaiting_pdu_len(), None, "common header not whole");
+    assert!(host.decode_one(&wire[..4096]).unwrap().is_none());
+    assert_eq!(host.awaiting_pdu_len(), Some(wire.len()));
+    let (ev, used) = host.decode_one(&wire).unwrap().unwrap();
+    assert!(matches!(ev, HostEvent::C2hData { success: true, .. }));
+    assert_eq!(used, wire.len());
+    assert_eq!(host.awaiting_pdu_len(), None);
+}

@@ -402,22 +402,17 @@ const LOWAT_MIN: usize = 32 * 1024;
 const LOWAT_MAX: usize = 256 * 1024;
 
 impl Link {
-    /// Plain TCP: when the PDU at the head of the receive buffer is far from whole, make the
-    /// socket report readable (epoll, `poll`) only once the rest of it has arrived, so that a
-    /// 128 KiB C2HData is read with one `recv`, not one per segment batch; back to the
-    /// default otherwise. A failed `setsockopt` only costs the optimisation.
-    pub(super) fn expect_rest_of_pdu(&mut self) {
+    /// Plain TCP: when the PDU at the head of the receive buffer (`plen` bytes, as the
+    /// decoder validated its header: [`nvmf_tcp::HostConn::awaiting_pdu_len`]) is far from
+    /// whole, make the socket report readable (epoll, `poll`) only once the rest of it has
+    /// arrived, so that a 128 KiB C2HData is read with one `recv`, not one per segment batch;
+    /// back to the default otherwise. A failed `setsockopt` only costs the optimisation.
+    pub(super) fn expect_rest_of_pdu(&mut self, plen: Option<usize>) {
         if self.tls.is_some() {
             return;
         }
-        let have = &self.rx[self.rx_head..self.rx_tail];
-        let need = match have.get(4..8) {
-            Some(b) => {
-                let plen = u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize;
-                plen.saturating_sub(have.len())
-            }
-            None => 0,
-        };
+        let have = self.rx_tail - self.rx_head;
+        let need = plen.map_or(0, |p| p.saturating_sub(have));
         let want = if need >= LOWAT_MIN {
             need.min(LOWAT_MAX)
         } else {
@@ -588,19 +583,15 @@ mod tests {
             raw_reads: true,
             rcvlowat: 1,
         };
-        // A 4 KiB C2HData's first 8 bytes: too small to bother.
-        let plen = 24 + 4096u32;
-        link.rx[..8].copy_from_slice(&[7, 0, 24, 24, 0, 0, 0, 0]);
-        link.rx[4..8].copy_from_slice(&plen.to_le_bytes());
+        // The first 8 bytes of a 4 KiB C2HData: too small to bother.
         link.rx_tail = 8;
-        link.expect_rest_of_pdu();
+        link.expect_rest_of_pdu(Some(24 + 4096));
         assert_eq!((link.rcvlowat, rcvlowat(&link.stream)), (1, 1));
 
         // A 128 KiB one.
-        let plen = 24 + 131_072u32;
-        link.rx[4..8].copy_from_slice(&plen.to_le_bytes());
-        link.expect_rest_of_pdu();
-        let need = plen as usize - 8;
+        let plen = 24 + 131_072;
+        link.expect_rest_of_pdu(Some(plen));
+        let need = plen - 8;
         assert_eq!(link.rcvlowat, need);
         assert_eq!(rcvlowat(&link.stream), need as i32);
 
@@ -614,17 +605,17 @@ mod tests {
 
         peer.write_all(&vec![2u8; need - 1000]).unwrap();
         let mut polls = 0;
-        while link.rx_tail < plen as usize {
+        while link.rx_tail < plen {
             link.try_read().unwrap();
             polls += 1;
             assert!(polls < 1000, "the rest never became readable");
             std::thread::sleep(Duration::from_millis(1));
         }
-        assert_eq!(link.rx_tail, plen as usize);
+        assert_eq!(link.rx_tail, plen);
 
         // Consumed: back to the default.
         link.rx_head = link.rx_tail;
-        link.expect_rest_of_pdu();
+        link.expect_rest_of_pdu(None);
         assert_eq!((link.rcvlowat, rcvlowat(&link.stream)), (1, 1));
     }
 

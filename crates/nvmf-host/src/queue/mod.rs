@@ -120,7 +120,7 @@ impl Queue {
                 let link = &mut self.link;
                 let rx = &link.rx[..link.rx_tail];
                 completed += self.eng.receive(rx, &mut link.rx_head, f)?;
-                link.expect_rest_of_pdu();
+                link.expect_rest_of_pdu(self.eng.conn.awaiting_pdu_len());
             }
             // A short read means the socket was empty at that moment: do not spend another
             // syscall to learn it again, unless processing produced output (H2CData for R2Ts).
