@@ -166,6 +166,7 @@ pub fn render_box(t: &Target, x: &Extras<'_>) -> Result<String, std::fmt::Error>
     register_controllers(&mut reg, t, x.host_labels);
     register_hosts(&mut reg, t);
     register_box(&mut reg, t, &st);
+    register_loops(&mut reg, t);
     register_mirrors(&mut reg, t);
     register_ana(&mut reg, t);
     if let Some(cdc) = x.cdc {
@@ -624,6 +625,41 @@ fn register_box(reg: &mut Registry, t: &Target, st: &crate::api::Stats) {
     let open = Gauge::<i64>::default();
     open.set(gauge_value(st.connections_open));
     reg.register("connections_open", "TCP connections open", open);
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LoopLabels {
+    core: String,
+    r#loop: String,
+}
+
+type SecondsFamily = Family<LoopLabels, Counter<f64, std::sync::atomic::AtomicU64>>;
+
+/// `ebof_reactor_seconds_total{core,loop}` and `ebof_reactor_busy_seconds_total{core,loop}`:
+/// how long each run loop has run and the part of it spent on turns that did work
+/// (`nvmf_target::load`). A polling loop uses its whole core either way; the rate of the busy
+/// series over the rate of the other is how loaded the loop is.
+fn register_loops(reg: &mut Registry, t: &Target) {
+    let run = SecondsFamily::default();
+    let busy = SecondsFamily::default();
+    reg.register(
+        "reactor_seconds",
+        "Time each run loop (TCP reactor, RDMA poller) has run",
+        run.clone(),
+    );
+    reg.register(
+        "reactor_busy_seconds",
+        "Time each run loop spent on turns that did work",
+        busy.clone(),
+    );
+    for f in t.loads.snapshot() {
+        let l = LoopLabels {
+            core: f.core.to_string(),
+            r#loop: f.kind.as_str().to_string(),
+        };
+        run.get_or_create(&l).inc_by(f.run.as_secs_f64());
+        busy.get_or_create(&l).inc_by(f.busy.as_secs_f64());
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

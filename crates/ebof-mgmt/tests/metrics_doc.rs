@@ -89,6 +89,12 @@ fn exposition() -> String {
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(dir.path());
     let target = ebof_mgmt::build::build_target(&cfg).unwrap();
+    // One reactor's load, as a running box publishes it.
+    let reactor = target.loads.register(0, nvmf_target::load::LoopKind::Tcp);
+    reactor.publish(
+        std::time::Duration::from_millis(1500),
+        std::time::Duration::from_secs(6),
+    );
     let pools = [pool()];
     let c = cdc();
     render_box(
@@ -120,6 +126,8 @@ fn fleet_series_are_exported() {
         "ebof_cdc_member_announced{member=\"127.0.0.13:8009\"} 1",
         "ebof_pool_used_bytes{pool=\"fast\"} 1048576",
         "ebof_namespace_qos_limit{subsystem=\"nqn.2026-11.io.ebof:m\",nsid=\"1\",limit=\"iops\"} 1000",
+        "ebof_reactor_seconds_total{core=\"0\",loop=\"tcp\"} 6.0",
+        "ebof_reactor_busy_seconds_total{core=\"0\",loop=\"tcp\"} 1.5",
     ] {
         assert!(text.contains(want), "{want} missing from\n{text}");
     }

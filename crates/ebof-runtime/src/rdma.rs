@@ -671,7 +671,11 @@ impl RdmaThread {
         let mut events = Events::with_capacity(256);
         let mut wcs = [Wc::default(); 32];
         let mut now = Instant::now();
-        let mut pace = Pace::new(self.spin, now);
+        let mut pace = Pace::new(self.spin, now).with_load(
+            self.target
+                .loads
+                .register(self.core, nvmf_target::load::LoopKind::Rdma),
+        );
         let mut ready = Ready {
             cm: true,
             listen: listen_ch.is_some(),
@@ -690,6 +694,7 @@ impl RdmaThread {
                     .next()
                     .map_or(t, |w| t.min(w.saturating_duration_since(now)))
             };
+            let slept = !timeout.is_zero();
             if let Err(e) = self.poll.poll(&mut events, Some(timeout))
                 && e.kind() != std::io::ErrorKind::Interrupted
             {
@@ -705,6 +710,7 @@ impl RdmaThread {
                     Token(_) => ready.comp = true,
                 }
             }
+            let woke = Instant::now();
             let mut work = false;
             // Listener events (first thread only).
             if std::mem::take(&mut ready.listen)
@@ -739,9 +745,7 @@ impl RdmaThread {
             engine.submit();
             work |= qs.reap(&mut engine);
             now = Instant::now();
-            if work {
-                pace.worked(now);
-            }
+            pace.turn(woke, now, work, slept);
             if pace.chores_due(now) && self.stop.load(Ordering::Acquire) {
                 break;
             }

@@ -342,7 +342,11 @@ impl Reactor {
         let mut t = Table::default();
         let mut iov: Vec<libc::iovec> = Vec::with_capacity(IOV_BATCH);
         let mut now = Instant::now();
-        let mut pace = Pace::new(self.spin, now);
+        let mut pace = Pace::new(self.spin, now).with_load(
+            self.target
+                .loads
+                .register(self.core, nvmf_target::load::LoopKind::Tcp),
+        );
         // Connections were retired since the last chores: hand freed memory back to the OS.
         let mut trim_due = false;
         loop {
@@ -380,6 +384,7 @@ impl Reactor {
             }
             self.take_inbox(&mut t);
             now = Instant::now();
+            let woke = now;
             t.expire(now);
             // Offloaded completions, then every ready connection.
             let mut work = false;
@@ -390,9 +395,8 @@ impl Reactor {
             engine.submit();
             engine.reap(|done| work |= deliver(done, &mut t.conns, &mut t.ready));
             now = Instant::now();
-            if work {
-                pace.worked(now);
-            } else if spinning {
+            pace.turn(woke, now, work, !timeout.is_zero());
+            if !work && spinning {
                 // Nothing this round: let anything else runnable on this core go first.
                 // SAFETY: sched_yield has no preconditions.
                 unsafe { libc::sched_yield() };

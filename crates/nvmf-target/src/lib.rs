@@ -162,6 +162,7 @@ mod io;
 mod io_cmd;
 pub mod known;
 pub mod latency;
+pub mod load;
 pub mod log_limit;
 pub mod mirror;
 mod mirror_cmd;

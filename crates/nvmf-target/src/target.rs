@@ -33,6 +33,8 @@ pub struct Target {
     pub events: EventCounters,
     /// Per-host I/O counters, when enabled ([`crate::host_io`]).
     pub host_io: crate::host_io::HostIoTable,
+    /// How busy each run loop is ([`crate::load`]).
+    pub loads: crate::load::LoadTable,
     /// NVMe listeners, as the discovery log lists them (replaced whole by the control plane).
     listeners: ArcSwap<Vec<ListenerInfo>>,
     /// Limits on queues, namespaces and controllers applied at Connect.
@@ -125,6 +127,7 @@ impl Target {
             writer: Mutex::new(()),
             events: EventCounters::default(),
             host_io: Default::default(),
+            loads: Default::default(),
             listeners: ArcSwap::from_pointee(listeners),
             limits,
             genctr: AtomicU64::new(1),
