@@ -276,6 +276,7 @@ impl Link {
         };
         let mut got = 0;
         let mut fed = false;
+        let mut recvs = 0;
         loop {
             let space = &mut self.rx[self.rx_tail..];
             if space.is_empty() {
@@ -305,6 +306,11 @@ impl Link {
             if fed {
                 break;
             }
+            if recvs == 0 && self.raw_reads && self.rcvlowat > 1 && !readable(&self.stream) {
+                // Waiting for the rest of a large PDU's records (see the plain path).
+                break;
+            }
+            recvs += 1;
             // Ciphertext goes straight into the session's buffer, where its records are
             // opened in place.
             let space = t.cipher_space();
@@ -325,6 +331,11 @@ impl Link {
             }
         }
         self.tls_more = false;
+        if got == 0 && recvs > 0 && self.rcvlowat > 1 {
+            // Ciphertext came without a whole record: the low mark, reckoned before, may
+            // now ask for more than the PDU's rest; the next decode sets it again.
+            self.set_rcvlowat(1);
+        }
         Ok((got, true))
     }
 
@@ -402,22 +413,27 @@ const LOWAT_MIN: usize = 32 * 1024;
 const LOWAT_MAX: usize = 256 * 1024;
 
 impl Link {
-    /// Plain TCP: when the PDU at the head of the receive buffer (`plen` bytes, as the
-    /// decoder validated its header: [`nvmf_tcp::HostConn::awaiting_pdu_len`]) is far from
-    /// whole, make the socket report readable (epoll, `poll`) only once the rest of it has
-    /// arrived, so that a 128 KiB C2HData is read with one `recv`, not one per segment batch;
-    /// back to the default otherwise. A failed `setsockopt` only costs the optimisation.
+    /// When the PDU at the head of the receive buffer (`plen` bytes, as the decoder validated
+    /// its header: [`nvmf_tcp::HostConn::awaiting_pdu_len`]) is far from whole, make the
+    /// socket report readable (epoll, `poll`) only once the rest of it has arrived, so that a
+    /// 128 KiB C2HData is read with one `recv`, not one per segment batch; back to the default
+    /// otherwise. Under TLS, what the session holds (ciphertext not yet opened, plaintext not
+    /// yet read) counts as received: the rest is then a lower bound on the ciphertext still to
+    /// come (every record carries its plaintext and more), so the mark never asks for bytes
+    /// that will not arrive. A failed `setsockopt` only costs the optimisation.
     pub(super) fn expect_rest_of_pdu(&mut self, plen: Option<usize>) {
-        if self.tls.is_some() {
-            return;
-        }
-        let have = self.rx_tail - self.rx_head;
+        let held = self.tls.as_ref().map_or(0, |t| t.buffered_cipher());
+        let have = self.rx_tail - self.rx_head + held;
         let need = plen.map_or(0, |p| p.saturating_sub(have));
         let want = if need >= LOWAT_MIN {
             need.min(LOWAT_MAX)
         } else {
             1
         };
+        self.set_rcvlowat(want);
+    }
+
+    fn set_rcvlowat(&mut self, want: usize) {
         if want == self.rcvlowat {
             return;
         }
@@ -617,6 +633,109 @@ mod tests {
         link.rx_head = link.rx_tail;
         link.expect_rest_of_pdu(None);
         assert_eq!((link.rcvlowat, rcvlowat(&link.stream)), (1, 1));
+    }
+
+    /// Under TLS too, a large PDU only partly received is read once its rest has arrived,
+    /// whole and as sent, and the mark goes back to the default when the PDU is whole.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_partial_large_pdu_is_read_whole_over_tls() {
+        use std::io::{Read, Write};
+        use std::sync::mpsc;
+        let plen = 24 + 131_072;
+        let pdu: Vec<u8> = (0..plen).map(|i| (i % 251) as u8).collect();
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let (go_tx, go_rx) = mpsc::channel::<usize>();
+        let sent = pdu.clone();
+        let target = std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            let key = nvmf_tls::psk::TlsPsk::new(nvmf_tls::psk::PskHash::Sha256, &[9; 32]);
+            let key = key.unwrap();
+            let cfg = nvmf_tls::TlsServerConfig::new(move |_: &[u8]| Some(key.clone())).unwrap();
+            let mut tls = nvmf_tls::TlsServer::new(&cfg).unwrap();
+            let mut buf = vec![0u8; 64 * 1024];
+            let mut plain = Vec::new();
+            while plain.len() < 128 {
+                let n = s.read(&mut buf).unwrap();
+                assert!(n > 0, "host went away during the handshake");
+                tls.feed(&buf[..n]).unwrap();
+                s.write_all(&tls.take_cipher()).unwrap();
+                tls.read_plain_into(&mut plain).unwrap();
+            }
+            let mut resp = Vec::new();
+            nvmf_tcp::pdu::encode_ic_resp(
+                &mut resp,
+                &nvmf_tcp::pdu::IcResp {
+                    pfv: 0,
+                    cpda: 0,
+                    digests: Digests::NONE,
+                    maxh2cdata: 131072,
+                },
+            );
+            tls.write_plain(&[&resp]).unwrap();
+            s.write_all(&tls.take_cipher()).unwrap();
+            // The PDU in the pieces the test asks for, each as its own records.
+            let mut at = 0;
+            while let Ok(end) = go_rx.recv() {
+                tls.write_plain(&[&sent[at..end]]).unwrap();
+                s.write_all(&tls.take_cipher()).unwrap();
+                at = end;
+            }
+        });
+        let p = LinkParams {
+            addr,
+            digests: Digests::NONE,
+            max_c2h_data: 128 * 1024,
+            connect_timeout: Duration::from_secs(10),
+            tls: None,
+        };
+        let key = nvmf_tls::psk::TlsPsk::new(nvmf_tls::psk::PskHash::Sha256, &[9; 32]).unwrap();
+        let mut conn = HostConn::new(HostConnConfig {
+            digests: p.digests,
+            hpda: 0,
+            maxr2t: 0,
+            max_c2h_data: p.max_c2h_data,
+        });
+        let mut link = Link::open(&p, &mut conn, Some((b"NVMe0R01 h s".to_vec(), key)))
+            .await
+            .unwrap();
+        link.raw_reads = true;
+        let read_until = |link: &mut Link, n: usize| {
+            let mut polls = 0;
+            while link.rx_tail - link.rx_head < n {
+                link.try_read().unwrap();
+                polls += 1;
+                assert!(polls < 2000, "{n} bytes never became readable");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        };
+        // The PDU's first 1,000 bytes: the mark asks for the rest.
+        go_tx.send(1000).unwrap();
+        read_until(&mut link, 1000);
+        link.expect_rest_of_pdu(Some(plen));
+        assert_eq!(link.rcvlowat, plen - 1000);
+        assert_eq!(rcvlowat(&link.stream), (plen - 1000) as i32);
+
+        // Four records more, not the rest: nothing is read.
+        go_tx.send(1000 + 4 * 16384).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(
+            link.try_read().unwrap().0,
+            0,
+            "read before the PDU was whole"
+        );
+
+        // The rest: all of it is read, as sent.
+        go_tx.send(plen).unwrap();
+        read_until(&mut link, plen);
+        assert_eq!(&link.rx[link.rx_head..link.rx_tail], &pdu[..]);
+        link.rx_head = link.rx_tail;
+        link.expect_rest_of_pdu(None);
+        assert_eq!((link.rcvlowat, rcvlowat(&link.stream)), (1, 1));
+        drop(go_tx);
+        drop(link);
+        target.join().unwrap();
     }
 
     /// T2, host side: after the target's close_notify the queue ends (Disconnected) and the
