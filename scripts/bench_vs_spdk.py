@@ -39,9 +39,18 @@ CCORE = int(os.environ.get("CLIENT_CORE", "1"))
 EBOF_PORT = int(os.environ.get("EBOF_PORT", "14420"))
 SPDK_PORT = int(os.environ.get("SPDK_PORT", "14421"))
 RAM_MB = int(os.environ.get("RAM_MB", "1024"))
-ONLY = os.environ.get("ONLY", "")  # "target", "client", "idle", "scale", "tls" or empty for all
+ONLY = os.environ.get("ONLY", "")  # "target", "client", "idle", "scale", "tls", "tail" or all
+# SPDK's target a second time with its io_uring socket implementation (`sock_set_default_impl
+# -i uring`), where SPDK was built with it (--with-uring): 1 (default) tries it, 0 leaves it out.
+SPDK_URING = os.environ.get("SPDK_URING", "1") != "0"
+TAIL_ROUNDS = int(os.environ.get("TAIL_ROUNDS", "3"))
+TAIL_RUNTIME = int(os.environ.get("TAIL_RUNTIME", "10"))
+METRICS_PORT = int(os.environ.get("METRICS_PORT", "14490"))
+# A target whose run loop was busy at least this share of the measured window was the limit.
+SATURATED = 0.9
 EBOF_NQN = "nqn.2026-11.io.ebof:default"
 SPDK_NQN = "nqn.2016-06.io.spdk:cnode1"
+URING_PORT = SPDK_PORT + 20
 
 # (name, spdk_nvme_perf pattern, bs, qd, rwmixread or None)
 TARGET_WORKLOADS = [
@@ -60,6 +69,12 @@ CLIENT_WORKLOADS = [
     ("4K randwrite QD32", "randwrite", 4096, 32, None),
     ("128K read QD32", "read", 131072, 32, None),
     ("128K write QD32", "write", 131072, 32, None),
+]
+
+# The tail section: (name, pattern, bs, qd, rwmixread)
+TAIL_WORKLOADS = [
+    ("4K randread QD1", "randread", 4096, 1, None),
+    ("4K randread QD32", "randread", 4096, 32, None),
 ]
 
 # The TLS section: (name, pattern, bs, qd)
@@ -128,31 +143,38 @@ def fmt(t, digits=0):
     return f"{f.format(m)} [{f.format(lo)}-{f.format(hi)}]"
 
 
-def spdk_perf_args(port, nqn, pattern, bs, qd, mix, core_mask, extra=()):
+def spdk_perf_args(port, nqn, pattern, bs, qd, mix, core_mask, extra=(), runtime=None):
     trid = f"trtype:TCP adrfam:IPv4 traddr:127.0.0.1 trsvcid:{port} subnqn:{nqn}"
     args = [spdk_bin("spdk_nvme_perf"), "-q", str(qd), "-o", str(bs), "-w", pattern,
-            "-t", str(RUNTIME), "-a", str(WARMUP), "-L", "-c", core_mask, "-r", trid]
+            "-t", str(runtime or RUNTIME), "-a", str(WARMUP), "-L", "-c", core_mask, "-r", trid]
     if mix is not None:
         args += ["-M", str(mix)]
     return args + list(extra)
 
 
 def parse_spdk_perf(out):
-    total = re.search(r"^Total\s*:\s*([\d.]+)\s+([\d.]+)\s+([\d.]+)", out, re.M)
+    total = re.search(r"^Total\s*:\s*([\d.]+)\s+([\d.]+)\s+([\d.]+)(?:\s+([\d.]+)\s+([\d.]+))?",
+                      out, re.M)
     if not total:
         return None
     r = {"iops": float(total.group(1)), "mib_s": float(total.group(2)),
          "avg_us": float(total.group(3))}
+    if total.group(5):
+        r["max_us"] = float(total.group(5))
     pct = dict(re.findall(r"^\s*([\d.]+)%\s*:\s*([\d.]+)us", out, re.M))
-    for key, name in (("50.00000", "p50_us"), ("99.00000", "p99_us"), ("99.99000", "p99_99_us")):
+    for key, name in (("50.00000", "p50_us"), ("99.00000", "p99_us"), ("99.90000", "p99_9_us"),
+                      ("99.99000", "p99_99_us"), ("99.99900", "p99_999_us")):
         if key in pct:
             r[name] = float(pct[key])
     return r
 
 
-def run_measured(args, target_pid, env=None):
+def run_measured(args, target_pid, env=None, load=None, runtime=None):
     """Run a client; sample the target's and the client's CPU over the measured window (after
-    warm-up). Returns (output, target CPU, client CPU), CPU as a fraction of one core."""
+    warm-up), and the target's run-loop load (`load()`: busy and run seconds) over the same
+    window. Returns (output, target CPU, client CPU, target busy share), CPU and busy as
+    fractions of one core (busy None without `load`)."""
+    runtime = runtime or RUNTIME
     p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                          env=env)
     time.sleep(WARMUP + 0.5)  # + connect time
@@ -160,78 +182,201 @@ def run_measured(args, target_pid, env=None):
         k0 = cpu_ticks(p.pid)
     except OSError:
         k0 = None
+    l0 = load() if load else None
     c0, t0 = cpu_ticks(target_pid), time.monotonic()
-    time.sleep(max(RUNTIME - 1.0, 0.5))
+    time.sleep(max(runtime - 1.0, 0.5))
     c1, t1 = cpu_ticks(target_pid), time.monotonic()
+    l1 = load() if load else None
     try:
         k1 = cpu_ticks(p.pid)
     except OSError:
         k1 = None
-    out, _ = p.communicate(timeout=RUNTIME + WARMUP + 60)
+    out, _ = p.communicate(timeout=runtime + WARMUP + 60)
     ccpu = (k1 - k0) / (t1 - t0) if k0 is not None and k1 is not None else None
-    return out, (c1 - c0) / (t1 - t0), ccpu
+    busy = None
+    if l0 and l1 and l1[1] > l0[1]:
+        busy = (l1[0] - l0[0]) / (l1[1] - l0[1])
+    return out, (c1 - c0) / (t1 - t0), ccpu, busy
 
 
-def per_io(r, cpu, ccpu):
-    """Add the CPU figures to a result: fractions of a core, and microseconds per I/O."""
+def per_io(r, cpu, ccpu, busy=None):
+    """Add the CPU figures to a result: fractions of a core, and microseconds per I/O; with the
+    target's busy share, its busy time per I/O (what a polling target's CPU time cannot say)."""
     r["cpu"] = cpu
     r["us_per_io"] = cpu * 1e6 / r["iops"] if r["iops"] else None
     r["ccpu"] = ccpu
     r["client_us_per_io"] = ccpu * 1e6 / r["iops"] if r["iops"] and ccpu is not None else None
+    r["busy"] = busy
+    r["busy_us_per_io"] = busy * 1e6 / r["iops"] if r["iops"] and busy is not None else None
     return r
 
 
-class Targets:
-    def __init__(self, ebof_bin, work):
-        self.work = work
-        self.ebof = subprocess.Popen(
-            ["taskset", "-c", str(TCORE), ebof_bin, "serve", "--listen",
-             f"127.0.0.1:{EBOF_PORT}", "--ram", f"{RAM_MB}M", "--cores", str(TCORE)],
-            stdout=open(os.path.join(work, "ebof.log"), "w"), stderr=subprocess.STDOUT)
-        PROCS.append(self.ebof)
-        wait_port(EBOF_PORT, self.ebof, "ebof serve")
-        self.spdk = subprocess.Popen(
-            [spdk_bin("nvmf_tgt"), "-m", hex(1 << TCORE), "-r", os.path.join(work, "spdk.sock")],
-            stdout=open(os.path.join(work, "nvmf_tgt.log"), "w"), stderr=subprocess.STDOUT)
-        PROCS.append(self.spdk)
-        rpc_sock = os.path.join(work, "spdk.sock")
-        for _ in range(100):
-            if os.path.exists(rpc_sock):
+def spdk_rpc(sock, method, params=None):
+    """One JSON-RPC call to an SPDK app over its Unix socket (no rpc.py process: the call runs
+    inside a measured window)."""
+    req = {"jsonrpc": "2.0", "id": 1, "method": method}
+    if params is not None:
+        req["params"] = params
+    with socket.socket(socket.AF_UNIX) as s:
+        s.settimeout(10)
+        s.connect(sock)
+        s.sendall(json.dumps(req).encode())
+        buf = b""
+        dec = json.JSONDecoder()
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                raise OSError(f"{method}: connection closed")
+            buf += chunk
+            try:
+                resp, _ = dec.raw_decode(buf.decode())
                 break
-            if self.spdk.poll() is not None:
-                die("nvmf_tgt exited; see " + os.path.join(work, "nvmf_tgt.log"))
-            time.sleep(0.1)
-        rpc = ["/usr/bin/python3", os.path.join(SPDK, "scripts/rpc.py"), "-s", rpc_sock]
-        for cmd in (["nvmf_create_transport", "-t", "TCP"],
-                    ["bdev_malloc_create", "-b", "Malloc0", str(RAM_MB), "512"],
-                    ["nvmf_create_subsystem", SPDK_NQN, "-a", "-s", "SPDK00000000000001"],
-                    ["nvmf_subsystem_add_ns", SPDK_NQN, "Malloc0"],
-                    ["nvmf_subsystem_add_listener", SPDK_NQN, "-t", "tcp", "-a", "127.0.0.1",
-                     "-s", str(SPDK_PORT)]):
-            subprocess.run(rpc + cmd, check=True, stdout=subprocess.DEVNULL, timeout=60)
-        wait_port(SPDK_PORT, self.spdk, "nvmf_tgt")
+            except ValueError:
+                continue
+    if "error" in resp:
+        raise OSError(f"{method}: {resp['error']}")
+    return resp["result"]
+
+
+def spdk_load(sock):
+    """SPDK's reactors' busy and total seconds (`framework_get_reactors`: busy and idle ticks)."""
+    def sample():
+        try:
+            r = spdk_rpc(sock, "framework_get_reactors")
+        except OSError as e:
+            log(f"  framework_get_reactors: {e}")
+            return None
+        rate = r["tick_rate"]
+        busy = sum(x["busy"] for x in r["reactors"])
+        idle = sum(x["idle"] for x in r["reactors"])
+        return busy / rate, (busy + idle) / rate
+    return sample
+
+
+def ebof_load(port):
+    """ebof serve's TCP reactors' busy and run seconds, from its /metrics."""
+    import urllib.request
+    pat = re.compile(r'^ebof_reactor_(busy_)?seconds_total\{[^}]*loop="tcp"[^}]*\} ([\d.e+-]+)',
+                     re.M)
+
+    def sample():
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+                text = r.read().decode()
+        except OSError as e:
+            log(f"  ebof metrics: {e}")
+            return None
+        busy = run = 0.0
+        for kind, v in pat.findall(text):
+            if kind:
+                busy += float(v)
+            else:
+                run += float(v)
+        return (busy, run) if run else None
+    return sample
+
+
+def start_nvmf_tgt(work, name, shm_id, uring=False):
+    """An SPDK nvmf_tgt on the target core with a malloc bdev of RAM_MB, listening on SPDK_PORT
+    (URING_PORT with io_uring). Returns (process, RPC socket), or (None, why) when the uring
+    variant cannot start (SPDK built without --with-uring)."""
+    sock = os.path.join(work, f"{name}.sock")
+    # Two nvmf_tgt on one core: each its own shared-memory id, and no per-core lock files.
+    args = [spdk_bin("nvmf_tgt"), "-m", hex(1 << TCORE), "-r", sock, "-i", str(shm_id),
+            "--disable-cpumask-locks"]
+    if uring:
+        args.append("--wait-for-rpc")
+    proc = subprocess.Popen(args, stdout=open(os.path.join(work, f"{name}.log"), "w"),
+                            stderr=subprocess.STDOUT)
+    PROCS.append(proc)
+    for _ in range(100):
+        if os.path.exists(sock):
+            break
+        if proc.poll() is not None:
+            die(f"{name} exited; see " + os.path.join(work, f"{name}.log"))
+        time.sleep(0.1)
+    port = URING_PORT if uring else SPDK_PORT
+    if uring:
+        try:
+            spdk_rpc(sock, "sock_set_default_impl", {"impl_name": "uring"})
+            spdk_rpc(sock, "framework_start_init")
+        except OSError as e:
+            proc.send_signal(signal.SIGINT)
+            proc.wait(timeout=30)
+            return None, str(e)
+        for _ in range(100):  # framework_start_init returns before the subsystems are up
+            try:
+                spdk_rpc(sock, "framework_wait_init")
+                break
+            except OSError:
+                time.sleep(0.1)
+    rpc = ["/usr/bin/python3", os.path.join(SPDK, "scripts/rpc.py"), "-s", sock]
+    for cmd in (["nvmf_create_transport", "-t", "TCP"],
+                ["bdev_malloc_create", "-b", "Malloc0", str(RAM_MB), "512"],
+                ["nvmf_create_subsystem", SPDK_NQN, "-a", "-s", "SPDK00000000000001"],
+                ["nvmf_subsystem_add_ns", SPDK_NQN, "Malloc0"],
+                ["nvmf_subsystem_add_listener", SPDK_NQN, "-t", "tcp", "-a", "127.0.0.1",
+                 "-s", str(port)]):
+        subprocess.run(rpc + cmd, check=True, stdout=subprocess.DEVNULL, timeout=60)
+    wait_port(port, proc, name)
+    return proc, sock
+
+
+class Targets:
+    """`ebof serve` and SPDK's nvmf_tgt (and nvmf_tgt on io_uring sockets, where it builds) on
+    the same core; one runs at a time, the others are frozen."""
+
+    def __init__(self, ebof_bin, work, uring=SPDK_URING):
+        self.work = work
+        ebof = subprocess.Popen(
+            ["taskset", "-c", str(TCORE), ebof_bin, "serve", "--listen",
+             f"127.0.0.1:{EBOF_PORT}", "--ram", f"{RAM_MB}M", "--cores", str(TCORE),
+             "--metrics-listen", f"127.0.0.1:{METRICS_PORT}"],
+            stdout=open(os.path.join(work, "ebof.log"), "w"), stderr=subprocess.STDOUT)
+        PROCS.append(ebof)
+        wait_port(EBOF_PORT, ebof, "ebof serve")
+        self.procs = {"ebof": ebof}
+        self.loads = {"ebof": ebof_load(METRICS_PORT)}
+        self.ports = {"ebof": (EBOF_PORT, EBOF_NQN)}
+        spdk, sock = start_nvmf_tgt(work, "nvmf_tgt", 1)
+        self.procs["spdk"] = spdk
+        self.loads["spdk"] = spdk_load(sock)
+        self.ports["spdk"] = (SPDK_PORT, SPDK_NQN)
+        if uring:
+            # Its own shared-memory id; frozen while the other runs, like every idle side.
+            os.kill(spdk.pid, signal.SIGSTOP)
+            proc, sock = start_nvmf_tgt(work, "nvmf_tgt-uring", 2, uring=True)
+            os.kill(spdk.pid, signal.SIGCONT)
+            if proc is None:
+                log(f"  no io_uring row: {sock}")
+            else:
+                self.procs["spdk-uring"] = proc
+                self.loads["spdk-uring"] = spdk_load(sock)
+                self.ports["spdk-uring"] = (URING_PORT, SPDK_NQN)
+        self.sides = list(self.procs)
         self.active = None
 
     def pid(self, which):
-        return (self.ebof if which == "ebof" else self.spdk).pid
+        return self.procs[which].pid
 
     def only(self, which):
-        """Run `which`, freeze the other (a frozen nvmf_tgt does not spin)."""
+        """Run `which`, freeze the others (a frozen nvmf_tgt does not spin)."""
         if self.active == which:
             return
-        other = "spdk" if which == "ebof" else "ebof"
-        os.kill(self.pid(other), signal.SIGSTOP)
+        for w, p in self.procs.items():
+            if w != which:
+                os.kill(p.pid, signal.SIGSTOP)
         os.kill(self.pid(which), signal.SIGCONT)
         self.active = which
         time.sleep(0.3)
 
     def both(self):
-        for w in ("ebof", "spdk"):
-            os.kill(self.pid(w), signal.SIGCONT)
+        for p in self.procs.values():
+            os.kill(p.pid, signal.SIGCONT)
         self.active = None
 
     def endpoint(self, which):
-        return (EBOF_PORT, EBOF_NQN) if which == "ebof" else (SPDK_PORT, SPDK_NQN)
+        return self.ports[which]
 
 
 def rss_bytes(pid):
@@ -258,80 +403,126 @@ def precondition(only, pid, port):
     log(f"  precondition: ebof resident {rss_bytes(pid) >> 20} MiB < namespace {RAM_MB} MiB")
 
 
-def target_table(t):
+def round_order(sides, rnd):
+    """The sides' order in round `rnd`: rotated each round, reversed every other."""
+    k = rnd % len(sides)
+    order = sides[k:] + sides[:k]
+    return order if rnd % 2 == 0 else order[::-1]
+
+
+def spdk_client_rounds(t, workloads, rounds, runtime, tag):
+    """spdk_nvme_perf against every target of `t`, `rounds` interleaved rounds of `runtime` s:
+    {(workload, target): [results]}, each with the target's CPU and busy share."""
     res = {}
-    for rnd in range(ROUNDS):
-        for wl in TARGET_WORKLOADS:
-            order = ("ebof", "spdk") if (rnd % 2 == 0) else ("spdk", "ebof")
-            for which in order:
+    for rnd in range(rounds):
+        for name, pattern, bs, qd, mix in workloads:
+            for which in round_order(t.sides, rnd):
                 t.only(which)
                 port, nqn = t.endpoint(which)
-                name, pattern, bs, qd, mix = wl
-                out, cpu, ccpu = run_measured(
-                    spdk_perf_args(port, nqn, pattern, bs, qd, mix, hex(1 << CCORE)),
-                    t.pid(which))
+                out, cpu, ccpu, busy = run_measured(
+                    spdk_perf_args(port, nqn, pattern, bs, qd, mix, hex(1 << CCORE),
+                                   runtime=runtime), t.pid(which), load=t.loads[which],
+                    runtime=runtime)
                 r = parse_spdk_perf(out)
                 if r is None:
                     log(f"  {which} {name}: no result\n{out[-2000:]}")
                     continue
                 r["round"] = rnd
-                res.setdefault((name, which), []).append(per_io(r, cpu, ccpu))
-                log(f"  round {rnd + 1} {which:4} {name:22} {r['iops']:>10,.0f} IOPS "
-                    f"{r['mib_s']:>8,.0f} MiB/s  p99 {r.get('p99_us', 0):8.1f} us  "
-                    f"target CPU {cpu * 100:5.1f} %")
+                res.setdefault((name, which), []).append(per_io(r, cpu, ccpu, busy))
+                log(f"  {tag} round {rnd + 1} {which:10} {name:22} {r['iops']:>10,.0f} IOPS "
+                    f"p99 {r.get('p99_us', 0):8.1f}  p99.99 {r.get('p99_99_us', 0):8.1f} us  "
+                    f"target busy {(busy or 0) * 100:5.1f} %")
     return res
 
 
-def ratios(a, b):
-    """ebof/SPDK IOPS ratios of two result lists: of the medians, of the best rounds, and the
-    median [min-max] of the per-round paired ratios. Empty strings when one side is missing."""
-    ia, ib = [r["iops"] for r in a], [r["iops"] for r in b]
+def target_table(t):
+    return spdk_client_rounds(t, TARGET_WORKLOADS, ROUNDS, RUNTIME, "target")
+
+
+def ratios(a, b, key="iops"):
+    """ebof/other ratios of `key` of two result lists: of the medians, of the best rounds, and
+    the median [min-max] of the per-round paired ratios. Empty strings when one side is
+    missing. (For a figure where less is better, "best" is still the max: read it as such.)"""
+    ia = [r[key] for r in a if r.get(key) is not None]
+    ib = [r[key] for r in b if r.get(key) is not None]
     if not ia or not ib or not statistics.median(ib) or not max(ib):
         return "", "", ""
     med = f"**{statistics.median(ia) / statistics.median(ib):.2f}x**"
     best = f"{max(ia) / max(ib):.2f}x"
-    by_round = {r["round"]: r["iops"] for r in b if "round" in r}
-    paired = [r["iops"] / by_round[r["round"]] for r in a
-              if by_round.get(r.get("round")) and r["iops"]]
+    by_round = {r["round"]: r[key] for r in b if "round" in r and r.get(key)}
+    paired = [r[key] / by_round[r["round"]] for r in a
+              if by_round.get(r.get("round")) and r.get(key)]
     pr = median_mm(paired)
     return med, best, (f"{pr[0]:.2f} [{pr[1]:.2f}-{pr[2]:.2f}]" if pr else "")
 
 
-def table_rows(res, workloads, labels, cpu_keys):
-    """Markdown rows: per workload, ebof then SPDK, medians [min-max] and the best round; the
-    ratios (medians, best rounds, paired rounds) on SPDK's row."""
+def limit(rs):
+    """Which side limited a row: the target when its run loop was busy ≥ SATURATED of the
+    window (median over rounds), else the client (or the wire)."""
+    b = median_mm([r["busy"] for r in rs if r.get("busy") is not None])
+    if not b:
+        return "?"
+    return "target" if b[0] >= SATURATED else "client"
+
+
+def pct(t):
+    return fmt((t[0] * 100, t[1] * 100, t[2] * 100) if t else None)
+
+
+LAT_KEYS = ("avg_us", "p50_us", "p99_us", "p99_9_us", "p99_99_us")
+LAT_HEAD = "avg / p50 / p99 / p99.9 / p99.99 us"
+RATIO_HEADS = ["ebof/other IOPS medians", "best/best", "paired rounds"]
+
+
+def table(res, workloads, sides, labels, cols):
+    """A markdown table: per workload, a row per side (ebof first), each figure a median
+    [min-max] over the rounds. `cols`: (heading, cell(g, rs, ebof_rs, which)) after the common
+    columns, where `g(key)` is the median [min-max] of a figure; each non-ebof row ends with
+    the ebof/other IOPS ratios (medians, best rounds, paired rounds)."""
+    heads = ["workload", "side", "IOPS", "best IOPS", "MiB/s", LAT_HEAD] + [h for h, _ in cols]
+    print("| " + " | ".join(heads + RATIO_HEADS) + " |")
+    print("|" + "---|" * (len(heads) + len(RATIO_HEADS)))
     for name, *_ in workloads:
-        for which in ("ebof", "spdk"):
+        mine = res.get((name, "ebof"), [])
+        for which in sides:
             rs = res.get((name, which), [])
             if not rs:
                 continue
-            g = lambda k: median_mm([r[k] for r in rs if r.get(k) is not None])  # noqa: E731
-            lat = " / ".join(f"{g(k)[0]:.1f}" if g(k) else "-"
-                             for k in ("avg_us", "p50_us", "p99_us", "p99_99_us"))
-            med = best = paired = ""
-            if which == "spdk":
-                med, best, paired = ratios(res.get((name, "ebof"), []), rs)
+            g = lambda k: median_mm([r[k] for r in rs if r.get(k) is not None])  # noqa: E731,B023
+            lat = " / ".join(f"{g(k)[0]:.1f}" if g(k) else "-" for k in LAT_KEYS)
             cells = [name, labels[which], fmt(g("iops")), f"{max(r['iops'] for r in rs):,.0f}",
-                     fmt(g("mib_s")), lat]
-            for frac_key, per_io_key in cpu_keys:
-                cpu = g(frac_key)
-                cells.append(fmt((cpu[0] * 100, cpu[1] * 100, cpu[2] * 100) if cpu else None))
-                cells.append(fmt(g(per_io_key), 2))
-            print("| " + " | ".join(cells + [med, best, paired]) + " |")
+                     fmt(g("mib_s")), lat] + [c(g, rs, mine, which) for _, c in cols]
+            cells += list(ratios(mine, rs)) if which != "ebof" else ["", "", ""]
+            print("| " + " | ".join(cells) + " |")
 
 
-RATIO_HEADS = "ebof/SPDK medians | best/best | paired rounds"
+def busy_ratio(g, rs, mine, which):
+    return ratios(mine, rs, "busy_us_per_io")[0] if which != "ebof" else ""
 
 
-def print_target_table(res):
+TARGET_LABELS = {"ebof": "ebof serve", "spdk": "SPDK nvmf_tgt",
+                 "spdk-uring": "SPDK nvmf_tgt, io_uring sockets"}
+BUSY_NOTE = ("Target busy: the share of the measured window its run loop spent on turns that "
+             "did work (ebof: `ebof_reactor_busy_seconds_total`; SPDK: `framework_get_reactors` "
+             "busy ticks); busy us per I/O is what an I/O costs the target whether or not it was "
+             f"the limit. Limit: the target when it was busy >= {SATURATED:.0%} of the window, "
+             "else the client (or the wire). Process CPU (utime + stime) reads ~100 % on a "
+             "polling side whatever it does.")
+
+
+def print_target_table(res, sides):
     print("\n### Same client (spdk_nvme_perf) -> target, "
           f"target on core {TCORE}, client on core {CCORE}; median [min-max] of {ROUNDS} rounds "
           f"of {RUNTIME} s\n")
-    print("| workload | target | IOPS | best IOPS | MiB/s | avg / p50 / p99 / p99.99 us "
-          f"| target CPU % | target CPU us per I/O | {RATIO_HEADS} |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
-    table_rows(res, TARGET_WORKLOADS, {"ebof": "ebof serve", "spdk": "SPDK nvmf_tgt"},
-               [("cpu", "us_per_io")])
+    print(BUSY_NOTE + "\n")
+    table(res, TARGET_WORKLOADS, sides, TARGET_LABELS, [
+        ("target CPU %", lambda g, *_: pct(g("cpu"))),
+        ("client CPU %", lambda g, *_: pct(g("ccpu"))),
+        ("target busy %", lambda g, *_: pct(g("busy"))),
+        ("target busy us per I/O", lambda g, *_: fmt(g("busy_us_per_io"), 2)),
+        ("busy per I/O ebof/other", busy_ratio),
+        ("limit", lambda g, rs, *_: limit(rs)),
+    ])
 
 
 def ebof_perf_args(ebof_bin, pattern, bs, qd, mix):
@@ -352,26 +543,17 @@ def client_table(t, ebof_bin):
             order = ("ebof", "spdk") if (rnd % 2 == 0) else ("spdk", "ebof")
             for client in order:
                 if client == "spdk":
-                    out, cpu, ccpu = run_measured(
-                        spdk_perf_args(SPDK_PORT, SPDK_NQN, pattern, bs, qd, mix,
-                                       hex(1 << CCORE)), t.pid("spdk"))
-                    r = parse_spdk_perf(out)
+                    args = spdk_perf_args(SPDK_PORT, SPDK_NQN, pattern, bs, qd, mix,
+                                          hex(1 << CCORE))
                 else:
-                    out, cpu, ccpu = run_measured(ebof_perf_args(ebof_bin, pattern, bs, qd, mix),
-                                                  t.pid("spdk"))
-                    try:
-                        j = json.loads(out[out.index("{"):])
-                        lat = j["latency_us"]
-                        r = {"iops": j["iops"], "mib_s": j["mib_s"], "avg_us": lat["avg"],
-                             "p50_us": lat["p50"], "p99_us": lat["p99"],
-                             "p99_99_us": lat["p99_99"]}
-                    except (ValueError, KeyError):
-                        r = None
+                    args = ebof_perf_args(ebof_bin, pattern, bs, qd, mix)
+                out, cpu, ccpu, busy = run_measured(args, t.pid("spdk"), load=t.loads["spdk"])
+                r = parse_spdk_perf(out) if client == "spdk" else parse_ebof_perf(out)
                 if r is None:
                     log(f"  {client} {name}: no result\n{out[-2000:]}")
                     continue
                 r["round"] = rnd
-                res.setdefault((name, client), []).append(per_io(r, cpu, ccpu))
+                res.setdefault((name, client), []).append(per_io(r, cpu, ccpu, busy))
                 log(f"  round {rnd + 1} {client:4} {name:22} {r['iops']:>10,.0f} IOPS "
                     f"{r['mib_s']:>8,.0f} MiB/s  avg {r['avg_us']:7.1f} us  client CPU "
                     f"{(ccpu or 0) * 100:5.1f} %")
@@ -382,11 +564,44 @@ def print_client_table(res):
     print("\n### Same target (SPDK nvmf_tgt, core "
           f"{TCORE}) <- client on core {CCORE}; median [min-max] of {ROUNDS} rounds of "
           f"{RUNTIME} s\n")
-    print("| workload | client | IOPS | best IOPS | MiB/s | avg / p50 / p99 / p99.99 us "
-          f"| client CPU % | client CPU us per I/O | {RATIO_HEADS} |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
-    table_rows(res, CLIENT_WORKLOADS, {"ebof": "ebof perf", "spdk": "spdk_nvme_perf"},
-               [("ccpu", "client_us_per_io")])
+    print(BUSY_NOTE + "\n")
+    table(res, CLIENT_WORKLOADS, ["ebof", "spdk"], {"ebof": "ebof perf", "spdk": "spdk_nvme_perf"}, [
+        ("client CPU %", lambda g, *_: pct(g("ccpu"))),
+        ("client CPU us per I/O", lambda g, *_: fmt(g("client_us_per_io"), 2)),
+        ("target busy %", lambda g, *_: pct(g("busy"))),
+        ("limit", lambda g, rs, *_: limit(rs)),
+    ])
+
+
+def tail_section(t):
+    """Tail latency, the ADQ paper's headline: 4K random reads at QD1 and QD32 from
+    spdk_nvme_perf against every target as it ships (ebof's adaptive polling, SPDK's busy
+    polling), TAIL_ROUNDS interleaved rounds of TAIL_RUNTIME s each."""
+    res = spdk_client_rounds(t, TAIL_WORKLOADS, TAIL_ROUNDS, TAIL_RUNTIME, "tail")
+    print(f"\n### Tail latency: spdk_nvme_perf -> target, 4K random reads, target on core {TCORE}, "
+          f"client on core {CCORE}; median [min-max] of {TAIL_ROUNDS} rounds of {TAIL_RUNTIME} s; "
+          "each target as it ships (ebof: adaptive polling, `--poll-us 100`; SPDK: busy polling)"
+          "\n")
+    print("| workload | target | IOPS | p50 us | p99 us | p99.9 us | p99.99 us | p99.999 us "
+          "| max us | p99.9 ebof/other (medians, paired) | p99.99 ebof/other (medians, paired) |")
+    print("|" + "---|" * 11)
+    for name, *_ in TAIL_WORKLOADS:
+        mine = res.get((name, "ebof"), [])
+        for which in t.sides:
+            rs = res.get((name, which), [])
+            if not rs:
+                continue
+            g = lambda k: median_mm([r[k] for r in rs if r.get(k) is not None])  # noqa: E731,B023
+            cells = [name, TARGET_LABELS[which], fmt(g("iops"))]
+            cells += [fmt(g(k), 1) for k in ("p50_us", "p99_us", "p99_9_us", "p99_99_us",
+                                             "p99_999_us", "max_us")]
+            for key in ("p99_9_us", "p99_99_us"):
+                if which == "ebof":
+                    cells.append("")
+                    continue
+                med, _, paired = ratios(mine, rs, key)
+                cells.append(f"{med}, {paired}" if med else "")
+            print("| " + " | ".join(cells) + " |")
 
 
 def idle_cpu(t):
@@ -416,12 +631,12 @@ def scale(ebof_bin, work):
         wait_port(port, srv, "ebof serve")
         spdk_vals, ebof_vals = [], []
         for _ in range(ROUNDS):
-            out, _, _ = run_measured(spdk_perf_args(port, EBOF_NQN, "randread", 4096, 32, None,
+            out, *_ = run_measured(spdk_perf_args(port, EBOF_NQN, "randread", 4096, 32, None,
                                                     "0x3"), srv.pid)
             r = parse_spdk_perf(out)
             if r:
                 spdk_vals.append(r["iops"])
-            out, _, _ = run_measured(
+            out, *_ = run_measured(
                 [ebof_bin, "perf", "-a", "127.0.0.1", "-s", str(port), "-n", EBOF_NQN,
                  "--rw", "randread", "--qd", "32", "--cores", "0,1", "--no-busy-poll",
                  "--runtime", f"{RUNTIME}s", "--ramp", f"{WARMUP}s", "--json"], srv.pid)
@@ -478,6 +693,8 @@ backend = "ram"
 size = "{RAM_MB}M"
 [management]
 enabled = false
+[metrics]
+listen = "127.0.0.1:{METRICS_PORT + 1}"
 """)
         self.ebof = subprocess.Popen(["taskset", "-c", str(TCORE), ebof_bin, "serve", "--config", cfg],
                                      stdout=open(os.path.join(work, "ebof-tls.log"), "w"),
@@ -506,6 +723,7 @@ enabled = false
                     ["nvmf_subsystem_add_host", SPDK_NQN, TLS_HOSTNQN, "--psk", "key0"]):
             subprocess.run(rpc + cmd, check=True, stdout=subprocess.DEVNULL, timeout=60)
         wait_port(self.ports[("spdk", True)], self.spdk, "nvmf_tgt (TLS)")
+        self.loads = {"ebof": ebof_load(METRICS_PORT + 1), "spdk": spdk_load(sock)}
 
     def only(self, which):
         other = self.spdk if which == "ebof" else self.ebof
@@ -540,7 +758,8 @@ def parse_ebof_perf(out):
         j = json.loads(out[out.index("{"):])
         lat = j["latency_us"]
         return {"iops": j["iops"], "mib_s": j["mib_s"], "avg_us": lat["avg"],
-                "p50_us": lat["p50"], "p99_us": lat["p99"], "p99_99_us": lat["p99_99"]}
+                "p50_us": lat["p50"], "p99_us": lat["p99"], "p99_9_us": lat.get("p99_9"),
+                "p99_99_us": lat["p99_99"]}
     except (ValueError, KeyError):
         return None
 
@@ -575,14 +794,16 @@ def tls_section(ebof_bin, work):
                 t.only(target)
                 pid = (t.ebof if target == "ebof" else t.spdk).pid
                 for tls in ((False, True) if rnd % 2 == 0 else (True, False)):
-                    out, cpu, ccpu = run_measured(
-                        tls_client_args(client, ebof_bin, t, target, tls, pattern, bs, qd), pid)
+                    out, cpu, ccpu, busy = run_measured(
+                        tls_client_args(client, ebof_bin, t, target, tls, pattern, bs, qd), pid,
+                        load=t.loads[target])
                     r = parse_spdk_perf(out) if client == "spdk" else parse_ebof_perf(out)
                     if r is None:
                         log(f"  {client}->{target} tls={tls} {name}: no result\n{out[-1500:]}")
                         continue
                     r["round"] = rnd
-                    res.setdefault((name, target, client, tls), []).append(per_io(r, cpu, ccpu))
+                    res.setdefault((name, target, client, tls), []).append(
+                        per_io(r, cpu, ccpu, busy))
                     log(f"  round {rnd + 1} {client:4}->{target:4} {'TLS' if tls else 'tcp'} "
                         f"{name:18} {r['iops']:>9,.0f} IOPS {r['mib_s']:>7,.0f} MiB/s "
                         f"target CPU {cpu * 100:5.1f} %")
@@ -599,9 +820,9 @@ def tls_section(ebof_bin, work):
           f"{TCORE}, client on core {CCORE}; median [min-max] of {TLS_ROUNDS} rounds of "
           f"{RUNTIME} s\n")
     print("| workload | target | client | transport | IOPS | best IOPS | MiB/s | avg / p99 us "
-          "| target CPU % | target CPU us per I/O | client CPU us per I/O | TLS/plain IOPS "
-          "| TLS: ebof/SPDK target (medians, best, paired) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| target CPU % | target busy % | target busy us per I/O | client CPU us per I/O "
+          "| limit | TLS/plain IOPS | TLS: ebof/SPDK target (medians, best, paired) |")
+    print("|" + "---|" * 15)
     labels = {"ebof": ("ebof serve", "ebof perf"), "spdk": ("SPDK nvmf_tgt", "spdk_nvme_perf")}
     for name, *_ in TLS_WORKLOADS:
         for target, client in TLS_PAIRS:
@@ -625,7 +846,8 @@ def tls_section(ebof_bin, work):
                     name, labels[target][0], labels[client][1], "TLS" if tls else "TCP",
                     fmt(iops), f"{max(r['iops'] for r in rs):,.0f}", fmt(g("mib_s")), lat,
                     fmt((cpu[0] * 100, cpu[1] * 100, cpu[2] * 100) if cpu else None),
-                    fmt(g("us_per_io"), 2), fmt(g("client_us_per_io"), 2), ratio, vs]) + " |")
+                    pct(g("busy")), fmt(g("busy_us_per_io"), 2), fmt(g("client_us_per_io"), 2),
+                    limit(rs), ratio, vs]) + " |")
     if rates:
         rate = median_mm(rates)
         print(f"\nAES-128-GCM on one core (`openssl speed -evp aes-128-gcm -bytes 16384` on core "
@@ -714,7 +936,8 @@ def main():
         die("needs root (hugepages for SPDK, SIGSTOP of the idle target)")
     if shutil.which("taskset") is None:
         die("taskset (util-linux) is needed")
-    for port in (EBOF_PORT, SPDK_PORT, EBOF_PORT + 2, EBOF_PORT + 4, EBOF_PORT + 5,
+    for port in (EBOF_PORT, SPDK_PORT, URING_PORT, METRICS_PORT, METRICS_PORT + 1,
+                 EBOF_PORT + 2, EBOF_PORT + 4, EBOF_PORT + 5,
                  EBOF_PORT + 6, SPDK_PORT + 10, SPDK_PORT + 11):
         if port_open(port):
             die(f"port {port} is in use")
@@ -724,9 +947,11 @@ def main():
             os.makedirs("/dev/hugepages", exist_ok=True)
             subprocess.run(["mount", "-t", "hugetlbfs", "nodev", "/dev/hugepages"], check=True)
     with open("/proc/sys/vm/nr_hugepages") as f:
-        if int(f.read()) < 1024:
+        # Two nvmf_tgt (posix and io_uring sockets) with a RAM_MB malloc bdev each.
+        want = 2048 if SPDK_URING and ONLY != "tls" else 1024
+        if int(f.read()) < want:
             with open("/proc/sys/vm/nr_hugepages", "w") as w:
-                w.write("1024")
+                w.write(str(want))
     log("== building ebof (release)")
     subprocess.run(["cargo", "build", "--release", "--locked", "-p", "ebof", "--quiet"],
                    cwd=ROOT, check=True)
@@ -743,19 +968,25 @@ def main():
             precondition(t.only, t.pid("ebof"), EBOF_PORT)
             if ONLY in ("", "target"):
                 log("== target table")
-                print_target_table(target_table(t))
+                print_target_table(target_table(t), t.sides)
             if ONLY in ("", "client"):
                 log("== client table")
                 print_client_table(client_table(t, ebof_bin))
+            if ONLY in ("", "tail"):
+                log("== tail latency")
+                tail_section(t)
             if ONLY in ("", "idle"):
                 idle_cpu(t)
             t.both()
             if ONLY in ("", "scale"):
-                os.kill(t.pid("spdk"), signal.SIGSTOP)
+                spdks = [w for w in t.sides if w != "ebof"]
+                for w in spdks:
+                    os.kill(t.pid(w), signal.SIGSTOP)
                 scale(ebof_bin, work)
-                os.kill(t.pid("spdk"), signal.SIGCONT)
+                for w in spdks:
+                    os.kill(t.pid(w), signal.SIGCONT)
         if ONLY in ("", "tls"):
-            # A second nvmf_tgt cannot start beside the first (shared memory, hugepages).
+            # The TLS section starts targets of its own (huge pages for one nvmf_tgt more).
             cleanup()
             log("== TLS and authentication")
             tls_section(ebof_bin, work)

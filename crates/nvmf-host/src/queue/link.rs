@@ -513,6 +513,61 @@ mod tests {
     use nvmf_tcp::HostConnConfig;
     use std::time::Duration;
 
+    /// The target's side of a TLS queue (our server session, PSK of 9s): accept on `l`, do
+    /// the handshake, read the ICReq and answer it. Returns the socket and the session.
+    fn tls_target_ready(l: std::net::TcpListener) -> (std::net::TcpStream, nvmf_tls::TlsServer) {
+        use std::io::{Read, Write};
+        let (mut s, _) = l.accept().unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let key = nvmf_tls::psk::TlsPsk::new(nvmf_tls::psk::PskHash::Sha256, &[9; 32]);
+        let key = key.unwrap();
+        let cfg = nvmf_tls::TlsServerConfig::new(move |_: &[u8]| Some(key.clone())).unwrap();
+        let mut tls = nvmf_tls::TlsServer::new(&cfg).unwrap();
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut plain = Vec::new();
+        while plain.len() < 128 {
+            let n = s.read(&mut buf).unwrap();
+            assert!(n > 0, "host went away during the handshake");
+            tls.feed(&buf[..n]).unwrap();
+            s.write_all(&tls.take_cipher()).unwrap();
+            tls.read_plain_into(&mut plain).unwrap();
+        }
+        let mut resp = Vec::new();
+        nvmf_tcp::pdu::encode_ic_resp(
+            &mut resp,
+            &nvmf_tcp::pdu::IcResp {
+                pfv: 0,
+                cpda: 0,
+                digests: Digests::NONE,
+                maxh2cdata: 131072,
+            },
+        );
+        tls.write_plain(&[&resp]).unwrap();
+        s.write_all(&tls.take_cipher()).unwrap();
+        (s, tls)
+    }
+
+    /// The host's side of a TLS queue to `addr` (PSK of 9s), through the ICResp.
+    async fn tls_link(addr: SocketAddr) -> Link {
+        let p = LinkParams {
+            addr,
+            digests: Digests::NONE,
+            max_c2h_data: 128 * 1024,
+            connect_timeout: Duration::from_secs(10),
+            tls: None,
+        };
+        let key = nvmf_tls::psk::TlsPsk::new(nvmf_tls::psk::PskHash::Sha256, &[9; 32]).unwrap();
+        let mut conn = HostConn::new(HostConnConfig {
+            digests: p.digests,
+            hpda: 0,
+            maxr2t: 0,
+            max_c2h_data: p.max_c2h_data,
+        });
+        Link::open(&p, &mut conn, Some((b"NVMe0R01 h s".to_vec(), key)))
+            .await
+            .unwrap()
+    }
+
     /// A TLS target (our server session on a thread) that answers the ICReq, then sends
     /// close_notify and keeps writing until the host goes (at most `junk` bytes).
     fn closing_tls_target(junk: usize) -> (SocketAddr, std::thread::JoinHandle<()>) {
@@ -520,32 +575,7 @@ mod tests {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap();
         let t = std::thread::spawn(move || {
-            let (mut s, _) = l.accept().unwrap();
-            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-            let key = nvmf_tls::psk::TlsPsk::new(nvmf_tls::psk::PskHash::Sha256, &[9; 32]);
-            let key = key.unwrap();
-            let cfg = nvmf_tls::TlsServerConfig::new(move |_: &[u8]| Some(key.clone())).unwrap();
-            let mut tls = nvmf_tls::TlsServer::new(&cfg).unwrap();
-            let mut buf = vec![0u8; 64 * 1024];
-            let mut plain = Vec::new();
-            while plain.len() < 128 {
-                let n = s.read(&mut buf).unwrap();
-                assert!(n > 0, "host went away during the handshake");
-                tls.feed(&buf[..n]).unwrap();
-                s.write_all(&tls.take_cipher()).unwrap();
-                tls.read_plain_into(&mut plain).unwrap();
-            }
-            let mut resp = Vec::new();
-            nvmf_tcp::pdu::encode_ic_resp(
-                &mut resp,
-                &nvmf_tcp::pdu::IcResp {
-                    pfv: 0,
-                    cpda: 0,
-                    digests: Digests::NONE,
-                    maxh2cdata: 131072,
-                },
-            );
-            tls.write_plain(&[&resp]).unwrap();
+            let (mut s, mut tls) = tls_target_ready(l);
             tls.close_notify().unwrap();
             s.write_all(&tls.take_cipher()).unwrap();
             // Data after close_notify (records that look real), until the host closes.
@@ -555,6 +585,7 @@ mod tests {
                 sent += chunk.len();
             }
             // Then hold the connection open until the host ends it.
+            let mut buf = vec![0u8; 64 * 1024];
             while matches!(s.read(&mut buf), Ok(n) if n > 0) {}
         });
         (addr, t)
@@ -639,7 +670,7 @@ mod tests {
     /// whole and as sent, and the mark goes back to the default when the PDU is whole.
     #[tokio::test(flavor = "current_thread")]
     async fn a_partial_large_pdu_is_read_whole_over_tls() {
-        use std::io::{Read, Write};
+        use std::io::Write;
         use std::sync::mpsc;
         let plen = 24 + 131_072;
         let pdu: Vec<u8> = (0..plen).map(|i| (i % 251) as u8).collect();
@@ -648,33 +679,7 @@ mod tests {
         let (go_tx, go_rx) = mpsc::channel::<usize>();
         let sent = pdu.clone();
         let target = std::thread::spawn(move || {
-            let (mut s, _) = l.accept().unwrap();
-            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-            let key = nvmf_tls::psk::TlsPsk::new(nvmf_tls::psk::PskHash::Sha256, &[9; 32]);
-            let key = key.unwrap();
-            let cfg = nvmf_tls::TlsServerConfig::new(move |_: &[u8]| Some(key.clone())).unwrap();
-            let mut tls = nvmf_tls::TlsServer::new(&cfg).unwrap();
-            let mut buf = vec![0u8; 64 * 1024];
-            let mut plain = Vec::new();
-            while plain.len() < 128 {
-                let n = s.read(&mut buf).unwrap();
-                assert!(n > 0, "host went away during the handshake");
-                tls.feed(&buf[..n]).unwrap();
-                s.write_all(&tls.take_cipher()).unwrap();
-                tls.read_plain_into(&mut plain).unwrap();
-            }
-            let mut resp = Vec::new();
-            nvmf_tcp::pdu::encode_ic_resp(
-                &mut resp,
-                &nvmf_tcp::pdu::IcResp {
-                    pfv: 0,
-                    cpda: 0,
-                    digests: Digests::NONE,
-                    maxh2cdata: 131072,
-                },
-            );
-            tls.write_plain(&[&resp]).unwrap();
-            s.write_all(&tls.take_cipher()).unwrap();
+            let (mut s, mut tls) = tls_target_ready(l);
             // The PDU in the pieces the test asks for, each as its own records.
             let mut at = 0;
             while let Ok(end) = go_rx.recv() {
@@ -683,23 +688,7 @@ mod tests {
                 at = end;
             }
         });
-        let p = LinkParams {
-            addr,
-            digests: Digests::NONE,
-            max_c2h_data: 128 * 1024,
-            connect_timeout: Duration::from_secs(10),
-            tls: None,
-        };
-        let key = nvmf_tls::psk::TlsPsk::new(nvmf_tls::psk::PskHash::Sha256, &[9; 32]).unwrap();
-        let mut conn = HostConn::new(HostConnConfig {
-            digests: p.digests,
-            hpda: 0,
-            maxr2t: 0,
-            max_c2h_data: p.max_c2h_data,
-        });
-        let mut link = Link::open(&p, &mut conn, Some((b"NVMe0R01 h s".to_vec(), key)))
-            .await
-            .unwrap();
+        let mut link = tls_link(addr).await;
         link.raw_reads = true;
         let read_until = |link: &mut Link, n: usize| {
             let mut polls = 0;
@@ -743,23 +732,7 @@ mod tests {
     #[tokio::test(flavor = "current_thread")]
     async fn close_notify_from_the_target_ends_the_tls_queue() {
         let (addr, target) = closing_tls_target(64 << 20);
-        let p = LinkParams {
-            addr,
-            digests: Digests::NONE,
-            max_c2h_data: 128 * 1024,
-            connect_timeout: Duration::from_secs(10),
-            tls: None,
-        };
-        let key = nvmf_tls::psk::TlsPsk::new(nvmf_tls::psk::PskHash::Sha256, &[9; 32]).unwrap();
-        let mut conn = HostConn::new(HostConnConfig {
-            digests: p.digests,
-            hpda: 0,
-            maxr2t: 0,
-            max_c2h_data: p.max_c2h_data,
-        });
-        let mut link = Link::open(&p, &mut conn, Some((b"NVMe0R01 h s".to_vec(), key)))
-            .await
-            .unwrap();
+        let mut link = tls_link(addr).await;
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         let err = loop {
             assert!(
