@@ -25,11 +25,12 @@ pub(crate) struct Pace {
     born: Instant,
     turn_end: Instant,
     busy: Duration,
-    load: Option<Arc<LoopLoad>>,
+    load: Arc<LoopLoad>,
 }
 
 impl Pace {
-    pub(crate) fn new(spin: Duration, now: Instant) -> Pace {
+    /// A loop starting at `now` that publishes its load to `load` at the end of every turn.
+    pub(crate) fn new(spin: Duration, now: Instant, load: Arc<LoopLoad>) -> Pace {
         Pace {
             spin,
             last_work: now,
@@ -37,14 +38,8 @@ impl Pace {
             born: now,
             turn_end: now,
             busy: Duration::ZERO,
-            load: None,
+            load,
         }
-    }
-
-    /// Publish the loop's load to `load` at the end of every turn.
-    pub(crate) fn with_load(mut self, load: Arc<LoopLoad>) -> Pace {
-        self.load = Some(load);
-        self
     }
 
     /// A turn of the loop ended at `end`. It began its work at `woke` (when epoll returned);
@@ -59,9 +54,8 @@ impl Pace {
             self.last_work = end;
         }
         self.turn_end = end;
-        if let Some(l) = &self.load {
-            l.publish(self.busy, end.saturating_duration_since(self.born));
-        }
+        self.load
+            .publish(self.busy, end.saturating_duration_since(self.born));
     }
 
     /// Time spent on turns that did work.
@@ -104,8 +98,11 @@ mod tests {
         let t0 = Instant::now();
         let ms = |n| t0 + Duration::from_millis(n);
         let table = LoadTable::default();
-        let mut p =
-            Pace::new(Duration::from_millis(1), t0).with_load(table.register(3, LoopKind::Tcp));
+        let mut p = Pace::new(
+            Duration::from_millis(1),
+            t0,
+            table.register(3, LoopKind::Tcp),
+        );
         // Spinning turn with work: busy from the previous turn's end.
         p.turn(ms(1), ms(2), true, false);
         assert_eq!(p.busy(), Duration::from_millis(2));

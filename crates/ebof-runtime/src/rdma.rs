@@ -671,11 +671,11 @@ impl RdmaThread {
         let mut events = Events::with_capacity(256);
         let mut wcs = [Wc::default(); 32];
         let mut now = Instant::now();
-        let mut pace = Pace::new(self.spin, now).with_load(
-            self.target
-                .loads
-                .register(self.core, nvmf_target::load::LoopKind::Rdma),
-        );
+        let load = self
+            .target
+            .loads
+            .register(self.core, nvmf_target::load::LoopKind::Rdma);
+        let mut pace = Pace::new(self.spin, now, load);
         let mut ready = Ready {
             cm: true,
             listen: listen_ch.is_some(),

@@ -342,11 +342,11 @@ impl Reactor {
         let mut t = Table::default();
         let mut iov: Vec<libc::iovec> = Vec::with_capacity(IOV_BATCH);
         let mut now = Instant::now();
-        let mut pace = Pace::new(self.spin, now).with_load(
-            self.target
-                .loads
-                .register(self.core, nvmf_target::load::LoopKind::Tcp),
-        );
+        let load = self
+            .target
+            .loads
+            .register(self.core, nvmf_target::load::LoopKind::Tcp);
+        let mut pace = Pace::new(self.spin, now, load);
         // Connections were retired since the last chores: hand freed memory back to the OS.
         let mut trim_due = false;
         loop {
