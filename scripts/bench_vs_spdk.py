@@ -276,25 +276,32 @@ def ebof_load(port):
     return sample
 
 
-def start_nvmf_tgt(work, name, shm_id, uring=False):
-    """An SPDK nvmf_tgt on the target core with a malloc bdev of RAM_MB, listening on SPDK_PORT
-    (URING_PORT with io_uring). Returns (process, RPC socket), or (None, why) when the uring
-    variant cannot start (SPDK built without --with-uring)."""
+def launch_nvmf_tgt(work, name, extra=()):
+    """SPDK's nvmf_tgt on the target core (log `name`.log, RPC socket `name`.sock), once its
+    RPC socket is there. Returns (process, RPC socket, rpc.py command)."""
     sock = os.path.join(work, f"{name}.sock")
-    # Two nvmf_tgt on one core: each its own shared-memory id, and no per-core lock files.
-    args = [spdk_bin("nvmf_tgt"), "-m", hex(1 << TCORE), "-r", sock, "-i", str(shm_id),
-            "--disable-cpumask-locks"]
-    if uring:
-        args.append("--wait-for-rpc")
-    proc = subprocess.Popen(args, stdout=open(os.path.join(work, f"{name}.log"), "w"),
-                            stderr=subprocess.STDOUT)
+    log_path = os.path.join(work, f"{name}.log")
+    proc = subprocess.Popen([spdk_bin("nvmf_tgt"), "-m", hex(1 << TCORE), "-r", sock, *extra],
+                            stdout=open(log_path, "w"), stderr=subprocess.STDOUT)
     PROCS.append(proc)
     for _ in range(100):
         if os.path.exists(sock):
             break
         if proc.poll() is not None:
-            die(f"{name} exited; see " + os.path.join(work, f"{name}.log"))
+            die(f"{name} exited; see {log_path}")
         time.sleep(0.1)
+    return proc, sock, ["/usr/bin/python3", os.path.join(SPDK, "scripts/rpc.py"), "-s", sock]
+
+
+def start_nvmf_tgt(work, name, shm_id, uring=False):
+    """An SPDK nvmf_tgt on the target core with a malloc bdev of RAM_MB, listening on SPDK_PORT
+    (URING_PORT with io_uring). Returns (process, RPC socket), or (None, why) when the uring
+    variant cannot start (SPDK built without --with-uring)."""
+    # Two nvmf_tgt on one core: each its own shared-memory id, and no per-core lock files.
+    extra = ["-i", str(shm_id), "--disable-cpumask-locks"]
+    if uring:
+        extra.append("--wait-for-rpc")
+    proc, sock, rpc = launch_nvmf_tgt(work, name, extra)
     port = URING_PORT if uring else SPDK_PORT
     if uring:
         try:
@@ -310,7 +317,6 @@ def start_nvmf_tgt(work, name, shm_id, uring=False):
                 break
             except OSError:
                 time.sleep(0.1)
-    rpc = ["/usr/bin/python3", os.path.join(SPDK, "scripts/rpc.py"), "-s", sock]
     for cmd in (["nvmf_create_transport", "-t", "TCP"],
                 ["bdev_malloc_create", "-b", "Malloc0", str(RAM_MB), "512"],
                 ["nvmf_create_subsystem", SPDK_NQN, "-a", "-s", "SPDK00000000000001"],
@@ -701,16 +707,7 @@ listen = "127.0.0.1:{METRICS_PORT + 1}"
                                      stderr=subprocess.STDOUT)
         PROCS.append(self.ebof)
         wait_port(self.ports[("ebof", False)], self.ebof, "ebof serve (TLS)")
-        sock = os.path.join(work, "spdk-tls.sock")
-        self.spdk = subprocess.Popen([spdk_bin("nvmf_tgt"), "-m", hex(1 << TCORE), "-r", sock],
-                                     stdout=open(os.path.join(work, "nvmf_tgt-tls.log"), "w"),
-                                     stderr=subprocess.STDOUT)
-        PROCS.append(self.spdk)
-        for _ in range(100):
-            if os.path.exists(sock):
-                break
-            time.sleep(0.1)
-        rpc = ["/usr/bin/python3", os.path.join(SPDK, "scripts/rpc.py"), "-s", sock]
+        self.spdk, sock, rpc = launch_nvmf_tgt(work, "nvmf_tgt-tls")
         for cmd in (["nvmf_create_transport", "-t", "TCP"],
                     ["bdev_malloc_create", "-b", "Malloc0", str(RAM_MB), "512"],
                     ["nvmf_create_subsystem", SPDK_NQN, "-s", "SPDK00000000000001"],
